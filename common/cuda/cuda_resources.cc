@@ -1,0 +1,121 @@
+#include "common/cuda/cuda_resources.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_status.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace wsync::cuda {
+namespace {
+
+// Destructors cannot return errors; they log them, so a leaked handle is at least visible.
+void LogIfError(cudaError_t err, absl::string_view what) {
+  if (err != cudaSuccess) {
+    WSYNC_LOG(Warning, what, " failed during teardown: ", cudaGetErrorString(err));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<DeviceGuard> DeviceGuard::Create(int device) {
+  int previous = 0;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  return DeviceGuard(previous);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) LogIfError(cudaSetDevice(previous_), "cudaSetDevice (restore)");
+}
+
+absl::StatusOr<std::unique_ptr<Stream>> Stream::Create(int device) {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  cudaStream_t s = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return std::unique_ptr<Stream>(new Stream(device, s));
+}
+
+Stream::~Stream() {
+  auto guard = DeviceGuard::Create(device_);
+  LogIfError(cudaStreamDestroy(stream_), "cudaStreamDestroy");
+}
+
+absl::Status Stream::Synchronize() {
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<IpcEvent>> IpcEvent::Create(int device) {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  cudaEvent_t e = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming));
+  cudaIpcEventHandle_t h;
+  cudaError_t err = cudaIpcGetEventHandle(&h, e);
+  if (err != cudaSuccess) {
+    cudaEventDestroy(e);
+    return WSYNC_CUDA_STATUS(err);
+  }
+  return std::unique_ptr<IpcEvent>(
+      new IpcEvent(device, e, std::string(reinterpret_cast<const char*>(&h), sizeof(h))));
+}
+
+absl::StatusOr<std::unique_ptr<IpcEvent>> IpcEvent::Open(int device, const std::string& handle) {
+  cudaIpcEventHandle_t h;
+  if (handle.size() != sizeof(h)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("event handle must be ", sizeof(h), " bytes, got ", handle.size()));
+  }
+  std::memcpy(&h, handle.data(), sizeof(h));
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  cudaEvent_t e = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcOpenEventHandle(&e, h));
+  return std::unique_ptr<IpcEvent>(new IpcEvent(device, e, ""));
+}
+
+IpcEvent::~IpcEvent() {
+  auto guard = DeviceGuard::Create(device_);
+  LogIfError(cudaEventDestroy(event_), "cudaEventDestroy");
+}
+
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Create(int device, size_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  void* p = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+  cudaIpcMemHandle_t h;
+  cudaError_t err = cudaIpcGetMemHandle(&h, p);
+  if (err != cudaSuccess) {
+    cudaFree(p);
+    return WSYNC_CUDA_STATUS(err);
+  }
+  return std::unique_ptr<DeviceBuffer>(new DeviceBuffer(
+      device, p, bytes, std::string(reinterpret_cast<const char*>(&h), sizeof(h))));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  auto guard = DeviceGuard::Create(device_);
+  LogIfError(cudaFree(data_), "cudaFree");
+}
+
+absl::StatusOr<std::unique_ptr<IpcMapping>> IpcMapping::Open(int device,
+                                                             const std::string& handle) {
+  cudaIpcMemHandle_t h;
+  if (handle.size() != sizeof(h)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory handle must be ", sizeof(h), " bytes, got ", handle.size()));
+  }
+  std::memcpy(&h, handle.data(), sizeof(h));
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  void* p = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
+  return std::unique_ptr<IpcMapping>(new IpcMapping(device, p));
+}
+
+IpcMapping::~IpcMapping() {
+  auto guard = DeviceGuard::Create(device_);
+  LogIfError(cudaIpcCloseMemHandle(data_), "cudaIpcCloseMemHandle");
+}
+
+}  // namespace wsync::cuda

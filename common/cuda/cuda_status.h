@@ -1,0 +1,38 @@
+#ifndef WSYNC_COMMON_CUDA_CUDA_STATUS_H_
+#define WSYNC_COMMON_CUDA_CUDA_STATUS_H_
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+
+namespace wsync::cuda {
+
+// InternalError carrying the call's text, where it was made and CUDA's own error string.
+absl::Status CudaError(cudaError_t err, absl::string_view call, const char* file, int line);
+
+// Keeps the first error of a teardown sequence and still runs every step.
+class FirstError {
+ public:
+  void Update(absl::Status s) {
+    if (status_.ok()) status_ = std::move(s);
+  }
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+}  // namespace wsync::cuda
+
+#define WSYNC_CUDA_RETURN_IF_ERROR(call)                                            \
+  do {                                                                              \
+    cudaError_t wsync_cuda_err_ = (call);                                           \
+    if (wsync_cuda_err_ != cudaSuccess)                                             \
+      return ::wsync::cuda::CudaError(wsync_cuda_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define WSYNC_CUDA_STATUS(call) ::wsync::cuda::CudaError((call), #call, __FILE__, __LINE__)
+
+#endif  // WSYNC_COMMON_CUDA_CUDA_STATUS_H_

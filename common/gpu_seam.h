@@ -1,0 +1,82 @@
+#ifndef WSYNC_COMMON_GPU_SEAM_H_
+#define WSYNC_COMMON_GPU_SEAM_H_
+
+// The GPU seam: everything above it (daemon core, adapters, service, client logic) talks to these
+// interfaces only. common/cuda implements them with CUDA IPC and NCCL; common/host implements them
+// with POSIX shared memory and a TCP collective so the rest is built and tested without a GPU.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace wsync {
+
+enum class MemoryKind { kHostShm, kCudaIpc };
+
+absl::string_view MemoryKindName(MemoryKind kind);
+
+// A slot: memory the daemon allocates once, exports once and reuses for every bucket.
+class SlotMemory {
+ public:
+  virtual ~SlotMemory() = default;
+  virtual MemoryKind kind() const = 0;
+  virtual int device() const = 0;
+  virtual uint64_t bytes() const = 0;
+  // Host address (host mode) or device pointer (CUDA) of the slot's first byte.
+  virtual void* data() = 0;
+  // What a client needs to map the memory: an shm name, or a cudaIpcMemHandle_t.
+  virtual std::string memory_handle() const = 0;
+  // The producer's "bucket written" signal: empty in host mode, a cudaIpcEventHandle_t on GPUs.
+  virtual std::string event_handle() const = 0;
+  // Orders the daemon's later work on this slot after the producer's writes.
+  virtual absl::Status WaitForProducer() = 0;
+  // CRC-32 of the slot's first `bytes` bytes (see common/checksum.h).
+  virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+};
+
+// A collective group in which the daemon is rank 0 and the engine ranks are 1..world_size-1.
+class RootCommunicator {
+ public:
+  virtual ~RootCommunicator() = default;
+  // The 128 bytes engines read from the rendezvous store to join (an ncclUniqueId on GPUs).
+  virtual const std::string& unique_id() const = 0;
+  virtual int world_size() const = 0;
+  // Sends the slot's bytes [offset, offset + bytes) to every other rank. The first call also waits
+  // for the peers to join, as NCCL's lazy communicator creation does. Errors name the ranks at fault.
+  virtual absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
+                                 absl::Time deadline) = 0;
+  // Breaks running and later operations (ncclCommAbort). Safe from any thread.
+  virtual void Abort(absl::string_view reason) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+  virtual absl::string_view name() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
+      int device, int world_size) = 0;
+};
+
+// The client's view of a slot.
+class MappedSlot {
+ public:
+  virtual ~MappedSlot() = default;
+  virtual uint64_t bytes() const = 0;
+  // Host-visible address of the slot (host mode), or the device pointer (CUDA).
+  virtual void* data() = 0;
+  // Copies host memory into the slot at `offset`.
+  virtual absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) = 0;
+  virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+  // Publishes the writes made so far to the daemon (records the slot event on GPUs).
+  virtual absl::Status MarkWritten() = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_COMMON_GPU_SEAM_H_

@@ -1,0 +1,323 @@
+#include "common/host/host_collective.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+namespace {
+
+constexpr char kMagic[] = "WSYNCHC1";
+constexpr size_t kMagicLen = 8;
+constexpr size_t kTokenLen = 16;
+constexpr size_t kHelloLen = kMagicLen + kTokenLen + 8;
+
+void PutU32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void PutU64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+uint32_t GetU32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::string token(kTokenLen, '\0');
+  for (size_t i = 0; i < kTokenLen; i += 4) {
+    uint32_t r = rd();
+    std::memcpy(&token[i], &r, 4);
+  }
+  return token;
+}
+
+}  // namespace
+
+std::string HostCollectiveId::Encode() const {
+  std::string id(kUniqueIdBytes, '\0');
+  std::memcpy(&id[0], kMagic, kMagicLen);
+  std::memcpy(&id[8], &port, 2);
+  std::memcpy(&id[10], token.data(), kTokenLen);
+  id[26] = static_cast<char>(address.size());
+  std::memcpy(&id[27], address.data(), address.size());
+  return id;
+}
+
+absl::StatusOr<HostCollectiveId> HostCollectiveId::Decode(absl::string_view bytes) {
+  if (bytes.size() != kUniqueIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unique id must be ", kUniqueIdBytes, " bytes, got ", bytes.size()));
+  }
+  if (bytes.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
+    return absl::InvalidArgumentError(
+        "unique id is not a wsync host-collective id (is the daemon running in CUDA mode?)");
+  }
+  HostCollectiveId id;
+  std::memcpy(&id.port, bytes.data() + 8, 2);
+  id.token = std::string(bytes.substr(10, kTokenLen));
+  size_t len = static_cast<unsigned char>(bytes[26]);
+  if (len == 0 || 27 + len > kUniqueIdBytes) {
+    return absl::InvalidArgumentError("unique id has a bad address length");
+  }
+  id.address = std::string(bytes.substr(27, len));
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<HostRootCommunicator>> HostRootCommunicator::Create(
+    const std::string& bind_address, const std::string& advertise_address, int world_size) {
+  if (world_size < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size must be at least 2, got ", world_size));
+  }
+  if (advertise_address.empty() || advertise_address.size() > 100) {
+    return absl::InvalidArgumentError("advertise address must be 1..100 characters");
+  }
+  WSYNC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(bind_address, 0));
+  WSYNC_ASSIGN_OR_RETURN(uint16_t port, LocalPort(fd.get()));
+  HostCollectiveId id{advertise_address, port, RandomToken()};
+  auto comm = std::unique_ptr<HostRootCommunicator>(
+      new HostRootCommunicator(std::move(fd), world_size, id.Encode(), id.token));
+  comm->accept_thread_ = std::thread([c = comm.get()] { c->AcceptLoop(); });
+  return comm;
+}
+
+HostRootCommunicator::HostRootCommunicator(UniqueFd listen_fd, int world_size,
+                                           std::string unique_id, std::string token)
+    : listen_fd_(std::move(listen_fd)),
+      world_size_(world_size),
+      unique_id_(std::move(unique_id)),
+      token_(std::move(token)) {}
+
+HostRootCommunicator::~HostRootCommunicator() {
+  Abort("communicator destroyed");
+  if (accept_thread_.joinable()) accept_thread_.join();
+}
+
+void HostRootCommunicator::AcceptLoop() {
+  while (!aborted_) {
+    pollfd pfd{listen_fd_.get(), POLLIN, 0};
+    int rc = ::poll(&pfd, 1, 100);
+    if (rc <= 0) continue;
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    TuneSocket(fd);
+    Handshake(UniqueFd(fd));
+  }
+}
+
+void HostRootCommunicator::Handshake(UniqueFd fd) {
+  char hello[kHelloLen];
+  absl::Status s = ReadExact(fd.get(), hello, sizeof(hello), absl::Now() + absl::Seconds(5));
+  if (!s.ok()) {
+    WSYNC_LOG(Warning, "host collective: dropped a peer during its hello: ", s.message());
+    return;
+  }
+  const bool magic_ok = std::memcmp(hello, kMagic, kMagicLen) == 0;
+  const bool token_ok = std::memcmp(hello + kMagicLen, token_.data(), kTokenLen) == 0;
+  const int rank = static_cast<int>(GetU32(hello + kMagicLen + kTokenLen));
+  const int world = static_cast<int>(GetU32(hello + kMagicLen + kTokenLen + 4));
+  std::string problem;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!magic_ok || !token_ok) {
+    problem = "wrong magic or token (a stale id from an earlier group?)";
+  } else if (world != world_size_) {
+    problem = absl::StrCat("peer says world size ", world, ", group has ", world_size_);
+  } else if (rank < 1 || rank >= world_size_) {
+    problem = absl::StrCat("rank ", rank, " is outside 1..", world_size_ - 1);
+  } else if (peers_.count(rank) != 0) {
+    problem = absl::StrCat("rank ", rank, " joined twice");
+  }
+  char verdict = problem.empty() ? 0 : 1;
+  (void)WriteAll(fd.get(), &verdict, 1, absl::Now() + absl::Seconds(5));
+  if (!problem.empty()) {
+    WSYNC_LOG(Warning, "host collective: refused a peer: ", problem);
+    return;
+  }
+  peers_.emplace(rank, std::move(fd));
+  joined_cv_.notify_all();
+}
+
+std::vector<int> HostRootCommunicator::JoinedRanks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> ranks;
+  for (const auto& [rank, fd] : peers_) ranks.push_back(rank);
+  return ranks;
+}
+
+absl::Status HostRootCommunicator::WaitForPeers(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (static_cast<int>(peers_.size()) < world_size_ - 1) {
+    if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+    if (absl::Now() >= deadline) {
+      std::vector<int> missing;
+      for (int r = 1; r < world_size_; ++r) {
+        if (peers_.count(r) == 0) missing.push_back(r);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "ranks ", absl::StrJoin(missing, ","), " of ", world_size_,
+          " never joined the collective (they did not fetch the unique id from the store or "
+          "could not reach ", Describe(), ")"));
+    }
+    joined_cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostRootCommunicator::Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
+                                             absl::Time deadline) {
+  if (slot.kind() != MemoryKind::kHostShm) {
+    return absl::FailedPreconditionError("the host collective can only send host-memory slots");
+  }
+  if (offset > slot.bytes() || bytes > slot.bytes() - offset) {
+    return absl::OutOfRangeError("broadcast range exceeds the slot");
+  }
+  std::lock_guard<std::mutex> order(broadcast_mu_);
+  WSYNC_RETURN_IF_ERROR(WaitForPeers(deadline));
+  return SendToAll(static_cast<const char*>(slot.data()) + offset, bytes, deadline);
+}
+
+absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
+                                             absl::Time deadline) {
+  struct Stream {
+    int rank;
+    int fd;
+    uint64_t sent = 0;  // over header + payload
+  };
+  char header[16];
+  std::vector<Stream> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PutU64(header, sequence_++);
+    PutU64(header + 8, bytes);
+    for (const auto& [rank, fd] : peers_) streams.push_back(Stream{rank, fd.get()});
+  }
+  const uint64_t total = sizeof(header) + bytes;
+  constexpr uint64_t kChunk = 4u << 20;
+  size_t done = 0;
+  std::vector<pollfd> pfds;
+  while (done < streams.size()) {
+    if (aborted_) {
+      return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+    }
+    done = 0;
+    for (Stream& s : streams) {
+      if (s.sent == total) {
+        ++done;
+        continue;
+      }
+      const char* p;
+      uint64_t n;
+      if (s.sent < sizeof(header)) {
+        p = header + s.sent;
+        n = sizeof(header) - s.sent;
+      } else {
+        p = data + (s.sent - sizeof(header));
+        n = std::min(kChunk, total - s.sent);
+      }
+      ssize_t w = ::send(s.fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        s.sent += static_cast<uint64_t>(w);
+      } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return absl::UnavailableError(absl::StrCat("rank ", s.rank, " failed during a broadcast of ",
+                                                   bytes, " bytes: ", std::strerror(errno)));
+      }
+    }
+    if (done == streams.size()) break;
+    if (absl::Now() >= deadline) {
+      std::vector<std::string> stuck;
+      for (const Stream& s : streams) {
+        if (s.sent < total) stuck.push_back(absl::StrCat("rank ", s.rank, " at ", s.sent, "/", total));
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "broadcast of ", bytes, " bytes did not finish before its deadline; not received by: ",
+          absl::StrJoin(stuck, ", ")));
+    }
+    pfds.clear();
+    for (const Stream& s : streams) {
+      if (s.sent < total) pfds.push_back(pollfd{s.fd, POLLOUT, 0});
+    }
+    ::poll(pfds.data(), pfds.size(), 50);
+  }
+  return absl::OkStatus();
+}
+
+void HostRootCommunicator::Abort(absl::string_view reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_.exchange(true)) return;
+  abort_reason_ = std::string(reason);
+  // Shutting the sockets down wakes a sender blocked in poll and tells peers the group is gone.
+  for (auto& [rank, fd] : peers_) ::shutdown(fd.get(), SHUT_RDWR);
+  joined_cv_.notify_all();
+}
+
+std::string HostRootCommunicator::Describe() const {
+  auto id = HostCollectiveId::Decode(unique_id_);
+  return id.ok() ? absl::StrCat("host collective at ", id->address, ":", id->port)
+                 : "host collective";
+}
+
+absl::StatusOr<std::unique_ptr<HostCollectivePeer>> HostCollectivePeer::Join(
+    absl::string_view unique_id, int rank, int world_size, absl::Time deadline) {
+  WSYNC_ASSIGN_OR_RETURN(HostCollectiveId id, HostCollectiveId::Decode(unique_id));
+  WSYNC_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(id.address, id.port, deadline));
+  char hello[kHelloLen];
+  std::memcpy(hello, kMagic, kMagicLen);
+  std::memcpy(hello + kMagicLen, id.token.data(), kTokenLen);
+  PutU32(hello + kMagicLen + kTokenLen, static_cast<uint32_t>(rank));
+  PutU32(hello + kMagicLen + kTokenLen + 4, static_cast<uint32_t>(world_size));
+  WSYNC_RETURN_IF_ERROR(WriteAll(fd.get(), hello, sizeof(hello), deadline));
+  char verdict = 1;
+  WSYNC_RETURN_IF_ERROR(ReadExact(fd.get(), &verdict, 1, deadline));
+  if (verdict != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the collective's root refused rank ", rank, " (see the daemon log)"));
+  }
+  return std::unique_ptr<HostCollectivePeer>(new HostCollectivePeer(std::move(fd), rank));
+}
+
+absl::Status HostCollectivePeer::ReadHeader(uint64_t bytes, absl::Time deadline) {
+  char header[16];
+  WSYNC_RETURN_IF_ERROR(ReadExact(fd_.get(), header, sizeof(header), deadline));
+  const uint64_t seq = GetU64(header);
+  const uint64_t len = GetU64(header + 8);
+  if (seq != expected_sequence_) {
+    return absl::DataLossError(
+        absl::StrCat("broadcast sequence ", seq, " where ", expected_sequence_, " was expected"));
+  }
+  ++expected_sequence_;
+  if (len != bytes) {
+    // NCCL would hang or corrupt memory on mismatched counts; the stand-in reports it.
+    return absl::InvalidArgumentError(absl::StrCat("root broadcast ", len,
+                                                   " bytes but this rank posted a receive of ",
+                                                   bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostCollectivePeer::Receive(void* dst, uint64_t bytes, absl::Time deadline) {
+  WSYNC_RETURN_IF_ERROR(ReadHeader(bytes, deadline));
+  return ReadExact(fd_.get(), dst, bytes, deadline);
+}
+
+absl::Status HostCollectivePeer::ReceivePartial(void* dst, uint64_t bytes, uint64_t partial,
+                                                absl::Time deadline) {
+  WSYNC_RETURN_IF_ERROR(ReadHeader(bytes, deadline));
+  return ReadExact(fd_.get(), dst, std::min(bytes, partial), deadline);
+}
+
+}  // namespace wsync

@@ -1,0 +1,98 @@
+#ifndef WSYNC_COMMON_HOST_HOST_COLLECTIVE_H_
+#define WSYNC_COMMON_HOST_HOST_COLLECTIVE_H_
+
+// A TCP stand-in for NCCL's broadcast, so every layer above the GPU seam runs on machines without
+// GPUs. Like an ncclUniqueId, its 128-byte id carries the root's address; peers get it from the
+// daemon's rendezvous store under the same key real engines read.
+//
+// Id layout: "WSYNCHC1" | u16 port (LE) | 16-byte token | u8 address length | address | zeros.
+// Peer hello: "WSYNCHC1" | token | u32 rank | u32 world. Root answers one byte, 0 = accepted.
+// Each broadcast: u64 sequence | u64 byte count | payload.
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/gpu_seam.h"
+#include "common/net.h"
+
+namespace wsync {
+
+inline constexpr size_t kUniqueIdBytes = 128;
+
+struct HostCollectiveId {
+  std::string address;
+  uint16_t port = 0;
+  std::string token;  // 16 bytes
+
+  std::string Encode() const;
+  static absl::StatusOr<HostCollectiveId> Decode(absl::string_view bytes);
+};
+
+class HostRootCommunicator final : public RootCommunicator {
+ public:
+  // Listens on bind_address (all interfaces when empty) and advertises advertise_address.
+  static absl::StatusOr<std::unique_ptr<HostRootCommunicator>> Create(
+      const std::string& bind_address, const std::string& advertise_address, int world_size);
+  ~HostRootCommunicator() override;
+
+  const std::string& unique_id() const override { return unique_id_; }
+  int world_size() const override { return world_size_; }
+  absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
+                         absl::Time deadline) override;
+  void Abort(absl::string_view reason) override;
+  std::string Describe() const override;
+
+  // Ranks that have joined so far.
+  std::vector<int> JoinedRanks() const;
+
+ private:
+  HostRootCommunicator(UniqueFd listen_fd, int world_size, std::string unique_id,
+                       std::string token);
+  void AcceptLoop();
+  void Handshake(UniqueFd fd);
+  absl::Status WaitForPeers(absl::Time deadline);
+  absl::Status SendToAll(const char* data, uint64_t bytes, absl::Time deadline);
+
+  UniqueFd listen_fd_;
+  const int world_size_;
+  const std::string unique_id_;
+  const std::string token_;
+  std::thread accept_thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable joined_cv_;
+  std::map<int, UniqueFd> peers_;  // rank -> socket
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+  uint64_t sequence_ = 0;
+  std::mutex broadcast_mu_;  // one collective at a time, in order, as on an NCCL stream
+};
+
+// An engine rank's side, used by the engine simulators.
+class HostCollectivePeer {
+ public:
+  static absl::StatusOr<std::unique_ptr<HostCollectivePeer>> Join(absl::string_view unique_id,
+                                                                  int rank, int world_size,
+                                                                  absl::Time deadline);
+  // Receives one broadcast of exactly `bytes` bytes.
+  absl::Status Receive(void* dst, uint64_t bytes, absl::Time deadline);
+  // Receives the first `partial` bytes of a broadcast of `bytes` and stops (fault injection).
+  absl::Status ReceivePartial(void* dst, uint64_t bytes, uint64_t partial, absl::Time deadline);
+  int rank() const { return rank_; }
+
+ private:
+  HostCollectivePeer(UniqueFd fd, int rank) : fd_(std::move(fd)), rank_(rank) {}
+  absl::Status ReadHeader(uint64_t bytes, absl::Time deadline);
+  UniqueFd fd_;
+  int rank_;
+  uint64_t expected_sequence_ = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_COMMON_HOST_HOST_COLLECTIVE_H_

@@ -1,0 +1,22 @@
+#include "common/host/host_platform.h"
+
+#include "common/host/host_collective.h"
+#include "common/host/shm_slot.h"
+
+namespace wsync {
+
+absl::StatusOr<std::unique_ptr<SlotMemory>> HostPlatform::AllocateSlot(int device,
+                                                                       uint64_t bytes) {
+  auto slot = ShmSlot::Create(device, bytes);
+  if (!slot.ok()) return slot.status();
+  return std::unique_ptr<SlotMemory>(std::move(*slot));
+}
+
+absl::StatusOr<std::unique_ptr<RootCommunicator>> HostPlatform::CreateRootCommunicator(
+    int device, int world_size) {
+  auto comm = HostRootCommunicator::Create(bind_address_, advertise_address_, world_size);
+  if (!comm.ok()) return comm.status();
+  return std::unique_ptr<RootCommunicator>(std::move(*comm));
+}
+
+}  // namespace wsync

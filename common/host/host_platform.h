@@ -1,0 +1,28 @@
+#ifndef WSYNC_COMMON_HOST_HOST_PLATFORM_H_
+#define WSYNC_COMMON_HOST_HOST_PLATFORM_H_
+
+#include <string>
+
+#include "common/gpu_seam.h"
+
+namespace wsync {
+
+// The seam's host implementation: shared-memory slots and the TCP collective.
+class HostPlatform final : public Platform {
+ public:
+  HostPlatform(std::string bind_address, std::string advertise_address)
+      : bind_address_(std::move(bind_address)), advertise_address_(std::move(advertise_address)) {}
+
+  absl::string_view name() const override { return "host"; }
+  absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
+      int device, int world_size) override;
+
+ private:
+  std::string bind_address_;
+  std::string advertise_address_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_COMMON_HOST_HOST_PLATFORM_H_

@@ -1,0 +1,50 @@
+#ifndef WSYNC_COMMON_NET_H_
+#define WSYNC_COMMON_NET_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace wsync {
+
+// Owns a file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release();
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Listens on bind_address:port (port 0 picks a free one), with SO_REUSEADDR.
+absl::StatusOr<UniqueFd> ListenTcp(const std::string& bind_address, uint16_t port);
+absl::StatusOr<uint16_t> LocalPort(int fd);
+// Connects, retrying refused connections until the deadline (peers may not listen yet).
+absl::StatusOr<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, absl::Time deadline);
+// Sets TCP_NODELAY and large socket buffers for bulk transfers.
+void TuneSocket(int fd);
+
+// Full-length I/O on a socket that gives up at the deadline. ReadExact returns
+// UnavailableError("peer closed") on EOF.
+absl::Status WriteAll(int fd, const void* data, size_t bytes, absl::Time deadline);
+absl::Status ReadExact(int fd, void* data, size_t bytes, absl::Time deadline);
+
+// Splits "host:port" (with [v6]:port allowed).
+absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);
+
+}  // namespace wsync
+
+#endif  // WSYNC_COMMON_NET_H_

@@ -1,0 +1,93 @@
+#include "daemon/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace wsync {
+
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
+  std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  double value = 0;
+  if (i == 0 || !absl::SimpleAtod(s.substr(0, i), &value)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a byte size"));
+  }
+  std::string unit = s.substr(i);
+  uint64_t mult = 1;
+  if (unit.empty() || unit == "b") {
+    mult = 1;
+  } else if (unit == "k" || unit == "kib" || unit == "kb") {
+    mult = 1ull << 10;
+  } else if (unit == "m" || unit == "mib" || unit == "mb") {
+    mult = 1ull << 20;
+  } else if (unit == "g" || unit == "gib" || unit == "gb") {
+    mult = 1ull << 30;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "': unknown unit '", unit, "' (use KiB, MiB or GiB)"));
+  }
+  return static_cast<uint64_t>(value * static_cast<double>(mult));
+}
+
+absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false, /*ignore_comments=*/true);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
+  }
+  try {
+    if (j.contains("socket")) config->server.unix_socket = j["socket"].get<std::string>();
+    if (j.contains("listen")) config->server.tcp_listen = j["listen"].get<std::string>();
+    if (j.contains("mode")) config->daemon.mode = j["mode"].get<std::string>();
+    if (j.contains("slots")) config->daemon.slots_per_device = j["slots"].get<uint32_t>();
+    if (j.contains("slot_bytes")) {
+      auto bytes = j["slot_bytes"].is_string()
+                       ? ParseByteSize(j["slot_bytes"].get<std::string>())
+                       : absl::StatusOr<uint64_t>(j["slot_bytes"].get<uint64_t>());
+      if (!bytes.ok()) return bytes.status();
+      config->daemon.slot_bytes = *bytes;
+    }
+    if (j.contains("bucket_timeout_s")) {
+      config->daemon.bucket_timeout = absl::Seconds(j["bucket_timeout_s"].get<double>());
+    }
+    if (j.contains("lease_s")) config->daemon.lease = absl::Seconds(j["lease_s"].get<double>());
+    if (j.contains("control_timeout_s")) {
+      config->daemon.group.timeouts.control = absl::Seconds(j["control_timeout_s"].get<double>());
+    }
+    if (j.contains("advertise_address")) {
+      config->daemon.group.advertise_address = j["advertise_address"].get<std::string>();
+    }
+    if (j.contains("bind_address")) {
+      config->daemon.group.bind_address = j["bind_address"].get<std::string>();
+    }
+    if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
+    if (j.contains("groups")) {
+      for (const auto& g : j["groups"]) {
+        GroupSpec spec;
+        spec.name = g.at("name").get<std::string>();
+        auto kind = ParseEngineKind(g.value("kind", std::string("sglang")));
+        if (!kind.ok()) return kind.status();
+        spec.kind = *kind;
+        spec.device = g.value("device", 0);
+        for (const auto& e : g.at("engines")) {
+          spec.engines.push_back(EngineSpec{e.at("url").get<std::string>(), e.value("ranks", 1u)});
+        }
+        config->groups.push_back(std::move(spec));
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync

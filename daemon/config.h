@@ -1,0 +1,31 @@
+#ifndef WSYNC_DAEMON_CONFIG_H_
+#define WSYNC_DAEMON_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/core/daemon_core.h"
+#include "daemon/service/server.h"
+
+namespace wsync {
+
+struct DaemonConfig {
+  DaemonOptions daemon;
+  ServerOptions server;
+  std::string log_level = "info";
+  std::vector<GroupSpec> groups;
+};
+
+// Parses "512MiB", "1GiB", "4096", "2G" into bytes.
+absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
+
+// Reads a JSON config file. Its keys mirror the flags (socket, listen, mode, slots, slot_bytes,
+// bucket_timeout_s, lease_s, control_timeout_s, advertise_address, bind_address, log_level) plus
+// "groups": [{"name", "kind", "device", "engines": [{"url", "ranks"}]}]. Fields absent from the
+// file keep the values already in `config`.
+absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CONFIG_H_

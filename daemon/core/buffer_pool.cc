@@ -1,0 +1,121 @@
+#include "daemon/core/buffer_pool.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace wsync {
+
+absl::string_view SlotStateName(SlotState state) {
+  switch (state) {
+    case SlotState::kFree:
+      return "free";
+    case SlotState::kFilling:
+      return "filling";
+    case SlotState::kQueued:
+      return "queued";
+    case SlotState::kSending:
+      return "sending";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device,
+                                                           const std::string& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it == devices_.end()) {
+    std::vector<Slot> slots(slots_per_device_);
+    for (uint32_t i = 0; i < slots_per_device_; ++i) {
+      auto memory = platform_->AllocateSlot(device, slot_bytes_);
+      if (!memory.ok()) {
+        return absl::ResourceExhaustedError(absl::StrCat("allocating slot ", i, " of device ",
+                                                         device, " (", slot_bytes_,
+                                                         " bytes) failed: ",
+                                                         memory.status().message()));
+      }
+      slots[i].memory = std::move(*memory);
+    }
+    WSYNC_LOG(Info, "allocated ", slots_per_device_, " slots of ", slot_bytes_, " bytes on device ",
+              device, " (", platform_->name(), ")");
+    it = devices_.emplace(device, std::move(slots)).first;
+  }
+  for (const Slot& s : it->second) {
+    if (!s.owner.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the slots of device ", device, " are held by session ", s.owner,
+          "; one trainer process per device may hold a session (close it or let its lease expire)"));
+    }
+  }
+  std::vector<SlotMemory*> out;
+  for (Slot& s : it->second) {
+    s.owner = session;
+    s.state = SlotState::kFilling;
+    out.push_back(s.memory.get());
+  }
+  return out;
+}
+
+void BufferPool::Release(int device, const std::string& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return;
+  for (Slot& s : it->second) {
+    if (s.owner == session) {
+      s.owner.clear();
+      s.state = SlotState::kFree;
+    }
+  }
+}
+
+absl::Status BufferPool::Transition(int device, uint32_t index, const std::string& session,
+                                    SlotState from, SlotState to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it == devices_.end() || index >= it->second.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slot ", index, " is not held by session ", session, " (it holds slots 0..",
+        slots_per_device_ - 1, " of device ", device, ")"));
+  }
+  Slot& s = it->second[index];
+  if (s.owner != session) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", index, " of device ", device, " is not held by session ", session));
+  }
+  if (s.state != from) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slot ", index, " is ", SlotStateName(s.state), ", not ", SlotStateName(from),
+        (from == SlotState::kFilling ? "; wait for its SlotFree before reusing it" : "")));
+  }
+  s.state = to;
+  return absl::OkStatus();
+}
+
+void BufferPool::ResetSession(int device, const std::string& session) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it == devices_.end()) return;
+  for (Slot& s : it->second) {
+    if (s.owner == session) s.state = SlotState::kFilling;
+  }
+}
+
+std::vector<SlotRow> BufferPool::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SlotRow> rows;
+  for (const auto& [device, slots] : devices_) {
+    for (uint32_t i = 0; i < slots.size(); ++i) {
+      rows.push_back(SlotRow{device, i, slots[i].memory->bytes(), slots[i].memory->kind(),
+                             slots[i].owner, slots[i].state});
+    }
+  }
+  return rows;
+}
+
+size_t BufferPool::slot_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [device, slots] : devices_) n += slots.size();
+  return n;
+}
+
+}  // namespace wsync

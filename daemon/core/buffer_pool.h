@@ -1,0 +1,65 @@
+#ifndef WSYNC_DAEMON_CORE_BUFFER_POOL_H_
+#define WSYNC_DAEMON_CORE_BUFFER_POOL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/gpu_seam.h"
+
+namespace wsync {
+
+// kFilling: leased, the client may write it. kQueued: a bucket names it and waits to be sent.
+// kSending: on the wire. After sending it returns to kFilling (the client gets SlotFree).
+enum class SlotState { kFree, kFilling, kQueued, kSending };
+
+absl::string_view SlotStateName(SlotState state);
+
+struct SlotRow {
+  int device = 0;
+  uint32_t index = 0;
+  uint64_t bytes = 0;
+  MemoryKind kind = MemoryKind::kHostShm;
+  std::string owner_session;
+  SlotState state = SlotState::kFree;
+};
+
+// The daemon's slots: allocated once per device on first use, exported once, reused forever.
+class BufferPool {
+ public:
+  BufferPool(Platform* platform, uint32_t slots_per_device, uint64_t slot_bytes)
+      : platform_(platform), slots_per_device_(slots_per_device), slot_bytes_(slot_bytes) {}
+
+  // Leases every slot of the device to the session.
+  absl::StatusOr<std::vector<SlotMemory*>> Lease(int device, const std::string& session);
+  void Release(int device, const std::string& session);
+  // Moves a slot from `from` to `to` if the session holds it and it is in `from`.
+  absl::Status Transition(int device, uint32_t index, const std::string& session, SlotState from,
+                          SlotState to);
+  // Returns every queued/sending slot of the session to kFilling.
+  void ResetSession(int device, const std::string& session);
+  std::vector<SlotRow> Snapshot() const;
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint32_t slots_per_device() const { return slots_per_device_; }
+  size_t slot_count() const;
+
+ private:
+  struct Slot {
+    std::unique_ptr<SlotMemory> memory;
+    std::string owner;
+    SlotState state = SlotState::kFree;
+  };
+  Platform* platform_;
+  const uint32_t slots_per_device_;
+  const uint64_t slot_bytes_;
+  mutable std::mutex mu_;
+  std::map<int, std::vector<Slot>> devices_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_BUFFER_POOL_H_

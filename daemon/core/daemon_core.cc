@@ -1,0 +1,247 @@
+#include "daemon/core/daemon_core.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+
+DaemonCore::DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options)
+    : platform_(std::move(platform)),
+      options_(std::move(options)),
+      started_(absl::Now()),
+      pool_(platform_.get(), options_.slots_per_device, options_.slot_bytes),
+      sessions_(options_.lease),
+      history_(options_.history_limit) {
+  reaper_ = std::thread([this] { ReapLoop(); });
+}
+
+DaemonCore::~DaemonCore() {
+  stopping_ = true;
+  cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  for (auto& t : formers_) t.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [name, group] : groups_) (void)group->Destroy();
+}
+
+void DaemonCore::ReapLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::seconds(1));
+    lock.unlock();
+    for (const Session& s : sessions_.Expire(absl::Now())) {
+      WSYNC_LOG(Info, "session ", s.id, " (", s.client_name, ") expired; its slots are free");
+      pool_.Release(s.device, s.id);
+    }
+    lock.lock();
+  }
+}
+
+absl::StatusOr<SessionView> DaemonCore::OpenSession(int device, const std::string& client_name) {
+  if (draining_) return absl::UnavailableError("wsyncd is draining; no new sessions");
+  if (device < 0 || device > options_.max_device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device, " is outside 0..", options_.max_device));
+  }
+  const std::string id = sessions_.NewId();
+  WSYNC_ASSIGN_OR_RETURN(std::vector<SlotMemory*> slots, pool_.Lease(device, id));
+  sessions_.Add(id, device, client_name, slots);
+  WSYNC_LOG(Info, "session ", id, " opened by '", client_name, "' on device ", device);
+  return SessionView{id, device, std::move(slots), options_.lease};
+}
+
+absl::Status DaemonCore::KeepAlive(const std::string& session_id) {
+  return sessions_.Touch(session_id).status();
+}
+
+absl::Status DaemonCore::CloseSession(const std::string& session_id) {
+  WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Remove(session_id));
+  pool_.Release(s.device, s.id);
+  WSYNC_LOG(Info, "session ", s.id, " closed");
+  return absl::OkStatus();
+}
+
+std::shared_ptr<WeightGroup> DaemonCore::FindGroup(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = groups_.find(name);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
+absl::Status DaemonCore::DeclareGroup(const GroupSpec& spec) {
+  WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (groups_.count(spec.name) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("group '", spec.name, "' exists"));
+  }
+  auto group = std::make_shared<WeightGroup>(spec, platform_.get(), options_.group);
+  groups_[spec.name] = group;
+  formers_.emplace_back([group] { (void)group->Form(); });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
+  WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  std::shared_ptr<WeightGroup> group;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = groups_.find(spec.name);
+    if (it != groups_.end()) {
+      if (it->second->spec() == spec) return it->second->Snapshot();
+      return absl::AlreadyExistsError(absl::StrCat(
+          "group '", spec.name, "' exists with other engines or device; destroy it first"));
+    }
+    group = std::make_shared<WeightGroup>(spec, platform_.get(), options_.group);
+    groups_[spec.name] = group;
+  }
+  absl::Status formed = group->Form();
+  if (!formed.ok()) {
+    // A group that never formed is not kept: the caller fixes the spec or the engines and retries.
+    std::lock_guard<std::mutex> lock(mu_);
+    groups_.erase(spec.name);
+    return formed;
+  }
+  return group->Snapshot();
+}
+
+std::vector<GroupSnapshot> DaemonCore::ListGroups() const {
+  std::vector<std::shared_ptr<WeightGroup>> groups;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, g] : groups_) groups.push_back(g);
+  }
+  std::vector<GroupSnapshot> out;
+  for (const auto& g : groups) out.push_back(g->Snapshot());
+  return out;
+}
+
+absl::StatusOr<GroupSnapshot> DaemonCore::GetGroup(const std::string& name) const {
+  auto group = FindGroup(name);
+  if (!group) return absl::NotFoundError(absl::StrCat("unknown group '", name, "'"));
+  return group->Snapshot();
+}
+
+absl::Status DaemonCore::DestroyGroup(const std::string& name) {
+  auto group = FindGroup(name);
+  if (!group) return absl::NotFoundError(absl::StrCat("unknown group '", name, "'"));
+  WSYNC_RETURN_IF_ERROR(group->Destroy());
+  std::lock_guard<std::mutex> lock(mu_);
+  groups_.erase(name);
+  return absl::OkStatus();
+}
+
+std::vector<EngineRow> DaemonCore::ListEngines() {
+  std::vector<std::shared_ptr<WeightGroup>> groups;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, g] : groups_) groups.push_back(g);
+  }
+  std::vector<EngineRow> rows;
+  for (const auto& g : groups) {
+    for (EngineRow& r : g->ProbeEngines()) rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::string& session_id,
+                                                                   const std::string& group_name,
+                                                                   const std::string& version,
+                                                                   UpdateEvents* events) {
+  if (draining_) return absl::UnavailableError("wsyncd is draining; no new updates");
+  WSYNC_ASSIGN_OR_RETURN(Session session, sessions_.Touch(session_id));
+  auto group = FindGroup(group_name);
+  if (!group) return absl::NotFoundError(absl::StrCat("unknown group '", group_name, "'"));
+  if (group->spec().device != session.device) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", group_name, "' sends from device ", group->spec().device,
+                     " but session ", session_id, " holds slots of device ", session.device));
+  }
+  WSYNC_RETURN_IF_ERROR(sessions_.StartUpdate(session_id));
+  if (absl::Status s = group->BeginUpdate(); !s.ok()) {
+    sessions_.EndUpdate(session_id);
+    return s;
+  }
+  UpdateContext context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    context.update_id = absl::StrFormat("u%llu", static_cast<unsigned long long>(next_update_++));
+    ++running_updates_;
+  }
+  context.session_id = session_id;
+  context.device = session.device;
+  context.slots = session.slots;
+  context.version = version;
+  context.bucket_timeout = options_.bucket_timeout;
+
+  UpdateRecord record;
+  record.update_id = context.update_id;
+  record.group = group_name;
+  record.version = version;
+  record.session_id = session_id;
+  record.state = "running";
+  record.started = absl::Now();
+  history_.Upsert(record);
+  WSYNC_LOG(Info, "update ", context.update_id, " of group ", group_name, " to version '",
+            version, "' started by session ", session_id);
+
+  auto on_done = [this, record](const UpdateOutcome& outcome) mutable {
+    record.status = outcome.status;
+    record.state = outcome.status.ok() ? "committed"
+                   : outcome.status.code() == absl::StatusCode::kAborted ||
+                           outcome.status.code() == absl::StatusCode::kCancelled
+                       ? "aborted"
+                       : "failed";
+    record.buckets = outcome.buckets;
+    record.bytes = outcome.bytes;
+    record.seconds = outcome.seconds;
+    for (const EngineOutcome& e : outcome.engines) {
+      record.engine_results.push_back(
+          absl::StrCat(e.engine, ": ", e.status.ok() ? "ok" : e.status.ToString()));
+    }
+    history_.Upsert(record);
+    sessions_.EndUpdate(record.session_id);
+    WSYNC_LOG(Info, "update ", record.update_id, " ", record.state, ": ", outcome.buckets,
+              " buckets, ", outcome.bytes, " bytes in ", outcome.seconds, " s",
+              outcome.status.ok() ? "" : absl::StrCat(" (", outcome.status.ToString(), ")"));
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_updates_;
+    cv_.notify_all();
+  };
+  return std::make_unique<UpdateRun>(std::move(context), group, &pool_, events,
+                                     std::move(on_done));
+}
+
+DaemonStatusView DaemonCore::Status() const {
+  DaemonStatusView v;
+  v.mode = options_.mode;
+  v.uptime = absl::Now() - started_;
+  v.draining = draining_;
+  v.sessions = sessions_.List().size();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    v.groups = groups_.size();
+  }
+  v.slots = pool_.slot_count();
+  v.slot_bytes = options_.slot_bytes;
+  v.committed = history_.committed();
+  v.failed = history_.failed();
+  v.bytes_sent = history_.bytes_sent();
+  return v;
+}
+
+DrainResult DaemonCore::Drain(absl::Duration timeout) {
+  draining_ = true;
+  DrainResult result;
+  std::unique_lock<std::mutex> lock(mu_);
+  result.waited = static_cast<uint32_t>(running_updates_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (running_updates_ > 0 && absl::Now() < deadline) {
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  result.drained = running_updates_ == 0;
+  return result;
+}
+
+}  // namespace wsync

@@ -1,0 +1,114 @@
+#ifndef WSYNC_DAEMON_CORE_DAEMON_CORE_H_
+#define WSYNC_DAEMON_CORE_DAEMON_CORE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/gpu_seam.h"
+#include "daemon/core/buffer_pool.h"
+#include "daemon/core/session_registry.h"
+#include "daemon/core/update_history.h"
+#include "daemon/core/update_run.h"
+#include "daemon/core/weight_group.h"
+
+namespace wsync {
+
+struct DaemonOptions {
+  std::string mode = "host";
+  uint32_t slots_per_device = 2;
+  uint64_t slot_bytes = 512ull << 20;
+  int max_device = 15;
+  absl::Duration lease = absl::Seconds(60);
+  absl::Duration bucket_timeout = absl::Seconds(120);
+  size_t history_limit = 256;
+  GroupOptions group;
+};
+
+struct SessionView {
+  std::string id;
+  int device = 0;
+  std::vector<SlotMemory*> slots;
+  absl::Duration lease;
+};
+
+struct DaemonStatusView {
+  std::string mode;
+  absl::Duration uptime;
+  bool draining = false;
+  size_t sessions = 0;
+  size_t groups = 0;
+  size_t slots = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t committed = 0;
+  uint64_t failed = 0;
+  uint64_t bytes_sent = 0;
+};
+
+struct DrainResult {
+  uint32_t waited = 0;
+  bool drained = false;
+};
+
+// Everything the gRPC services call into. Thread-safe.
+class DaemonCore {
+ public:
+  DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options);
+  ~DaemonCore();
+
+  absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
+  absl::Status KeepAlive(const std::string& session_id);
+  absl::Status CloseSession(const std::string& session_id);
+
+  absl::StatusOr<GroupSnapshot> CreateGroup(const GroupSpec& spec);
+  // Registers a group without contacting its engines (config-declared groups form in background).
+  absl::Status DeclareGroup(const GroupSpec& spec);
+  std::vector<GroupSnapshot> ListGroups() const;
+  absl::StatusOr<GroupSnapshot> GetGroup(const std::string& name) const;
+  absl::Status DestroyGroup(const std::string& name);
+  std::vector<EngineRow> ListEngines();
+
+  absl::StatusOr<std::unique_ptr<UpdateRun>> BeginUpdate(const std::string& session_id,
+                                                         const std::string& group,
+                                                         const std::string& version,
+                                                         UpdateEvents* events);
+
+  std::vector<SlotRow> ListBuffers() const { return pool_.Snapshot(); }
+  std::vector<UpdateRecord> ListUpdates(size_t limit) const { return history_.Latest(limit); }
+  DaemonStatusView Status() const;
+  DrainResult Drain(absl::Duration timeout);
+  const DaemonOptions& options() const { return options_; }
+
+ private:
+  void ReapLoop();
+  void FormDeclaredGroups();
+  std::shared_ptr<WeightGroup> FindGroup(const std::string& name) const;
+
+  std::unique_ptr<Platform> platform_;
+  const DaemonOptions options_;
+  const absl::Time started_;
+  BufferPool pool_;
+  SessionRegistry sessions_;
+  UpdateHistory history_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<WeightGroup>> groups_;
+  int running_updates_ = 0;
+  uint64_t next_update_ = 1;
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread reaper_;
+  std::vector<std::thread> formers_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_DAEMON_CORE_H_

@@ -1,0 +1,45 @@
+#include "daemon/core/update_history.h"
+
+namespace wsync {
+
+void UpdateHistory::Upsert(const UpdateRecord& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+    if (it->update_id == record.update_id) {
+      const bool was_running = it->state == "running";
+      *it = record;
+      if (was_running && record.state != "running") {
+        if (record.state == "committed") ++committed_; else ++failed_;
+        bytes_sent_ += record.bytes;
+      }
+      return;
+    }
+  }
+  records_.push_back(record);
+  if (record.state == "committed") ++committed_;
+  else if (record.state != "running") ++failed_;
+  while (records_.size() > limit_) records_.pop_front();
+}
+
+std::vector<UpdateRecord> UpdateHistory::Latest(size_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t start = records_.size() > n ? records_.size() - n : 0;
+  return std::vector<UpdateRecord>(records_.begin() + start, records_.end());
+}
+
+uint64_t UpdateHistory::committed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return committed_;
+}
+
+uint64_t UpdateHistory::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
+uint64_t UpdateHistory::bytes_sent() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_sent_;
+}
+
+}  // namespace wsync

@@ -1,0 +1,50 @@
+#ifndef WSYNC_DAEMON_CORE_UPDATE_HISTORY_H_
+#define WSYNC_DAEMON_CORE_UPDATE_HISTORY_H_
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace wsync {
+
+struct UpdateRecord {
+  std::string update_id;
+  std::string group;
+  std::string version;
+  std::string session_id;
+  std::string state;  // running, committed, failed, aborted
+  absl::Status status;
+  uint64_t buckets = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  absl::Time started;
+  std::vector<std::string> engine_results;
+};
+
+// The last `limit` updates, newest last.
+class UpdateHistory {
+ public:
+  explicit UpdateHistory(size_t limit) : limit_(limit) {}
+  void Upsert(const UpdateRecord& record);
+  std::vector<UpdateRecord> Latest(size_t n) const;
+  uint64_t committed() const;
+  uint64_t failed() const;
+  uint64_t bytes_sent() const;
+
+ private:
+  const size_t limit_;
+  mutable std::mutex mu_;
+  std::deque<UpdateRecord> records_;
+  uint64_t committed_ = 0;
+  uint64_t failed_ = 0;
+  uint64_t bytes_sent_ = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_UPDATE_HISTORY_H_

@@ -1,0 +1,197 @@
+#include "daemon/core/update_run.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checksum.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+
+UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, BufferPool* pool,
+                     UpdateEvents* events, DoneCallback on_done)
+    : context_(std::move(context)),
+      group_(std::move(group)),
+      pool_(pool),
+      events_(events),
+      on_done_(std::move(on_done)),
+      started_(absl::Now()) {
+  sender_ = std::thread([this] { SenderLoop(); });
+}
+
+UpdateRun::~UpdateRun() {
+  bool finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished = finished_;
+  }
+  if (!finished) Abort(absl::AbortedError("update dropped without commit or abort"));
+  if (sender_.joinable()) sender_.join();
+}
+
+uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
+
+void UpdateRun::Fail(absl::Status status) {
+  if (failure_.ok()) failure_ = std::move(status);
+}
+
+absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
+                                     uint64_t sequence) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (finished_ || closing_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bucket ", sequence, " arrived after the update was committed or aborted"));
+  }
+  if (!failure_.ok()) return failure_;
+  if (slot >= context_.slots.size()) {
+    Fail(absl::FailedPreconditionError(absl::StrCat("bucket ", sequence, ": slot ", slot,
+                                                    " is not held by session ",
+                                                    context_.session_id, " (it holds 0..",
+                                                    context_.slots.size() - 1, ")")));
+    return failure_;
+  }
+  absl::Status valid = ValidateManifest(manifest, context_.slots[slot]->bytes());
+  if (valid.ok()) valid = group_->ValidateBucket(manifest);
+  if (valid.ok()) {
+    for (const TensorEntry& t : manifest.tensors) {
+      if (names_.count(t.name) != 0) {
+        valid = absl::InvalidArgumentError(
+            absl::StrCat("duplicate tensor name '", t.name, "': already sent in this update"));
+        break;
+      }
+    }
+  }
+  if (!valid.ok()) {
+    Fail(absl::Status(valid.code(), absl::StrCat("bucket ", sequence, " refused: ",
+                                                 valid.message())));
+    return failure_;
+  }
+  absl::Status moved = pool_->Transition(context_.device, slot, context_.session_id,
+                                         SlotState::kFilling, SlotState::kQueued);
+  if (!moved.ok()) {
+    Fail(absl::Status(moved.code(), absl::StrCat("bucket ", sequence, ": ", moved.message())));
+    return failure_;
+  }
+  for (const TensorEntry& t : manifest.tensors) names_.insert(t.name);
+  queue_.push_back(Pending{slot, std::move(manifest), checksum, sequence});
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void UpdateRun::SenderLoop() {
+  while (true) {
+    Pending p;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
+      if (queue_.empty()) return;
+      p = std::move(queue_.front());
+      queue_.pop_front();
+      if (!failure_.ok()) {
+        // After a failure queued buckets are dropped: the trainer gets the failure, not SlotFree.
+        (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
+                                SlotState::kFilling);
+        continue;
+      }
+      sending_ = true;
+    }
+    (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
+                            SlotState::kSending);
+    const absl::Time t0 = absl::Now();
+    SlotMemory& slot = *context_.slots[p.slot];
+    const uint64_t span = p.manifest.span_bytes();
+    absl::Status status = slot.WaitForProducer();
+    if (status.ok()) {
+      // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
+      auto crc = slot.Checksum(span);
+      if (!crc.ok()) {
+        status = crc.status();
+      } else if (*crc != p.checksum) {
+        status = absl::DataLossError(absl::StrCat(
+            "bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
+            Crc32Hex(p.checksum), " but slot ", p.slot, " holds ", Crc32Hex(*crc), " over ",
+            span, " bytes; nothing was sent"));
+      }
+    }
+    std::vector<EngineOutcome> outcomes;
+    if (status.ok()) {
+      status = group_->SendBucket(slot, p.manifest, absl::Now() + context_.bucket_timeout,
+                                  &outcomes);
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kSending,
+                            SlotState::kFilling);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sending_ = false;
+      if (!status.ok()) {
+        Fail(status);
+        for (auto& o : outcomes) bucket_outcomes_.push_back(o);
+      } else {
+        ++buckets_;
+        bytes_ += span;
+      }
+      cv_.notify_all();
+    }
+    if (status.ok()) {
+      events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()),
+                          seconds);
+      events_->SlotFree(p.slot);
+    }
+  }
+}
+
+UpdateOutcome UpdateRun::Commit() { return Finish(true, absl::OkStatus()); }
+
+UpdateOutcome UpdateRun::Abort(absl::Status reason) { return Finish(false, std::move(reason)); }
+
+UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_) {
+      UpdateOutcome done;
+      done.update_id = context_.update_id;
+      done.status = absl::FailedPreconditionError("update already finished");
+      return done;
+    }
+    if (!commit) {
+      Fail(reason);
+      // Buckets not yet on the wire are dropped; one already sending completes (or times out),
+      // so no engine sees part of a bucket.
+      for (const Pending& p : queue_) {
+        (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
+                                SlotState::kFilling);
+      }
+      queue_.clear();
+    }
+    closing_ = true;
+    cv_.notify_all();
+  }
+  if (sender_.joinable()) sender_.join();
+
+  UpdateOutcome outcome;
+  outcome.update_id = context_.update_id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+    outcome.status = failure_;
+    outcome.engines = bucket_outcomes_;
+    outcome.buckets = buckets_;
+    outcome.bytes = bytes_;
+  }
+  if (outcome.status.ok() && commit && outcome.buckets == 0) {
+    outcome.status = absl::FailedPreconditionError("commit of an update with no bucket");
+  }
+  if (outcome.status.ok()) {
+    outcome.engines.clear();
+    outcome.status = group_->FinishUpdate(context_.version, &outcome.engines);
+  } else {
+    group_->AbortUpdate(std::string(outcome.status.message()));
+  }
+  pool_->ResetSession(context_.device, context_.session_id);
+  outcome.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+  if (on_done_) on_done_(outcome);
+  return outcome;
+}
+
+}  // namespace wsync

@@ -1,0 +1,351 @@
+#include "daemon/core/weight_group.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+
+absl::string_view GroupStateName(GroupState state) {
+  switch (state) {
+    case GroupState::kForming:
+      return "forming";
+    case GroupState::kReady:
+      return "ready";
+    case GroupState::kUpdating:
+      return "updating";
+    case GroupState::kBroken:
+      return "broken";
+    case GroupState::kDestroyed:
+      return "destroyed";
+  }
+  return "unknown";
+}
+
+absl::Status ValidateGroupSpec(const GroupSpec& spec) {
+  if (spec.name.empty() || spec.name.size() > 64) {
+    return absl::InvalidArgumentError("group name must be 1..64 characters");
+  }
+  for (char c : spec.name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group name '", spec.name, "' may only contain letters, digits, '_', '-' and '.'"));
+    }
+  }
+  if (spec.engines.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine"));
+  }
+  if (spec.kind != EngineKind::kSglang) {
+    return absl::UnimplementedError(absl::StrCat("engine kind ", EngineKindName(spec.kind),
+                                                 " is not supported yet (sglang is)"));
+  }
+  uint32_t ranks = 0;
+  for (const EngineSpec& e : spec.engines) {
+    if (e.url.rfind("http://", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine url '", e.url, "' must start with http://"));
+    }
+    if (e.ranks == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("engine ", e.url, " declares 0 ranks"));
+    }
+    ranks += e.ranks;
+  }
+  if (ranks + 1 > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "' has ", ranks + 1,
+                     " ranks; torch switches to scalable NCCL init above 128, which is not "
+                     "supported"));
+  }
+  return absl::OkStatus();
+}
+
+std::string WeightGroup::UniqueIdKey(const std::string& group_name) {
+  return absl::StrCat("/", group_name, "/", group_name, "//cuda//0");
+}
+
+WeightGroup::WeightGroup(GroupSpec spec, Platform* platform, GroupOptions options)
+    : spec_(std::move(spec)), platform_(platform), options_(std::move(options)) {
+  uint32_t offset = 1;
+  for (const EngineSpec& e : spec_.engines) {
+    adapters_.push_back(
+        MakeEngineAdapter(spec_.kind, EngineEndpoint{e.url, e.ranks, offset}, options_.timeouts));
+    offset += e.ranks;
+  }
+  world_size_ = offset;
+}
+
+WeightGroup::~WeightGroup() {
+  std::lock_guard<std::mutex> lock(mu_);
+  TearDownLocked();
+}
+
+std::vector<absl::Status> WeightGroup::OnEngines(
+    const std::function<absl::Status(EngineAdapter&)>& fn) {
+  std::vector<absl::Status> results(adapters_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = fn(*adapters_[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+std::string WeightGroup::RankMap() const {
+  std::vector<std::string> parts;
+  for (const auto& a : adapters_) {
+    const EngineEndpoint& e = a->endpoint();
+    parts.push_back(e.ranks == 1 ? absl::StrCat("rank ", e.rank_offset, " = ", e.url)
+                                 : absl::StrCat("ranks ", e.rank_offset, "-",
+                                                e.rank_offset + e.ranks - 1, " = ", e.url));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+void WeightGroup::TearDownLocked() {
+  if (comm_) comm_->Abort("group torn down");
+  comm_.reset();
+  if (store_) store_->ErasePrefix(absl::StrCat("/", spec_.name, "/"));
+  store_.reset();
+}
+
+absl::Status WeightGroup::Form() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return FormLocked();
+}
+
+absl::Status WeightGroup::FormLocked() {
+  state_ = GroupState::kForming;
+  error_.clear();
+  auto fail = [&](absl::Status s) {
+    error_ = std::string(s.message());
+    state_ = GroupState::kBroken;
+    TearDownLocked();
+    WSYNC_LOG(Warning, "group ", spec_.name, ": formation failed: ", s.message());
+    return s;
+  };
+  std::vector<absl::Status> probes = OnEngines([](EngineAdapter& a) { return a.Probe(); });
+  for (const absl::Status& s : probes) {
+    if (!s.ok()) return fail(s);
+  }
+  auto store = TcpStoreServer::Start(options_.bind_address, 0);
+  if (!store.ok()) return fail(store.status());
+  store_ = std::move(*store);
+  auto comm = platform_->CreateRootCommunicator(spec_.device, static_cast<int>(world_size_));
+  if (!comm.ok()) return fail(comm.status());
+  comm_ = std::move(*comm);
+  // Published before any engine is asked to join: engines fetch it at their first collective.
+  store_->Set(UniqueIdKey(spec_.name), comm_->unique_id());
+  Rendezvous rdv{options_.advertise_address, store_->port(), world_size_, spec_.name};
+  std::vector<absl::Status> inits =
+      OnEngines([&](EngineAdapter& a) { return a.InitGroup(rdv); });
+  std::vector<std::string> errors;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (!inits[i].ok()) errors.push_back(std::string(inits[i].message()));
+  }
+  if (!errors.empty()) {
+    // Engines that did join must drop the group, or they refuse the next init under this name.
+    for (size_t i = 0; i < inits.size(); ++i) {
+      if (inits[i].ok()) (void)adapters_[i]->DestroyGroup(spec_.name);
+    }
+    return fail(absl::Status(inits[0].ok() ? absl::StatusCode::kUnavailable : inits[0].code(),
+                             absl::StrCat("group '", spec_.name, "': engines failed to join: ",
+                                          absl::StrJoin(errors, "; "))));
+  }
+  if (absl::Status s = WaitForRegistration(); !s.ok()) return fail(s);
+  state_ = GroupState::kReady;
+  WSYNC_LOG(Info, "group ", spec_.name, " ready: world ", world_size_, ", store ",
+            options_.advertise_address, ":", store_->port(), ", ", comm_->Describe(), ", ",
+            RankMap());
+  return absl::OkStatus();
+}
+
+absl::Status WeightGroup::WaitForRegistration() {
+  // Each engine rank's TCPStore client ADDs "init/" when it connects; fewer than world-1 means an
+  // engine answered its init route without all of its ranks reaching the store.
+  const absl::Time deadline = absl::Now() + options_.registration_timeout;
+  while (store_->InitCount() < static_cast<int64_t>(world_size_ - 1)) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "group '", spec_.name, "': only ", store_->InitCount(), " of ", world_size_ - 1,
+          " engine ranks registered with the store at ", options_.advertise_address, ":",
+          store_->port(), " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","),
+          ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WeightGroup::Destroy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == GroupState::kUpdating) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", spec_.name, "' is being updated; abort the update first"));
+  }
+  if (state_ == GroupState::kReady) {
+    std::vector<absl::Status> results =
+        OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
+    for (const absl::Status& s : results) {
+      if (!s.ok()) WSYNC_LOG(Warning, "group ", spec_.name, ": destroy: ", s.message());
+    }
+  }
+  TearDownLocked();
+  state_ = GroupState::kDestroyed;
+  return absl::OkStatus();
+}
+
+absl::Status WeightGroup::BeginUpdate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == GroupState::kDestroyed) {
+    return absl::NotFoundError(absl::StrCat("group '", spec_.name, "' was destroyed"));
+  }
+  if (state_ == GroupState::kUpdating) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", spec_.name, "' is already being updated"));
+  }
+  if (state_ == GroupState::kBroken || state_ == GroupState::kForming) {
+    WSYNC_LOG(Info, "group ", spec_.name, " is ", GroupStateName(state_),
+              "; re-forming it before the update");
+    // The engines may still hold the old group; they refuse to init one of the same name.
+    OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
+    TearDownLocked();
+    if (absl::Status s = FormLocked(); !s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("group '", spec_.name, "' is broken and re-forming it failed: ",
+                       s.message()));
+    }
+  }
+  std::vector<absl::Status> paused = OnEngines([](EngineAdapter& a) { return a.PauseGeneration(); });
+  for (const absl::Status& s : paused) {
+    if (!s.ok()) {
+      OnEngines([](EngineAdapter& a) { return a.ResumeGeneration(); });
+      return s;
+    }
+  }
+  state_ = GroupState::kUpdating;
+  return absl::OkStatus();
+}
+
+absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
+  for (const auto& a : adapters_) WSYNC_RETURN_IF_ERROR(a->ValidateBucket(manifest));
+  return absl::OkStatus();
+}
+
+absl::Status WeightGroup::SendBucket(SlotMemory& slot, const BucketManifest& manifest,
+                                     absl::Time deadline, std::vector<EngineOutcome>* outcomes) {
+  RootCommunicator* comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_ != GroupState::kUpdating || !comm_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group '", spec_.name, "' is ", GroupStateName(state_), ", not updating"));
+    }
+    comm = comm_.get();
+  }
+  WSYNC_RETURN_IF_ERROR(slot.WaitForProducer());
+  // The engine's request returns only after it has received the bytes, so the requests and the
+  // broadcast must run at the same time. A failed request aborts the broadcast at once rather than
+  // letting it run into the deadline.
+  std::vector<absl::Status> results(adapters_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = adapters_[i]->PostBucket(manifest, spec_.name, deadline);
+      if (!results[i].ok()) comm->Abort(results[i].message());
+    });
+  }
+  absl::Status sent = comm->Broadcast(slot, 0, manifest.span_bytes(), deadline);
+  if (!sent.ok()) comm->Abort(sent.message());
+  for (auto& t : threads) t.join();
+
+  std::vector<std::string> errors;
+  absl::Status first;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
+    if (!results[i].ok()) {
+      errors.push_back(absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ",
+                                    results[i].message()));
+      if (first.ok()) first = results[i];
+    }
+  }
+  if (!sent.ok() && sent.code() != absl::StatusCode::kAborted) {
+    errors.push_back(absl::StrCat("broadcast: ", sent.message(), " [", RankMap(), "]"));
+    if (first.ok()) first = sent;
+  }
+  if (errors.empty() && !sent.ok()) {
+    errors.push_back(absl::StrCat("broadcast: ", sent.message()));
+    first = sent;
+  }
+  if (errors.empty()) return absl::OkStatus();
+  std::string message = absl::StrJoin(errors, "; ");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = GroupState::kBroken;
+    error_ = message;
+  }
+  WSYNC_LOG(Warning, "group ", spec_.name, ": bucket failed, group broken: ", message);
+  return absl::Status(first.code(), message);
+}
+
+absl::Status WeightGroup::FinishUpdate(const std::string& version,
+                                       std::vector<EngineOutcome>* outcomes) {
+  std::vector<absl::Status> results =
+      OnEngines([&](EngineAdapter& a) { return a.FinishUpdate(version); });
+  std::vector<std::string> errors;
+  absl::Status first;
+  for (size_t i = 0; i < results.size(); ++i) {
+    outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
+    if (!results[i].ok()) {
+      errors.push_back(absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message()));
+      if (first.ok()) first = results[i];
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
+  ++updates_;
+  if (!errors.empty()) {
+    error_ = absl::StrJoin(errors, "; ");
+    return absl::Status(first.code(), absl::StrCat("commit failed on ", error_));
+  }
+  last_version_ = version;
+  return absl::OkStatus();
+}
+
+void WeightGroup::AbortUpdate(const std::string& reason) {
+  WSYNC_LOG(Info, "group ", spec_.name, ": update aborted: ", reason);
+  OnEngines([](EngineAdapter& a) { return a.ResumeGeneration(); });
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
+}
+
+GroupSnapshot WeightGroup::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  GroupSnapshot s;
+  s.spec = spec_;
+  s.state = state_;
+  s.world_size = world_size_;
+  for (const auto& a : adapters_) s.endpoints.push_back(a->endpoint());
+  if (store_) s.rendezvous = absl::StrCat(options_.advertise_address, ":", store_->port());
+  s.last_version = last_version_;
+  s.error = error_;
+  s.updates = updates_;
+  return s;
+}
+
+std::vector<EngineRow> WeightGroup::ProbeEngines() {
+  std::vector<EngineRow> rows(adapters_.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      rows[i] = EngineRow{spec_.name, adapters_[i]->endpoint(), adapters_[i]->Health()};
+    });
+  }
+  for (auto& t : threads) t.join();
+  return rows;
+}
+
+}  // namespace wsync

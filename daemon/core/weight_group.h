@@ -1,0 +1,121 @@
+#ifndef WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
+#define WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/gpu_seam.h"
+#include "common/manifest.h"
+#include "daemon/engines/engine_adapter.h"
+#include "daemon/rendezvous/tcp_store_server.h"
+
+namespace wsync {
+
+// forming -> ready <-> updating; any failure of the collective -> broken (re-formed on the next
+// update); destroy -> destroyed.
+enum class GroupState { kForming, kReady, kUpdating, kBroken, kDestroyed };
+absl::string_view GroupStateName(GroupState state);
+
+struct EngineSpec {
+  std::string url;
+  uint32_t ranks = 1;
+  bool operator==(const EngineSpec&) const = default;
+};
+
+struct GroupSpec {
+  std::string name;
+  EngineKind kind = EngineKind::kSglang;
+  std::vector<EngineSpec> engines;
+  int device = 0;
+  bool operator==(const GroupSpec&) const = default;
+};
+
+struct GroupOptions {
+  std::string bind_address = "0.0.0.0";
+  std::string advertise_address = "127.0.0.1";
+  absl::Duration registration_timeout = absl::Seconds(10);
+  AdapterTimeouts timeouts;
+};
+
+struct EngineOutcome {
+  std::string engine;
+  absl::Status status;
+};
+
+struct EngineRow {
+  std::string group;
+  EngineEndpoint endpoint;
+  EngineHealth health;
+};
+
+struct GroupSnapshot {
+  GroupSpec spec;
+  GroupState state = GroupState::kForming;
+  uint32_t world_size = 0;
+  std::vector<EngineEndpoint> endpoints;
+  std::string rendezvous;
+  std::string last_version;
+  std::string error;
+  uint64_t updates = 0;
+};
+
+absl::Status ValidateGroupSpec(const GroupSpec& spec);
+
+class WeightGroup {
+ public:
+  WeightGroup(GroupSpec spec, Platform* platform, GroupOptions options);
+  ~WeightGroup();
+
+  // Starts a fresh store and communicator, publishes the unique id and asks every engine to join.
+  absl::Status Form();
+  absl::Status Destroy();
+
+  // ready -> updating (re-forming a broken group first), then pauses generation.
+  absl::Status BeginUpdate();
+  absl::Status ValidateBucket(const BucketManifest& manifest) const;
+  // Runs every engine's update request concurrently with the broadcast of the slot's bytes.
+  // On failure the collective is aborted, the group is broken, and the returned outcomes name the
+  // engines at fault.
+  absl::Status SendBucket(SlotMemory& slot, const BucketManifest& manifest, absl::Time deadline,
+                          std::vector<EngineOutcome>* outcomes);
+  // updating -> ready: records the version on every engine and resumes generation.
+  absl::Status FinishUpdate(const std::string& version, std::vector<EngineOutcome>* outcomes);
+  // updating -> ready (or broken): resumes generation, best effort.
+  void AbortUpdate(const std::string& reason);
+
+  GroupSnapshot Snapshot() const;
+  std::vector<EngineRow> ProbeEngines();
+  const GroupSpec& spec() const { return spec_; }
+  // The store key engines' ProcessGroupNCCL reads the id from ("/G/G//cuda//0").
+  static std::string UniqueIdKey(const std::string& group_name);
+
+ private:
+  absl::Status FormLocked();
+  void TearDownLocked();
+  std::vector<absl::Status> OnEngines(const std::function<absl::Status(EngineAdapter&)>& fn);
+  absl::Status WaitForRegistration();
+  std::string RankMap() const;
+
+  const GroupSpec spec_;
+  Platform* platform_;
+  const GroupOptions options_;
+  uint32_t world_size_ = 1;
+  std::vector<std::unique_ptr<EngineAdapter>> adapters_;
+
+  mutable std::mutex mu_;
+  GroupState state_ = GroupState::kForming;
+  std::unique_ptr<TcpStoreServer> store_;
+  std::unique_ptr<RootCommunicator> comm_;
+  std::string last_version_;
+  std::string error_;
+  uint64_t updates_ = 0;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_

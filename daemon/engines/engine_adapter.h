@@ -1,0 +1,74 @@
+#ifndef WSYNC_DAEMON_ENGINES_ENGINE_ADAPTER_H_
+#define WSYNC_DAEMON_ENGINES_ENGINE_ADAPTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/manifest.h"
+
+namespace wsync {
+
+enum class EngineKind { kSglang, kVllm, kLmdeploy };
+
+absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name);
+absl::string_view EngineKindName(EngineKind kind);
+
+struct EngineEndpoint {
+  std::string url;
+  uint32_t ranks = 1;        // ranks this engine adds to the group (its TP size)
+  uint32_t rank_offset = 1;  // its first rank in the group
+};
+
+// Where engines rendezvous with the daemon for one group instance.
+struct Rendezvous {
+  std::string master_address;
+  uint16_t master_port = 0;
+  uint32_t world_size = 0;
+  std::string group_name;
+};
+
+struct EngineHealth {
+  bool healthy = false;
+  std::string engine_version;
+  std::string weight_version;
+  std::string error;
+};
+
+struct AdapterTimeouts {
+  absl::Duration control = absl::Seconds(30);  // init, pause, resume, version, destroy
+  absl::Duration probe = absl::Seconds(5);     // health
+};
+
+// One engine endpoint of one weight group, speaking that engine's own HTTP API. Calls are
+// thread-safe; the group runs them concurrently across its engines.
+class EngineAdapter {
+ public:
+  virtual ~EngineAdapter() = default;
+  virtual const EngineEndpoint& endpoint() const = 0;
+  // Checks version, parallel sizes and anything else that would make the group fail later.
+  virtual absl::Status Probe() = 0;
+  // Asks the engine's ranks to join the group; returns once they have (or failed).
+  virtual absl::Status InitGroup(const Rendezvous& rendezvous) = 0;
+  virtual absl::Status DestroyGroup(const std::string& group_name) = 0;
+  virtual absl::Status PauseGeneration() = 0;
+  virtual absl::Status ResumeGeneration() = 0;
+  // Posts the bucket's metadata; returns once the engine has received and loaded it, which needs
+  // the daemon's broadcast of the same bucket to run concurrently.
+  virtual absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
+                                  absl::Time deadline) = 0;
+  // Records the version, flushes caches computed with old weights, resumes generation.
+  virtual absl::Status FinishUpdate(const std::string& version) = 0;
+  virtual EngineHealth Health() = 0;
+  // Checks a bucket against what this engine can receive, before any byte moves.
+  virtual absl::Status ValidateBucket(const BucketManifest& manifest) const = 0;
+};
+
+std::unique_ptr<EngineAdapter> MakeEngineAdapter(EngineKind kind, EngineEndpoint endpoint,
+                                                 AdapterTimeouts timeouts);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_ENGINE_ADAPTER_H_

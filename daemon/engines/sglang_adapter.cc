@@ -1,0 +1,121 @@
+#include "daemon/engines/sglang_adapter.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+
+absl::Status SglangAdapter::Probe() {
+  WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
+  const int tp = info.value("tp_size", 0);
+  if (tp != 0 && static_cast<uint32_t>(tp) != endpoint_.ranks) {
+    return absl::FailedPreconditionError(absl::StrCat("engine ", endpoint_.url, " runs tp_size ", tp,
+                                                      " but the group declares ", endpoint_.ranks,
+                                                      " ranks for it"));
+  }
+  if (info.value("pp_size", 1) > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", endpoint_.url, " runs pp_size > 1, which SGLang's weight-update group does not "
+        "rank correctly"));
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json SglangAdapter::InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset) {
+  return {{"master_address", rendezvous.master_address},
+          {"master_port", rendezvous.master_port},
+          {"rank_offset", rank_offset},
+          {"world_size", rendezvous.world_size},
+          {"group_name", rendezvous.group_name},
+          {"backend", "nccl"}};
+}
+
+absl::Status SglangAdapter::InitGroup(const Rendezvous& rendezvous) {
+  return http_
+      .PostExpectSuccess("/init_weights_update_group",
+                         InitGroupBody(rendezvous, endpoint_.rank_offset), timeouts_.control)
+      .status();
+}
+
+absl::Status SglangAdapter::DestroyGroup(const std::string& group_name) {
+  return http_
+      .PostExpectSuccess("/destroy_weights_update_group", {{"group_name", group_name}},
+                         timeouts_.control)
+      .status();
+}
+
+absl::Status SglangAdapter::PauseGeneration() {
+  // retract keeps requests and lets the KV cache be flushed at commit (abort would drop them;
+  // in_place forbids flushing).
+  return http_.PostExpectSuccess("/pause_generation", {{"mode", "retract"}}, timeouts_.control)
+      .status();
+}
+
+absl::Status SglangAdapter::ResumeGeneration() {
+  return http_.PostExpectSuccess("/continue_generation", nlohmann::json::object(),
+                                 timeouts_.control)
+      .status();
+}
+
+nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
+                                         const std::string& group_name) {
+  nlohmann::json names = nlohmann::json::array();
+  nlohmann::json dtypes = nlohmann::json::array();
+  nlohmann::json shapes = nlohmann::json::array();
+  for (const TensorEntry& t : manifest.tensors) {
+    names.push_back(t.name);
+    dtypes.push_back(std::string(DTypeName(t.dtype)));
+    shapes.push_back(t.shape);
+  }
+  return {{"names", std::move(names)},
+          {"dtypes", std::move(dtypes)},
+          {"shapes", std::move(shapes)},
+          {"group_name", group_name},
+          {"flush_cache", false},
+          {"abort_all_requests", false},
+          {"load_format", "flattened_bucket"}};
+}
+
+absl::Status SglangAdapter::PostBucket(const BucketManifest& manifest,
+                                       const std::string& group_name, absl::Time deadline) {
+  absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+  return http_
+      .PostExpectSuccess("/update_weights_from_distributed", BucketBody(manifest, group_name), left)
+      .status();
+}
+
+absl::Status SglangAdapter::FinishUpdate(const std::string& version) {
+  WSYNC_RETURN_IF_ERROR(http_
+                            .PostExpectSuccess("/update_weight_version",
+                                               {{"new_version", version},
+                                                {"abort_all_requests", false}},
+                                               timeouts_.control)
+                            .status());
+  auto flushed = http_.Post("/flush_cache", nlohmann::json::object(), timeouts_.control);
+  if (!flushed.ok()) return flushed.status();
+  if (flushed->status != 200) {
+    return absl::FailedPreconditionError(absl::StrCat(endpoint_.url, "/flush_cache answered HTTP ",
+                                                      flushed->status, ": ", flushed->body));
+  }
+  return ResumeGeneration();
+}
+
+EngineHealth SglangAdapter::Health() {
+  EngineHealth health;
+  auto info = http_.GetJson("/get_server_info", timeouts_.probe);
+  if (!info.ok()) {
+    health.error = std::string(info.status().message());
+    return health;
+  }
+  health.healthy = true;
+  if ((*info)["version"].is_string()) health.engine_version = (*info)["version"];
+  if ((*info)["weight_version"].is_string()) health.weight_version = (*info)["weight_version"];
+  return health;
+}
+
+absl::Status SglangAdapter::ValidateBucket(const BucketManifest& manifest) const {
+  return ValidateFlattenedLayout(manifest);
+}
+
+}  // namespace wsync

@@ -1,0 +1,42 @@
+#ifndef WSYNC_DAEMON_ENGINES_SGLANG_ADAPTER_H_
+#define WSYNC_DAEMON_ENGINES_SGLANG_ADAPTER_H_
+
+#include "daemon/engines/engine_adapter.h"
+#include "daemon/engines/http_json.h"
+#include "nlohmann/json.hpp"
+
+namespace wsync {
+
+// SGLang's disaggregated weight-update API (shared/docs/engine-protocols.md section 3): ranks are
+// rank_offset + tp_rank, buckets go as load_format "flattened_bucket" (one uint8 broadcast of the
+// tensors' bytes back to back in `names` order), the version is recorded at commit.
+class SglangAdapter final : public EngineAdapter {
+ public:
+  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts)
+      : endpoint_(std::move(endpoint)), timeouts_(timeouts), http_(endpoint_.url) {}
+
+  const EngineEndpoint& endpoint() const override { return endpoint_; }
+  absl::Status Probe() override;
+  absl::Status InitGroup(const Rendezvous& rendezvous) override;
+  absl::Status DestroyGroup(const std::string& group_name) override;
+  absl::Status PauseGeneration() override;
+  absl::Status ResumeGeneration() override;
+  absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
+                          absl::Time deadline) override;
+  absl::Status FinishUpdate(const std::string& version) override;
+  EngineHealth Health() override;
+  absl::Status ValidateBucket(const BucketManifest& manifest) const override;
+
+  // The request bodies, exposed for tests that pin them to SGLang's schema.
+  static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
+  static nlohmann::json BucketBody(const BucketManifest& manifest, const std::string& group_name);
+
+ private:
+  EngineEndpoint endpoint_;
+  AdapterTimeouts timeouts_;
+  EngineHttp http_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_SGLANG_ADAPTER_H_

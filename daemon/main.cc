@@ -1,0 +1,140 @@
+// wsyncd: the per-node weight-sync daemon.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/host/host_platform.h"
+#include "common/log.h"
+#include "daemon/config.h"
+#include "daemon/core/daemon_core.h"
+#include "daemon/service/server.h"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "wsyncd: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  wsync::DaemonConfig config;
+  config.server.unix_socket = "/run/wsync/wsyncd.sock";
+  config.daemon.mode = "cuda";
+
+  CLI::App app{"wsyncd: moves trainer weights into inference engines (SGLang, vLLM, LMDeploy)"};
+  std::string config_path, slot_bytes = "512MiB", log_level = "info";
+  double bucket_timeout = 120, lease = 60, control_timeout = 30;
+  app.add_option("--config", config_path, "JSON config file (may predeclare groups)");
+  auto* socket_opt = app.add_option("--socket", config.server.unix_socket,
+                                    "unix socket for the gRPC API (created 0600); '' for none");
+  auto* listen_opt = app.add_option("--listen", config.server.tcp_listen,
+                                    "also serve gRPC on this TCP host:port (unauthenticated)");
+  auto* mode_opt = app.add_option("--mode", config.daemon.mode,
+                                  "cuda: CUDA IPC slots + NCCL; host: shared memory + TCP "
+                                  "collective, for development, CI and the demo")
+                       ->check(CLI::IsMember({"cuda", "host"}));
+  auto* slots_opt = app.add_option("--slots", config.daemon.slots_per_device,
+                                   "slots per device (>= 2 pipelines buckets)")
+                        ->check(CLI::Range(1, 64));
+  auto* bytes_opt = app.add_option("--slot-bytes", slot_bytes, "size of each slot, e.g. 512MiB");
+  auto* bt_opt = app.add_option("--bucket-timeout", bucket_timeout,
+                                "seconds a bucket may take end to end before the update fails");
+  auto* lease_opt = app.add_option("--lease", lease, "seconds an idle session lives");
+  auto* ct_opt = app.add_option("--control-timeout", control_timeout,
+                                "seconds for engine control calls (init, pause, version)");
+  auto* adv_opt = app.add_option("--advertise-address", config.daemon.group.advertise_address,
+                                 "address engines use to reach this daemon's rendezvous store");
+  auto* bind_opt = app.add_option("--bind-address", config.daemon.group.bind_address,
+                                  "address the rendezvous stores and collectives listen on");
+  auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!config_path.empty()) {
+    wsync::DaemonConfig from_file = config;
+    if (auto s = wsync::LoadConfigFile(config_path, &from_file); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    // Flags given on the command line win over the file.
+    if (socket_opt->count() == 0) config.server.unix_socket = from_file.server.unix_socket;
+    if (listen_opt->count() == 0) config.server.tcp_listen = from_file.server.tcp_listen;
+    if (mode_opt->count() == 0) config.daemon.mode = from_file.daemon.mode;
+    if (slots_opt->count() == 0) config.daemon.slots_per_device = from_file.daemon.slots_per_device;
+    if (bytes_opt->count() == 0 && from_file.daemon.slot_bytes != config.daemon.slot_bytes) {
+      slot_bytes = std::to_string(from_file.daemon.slot_bytes);
+    }
+    if (bt_opt->count() == 0) {
+      bucket_timeout = absl::ToDoubleSeconds(from_file.daemon.bucket_timeout);
+    }
+    if (lease_opt->count() == 0) lease = absl::ToDoubleSeconds(from_file.daemon.lease);
+    if (ct_opt->count() == 0) {
+      control_timeout = absl::ToDoubleSeconds(from_file.daemon.group.timeouts.control);
+    }
+    if (adv_opt->count() == 0) {
+      config.daemon.group.advertise_address = from_file.daemon.group.advertise_address;
+    }
+    if (bind_opt->count() == 0) config.daemon.group.bind_address = from_file.daemon.group.bind_address;
+    if (log_opt->count() == 0) log_level = from_file.log_level;
+    config.groups = from_file.groups;
+  }
+  auto level = wsync::ParseLogLevel(log_level);
+  if (!level.ok()) return Fail(std::string(level.status().message()));
+  wsync::SetLogLevel(*level);
+  auto bytes = wsync::ParseByteSize(slot_bytes);
+  if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
+  config.daemon.slot_bytes = *bytes;
+  config.daemon.bucket_timeout = absl::Seconds(bucket_timeout);
+  config.daemon.lease = absl::Seconds(lease);
+  config.daemon.group.timeouts.control = absl::Seconds(control_timeout);
+  if (config.server.unix_socket.empty() && config.server.tcp_listen.empty()) {
+    return Fail("nothing to serve on: give --socket and/or --listen");
+  }
+
+  std::unique_ptr<wsync::Platform> platform;
+  if (config.daemon.mode == "host") {
+    WSYNC_LOG(Warning, "host mode: shared-memory slots and a TCP collective stand in for CUDA "
+                       "IPC and NCCL; for development, CI and the demo only");
+    platform = std::make_unique<wsync::HostPlatform>(config.daemon.group.bind_address,
+                                                     config.daemon.group.advertise_address);
+  } else {
+    // Never fall back to host mode on its own: engines would wait for an NCCL peer that is not there.
+    return Fail(
+        "CUDA mode is not available in this build yet (the CUDA/NCCL path is being built); run "
+        "with --mode=host for development and CI");
+  }
+
+  // Block the stop signals in every thread; one thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  wsync::DaemonCore core(std::move(platform), config.daemon);
+  auto server = wsync::DaemonServer::Start(&core, config.server);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  for (const wsync::GroupSpec& g : config.groups) {
+    if (auto s = core.DeclareGroup(g); !s.ok()) {
+      return Fail(absl::StrCat("config group '", g.name, "': ", s.message()));
+    }
+  }
+  WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
+            " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",
+            config.daemon.slot_bytes, " bytes per device)");
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  WSYNC_LOG(Info, "signal ", sig, ": draining (running updates get 30 s to finish)");
+  wsync::DrainResult drained = core.Drain(absl::Seconds(30));
+  if (!drained.drained) WSYNC_LOG(Warning, "updates still running after the drain deadline");
+  (*server)->Shutdown(absl::Seconds(2));
+  WSYNC_LOG(Info, "wsyncd stopped");
+  return 0;
+}

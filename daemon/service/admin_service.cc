@@ -1,0 +1,187 @@
+#include "daemon/service/admin_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/service/status_mapping.h"
+
+namespace wsync {
+namespace {
+
+v1::EngineKind KindToProto(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::kSglang:
+      return v1::ENGINE_KIND_SGLANG;
+    case EngineKind::kVllm:
+      return v1::ENGINE_KIND_VLLM;
+    case EngineKind::kLmdeploy:
+      return v1::ENGINE_KIND_LMDEPLOY;
+  }
+  return v1::ENGINE_KIND_UNSPECIFIED;
+}
+
+v1::GroupState StateToProto(GroupState state) {
+  switch (state) {
+    case GroupState::kForming:
+      return v1::GROUP_STATE_FORMING;
+    case GroupState::kReady:
+      return v1::GROUP_STATE_READY;
+    case GroupState::kUpdating:
+      return v1::GROUP_STATE_UPDATING;
+    case GroupState::kBroken:
+      return v1::GROUP_STATE_BROKEN;
+    case GroupState::kDestroyed:
+      return v1::GROUP_STATE_DESTROYED;
+  }
+  return v1::GROUP_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::CreateGroupRequest& request) {
+  GroupSpec spec;
+  spec.name = request.name();
+  switch (request.kind()) {
+    case v1::ENGINE_KIND_SGLANG:
+      spec.kind = EngineKind::kSglang;
+      break;
+    case v1::ENGINE_KIND_VLLM:
+      spec.kind = EngineKind::kVllm;
+      break;
+    case v1::ENGINE_KIND_LMDEPLOY:
+      spec.kind = EngineKind::kLmdeploy;
+      break;
+    default:
+      return absl::InvalidArgumentError("engine kind is required (sglang, vllm, lmdeploy)");
+  }
+  spec.device = request.device();
+  for (const v1::EngineSpec& e : request.engines()) {
+    spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks()});
+  }
+  return spec;
+}
+
+void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out) {
+  out->set_name(group.spec.name);
+  out->set_kind(KindToProto(group.spec.kind));
+  out->set_state(StateToProto(group.state));
+  out->set_world_size(group.world_size);
+  out->set_rendezvous(group.rendezvous);
+  out->set_last_version(group.last_version);
+  out->set_error(group.error);
+  out->set_device(group.spec.device);
+  out->set_updates(group.updates);
+  for (const EngineEndpoint& e : group.endpoints) {
+    auto* info = out->add_engines();
+    info->set_url(e.url);
+    info->set_ranks(e.ranks);
+    info->set_rank_offset(e.rank_offset);
+    info->set_group(group.spec.name);
+  }
+}
+
+grpc::Status AdminService::CreateGroup(grpc::ServerContext*, const v1::CreateGroupRequest* req,
+                                       v1::GroupInfo* resp) {
+  auto spec = GroupSpecFromProto(*req);
+  if (!spec.ok()) return ToGrpcStatus(spec.status());
+  auto group = core_->CreateGroup(*spec);
+  if (!group.ok()) return ToGrpcStatus(group.status());
+  GroupToProto(*group, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+                                      v1::ListGroupsResponse* resp) {
+  for (const GroupSnapshot& g : core_->ListGroups()) GroupToProto(g, resp->add_groups());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::GetGroup(grpc::ServerContext*, const v1::GetGroupRequest* req,
+                                    v1::GroupInfo* resp) {
+  auto group = core_->GetGroup(req->name());
+  if (!group.ok()) return ToGrpcStatus(group.status());
+  GroupToProto(*group, resp);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::DestroyGroup(grpc::ServerContext*, const v1::DestroyGroupRequest* req,
+                                        v1::DestroyGroupResponse*) {
+  return ToGrpcStatus(core_->DestroyGroup(req->name()));
+}
+
+grpc::Status AdminService::ListEngines(grpc::ServerContext*, const v1::ListEnginesRequest*,
+                                       v1::ListEnginesResponse* resp) {
+  for (const EngineRow& row : core_->ListEngines()) {
+    auto* e = resp->add_engines();
+    e->set_url(row.endpoint.url);
+    e->set_ranks(row.endpoint.ranks);
+    e->set_rank_offset(row.endpoint.rank_offset);
+    e->set_group(row.group);
+    e->set_healthy(row.health.healthy);
+    e->set_engine_version(row.health.engine_version);
+    e->set_weight_version(row.health.weight_version);
+    e->set_last_error(row.health.error);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListBuffers(grpc::ServerContext*, const v1::ListBuffersRequest*,
+                                       v1::ListBuffersResponse* resp) {
+  for (const SlotRow& row : core_->ListBuffers()) {
+    auto* b = resp->add_buffers();
+    b->set_device(row.device);
+    b->set_index(row.index);
+    b->set_bytes(row.bytes);
+    b->set_kind(std::string(MemoryKindName(row.kind)));
+    b->set_owner_session(row.owner_session);
+    b->set_state(std::string(SlotStateName(row.state)));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListUpdates(grpc::ServerContext*, const v1::ListUpdatesRequest* req,
+                                       v1::ListUpdatesResponse* resp) {
+  for (const UpdateRecord& r : core_->ListUpdates(req->limit() == 0 ? 20 : req->limit())) {
+    auto* u = resp->add_updates();
+    u->set_update_id(r.update_id);
+    u->set_group(r.group);
+    u->set_version(r.version);
+    u->set_session_id(r.session_id);
+    u->set_state(r.state);
+    u->set_code(static_cast<int32_t>(r.status.code()));
+    u->set_message(std::string(r.status.message()));
+    u->set_buckets(r.buckets);
+    u->set_bytes(r.bytes);
+    u->set_seconds(r.seconds);
+    u->set_started_unix_ms(absl::ToUnixMillis(r.started));
+    for (const std::string& e : r.engine_results) u->add_engine_results(e);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                     v1::DaemonStatus* resp) {
+  DaemonStatusView v = core_->Status();
+  resp->set_version(WSYNC_VERSION);
+  resp->set_mode(v.mode);
+  resp->set_uptime_seconds(absl::ToInt64Seconds(v.uptime));
+  resp->set_draining(v.draining);
+  resp->set_sessions(static_cast<uint32_t>(v.sessions));
+  resp->set_groups(static_cast<uint32_t>(v.groups));
+  resp->set_slots(static_cast<uint32_t>(v.slots));
+  resp->set_slot_bytes(v.slot_bytes);
+  resp->set_updates_committed(v.committed);
+  resp->set_updates_failed(v.failed);
+  resp->set_bytes_sent(v.bytes_sent);
+  resp->set_listen(listen_);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Drain(grpc::ServerContext*, const v1::DrainRequest* req,
+                                 v1::DrainResponse* resp) {
+  DrainResult r = core_->Drain(absl::Seconds(req->timeout_seconds() == 0 ? 60
+                                                                          : req->timeout_seconds()));
+  resp->set_updates_waited(r.waited);
+  resp->set_drained(r.drained);
+  return grpc::Status::OK;
+}
+
+}  // namespace wsync

@@ -1,0 +1,44 @@
+#ifndef WSYNC_DAEMON_SERVICE_ADMIN_SERVICE_H_
+#define WSYNC_DAEMON_SERVICE_ADMIN_SERVICE_H_
+
+#include <string>
+
+#include "daemon/core/daemon_core.h"
+#include "wsync/v1/admin.grpc.pb.h"
+
+namespace wsync {
+
+class AdminService final : public v1::Admin::Service {
+ public:
+  AdminService(DaemonCore* core, std::string listen_description)
+      : core_(core), listen_(std::move(listen_description)) {}
+
+  grpc::Status CreateGroup(grpc::ServerContext*, const v1::CreateGroupRequest*,
+                           v1::GroupInfo*) override;
+  grpc::Status ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+                          v1::ListGroupsResponse*) override;
+  grpc::Status GetGroup(grpc::ServerContext*, const v1::GetGroupRequest*,
+                        v1::GroupInfo*) override;
+  grpc::Status DestroyGroup(grpc::ServerContext*, const v1::DestroyGroupRequest*,
+                            v1::DestroyGroupResponse*) override;
+  grpc::Status ListEngines(grpc::ServerContext*, const v1::ListEnginesRequest*,
+                           v1::ListEnginesResponse*) override;
+  grpc::Status ListBuffers(grpc::ServerContext*, const v1::ListBuffersRequest*,
+                           v1::ListBuffersResponse*) override;
+  grpc::Status ListUpdates(grpc::ServerContext*, const v1::ListUpdatesRequest*,
+                           v1::ListUpdatesResponse*) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                         v1::DaemonStatus*) override;
+  grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*, v1::DrainResponse*) override;
+
+ private:
+  DaemonCore* core_;
+  std::string listen_;
+};
+
+absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::CreateGroupRequest& request);
+void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_SERVICE_ADMIN_SERVICE_H_

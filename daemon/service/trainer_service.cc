@@ -1,0 +1,181 @@
+#include "daemon/service/trainer_service.h"
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/checksum.h"
+#include "common/status_macros.h"
+#include "daemon/service/status_mapping.h"
+
+namespace wsync {
+namespace {
+
+// Sends the update's events on the stream; the sender thread and the handler both write.
+class StreamEvents final : public UpdateEvents {
+ public:
+  explicit StreamEvents(grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream)
+      : stream_(stream) {}
+
+  void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors, double seconds) override {
+    v1::UpdateEvent e;
+    auto* done = e.mutable_bucket_done();
+    done->set_sequence(sequence);
+    done->set_bytes(bytes);
+    done->set_tensors(tensors);
+    done->set_seconds(seconds);
+    Write(e);
+  }
+  void SlotFree(uint32_t slot) override {
+    v1::UpdateEvent e;
+    e.mutable_slot_free()->set_slot(slot);
+    Write(e);
+  }
+  void Write(const v1::UpdateEvent& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stream_->Write(e);
+  }
+
+ private:
+  std::mutex mu_;
+  grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream_;
+};
+
+v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
+  v1::UpdateEvent e;
+  auto* r = e.mutable_result();
+  r->set_update_id(outcome.update_id);
+  r->set_code(static_cast<int32_t>(outcome.status.code()));
+  r->set_message(std::string(outcome.status.message()));
+  r->set_buckets(outcome.buckets);
+  r->set_bytes(outcome.bytes);
+  r->set_seconds(outcome.seconds);
+  for (const EngineOutcome& o : outcome.engines) {
+    auto* er = r->add_engines();
+    er->set_engine(o.engine);
+    er->set_ok(o.status.ok());
+    er->set_code(static_cast<int32_t>(o.status.code()));
+    er->set_message(std::string(o.status.message()));
+  }
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket) {
+  BucketManifest m;
+  m.tensors.reserve(bucket.tensors_size());
+  for (const v1::TensorSpec& t : bucket.tensors()) {
+    auto dtype = ParseDType(t.dtype());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name(), "': ", dtype.status().message()));
+    }
+    m.tensors.push_back(TensorEntry{t.name(), *dtype,
+                                    std::vector<int64_t>(t.shape().begin(), t.shape().end()),
+                                    t.offset(), t.length()});
+  }
+  return m;
+}
+
+grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSessionRequest* req,
+                                         v1::OpenSessionResponse* resp) {
+  auto session = core_->OpenSession(req->device(), req->client_name());
+  if (!session.ok()) return ToGrpcStatus(session.status());
+  resp->set_session_id(session->id);
+  resp->set_device(session->device);
+  resp->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session->lease)));
+  resp->set_checksum(kChecksumName);
+  for (size_t i = 0; i < session->slots.size(); ++i) {
+    SlotMemory* slot = session->slots[i];
+    auto* info = resp->add_slots();
+    info->set_index(static_cast<uint32_t>(i));
+    info->set_bytes(slot->bytes());
+    info->set_kind(slot->kind() == MemoryKind::kHostShm ? v1::SLOT_MEMORY_HOST_SHM
+                                                        : v1::SLOT_MEMORY_CUDA_IPC);
+    info->set_memory_handle(slot->memory_handle());
+    info->set_event_handle(slot->event_handle());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainerService::KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest* req,
+                                       v1::KeepAliveResponse*) {
+  return ToGrpcStatus(core_->KeepAlive(req->session_id()));
+}
+
+grpc::Status TrainerService::CloseSession(grpc::ServerContext*,
+                                          const v1::CloseSessionRequest* req,
+                                          v1::CloseSessionResponse*) {
+  return ToGrpcStatus(core_->CloseSession(req->session_id()));
+}
+
+grpc::Status TrainerService::Update(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) {
+  v1::UpdateRequest request;
+  if (!stream->Read(&request)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before begin");
+  }
+  if (!request.has_begin()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message of an update must be begin");
+  }
+  StreamEvents events(stream);
+  const v1::BeginUpdate& begin = request.begin();
+  auto run = core_->BeginUpdate(begin.session_id(), begin.group(), begin.version(), &events);
+  if (!run.ok()) return ToGrpcStatus(run.status());
+  {
+    v1::UpdateEvent started;
+    started.mutable_started()->set_update_id((*run)->id());
+    started.mutable_started()->set_world_size((*run)->world_size());
+    events.Write(started);
+  }
+  auto finish = [&](const UpdateOutcome& outcome) {
+    events.Write(ResultEvent(outcome));
+    return ToGrpcStatus(outcome.status);
+  };
+  while (true) {
+    if (!stream->Read(&request)) {
+      // The trainer went away (crash, cancel) before committing: nothing more will come.
+      UpdateOutcome outcome = (*run)->Abort(
+          absl::CancelledError("the trainer disconnected before commit; update aborted"));
+      return ToGrpcStatus(outcome.status);
+    }
+    switch (request.kind_case()) {
+      case v1::UpdateRequest::kBucket: {
+        auto manifest = ManifestFromProto(request.bucket());
+        absl::Status s = manifest.status();
+        if (s.ok()) {
+          s = (*run)->SubmitBucket(request.bucket().slot(), std::move(*manifest),
+                                   request.bucket().checksum(), request.bucket().sequence());
+        } else {
+          s = absl::Status(s.code(), absl::StrCat("bucket ", request.bucket().sequence(),
+                                                  " refused: ", s.message()));
+        }
+        if (!s.ok()) return finish((*run)->Abort(s));
+        break;
+      }
+      case v1::UpdateRequest::kCommit: {
+        // The client half-closes after commit; anything else that arrives is a protocol error and
+        // the update is aborted before the engines record the version.
+        v1::UpdateRequest extra;
+        if (stream->Read(&extra)) {
+          return finish((*run)->Abort(absl::FailedPreconditionError(absl::StrCat(
+              "a ", extra.has_bucket() ? "bucket" : "message",
+              " arrived after commit; the update is aborted"))));
+        }
+        return finish((*run)->Commit());
+      }
+      case v1::UpdateRequest::kAbort:
+        return finish((*run)->Abort(absl::AbortedError(
+            absl::StrCat("aborted by the trainer: ", request.abort().reason()))));
+      case v1::UpdateRequest::kBegin:
+        return finish((*run)->Abort(
+            absl::FailedPreconditionError("begin sent twice in one update stream")));
+      default:
+        return finish((*run)->Abort(absl::InvalidArgumentError("empty update message")));
+    }
+  }
+}
+
+}  // namespace wsync

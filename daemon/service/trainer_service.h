@@ -1,0 +1,32 @@
+#ifndef WSYNC_DAEMON_SERVICE_TRAINER_SERVICE_H_
+#define WSYNC_DAEMON_SERVICE_TRAINER_SERVICE_H_
+
+#include "daemon/core/daemon_core.h"
+#include "wsync/v1/trainer.grpc.pb.h"
+
+namespace wsync {
+
+class TrainerService final : public v1::Trainer::Service {
+ public:
+  explicit TrainerService(DaemonCore* core) : core_(core) {}
+
+  grpc::Status OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
+                           v1::OpenSessionResponse* response) override;
+  grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
+                         v1::KeepAliveResponse* response) override;
+  grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
+  grpc::Status Update(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) override;
+
+ private:
+  DaemonCore* core_;
+};
+
+// Converts a wire bucket into a manifest; unknown dtypes are refused here.
+absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_SERVICE_TRAINER_SERVICE_H_
