@@ -1,0 +1,131 @@
+#ifndef WSYNC_CLIENT_CPP_CLIENT_H_
+#define WSYNC_CLIENT_CPP_CLIENT_H_
+
+// The trainer-side C++ client of wsyncd.
+//
+//   auto client = wsync::Client::Connect("unix:/run/wsync/wsyncd.sock");
+//   (*client)->OpenSession(/*device=*/0, "trainer rank 0");
+//   auto result = (*client)->Push("policy", "step-100", tensors);
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/dtype.h"
+#include "common/gpu_seam.h"
+#include "wsync/v1/admin.grpc.pb.h"
+#include "wsync/v1/trainer.grpc.pb.h"
+
+namespace wsync {
+
+// A tensor the caller owns; its bytes must stay valid until Push returns.
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+struct PushProgress {
+  uint64_t buckets_done = 0;
+  uint64_t buckets_total = 0;
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  double seconds = 0;
+};
+
+struct EngineResultView {
+  std::string engine;
+  absl::Status status;
+};
+
+struct PushResult {
+  std::string update_id;
+  uint64_t buckets = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  std::vector<EngineResultView> engines;
+  double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
+};
+
+// One update stream at the wire level: for tools and tests that need to send exactly what they
+// choose (Push is built on it).
+class UpdateStream {
+ public:
+  UpdateStream(v1::Trainer::Stub* stub, absl::Duration timeout);
+  ~UpdateStream();
+  // Sends begin and waits for Started (or the daemon's refusal).
+  absl::StatusOr<v1::UpdateStarted> Begin(const std::string& session_id, const std::string& group,
+                                          const std::string& version);
+  bool Send(const v1::UpdateRequest& request);
+  bool SendBucket(const v1::Bucket& bucket);
+  // Sends commit and half-closes.
+  bool Commit();
+  bool Abort(const std::string& reason);
+  // The next event; false once the stream has ended.
+  bool Next(v1::UpdateEvent* event);
+  // Cancels the call as a crashed trainer would.
+  void Cancel();
+  // The stream's final status (after Next returned false).
+  absl::Status Finish();
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::UpdateRequest, v1::UpdateEvent>> stream_;
+  bool finished_ = false;
+  absl::Status final_;
+};
+
+class Client {
+ public:
+  // target: "unix:/path/to.sock" or "host:port". Fails with a clear message if no daemon answers.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         absl::Duration timeout = absl::Seconds(5));
+  static std::unique_ptr<Client> FromChannel(std::shared_ptr<grpc::Channel> channel);
+  ~Client();
+
+  // Leases the device's slots and maps them; keeps the lease alive in the background.
+  absl::Status OpenSession(int device, const std::string& client_name);
+  absl::Status CloseSession();
+
+  // Plans buckets (order kept; a tensor larger than a slot is refused before anything is sent),
+  // fills free slots while earlier buckets are on the wire, commits, and returns per-engine results.
+  absl::StatusOr<PushResult> Push(const std::string& group, const std::string& version,
+                                  const std::vector<TensorRef>& tensors,
+                                  const std::function<void(const PushProgress&)>& progress = {});
+
+  const std::string& session_id() const { return session_id_; }
+  uint64_t slot_bytes() const;
+  size_t slot_count() const { return slots_.size(); }
+  MappedSlot* slot(size_t i) { return slots_[i].get(); }
+  v1::Trainer::Stub* trainer() { return trainer_.get(); }
+  v1::Admin::Stub* admin() { return admin_.get(); }
+
+ private:
+  explicit Client(std::shared_ptr<grpc::Channel> channel);
+  void StopKeepAlive();
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Trainer::Stub> trainer_;
+  std::unique_ptr<v1::Admin::Stub> admin_;
+  std::string session_id_;
+  std::vector<std::unique_ptr<MappedSlot>> slots_;
+  std::thread keepalive_;
+  std::atomic<bool> keepalive_stop_{false};
+};
+
+// Maps a slot the daemon announced (shared memory now; CUDA IPC in CUDA builds).
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info);
+
+}  // namespace wsync
+
+#endif  // WSYNC_CLIENT_CPP_CLIENT_H_

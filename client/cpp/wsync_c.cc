@@ -1,0 +1,100 @@
+#include "client/cpp/wsync_c.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "client/cpp/client.h"
+#include "nlohmann/json.hpp"
+
+struct wsync_client {
+  std::unique_ptr<wsync::Client> client;
+};
+
+namespace {
+
+int Report(const absl::Status& status, char* err, size_t err_len) {
+  if (err != nullptr && err_len > 0) {
+    std::string msg(status.message());
+    std::strncpy(err, msg.c_str(), err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return static_cast<int>(status.code());
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* wsync_version(void) { return WSYNC_VERSION; }
+
+int wsync_connect(const char* target, double timeout_s, wsync_client** out, char* err,
+                  size_t err_len) {
+  if (target == nullptr || out == nullptr) {
+    return Report(absl::InvalidArgumentError("target and out are required"), err, err_len);
+  }
+  auto client = wsync::Client::Connect(target, absl::Seconds(timeout_s));
+  if (!client.ok()) return Report(client.status(), err, err_len);
+  *out = new wsync_client{std::move(*client)};
+  return 0;
+}
+
+void wsync_close(wsync_client* client) { delete client; }
+
+int wsync_open_session(wsync_client* client, int32_t device, const char* client_name, char* err,
+                       size_t err_len) {
+  return Report(client->client->OpenSession(device, client_name ? client_name : ""), err, err_len);
+}
+
+int wsync_close_session(wsync_client* client, char* err, size_t err_len) {
+  return Report(client->client->CloseSession(), err, err_len);
+}
+
+uint64_t wsync_slot_bytes(const wsync_client* client) { return client->client->slot_bytes(); }
+
+int wsync_push(wsync_client* client, const char* group, const char* version,
+               const wsync_tensor* tensors, size_t count, wsync_progress_fn progress, void* user,
+               char** result_json, char* err, size_t err_len) {
+  std::vector<wsync::TensorRef> refs;
+  refs.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const wsync_tensor& t = tensors[i];
+    auto dtype = wsync::ParseDType(t.dtype ? t.dtype : "");
+    if (!dtype.ok()) {
+      return Report(absl::InvalidArgumentError(absl::StrCat(
+                        "tensor '", t.name ? t.name : "", "': ", dtype.status().message())),
+                    err, err_len);
+    }
+    refs.push_back(wsync::TensorRef{t.name ? t.name : "", *dtype,
+                                    std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data,
+                                    t.nbytes});
+  }
+  std::function<void(const wsync::PushProgress&)> cb;
+  if (progress != nullptr) {
+    cb = [&](const wsync::PushProgress& p) {
+      progress(user, p.buckets_done, p.buckets_total, p.bytes_done, p.bytes_total, p.seconds);
+    };
+  }
+  auto result = client->client->Push(group ? group : "", version ? version : "", refs, cb);
+  if (!result.ok()) return Report(result.status(), err, err_len);
+  if (result_json != nullptr) {
+    nlohmann::json j = {{"update_id", result->update_id},
+                        {"buckets", result->buckets},
+                        {"bytes", result->bytes},
+                        {"seconds", result->seconds},
+                        {"gib_per_second", result->gib_per_second()}};
+    j["engines"] = nlohmann::json::array();
+    for (const auto& e : result->engines) {
+      j["engines"].push_back({{"engine", e.engine},
+                              {"ok", e.status.ok()},
+                              {"message", std::string(e.status.message())}});
+    }
+    std::string s = j.dump();
+    *result_json = static_cast<char*>(std::malloc(s.size() + 1));
+    std::memcpy(*result_json, s.c_str(), s.size() + 1);
+  }
+  return 0;
+}
+
+void wsync_free_string(char* s) { std::free(s); }
+
+}  // extern "C"

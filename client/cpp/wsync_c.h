@@ -1,0 +1,49 @@
+#ifndef WSYNC_CLIENT_CPP_WSYNC_C_H_
+#define WSYNC_CLIENT_CPP_WSYNC_C_H_
+
+/* C ABI of the wsync client (libwsync_client.so), for Python's ctypes and other languages.
+ * Every call returns 0 on success or a google.rpc.Code, and writes a message into err. */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WSYNC_EXPORT __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct wsync_client wsync_client;
+
+typedef struct {
+  const char* name;
+  const char* dtype; /* torch dtype name: "bfloat16", "float32", ... */
+  int32_t ndim;
+  const int64_t* shape;
+  const void* data; /* host memory in this build */
+  uint64_t nbytes;
+} wsync_tensor;
+
+typedef void (*wsync_progress_fn)(void* user, uint64_t buckets_done, uint64_t buckets_total,
+                                  uint64_t bytes_done, uint64_t bytes_total, double seconds);
+
+WSYNC_EXPORT const char* wsync_version(void);
+WSYNC_EXPORT int wsync_connect(const char* target, double timeout_s, wsync_client** out, char* err,
+                  size_t err_len);
+WSYNC_EXPORT void wsync_close(wsync_client* client);
+WSYNC_EXPORT int wsync_open_session(wsync_client* client, int32_t device, const char* client_name, char* err,
+                       size_t err_len);
+WSYNC_EXPORT int wsync_close_session(wsync_client* client, char* err, size_t err_len);
+WSYNC_EXPORT uint64_t wsync_slot_bytes(const wsync_client* client);
+/* On success *result_json holds {"update_id", "buckets", "bytes", "seconds", "engines": [...]};
+ * free it with wsync_free_string. */
+WSYNC_EXPORT int wsync_push(wsync_client* client, const char* group, const char* version,
+               const wsync_tensor* tensors, size_t count, wsync_progress_fn progress, void* user,
+               char** result_json, char* err, size_t err_len);
+WSYNC_EXPORT void wsync_free_string(char* s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WSYNC_CLIENT_CPP_WSYNC_C_H_ */

@@ -1,0 +1,295 @@
+// wsyncctl: operator CLI for wsyncd.
+
+#include <cstdlib>
+#include <iostream>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/cpp/client.h"
+#include "client/ctl/table.h"
+#include "wsync/v1/admin.grpc.pb.h"
+
+namespace wsync {
+namespace {
+
+struct Globals {
+  std::string socket;
+  std::string address;
+  bool json = false;
+  double timeout = 10;
+};
+
+std::string StateName(v1::GroupState s) {
+  std::string name = v1::GroupState_Name(s);
+  return absl::AsciiStrToLower(name.substr(std::string("GROUP_STATE_").size()));
+}
+
+std::string KindName(v1::EngineKind k) {
+  std::string name = v1::EngineKind_Name(k);
+  return absl::AsciiStrToLower(name.substr(std::string("ENGINE_KIND_").size()));
+}
+
+int PrintJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  std::cout << out;
+  return 0;
+}
+
+int Error(const grpc::Status& s) {
+  std::cerr << "wsyncctl: " << s.error_message() << " (" << s.error_code() << ")\n";
+  return 1;
+}
+
+class Ctl {
+ public:
+  explicit Ctl(const Globals& g) : g_(g) {}
+
+  int Connect() {
+    std::string target = g_.address.empty() ? absl::StrCat("unix:", g_.socket) : g_.address;
+    auto client = Client::Connect(target, absl::Seconds(std::min(g_.timeout, 5.0)));
+    if (!client.ok()) {
+      std::cerr << "wsyncctl: " << client.status().message() << "\n";
+      return 2;
+    }
+    client_ = std::move(*client);
+    return 0;
+  }
+  v1::Admin::Stub* admin() { return client_->admin(); }
+  std::unique_ptr<grpc::ClientContext> Context() {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(g_.timeout)));
+    return ctx;
+  }
+
+  int Status() {
+    v1::DaemonStatus st;
+    auto s = admin()->GetStatus(Context().get(), v1::GetStatusRequest(), &st);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(st);
+    Table t({"FIELD", "VALUE"});
+    t.AddRow({"version", st.version()});
+    t.AddRow({"mode", st.mode()});
+    t.AddRow({"listen", st.listen()});
+    t.AddRow({"uptime", absl::FormatDuration(absl::Seconds(st.uptime_seconds()))});
+    t.AddRow({"draining", st.draining() ? "yes" : "no"});
+    t.AddRow({"sessions", absl::StrCat(st.sessions())});
+    t.AddRow({"groups", absl::StrCat(st.groups())});
+    t.AddRow({"slots", absl::StrCat(st.slots(), " x ", HumanBytes(st.slot_bytes()))});
+    t.AddRow({"updates committed", absl::StrCat(st.updates_committed())});
+    t.AddRow({"updates failed", absl::StrCat(st.updates_failed())});
+    t.AddRow({"bytes sent", HumanBytes(st.bytes_sent())});
+    t.Print(std::cout);
+    return 0;
+  }
+
+  int Groups() {
+    v1::ListGroupsResponse resp;
+    auto s = admin()->ListGroups(Context().get(), v1::ListGroupsRequest(), &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    Table t({"NAME", "KIND", "STATE", "WORLD", "ENGINES", "DEVICE", "VERSION", "UPDATES", "RENDEZVOUS"});
+    for (const auto& g : resp.groups()) {
+      t.AddRow({g.name(), KindName(g.kind()), StateName(g.state()), absl::StrCat(g.world_size()),
+                absl::StrCat(g.engines_size()), absl::StrCat(g.device()), g.last_version(),
+                absl::StrCat(g.updates()), g.rendezvous()});
+    }
+    t.Print(std::cout);
+    return 0;
+  }
+
+  int Group(const std::string& name) {
+    v1::GetGroupRequest req;
+    req.set_name(name);
+    v1::GroupInfo g;
+    auto s = admin()->GetGroup(Context().get(), req, &g);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(g);
+    std::cout << "group " << g.name() << ": " << KindName(g.kind()) << ", " << StateName(g.state())
+              << ", world " << g.world_size() << ", device " << g.device() << ", store "
+              << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
+              << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
+    if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
+    Table t({"ENGINE", "RANKS", "RANK OFFSET"});
+    for (const auto& e : g.engines()) {
+      t.AddRow({e.url(), absl::StrCat(e.ranks()), absl::StrCat(e.rank_offset())});
+    }
+    t.Print(std::cout);
+    return 0;
+  }
+
+  int Engines() {
+    v1::ListEnginesResponse resp;
+    auto s = admin()->ListEngines(Context().get(), v1::ListEnginesRequest(), &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    Table t({"GROUP", "ENGINE", "RANKS", "HEALTHY", "ENGINE VERSION", "WEIGHT VERSION", "ERROR"});
+    for (const auto& e : resp.engines()) {
+      t.AddRow({e.group(), e.url(),
+                absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1),
+                e.healthy() ? "yes" : "no", e.engine_version(), e.weight_version(),
+                e.last_error()});
+    }
+    t.Print(std::cout);
+    return 0;
+  }
+
+  int Buffers() {
+    v1::ListBuffersResponse resp;
+    auto s = admin()->ListBuffers(Context().get(), v1::ListBuffersRequest(), &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    Table t({"DEVICE", "SLOT", "SIZE", "KIND", "STATE", "SESSION"});
+    for (const auto& b : resp.buffers()) {
+      t.AddRow({absl::StrCat(b.device()), absl::StrCat(b.index()), HumanBytes(b.bytes()), b.kind(),
+                b.state(), b.owner_session().empty() ? "-" : b.owner_session()});
+    }
+    t.Print(std::cout);
+    return 0;
+  }
+
+  int Updates(uint32_t limit) {
+    v1::ListUpdatesRequest req;
+    req.set_limit(limit);
+    v1::ListUpdatesResponse resp;
+    auto s = admin()->ListUpdates(Context().get(), req, &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    Table t({"UPDATE", "GROUP", "VERSION", "STATE", "BUCKETS", "BYTES", "SECONDS", "GIB/S", "MESSAGE"});
+    for (const auto& u : resp.updates()) {
+      double gibs = u.seconds() > 0 ? u.bytes() / u.seconds() / (1ull << 30) : 0;
+      t.AddRow({u.update_id(), u.group(), u.version(), u.state(), absl::StrCat(u.buckets()),
+                HumanBytes(u.bytes()), absl::StrFormat("%.2f", u.seconds()),
+                absl::StrFormat("%.2f", gibs), u.message()});
+    }
+    t.Print(std::cout);
+    return 0;
+  }
+
+  int CreateGroup(const std::string& name, const std::string& kind,
+                  const std::vector<std::string>& engines, int device) {
+    v1::CreateGroupRequest req;
+    req.set_name(name);
+    v1::EngineKind k;
+    if (!v1::EngineKind_Parse("ENGINE_KIND_" + absl::AsciiStrToUpper(kind), &k)) {
+      std::cerr << "wsyncctl: unknown engine kind '" << kind << "' (sglang, vllm, lmdeploy)\n";
+      return 2;
+    }
+    req.set_kind(k);
+    req.set_device(device);
+    for (const std::string& e : engines) {
+      auto* spec = req.add_engines();
+      size_t hash = e.find('#');
+      spec->set_url(e.substr(0, hash));
+      uint32_t ranks = 1;
+      if (hash != std::string::npos && !absl::SimpleAtoi(e.substr(hash + 1), &ranks)) {
+        std::cerr << "wsyncctl: '" << e << "': ranks after '#' must be a number\n";
+        return 2;
+      }
+      spec->set_ranks(ranks);
+    }
+    v1::GroupInfo g;
+    auto ctx = Context();
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(std::max(g_.timeout, 120.0))));
+    auto s = admin()->CreateGroup(ctx.get(), req, &g);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(g);
+    std::cout << "group " << g.name() << " " << StateName(g.state()) << ", world " << g.world_size()
+              << ", store " << g.rendezvous() << "\n";
+    return 0;
+  }
+
+  int DestroyGroup(const std::string& name) {
+    v1::DestroyGroupRequest req;
+    req.set_name(name);
+    v1::DestroyGroupResponse resp;
+    auto s = admin()->DestroyGroup(Context().get(), req, &resp);
+    if (!s.ok()) return Error(s);
+    std::cout << "group " << name << " destroyed\n";
+    return 0;
+  }
+
+  int Drain(uint32_t timeout) {
+    v1::DrainRequest req;
+    req.set_timeout_seconds(timeout);
+    v1::DrainResponse resp;
+    auto ctx = Context();
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(timeout + 10)));
+    auto s = admin()->Drain(ctx.get(), req, &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    std::cout << (resp.drained() ? "drained" : "NOT drained: updates still running") << " ("
+              << resp.updates_waited() << " running updates waited for)\n";
+    return resp.drained() ? 0 : 1;
+  }
+
+ private:
+  Globals g_;
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace
+}  // namespace wsync
+
+int main(int argc, char** argv) {
+  wsync::Globals g;
+  const char* env_socket = std::getenv("WSYNC_SOCKET");
+  g.socket = env_socket ? env_socket : "/run/wsync/wsyncd.sock";
+  CLI::App app{"wsyncctl: inspect and steer wsyncd"};
+  app.require_subcommand(1);
+  app.add_option("--socket", g.socket, "wsyncd's unix socket (env WSYNC_SOCKET)");
+  app.add_option("--address", g.address, "wsyncd's TCP host:port instead of the socket");
+  app.add_flag("--json", g.json, "print JSON instead of tables");
+  app.add_option("--timeout", g.timeout, "seconds to wait for an answer");
+
+  auto* status = app.add_subcommand("status", "daemon status");
+  auto* groups = app.add_subcommand("groups", "list weight groups");
+  std::string name;
+  auto* group = app.add_subcommand("group", "one weight group in detail");
+  group->add_option("name", name)->required();
+  auto* engines = app.add_subcommand("engines", "engine health and weight versions");
+  auto* buffers = app.add_subcommand("buffers", "slots and who holds them");
+  uint32_t limit = 20;
+  auto* updates = app.add_subcommand("updates", "recent updates");
+  updates->add_option("--limit", limit, "how many");
+  std::string kind = "sglang";
+  std::vector<std::string> engine_urls;
+  int device = 0;
+  auto* create = app.add_subcommand("create-group", "create a weight group and join its engines");
+  create->add_option("name", name)->required();
+  create->add_option("--kind", kind, "sglang, vllm or lmdeploy");
+  create->add_option("--engine", engine_urls, "engine URL, with '#N' for N ranks (TP size)")
+      ->required();
+  create->add_option("--device", device, "GPU whose slots feed the group");
+  auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
+  destroy->add_option("name", name)->required();
+  uint32_t drain_timeout = 60;
+  auto* drain = app.add_subcommand("drain", "refuse new updates and wait for running ones");
+  drain->add_option("--timeout", drain_timeout, "seconds to wait");
+  CLI11_PARSE(app, argc, argv);
+
+  wsync::Ctl ctl(g);
+  if (int rc = ctl.Connect(); rc != 0) return rc;
+  if (*status) return ctl.Status();
+  if (*groups) return ctl.Groups();
+  if (*group) return ctl.Group(name);
+  if (*engines) return ctl.Engines();
+  if (*buffers) return ctl.Buffers();
+  if (*updates) return ctl.Updates(limit);
+  if (*create) return ctl.CreateGroup(name, kind, engine_urls, device);
+  if (*destroy) return ctl.DestroyGroup(name);
+  if (*drain) return ctl.Drain(drain_timeout);
+  return 2;
+}

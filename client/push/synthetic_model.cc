@@ -1,0 +1,69 @@
+#include "client/push/synthetic_model.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace wsync {
+namespace {
+
+void Fill(std::vector<uint8_t>& data, uint64_t seed) {
+  // splitmix64: fast and different for every (version, tensor).
+  uint64_t x = seed;
+  size_t i = 0;
+  for (; i + 8 <= data.size(); i += 8) {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    std::memcpy(&data[i], &z, 8);
+  }
+  for (; i < data.size(); ++i) data[i] = static_cast<uint8_t>(x >> (8 * (i % 8)));
+}
+
+void Add(std::vector<SyntheticTensor>& out, std::string name, DType dtype,
+         std::vector<int64_t> shape, uint32_t version) {
+  uint64_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  SyntheticTensor t{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(n)};
+  Fill(t.data, (static_cast<uint64_t>(version) << 32) ^ (out.size() * 0x100000001B3ull));
+  out.push_back(std::move(t));
+}
+
+}  // namespace
+
+std::vector<SyntheticTensor> MakeSyntheticModel(uint64_t target_bytes, uint64_t slot_bytes,
+                                                uint32_t version) {
+  std::vector<SyntheticTensor> out;
+  const int64_t hidden = 1024;
+  // Embedding: a little over half a slot.
+  const int64_t vocab = static_cast<int64_t>((slot_bytes * 6 / 10) / (hidden * 2));
+  Add(out, "model.embed_tokens.weight", DType::kBfloat16, {vocab, hidden}, version);
+  const uint64_t per_layer = (4 * hidden * hidden + 3 * hidden * 2816) * 2;
+  uint64_t used = out[0].data.size() * 2;  // embedding and lm_head
+  int layers = 0;
+  while (used + per_layer <= target_bytes || layers == 0) {
+    const std::string p = absl::StrCat("model.layers.", layers, ".");
+    Add(out, p + "self_attn.q_proj.weight", DType::kBfloat16, {hidden, hidden}, version);
+    Add(out, p + "self_attn.q_proj.bias", DType::kBfloat16, {hidden + 1}, version);  // odd size
+    Add(out, p + "self_attn.k_proj.weight", DType::kBfloat16, {hidden, hidden}, version);
+    Add(out, p + "self_attn.k_proj.bias", DType::kBfloat16, {hidden}, version);
+    Add(out, p + "self_attn.v_proj.weight", DType::kBfloat16, {hidden, hidden}, version);
+    Add(out, p + "self_attn.v_proj.bias", DType::kBfloat16, {hidden - 1}, version);  // odd size
+    Add(out, p + "input_layernorm.weight", DType::kFloat32, {hidden}, version);
+    Add(out, p + "self_attn.o_proj.weight", DType::kBfloat16, {hidden, hidden}, version);
+    Add(out, p + "mlp.gate_proj.weight", DType::kBfloat16, {2816, hidden}, version);
+    Add(out, p + "mlp.up_proj.weight", DType::kBfloat16, {2816, hidden}, version);
+    Add(out, p + "mlp.down_proj.weight", DType::kBfloat16, {hidden, 2816}, version);
+    Add(out, p + "post_attention_layernorm.weight", DType::kFloat32, {hidden}, version);
+    Add(out, p + "self_attn.rotary_emb.inv_freq_steps", DType::kInt64, {hidden / 2}, version);
+    used += per_layer;
+    ++layers;
+  }
+  Add(out, "model.norm.weight", DType::kFloat32, {hidden}, version);
+  Add(out, "lm_head.weight", DType::kBfloat16, {vocab, hidden}, version);
+  return out;
+}
+
+}  // namespace wsync

@@ -1,0 +1,28 @@
+#ifndef WSYNC_CLIENT_PUSH_SYNTHETIC_MODEL_H_
+#define WSYNC_CLIENT_PUSH_SYNTHETIC_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+
+namespace wsync {
+
+struct SyntheticTensor {
+  std::string name;
+  DType dtype = DType::kBfloat16;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+// A decoder-only model with Qwen2-style tensor names in bf16, fp32 norms and an int64 tensor per
+// layer, of about target_bytes. The embedding is larger than half a slot (so a bucket holds it
+// alone), and odd-sized bf16 biases followed by fp32 norms exercise the planner's alignment rule.
+// Contents are a deterministic function of (version, tensor index).
+std::vector<SyntheticTensor> MakeSyntheticModel(uint64_t target_bytes, uint64_t slot_bytes,
+                                                uint32_t version);
+
+}  // namespace wsync
+
+#endif  // WSYNC_CLIENT_PUSH_SYNTHETIC_MODEL_H_

@@ -1,0 +1,310 @@
+#include "tests/sim/sglang_sim.h"
+
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checksum.h"
+#include "common/dtype.h"
+#include "common/host/host_collective.h"
+#include "common/manifest.h"
+#include "common/status_macros.h"
+#include "tests/sim/tcp_store_client.h"
+
+namespace wsync {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr absl::Duration kIdTimeout = absl::Seconds(60);
+constexpr absl::Duration kReceiveTimeout = absl::Seconds(300);
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void SuccessReply(httplib::Response& res, bool ok, const std::string& message) {
+  Reply(res, ok ? 200 : 400, {{"success", ok}, {"message", message}});
+}
+
+}  // namespace
+
+SglangSim::SglangSim(int tp_size, SimKnobs knobs) : tp_size_(tp_size), knobs_(std::move(knobs)) {}
+
+SglangSim::~SglangSim() { Stop(); }
+
+absl::StatusOr<int> SglangSim::Start(const std::string& host, int port) {
+  server_ = std::make_unique<httplib::Server>();
+  server_->new_task_queue = [] { return new httplib::ThreadPool(8); };
+  Routes();
+  int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) return absl::UnavailableError(absl::StrCat("cannot bind ", host, ":", port));
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return bound;
+}
+
+void SglangSim::Stop() {
+  stopping_ = true;
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status SglangSim::InitGroup(const json& body) {
+  auto group = std::make_unique<Group>();
+  group->name = body.value("group_name", std::string("weight_update_group"));
+  group->master_address = body.at("master_address").get<std::string>();
+  group->master_port = body.at("master_port").get<int>();
+  group->world_size = body.at("world_size").get<int>();
+  group->rank_offset = body.at("rank_offset").get<int>();
+  if (group->rank_offset + tp_size_ > group->world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank_offset ", group->rank_offset, " + tp ",
+                                                   tp_size_, " exceeds world_size ",
+                                                   group->world_size));
+  }
+  // Every TP rank rendezvouses on its own, as each TP worker process does in SGLang.
+  std::vector<absl::Status> results(tp_size_);
+  std::vector<std::thread> threads;
+  group->ranks.resize(tp_size_);
+  for (int r = 0; r < tp_size_; ++r) {
+    group->ranks[r] = std::make_unique<Rank>();
+    group->ranks[r]->tp_rank = r;
+    threads.emplace_back([&, r] {
+      auto store = TcpStoreClient::Connect(group->master_address,
+                                           static_cast<uint16_t>(group->master_port),
+                                           static_cast<uint32_t>(::getpid()) * 10 + r,
+                                           absl::Now() + absl::Seconds(30));
+      if (!store.ok()) {
+        results[r] = store.status();
+        return;
+      }
+      group->ranks[r]->store = std::move(*store);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& s : results) WSYNC_RETURN_IF_ERROR(s);
+  std::lock_guard<std::mutex> lock(mu_);
+  group_ = std::move(group);
+  return absl::OkStatus();
+}
+
+absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_index) {
+  const int global_rank = group_->rank_offset + rank.tp_rank;
+  if (!rank.peer) {
+    // torch's ProcessGroupNCCL fetches the id lazily, at the group's first collective.
+    const std::string key = absl::StrCat("/", group_->name, "/", group_->name, "//cuda//0");
+    WSYNC_RETURN_IF_ERROR(rank.store->Wait({key}, kIdTimeout));
+    WSYNC_ASSIGN_OR_RETURN(std::string id, rank.store->Get(key));
+    WSYNC_ASSIGN_OR_RETURN(rank.peer, HostCollectivePeer::Join(id, global_rank, group_->world_size,
+                                                                absl::Now() + kIdTimeout));
+  }
+  const auto& names = body["names"];
+  const auto& dtypes = body["dtypes"];
+  const auto& shapes = body["shapes"];
+  std::vector<TensorEntry> entries;
+  uint64_t total = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    WSYNC_ASSIGN_OR_RETURN(DType dtype, ParseDType(dtypes[i].get<std::string>()));
+    std::vector<int64_t> shape = shapes[i].get<std::vector<int64_t>>();
+    WSYNC_ASSIGN_OR_RETURN(uint64_t numel, NumElements(shape));
+    entries.push_back(TensorEntry{names[i].get<std::string>(), dtype, shape, total,
+                                  numel * DTypeSize(dtype)});
+    total += numel * DTypeSize(dtype);
+  }
+  const bool flattened = body.value("load_format", json()).is_string() &&
+                         body["load_format"].get<std::string>() == "flattened_bucket";
+  const absl::Time deadline = absl::Now() + kReceiveTimeout;
+  if (flattened) {
+    std::vector<uint8_t> flat(total);
+    if (update_index == knobs_.die_at_update) {
+      // Fault injection: receive half the bucket, then die like a crashed engine process.
+      (void)rank.peer->ReceivePartial(flat.data(), total, total / 2, deadline);
+      std::fprintf(stderr, "sglang_sim: dying mid-bucket (update %d) as asked\n", update_index);
+      std::fflush(stderr);
+      ::_exit(17);
+    }
+    WSYNC_RETURN_IF_ERROR(rank.peer->Receive(flat.data(), total, deadline));
+    for (const TensorEntry& e : entries) {
+      // flat[start:end].view(dtype) needs the start aligned to the dtype's size.
+      if (e.offset % DTypeSize(e.dtype) != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor ", e.name, " starts at byte ", e.offset,
+            ", not a multiple of its element size: the view to ", DTypeName(e.dtype),
+            " fails"));
+      }
+      std::vector<uint8_t> bytes(flat.begin() + e.offset, flat.begin() + e.offset + e.length);
+      rank.crcs[e.name] = Crc32(bytes.data(), bytes.size());
+      rank.tensors[e.name] = std::move(bytes);
+    }
+  } else {
+    for (const TensorEntry& e : entries) {
+      std::vector<uint8_t> bytes(e.length);
+      WSYNC_RETURN_IF_ERROR(rank.peer->Receive(bytes.data(), e.length, deadline));
+      rank.crcs[e.name] = Crc32(bytes.data(), bytes.size());
+      rank.tensors[e.name] = std::move(bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void SglangSim::Routes() {
+  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+  });
+  server_->Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Reply(res, 200,
+          {{"version", knobs_.version}, {"tp_size", tp_size_}, {"dp_size", 1}, {"pp_size", 1},
+           {"weight_version", weight_version_}, {"simulator", true}});
+  });
+  server_->Post("/init_weights_update_group", [this](const httplib::Request& req,
+                                                     httplib::Response& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) return SuccessReply(res, false, "invalid JSON");
+    if (knobs_.fail_init) return SuccessReply(res, false, "Failed to init group: simulated");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (group_) {
+        return SuccessReply(res, false,
+                            absl::StrCat("group '", group_->name, "' already initialized"));
+      }
+    }
+    absl::Status s;
+    try {
+      s = InitGroup(body);
+    } catch (const json::exception& e) {
+      s = absl::InvalidArgumentError(e.what());
+    }
+    if (!s.ok()) return SuccessReply(res, false, std::string(s.message()));
+    SuccessReply(res, true, "Succeeded to initialize custom process group.");
+  });
+  server_->Post("/update_weights_from_distributed", [this](const httplib::Request& req,
+                                                           httplib::Response& res) {
+    std::lock_guard<std::mutex> serial(update_mu_);
+    const int index = updates_.fetch_add(1);
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.contains("names") || !body.contains("dtypes") ||
+        !body.contains("shapes") || body["names"].size() != body["dtypes"].size() ||
+        body["names"].size() != body["shapes"].size()) {
+      return SuccessReply(res, false, "names, dtypes and shapes must have equal lengths");
+    }
+    if (index == knobs_.fail_update_at) {
+      res.status = 500;
+      res.set_content("Internal Server Error", "text/plain");
+      return;
+    }
+    if (index == knobs_.hang_update_at) {
+      while (!stopping_) absl::SleepFor(absl::Milliseconds(50));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const std::string name = body.value("group_name", std::string("weight_update_group"));
+      if (!group_ || group_->name != name) {
+        return SuccessReply(res, false, absl::StrCat("group '", name, "' is not initialized"));
+      }
+    }
+    std::vector<absl::Status> results(tp_size_);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < tp_size_; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          results[r] = ReceiveOnRank(*group_->ranks[r], body, index);
+        } catch (const json::exception& e) {
+          results[r] = absl::InvalidArgumentError(e.what());
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& s : results) {
+      if (!s.ok()) return SuccessReply(res, false, absl::StrCat("Failed to update parameter: ",
+                                                                s.message()));
+    }
+    if (body.contains("weight_version") && body["weight_version"].is_string()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      weight_version_ = body["weight_version"].get<std::string>();
+    }
+    SuccessReply(res, true, "Succeeded to update parameter online from distributed.");
+  });
+  server_->Post("/destroy_weights_update_group", [this](const httplib::Request& req,
+                                                        httplib::Response& res) {
+    json body = json::parse(req.body, nullptr, false);
+    const std::string name = body.is_object()
+                                 ? body.value("group_name", std::string("weight_update_group"))
+                                 : std::string("weight_update_group");
+    std::unique_ptr<Group> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!group_ || group_->name != name) {
+        return SuccessReply(res, false, absl::StrCat("group '", name, "' not found"));
+      }
+      dropped = std::move(group_);
+    }
+    SuccessReply(res, true, "Succeeded to destroy custom process group.");
+  });
+  server_->Post("/pause_generation", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    Reply(res, 200, {{"message", "Generation paused successfully."}, {"status", "ok"}});
+  });
+  server_->Post("/continue_generation", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+    Reply(res, 200, {{"message", "Generation continued successfully."}, {"status", "ok"}});
+  });
+  server_->Post("/update_weight_version", [this](const httplib::Request& req,
+                                                 httplib::Response& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.contains("new_version")) {
+      return SuccessReply(res, false, "new_version is required");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    weight_version_ = body["new_version"].get<std::string>();
+    Reply(res, 200, {{"success", true},
+                     {"message", "Weight version updated successfully"},
+                     {"new_version", weight_version_}});
+  });
+  auto flush = [](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content("Cache flushed.\nPlease check backend logs for more details. (When there are "
+                    "running or waiting requests, the operation will not be performed.)\n",
+                    "text/plain");
+  };
+  server_->Post("/flush_cache", flush);
+  server_->Get("/flush_cache", flush);
+  server_->Get("/sim/checksums", [this](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, Checksums());
+  });
+  server_->Post("/sim/knobs", [this](const httplib::Request& req, httplib::Response& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object()) return Reply(res, 400, {{"error", "JSON object expected"}});
+    std::lock_guard<std::mutex> lock(mu_);
+    knobs_.fail_init = body.value("fail_init", knobs_.fail_init);
+    knobs_.fail_update_at = body.value("fail_update_at", knobs_.fail_update_at);
+    knobs_.hang_update_at = body.value("hang_update_at", knobs_.hang_update_at);
+    knobs_.die_at_update = body.value("die_at_update", knobs_.die_at_update);
+    Reply(res, 200, {{"updates_received", updates_.load()}});
+  });
+}
+
+json SglangSim::Checksums() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  json ranks = json::object();
+  if (group_) {
+    for (const auto& r : group_->ranks) {
+      json tensors = json::object();
+      for (const auto& [name, crc] : r->crcs) tensors[name] = Crc32Hex(crc);
+      ranks[std::to_string(group_->rank_offset + r->tp_rank)] = tensors;
+    }
+  }
+  return {{"weight_version", weight_version_},
+          {"ranks", ranks},
+          {"updates_received", updates_.load()},
+          {"paused", paused_},
+          {"group", group_ ? group_->name : ""}};
+}
+
+}  // namespace wsync

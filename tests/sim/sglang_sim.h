@@ -1,0 +1,88 @@
+#ifndef WSYNC_TESTS_SIM_SGLANG_SIM_H_
+#define WSYNC_TESTS_SIM_SGLANG_SIM_H_
+
+// An SGLang server as wsyncd sees it: the weight-update HTTP routes with SGLang's JSON and status
+// codes, one receiver per TP rank (rank = rank_offset + tp_rank) that joins through the daemon's
+// TCPStore exactly as torch does, and the flattened-bucket receive (one uint8 broadcast of the
+// tensors' bytes back to back in `names` order, rebuilt by byte-offset views). Knobs inject faults.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace httplib {
+class Server;
+}
+
+namespace wsync {
+
+class TcpStoreClient;
+class HostCollectivePeer;
+
+struct SimKnobs {
+  bool fail_init = false;      // init_weights_update_group answers success=false (400)
+  int fail_update_at = -1;     // the Nth update request (0-based) answers HTTP 500
+  int hang_update_at = -1;     // the Nth update request never answers and never receives
+  int die_at_update = -1;      // the process exits halfway through receiving the Nth bucket
+  std::string version = "0.5.6";
+};
+
+class SglangSim {
+ public:
+  SglangSim(int tp_size, SimKnobs knobs);
+  ~SglangSim();
+
+  // Serves on host:port (port 0 picks one); returns the port.
+  absl::StatusOr<int> Start(const std::string& host, int port);
+  void Stop();
+
+  nlohmann::json Checksums() const;
+  int updates_received() const { return updates_.load(); }
+
+ private:
+  struct Rank {
+    int tp_rank = 0;
+    std::unique_ptr<TcpStoreClient> store;
+    std::unique_ptr<HostCollectivePeer> peer;
+    std::map<std::string, std::vector<uint8_t>> tensors;
+    std::map<std::string, uint32_t> crcs;
+  };
+  struct Group {
+    std::string name;
+    std::string master_address;
+    int master_port = 0;
+    int world_size = 0;
+    int rank_offset = 0;
+    std::vector<std::unique_ptr<Rank>> ranks;
+  };
+
+  void Routes();
+  absl::Status InitGroup(const nlohmann::json& body);
+  absl::Status ReceiveOnRank(Rank& rank, const nlohmann::json& body, int update_index);
+
+  const int tp_size_;
+  SimKnobs knobs_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> updates_{0};
+
+  mutable std::mutex mu_;      // state below
+  std::mutex update_mu_;       // SGLang serialises weight updates
+  std::unique_ptr<Group> group_;
+  std::string weight_version_ = "default";
+  bool paused_ = false;
+  std::vector<std::string> log_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TESTS_SIM_SGLANG_SIM_H_
