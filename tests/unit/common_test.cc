@@ -1,0 +1,164 @@
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/bucket_planner.h"
+#include "common/checksum.h"
+#include "common/dtype.h"
+#include "common/manifest.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DType, ParsesTorchNamesWithSizes) {
+  EXPECT_EQ(DTypeSize(*ParseDType("bfloat16")), 2u);
+  EXPECT_EQ(DTypeSize(*ParseDType("float32")), 4u);
+  EXPECT_EQ(DTypeSize(*ParseDType("int64")), 8u);
+  EXPECT_EQ(DTypeSize(*ParseDType("float8_e4m3fn")), 1u);
+  EXPECT_EQ(DTypeName(*ParseDType("float16")), "float16");
+}
+
+TEST(DType, UnknownNameIsInvalidArgumentListingKnownNames) {
+  auto d = ParseDType("torch.bfloat16");
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), HasSubstr("unknown dtype 'torch.bfloat16'"));
+  EXPECT_THAT(d.status().message(), HasSubstr("bfloat16"));
+}
+
+TEST(Checksum, MatchesTheStandardCrc32CheckValue) {
+  const char* s = "123456789";
+  EXPECT_EQ(Crc32(s, 9), 0xCBF43926u);
+  EXPECT_EQ(Crc32Hex(0xCBF43926u), "cbf43926");
+}
+
+TEST(Checksum, ChunksCombineToTheSerialValue) {
+  std::vector<uint8_t> data(40u << 20);
+  std::mt19937_64 rng(7);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const uint32_t serial = Crc32(data.data(), data.size());
+  EXPECT_EQ(Crc32Parallel(data.data(), data.size(), 2), serial);
+  EXPECT_EQ(Crc32Parallel(data.data(), data.size(), 3), serial);
+  const size_t cut = 12345;
+  EXPECT_EQ(Crc32Combine(Crc32(data.data(), cut), Crc32(data.data() + cut, data.size() - cut),
+                         data.size() - cut),
+            serial);
+  data[data.size() / 2] ^= 1;
+  EXPECT_NE(Crc32Parallel(data.data(), data.size(), 2), serial);
+}
+
+TensorEntry T(std::string name, const char* dtype, std::vector<int64_t> shape, uint64_t offset,
+              uint64_t length) {
+  return TensorEntry{std::move(name), *ParseDType(dtype), std::move(shape), offset, length};
+}
+
+TEST(Manifest, AcceptsAValidBucket) {
+  BucketManifest m{{T("a", "bfloat16", {4, 4}, 0, 32), T("b", "float32", {2}, 32, 8),
+                    T("c", "int64", {1}, 40, 8)}};
+  EXPECT_TRUE(ValidateManifest(m, 64).ok());
+  EXPECT_TRUE(ValidateFlattenedLayout(m).ok());
+  EXPECT_EQ(m.span_bytes(), 48u);
+}
+
+struct BadCase {
+  const char* label;
+  BucketManifest manifest;
+  const char* message;
+};
+
+TEST(Manifest, RefusesEveryKindOfBadBucketWithAPreciseMessage) {
+  std::vector<BadCase> cases = {
+      {"empty", BucketManifest{}, "empty bucket"},
+      {"overlap", BucketManifest{{T("a", "float32", {4}, 0, 16), T("b", "float32", {4}, 8, 16)}},
+       "overlap"},
+      {"outside", BucketManifest{{T("a", "float32", {32}, 0, 128)}}, "outside the slot of 64"},
+      {"offset past end", BucketManifest{{T("a", "uint8", {1}, 64, 1)}}, "outside the slot"},
+      {"shape x itemsize", BucketManifest{{T("a", "bfloat16", {3, 3}, 0, 16)}},
+       "shape [3, 3] x 2 bytes (bfloat16) != length 16"},
+      {"duplicate", BucketManifest{{T("a", "uint8", {1}, 0, 1), T("a", "uint8", {1}, 1, 1)}},
+       "duplicate tensor name 'a'"},
+      {"empty name", BucketManifest{{T("", "uint8", {1}, 0, 1)}}, "empty name"},
+      {"misaligned", BucketManifest{{T("a", "float32", {1}, 2, 4)}}, "not a multiple of its item size 4"},
+      {"negative dim", BucketManifest{{T("a", "float32", {-1}, 0, 4)}}, "negative dimension"},
+  };
+  for (const BadCase& c : cases) {
+    absl::Status s = ValidateManifest(c.manifest, 64);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.label;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.label;
+  }
+}
+
+TEST(Manifest, FlattenedLayoutRefusesGapsAndReordering) {
+  BucketManifest gap{{T("a", "uint8", {4}, 0, 4), T("b", "uint8", {4}, 8, 4)}};
+  ASSERT_TRUE(ValidateManifest(gap, 64).ok());
+  EXPECT_THAT(ValidateFlattenedLayout(gap).message(), HasSubstr("'b' starts at 8"));
+  BucketManifest reordered{{T("a", "uint8", {4}, 4, 4), T("b", "uint8", {4}, 0, 4)}};
+  EXPECT_FALSE(ValidateFlattenedLayout(reordered).ok());
+}
+
+TensorDesc D(std::string name, const char* dtype, int64_t numel) {
+  DType d = *ParseDType(dtype);
+  return TensorDesc{std::move(name), d, {numel}, static_cast<uint64_t>(numel) * DTypeSize(d)};
+}
+
+TEST(BucketPlanner, KeepsOrderAndFillsSlots) {
+  std::vector<TensorDesc> ts = {D("a", "uint8", 40), D("b", "uint8", 40), D("c", "uint8", 20),
+                                D("d", "uint8", 100)};
+  auto plan = PlanBuckets(ts, 100);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].bytes, 100u);
+  ASSERT_EQ((*plan)[0].tensors.size(), 3u);
+  EXPECT_EQ((*plan)[0].tensors[2].index, 2u);
+  EXPECT_EQ((*plan)[0].tensors[2].offset, 80u);
+  EXPECT_EQ((*plan)[1].tensors[0].index, 3u);
+  EXPECT_EQ((*plan)[1].tensors[0].offset, 0u);
+}
+
+TEST(BucketPlanner, ClosesABucketRatherThanMisaligningATensor) {
+  // 3 bf16 = 6 bytes, so a float32 right after would sit at offset 6.
+  std::vector<TensorDesc> ts = {D("bias", "bfloat16", 3), D("norm", "float32", 2),
+                                D("next", "bfloat16", 1)};
+  auto plan = PlanBuckets(ts, 1024);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 2u);
+  EXPECT_EQ((*plan)[0].bytes, 6u);
+  EXPECT_EQ((*plan)[1].tensors[0].offset, 0u);
+  EXPECT_EQ((*plan)[1].tensors[1].offset, 8u);
+  for (const auto& b : *plan) {
+    for (const auto& t : b.tensors) {
+      EXPECT_EQ(t.offset % DTypeSize(ts[t.index].dtype), 0u) << ts[t.index].name;
+    }
+  }
+}
+
+TEST(BucketPlanner, RefusesATensorLargerThanASlotBeforePlanningAnything) {
+  std::vector<TensorDesc> ts = {D("small", "uint8", 10), D("huge", "float32", 1000)};
+  auto plan = PlanBuckets(ts, 1000);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("'huge' is 4000 bytes, larger than a slot"));
+}
+
+TEST(BucketPlanner, ExactSlotSizedTensorFitsAlone) {
+  auto plan = PlanBuckets({D("x", "uint8", 1), D("full", "uint8", 64), D("y", "uint8", 1)}, 64);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->size(), 3u);
+  EXPECT_EQ((*plan)[1].bytes, 64u);
+}
+
+TEST(BucketPlanner, RefusesInconsistentByteCounts) {
+  TensorDesc bad{"t", DType::kFloat32, {3}, 10};
+  BucketPlanner planner(100);
+  auto r = planner.Add(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("are not 10 bytes"));
+}
+
+}  // namespace
+}  // namespace wsync

@@ -1,0 +1,138 @@
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/host/host_platform.h"
+#include "daemon/config.h"
+#include "daemon/core/buffer_pool.h"
+#include "daemon/core/weight_group.h"
+#include "daemon/engines/sglang_adapter.h"
+#include "daemon/service/status_mapping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(StatusMapping, KeepsCodeAndMessageBothWays) {
+  for (auto code : {absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
+                    absl::StatusCode::kDeadlineExceeded, absl::StatusCode::kUnavailable,
+                    absl::StatusCode::kDataLoss, absl::StatusCode::kNotFound}) {
+    absl::Status s(code, "engine http://e:1 answered 500");
+    grpc::Status g = ToGrpcStatus(s);
+    EXPECT_EQ(static_cast<int>(g.error_code()), static_cast<int>(code));
+    EXPECT_EQ(g.error_message(), "engine http://e:1 answered 500");
+    EXPECT_EQ(FromGrpcStatus(g), s);
+  }
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+TEST(Config, ParsesByteSizes) {
+  EXPECT_EQ(*ParseByteSize("512MiB"), 512ull << 20);
+  EXPECT_EQ(*ParseByteSize("1GiB"), 1ull << 30);
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("2g"), 2ull << 30);
+  EXPECT_FALSE(ParseByteSize("lots").ok());
+  EXPECT_THAT(ParseByteSize("3 parsecs").status().message(), HasSubstr("unknown unit"));
+}
+
+TEST(Config, LoadsFlagsAndPredeclaredGroups) {
+  const std::string path = ::testing::TempDir() + "/wsyncd.json";
+  std::ofstream(path) << R"({
+    // comments are allowed
+    "socket": "/tmp/x.sock", "mode": "host", "slots": 3, "slot_bytes": "64MiB",
+    "bucket_timeout_s": 7, "advertise_address": "10.1.2.3",
+    "groups": [{"name": "policy", "kind": "sglang", "device": 1,
+                "engines": [{"url": "http://a:1"}, {"url": "http://b:2", "ranks": 4}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  EXPECT_EQ(config.server.unix_socket, "/tmp/x.sock");
+  EXPECT_EQ(config.daemon.slots_per_device, 3u);
+  EXPECT_EQ(config.daemon.slot_bytes, 64ull << 20);
+  EXPECT_EQ(config.daemon.bucket_timeout, absl::Seconds(7));
+  EXPECT_EQ(config.daemon.group.advertise_address, "10.1.2.3");
+  ASSERT_EQ(config.groups.size(), 1u);
+  EXPECT_EQ(config.groups[0].device, 1);
+  EXPECT_EQ(config.groups[0].engines[1], (EngineSpec{"http://b:2", 4}));
+  std::ofstream(path) << R"({"groups": [{"name": "x", "kind": "trt", "engines": []}]})";
+  DaemonConfig bad;
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown engine kind 'trt'"));
+  EXPECT_EQ(LoadConfigFile("/nonexistent.json", &bad).code(), absl::StatusCode::kNotFound);
+}
+
+TEST(GroupSpec, ValidationNamesTheProblem) {
+  GroupSpec ok{"policy", EngineKind::kSglang, {{"http://a:1", 2}}, 0};
+  EXPECT_TRUE(ValidateGroupSpec(ok).ok());
+  GroupSpec bad_name = ok;
+  bad_name.name = "a/b";
+  EXPECT_THAT(ValidateGroupSpec(bad_name).message(), HasSubstr("may only contain"));
+  GroupSpec no_engines = ok;
+  no_engines.engines.clear();
+  EXPECT_THAT(ValidateGroupSpec(no_engines).message(), HasSubstr("names no engine"));
+  GroupSpec bad_url = ok;
+  bad_url.engines[0].url = "a:1";
+  EXPECT_THAT(ValidateGroupSpec(bad_url).message(), HasSubstr("must start with http://"));
+  GroupSpec vllm = ok;
+  vllm.kind = EngineKind::kVllm;
+  EXPECT_EQ(ValidateGroupSpec(vllm).code(), absl::StatusCode::kUnimplemented);
+  GroupSpec huge = ok;
+  huge.engines[0].ranks = 200;
+  EXPECT_THAT(ValidateGroupSpec(huge).message(), HasSubstr("above 128"));
+}
+
+TEST(WeightGroup, UniqueIdKeyMatchesTheHelpersPrefixChain) {
+  EXPECT_EQ(WeightGroup::UniqueIdKey("weight_sync"), "/weight_sync/weight_sync//cuda//0");
+  EXPECT_EQ(WeightGroup::UniqueIdKey("weight_update_group").size(), 49u);
+}
+
+TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
+  nlohmann::json body =
+      SglangAdapter::InitGroupBody(Rendezvous{"10.0.0.1", 29500, 4, "policy"}, 2);
+  EXPECT_EQ(body, nlohmann::json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
+      "rank_offset": 2, "world_size": 4, "group_name": "policy", "backend": "nccl"})"));
+}
+
+TEST(SglangAdapter, BucketBodyListsTensorsInLayoutOrderAsAFlattenedBucket) {
+  BucketManifest m{{TensorEntry{"w", DType::kBfloat16, {2, 3}, 0, 12},
+                    TensorEntry{"n", DType::kFloat32, {3}, 12, 12}}};
+  nlohmann::json body = SglangAdapter::BucketBody(m, "policy");
+  EXPECT_EQ(body, nlohmann::json::parse(R"({"names": ["w", "n"], "dtypes": ["bfloat16", "float32"],
+      "shapes": [[2, 3], [3]], "group_name": "policy", "flush_cache": false,
+      "abort_all_requests": false, "load_format": "flattened_bucket"})"));
+}
+
+TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
+  SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{});
+  absl::Status s = a.Probe();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(s.message(), HasSubstr("http://127.0.0.1:1/get_server_info"));
+  EXPECT_FALSE(a.Health().healthy);
+}
+
+TEST(BufferPool, LeasesADevicesSlotsToOneSessionAtATime) {
+  HostPlatform platform("127.0.0.1", "127.0.0.1");
+  BufferPool pool(&platform, 2, 4096);
+  auto slots = pool.Lease(0, "s1");
+  ASSERT_TRUE(slots.ok());
+  EXPECT_EQ(slots->size(), 2u);
+  auto second = pool.Lease(0, "s2");
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("held by session s1"));
+  EXPECT_TRUE(pool.Transition(0, 1, "s1", SlotState::kFilling, SlotState::kQueued).ok());
+  EXPECT_THAT(pool.Transition(0, 1, "s1", SlotState::kFilling, SlotState::kQueued).message(),
+              HasSubstr("wait for its SlotFree"));
+  EXPECT_THAT(pool.Transition(0, 5, "s1", SlotState::kFilling, SlotState::kQueued).message(),
+              HasSubstr("slot 5 is not held"));
+  EXPECT_THAT(pool.Transition(0, 0, "s2", SlotState::kFilling, SlotState::kQueued).message(),
+              HasSubstr("not held by session s2"));
+  pool.Release(0, "s1");
+  auto again = pool.Lease(0, "s2");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0], (*slots)[0]) << "slots are allocated once and reused";
+  EXPECT_EQ(pool.slot_count(), 2u);
+}
+
+}  // namespace
+}  // namespace wsync

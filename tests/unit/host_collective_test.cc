@@ -1,0 +1,146 @@
+#include "common/host/host_collective.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "common/host/shm_slot.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(HostCollectiveId, EncodesTo128BytesAndBack) {
+  HostCollectiveId id{"127.0.0.1", 4321, std::string(16, '\x11')};
+  std::string bytes = id.Encode();
+  ASSERT_EQ(bytes.size(), 128u);
+  auto back = HostCollectiveId::Decode(bytes);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->address, "127.0.0.1");
+  EXPECT_EQ(back->port, 4321);
+  EXPECT_FALSE(HostCollectiveId::Decode(std::string(128, '\0')).ok());
+  EXPECT_FALSE(HostCollectiveId::Decode("short").ok());
+}
+
+TEST(HostCollective, BroadcastsSlotBytesToEveryRankInOrder) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 3);
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto slot = ShmSlot::Create(0, 1 << 20);
+  ASSERT_TRUE(slot.ok());
+  auto* bytes = static_cast<uint8_t*>((*slot)->data());
+  std::vector<std::vector<uint8_t>> got(2, std::vector<uint8_t>(2 * 300000));
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> peers;
+  const std::string id = (*root)->unique_id();
+  for (int r = 1; r <= 2; ++r) {
+    peers.emplace_back([&, r] {
+      auto peer = HostCollectivePeer::Join(id, r, 3, absl::Now() + absl::Seconds(5));
+      if (!peer.ok()) {
+        results[r - 1] = peer.status();
+        return;
+      }
+      results[r - 1] = (*peer)->Receive(got[r - 1].data(), 300000, absl::Now() + absl::Seconds(5));
+      if (results[r - 1].ok()) {
+        results[r - 1] = (*peer)->Receive(got[r - 1].data() + 300000, 300000,
+                                          absl::Now() + absl::Seconds(5));
+      }
+    });
+  }
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 300000; ++i) bytes[i] = static_cast<uint8_t>((7 * i + round) % 256);
+    ASSERT_TRUE((*root)->Broadcast(**slot, 0, 300000, absl::Now() + absl::Seconds(5)).ok());
+  }
+  for (auto& t : peers) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(results[r].ok()) << results[r];
+    for (int round = 0; round < 2; ++round) {
+      for (int i = 0; i < 300000; i += 997) {
+        ASSERT_EQ(got[r][round * 300000 + i], (7 * i + round) % 256) << "rank " << r + 1;
+      }
+    }
+  }
+}
+
+TEST(HostCollective, MissingRanksAreNamedAtTheDeadline) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 4);
+  ASSERT_TRUE(root.ok());
+  auto slot = ShmSlot::Create(0, 4096);
+  auto peer = HostCollectivePeer::Join((*root)->unique_id(), 2, 4, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(peer.ok());
+  const absl::Time t0 = absl::Now();
+  absl::Status s = (*root)->Broadcast(**slot, 0, 16, absl::Now() + absl::Milliseconds(300));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("ranks 1,3 of 4 never joined"));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3));
+}
+
+TEST(HostCollective, RefusesStaleTokensDuplicateRanksAndWrongWorlds) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok());
+  auto other = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(other.ok());
+  HostCollectiveId id = *HostCollectiveId::Decode((*root)->unique_id());
+  HostCollectiveId stale = *HostCollectiveId::Decode((*other)->unique_id());
+  stale.port = id.port;  // right address, token of another group
+  EXPECT_EQ(HostCollectivePeer::Join(stale.Encode(), 1, 2, absl::Now() + absl::Seconds(5))
+                .status()
+                .code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(
+      HostCollectivePeer::Join((*root)->unique_id(), 1, 3, absl::Now() + absl::Seconds(5)).ok());
+  auto first = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(
+      HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5)).ok());
+}
+
+TEST(HostCollective, AbortStopsABroadcastThatAPeerDoesNotDrain) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok());
+  auto slot = ShmSlot::Create(0, 64 << 20);
+  auto peer = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(peer.ok());  // joins, then never reads: the socket buffers fill up
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    (*root)->Abort("engine failed");
+  });
+  const absl::Time t0 = absl::Now();
+  absl::Status s = (*root)->Broadcast(**slot, 0, 64 << 20, absl::Now() + absl::Seconds(30));
+  aborter.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("engine failed"));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+TEST(HostCollective, ReceiverReportsACountMismatch) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  auto slot = ShmSlot::Create(0, 4096);
+  std::thread t([&] {
+    (void)(*root)->Broadcast(**slot, 0, 100, absl::Now() + absl::Seconds(5));
+  });
+  auto peer = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(peer.ok());
+  char buf[200];
+  absl::Status s = (*peer)->Receive(buf, 200, absl::Now() + absl::Seconds(5));
+  t.join();
+  EXPECT_THAT(s.message(), HasSubstr("root broadcast 100 bytes but this rank posted a receive of 200"));
+}
+
+TEST(ShmSlot, ClientMappingSeesTheDaemonsBytes) {
+  auto slot = ShmSlot::Create(3, 1 << 16);
+  ASSERT_TRUE(slot.ok());
+  auto mapped = ShmMappedSlot::Open((*slot)->memory_handle(), 1 << 16);
+  ASSERT_TRUE(mapped.ok());
+  const char msg[] = "weights";
+  ASSERT_TRUE((*mapped)->CopyIn(100, msg, sizeof(msg)).ok());
+  EXPECT_EQ(std::memcmp(static_cast<char*>((*slot)->data()) + 100, msg, sizeof(msg)), 0);
+  EXPECT_EQ(*(*slot)->Checksum(200), *(*mapped)->Checksum(200));
+  EXPECT_EQ((*mapped)->CopyIn((1 << 16) - 2, msg, 4).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_FALSE(ShmMappedSlot::Open("/wsync-does-not-exist", 10).ok());
+}
+
+}  // namespace
+}  // namespace wsync
