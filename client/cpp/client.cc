@@ -82,6 +82,8 @@ bool UpdateStream::Abort(const std::string& reason) {
 
 bool UpdateStream::Next(v1::UpdateEvent* event) { return stream_->Read(event); }
 
+bool UpdateStream::CloseWrites() { return stream_->WritesDone(); }
+
 void UpdateStream::Cancel() { context_.TryCancel(); }
 
 absl::Status UpdateStream::Finish() {
@@ -221,8 +223,11 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
         prog.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
         if (progress) progress(prog);
       } else if (event.has_result()) {
+        // The result is the last event; the filler must stop and half-close so the daemon can
+        // end the call.
         result = event.result();
         have_result = true;
+        ended = true;
       }
       cv.notify_all();
     }
@@ -270,8 +275,11 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
   }
   if (send_status.ok()) {
     std::unique_lock<std::mutex> lock(mu);
-    if (!ended) {
-      lock.unlock();
+    const bool daemon_ended = ended;
+    lock.unlock();
+    if (daemon_ended) {
+      stream.CloseWrites();
+    } else {
       stream.Commit();
     }
   } else {

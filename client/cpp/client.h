@@ -71,6 +71,8 @@ class UpdateStream {
   // Sends commit and half-closes.
   bool Commit();
   bool Abort(const std::string& reason);
+  // Half-closes without committing (after the daemon has already ended the update).
+  bool CloseWrites();
   // The next event; false once the stream has ended.
   bool Next(v1::UpdateEvent* event);
   // Cancels the call as a crashed trainer would.

@@ -137,8 +137,25 @@ void UpdateRun::SenderLoop() {
       events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()),
                           seconds);
       events_->SlotFree(p.slot);
+    } else {
+      UpdateOutcome early;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        early.update_id = context_.update_id;
+        early.status = failure_;
+        early.engines = bucket_outcomes_;
+        early.buckets = buckets_;
+        early.bytes = bytes_;
+      }
+      early.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+      events_->Failed(early);
     }
   }
+}
+
+absl::Status UpdateRun::failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
 }
 
 UpdateOutcome UpdateRun::Commit() { return Finish(true, absl::OkStatus()); }

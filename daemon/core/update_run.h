@@ -20,15 +20,6 @@
 
 namespace wsync {
 
-// What the trainer hears while its update runs (the gRPC stream implements it).
-class UpdateEvents {
- public:
-  virtual ~UpdateEvents() = default;
-  virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
-                          double seconds) = 0;
-  virtual void SlotFree(uint32_t slot) = 0;
-};
-
 struct UpdateOutcome {
   std::string update_id;
   absl::Status status;
@@ -36,6 +27,18 @@ struct UpdateOutcome {
   uint64_t buckets = 0;
   uint64_t bytes = 0;
   double seconds = 0;
+};
+
+// What the trainer hears while its update runs (the gRPC stream implements it).
+class UpdateEvents {
+ public:
+  virtual ~UpdateEvents() = default;
+  virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
+                          double seconds) = 0;
+  virtual void SlotFree(uint32_t slot) = 0;
+  // The update failed while the trainer may be waiting for a SlotFree that will never come; the
+  // stream tells it now instead of at its next message.
+  virtual void Failed(const UpdateOutcome& outcome) = 0;
 };
 
 struct UpdateContext {
@@ -65,6 +68,8 @@ class UpdateRun {
                             uint64_t sequence);
   UpdateOutcome Commit();
   UpdateOutcome Abort(absl::Status reason);
+  // The first failure, if any (a failed update still needs Abort to finish it).
+  absl::Status failure();
 
  private:
   struct Pending {

@@ -143,15 +143,18 @@ absl::Status WeightGroup::FormLocked() {
   std::vector<absl::Status> inits =
       OnEngines([&](EngineAdapter& a) { return a.InitGroup(rdv); });
   std::vector<std::string> errors;
+  absl::StatusCode code = absl::StatusCode::kOk;
   for (size_t i = 0; i < inits.size(); ++i) {
-    if (!inits[i].ok()) errors.push_back(std::string(inits[i].message()));
+    if (inits[i].ok()) continue;
+    errors.push_back(std::string(inits[i].message()));
+    if (code == absl::StatusCode::kOk) code = inits[i].code();
   }
   if (!errors.empty()) {
     // Engines that did join must drop the group, or they refuse the next init under this name.
     for (size_t i = 0; i < inits.size(); ++i) {
       if (inits[i].ok()) (void)adapters_[i]->DestroyGroup(spec_.name);
     }
-    return fail(absl::Status(inits[0].ok() ? absl::StatusCode::kUnavailable : inits[0].code(),
+    return fail(absl::Status(code,
                              absl::StrCat("group '", spec_.name, "': engines failed to join: ",
                                           absl::StrJoin(errors, "; "))));
   }
@@ -186,7 +189,9 @@ absl::Status WeightGroup::Destroy() {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is being updated; abort the update first"));
   }
-  if (state_ == GroupState::kReady) {
+  if (state_ == GroupState::kReady || state_ == GroupState::kBroken) {
+    // A broken group may still be held by engines that survived; they must drop it, or they
+    // refuse the next group of this name.
     std::vector<absl::Status> results =
         OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
     for (const absl::Status& s : results) {

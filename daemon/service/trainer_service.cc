@@ -1,6 +1,8 @@
 #include "daemon/service/trainer_service.h"
 
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
@@ -30,6 +32,9 @@ class StreamEvents final : public UpdateEvents {
     e.mutable_slot_free()->set_slot(slot);
     Write(e);
   }
+  void Failed(const UpdateOutcome& outcome) override { WriteResult(outcome); }
+  // The result goes out once, whoever reaches it first (the sender on a failure, or the handler).
+  void WriteResult(const UpdateOutcome& outcome);
   void Write(const v1::UpdateEvent& e) {
     std::lock_guard<std::mutex> lock(mu_);
     stream_->Write(e);
@@ -37,6 +42,7 @@ class StreamEvents final : public UpdateEvents {
 
  private:
   std::mutex mu_;
+  bool result_sent_ = false;
   grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream_;
 };
 
@@ -57,6 +63,36 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
     er->set_message(std::string(o.status.message()));
   }
   return e;
+}
+
+// After an update fails, the trainer may still be writing buckets. Reading them until it
+// half-closes lets it see the result on every transport (gRPC's in-process transport completes a
+// client write only when the server reads it); a trainer that never half-closes is cut off.
+void DrainClient(grpc::ServerContext* context,
+                 grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; })) context->TryCancel();
+  });
+  v1::UpdateRequest ignored;
+  while (stream->Read(&ignored)) {
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+}
+
+void StreamEvents::WriteResult(const UpdateOutcome& outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (result_sent_) return;
+  result_sent_ = true;
+  stream_->Write(ResultEvent(outcome));
 }
 
 }  // namespace
@@ -131,12 +167,19 @@ grpc::Status TrainerService::Update(
     events.Write(started);
   }
   auto finish = [&](const UpdateOutcome& outcome) {
-    events.Write(ResultEvent(outcome));
+    events.WriteResult(outcome);
+    if (!outcome.status.ok()) DrainClient(context, stream);
     return ToGrpcStatus(outcome.status);
   };
   while (true) {
     if (!stream->Read(&request)) {
-      // The trainer went away (crash, cancel) before committing: nothing more will come.
+      // Either the trainer half-closed after hearing that the update failed, or it went away
+      // (crash, cancel) before committing: nothing more will come.
+      if (absl::Status failed = (*run)->failure(); !failed.ok()) {
+        UpdateOutcome outcome = (*run)->Abort(failed);
+        events.WriteResult(outcome);
+        return ToGrpcStatus(outcome.status);
+      }
       UpdateOutcome outcome = (*run)->Abort(
           absl::CancelledError("the trainer disconnected before commit; update aborted"));
       return ToGrpcStatus(outcome.status);

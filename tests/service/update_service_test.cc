@@ -1,0 +1,321 @@
+// The trainer and admin services end to end in one process: client -> in-process gRPC -> daemon
+// core -> host collective + HTTP -> SGLang simulators.
+
+#include <cstring>
+#include <thread>
+
+#include <httplib.h>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "tests/service/service_fixture.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST_F(ServiceFixture, ThreeVersionsReachEveryRankByteForByte) {
+  CreatePolicyGroup();
+  for (uint32_t v = 1; v <= 3; ++v) {
+    auto model = SmallModel(v);
+    std::vector<PushProgress> progress;
+    auto result = client_->Push("policy", absl::StrCat("v", v), Refs(model),
+                                [&](const PushProgress& p) { progress.push_back(p); });
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_GE(result->buckets, 3u);
+    EXPECT_EQ(progress.size(), result->buckets);
+    EXPECT_EQ(progress.back().bytes_done, progress.back().bytes_total);
+    ASSERT_EQ(result->engines.size(), 2u);
+    for (const auto& e : result->engines) EXPECT_TRUE(e.status.ok()) << e.engine;
+    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", v), 1);
+    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", v), 2);
+  }
+  EXPECT_EQ(GetGroup("policy").last_version(), "v3");
+  auto updates = Updates();
+  ASSERT_EQ(updates.size(), 3u);
+  for (const auto& u : updates) EXPECT_EQ(u.state(), "committed");
+}
+
+// One raw update carrying one hand-made bucket; returns the stream's final status.
+absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket, bool commit_first = false,
+                           const std::string& group = "policy") {
+  UpdateStream stream(client.trainer(), absl::Seconds(30));
+  auto started = stream.Begin(client.session_id(), group, "bad");
+  if (!started.ok()) return started.status();
+  // Reads and writes on separate threads, as any bidi client must: the daemon's result may be
+  // sent while the client is still writing.
+  std::thread writer([&] {
+    if (commit_first) {
+      v1::UpdateRequest commit;
+      commit.mutable_commit();
+      stream.Send(commit);
+    }
+    stream.SendBucket(bucket);
+    stream.Commit();
+  });
+  v1::UpdateEvent e;
+  while (stream.Next(&e)) {
+  }
+  writer.join();
+  return stream.Finish();
+}
+
+v1::TensorSpec Spec(const std::string& name, const std::string& dtype,
+                    std::vector<int64_t> shape, uint64_t offset, uint64_t length) {
+  v1::TensorSpec t;
+  t.set_name(name);
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_offset(offset);
+  t.set_length(length);
+  return t;
+}
+
+struct BadBucket {
+  std::string label;
+  v1::Bucket bucket;
+  absl::StatusCode code;
+  std::string message;
+  bool commit_first = false;
+};
+
+TEST_F(ServiceFixture, BadBucketsAreRefusedBeforeAnyByteReachesAnEngine) {
+  CreatePolicyGroup();
+  MappedSlot& slot = *client_->slot(0);
+  std::vector<uint8_t> pattern(4096, 0xab);
+  ASSERT_TRUE(slot.CopyIn(0, pattern.data(), pattern.size()).ok());
+  const uint32_t crc = *slot.Checksum(64);
+  auto bucket = [&](std::vector<v1::TensorSpec> specs, uint32_t slot_index = 0,
+                    uint32_t checksum = 0) {
+    v1::Bucket b;
+    b.set_slot(slot_index);
+    b.set_checksum(checksum);
+    for (auto& s : specs) *b.add_tensors() = s;
+    return b;
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  const auto kPrecondition = absl::StatusCode::kFailedPrecondition;
+  std::vector<BadBucket> cases = {
+      {"overlap", bucket({Spec("a", "float32", {8}, 0, 32), Spec("b", "float32", {8}, 16, 32)}),
+       kInvalid, "overlap"},
+      {"outside the slot", bucket({Spec("a", "uint8", {16}, kSlotBytes - 8, 16)}), kInvalid,
+       "outside the slot"},
+      {"unknown dtype", bucket({Spec("a", "complex32", {4}, 0, 16)}), kInvalid,
+       "unknown dtype 'complex32'"},
+      {"shape x itemsize", bucket({Spec("a", "bfloat16", {5}, 0, 16)}), kInvalid,
+       "!= length 16"},
+      {"duplicate names", bucket({Spec("a", "uint8", {4}, 0, 4), Spec("a", "uint8", {4}, 4, 4)}),
+       kInvalid, "duplicate tensor name 'a'"},
+      {"empty bucket", bucket({}), kInvalid, "empty bucket"},
+      {"gap in the flattened layout",
+       bucket({Spec("a", "uint8", {4}, 0, 4), Spec("b", "uint8", {4}, 8, 4)}), kInvalid,
+       "must lie back to back"},
+      {"slot not held", bucket({Spec("a", "uint8", {64}, 0, 64)}, 7, crc), kPrecondition,
+       "slot 7 is not held by session"},
+      {"checksum mismatch", bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc ^ 1),
+       absl::StatusCode::kDataLoss, "checksum mismatch"},
+      {"bucket after commit", bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc), kPrecondition,
+       "arrived after commit", true},
+  };
+  for (const BadBucket& c : cases) {
+    const int before = TotalUpdatesReceived();
+    absl::Status s = SendRawBucket(*client_, c.bucket, c.commit_first);
+    EXPECT_EQ(s.code(), c.code) << c.label << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.label;
+    EXPECT_EQ(TotalUpdatesReceived(), before) << c.label << ": bytes reached an engine";
+    EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_READY) << c.label;
+  }
+  // The daemon keeps serving: a good update still goes through.
+  auto model = SmallModel(9);
+  auto result = client_->Push("policy", "v9", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectHolds(*sim_b_.sim, model, "v9", 2);
+  for (const auto& u : Updates()) {
+    if (u.version() == "bad") {
+      EXPECT_NE(u.state(), "committed");
+    }
+  }
+}
+
+TEST_F(ServiceFixture, UnknownGroupAndSecondSessionAreRefused) {
+  CreatePolicyGroup();
+  auto result = client_->Push("nope", "v1", Refs(SmallModel(1)));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("unknown group 'nope'"));
+  auto other = Client::FromChannel(server_->InProcessChannel());
+  absl::Status s = other->OpenSession(0, "second trainer");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("held by session"));
+  EXPECT_TRUE(other->OpenSession(1, "trainer on device 1").ok());
+}
+
+TEST_F(ServiceFixture, TensorLargerThanASlotIsRefusedBeforeAnythingIsSent) {
+  CreatePolicyGroup();
+  std::vector<uint8_t> huge(kSlotBytes + 2);
+  std::vector<TensorRef> refs = {{"small", DType::kUint8, {4}, huge.data(), 4},
+                                 {"huge", DType::kBfloat16, {static_cast<int64_t>(huge.size() / 2)},
+                                  huge.data(), huge.size()}};
+  auto result = client_->Push("policy", "v1", refs);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("'huge' is 1048578 bytes"));
+  EXPECT_EQ(TotalUpdatesReceived(), 0);
+  EXPECT_TRUE(Updates().empty());
+}
+
+TEST_F(ServiceFixture, TrainerDisconnectAbortsTheUpdateAndFreesItsSlots) {
+  CreatePolicyGroup();
+  {
+    UpdateStream stream(client_->trainer(), absl::Seconds(30));
+    ASSERT_TRUE(stream.Begin(client_->session_id(), "policy", "half").ok());
+    std::vector<uint8_t> bytes(1000, 3);
+    ASSERT_TRUE(client_->slot(0)->CopyIn(0, bytes.data(), bytes.size()).ok());
+    v1::Bucket b;
+    b.set_slot(0);
+    b.set_checksum(Crc32(bytes.data(), bytes.size()));
+    *b.add_tensors() = Spec("w", "uint8", {1000}, 0, 1000);
+    ASSERT_TRUE(stream.SendBucket(b));
+    v1::UpdateEvent e;
+    bool done = false;
+    while (!done && stream.Next(&e)) done = e.has_bucket_done();
+    ASSERT_TRUE(done);
+    // Occupy the other slot too, then vanish like a crashed trainer.
+    ASSERT_TRUE(client_->slot(1)->CopyIn(0, bytes.data(), bytes.size()).ok());
+    b.set_slot(1);
+    *b.mutable_tensors(0) = Spec("w2", "uint8", {1000}, 0, 1000);
+    stream.SendBucket(b);
+    stream.Cancel();
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::string state;
+  while (absl::Now() < deadline) {
+    auto updates = Updates();
+    state = updates.empty() ? "" : updates.back().state();
+    if (state == "aborted") break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(state, "aborted");
+  EXPECT_THAT(Updates().back().message(), HasSubstr("trainer disconnected"));
+  v1::ListBuffersResponse buffers;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(client_->admin()->ListBuffers(&ctx, v1::ListBuffersRequest(), &buffers).ok());
+  for (const auto& b : buffers.buffers()) EXPECT_EQ(b.state(), "filling") << b.index();
+  auto model = SmallModel(2);
+  auto result = client_->Push("policy", "after-disconnect", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  // The aborted update's first bucket did land (a bucket is all or nothing; an update is not).
+  ExpectHolds(*sim_a_.sim, model, "after-disconnect", 1, /*only_these=*/false);
+}
+
+TEST_F(ServiceFixture, EngineAnswering500FailsTheUpdateNamingItThenTheGroupReforms) {
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  // The next update request sim b receives answers HTTP 500.
+  {
+    httplib::Client http(sim_b_.url);
+    auto r = http.Post("/sim/knobs",
+                       absl::StrCat("{\"fail_update_at\": ", sim_b_.sim->updates_received(), "}"),
+                       "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+  }
+  const absl::Time t0 = absl::Now();
+  auto failed = client_->Push("policy", "v2", Refs(SmallModel(2)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(3)) << "a 500 must not wait for the bucket deadline";
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr(absl::StrCat("engine ", sim_b_.url)));
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("HTTP 500"));
+  EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
+  EXPECT_EQ(Updates().back().state(), "failed");
+  auto model = SmallModel(3);
+  auto result = client_->Push("policy", "v3", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectHolds(*sim_a_.sim, model, "v3", 1);
+  ExpectHolds(*sim_b_.sim, model, "v3", 2);
+}
+
+TEST_F(ServiceFixture, HungEngineFailsTheUpdateAtTheBucketDeadlineAndCanBeReplaced) {
+  CreatePolicyGroup();
+  {
+    httplib::Client http(sim_a_.url);
+    ASSERT_TRUE(http.Post("/sim/knobs", "{\"hang_update_at\": 0}", "application/json"));
+  }
+  const absl::Time t0 = absl::Now();
+  auto failed = client_->Push("policy", "v1", Refs(SmallModel(1)));
+  const absl::Duration took = absl::Now() - t0;
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDeadlineExceeded) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr(sim_a_.url));
+  EXPECT_GE(took, absl::Seconds(2.5));
+  EXPECT_LT(took, absl::Seconds(15));
+  // Replace the hung engine: a new server, a new group.
+  sim_a_.sim->Stop();
+  RunningSim replacement = StartSim(1, {});
+  grpc::ClientContext ctx;
+  v1::DestroyGroupRequest destroy;
+  destroy.set_name("policy");
+  v1::DestroyGroupResponse ignored;
+  ASSERT_TRUE(client_->admin()->DestroyGroup(&ctx, destroy, &ignored).ok());
+  v1::GroupInfo info;
+  ASSERT_TRUE(CreateGroup("policy", {replacement.url, sim_b_.url}, {1, 2}, &info).ok());
+  auto model = SmallModel(2);
+  ASSERT_TRUE(client_->Push("policy", "v2", Refs(model)).ok());
+  ExpectHolds(*replacement.sim, model, "v2", 1);
+  ExpectHolds(*sim_b_.sim, model, "v2", 2);
+}
+
+TEST_F(ServiceFixture, GroupFormationFailureNamesTheEngine) {
+  RunningSim refusing = StartSim(1, SimKnobs{.fail_init = true});
+  v1::GroupInfo info;
+  grpc::Status s = CreateGroup("g", {sim_a_.url, refusing.url}, {1, 1}, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr(refusing.url));
+  EXPECT_THAT(s.error_message(), HasSubstr("success=false"));
+  s = CreateGroup("g2", {"http://127.0.0.1:1"}, {1}, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  s = CreateGroup("g3", {sim_b_.url}, {1}, &info);  // sim b runs tp 2
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("tp_size 2 but the group declares 1"));
+  // The engine that did join was told to drop the group again, so it can join a new one.
+  CreatePolicyGroup();
+}
+
+TEST_F(ServiceFixture, AdminViewsAndDrain) {
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  v1::DaemonStatus status;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(client_->admin()->GetStatus(&ctx, v1::GetStatusRequest(), &status).ok());
+  }
+  EXPECT_EQ(status.mode(), "host");
+  EXPECT_EQ(status.sessions(), 1u);
+  EXPECT_EQ(status.groups(), 1u);
+  EXPECT_EQ(status.slots(), 2u);
+  EXPECT_EQ(status.updates_committed(), 1u);
+  EXPECT_GT(status.bytes_sent(), 2u << 20);
+  v1::ListEnginesResponse engines;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(client_->admin()->ListEngines(&ctx, v1::ListEnginesRequest(), &engines).ok());
+  }
+  ASSERT_EQ(engines.engines_size(), 2);
+  EXPECT_TRUE(engines.engines(1).healthy());
+  EXPECT_EQ(engines.engines(1).weight_version(), "v1");
+  EXPECT_EQ(engines.engines(1).rank_offset(), 2u);
+  v1::DrainResponse drained;
+  {
+    grpc::ClientContext ctx;
+    v1::DrainRequest req;
+    req.set_timeout_seconds(5);
+    ASSERT_TRUE(client_->admin()->Drain(&ctx, req, &drained).ok());
+  }
+  EXPECT_TRUE(drained.drained());
+  auto refused = client_->Push("policy", "v2", Refs(SmallModel(2)));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("draining"));
+}
+
+}  // namespace
+}  // namespace wsync
