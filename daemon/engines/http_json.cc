@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 
 namespace wsync {
 namespace {
@@ -28,10 +29,17 @@ EngineHttp::EngineHttp(std::string base_url)
 
 absl::StatusOr<HttpReply> ToReply(const std::string& base, const std::string& method,
                                   const std::string& path, absl::Duration timeout,
-                                  const httplib::Result& result) {
+                                  absl::Time started, const httplib::Result& result) {
   if (!result) {
     const auto err = result.error();
     const std::string what = absl::StrCat(method, " ", base, path, ": ");
+    const absl::Duration waited = absl::Now() - started;
+    if ((err == httplib::Error::Read || err == httplib::Error::Write) && waited < timeout * 0.9) {
+      // httplib reports a closed connection and a read timeout alike; the clock tells them apart.
+      return absl::UnavailableError(absl::StrCat(
+          what, "the engine closed the connection after ", absl::FormatDuration(waited),
+          " without answering (engine process died or restarted?)"));
+    }
     if (err == httplib::Error::Read || err == httplib::Error::Write) {
       // httplib reports a read timeout as a read error; both mean no complete answer came.
       return absl::DeadlineExceededError(
@@ -50,15 +58,17 @@ absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohma
                                            absl::Duration timeout) const {
   httplib::Client client(base_url_);
   SetTimeouts(client, timeout);
+  const absl::Time started = absl::Now();
   auto result = client.Post(path, body.dump(), "application/json");
-  return ToReply(base_url_, "POST", path, timeout, result);
+  return ToReply(base_url_, "POST", path, timeout, started, result);
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Get(const std::string& path, absl::Duration timeout) const {
   httplib::Client client(base_url_);
   SetTimeouts(client, timeout);
+  const absl::Time started = absl::Now();
   auto result = client.Get(path);
-  return ToReply(base_url_, "GET", path, timeout, result);
+  return ToReply(base_url_, "GET", path, timeout, started, result);
 }
 
 absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& reply) const {

@@ -1,0 +1,219 @@
+// Real wsyncd and simulator processes on loopback, driven through the C++ client and wsyncctl.
+
+#include <sys/stat.h>
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "client/cpp/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/process_harness.h"
+#include "tests/service/service_fixture.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/wsync-", ::getpid(), "-",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    socket_ = dir_ + "/wsyncd.sock";
+  }
+
+  std::unique_ptr<ChildProcess> StartSim(int port, int tp, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {WSYNC_SIM_BIN, "--port", std::to_string(port), "--tp",
+                                     std::to_string(tp)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<ChildProcess>(argv, absl::StrCat(dir_, "/sim-", port, ".log"));
+    EXPECT_TRUE(WaitForHttp(port, absl::Seconds(10))) << p->Log();
+    return p;
+  }
+
+  std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {WSYNCD_BIN,       "--mode",           "host",
+                                     "--socket",       socket_,            "--slot-bytes",
+                                     "1MiB",           "--bucket-timeout", "5",
+                                     "--control-timeout", "5",             "--advertise-address",
+                                     "127.0.0.1",      "--bind-address",   "127.0.0.1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<ChildProcess>(argv, dir_ + "/wsyncd.log");
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!std::filesystem::exists(socket_) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return p;
+  }
+
+  std::pair<int, std::string> Ctl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {WSYNCCTL_BIN, "--socket", socket_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunCommand(argv, dir_ + "/ctl.log");
+  }
+
+  std::unique_ptr<Client> Connect() {
+    auto c = Client::Connect("unix:" + socket_);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+
+  static void ExpectEngineHolds(int port, const std::vector<OwnedTensor>& model,
+                                const std::string& version, size_t ranks) {
+    httplib::Client http("127.0.0.1", port);
+    auto res = http.Get("/sim/checksums");
+    ASSERT_TRUE(res && res->status == 200);
+    nlohmann::json j = nlohmann::json::parse(res->body);
+    EXPECT_EQ(j["weight_version"], version);
+    ASSERT_EQ(j["ranks"].size(), ranks);
+    for (auto& [rank, tensors] : j["ranks"].items()) {
+      for (const auto& t : model) {
+        EXPECT_EQ(tensors.value(t.name, ""), Crc32Hex(Crc32(t.data.data(), t.data.size())))
+            << "port " << port << " rank " << rank << " " << t.name;
+      }
+    }
+  }
+
+  std::string dir_;
+  std::string socket_;
+};
+
+TEST_F(ProcessTest, EngineDyingMidBucketFailsTheUpdateAndAReplacementRecovers) {
+  const int pa = FreePort(), pb = FreePort();
+  auto sim_a = StartSim(pa, 1);
+  auto sim_b = StartSim(pb, 2);
+  auto daemon = StartDaemon();
+  auto [rc, out] = Ctl({"create-group", "policy", "--engine", absl::StrCat("http://127.0.0.1:", pa),
+                        "--engine", absl::StrCat("http://127.0.0.1:", pb, "#2")});
+  ASSERT_EQ(rc, 0) << out;
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "process test").ok());
+  auto v1 = SmallModel(1);
+  ASSERT_TRUE(client->Push("policy", "v1", Refs(v1)).ok());
+  {
+    // The next bucket sim b receives kills it halfway through.
+    httplib::Client http("127.0.0.1", pb);
+    auto knobs = nlohmann::json::parse(http.Post("/sim/knobs", "{}", "application/json")->body);
+    auto r = http.Post("/sim/knobs",
+                       absl::StrCat("{\"die_at_update\": ", knobs["updates_received"].get<int>(), "}"),
+                       "application/json");
+    ASSERT_TRUE(r && r->status == 200);
+  }
+  const absl::Time t0 = absl::Now();
+  auto failed = client->Push("policy", "v2", Refs(SmallModel(2)));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10)) << "bucket deadline is 5 s";
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr(absl::StrCat("engine http://127.0.0.1:", pb)));
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("died"));
+  EXPECT_EQ(sim_b->Wait(absl::Seconds(5)), 17) << "the simulator was told to die";
+  EXPECT_TRUE(daemon->running());
+  auto [src, status_out] = Ctl({"group", "policy"});
+  EXPECT_EQ(src, 0);
+  EXPECT_THAT(status_out, HasSubstr("broken"));
+  // Replace the dead engine on the same address; the group re-forms on the next update.
+  sim_b = StartSim(pb, 2);
+  auto v3 = SmallModel(3);
+  auto ok = client->Push("policy", "v3", Refs(v3));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ExpectEngineHolds(pa, v3, "v3", 1);
+  ExpectEngineHolds(pb, v3, "v3", 2);
+}
+
+TEST_F(ProcessTest, WsyncctlShowsEverythingAsTablesAndJson) {
+  const int pa = FreePort();
+  auto sim = StartSim(pa, 2);
+  auto daemon = StartDaemon();
+  ASSERT_EQ(Ctl({"create-group", "policy", "--engine", absl::StrCat("http://127.0.0.1:", pa, "#2")})
+                .first,
+            0);
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "ctl test").ok());
+  ASSERT_TRUE(client->Push("policy", "step-7", Refs(SmallModel(7))).ok());
+
+  auto [rc, groups] = Ctl({"groups"});
+  EXPECT_EQ(rc, 0);
+  EXPECT_THAT(groups, HasSubstr("NAME"));
+  EXPECT_THAT(groups, HasSubstr("policy  sglang  ready"));
+  EXPECT_THAT(Ctl({"group", "policy"}).second, HasSubstr("RANK OFFSET"));
+  auto engines = Ctl({"engines"}).second;
+  EXPECT_THAT(engines, HasSubstr("yes"));
+  EXPECT_THAT(engines, HasSubstr("step-7"));
+  auto buffers = Ctl({"buffers"}).second;
+  EXPECT_THAT(buffers, HasSubstr("host-shm"));
+  EXPECT_THAT(buffers, HasSubstr(client->session_id()));
+  EXPECT_THAT(Ctl({"updates"}).second, HasSubstr("committed"));
+  EXPECT_THAT(Ctl({"status"}).second, HasSubstr("updates committed  1"));
+  for (const std::string cmd : {"status", "groups", "engines", "buffers", "updates"}) {
+    auto [jrc, json] = Ctl({"--json", cmd});
+    EXPECT_EQ(jrc, 0) << cmd;
+    EXPECT_FALSE(nlohmann::json::parse(json, nullptr, false).is_discarded()) << cmd << json;
+  }
+  auto j = nlohmann::json::parse(Ctl({"--json", "group", "policy"}).second);
+  EXPECT_EQ(j["state"], "GROUP_STATE_READY");
+  EXPECT_EQ(j["last_version"], "step-7");
+  auto missing = Ctl({"group", "nope"});
+  EXPECT_NE(missing.first, 0);
+  EXPECT_THAT(missing.second, HasSubstr("unknown group 'nope'"));
+}
+
+TEST_F(ProcessTest, WsyncctlSaysClearlyWhenNoDaemonRuns) {
+  auto [rc, out] = Ctl({"status"});
+  EXPECT_EQ(rc, 2);
+  EXPECT_THAT(out, HasSubstr("wsyncd is not answering at unix:" + socket_));
+}
+
+TEST_F(ProcessTest, ConfigDeclaredGroupFormsAndSocketIsPrivateAndSigtermStopsCleanly) {
+  const int pa = FreePort();
+  auto sim = StartSim(pa, 1);
+  const std::string config = dir_ + "/wsyncd.json";
+  std::ofstream(config) << "{\"groups\": [{\"name\": \"policy\", \"kind\": \"sglang\", "
+                           "\"engines\": [{\"url\": \"http://127.0.0.1:"
+                        << pa << "\", \"ranks\": 1}]}]}";
+  auto daemon = StartDaemon({"--config", config});
+  struct stat st {};
+  ASSERT_EQ(::stat(socket_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::string group;
+  while (absl::Now() < deadline) {
+    group = Ctl({"group", "policy"}).second;
+    if (group.find("ready") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_THAT(group, HasSubstr("ready"));
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "config test").ok());
+  auto model = SmallModel(4);
+  ASSERT_TRUE(client->Push("policy", "v4", Refs(model)).ok());
+  ExpectEngineHolds(pa, model, "v4", 1);
+  client.reset();
+  daemon->Signal(SIGTERM);
+  EXPECT_EQ(daemon->Wait(absl::Seconds(15)), 0) << daemon->Log();
+  EXPECT_FALSE(std::filesystem::exists(socket_));
+  // A second daemon may not take over a live socket.
+  auto first = StartDaemon();
+  auto second = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_},
+      dir_ + "/second.log");
+  EXPECT_EQ(second->Wait(absl::Seconds(10)), 1);
+  EXPECT_THAT(second->Log(), HasSubstr("another wsyncd is already serving"));
+}
+
+TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
+  auto p = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--socket", socket_}, dir_ + "/cuda.log");
+  EXPECT_EQ(p->Wait(absl::Seconds(10)), 1);
+  EXPECT_THAT(p->Log(), HasSubstr("--mode=host"));
+  EXPECT_FALSE(std::filesystem::exists(socket_));
+}
+
+}  // namespace
+}  // namespace wsync
