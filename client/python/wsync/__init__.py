@@ -1,0 +1,196 @@
+"""Python client of wsyncd over the C ABI of libwsync_client.so.
+
+    import wsync
+    client = wsync.Client("unix:/run/wsync/wsyncd.sock", device=0)
+    result = client.push(model.state_dict(), version="step-100", group="policy")
+
+Tensors may be numpy arrays, or torch CPU tensors (bfloat16 included); a (name, array, dtype)
+triple reinterprets an array's bytes as another torch dtype (e.g. numpy uint16 as "bfloat16").
+"""
+
+import ctypes
+import ctypes.util
+import json
+import os
+import pathlib
+
+__all__ = ["Client", "WsyncError", "load_library"]
+
+_CODES = {
+    0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND", 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED",
+    13: "INTERNAL", 14: "UNAVAILABLE", 15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+_NUMPY_DTYPES = {
+    "bool": "bool", "uint8": "uint8", "int8": "int8", "int16": "int16", "int32": "int32",
+    "int64": "int64", "float16": "float16", "float32": "float32", "float64": "float64",
+}
+
+
+class WsyncError(RuntimeError):
+    """An error from wsyncd or the client library, with its google.rpc code."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.code_name = _CODES.get(code, str(code))
+        self.message = message
+        super().__init__(f"{self.code_name}: {message}")
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+_PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double)
+
+
+def _candidates():
+    env = os.environ.get("WSYNC_CLIENT_LIB")
+    if env:
+        yield env
+    here = pathlib.Path(__file__).resolve().parent
+    yield str(here / "libwsync_client.so")
+    for up in here.parents:
+        yield str(up / "build" / "client" / "libwsync_client.so")
+    found = ctypes.util.find_library("wsync_client")
+    if found:
+        yield found
+
+
+def load_library():
+    errors = []
+    for path in _candidates():
+        if path and (os.path.exists(path) or not os.path.isabs(path)):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+                continue
+            _declare(lib)
+            return lib
+    raise OSError("libwsync_client.so not found; build wsync or set WSYNC_CLIENT_LIB "
+                  f"({'; '.join(errors) or 'no candidate exists'})")
+
+
+def _declare(lib):
+    err = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.wsync_version.restype = ctypes.c_char_p
+    lib.wsync_connect.argtypes = [ctypes.c_char_p, ctypes.c_double,
+                                  ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_close.argtypes = [ctypes.c_void_p]
+    lib.wsync_open_session.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p] + err
+    lib.wsync_close_session.argtypes = [ctypes.c_void_p] + err
+    lib.wsync_slot_bytes.argtypes = [ctypes.c_void_p]
+    lib.wsync_slot_bytes.restype = ctypes.c_uint64
+    lib.wsync_push.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                               ctypes.POINTER(_Tensor), ctypes.c_size_t, _PROGRESS,
+                               ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_free_string.argtypes = [ctypes.c_void_p]
+
+
+def _host_view(name, value, dtype=None):
+    """Returns (keepalive, pointer, nbytes, shape, torch dtype name) for a host tensor."""
+    mod = type(value).__module__
+    if mod.startswith("torch"):
+        if hasattr(value, "full_tensor"):
+            value = value.full_tensor()
+        if value.device.type != "cpu":
+            raise WsyncError(12, f"tensor '{name}' is on {value.device}; this build pushes host "
+                                 "tensors only (the CUDA path comes with the GPU build)")
+        t = value.detach().contiguous()
+        return (t, t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape),
+                dtype or str(t.dtype).replace("torch.", ""))
+    import numpy as np
+    a = np.ascontiguousarray(value)
+    if dtype is None:
+        dtype = _NUMPY_DTYPES.get(a.dtype.name)
+        if dtype is None:
+            raise WsyncError(3, f"tensor '{name}': numpy dtype {a.dtype} has no torch equivalent; "
+                                "pass (name, array, dtype) to reinterpret its bytes")
+    return a, a.ctypes.data, a.nbytes, a.shape, dtype
+
+
+class Client:
+    """A trainer's connection to its node's wsyncd, holding one session (one device's slots)."""
+
+    def __init__(self, target="unix:/run/wsync/wsyncd.sock", device=0, name=None, timeout=5.0):
+        self._lib = load_library()
+        self._handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(4096)
+        rc = self._lib.wsync_connect(target.encode(), timeout, ctypes.byref(self._handle), err,
+                                     len(err))
+        if rc:
+            raise WsyncError(rc, err.value.decode())
+        name = name or f"python pid {os.getpid()}"
+        rc = self._lib.wsync_open_session(self._handle, device, name.encode(), err, len(err))
+        if rc:
+            self._lib.wsync_close(self._handle)
+            self._handle = None
+            raise WsyncError(rc, err.value.decode())
+
+    @property
+    def slot_bytes(self):
+        return self._lib.wsync_slot_bytes(self._handle)
+
+    def push(self, named_tensors, version, group, progress=None):
+        """Pushes (name, tensor) pairs or a state_dict as one update; returns the result dict.
+
+        progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
+        """
+        items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
+        keep = []
+        structs = []
+        for item in items:
+            name, value = item[0], item[1]
+            dtype = item[2] if len(item) > 2 else None
+            holder, ptr, nbytes, shape, dtype_name = _host_view(name, value, dtype)
+            shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+            name_b, dtype_b = name.encode(), dtype_name.encode()
+            keep.extend([holder, shape_arr, name_b, dtype_b])
+            structs.append(_Tensor(name_b, dtype_b, len(shape), shape_arr, ptr, nbytes))
+        array = (_Tensor * max(len(structs), 1))(*structs)
+
+        def on_progress(_user, done, total, bytes_done, bytes_total, seconds):
+            if progress is not None:
+                progress({"buckets_done": done, "buckets_total": total, "bytes_done": bytes_done,
+                          "bytes_total": bytes_total, "seconds": seconds,
+                          "gib_per_second": bytes_done / seconds / 2**30 if seconds > 0 else 0.0})
+
+        callback = _PROGRESS(on_progress)
+        out = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(8192)
+        rc = self._lib.wsync_push(self._handle, group.encode(), str(version).encode(), array,
+                                  len(structs), callback, None, ctypes.byref(out), err, len(err))
+        if rc:
+            raise WsyncError(rc, err.value.decode())
+        try:
+            return json.loads(ctypes.string_at(out.value).decode())
+        finally:
+            self._lib.wsync_free_string(out)
+
+    def close(self):
+        if self._handle:
+            self._lib.wsync_close(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,124 @@
+"""The Python client (ctypes over libwsync_client.so) against real wsyncd and simulator processes.
+
+Usage: python_client_test.py WSYNCD SGLANG_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+import zlib
+
+WSYNCD, SIM, CTL, LIB, PKG = sys.argv[1:6]
+del sys.argv[1:6]
+os.environ["WSYNC_CLIENT_LIB"] = LIB
+sys.path.insert(0, PKG)
+
+import numpy as np  # noqa: E402
+import wsync  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} never opened")
+
+
+class PythonClientTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="wsync-py-")
+        self.sock = os.path.join(self.dir, "wsyncd.sock")
+        self.procs = []
+        self.port = free_port()
+        self.spawn([SIM, "--port", str(self.port), "--tp", "2"], "sim.log")
+        wait_port(self.port)
+        self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", "1MiB",
+                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10"], "wsyncd.log")
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < deadline:
+            time.sleep(0.02)
+        subprocess.run([CTL, "--socket", self.sock, "create-group", "policy", "--engine",
+                        f"http://127.0.0.1:{self.port}#2"], check=True, capture_output=True)
+
+    def spawn(self, argv, log):
+        with open(os.path.join(self.dir, log), "w") as out:
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+
+    def tearDown(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=20)
+
+    def engine_checksums(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/sim/checksums") as r:
+            return json.loads(r.read())
+
+    def test_push_numpy_model_and_every_rank_holds_its_bytes(self):
+        rng = np.random.default_rng(3)
+        bf16_bits = rng.integers(0, 2**16, size=(300, 700), dtype=np.uint16)
+        model = [
+            ("model.embed_tokens.weight", bf16_bits, "bfloat16"),
+            ("model.norm.weight", rng.standard_normal(1001).astype(np.float32)),
+            ("model.layers.0.step", np.arange(5, dtype=np.int64)),
+            ("lm_head.weight", rng.standard_normal((256, 513)).astype(np.float32)),
+        ]
+        seen = []
+        with wsync.Client("unix:" + self.sock, device=0, name="python test") as client:
+            self.assertEqual(client.slot_bytes, 1 << 20)
+            result = client.push(model, version="py-1", group="policy", progress=seen.append)
+        self.assertGreaterEqual(result["buckets"], 2)
+        self.assertEqual(len(seen), result["buckets"])
+        self.assertEqual(seen[-1]["bytes_done"], seen[-1]["bytes_total"])
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        state = self.engine_checksums()
+        self.assertEqual(state["weight_version"], "py-1")
+        self.assertEqual(sorted(state["ranks"]), ["1", "2"])
+        for rank, tensors in state["ranks"].items():
+            for item in model:
+                # zlib.crc32 is computed independently of the C++ side here.
+                expect = format(zlib.crc32(np.ascontiguousarray(item[1]).tobytes()), "08x")
+                self.assertEqual(tensors[item[0]], expect, f"rank {rank} {item[0]}")
+
+    def test_state_dict_and_errors(self):
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            result = client.push({"w": np.ones((4, 4), np.float16)}, version=2, group="policy")
+            self.assertEqual(result["buckets"], 1)
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.push({"w": np.ones(4, np.float32)}, version=3, group="nope")
+            self.assertEqual(e.exception.code_name, "NOT_FOUND")
+            self.assertIn("unknown group 'nope'", e.exception.message)
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.push({"huge": np.zeros(300000, np.float32)}, version=4, group="policy")
+            self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+            self.assertIn("larger than a slot", e.exception.message)
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.push({"c": np.zeros(4, np.complex64)}, version=5, group="policy")
+            self.assertIn("no torch equivalent", e.exception.message)
+        self.assertEqual(self.engine_checksums()["weight_version"], "2")
+
+    def test_no_daemon_is_a_clear_error(self):
+        with self.assertRaises(wsync.WsyncError) as e:
+            wsync.Client("unix:" + os.path.join(self.dir, "none.sock"), timeout=0.5)
+        self.assertEqual(e.exception.code_name, "UNAVAILABLE")
+        self.assertIn("wsyncd is not answering", e.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
