@@ -62,6 +62,17 @@ TEST(Config, LoadsFlagsAndPredeclaredGroups) {
   EXPECT_EQ(LoadConfigFile("/nonexistent.json", &bad).code(), absl::StatusCode::kNotFound);
 }
 
+TEST(Config, TheShippedExampleConfigLoads) {
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(WSYNC_SOURCE_DIR "/deploy/wsyncd.example.json", &config).ok());
+  EXPECT_EQ(config.daemon.mode, "cuda");
+  EXPECT_EQ(config.daemon.slot_bytes, 512ull << 20);
+  ASSERT_EQ(config.groups.size(), 1u);
+  EXPECT_EQ(config.groups[0].engines.size(), 2u);
+  EXPECT_EQ(config.groups[0].engines[0].ranks, 4u);
+  EXPECT_TRUE(ValidateGroupSpec(config.groups[0]).ok());
+}
+
 TEST(GroupSpec, ValidationNamesTheProblem) {
   GroupSpec ok{"policy", EngineKind::kSglang, {{"http://a:1", 2}}, 0};
   EXPECT_TRUE(ValidateGroupSpec(ok).ok());
