@@ -14,9 +14,9 @@ absl::StatusOr<std::optional<PlannedBucket>> BucketPlanner::Add(const TensorDesc
                                                    " are not ", tensor.bytes, " bytes"));
   }
   if (tensor.bytes > slot_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", tensor.name, "' is ", tensor.bytes, " bytes, larger than a slot (",
-        slot_bytes_, " bytes); start wsyncd with a larger --slot-bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", tensor.name, "' is ", tensor.bytes, " bytes, larger than a slot (",
+                     slot_bytes_, " bytes); start wsyncd with a larger --slot-bytes"));
   }
   std::optional<PlannedBucket> closed;
   const uint64_t item = DTypeSize(tensor.dtype);

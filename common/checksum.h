@@ -8,8 +8,8 @@
 namespace wsync {
 
 // CRC-32 (IEEE 802.3 polynomial, reflected, as zlib's crc32). Chosen because CRCs of independent
-// chunks combine exactly (Crc32Combine), so a GPU kernel can checksum chunks in parallel and produce
-// the same value as this host function.
+// chunks combine exactly (Crc32Combine), so a GPU kernel can checksum chunks in parallel and
+// produce the same value as this host function.
 uint32_t Crc32(const void* data, size_t bytes, uint32_t crc = 0);
 uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, size_t bytes_b);
 // Uses up to `threads` threads on chunks and combines; same value as Crc32.

@@ -35,9 +35,8 @@ absl::StatusOr<DType> ParseDType(absl::string_view name) {
   for (const DTypeEntry& e : kDTypes) {
     if (e.name == name) return e.dtype;
   }
-  std::string known = absl::StrJoin(kDTypes, ", ", [](std::string* out, const DTypeEntry& e) {
-    absl::StrAppend(out, e.name);
-  });
+  std::string known = absl::StrJoin(
+      kDTypes, ", ", [](std::string* out, const DTypeEntry& e) { absl::StrAppend(out, e.name); });
   return absl::InvalidArgumentError(
       absl::StrCat("unknown dtype '", name, "'; known dtypes: ", known));
 }

@@ -2,9 +2,9 @@
 #define WSYNC_COMMON_DTYPE_H_
 
 #include <cstddef>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace wsync {
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace wsync {
@@ -46,7 +46,8 @@ class RootCommunicator {
   virtual const std::string& unique_id() const = 0;
   virtual int world_size() const = 0;
   // Sends the slot's bytes [offset, offset + bytes) to every other rank. The first call also waits
-  // for the peers to join, as NCCL's lazy communicator creation does. Errors name the ranks at fault.
+  // for the peers to join, as NCCL's lazy communicator creation does. Errors name the ranks at
+  // fault.
   virtual absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
                                  absl::Time deadline) = 0;
   // Breaks running and later operations (ncclCommAbort). Safe from any thread.

@@ -1,10 +1,9 @@
 #ifndef WSYNC_COMMON_LOG_H_
 #define WSYNC_COMMON_LOG_H_
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace wsync {
 
@@ -18,9 +17,9 @@ absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view name);
 
 }  // namespace wsync
 
-#define WSYNC_LOG(level, ...)                                              \
-  do {                                                                     \
-    if (::wsync::LogEnabled(::wsync::LogLevel::k##level))                  \
+#define WSYNC_LOG(level, ...)                                                   \
+  do {                                                                          \
+    if (::wsync::LogEnabled(::wsync::LogLevel::k##level))                       \
       ::wsync::LogLine(::wsync::LogLevel::k##level, absl::StrCat(__VA_ARGS__)); \
   } while (0)
 

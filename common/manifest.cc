@@ -48,15 +48,14 @@ absl::Status ValidateManifest(const BucketManifest& manifest, uint64_t slot_byte
     }
     const uint64_t item = DTypeSize(t.dtype);
     if (*numel > std::numeric_limits<uint64_t>::max() / item || *numel * item != t.length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.name, "': shape [", absl::StrJoin(t.shape, ", "), "] x ", item,
-          " bytes (", DTypeName(t.dtype), ") != length ", t.length));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': shape [", absl::StrJoin(t.shape, ", "), "] x ", item,
+                       " bytes (", DTypeName(t.dtype), ") != length ", t.length));
     }
     if (t.offset > slot_bytes || t.length > slot_bytes - t.offset) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': bytes [", t.offset,
-                                                     ", ", t.offset + t.length,
-                                                     ") lie outside the slot of ", slot_bytes,
-                                                     " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': bytes [", t.offset, ", ", t.offset + t.length,
+                       ") lie outside the slot of ", slot_bytes, " bytes"));
     }
     if (t.offset % item != 0) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': offset ", t.offset,
@@ -71,10 +70,10 @@ absl::Status ValidateManifest(const BucketManifest& manifest, uint64_t slot_byte
             [](const TensorEntry* a, const TensorEntry* b) { return a->offset < b->offset; });
   for (size_t i = 1; i < by_offset.size(); ++i) {
     if (by_offset[i]->offset < by_offset[i - 1]->end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensors '", by_offset[i - 1]->name, "' [", by_offset[i - 1]->offset, ", ",
-          by_offset[i - 1]->end(), ") and '", by_offset[i]->name, "' [", by_offset[i]->offset,
-          ", ", by_offset[i]->end(), ") overlap"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensors '", by_offset[i - 1]->name, "' [", by_offset[i - 1]->offset, ", ",
+                       by_offset[i - 1]->end(), ") and '", by_offset[i]->name, "' [",
+                       by_offset[i]->offset, ", ", by_offset[i]->end(), ") overlap"));
     }
   }
   return absl::OkStatus();
@@ -84,10 +83,10 @@ absl::Status ValidateFlattenedLayout(const BucketManifest& manifest) {
   uint64_t expect = 0;
   for (const TensorEntry& t : manifest.tensors) {
     if (t.offset != expect) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "flattened bucket layout: tensor '", t.name, "' starts at ", t.offset,
-          " but the previous tensor ends at ", expect,
-          "; tensors must lie back to back in list order from offset 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("flattened bucket layout: tensor '", t.name, "' starts at ", t.offset,
+                       " but the previous tensor ends at ", expect,
+                       "; tensors must lie back to back in list order from offset 0"));
     }
     expect = t.end();
   }

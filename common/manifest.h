@@ -24,8 +24,8 @@ struct TensorEntry {
 struct BucketManifest {
   std::vector<TensorEntry> tensors;
 
-  // Bytes from the slot's start to the end of the furthest tensor: the range that is checksummed and
-  // broadcast.
+  // Bytes from the slot's start to the end of the furthest tensor: the range that is checksummed
+  // and broadcast.
   uint64_t span_bytes() const;
 };
 
@@ -33,7 +33,8 @@ struct BucketManifest {
 absl::StatusOr<uint64_t> NumElements(const std::vector<int64_t>& shape);
 
 // Checks what every engine needs: a non-empty list, names unique and non-empty, every range inside
-// the slot, shape x itemsize == length, offsets aligned to the item size, no two ranges overlapping.
+// the slot, shape x itemsize == length, offsets aligned to the item size, no two ranges
+// overlapping.
 absl::Status ValidateManifest(const BucketManifest& manifest, uint64_t slot_bytes);
 
 // Flattened buckets (SGLang, LMDeploy) are the tensors' bytes back to back in list order from

@@ -134,9 +134,8 @@ absl::StatusOr<UniqueFd> ConnectTcp(const std::string& host, uint16_t port, absl
     }
     freeaddrinfo(res);
     if (absl::Now() + backoff > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("could not connect to ", host, ":", port, " before the deadline (",
-                       last.message(), ")"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "could not connect to ", host, ":", port, " before the deadline (", last.message(), ")"));
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Milliseconds(500));

@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
     if (adv_opt->count() == 0) {
       config.daemon.group.advertise_address = from_file.daemon.group.advertise_address;
     }
-    if (bind_opt->count() == 0) config.daemon.group.bind_address = from_file.daemon.group.bind_address;
+    if (bind_opt->count() == 0)
+      config.daemon.group.bind_address = from_file.daemon.group.bind_address;
     if (log_opt->count() == 0) log_level = from_file.log_level;
     config.groups = from_file.groups;
   }
@@ -98,12 +99,14 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<wsync::Platform> platform;
   if (config.daemon.mode == "host") {
-    WSYNC_LOG(Warning, "host mode: shared-memory slots and a TCP collective stand in for CUDA "
-                       "IPC and NCCL; for development, CI and the demo only");
+    WSYNC_LOG(Warning,
+              "host mode: shared-memory slots and a TCP collective stand in for CUDA "
+              "IPC and NCCL; for development, CI and the demo only");
     platform = std::make_unique<wsync::HostPlatform>(config.daemon.group.bind_address,
                                                      config.daemon.group.advertise_address);
   } else {
-    // Never fall back to host mode on its own: engines would wait for an NCCL peer that is not there.
+    // Never fall back to host mode on its own: engines would wait for an NCCL peer that is not
+    // there.
     return Fail(
         "CUDA mode is not available in this build yet (the CUDA/NCCL path is being built); run "
         "with --mode=host for development and CI");

@@ -110,9 +110,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   args.SetMaxReceiveMessageSize(64 << 20);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
-    return absl::UnavailableError(absl::StrCat(
-        "wsyncd is not answering at ", target, " (is it running? start it with `wsyncd`, or pass "
-        "the right --socket / address)"));
+    return absl::UnavailableError(absl::StrCat("wsyncd is not answering at ", target,
+                                               " (is it running? start it with `wsyncd`, or pass "
+                                               "the right --socket / address)"));
   }
   return std::unique_ptr<Client>(new Client(std::move(channel)));
 }

@@ -7,6 +7,8 @@
 //   (*client)->OpenSession(/*device=*/0, "trainer rank 0");
 //   auto result = (*client)->Push("policy", "step-100", tensors);
 
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -14,8 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -100,7 +100,8 @@ class Client {
   absl::Status CloseSession();
 
   // Plans buckets (order kept; a tensor larger than a slot is refused before anything is sent),
-  // fills free slots while earlier buckets are on the wire, commits, and returns per-engine results.
+  // fills free slots while earlier buckets are on the wire, commits, and returns per-engine
+  // results.
   absl::StatusOr<PushResult> Push(const std::string& group, const std::string& version,
                                   const std::vector<TensorRef>& tensors,
                                   const std::function<void(const PushProgress&)>& progress = {});

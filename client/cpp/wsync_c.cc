@@ -60,8 +60,8 @@ int wsync_push(wsync_client* client, const char* group, const char* version,
     const wsync_tensor& t = tensors[i];
     auto dtype = wsync::ParseDType(t.dtype ? t.dtype : "");
     if (!dtype.ok()) {
-      return Report(absl::InvalidArgumentError(absl::StrCat(
-                        "tensor '", t.name ? t.name : "", "': ", dtype.status().message())),
+      return Report(absl::InvalidArgumentError(absl::StrCat("tensor '", t.name ? t.name : "",
+                                                            "': ", dtype.status().message())),
                     err, err_len);
     }
     refs.push_back(wsync::TensorRef{t.name ? t.name : "", *dtype,

@@ -29,17 +29,17 @@ typedef void (*wsync_progress_fn)(void* user, uint64_t buckets_done, uint64_t bu
 
 WSYNC_EXPORT const char* wsync_version(void);
 WSYNC_EXPORT int wsync_connect(const char* target, double timeout_s, wsync_client** out, char* err,
-                  size_t err_len);
+                               size_t err_len);
 WSYNC_EXPORT void wsync_close(wsync_client* client);
-WSYNC_EXPORT int wsync_open_session(wsync_client* client, int32_t device, const char* client_name, char* err,
-                       size_t err_len);
+WSYNC_EXPORT int wsync_open_session(wsync_client* client, int32_t device, const char* client_name,
+                                    char* err, size_t err_len);
 WSYNC_EXPORT int wsync_close_session(wsync_client* client, char* err, size_t err_len);
 WSYNC_EXPORT uint64_t wsync_slot_bytes(const wsync_client* client);
 /* On success *result_json holds {"update_id", "buckets", "bytes", "seconds", "engines": [...]};
  * free it with wsync_free_string. */
 WSYNC_EXPORT int wsync_push(wsync_client* client, const char* group, const char* version,
-               const wsync_tensor* tensors, size_t count, wsync_progress_fn progress, void* user,
-               char** result_json, char* err, size_t err_len);
+                            const wsync_tensor* tensors, size_t count, wsync_progress_fn progress,
+                            void* user, char** result_json, char* err, size_t err_len);
 WSYNC_EXPORT void wsync_free_string(char* s);
 
 #ifdef __cplusplus

@@ -1,10 +1,10 @@
 // wsyncctl: operator CLI for wsyncd.
 
-#include <cstdlib>
-#include <iostream>
-
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+#include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
@@ -100,7 +100,8 @@ class Ctl {
     auto s = admin()->ListGroups(Context().get(), v1::ListGroupsRequest(), &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
-    Table t({"NAME", "KIND", "STATE", "WORLD", "ENGINES", "DEVICE", "VERSION", "UPDATES", "RENDEZVOUS"});
+    Table t({"NAME", "KIND", "STATE", "WORLD", "ENGINES", "DEVICE", "VERSION", "UPDATES",
+             "RENDEZVOUS"});
     for (const auto& g : resp.groups()) {
       t.AddRow({g.name(), KindName(g.kind()), StateName(g.state()), absl::StrCat(g.world_size()),
                 absl::StrCat(g.engines_size()), absl::StrCat(g.device()), g.last_version(),
@@ -137,10 +138,9 @@ class Ctl {
     if (g_.json) return PrintJson(resp);
     Table t({"GROUP", "ENGINE", "RANKS", "HEALTHY", "ENGINE VERSION", "WEIGHT VERSION", "ERROR"});
     for (const auto& e : resp.engines()) {
-      t.AddRow({e.group(), e.url(),
-                absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1),
-                e.healthy() ? "yes" : "no", e.engine_version(), e.weight_version(),
-                e.last_error()});
+      t.AddRow(
+          {e.group(), e.url(), absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1),
+           e.healthy() ? "yes" : "no", e.engine_version(), e.weight_version(), e.last_error()});
     }
     t.Print(std::cout);
     return 0;
@@ -167,7 +167,8 @@ class Ctl {
     auto s = admin()->ListUpdates(Context().get(), req, &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
-    Table t({"UPDATE", "GROUP", "VERSION", "STATE", "BUCKETS", "BYTES", "SECONDS", "GIB/S", "MESSAGE"});
+    Table t(
+        {"UPDATE", "GROUP", "VERSION", "STATE", "BUCKETS", "BYTES", "SECONDS", "GIB/S", "MESSAGE"});
     for (const auto& u : resp.updates()) {
       double gibs = u.seconds() > 0 ? u.bytes() / u.seconds() / (1ull << 30) : 0;
       t.AddRow({u.update_id(), u.group(), u.version(), u.state(), absl::StrCat(u.buckets()),

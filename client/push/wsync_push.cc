@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
       all_ok = all_ok && ok;
     }
   }
-  std::printf("%s\n", all_ok ? "RESULT: every engine rank holds the trainer's bytes"
-                             : "RESULT: FAILED");
+  std::printf("%s\n",
+              all_ok ? "RESULT: every engine rank holds the trainer's bytes" : "RESULT: FAILED");
   return all_ok ? 0 : 1;
 }

@@ -3,9 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace wsync::cuda {
 
@@ -26,10 +25,10 @@ class FirstError {
 
 }  // namespace wsync::cuda
 
-#define WSYNC_CUDA_RETURN_IF_ERROR(call)                                            \
-  do {                                                                              \
-    cudaError_t wsync_cuda_err_ = (call);                                           \
-    if (wsync_cuda_err_ != cudaSuccess)                                             \
+#define WSYNC_CUDA_RETURN_IF_ERROR(call)                                           \
+  do {                                                                             \
+    cudaError_t wsync_cuda_err_ = (call);                                          \
+    if (wsync_cuda_err_ != cudaSuccess)                                            \
       return ::wsync::cuda::CudaError(wsync_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -171,7 +171,8 @@ absl::Status HostRootCommunicator::WaitForPeers(absl::Time deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "ranks ", absl::StrJoin(missing, ","), " of ", world_size_,
           " never joined the collective (they did not fetch the unique id from the store or "
-          "could not reach ", Describe(), ")"));
+          "could not reach ",
+          Describe(), ")"));
     }
     joined_cv_.wait_for(lock, std::chrono::milliseconds(50));
   }
@@ -233,15 +234,17 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
       if (w > 0) {
         s.sent += static_cast<uint64_t>(w);
       } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return absl::UnavailableError(absl::StrCat("rank ", s.rank, " failed during a broadcast of ",
-                                                   bytes, " bytes: ", std::strerror(errno)));
+        return absl::UnavailableError(absl::StrCat("rank ", s.rank,
+                                                   " failed during a broadcast of ", bytes,
+                                                   " bytes: ", std::strerror(errno)));
       }
     }
     if (done == streams.size()) break;
     if (absl::Now() >= deadline) {
       std::vector<std::string> stuck;
       for (const Stream& s : streams) {
-        if (s.sent < total) stuck.push_back(absl::StrCat("rank ", s.rank, " at ", s.sent, "/", total));
+        if (s.sent < total)
+          stuck.push_back(absl::StrCat("rank ", s.rank, " at ", s.sent, "/", total));
       }
       return absl::DeadlineExceededError(absl::StrCat(
           "broadcast of ", bytes, " bytes did not finish before its deadline; not received by: ",
@@ -302,9 +305,8 @@ absl::Status HostCollectivePeer::ReadHeader(uint64_t bytes, absl::Time deadline)
   ++expected_sequence_;
   if (len != bytes) {
     // NCCL would hang or corrupt memory on mismatched counts; the stand-in reports it.
-    return absl::InvalidArgumentError(absl::StrCat("root broadcast ", len,
-                                                   " bytes but this rank posted a receive of ",
-                                                   bytes, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "root broadcast ", len, " bytes but this rank posted a receive of ", bytes, " bytes"));
   }
   return absl::OkStatus();
 }

@@ -5,8 +5,7 @@
 
 namespace wsync {
 
-absl::StatusOr<std::unique_ptr<SlotMemory>> HostPlatform::AllocateSlot(int device,
-                                                                       uint64_t bytes) {
+absl::StatusOr<std::unique_ptr<SlotMemory>> HostPlatform::AllocateSlot(int device, uint64_t bytes) {
   auto slot = ShmSlot::Create(device, bytes);
   if (!slot.ok()) return slot.status();
   return std::unique_ptr<SlotMemory>(std::move(*slot));

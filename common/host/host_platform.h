@@ -15,8 +15,8 @@ class HostPlatform final : public Platform {
 
   absl::string_view name() const override { return "host"; }
   absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override;
-  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
-      int device, int world_size) override;
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(int device,
+                                                                           int world_size) override;
 
  private:
   std::string bind_address_;

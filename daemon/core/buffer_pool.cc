@@ -19,8 +19,7 @@ absl::string_view SlotStateName(SlotState state) {
   return "unknown";
 }
 
-absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device,
-                                                           const std::string& session) {
+absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device, const std::string& session) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = devices_.find(device);
   if (it == devices_.end()) {
@@ -28,10 +27,9 @@ absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device,
     for (uint32_t i = 0; i < slots_per_device_; ++i) {
       auto memory = platform_->AllocateSlot(device, slot_bytes_);
       if (!memory.ok()) {
-        return absl::ResourceExhaustedError(absl::StrCat("allocating slot ", i, " of device ",
-                                                         device, " (", slot_bytes_,
-                                                         " bytes) failed: ",
-                                                         memory.status().message()));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("allocating slot ", i, " of device ", device, " (", slot_bytes_,
+                         " bytes) failed: ", memory.status().message()));
       }
       slots[i].memory = std::move(*memory);
     }
@@ -41,9 +39,10 @@ absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device,
   }
   for (const Slot& s : it->second) {
     if (!s.owner.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the slots of device ", device, " are held by session ", s.owner,
-          "; one trainer process per device may hold a session (close it or let its lease expire)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("the slots of device ", device, " are held by session ", s.owner,
+                       "; one trainer process per device may hold a session (close it or let its "
+                       "lease expire)"));
     }
   }
   std::vector<SlotMemory*> out;
@@ -72,9 +71,9 @@ absl::Status BufferPool::Transition(int device, uint32_t index, const std::strin
   std::lock_guard<std::mutex> lock(mu_);
   auto it = devices_.find(device);
   if (it == devices_.end() || index >= it->second.size()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "slot ", index, " is not held by session ", session, " (it holds slots 0..",
-        slots_per_device_ - 1, " of device ", device, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", index, " is not held by session ", session, " (it holds slots 0..",
+                     slots_per_device_ - 1, " of device ", device, ")"));
   }
   Slot& s = it->second[index];
   if (s.owner != session) {

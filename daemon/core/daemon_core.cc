@@ -183,8 +183,8 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   record.state = "running";
   record.started = absl::Now();
   history_.Upsert(record);
-  WSYNC_LOG(Info, "update ", context.update_id, " of group ", group_name, " to version '",
-            version, "' started by session ", session_id);
+  WSYNC_LOG(Info, "update ", context.update_id, " of group ", group_name, " to version '", version,
+            "' started by session ", session_id);
 
   auto on_done = [this, record](const UpdateOutcome& outcome) mutable {
     record.status = outcome.status;
@@ -209,8 +209,7 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
     --running_updates_;
     cv_.notify_all();
   };
-  return std::make_unique<UpdateRun>(std::move(context), group, &pool_, events,
-                                     std::move(on_done));
+  return std::make_unique<UpdateRun>(std::move(context), group, &pool_, events, std::move(on_done));
 }
 
 DaemonStatusView DaemonCore::Status() const {

@@ -24,8 +24,8 @@ absl::StatusOr<Session> SessionRegistry::Touch(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown session '", id,
-                                            "' (closed, expired, or opened on another daemon)"));
+    return absl::NotFoundError(
+        absl::StrCat("unknown session '", id, "' (closed, expired, or opened on another daemon)"));
   }
   it->second.last_seen = absl::Now();
   return it->second;
@@ -49,8 +49,7 @@ absl::Status SessionRegistry::StartUpdate(const std::string& id) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("unknown session '", id, "'"));
   if (it->second.update_running) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session '", id, "' already runs an update"));
+    return absl::FailedPreconditionError(absl::StrCat("session '", id, "' already runs an update"));
   }
   it->second.update_running = true;
   it->second.last_seen = absl::Now();

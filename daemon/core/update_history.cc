@@ -9,15 +9,20 @@ void UpdateHistory::Upsert(const UpdateRecord& record) {
       const bool was_running = it->state == "running";
       *it = record;
       if (was_running && record.state != "running") {
-        if (record.state == "committed") ++committed_; else ++failed_;
+        if (record.state == "committed")
+          ++committed_;
+        else
+          ++failed_;
         bytes_sent_ += record.bytes;
       }
       return;
     }
   }
   records_.push_back(record);
-  if (record.state == "committed") ++committed_;
-  else if (record.state != "running") ++failed_;
+  if (record.state == "committed")
+    ++committed_;
+  else if (record.state != "running")
+    ++failed_;
   while (records_.size() > limit_) records_.pop_front();
 }
 

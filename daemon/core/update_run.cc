@@ -44,10 +44,9 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
   }
   if (!failure_.ok()) return failure_;
   if (slot >= context_.slots.size()) {
-    Fail(absl::FailedPreconditionError(absl::StrCat("bucket ", sequence, ": slot ", slot,
-                                                    " is not held by session ",
-                                                    context_.session_id, " (it holds 0..",
-                                                    context_.slots.size() - 1, ")")));
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("bucket ", sequence, ": slot ", slot, " is not held by session ",
+                     context_.session_id, " (it holds 0..", context_.slots.size() - 1, ")")));
     return failure_;
   }
   absl::Status valid = ValidateManifest(manifest, context_.slots[slot]->bytes());
@@ -62,8 +61,8 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
     }
   }
   if (!valid.ok()) {
-    Fail(absl::Status(valid.code(), absl::StrCat("bucket ", sequence, " refused: ",
-                                                 valid.message())));
+    Fail(absl::Status(valid.code(),
+                      absl::StrCat("bucket ", sequence, " refused: ", valid.message())));
     return failure_;
   }
   absl::Status moved = pool_->Transition(context_.device, slot, context_.session_id,
@@ -107,16 +106,16 @@ void UpdateRun::SenderLoop() {
       if (!crc.ok()) {
         status = crc.status();
       } else if (*crc != p.checksum) {
-        status = absl::DataLossError(absl::StrCat(
-            "bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
-            Crc32Hex(p.checksum), " but slot ", p.slot, " holds ", Crc32Hex(*crc), " over ",
-            span, " bytes; nothing was sent"));
+        status = absl::DataLossError(
+            absl::StrCat("bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
+                         Crc32Hex(p.checksum), " but slot ", p.slot, " holds ", Crc32Hex(*crc),
+                         " over ", span, " bytes; nothing was sent"));
       }
     }
     std::vector<EngineOutcome> outcomes;
     if (status.ok()) {
-      status = group_->SendBucket(slot, p.manifest, absl::Now() + context_.bucket_timeout,
-                                  &outcomes);
+      status =
+          group_->SendBucket(slot, p.manifest, absl::Now() + context_.bucket_timeout, &outcomes);
     }
     const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kSending,

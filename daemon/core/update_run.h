@@ -33,8 +33,7 @@ struct UpdateOutcome {
 class UpdateEvents {
  public:
   virtual ~UpdateEvents() = default;
-  virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
-                          double seconds) = 0;
+  virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors, double seconds) = 0;
   virtual void SlotFree(uint32_t slot) = 0;
   // The update failed while the trainer may be waiting for a SlotFree that will never come; the
   // stream tells it now instead of at its next message.

@@ -140,8 +140,7 @@ absl::Status WeightGroup::FormLocked() {
   // Published before any engine is asked to join: engines fetch it at their first collective.
   store_->Set(UniqueIdKey(spec_.name), comm_->unique_id());
   Rendezvous rdv{options_.advertise_address, store_->port(), world_size_, spec_.name};
-  std::vector<absl::Status> inits =
-      OnEngines([&](EngineAdapter& a) { return a.InitGroup(rdv); });
+  std::vector<absl::Status> inits = OnEngines([&](EngineAdapter& a) { return a.InitGroup(rdv); });
   std::vector<std::string> errors;
   absl::StatusCode code = absl::StatusCode::kOk;
   for (size_t i = 0; i < inits.size(); ++i) {
@@ -154,9 +153,9 @@ absl::Status WeightGroup::FormLocked() {
     for (size_t i = 0; i < inits.size(); ++i) {
       if (inits[i].ok()) (void)adapters_[i]->DestroyGroup(spec_.name);
     }
-    return fail(absl::Status(code,
-                             absl::StrCat("group '", spec_.name, "': engines failed to join: ",
-                                          absl::StrJoin(errors, "; "))));
+    return fail(absl::Status(
+        code, absl::StrCat("group '", spec_.name,
+                           "': engines failed to join: ", absl::StrJoin(errors, "; "))));
   }
   if (absl::Status s = WaitForRegistration(); !s.ok()) return fail(s);
   state_ = GroupState::kReady;
@@ -175,8 +174,7 @@ absl::Status WeightGroup::WaitForRegistration() {
       return absl::DeadlineExceededError(absl::StrCat(
           "group '", spec_.name, "': only ", store_->InitCount(), " of ", world_size_ - 1,
           " engine ranks registered with the store at ", options_.advertise_address, ":",
-          store_->port(), " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","),
-          ")"));
+          store_->port(), " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")"));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -219,12 +217,12 @@ absl::Status WeightGroup::BeginUpdate() {
     OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
     TearDownLocked();
     if (absl::Status s = FormLocked(); !s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("group '", spec_.name, "' is broken and re-forming it failed: ",
-                       s.message()));
+      return absl::UnavailableError(absl::StrCat(
+          "group '", spec_.name, "' is broken and re-forming it failed: ", s.message()));
     }
   }
-  std::vector<absl::Status> paused = OnEngines([](EngineAdapter& a) { return a.PauseGeneration(); });
+  std::vector<absl::Status> paused =
+      OnEngines([](EngineAdapter& a) { return a.PauseGeneration(); });
   for (const absl::Status& s : paused) {
     if (!s.ok()) {
       OnEngines([](EngineAdapter& a) { return a.ResumeGeneration(); });
@@ -246,8 +244,8 @@ absl::Status WeightGroup::SendBucket(SlotMemory& slot, const BucketManifest& man
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != GroupState::kUpdating || !comm_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "group '", spec_.name, "' is ", GroupStateName(state_), ", not updating"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("group '", spec_.name, "' is ", GroupStateName(state_), ", not updating"));
     }
     comm = comm_.get();
   }
@@ -272,8 +270,8 @@ absl::Status WeightGroup::SendBucket(SlotMemory& slot, const BucketManifest& man
   for (size_t i = 0; i < adapters_.size(); ++i) {
     outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
     if (!results[i].ok()) {
-      errors.push_back(absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ",
-                                    results[i].message()));
+      errors.push_back(
+          absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", results[i].message()));
       if (first.ok()) first = results[i];
     }
   }

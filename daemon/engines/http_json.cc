@@ -42,9 +42,9 @@ absl::StatusOr<HttpReply> ToReply(const std::string& base, const std::string& me
     }
     if (err == httplib::Error::Read || err == httplib::Error::Write) {
       // httplib reports a read timeout as a read error; both mean no complete answer came.
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, "no complete answer within ", absl::FormatDuration(timeout),
-                       " (engine hung, or closed the connection)"));
+      return absl::DeadlineExceededError(absl::StrCat(what, "no complete answer within ",
+                                                      absl::FormatDuration(timeout),
+                                                      " (engine hung, or closed the connection)"));
     }
     if (err == httplib::Error::ConnectionTimeout) {
       return absl::DeadlineExceededError(absl::StrCat(what, "connection timed out"));
@@ -73,8 +73,8 @@ absl::StatusOr<HttpReply> EngineHttp::Get(const std::string& path, absl::Duratio
 
 absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& reply) const {
   if (reply.status >= 200 && reply.status < 300) return absl::OkStatus();
-  std::string msg = absl::StrCat(base_url_, path, " answered HTTP ", reply.status, ": ",
-                                 Truncated(reply.body));
+  std::string msg =
+      absl::StrCat(base_url_, path, " answered HTTP ", reply.status, ": ", Truncated(reply.body));
   if (reply.status >= 500) return absl::InternalError(msg);
   if (reply.status == 404) return absl::UnimplementedError(msg);
   return absl::FailedPreconditionError(msg);

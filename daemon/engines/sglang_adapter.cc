@@ -10,14 +10,15 @@ absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
   const int tp = info.value("tp_size", 0);
   if (tp != 0 && static_cast<uint32_t>(tp) != endpoint_.ranks) {
-    return absl::FailedPreconditionError(absl::StrCat("engine ", endpoint_.url, " runs tp_size ", tp,
-                                                      " but the group declares ", endpoint_.ranks,
-                                                      " ranks for it"));
+    return absl::FailedPreconditionError(absl::StrCat("engine ", endpoint_.url, " runs tp_size ",
+                                                      tp, " but the group declares ",
+                                                      endpoint_.ranks, " ranks for it"));
   }
   if (info.value("pp_size", 1) > 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine ", endpoint_.url, " runs pp_size > 1, which SGLang's weight-update group does not "
-        "rank correctly"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url,
+                     " runs pp_size > 1, which SGLang's weight-update group does not "
+                     "rank correctly"));
   }
   return absl::OkStatus();
 }
@@ -53,8 +54,8 @@ absl::Status SglangAdapter::PauseGeneration() {
 }
 
 absl::Status SglangAdapter::ResumeGeneration() {
-  return http_.PostExpectSuccess("/continue_generation", nlohmann::json::object(),
-                                 timeouts_.control)
+  return http_
+      .PostExpectSuccess("/continue_generation", nlohmann::json::object(), timeouts_.control)
       .status();
 }
 
@@ -86,12 +87,12 @@ absl::Status SglangAdapter::PostBucket(const BucketManifest& manifest,
 }
 
 absl::Status SglangAdapter::FinishUpdate(const std::string& version) {
-  WSYNC_RETURN_IF_ERROR(http_
-                            .PostExpectSuccess("/update_weight_version",
-                                               {{"new_version", version},
-                                                {"abort_all_requests", false}},
-                                               timeouts_.control)
-                            .status());
+  WSYNC_RETURN_IF_ERROR(
+      http_
+          .PostExpectSuccess("/update_weight_version",
+                             {{"new_version", version}, {"abort_all_requests", false}},
+                             timeouts_.control)
+          .status());
   auto flushed = http_.Post("/flush_cache", nlohmann::json::object(), timeouts_.control);
   if (!flushed.ok()) return flushed.status();
   if (flushed->status != 200) {

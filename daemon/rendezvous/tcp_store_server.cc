@@ -268,8 +268,8 @@ bool TcpStoreServer::HandleRequest(Connection& conn, uint8_t command) {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (command == kCheck) {
-        return conn.Write(std::string(1, static_cast<char>(AllExistLocked(keys) ? kReady
-                                                                                   : kNotReady)));
+        return conn.Write(
+            std::string(1, static_cast<char>(AllExistLocked(keys) ? kReady : kNotReady)));
       }
       if (command == kMultiGet) {
         for (const auto& k : keys) {
@@ -284,8 +284,8 @@ bool TcpStoreServer::HandleRequest(Connection& conn, uint8_t command) {
       }
       for (const auto& k : keys) {
         if (data_.count(k) == 0 && unpublished_waits_.insert(k).second) {
-          WSYNC_LOG(Info, "store :", port_, ": pid ", conn.pid, " waits for unpublished key '",
-                    k, "'");
+          WSYNC_LOG(Info, "store :", port_, ": pid ", conn.pid, " waits for unpublished key '", k,
+                    "'");
         }
       }
       conn.pending_wait = std::move(keys);

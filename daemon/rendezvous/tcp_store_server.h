@@ -3,8 +3,8 @@
 
 // A server for PyTorch c10d's TCPStore wire protocol (shared/docs/tcpstore-protocol.md), so that
 // unmodified torch engine ranks rendezvous with wsyncd as if it were a torch rank 0. It follows the
-// libuv server's semantics: VALIDATE first, GET of a missing key answers empty bytes, protocol errors
-// close the connection, idle connections are never closed.
+// libuv server's semantics: VALIDATE first, GET of a missing key answers empty bytes, protocol
+// errors close the connection, idle connections are never closed.
 
 #include <atomic>
 #include <cstdint>

@@ -177,8 +177,8 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
 
 grpc::Status AdminService::Drain(grpc::ServerContext*, const v1::DrainRequest* req,
                                  v1::DrainResponse* resp) {
-  DrainResult r = core_->Drain(absl::Seconds(req->timeout_seconds() == 0 ? 60
-                                                                          : req->timeout_seconds()));
+  DrainResult r =
+      core_->Drain(absl::Seconds(req->timeout_seconds() == 0 ? 60 : req->timeout_seconds()));
   resp->set_updates_waited(r.waited);
   resp->set_drained(r.drained);
   return grpc::Status::OK;

@@ -17,8 +17,7 @@ class AdminService final : public v1::Admin::Service {
                            v1::GroupInfo*) override;
   grpc::Status ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
                           v1::ListGroupsResponse*) override;
-  grpc::Status GetGroup(grpc::ServerContext*, const v1::GetGroupRequest*,
-                        v1::GroupInfo*) override;
+  grpc::Status GetGroup(grpc::ServerContext*, const v1::GetGroupRequest*, v1::GroupInfo*) override;
   grpc::Status DestroyGroup(grpc::ServerContext*, const v1::DestroyGroupRequest*,
                             v1::DestroyGroupResponse*) override;
   grpc::Status ListEngines(grpc::ServerContext*, const v1::ListEnginesRequest*,

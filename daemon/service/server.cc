@@ -1,5 +1,6 @@
 #include "daemon/service/server.h"
 
+#include <grpcpp/health_check_service_interface.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -7,8 +8,6 @@
 
 #include <cstring>
 #include <filesystem>
-
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,8 +30,7 @@ absl::Status PrepareSocketPath(const std::string& path) {
   bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
   if (live) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("another wsyncd is already serving ", path));
+    return absl::AlreadyExistsError(absl::StrCat("another wsyncd is already serving ", path));
   }
   std::filesystem::remove(path, ec);
   return absl::OkStatus();
@@ -69,9 +67,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   server->server_ = builder.BuildAndStart();
   ::umask(old);
   if (!server->server_) {
-    return absl::UnavailableError(
-        absl::StrCat("could not listen on ", server->listen_,
-                     " (path not writable, or address in use?)"));
+    return absl::UnavailableError(absl::StrCat("could not listen on ", server->listen_,
+                                               " (path not writable, or address in use?)"));
   }
   if (!options.tcp_listen.empty() && tcp_port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on TCP ", options.tcp_listen));

@@ -1,10 +1,10 @@
 #ifndef WSYNC_DAEMON_SERVICE_SERVER_H_
 #define WSYNC_DAEMON_SERVICE_SERVER_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "daemon/core/daemon_core.h"

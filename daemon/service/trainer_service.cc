@@ -139,8 +139,7 @@ grpc::Status TrainerService::KeepAlive(grpc::ServerContext*, const v1::KeepAlive
   return ToGrpcStatus(core_->KeepAlive(req->session_id()));
 }
 
-grpc::Status TrainerService::CloseSession(grpc::ServerContext*,
-                                          const v1::CloseSessionRequest* req,
+grpc::Status TrainerService::CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest* req,
                                           v1::CloseSessionResponse*) {
   return ToGrpcStatus(core_->CloseSession(req->session_id()));
 }
@@ -203,9 +202,9 @@ grpc::Status TrainerService::Update(
         // the update is aborted before the engines record the version.
         v1::UpdateRequest extra;
         if (stream->Read(&extra)) {
-          return finish((*run)->Abort(absl::FailedPreconditionError(absl::StrCat(
-              "a ", extra.has_bucket() ? "bucket" : "message",
-              " arrived after commit; the update is aborted"))));
+          return finish((*run)->Abort(absl::FailedPreconditionError(
+              absl::StrCat("a ", extra.has_bucket() ? "bucket" : "message",
+                           " arrived after commit; the update is aborted"))));
         }
         return finish((*run)->Commit());
       }
@@ -213,8 +212,8 @@ grpc::Status TrainerService::Update(
         return finish((*run)->Abort(absl::AbortedError(
             absl::StrCat("aborted by the trainer: ", request.abort().reason()))));
       case v1::UpdateRequest::kBegin:
-        return finish((*run)->Abort(
-            absl::FailedPreconditionError("begin sent twice in one update stream")));
+        return finish(
+            (*run)->Abort(absl::FailedPreconditionError("begin sent twice in one update stream")));
       default:
         return finish((*run)->Abort(absl::InvalidArgumentError("empty update message")));
     }

@@ -1,10 +1,11 @@
 // Runs only where a CUDA device exists (the GPU machine); elsewhere every test skips.
 
+#include "common/cuda/cuda_resources.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 
-#include "common/cuda/cuda_resources.h"
 #include "common/cuda/cuda_status.h"
 #include "gtest/gtest.h"
 

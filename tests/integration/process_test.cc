@@ -1,8 +1,7 @@
 // Real wsyncd and simulator processes on loopback, driven through the C++ client and wsyncctl.
 
-#include <sys/stat.h>
-
 #include <httplib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -38,11 +37,14 @@ class ProcessTest : public ::testing::Test {
   }
 
   std::unique_ptr<ChildProcess> StartDaemon(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {WSYNCD_BIN,       "--mode",           "host",
-                                     "--socket",       socket_,            "--slot-bytes",
-                                     "1MiB",           "--bucket-timeout", "5",
-                                     "--control-timeout", "5",             "--advertise-address",
-                                     "127.0.0.1",      "--bind-address",   "127.0.0.1"};
+    std::vector<std::string> argv = {WSYNCD_BIN,  "--mode",
+                                     "host",      "--socket",
+                                     socket_,     "--slot-bytes",
+                                     "1MiB",      "--bucket-timeout",
+                                     "5",         "--control-timeout",
+                                     "5",         "--advertise-address",
+                                     "127.0.0.1", "--bind-address",
+                                     "127.0.0.1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = std::make_unique<ChildProcess>(argv, dir_ + "/wsyncd.log");
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -100,9 +102,10 @@ TEST_F(ProcessTest, EngineDyingMidBucketFailsTheUpdateAndAReplacementRecovers) {
     // The next bucket sim b receives kills it halfway through.
     httplib::Client http("127.0.0.1", pb);
     auto knobs = nlohmann::json::parse(http.Post("/sim/knobs", "{}", "application/json")->body);
-    auto r = http.Post("/sim/knobs",
-                       absl::StrCat("{\"die_at_update\": ", knobs["updates_received"].get<int>(), "}"),
-                       "application/json");
+    auto r =
+        http.Post("/sim/knobs",
+                  absl::StrCat("{\"die_at_update\": ", knobs["updates_received"].get<int>(), "}"),
+                  "application/json");
     ASSERT_TRUE(r && r->status == 200);
   }
   const absl::Time t0 = absl::Now();
@@ -208,8 +211,8 @@ TEST_F(ProcessTest, ConfigDeclaredGroupFormsAndSocketIsPrivateAndSigtermStopsCle
 }
 
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
-  auto p = std::make_unique<ChildProcess>(
-      std::vector<std::string>{WSYNCD_BIN, "--socket", socket_}, dir_ + "/cuda.log");
+  auto p = std::make_unique<ChildProcess>(std::vector<std::string>{WSYNCD_BIN, "--socket", socket_},
+                                          dir_ + "/cuda.log");
   EXPECT_EQ(p->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(p->Log(), HasSubstr("--mode=host"));
   EXPECT_FALSE(std::filesystem::exists(socket_));

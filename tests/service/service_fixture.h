@@ -34,7 +34,8 @@ inline std::vector<OwnedTensor> SmallModel(uint32_t version) {
     uint64_t n = DTypeSize(dtype);
     for (int64_t d : shape) n *= d;
     OwnedTensor t{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(n)};
-    for (uint64_t i = 0; i < n; ++i) t.data[i] = static_cast<uint8_t>(i * 31 + version * 7 + out.size());
+    for (uint64_t i = 0; i < n; ++i)
+      t.data[i] = static_cast<uint8_t>(i * 31 + version * 7 + out.size());
     out.push_back(std::move(t));
   };
   add("model.embed_tokens.weight", DType::kBfloat16, {600, 512});  // 600 KiB
@@ -69,8 +70,8 @@ class ServiceFixture : public ::testing::Test {
     options.group.advertise_address = "127.0.0.1";
     options.group.registration_timeout = absl::Seconds(5);
     options.group.timeouts.control = absl::Seconds(5);
-    core_ = std::make_unique<DaemonCore>(
-        std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"), options);
+    core_ = std::make_unique<DaemonCore>(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"),
+                                         options);
     auto server = DaemonServer::Start(core_.get(), ServerOptions{});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);

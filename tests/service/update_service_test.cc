@@ -1,10 +1,10 @@
 // The trainer and admin services end to end in one process: client -> in-process gRPC -> daemon
 // core -> host collective + HTTP -> SGLang simulators.
 
+#include <httplib.h>
+
 #include <cstring>
 #include <thread>
-
-#include <httplib.h>
 
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -61,8 +61,8 @@ absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket, bool commit
   return stream.Finish();
 }
 
-v1::TensorSpec Spec(const std::string& name, const std::string& dtype,
-                    std::vector<int64_t> shape, uint64_t offset, uint64_t length) {
+v1::TensorSpec Spec(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
+                    uint64_t offset, uint64_t length) {
   v1::TensorSpec t;
   t.set_name(name);
   t.set_dtype(dtype);
@@ -103,8 +103,7 @@ TEST_F(ServiceFixture, BadBucketsAreRefusedBeforeAnyByteReachesAnEngine) {
        "outside the slot"},
       {"unknown dtype", bucket({Spec("a", "complex32", {4}, 0, 16)}), kInvalid,
        "unknown dtype 'complex32'"},
-      {"shape x itemsize", bucket({Spec("a", "bfloat16", {5}, 0, 16)}), kInvalid,
-       "!= length 16"},
+      {"shape x itemsize", bucket({Spec("a", "bfloat16", {5}, 0, 16)}), kInvalid, "!= length 16"},
       {"duplicate names", bucket({Spec("a", "uint8", {4}, 0, 4), Spec("a", "uint8", {4}, 4, 4)}),
        kInvalid, "duplicate tensor name 'a'"},
       {"empty bucket", bucket({}), kInvalid, "empty bucket"},
@@ -154,8 +153,11 @@ TEST_F(ServiceFixture, TensorLargerThanASlotIsRefusedBeforeAnythingIsSent) {
   CreatePolicyGroup();
   std::vector<uint8_t> huge(kSlotBytes + 2);
   std::vector<TensorRef> refs = {{"small", DType::kUint8, {4}, huge.data(), 4},
-                                 {"huge", DType::kBfloat16, {static_cast<int64_t>(huge.size() / 2)},
-                                  huge.data(), huge.size()}};
+                                 {"huge",
+                                  DType::kBfloat16,
+                                  {static_cast<int64_t>(huge.size() / 2)},
+                                  huge.data(),
+                                  huge.size()}};
   auto result = client_->Push("policy", "v1", refs);
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(result.status().message()), HasSubstr("'huge' is 1048578 bytes"));

@@ -41,7 +41,8 @@ absl::StatusOr<int> SglangSim::Start(const std::string& host, int port) {
   server_ = std::make_unique<httplib::Server>();
   server_->new_task_queue = [] { return new httplib::ThreadPool(8); };
   Routes();
-  int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  int bound =
+      port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (bound < 0) return absl::UnavailableError(absl::StrCat("cannot bind ", host, ":", port));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return bound;
@@ -73,10 +74,9 @@ absl::Status SglangSim::InitGroup(const json& body) {
     group->ranks[r] = std::make_unique<Rank>();
     group->ranks[r]->tp_rank = r;
     threads.emplace_back([&, r] {
-      auto store = TcpStoreClient::Connect(group->master_address,
-                                           static_cast<uint16_t>(group->master_port),
-                                           static_cast<uint32_t>(::getpid()) * 10 + r,
-                                           absl::Now() + absl::Seconds(30));
+      auto store = TcpStoreClient::Connect(
+          group->master_address, static_cast<uint16_t>(group->master_port),
+          static_cast<uint32_t>(::getpid()) * 10 + r, absl::Now() + absl::Seconds(30));
       if (!store.ok()) {
         results[r] = store.status();
         return;
@@ -99,7 +99,7 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
     WSYNC_RETURN_IF_ERROR(rank.store->Wait({key}, kIdTimeout));
     WSYNC_ASSIGN_OR_RETURN(std::string id, rank.store->Get(key));
     WSYNC_ASSIGN_OR_RETURN(rank.peer, HostCollectivePeer::Join(id, global_rank, group_->world_size,
-                                                                absl::Now() + kIdTimeout));
+                                                               absl::Now() + kIdTimeout));
   }
   const auto& names = body["names"];
   const auto& dtypes = body["dtypes"];
@@ -110,8 +110,8 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
     WSYNC_ASSIGN_OR_RETURN(DType dtype, ParseDType(dtypes[i].get<std::string>()));
     std::vector<int64_t> shape = shapes[i].get<std::vector<int64_t>>();
     WSYNC_ASSIGN_OR_RETURN(uint64_t numel, NumElements(shape));
-    entries.push_back(TensorEntry{names[i].get<std::string>(), dtype, shape, total,
-                                  numel * DTypeSize(dtype)});
+    entries.push_back(
+        TensorEntry{names[i].get<std::string>(), dtype, shape, total, numel * DTypeSize(dtype)});
     total += numel * DTypeSize(dtype);
   }
   const bool flattened = body.value("load_format", json()).is_string() &&
@@ -132,8 +132,7 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
       if (e.offset % DTypeSize(e.dtype) != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", e.name, " starts at byte ", e.offset,
-            ", not a multiple of its element size: the view to ", DTypeName(e.dtype),
-            " fails"));
+            ", not a multiple of its element size: the view to ", DTypeName(e.dtype), " fails"));
       }
       std::vector<uint8_t> bytes(flat.begin() + e.offset, flat.begin() + e.offset + e.length);
       rank.crcs[e.name] = Crc32(bytes.data(), bytes.size());
@@ -151,36 +150,39 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
 }
 
 void SglangSim::Routes() {
-  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.status = 200;
-  });
+  server_->Get("/health",
+               [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
   server_->Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu_);
     Reply(res, 200,
-          {{"version", knobs_.version}, {"tp_size", tp_size_}, {"dp_size", 1}, {"pp_size", 1},
-           {"weight_version", weight_version_}, {"simulator", true}});
+          {{"version", knobs_.version},
+           {"tp_size", tp_size_},
+           {"dp_size", 1},
+           {"pp_size", 1},
+           {"weight_version", weight_version_},
+           {"simulator", true}});
   });
-  server_->Post("/init_weights_update_group", [this](const httplib::Request& req,
-                                                     httplib::Response& res) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded()) return SuccessReply(res, false, "invalid JSON");
-    if (knobs_.fail_init) return SuccessReply(res, false, "Failed to init group: simulated");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (group_) {
-        return SuccessReply(res, false,
-                            absl::StrCat("group '", group_->name, "' already initialized"));
-      }
-    }
-    absl::Status s;
-    try {
-      s = InitGroup(body);
-    } catch (const json::exception& e) {
-      s = absl::InvalidArgumentError(e.what());
-    }
-    if (!s.ok()) return SuccessReply(res, false, std::string(s.message()));
-    SuccessReply(res, true, "Succeeded to initialize custom process group.");
-  });
+  server_->Post(
+      "/init_weights_update_group", [this](const httplib::Request& req, httplib::Response& res) {
+        json body = json::parse(req.body, nullptr, false);
+        if (body.is_discarded()) return SuccessReply(res, false, "invalid JSON");
+        if (knobs_.fail_init) return SuccessReply(res, false, "Failed to init group: simulated");
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (group_) {
+            return SuccessReply(res, false,
+                                absl::StrCat("group '", group_->name, "' already initialized"));
+          }
+        }
+        absl::Status s;
+        try {
+          s = InitGroup(body);
+        } catch (const json::exception& e) {
+          s = absl::InvalidArgumentError(e.what());
+        }
+        if (!s.ok()) return SuccessReply(res, false, std::string(s.message()));
+        SuccessReply(res, true, "Succeeded to initialize custom process group.");
+      });
   server_->Post("/update_weights_from_distributed", [this](const httplib::Request& req,
                                                            httplib::Response& res) {
     std::lock_guard<std::mutex> serial(update_mu_);
@@ -220,8 +222,8 @@ void SglangSim::Routes() {
     }
     for (auto& t : threads) t.join();
     for (const auto& s : results) {
-      if (!s.ok()) return SuccessReply(res, false, absl::StrCat("Failed to update parameter: ",
-                                                                s.message()));
+      if (!s.ok())
+        return SuccessReply(res, false, absl::StrCat("Failed to update parameter: ", s.message()));
     }
     if (body.contains("weight_version") && body["weight_version"].is_string()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -229,22 +231,22 @@ void SglangSim::Routes() {
     }
     SuccessReply(res, true, "Succeeded to update parameter online from distributed.");
   });
-  server_->Post("/destroy_weights_update_group", [this](const httplib::Request& req,
-                                                        httplib::Response& res) {
-    json body = json::parse(req.body, nullptr, false);
-    const std::string name = body.is_object()
-                                 ? body.value("group_name", std::string("weight_update_group"))
-                                 : std::string("weight_update_group");
-    std::unique_ptr<Group> dropped;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!group_ || group_->name != name) {
-        return SuccessReply(res, false, absl::StrCat("group '", name, "' not found"));
-      }
-      dropped = std::move(group_);
-    }
-    SuccessReply(res, true, "Succeeded to destroy custom process group.");
-  });
+  server_->Post(
+      "/destroy_weights_update_group", [this](const httplib::Request& req, httplib::Response& res) {
+        json body = json::parse(req.body, nullptr, false);
+        const std::string name = body.is_object()
+                                     ? body.value("group_name", std::string("weight_update_group"))
+                                     : std::string("weight_update_group");
+        std::unique_ptr<Group> dropped;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (!group_ || group_->name != name) {
+            return SuccessReply(res, false, absl::StrCat("group '", name, "' not found"));
+          }
+          dropped = std::move(group_);
+        }
+        SuccessReply(res, true, "Succeeded to destroy custom process group.");
+      });
   server_->Post("/pause_generation", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu_);
     paused_ = true;
@@ -255,23 +257,25 @@ void SglangSim::Routes() {
     paused_ = false;
     Reply(res, 200, {{"message", "Generation continued successfully."}, {"status", "ok"}});
   });
-  server_->Post("/update_weight_version", [this](const httplib::Request& req,
-                                                 httplib::Response& res) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.contains("new_version")) {
-      return SuccessReply(res, false, "new_version is required");
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    weight_version_ = body["new_version"].get<std::string>();
-    Reply(res, 200, {{"success", true},
-                     {"message", "Weight version updated successfully"},
-                     {"new_version", weight_version_}});
-  });
+  server_->Post("/update_weight_version",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  json body = json::parse(req.body, nullptr, false);
+                  if (body.is_discarded() || !body.contains("new_version")) {
+                    return SuccessReply(res, false, "new_version is required");
+                  }
+                  std::lock_guard<std::mutex> lock(mu_);
+                  weight_version_ = body["new_version"].get<std::string>();
+                  Reply(res, 200,
+                        {{"success", true},
+                         {"message", "Weight version updated successfully"},
+                         {"new_version", weight_version_}});
+                });
   auto flush = [](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
-    res.set_content("Cache flushed.\nPlease check backend logs for more details. (When there are "
-                    "running or waiting requests, the operation will not be performed.)\n",
-                    "text/plain");
+    res.set_content(
+        "Cache flushed.\nPlease check backend logs for more details. (When there are "
+        "running or waiting requests, the operation will not be performed.)\n",
+        "text/plain");
   };
   server_->Post("/flush_cache", flush);
   server_->Get("/flush_cache", flush);

@@ -28,10 +28,10 @@ class TcpStoreClient;
 class HostCollectivePeer;
 
 struct SimKnobs {
-  bool fail_init = false;      // init_weights_update_group answers success=false (400)
-  int fail_update_at = -1;     // the Nth update request (0-based) answers HTTP 500
-  int hang_update_at = -1;     // the Nth update request never answers and never receives
-  int die_at_update = -1;      // the process exits halfway through receiving the Nth bucket
+  bool fail_init = false;   // init_weights_update_group answers success=false (400)
+  int fail_update_at = -1;  // the Nth update request (0-based) answers HTTP 500
+  int hang_update_at = -1;  // the Nth update request never answers and never receives
+  int die_at_update = -1;   // the process exits halfway through receiving the Nth bucket
   std::string version = "0.5.6";
 };
 
@@ -75,8 +75,8 @@ class SglangSim {
   std::atomic<bool> stopping_{false};
   std::atomic<int> updates_{0};
 
-  mutable std::mutex mu_;      // state below
-  std::mutex update_mu_;       // SGLang serialises weight updates
+  mutable std::mutex mu_;  // state below
+  std::mutex update_mu_;   // SGLang serialises weight updates
   std::unique_ptr<Group> group_;
   std::string weight_version_ = "default";
   bool paused_ = false;

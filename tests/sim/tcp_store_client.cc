@@ -21,10 +21,9 @@ void Str(std::string* s, const std::string& v) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host,
-                                                                         uint16_t port,
-                                                                         uint32_t pid,
-                                                                         absl::Time deadline,
-                                                                         bool register_init) {
+                                                                        uint16_t port, uint32_t pid,
+                                                                        absl::Time deadline,
+                                                                        bool register_init) {
   WSYNC_ASSIGN_OR_RETURN(UniqueFd fd, ConnectTcp(host, port, deadline));
   auto client = std::unique_ptr<TcpStoreClient>(new TcpStoreClient(std::move(fd)));
   std::string validate;
@@ -115,8 +114,8 @@ absl::Status TcpStoreClient::Wait(const std::vector<std::string>& keys, absl::Du
   if (r == 0) {  // STOP_WAITING raced the cancel; WAIT_CANCELED follows
     WSYNC_RETURN_IF_ERROR(ReadExact(fd_.get(), &r, 1, absl::Now() + kReplyTimeout));
   }
-  return absl::DeadlineExceededError(absl::StrCat("store WAIT for ", keys.size(),
-                                                  " key(s) timed out"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("store WAIT for ", keys.size(), " key(s) timed out"));
 }
 
 }  // namespace wsync

@@ -83,7 +83,8 @@ TEST(Manifest, RefusesEveryKindOfBadBucketWithAPreciseMessage) {
       {"duplicate", BucketManifest{{T("a", "uint8", {1}, 0, 1), T("a", "uint8", {1}, 1, 1)}},
        "duplicate tensor name 'a'"},
       {"empty name", BucketManifest{{T("", "uint8", {1}, 0, 1)}}, "empty name"},
-      {"misaligned", BucketManifest{{T("a", "float32", {1}, 2, 4)}}, "not a multiple of its item size 4"},
+      {"misaligned", BucketManifest{{T("a", "float32", {1}, 2, 4)}},
+       "not a multiple of its item size 4"},
       {"negative dim", BucketManifest{{T("a", "float32", {-1}, 0, 4)}}, "negative dimension"},
   };
   for (const BadCase& c : cases) {

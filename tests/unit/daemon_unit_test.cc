@@ -99,8 +99,7 @@ TEST(WeightGroup, UniqueIdKeyMatchesTheHelpersPrefixChain) {
 }
 
 TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
-  nlohmann::json body =
-      SglangAdapter::InitGroupBody(Rendezvous{"10.0.0.1", 29500, 4, "policy"}, 2);
+  nlohmann::json body = SglangAdapter::InitGroupBody(Rendezvous{"10.0.0.1", 29500, 4, "policy"}, 2);
   EXPECT_EQ(body, nlohmann::json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
       "rank_offset": 2, "world_size": 4, "group_name": "policy", "backend": "nccl"})"));
 }

@@ -44,8 +44,8 @@ TEST(HostCollective, BroadcastsSlotBytesToEveryRankInOrder) {
       }
       results[r - 1] = (*peer)->Receive(got[r - 1].data(), 300000, absl::Now() + absl::Seconds(5));
       if (results[r - 1].ok()) {
-        results[r - 1] = (*peer)->Receive(got[r - 1].data() + 300000, 300000,
-                                          absl::Now() + absl::Seconds(5));
+        results[r - 1] =
+            (*peer)->Receive(got[r - 1].data() + 300000, 300000, absl::Now() + absl::Seconds(5));
       }
     });
   }
@@ -118,15 +118,14 @@ TEST(HostCollective, AbortStopsABroadcastThatAPeerDoesNotDrain) {
 TEST(HostCollective, ReceiverReportsACountMismatch) {
   auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
   auto slot = ShmSlot::Create(0, 4096);
-  std::thread t([&] {
-    (void)(*root)->Broadcast(**slot, 0, 100, absl::Now() + absl::Seconds(5));
-  });
+  std::thread t([&] { (void)(*root)->Broadcast(**slot, 0, 100, absl::Now() + absl::Seconds(5)); });
   auto peer = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(peer.ok());
   char buf[200];
   absl::Status s = (*peer)->Receive(buf, 200, absl::Now() + absl::Seconds(5));
   t.join();
-  EXPECT_THAT(s.message(), HasSubstr("root broadcast 100 bytes but this rank posted a receive of 200"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("root broadcast 100 bytes but this rank posted a receive of 200"));
 }
 
 TEST(ShmSlot, ClientMappingSeesTheDaemonsBytes) {

@@ -39,7 +39,8 @@ class RawConn {
     fd_ = std::move(*fd);
   }
   void Send(const std::string& bytes) {
-    ASSERT_TRUE(WriteAll(fd_.get(), bytes.data(), bytes.size(), absl::Now() + absl::Seconds(5)).ok());
+    ASSERT_TRUE(
+        WriteAll(fd_.get(), bytes.data(), bytes.size(), absl::Now() + absl::Seconds(5)).ok());
   }
   void SendBytewise(const std::string& bytes) {
     for (char c : bytes) {
@@ -78,8 +79,8 @@ TEST_F(TcpStoreServerTest, HandshakeAndIdFetchMatchTheTorchWireTrace) {
   const std::string key = "/weight_sync/weight_sync//cuda//0";
   const std::string id(128, '\x5a');
   RawConn c(server_->port());
-  c.Validate();                          // row 1: no reply
-  c.Send(Hex("0d 39 30 00 00"));          // row 2: PING pid 12345
+  c.Validate();                   // row 1: no reply
+  c.Send(Hex("0d 39 30 00 00"));  // row 2: PING pid 12345
   EXPECT_EQ(c.Read(4), Hex("39 30 00 00"));
   c.Send(Hex("04 05 00 00 00 00 00 00 00 69 6e 69 74 2f 01 00 00 00 00 00 00 00"));  // row 3
   EXPECT_EQ(c.Read(8), U64(1));
@@ -166,7 +167,7 @@ TEST_F(TcpStoreServerTest, SetFromAnotherConnectionWakesAWaiter) {
   waiter.Send("\x06" + U64(2) + Str("/a") + Str("/b"));
   setter.Send("\x01" + Str("/a") + Str("1"));
   EXPECT_EQ(waiter.Read(1, absl::Milliseconds(200)).substr(0, 1), "<");  // /b still missing
-  setter.Send("\x04" + Str("/b") + U64(1));                               // ADD also wakes
+  setter.Send("\x04" + Str("/b") + U64(1));                              // ADD also wakes
   EXPECT_EQ(setter.Read(8), U64(1));
   EXPECT_EQ(waiter.Read(1), Hex("00"));
 }
@@ -235,8 +236,8 @@ TEST_F(TcpStoreServerTest, LargeValuesRoundTripAndErasePrefixDropsAGroupsKeys) {
 }
 
 TEST_F(TcpStoreServerTest, SimulatorClientRegistersLikeTorch) {
-  auto client = TcpStoreClient::Connect("127.0.0.1", server_->port(), 4242,
-                                        absl::Now() + absl::Seconds(5));
+  auto client =
+      TcpStoreClient::Connect("127.0.0.1", server_->port(), 4242, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_EQ(server_->InitCount(), 1);
   EXPECT_EQ((*client)->Wait({"/nothing"}, absl::Milliseconds(100)).code(),
