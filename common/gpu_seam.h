@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -64,6 +65,12 @@ class Platform {
       int device, int world_size) = 0;
 };
 
+struct SlotCopy {
+  uint64_t offset = 0;  // destination offset in the slot
+  const void* src = nullptr;
+  uint64_t bytes = 0;
+};
+
 // The client's view of a slot.
 class MappedSlot {
  public:
@@ -73,6 +80,13 @@ class MappedSlot {
   virtual void* data() = 0;
   // Copies host memory into the slot at `offset`.
   virtual absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) = 0;
+  // Copies a whole bucket; the CUDA slot does it in one kernel launch.
+  virtual absl::Status CopyBatch(const std::vector<SlotCopy>& copies) {
+    for (const SlotCopy& c : copies) {
+      if (absl::Status s = CopyIn(c.offset, c.src, c.bytes); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
   // Publishes the writes made so far to the daemon (records the slot event on GPUs).
   virtual absl::Status MarkWritten() = 0;

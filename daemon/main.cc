@@ -9,6 +9,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/host/host_platform.h"
+#ifdef WSYNC_HAVE_CUDA
+#include "common/cuda/cuda_platform.h"
+#endif
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/core/daemon_core.h"
@@ -54,6 +57,10 @@ int main(int argc, char** argv) {
   auto* bind_opt = app.add_option("--bind-address", config.daemon.group.bind_address,
                                   "address the rendezvous stores and collectives listen on");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
+  std::string nccl_lib = "libnccl.so.2";
+  app.add_option("--nccl-lib", nccl_lib,
+                 "libnccl to load: use the engines' own (torch's site-packages/nvidia/nccl/lib), "
+                 "since NCCL refuses peers of another version");
   CLI11_PARSE(app, argc, argv);
 
   if (!config_path.empty()) {
@@ -107,9 +114,17 @@ int main(int argc, char** argv) {
   } else {
     // Never fall back to host mode on its own: engines would wait for an NCCL peer that is not
     // there.
+#ifdef WSYNC_HAVE_CUDA
+    std::string description;
+    auto cuda = wsync::cuda::CreateCudaPlatform({nccl_lib}, &description);
+    if (!cuda.ok()) return Fail(std::string(cuda.status().message()));
+    WSYNC_LOG(Info, "cuda mode: ", description);
+    platform = std::move(*cuda);
+#else
     return Fail(
-        "CUDA mode is not available in this build yet (the CUDA/NCCL path is being built); run "
+        "this wsyncd was built without CUDA; rebuild where the CUDA toolkit is installed, or run "
         "with --mode=host for development and CI");
+#endif
   }
 
   // Block the stop signals in every thread; one thread waits for them.

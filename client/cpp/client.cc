@@ -9,6 +9,9 @@
 #include "common/bucket_planner.h"
 #include "common/host/shm_slot.h"
 #include "common/status_macros.h"
+#ifdef WSYNC_HAVE_CUDA
+#include "common/cuda/cuda_platform.h"
+#endif
 
 namespace wsync {
 namespace {
@@ -20,14 +23,18 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info) {
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info, int device) {
   if (info.kind() == v1::SLOT_MEMORY_HOST_SHM) {
     auto slot = ShmMappedSlot::Open(info.memory_handle(), info.bytes());
     if (!slot.ok()) return slot.status();
     return std::unique_ptr<MappedSlot>(std::move(*slot));
   }
+#ifdef WSYNC_HAVE_CUDA
+  return cuda::MapCudaSlot(device, info.memory_handle(), info.event_handle(), info.bytes());
+#else
   return absl::UnimplementedError(
-      "the daemon offers CUDA IPC slots, which this client build cannot map yet");
+      "the daemon offers CUDA IPC slots, but this client was built without CUDA");
+#endif
 }
 
 UpdateStream::UpdateStream(v1::Trainer::Stub* stub, absl::Duration timeout) {
@@ -132,7 +139,7 @@ absl::Status Client::OpenSession(int device, const std::string& client_name) {
   WSYNC_RETURN_IF_ERROR(FromGrpc(trainer_->OpenSession(&ctx, req, &resp)));
   std::vector<std::unique_ptr<MappedSlot>> slots;
   for (const v1::SlotInfo& info : resp.slots()) {
-    auto mapped = MapSlot(info);
+    auto mapped = MapSlot(info, resp.device());
     if (!mapped.ok()) {
       grpc::ClientContext close_ctx;
       v1::CloseSessionRequest close;
@@ -251,10 +258,10 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
     v1::Bucket wire;
     wire.set_slot(slot_index);
     wire.set_sequence(sequence++);
+    std::vector<SlotCopy> copies;
     for (const PlannedTensor& pt : bucket.tensors) {
       const TensorRef& t = tensors[pt.index];
-      send_status = slot.CopyIn(pt.offset, t.data, t.bytes);
-      if (!send_status.ok()) break;
+      copies.push_back(SlotCopy{pt.offset, t.data, t.bytes});
       v1::TensorSpec* spec = wire.add_tensors();
       spec->set_name(t.name);
       spec->set_dtype(std::string(DTypeName(t.dtype)));
@@ -262,6 +269,7 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
       spec->set_offset(pt.offset);
       spec->set_length(t.bytes);
     }
+    send_status = slot.CopyBatch(copies);
     if (!send_status.ok()) break;
     auto crc = slot.Checksum(bucket.bytes);
     if (!crc.ok()) {

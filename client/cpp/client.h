@@ -26,7 +26,8 @@
 
 namespace wsync {
 
-// A tensor the caller owns; its bytes must stay valid until Push returns.
+// A tensor the caller owns, in host or CUDA device memory; its bytes must stay valid (and, on a
+// GPU, written) until Push returns.
 struct TensorRef {
   std::string name;
   DType dtype = DType::kUint8;
@@ -127,7 +128,7 @@ class Client {
 };
 
 // Maps a slot the daemon announced (shared memory now; CUDA IPC in CUDA builds).
-absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info);
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info, int device);
 
 }  // namespace wsync
 

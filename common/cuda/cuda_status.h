@@ -11,18 +11,6 @@ namespace wsync::cuda {
 // InternalError carrying the call's text, where it was made and CUDA's own error string.
 absl::Status CudaError(cudaError_t err, absl::string_view call, const char* file, int line);
 
-// Keeps the first error of a teardown sequence and still runs every step.
-class FirstError {
- public:
-  void Update(absl::Status s) {
-    if (status_.ok()) status_ = std::move(s);
-  }
-  const absl::Status& status() const { return status_; }
-
- private:
-  absl::Status status_;
-};
-
 }  // namespace wsync::cuda
 
 #define WSYNC_CUDA_RETURN_IF_ERROR(call)                                           \

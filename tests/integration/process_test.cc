@@ -215,6 +215,7 @@ TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
                                           dir_ + "/cuda.log");
   EXPECT_EQ(p->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(p->Log(), HasSubstr("--mode=host"));
+  EXPECT_THAT(p->Log(), HasSubstr("no CUDA device is visible"));
   EXPECT_FALSE(std::filesystem::exists(socket_));
 }
 

@@ -1,0 +1,62 @@
+#include "common/cuda/cuda_platform.h"
+
+#include <cuda_runtime_api.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_slot.h"
+#include "common/cuda/nccl_communicator.h"
+#include "common/cuda/nccl_library.h"
+#include "common/status_macros.h"
+
+namespace wsync::cuda {
+namespace {
+
+class CudaPlatform final : public Platform {
+ public:
+  explicit CudaPlatform(std::unique_ptr<NcclLibrary> nccl) : nccl_(std::move(nccl)) {}
+  absl::string_view name() const override { return "cuda"; }
+  absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override {
+    WSYNC_ASSIGN_OR_RETURN(auto slot, CudaSlot::Create(device, bytes));
+    return std::unique_ptr<SlotMemory>(std::move(slot));
+  }
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
+      int device, int world_size) override {
+    WSYNC_ASSIGN_OR_RETURN(auto comm,
+                           NcclRootCommunicator::Create(nccl_.get(), device, world_size));
+    return std::unique_ptr<RootCommunicator>(std::move(comm));
+  }
+
+ private:
+  std::unique_ptr<NcclLibrary> nccl_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformOptions& options,
+                                                             std::string* description) {
+  int devices = 0;
+  cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device is visible (", cudaGetErrorString(err),
+        "); wsyncd --mode=cuda needs a GPU node (use --mode=host only for development)"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(auto nccl, NcclLibrary::Load(options.nccl_library));
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  *description = absl::StrCat(devices, " CUDA device(s), runtime ", runtime, ", driver ", driver,
+                              ", NCCL ", nccl->version_string(), " from ", nccl->path());
+  return std::unique_ptr<Platform>(new CudaPlatform(std::move(nccl)));
+}
+
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(int device,
+                                                        const std::string& memory_handle,
+                                                        const std::string& event_handle,
+                                                        uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(auto slot,
+                         CudaMappedSlot::Open(device, memory_handle, event_handle, bytes));
+  return std::unique_ptr<MappedSlot>(std::move(slot));
+}
+
+}  // namespace wsync::cuda

@@ -1,0 +1,30 @@
+#ifndef WSYNC_COMMON_CUDA_CUDA_PLATFORM_H_
+#define WSYNC_COMMON_CUDA_CUDA_PLATFORM_H_
+
+// The seam's CUDA implementation, behind an interface that needs no CUDA headers, so the daemon
+// and the client can create it without seeing CUDA or NCCL.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/gpu_seam.h"
+
+namespace wsync::cuda {
+
+struct CudaPlatformOptions {
+  std::string nccl_library = "libnccl.so.2";
+};
+
+// Fails (never falls back) when no CUDA device is visible or NCCL cannot be loaded.
+absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformOptions& options,
+                                                             std::string* description);
+
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(int device,
+                                                        const std::string& memory_handle,
+                                                        const std::string& event_handle,
+                                                        uint64_t bytes);
+
+}  // namespace wsync::cuda
+
+#endif  // WSYNC_COMMON_CUDA_CUDA_PLATFORM_H_

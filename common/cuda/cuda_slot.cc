@@ -1,0 +1,84 @@
+#include "common/cuda/cuda_slot.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/cuda/cuda_status.h"
+#include "common/cuda/kernels.h"
+#include "common/status_macros.h"
+
+namespace wsync::cuda {
+
+absl::StatusOr<std::unique_ptr<CudaSlot>> CudaSlot::Create(int device, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(auto buffer, DeviceBuffer::Create(device, bytes));
+  WSYNC_ASSIGN_OR_RETURN(auto event, IpcEvent::Create(device));
+  WSYNC_ASSIGN_OR_RETURN(auto stream, Stream::Create(device));
+  return std::unique_ptr<CudaSlot>(
+      new CudaSlot(device, std::move(buffer), std::move(event), std::move(stream)));
+}
+
+absl::Status CudaSlot::WaitForProducer() {
+  // The trainer recorded the event after its copies; waiting on it orders everything after.
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_->get()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
+  if (bytes > buffer_->bytes()) return absl::OutOfRangeError("checksum range exceeds the slot");
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  return DeviceCrc32(buffer_->data(), bytes, stream_->get());
+}
+
+absl::StatusOr<std::unique_ptr<CudaMappedSlot>> CudaMappedSlot::Open(
+    int device, const std::string& memory_handle, const std::string& event_handle, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, memory_handle));
+  WSYNC_ASSIGN_OR_RETURN(auto event, IpcEvent::Open(device, event_handle));
+  WSYNC_ASSIGN_OR_RETURN(auto stream, Stream::Create(device));
+  return std::unique_ptr<CudaMappedSlot>(
+      new CudaMappedSlot(device, bytes, std::move(mapping), std::move(event), std::move(stream)));
+}
+
+CudaMappedSlot::~CudaMappedSlot() {
+  if (scratch_device_ != nullptr) {
+    (void)stream_->Synchronize();
+    cudaFree(scratch_device_);
+  }
+}
+
+absl::Status CudaMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t bytes) {
+  return CopyBatch({SlotCopy{offset, src, bytes}});
+}
+
+absl::Status CudaMappedSlot::CopyBatch(const std::vector<SlotCopy>& copies) {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  std::vector<CopyItem> device_items;
+  auto* base = static_cast<char*>(mapping_->data());
+  for (const SlotCopy& c : copies) {
+    if (c.offset > bytes_ || c.bytes > bytes_ - c.offset) {
+      return absl::OutOfRangeError(absl::StrCat("copy of ", c.bytes, " bytes at ", c.offset,
+                                                " exceeds the slot of ", bytes_, " bytes"));
+    }
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, c.src) == cudaSuccess &&
+        (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)) {
+      device_items.push_back(CopyItem{c.src, base + c.offset, c.bytes});
+    } else {
+      (void)cudaGetLastError();
+      WSYNC_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(base + c.offset, c.src, c.bytes, cudaMemcpyDefault, stream_->get()));
+    }
+  }
+  return BatchedCopy(device_items, stream_->get(), &scratch_host_, &scratch_device_,
+                     &scratch_capacity_);
+}
+
+absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
+  if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  return DeviceCrc32(mapping_->data(), bytes, stream_->get());
+}
+
+absl::Status CudaMappedSlot::MarkWritten() {
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), stream_->get()));
+  return absl::OkStatus();
+}
+
+}  // namespace wsync::cuda

@@ -1,0 +1,75 @@
+#ifndef WSYNC_COMMON_CUDA_CUDA_SLOT_H_
+#define WSYNC_COMMON_CUDA_CUDA_SLOT_H_
+
+#include <memory>
+#include <vector>
+
+#include "common/cuda/cuda_resources.h"
+#include "common/gpu_seam.h"
+
+namespace wsync::cuda {
+
+// A daemon slot: plain cudaMalloc memory exported once, with one interprocess event that the
+// trainer records after filling it.
+class CudaSlot final : public SlotMemory {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaSlot>> Create(int device, uint64_t bytes);
+
+  MemoryKind kind() const override { return MemoryKind::kCudaIpc; }
+  int device() const override { return device_; }
+  uint64_t bytes() const override { return buffer_->bytes(); }
+  void* data() override { return buffer_->data(); }
+  std::string memory_handle() const override { return buffer_->ipc_handle(); }
+  std::string event_handle() const override { return event_->handle(); }
+  absl::Status WaitForProducer() override;
+  absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+
+ private:
+  CudaSlot(int device, std::unique_ptr<DeviceBuffer> buffer, std::unique_ptr<IpcEvent> event,
+           std::unique_ptr<Stream> stream)
+      : device_(device),
+        buffer_(std::move(buffer)),
+        event_(std::move(event)),
+        stream_(std::move(stream)) {}
+  int device_;
+  std::unique_ptr<DeviceBuffer> buffer_;
+  std::unique_ptr<IpcEvent> event_;
+  std::unique_ptr<Stream> stream_;
+};
+
+// The trainer's mapping of a CudaSlot.
+class CudaMappedSlot final : public MappedSlot {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaMappedSlot>> Open(int device,
+                                                              const std::string& memory_handle,
+                                                              const std::string& event_handle,
+                                                              uint64_t bytes);
+  ~CudaMappedSlot() override;
+  uint64_t bytes() const override { return bytes_; }
+  void* data() override { return mapping_->data(); }
+  absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) override;
+  absl::Status CopyBatch(const std::vector<SlotCopy>& copies) override;
+  absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::Status MarkWritten() override;
+
+ private:
+  CudaMappedSlot(int device, uint64_t bytes, std::unique_ptr<IpcMapping> mapping,
+                 std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream)
+      : device_(device),
+        bytes_(bytes),
+        mapping_(std::move(mapping)),
+        event_(std::move(event)),
+        stream_(std::move(stream)) {}
+  int device_;
+  uint64_t bytes_;
+  std::unique_ptr<IpcMapping> mapping_;
+  std::unique_ptr<IpcEvent> event_;
+  std::unique_ptr<Stream> stream_;
+  std::vector<uint8_t> scratch_host_;
+  void* scratch_device_ = nullptr;
+  size_t scratch_capacity_ = 0;
+};
+
+}  // namespace wsync::cuda
+
+#endif  // WSYNC_COMMON_CUDA_CUDA_SLOT_H_

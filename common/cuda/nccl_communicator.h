@@ -1,0 +1,52 @@
+#ifndef WSYNC_COMMON_CUDA_NCCL_COMMUNICATOR_H_
+#define WSYNC_COMMON_CUDA_NCCL_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/cuda/cuda_resources.h"
+#include "common/cuda/nccl_library.h"
+#include "common/gpu_seam.h"
+
+namespace wsync::cuda {
+
+// wsyncd as rank 0 of an NCCL communicator. Initialisation is non-blocking: it completes only when
+// the engines run their first collective, which happens inside their first update request.
+// Every wait polls with a deadline and aborts the communicator when it passes.
+class NcclRootCommunicator final : public RootCommunicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclRootCommunicator>> Create(const NcclLibrary* nccl,
+                                                                      int device, int world_size);
+  ~NcclRootCommunicator() override;
+
+  const std::string& unique_id() const override { return unique_id_; }
+  int world_size() const override { return world_size_; }
+  absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
+                         absl::Time deadline) override;
+  void Abort(absl::string_view reason) override;
+  std::string Describe() const override;
+
+ private:
+  NcclRootCommunicator(const NcclLibrary* nccl, int device, int world_size, std::string id)
+      : nccl_(nccl), device_(device), world_size_(world_size), unique_id_(std::move(id)) {}
+  // Polls the communicator until its pending work is done; what = what is being waited for.
+  absl::Status WaitIdle(absl::Time deadline, absl::string_view what);
+
+  const NcclLibrary* nccl_;
+  const int device_;
+  const int world_size_;
+  const std::string unique_id_;
+  std::unique_ptr<Stream> stream_;
+  std::mutex comm_mu_;
+  ncclComm_t comm_ = nullptr;
+  bool ready_ = false;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+  std::mutex broadcast_mu_;
+};
+
+}  // namespace wsync::cuda
+
+#endif  // WSYNC_COMMON_CUDA_NCCL_COMMUNICATOR_H_

@@ -1,0 +1,47 @@
+#ifndef WSYNC_COMMON_CUDA_NCCL_LIBRARY_H_
+#define WSYNC_COMMON_CUDA_NCCL_LIBRARY_H_
+
+// NCCL loaded at run time: NCCL refuses peers of another version, and engines bring their own
+// (torch's bundled libnccl), so the daemon must load the very library the engines use.
+
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace wsync::cuda {
+
+class NcclLibrary {
+ public:
+  // path: a file or a soname ("libnccl.so.2" searches LD_LIBRARY_PATH).
+  static absl::StatusOr<std::unique_ptr<NcclLibrary>> Load(const std::string& path);
+  ~NcclLibrary();
+
+  int version() const { return version_; }  // e.g. 22809 for 2.28.9
+  std::string version_string() const;
+  const std::string& path() const { return path_; }
+  absl::Status Check(ncclResult_t result, const char* call) const;
+
+  decltype(&::ncclGetUniqueId) GetUniqueId = nullptr;
+  decltype(&::ncclCommInitRankConfig) CommInitRankConfig = nullptr;
+  decltype(&::ncclCommGetAsyncError) CommGetAsyncError = nullptr;
+  decltype(&::ncclBroadcast) Broadcast = nullptr;
+  decltype(&::ncclAllReduce) AllReduce = nullptr;
+  decltype(&::ncclCommAbort) CommAbort = nullptr;
+  decltype(&::ncclCommDestroy) CommDestroy = nullptr;
+  decltype(&::ncclCommFinalize) CommFinalize = nullptr;
+  decltype(&::ncclGetErrorString) GetErrorString = nullptr;
+  decltype(&::ncclGetLastError) GetLastError = nullptr;
+
+ private:
+  NcclLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  void* handle_;
+  std::string path_;
+  int version_ = 0;
+};
+
+}  // namespace wsync::cuda
+
+#endif  // WSYNC_COMMON_CUDA_NCCL_LIBRARY_H_
