@@ -1,6 +1,8 @@
 // Runs only where a CUDA device exists (the GPU machine); elsewhere every test skips.
 
+#include "common/checksum.h"
 #include "common/cuda/cuda_resources.h"
+#include "common/cuda/kernels.h"
 
 #include <cuda_runtime_api.h>
 
@@ -42,6 +44,51 @@ TEST(CudaResources, InterprocessEventHasAHandle) {
   ASSERT_TRUE(stream.ok());
   ASSERT_EQ(cudaEventRecord((*event)->get(), (*stream)->get()), cudaSuccess);
   EXPECT_TRUE((*stream)->Synchronize().ok());
+}
+
+TEST(CudaKernels, DeviceCrc32EqualsTheHostCrc32) {
+  SKIP_WITHOUT_GPU();
+  for (uint64_t n : {1ull, 4095ull, 65536ull, 65537ull, (33ull << 20) + 7}) {
+    std::vector<uint8_t> host(n);
+    for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>((i * 2654435761u) >> 7);
+    auto buffer = DeviceBuffer::Create(0, n);
+    ASSERT_TRUE(buffer.ok());
+    ASSERT_EQ(cudaMemcpy((*buffer)->data(), host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+    auto crc = DeviceCrc32((*buffer)->data(), n, nullptr);
+    ASSERT_TRUE(crc.ok()) << crc.status();
+    EXPECT_EQ(*crc, Crc32(host.data(), n)) << n << " bytes";
+  }
+}
+
+TEST(CudaKernels, BatchedCopyMovesEveryRangeInOneLaunch) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t n = 5 << 20;
+  std::vector<uint8_t> host(n);
+  for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>(i * 7 + 3);
+  auto src = DeviceBuffer::Create(0, n);
+  auto dst = DeviceBuffer::Create(0, n);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  ASSERT_EQ(cudaMemcpy((*src)->data(), host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemset((*dst)->data(), 0, n), cudaSuccess);
+  auto* s = static_cast<char*>((*src)->data());
+  auto* d = static_cast<char*>((*dst)->data());
+  // Unaligned, tiny and multi-chunk ranges, placed in reverse order.
+  std::vector<CopyItem> items = {{s, d + (3 << 20), (3 << 19) + 9},
+                                 {s + (3 << 20), d + 1, 1},
+                                 {s + (3 << 20) + 1, d + 2, (1 << 20) + 5}};
+  std::vector<uint8_t> scratch_host;
+  void* scratch = nullptr;
+  size_t capacity = 0;
+  ASSERT_TRUE(BatchedCopy(items, nullptr, &scratch_host, &scratch, &capacity).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> out(n);
+  ASSERT_EQ(cudaMemcpy(out.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (const auto& it : items) {
+    const uint64_t so = static_cast<const char*>(it.src) - s;
+    const uint64_t dof = static_cast<char*>(it.dst) - d;
+    ASSERT_EQ(std::memcmp(out.data() + dof, host.data() + so, it.bytes), 0) << dof;
+  }
+  cudaFree(scratch);
 }
 
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {

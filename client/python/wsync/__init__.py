@@ -4,7 +4,8 @@
     client = wsync.Client("unix:/run/wsync/wsyncd.sock", device=0)
     result = client.push(model.state_dict(), version="step-100", group="policy")
 
-Tensors may be numpy arrays, or torch CPU tensors (bfloat16 included); a (name, array, dtype)
+Tensors may be numpy arrays, or torch CPU or CUDA tensors (bfloat16 included; DTensors are
+gathered with full_tensor()); a (name, array, dtype)
 triple reinterprets an array's bytes as another torch dtype (e.g. numpy uint16 as "bfloat16").
 """
 
@@ -104,10 +105,12 @@ def _host_view(name, value, dtype=None):
     if mod.startswith("torch"):
         if hasattr(value, "full_tensor"):
             value = value.full_tensor()
-        if value.device.type != "cpu":
-            raise WsyncError(12, f"tensor '{name}' is on {value.device}; this build pushes host "
-                                 "tensors only (the CUDA path comes with the GPU build)")
         t = value.detach().contiguous()
+        if t.device.type == "cuda":
+            # The client copies from the device pointer on its own stream; the producer's work
+            # must be finished first.
+            import torch
+            torch.cuda.current_stream(t.device).synchronize()
         return (t, t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape),
                 dtype or str(t.dtype).replace("torch.", ""))
     import numpy as np

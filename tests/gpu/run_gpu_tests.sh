@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One device call: GPU unit tests, then wsyncd in CUDA mode as NCCL rank 0 of real torch engine
+# ranks (SGLang semantics), fed by a transformers Qwen2 trainer over CUDA IPC. Results under $OUT.
+# Run from the repo root on the GPU machine with build/dev-bundle carried:
+#   bash tests/gpu/run_gpu_tests.sh
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/wsync-gpu-out}
+mkdir -p "$OUT"
+B=build/dev-bundle
+export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
+export WSYNC_CLIENT_LIB=$PWD/$B/bin/libwsync_client.so
+NCCL_LIB=$(python3 -c "import glob,os,torch; print(glob.glob(os.path.dirname(torch.__file__)+'/../nvidia/nccl/lib/libnccl.so*')[0])")
+fail=0
+step() { echo; echo "=== $*"; }
+
+step "machine"
+{
+  date -u
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'transformers', transformers.__version__)"
+  echo "nccl lib: $NCCL_LIB"
+} 2>&1 | tee "$OUT/machine.txt"
+ngpu=$(nvidia-smi -L | wc -l)
+
+step "gpu unit tests"
+$B/bin/cuda_resources_test 2>&1 | tee "$OUT/cuda_resources_test.log" | tail -5
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+
+step "wsyncd (cuda) + torch engine(s) + Qwen2 trainer"
+sock=/tmp/wsync-gpu.sock
+pids=()
+$B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket $sock --slot-bytes 64MiB \
+  --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+  >"$OUT/wsyncd.log" 2>&1 & pids+=($!)
+python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$OUT/engine1.log" 2>&1 & pids+=($!)
+engines="http://127.0.0.1:30001"
+spec=(--engine "http://127.0.0.1:30001#1")
+if [[ $ngpu -ge 4 ]]; then
+  python3 tests/gpu/sglang_torch_engine.py --port 30002 --gpus 2,3 >"$OUT/engine2.log" 2>&1 & pids+=($!)
+  engines="$engines,http://127.0.0.1:30002"
+  spec+=(--engine "http://127.0.0.1:30002#2")
+fi
+for _ in $(seq 1 300); do
+  [[ -S $sock ]] && curl -s localhost:30001/health >/dev/null && \
+    { [[ $ngpu -lt 4 ]] || curl -s localhost:30002/health >/dev/null; } && break
+  sleep 0.2
+done
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee "$OUT/create-group.log"
+timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 3 \
+  --python-client client/python 2>&1 | tee "$OUT/trainer.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+$B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$OUT/updates.txt"
+$B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$OUT/updates.txt"
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+wait
+echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
+exit $fail

@@ -1,0 +1,198 @@
+"""An SGLang engine as seen by wsyncd, built from real torch: one process per TP rank on its own GPU
+joins the weight-update group exactly as SGLang's init_custom_process_group does (tcp:// rendezvous
+to wsyncd's TCPStore, PrefixStore(group), the c10d process-group helper, ProcessGroupNCCL without
+device_id), and receives flattened uint8 buckets with dist.broadcast inside the HTTP request.
+
+    python3 sglang_torch_engine.py --port 30001 --gpus 1,2
+"""
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import threading
+import traceback
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def init_custom_process_group(backend, init_method, world_size, rank, group_name, timeout=None):
+    import torch
+    from torch.distributed import distributed_c10d as c10d
+    timeout = timeout or c10d.default_pg_timeout
+    store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    store = c10d.PrefixStore(group_name, store)
+    kwargs = {"backend_options": None} if torch.__version__ >= "2.6" else {"pg_options": None}
+    pg, _ = c10d._new_process_group_helper(world_size, rank, [], c10d.Backend(backend), store,
+                                           group_name=group_name, timeout=timeout, **kwargs)
+    c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
+
+
+def rank_main(gpu, tp_rank, conn):
+    import torch
+    import torch.distributed as dist
+    torch.cuda.set_device(gpu)
+    pg = None
+    tensors = {}
+    crcs = {}
+    while True:
+        cmd, arg = conn.recv()
+        try:
+            if cmd == "init":
+                pg = init_custom_process_group(
+                    arg.get("backend", "nccl"),
+                    f"tcp://{arg['master_address']}:{arg['master_port']}",
+                    arg["world_size"], arg["rank_offset"] + tp_rank, arg["group_name"])
+                conn.send((True, "ok"))
+            elif cmd == "update":
+                dtypes = [getattr(torch, d) for d in arg["dtypes"]]
+                sizes = []
+                for shape, dt in zip(arg["shapes"], dtypes):
+                    n = 1
+                    for d in shape:
+                        n *= d
+                    sizes.append(n * torch.empty((), dtype=dt).element_size())
+                if arg.get("load_format") == "flattened_bucket":
+                    flat = torch.empty(sum(sizes), dtype=torch.uint8, device=f"cuda:{gpu}")
+                    dist.broadcast(flat, src=0, group=pg)
+                    start = 0
+                    for name, shape, dt, size in zip(arg["names"], arg["shapes"], dtypes, sizes):
+                        tensors[name] = flat[start:start + size].view(dt).reshape(shape).clone()
+                        start += size
+                else:
+                    for name, shape, dt in zip(arg["names"], arg["shapes"], dtypes):
+                        t = torch.empty(shape, dtype=dt, device=f"cuda:{gpu}")
+                        dist.broadcast(t, src=0, group=pg)
+                        tensors[name] = t
+                torch.cuda.synchronize()
+                for name in arg["names"]:
+                    raw = tensors[name].contiguous().view(-1).view(torch.uint8).cpu().numpy()
+                    crcs[name] = format(zlib.crc32(raw.tobytes()), "08x")
+                conn.send((True, "ok"))
+            elif cmd == "destroy":
+                if pg is not None:
+                    dist.destroy_process_group(pg)
+                pg = None
+                conn.send((True, "ok"))
+            elif cmd == "checksums":
+                conn.send((True, crcs))
+            elif cmd == "exit":
+                conn.send((True, "bye"))
+                return
+        except Exception as e:  # reported to the HTTP caller as SGLang does
+            traceback.print_exc()
+            conn.send((False, f"{type(e).__name__}: {e}"))
+
+
+class Engine:
+    def __init__(self, gpus):
+        ctx = mp.get_context("spawn")
+        self.ranks = []
+        for tp_rank, gpu in enumerate(gpus):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=rank_main, args=(gpu, tp_rank, child), daemon=True)
+            p.start()
+            self.ranks.append((p, parent))
+        self.lock = threading.Lock()  # SGLang serialises weight updates
+        self.group = None
+        self.rank_offset = 0
+        self.weight_version = "default"
+
+    def all_ranks(self, cmd, arg=None):
+        for _, conn in self.ranks:
+            conn.send((cmd, arg))
+        return [conn.recv() for _, conn in self.ranks]
+
+
+ENGINE = None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def reply(self, status, body):
+        data = json.dumps(body).encode() if not isinstance(body, bytes) else body
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def result(self, results, ok_message):
+        bad = [m for ok, m in results if not ok]
+        if bad:
+            return self.reply(400, {"success": False, "message": "; ".join(bad)})
+        return self.reply(200, {"success": True, "message": ok_message})
+
+    def body(self):
+        n = int(self.headers.get("Content-Length", 0))
+        return json.loads(self.rfile.read(n) or b"{}")
+
+    def do_GET(self):
+        if self.path == "/get_server_info":
+            return self.reply(200, {"version": "0.5.6-torch-sim", "tp_size": len(ENGINE.ranks),
+                                    "dp_size": 1, "pp_size": 1,
+                                    "weight_version": ENGINE.weight_version})
+        if self.path == "/sim/checksums":
+            with ENGINE.lock:
+                res = ENGINE.all_ranks("checksums")
+            ranks = {str(ENGINE.rank_offset + i): c for i, (_, c) in enumerate(res)}
+            return self.reply(200, {"weight_version": ENGINE.weight_version, "ranks": ranks})
+        if self.path == "/health":
+            return self.reply(200, {})
+        self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        body = self.body()
+        if self.path == "/init_weights_update_group":
+            if ENGINE.group is not None:
+                return self.reply(400, {"success": False,
+                                        "message": f"group {ENGINE.group} already initialized"})
+            ENGINE.rank_offset = body["rank_offset"]
+            res = ENGINE.all_ranks("init", body)
+            if all(ok for ok, _ in res):
+                ENGINE.group = body.get("group_name", "weight_update_group")
+            return self.result(res, "Succeeded to initialize custom process group.")
+        if self.path == "/update_weights_from_distributed":
+            with ENGINE.lock:
+                res = ENGINE.all_ranks("update", body)
+            if body.get("weight_version"):
+                ENGINE.weight_version = body["weight_version"]
+            return self.result(res, "Succeeded to update parameter online from distributed.")
+        if self.path == "/destroy_weights_update_group":
+            res = ENGINE.all_ranks("destroy")
+            ENGINE.group = None
+            return self.result(res, "Succeeded to destroy custom process group.")
+        if self.path == "/update_weight_version":
+            ENGINE.weight_version = body["new_version"]
+            return self.reply(200, {"success": True, "message": "ok",
+                                    "new_version": ENGINE.weight_version})
+        if self.path == "/pause_generation":
+            return self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
+        if self.path == "/continue_generation":
+            return self.reply(200, {"message": "Generation continued successfully.",
+                                    "status": "ok"})
+        if self.path == "/flush_cache":
+            return self.reply(200, b"Cache flushed.\n")
+        self.reply(404, {"detail": "Not Found"})
+
+
+def main():
+    global ENGINE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--gpus", required=True, help="comma-separated GPU per TP rank")
+    args = ap.parse_args()
+    ENGINE = Engine([int(g) for g in args.gpus.split(",")])
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    print(f"torch engine on :{args.port}, gpus {args.gpus}, pid {os.getpid()}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

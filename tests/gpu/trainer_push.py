@@ -1,0 +1,65 @@
+"""Trainer side of the GPU test: a Qwen2-architecture model built by transformers from a config
+(random init, fixed seed, no download) on GPU 0, pushed through wsyncd with the Python client as
+CUDA tensors, version after version; every engine rank must hold bit-identical tensors."""
+
+import argparse
+import json
+import sys
+import time
+import urllib.request
+import zlib
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+
+def crc(t):
+    return format(zlib.crc32(t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy()
+                             .tobytes()), "08x")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--group", default="policy")
+    ap.add_argument("--engines", required=True, help="comma-separated engine URLs")
+    ap.add_argument("--versions", type=int, default=3)
+    ap.add_argument("--python-client", required=True)
+    args = ap.parse_args()
+    sys.path.insert(0, args.python_client)
+    import wsync
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                         num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,
+                         tie_word_embeddings=False)
+    model = Qwen2ForCausalLM(config).to("cuda:0", torch.bfloat16)
+    ok = True
+    with wsync.Client("unix:" + args.socket, device=0, name="gpu trainer") as client:
+        for v in range(1, args.versions + 1):
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.01)
+            state = model.state_dict()
+            expected = {k: crc(t) for k, t in state.items()}
+            t0 = time.time()
+            result = client.push(state, version=f"gpu-v{v}", group=args.group)
+            total = sum(t.numel() * t.element_size() for t in state.values())
+            print(f"version gpu-v{v}: {result['buckets']} buckets, {total / 2**30:.3f} GiB in "
+                  f"{time.time() - t0:.3f} s, engines: "
+                  f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
+            for url in args.engines.split(","):
+                with urllib.request.urlopen(url + "/sim/checksums") as r:
+                    got = json.loads(r.read())
+                for rank, tensors in got["ranks"].items():
+                    bad = [k for k in expected if tensors.get(k) != expected[k]]
+                    print(f"  {url} rank {rank}: {len(expected) - len(bad)}/{len(expected)} "
+                          f"tensors bit-identical, weight_version {got['weight_version']}",
+                          flush=True)
+                    ok = ok and not bad and got["weight_version"] == f"gpu-v{v}"
+    print("TRAINER RESULT:", "PASS" if ok else "FAIL", flush=True)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
