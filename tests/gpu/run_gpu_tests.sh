@@ -51,9 +51,48 @@ $B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee "$OUT
 timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 3 \
   --python-client client/python 2>&1 | tee "$OUT/trainer.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+
+step "engine killed mid-update: the update fails within the deadline; a replacement recovers"
+kill "${pids[1]}"; wait "${pids[1]}" 2>/dev/null
+python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 --die-at-update 1 \
+  >"$OUT/engine1-dies.log" 2>&1 & dying=$!
+for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
+# A restarted engine lost its group: re-create the group so the kill happens mid-update.
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$OUT/kill.log"
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$OUT/kill.log"
+timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
+  --version-prefix killed- --expect-failure "http://127.0.0.1:30001" \
+  --python-client client/python 2>&1 | tee -a "$OUT/kill.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+timeout 30 tail --pid=$dying -f /dev/null; kill -9 $dying 2>/dev/null
+wait $dying; echo "dying engine exit code: $? (17 = died as asked)" | tee -a "$OUT/kill.log"
+python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$OUT/engine1-new.log" 2>&1 & pids+=($!)
+for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
+timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
+  --version-prefix after-kill- --python-client client/python 2>&1 | tee -a "$OUT/kill.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 $B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$OUT/updates.txt"
 $B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$OUT/updates.txt"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+sleep 2; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 wait
+
+step "NCCL version mismatch: wsyncd on the system NCCL, engine on torch's"
+sys_nccl=$(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2* 2>/dev/null | head -1)
+if [[ -n $sys_nccl ]]; then
+  sock2=/tmp/wsync-gpu-mismatch.sock
+  $B/bin/wsyncd --mode cuda --nccl-lib "$sys_nccl" --socket $sock2 --slot-bytes 64MiB \
+    --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    >"$OUT/wsyncd-mismatch.log" 2>&1 & d2=$!
+  python3 tests/gpu/sglang_torch_engine.py --port 30003 --gpus 1 >"$OUT/engine3.log" 2>&1 & e3=$!
+  for _ in $(seq 1 300); do [[ -S $sock2 ]] && curl -s localhost:30003/health >/dev/null && break; sleep 0.2; done
+  $B/bin/wsyncctl --socket $sock2 create-group policy --engine "http://127.0.0.1:30003#1" 2>&1 | tee "$OUT/mismatch.log"
+  timeout 200 python3 tests/gpu/trainer_push.py --socket $sock2 --engines http://127.0.0.1:30003 \
+    --versions 1 --expect-failure "NCCL" --python-client client/python 2>&1 | tee -a "$OUT/mismatch.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  kill $d2 $e3 2>/dev/null; sleep 2; kill -9 $d2 $e3 2>/dev/null; wait
+else
+  echo "no system libnccl found; mismatch case not run" | tee "$OUT/mismatch.log"
+fi
 echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 exit $fail

@@ -10,6 +10,8 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import signal
+import sys
 import threading
 import traceback
 import zlib
@@ -30,13 +32,14 @@ def init_custom_process_group(backend, init_method, world_size, rank, group_name
     return pg
 
 
-def rank_main(gpu, tp_rank, conn):
+def rank_main(gpu, tp_rank, conn, die_at_update):
     import torch
     import torch.distributed as dist
     torch.cuda.set_device(gpu)
     pg = None
     tensors = {}
     crcs = {}
+    updates = 0
     while True:
         cmd, arg = conn.recv()
         try:
@@ -47,6 +50,10 @@ def rank_main(gpu, tp_rank, conn):
                     arg["world_size"], arg["rank_offset"] + tp_rank, arg["group_name"])
                 conn.send((True, "ok"))
             elif cmd == "update":
+                updates += 1
+                if updates - 1 == die_at_update:
+                    print(f"rank {tp_rank}: dying at update {updates - 1} as asked", flush=True)
+                    os._exit(17)
                 dtypes = [getattr(torch, d) for d in arg["dtypes"]]
                 sizes = []
                 for shape, dt in zip(arg["shapes"], dtypes):
@@ -87,12 +94,12 @@ def rank_main(gpu, tp_rank, conn):
 
 
 class Engine:
-    def __init__(self, gpus):
+    def __init__(self, gpus, die_at_update):
         ctx = mp.get_context("spawn")
         self.ranks = []
         for tp_rank, gpu in enumerate(gpus):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=rank_main, args=(gpu, tp_rank, child), daemon=True)
+            p = ctx.Process(target=rank_main, args=(gpu, tp_rank, child, die_at_update), daemon=True)
             p.start()
             self.ranks.append((p, parent))
         self.lock = threading.Lock()  # SGLang serialises weight updates
@@ -103,7 +110,11 @@ class Engine:
     def all_ranks(self, cmd, arg=None):
         for _, conn in self.ranks:
             conn.send((cmd, arg))
-        return [conn.recv() for _, conn in self.ranks]
+        try:
+            return [conn.recv() for _, conn in self.ranks]
+        except EOFError:
+            # A rank process died: the engine is gone, as a crashed SGLang server would be.
+            os._exit(17)
 
 
 ENGINE = None
@@ -187,8 +198,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--gpus", required=True, help="comma-separated GPU per TP rank")
+    ap.add_argument("--die-at-update", type=int, default=-1,
+                    help="the process exits when the Nth update request (0-based) arrives")
     args = ap.parse_args()
-    ENGINE = Engine([int(g) for g in args.gpus.split(",")])
+    # SIGTERM exits through sys.exit so multiprocessing reaps the rank processes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ENGINE = Engine([int(g) for g in args.gpus.split(",")], args.die_at_update)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     print(f"torch engine on :{args.port}, gpus {args.gpus}, pid {os.getpid()}", flush=True)
     server.serve_forever()

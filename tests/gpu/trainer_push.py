@@ -25,6 +25,9 @@ def main():
     ap.add_argument("--engines", required=True, help="comma-separated engine URLs")
     ap.add_argument("--versions", type=int, default=3)
     ap.add_argument("--python-client", required=True)
+    ap.add_argument("--version-prefix", default="gpu-v")
+    ap.add_argument("--expect-failure", default="",
+                    help="the push must fail with an error containing this text")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -43,7 +46,19 @@ def main():
             state = model.state_dict()
             expected = {k: crc(t) for k, t in state.items()}
             t0 = time.time()
-            result = client.push(state, version=f"gpu-v{v}", group=args.group)
+            version = f"{args.version_prefix}{v}"
+            if args.expect_failure:
+                try:
+                    client.push(state, version=version, group=args.group)
+                except wsync.WsyncError as e:
+                    hit = args.expect_failure in e.message
+                    print(f"push failed as expected after {time.time() - t0:.2f} s: "
+                          f"{e.code_name}: {e.message}", flush=True)
+                    print("TRAINER RESULT:", "PASS" if hit else "FAIL (wrong error)", flush=True)
+                    sys.exit(0 if hit else 1)
+                print("TRAINER RESULT: FAIL (push succeeded)", flush=True)
+                sys.exit(1)
+            result = client.push(state, version=version, group=args.group)
             total = sum(t.numel() * t.element_size() for t in state.values())
             print(f"version gpu-v{v}: {result['buckets']} buckets, {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
@@ -56,7 +71,7 @@ def main():
                     print(f"  {url} rank {rank}: {len(expected) - len(bad)}/{len(expected)} "
                           f"tensors bit-identical, weight_version {got['weight_version']}",
                           flush=True)
-                    ok = ok and not bad and got["weight_version"] == f"gpu-v{v}"
+                    ok = ok and not bad and got["weight_version"] == version
     print("TRAINER RESULT:", "PASS" if ok else "FAIL", flush=True)
     sys.exit(0 if ok else 1)
 
