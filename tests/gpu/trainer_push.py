@@ -60,7 +60,7 @@ def main():
                 sys.exit(1)
             result = client.push(state, version=version, group=args.group)
             total = sum(t.numel() * t.element_size() for t in state.values())
-            print(f"version gpu-v{v}: {result['buckets']} buckets, {total / 2**30:.3f} GiB in "
+            print(f"version {version}: {result['buckets']} buckets, {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
                   f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
             for url in args.engines.split(","):
