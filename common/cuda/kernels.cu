@@ -20,8 +20,8 @@ struct WorkItem {
 
 __global__ void CopyKernel(const WorkItem* items) {
   const WorkItem w = items[blockIdx.x];
-  const bool aligned = ((reinterpret_cast<uintptr_t>(w.src) | reinterpret_cast<uintptr_t>(w.dst)) &
-                        15) == 0;
+  const bool aligned =
+      ((reinterpret_cast<uintptr_t>(w.src) | reinterpret_cast<uintptr_t>(w.dst)) & 15) == 0;
   uint64_t done = 0;
   if (aligned) {
     const uint64_t n16 = w.bytes / 16;
@@ -84,8 +84,8 @@ absl::Status BatchedCopy(const std::vector<CopyItem>& items, cudaStream_t stream
   }
   scratch_host->resize(need);
   std::memcpy(scratch_host->data(), work.data(), need);
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(*scratch_device, scratch_host->data(), need,
-                                             cudaMemcpyHostToDevice, stream));
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(*scratch_device, scratch_host->data(), need, cudaMemcpyHostToDevice, stream));
   CopyKernel<<<static_cast<unsigned>(work.size()), 512, 0, stream>>>(
       static_cast<const WorkItem*>(*scratch_device));
   WSYNC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -97,14 +97,14 @@ absl::StatusOr<uint32_t> DeviceCrc32(const void* data, uint64_t bytes, cudaStrea
   if (absl::Status s = EnsureTable(); !s.ok()) return s;
   const uint64_t chunks = (bytes + kCrcChunk - 1) / kCrcChunk;
   uint32_t* out = nullptr;
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&out),
-                                             chunks * sizeof(uint32_t), stream));
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMallocAsync(reinterpret_cast<void**>(&out), chunks * sizeof(uint32_t), stream));
   const unsigned threads = 128;
   CrcChunksKernel<<<static_cast<unsigned>((chunks + threads - 1) / threads), threads, 0, stream>>>(
       static_cast<const unsigned char*>(data), bytes, out, chunks);
   std::vector<uint32_t> crcs(chunks);
-  cudaError_t err = cudaMemcpyAsync(crcs.data(), out, chunks * sizeof(uint32_t),
-                                    cudaMemcpyDeviceToHost, stream);
+  cudaError_t err =
+      cudaMemcpyAsync(crcs.data(), out, chunks * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream);
   cudaFreeAsync(out, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return WSYNC_CUDA_STATUS(err);

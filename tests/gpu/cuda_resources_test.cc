@@ -1,14 +1,14 @@
 // Runs only where a CUDA device exists (the GPU machine); elsewhere every test skips.
 
-#include "common/checksum.h"
 #include "common/cuda/cuda_resources.h"
-#include "common/cuda/kernels.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstring>
 
+#include "common/checksum.h"
 #include "common/cuda/cuda_status.h"
+#include "common/cuda/kernels.h"
 #include "gtest/gtest.h"
 
 namespace wsync::cuda {
