@@ -92,7 +92,6 @@ void UpdateRun::SenderLoop() {
                                 SlotState::kFilling);
         continue;
       }
-      sending_ = true;
     }
     (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
                             SlotState::kSending);
@@ -122,7 +121,6 @@ void UpdateRun::SenderLoop() {
                             SlotState::kFilling);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      sending_ = false;
       if (!status.ok()) {
         Fail(status);
         for (auto& o : outcomes) bucket_outcomes_.push_back(o);

@@ -92,7 +92,6 @@ class UpdateRun {
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   bool closing_ = false;
-  bool sending_ = false;
   bool finished_ = false;
   absl::Status failure_;
   std::set<std::string> names_;
