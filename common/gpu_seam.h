@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/dtype.h"
 
 namespace wsync {
 
@@ -33,10 +34,28 @@ class SlotMemory {
   virtual std::string memory_handle() const = 0;
   // The producer's "bucket written" signal: empty in host mode, a cudaIpcEventHandle_t on GPUs.
   virtual std::string event_handle() const = 0;
-  // Orders the daemon's later work on this slot after the producer's writes.
-  virtual absl::Status WaitForProducer() = 0;
-  // CRC-32 of the slot's first `bytes` bytes (see common/checksum.h).
+  // CRC-32 of the slot's first `bytes` bytes (see common/checksum.h), computed after the
+  // producer's writes (on GPUs the slot's stream waits on the producer's event first).
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+};
+
+// One collective call: `count` elements of `dtype` starting `offset` bytes into the slot. The
+// receivers' calls must use the same type and count (NCCL splits the work by element).
+struct BroadcastPiece {
+  uint64_t offset = 0;
+  uint64_t count = 0;
+  DType dtype = DType::kUint8;
+  uint64_t bytes() const { return count * DTypeSize(dtype); }
+};
+
+// Where one broadcast's time went, seen from rank 0.
+struct BroadcastTiming {
+  // Rank 0 had nothing queued between the previous broadcast's end and this one's start: the
+  // daemon's (or its trainer's) share of the gap between transfers.
+  double idle_before_seconds = 0;
+  // From the start of rank 0's collective to its end: the wire time plus the wait for the
+  // receivers to post theirs (the engines' share).
+  double active_seconds = 0;
 };
 
 // A collective group in which the daemon is rank 0 and the engine ranks are 1..world_size-1.
@@ -46,11 +65,22 @@ class RootCommunicator {
   // The 128 bytes engines read from the rendezvous store to join (an ncclUniqueId on GPUs).
   virtual const std::string& unique_id() const = 0;
   virtual int world_size() const = 0;
-  // Sends the slot's bytes [offset, offset + bytes) to every other rank. The first call also waits
-  // for the peers to join, as NCCL's lazy communicator creation does. Errors name the ranks at
-  // fault.
-  virtual absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
-                                 absl::Time deadline) = 0;
+  // Queues the pieces' broadcasts, in order, after the producer's writes to the slot and after
+  // every broadcast queued before; returns a ticket without waiting for the wire. The first call
+  // waits (up to the deadline) for the peers to join, as NCCL's lazy connection does.
+  virtual absl::StatusOr<uint64_t> StartBroadcast(SlotMemory& slot,
+                                                  const std::vector<BroadcastPiece>& pieces,
+                                                  absl::Time deadline) = 0;
+  // Waits until the ticket's broadcasts have left rank 0, so the slot may be refilled. Tickets are
+  // waited in the order they were issued. Errors name the ranks at fault; a deadline that passes
+  // aborts the communicator.
+  virtual absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) = 0;
+  // Start + wait of one byte range.
+  absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes, absl::Time deadline) {
+    auto ticket = StartBroadcast(slot, {BroadcastPiece{offset, bytes, DType::kUint8}}, deadline);
+    if (!ticket.ok()) return ticket.status();
+    return WaitBroadcast(*ticket, deadline).status();
+  }
   // Breaks running and later operations (ncclCommAbort). Safe from any thread.
   virtual void Abort(absl::string_view reason) = 0;
   virtual std::string Describe() const = 0;

@@ -59,6 +59,13 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     if (j.contains("bucket_timeout_s")) {
       config->daemon.bucket_timeout = absl::Seconds(j["bucket_timeout_s"].get<double>());
     }
+    if (j.contains("pipeline_min_bytes")) {
+      auto bytes = j["pipeline_min_bytes"].is_string()
+                       ? ParseByteSize(j["pipeline_min_bytes"].get<std::string>())
+                       : absl::StatusOr<uint64_t>(j["pipeline_min_bytes"].get<uint64_t>());
+      if (!bytes.ok()) return bytes.status();
+      config->daemon.pipeline_min_bytes = *bytes;
+    }
     if (j.contains("lease_s")) config->daemon.lease = absl::Seconds(j["lease_s"].get<double>());
     if (j.contains("control_timeout_s")) {
       config->daemon.group.timeouts.control = absl::Seconds(j["control_timeout_s"].get<double>());
@@ -78,6 +85,9 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
         if (!kind.ok()) return kind.status();
         spec.kind = *kind;
         spec.device = g.value("device", 0);
+        auto format = ParseBucketFormat(g.value("load_format", std::string("flattened_bucket")));
+        if (!format.ok()) return format.status();
+        spec.format = *format;
         for (const auto& e : g.at("engines")) {
           spec.engines.push_back(EngineSpec{e.at("url").get<std::string>(), e.value("ranks", 1u)});
         }

@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   config.daemon.mode = "cuda";
 
   CLI::App app{"wsyncd: moves trainer weights into inference engines (SGLang, vLLM, LMDeploy)"};
-  std::string config_path, slot_bytes = "512MiB", log_level = "info";
+  std::string config_path, slot_bytes = "512MiB", log_level = "info", pipeline_min = "64MiB";
   double bucket_timeout = 120, lease = 60, control_timeout = 30;
   app.add_option("--config", config_path, "JSON config file (may predeclare groups)");
   auto* socket_opt = app.add_option("--socket", config.server.unix_socket,
@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
   auto* bytes_opt = app.add_option("--slot-bytes", slot_bytes, "size of each slot, e.g. 512MiB");
   auto* bt_opt = app.add_option("--bucket-timeout", bucket_timeout,
                                 "seconds a bucket may take end to end before the update fails");
+  auto* pipe_opt = app.add_option(
+      "--pipeline-min-bytes", pipeline_min,
+      "buckets at least this large let the next engine request go out as soon as they have left "
+      "rank 0 (keep it above NCCL's and TCP's buffering: the engines must already be receiving)");
   auto* lease_opt = app.add_option("--lease", lease, "seconds an idle session lives");
   auto* ct_opt = app.add_option("--control-timeout", control_timeout,
                                 "seconds for engine control calls (init, pause, version)");
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
     if (bt_opt->count() == 0) {
       bucket_timeout = absl::ToDoubleSeconds(from_file.daemon.bucket_timeout);
     }
+    if (pipe_opt->count() == 0) pipeline_min = std::to_string(from_file.daemon.pipeline_min_bytes);
     if (lease_opt->count() == 0) lease = absl::ToDoubleSeconds(from_file.daemon.lease);
     if (ct_opt->count() == 0) {
       control_timeout = absl::ToDoubleSeconds(from_file.daemon.group.timeouts.control);
@@ -97,6 +102,9 @@ int main(int argc, char** argv) {
   auto bytes = wsync::ParseByteSize(slot_bytes);
   if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
   config.daemon.slot_bytes = *bytes;
+  auto pipe_bytes = wsync::ParseByteSize(pipeline_min);
+  if (!pipe_bytes.ok()) return Fail(std::string(pipe_bytes.status().message()));
+  config.daemon.pipeline_min_bytes = *pipe_bytes;
   config.daemon.bucket_timeout = absl::Seconds(bucket_timeout);
   config.daemon.lease = absl::Seconds(lease);
   config.daemon.group.timeouts.control = absl::Seconds(control_timeout);

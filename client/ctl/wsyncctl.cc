@@ -119,9 +119,9 @@ class Ctl {
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(g);
     std::cout << "group " << g.name() << ": " << KindName(g.kind()) << ", " << StateName(g.state())
-              << ", world " << g.world_size() << ", device " << g.device() << ", store "
-              << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
-              << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
+              << ", world " << g.world_size() << ", device " << g.device() << ", "
+              << g.load_format() << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous())
+              << ", last version " << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
     Table t({"ENGINE", "RANKS", "RANK OFFSET"});
     for (const auto& e : g.engines()) {
@@ -180,7 +180,8 @@ class Ctl {
   }
 
   int CreateGroup(const std::string& name, const std::string& kind,
-                  const std::vector<std::string>& engines, int device) {
+                  const std::vector<std::string>& engines, int device,
+                  const std::string& load_format) {
     v1::CreateGroupRequest req;
     req.set_name(name);
     v1::EngineKind k;
@@ -190,6 +191,7 @@ class Ctl {
     }
     req.set_kind(k);
     req.set_device(device);
+    req.set_load_format(load_format);
     for (const std::string& e : engines) {
       auto* spec = req.add_engines();
       size_t hash = e.find('#');
@@ -274,6 +276,11 @@ int main(int argc, char** argv) {
   create->add_option("--engine", engine_urls, "engine URL, with '#N' for N ranks (TP size)")
       ->required();
   create->add_option("--device", device, "GPU whose slots feed the group");
+  std::string load_format = "flattened_bucket";
+  create
+      ->add_option("--load-format", load_format,
+                   "flattened_bucket (one broadcast per bucket) or per_tensor")
+      ->check(CLI::IsMember({"flattened_bucket", "per_tensor"}));
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;
@@ -289,7 +296,7 @@ int main(int argc, char** argv) {
   if (*engines) return ctl.Engines();
   if (*buffers) return ctl.Buffers();
   if (*updates) return ctl.Updates(limit);
-  if (*create) return ctl.CreateGroup(name, kind, engine_urls, device);
+  if (*create) return ctl.CreateGroup(name, kind, engine_urls, device, load_format);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   return 2;

@@ -80,6 +80,18 @@ IpcEvent::~IpcEvent() {
   LogIfError(cudaEventDestroy(event_), "cudaEventDestroy");
 }
 
+absl::StatusOr<std::unique_ptr<TimingEvent>> TimingEvent::Create(int device) {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  cudaEvent_t e = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDefault));
+  return std::unique_ptr<TimingEvent>(new TimingEvent(device, e));
+}
+
+TimingEvent::~TimingEvent() {
+  auto guard = DeviceGuard::Create(device_);
+  LogIfError(cudaEventDestroy(event_), "cudaEventDestroy");
+}
+
 absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Create(int device, size_t bytes) {
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
   void* p = nullptr;

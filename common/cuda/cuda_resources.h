@@ -59,6 +59,19 @@ class IpcEvent {
   std::string handle_;
 };
 
+// A plain event with timing, for measuring where a broadcast's time went.
+class TimingEvent {
+ public:
+  static absl::StatusOr<std::unique_ptr<TimingEvent>> Create(int device);
+  ~TimingEvent();
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  TimingEvent(int device, cudaEvent_t e) : device_(device), event_(e) {}
+  int device_;
+  cudaEvent_t event_;
+};
+
 // Device memory allocated with plain cudaMalloc and exported once through cudaIpcGetMemHandle.
 class DeviceBuffer {
  public:

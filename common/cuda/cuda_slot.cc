@@ -15,15 +15,12 @@ absl::StatusOr<std::unique_ptr<CudaSlot>> CudaSlot::Create(int device, uint64_t 
       new CudaSlot(device, std::move(buffer), std::move(event), std::move(stream)));
 }
 
-absl::Status CudaSlot::WaitForProducer() {
-  // The trainer recorded the event after its copies; waiting on it orders everything after.
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_->get()));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
   if (bytes > buffer_->bytes()) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  // The trainer recorded the event after its copies; the GPU orders the check after them, and
+  // only this stream's result is waited for on the host.
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
   return DeviceCrc32(buffer_->data(), bytes, stream_->get());
 }
 

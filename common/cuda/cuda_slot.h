@@ -21,8 +21,9 @@ class CudaSlot final : public SlotMemory {
   void* data() override { return buffer_->data(); }
   std::string memory_handle() const override { return buffer_->ipc_handle(); }
   std::string event_handle() const override { return event_->handle(); }
-  absl::Status WaitForProducer() override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  // The event the trainer records after filling the slot; the daemon's streams wait on it.
+  cudaEvent_t producer_event() const { return event_->get(); }
 
  private:
   CudaSlot(int device, std::unique_ptr<DeviceBuffer> buffer, std::unique_ptr<IpcEvent> event,

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -49,68 +50,162 @@ NcclRootCommunicator::~NcclRootCommunicator() {
   comm_ = nullptr;
 }
 
-absl::Status NcclRootCommunicator::WaitIdle(absl::Time deadline, absl::string_view what) {
+namespace {
+
+// The types torch's ProcessGroupNCCL gives each dtype: the receivers' calls use those, and NCCL
+// splits a collective's work by element, so rank 0 must use the same (or one of the same size).
+absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kUint8:
+    case DType::kFloat8E4m3fn:
+    case DType::kFloat8E5m2:
+      return ncclUint8;
+    case DType::kInt8:
+      return ncclInt8;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kFloat16:
+      return ncclFloat16;
+    case DType::kBfloat16:
+      return ncclBfloat16;
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kInt16:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("torch's NCCL backend cannot broadcast ",
+                                                 DTypeName(dtype), " tensors one by one"));
+}
+
+}  // namespace
+
+absl::Status NcclRootCommunicator::WaitFor(cudaEvent_t done, absl::Time deadline,
+                                           absl::string_view what) {
   while (true) {
     if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
     ncclResult_t state = ncclInProgress;
-    cudaError_t stream_state = cudaErrorNotReady;
+    cudaError_t event_state = cudaErrorNotReady;
     {
       std::lock_guard<std::mutex> lock(comm_mu_);
       if (comm_ == nullptr) return absl::AbortedError("communicator gone");
       nccl_->CommGetAsyncError(comm_, &state);
-      if (state == ncclSuccess) stream_state = cudaStreamQuery(stream_->get());
+      if (state == ncclSuccess) event_state = done == nullptr ? cudaSuccess : cudaEventQuery(done);
     }
     if (state != ncclSuccess && state != ncclInProgress) {
       return nccl_->Check(state, std::string(what).c_str());
     }
-    if (state == ncclSuccess && stream_state == cudaSuccess) return absl::OkStatus();
-    if (state == ncclSuccess && stream_state != cudaErrorNotReady) {
-      return WSYNC_CUDA_STATUS(stream_state);
+    if (state == ncclSuccess && event_state == cudaSuccess) return absl::OkStatus();
+    if (state == ncclSuccess && event_state != cudaErrorNotReady) {
+      return WSYNC_CUDA_STATUS(event_state);
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, " did not complete before its deadline"));
     }
-    absl::SleepFor(absl::Microseconds(200));
+    absl::SleepFor(absl::Microseconds(50));
   }
 }
 
-absl::Status NcclRootCommunicator::Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
-                                             absl::Time deadline) {
-  if (slot.kind() != MemoryKind::kCudaIpc || slot.device() != device_) {
+absl::Status NcclRootCommunicator::WaitReady(absl::Time deadline) {
+  if (ready_) return absl::OkStatus();
+  absl::Status s = WaitFor(nullptr, deadline, "NCCL communicator initialisation");
+  if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+    s = absl::DeadlineExceededError(absl::StrCat(
+        "the engine ranks never joined NCCL rank 0 (world ", world_size_,
+        "): they did not fetch the unique id from the store, or cannot reach this GPU; an "
+        "engine whose default process group is bound to a device (device_id) builds the group "
+        "with ncclCommSplit and never joins an external rank 0"));
+  }
+  if (!s.ok()) {
+    Abort(s.message());
+    return s;
+  }
+  ready_ = true;
+  WSYNC_LOG(Info, "NCCL communicator ready: world ", world_size_, ", device ", device_, ", NCCL ",
+            nccl_->version_string());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcast(
+    SlotMemory& slot, const std::vector<BroadcastPiece>& pieces, absl::Time deadline) {
+  auto* cuda_slot = dynamic_cast<CudaSlot*>(&slot);
+  if (cuda_slot == nullptr || slot.device() != device_) {
     return absl::FailedPreconditionError(
         absl::StrCat("NCCL broadcasts from a CUDA slot of device ", device_));
   }
-  std::lock_guard<std::mutex> order(broadcast_mu_);
-  if (!ready_) {
-    absl::Status s = WaitIdle(deadline, "NCCL communicator initialisation");
-    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
-      s = absl::DeadlineExceededError(absl::StrCat(
-          "the engine ranks never joined NCCL rank 0 (world ", world_size_,
-          "): they did not fetch the unique id from the store, or cannot reach this GPU; an "
-          "engine whose default process group is bound to a device (device_id) builds the group "
-          "with ncclCommSplit and never joins an external rank 0"));
+  std::vector<ncclDataType_t> types;
+  for (const BroadcastPiece& p : pieces) {
+    if (p.offset > slot.bytes() || p.bytes() > slot.bytes() - p.offset) {
+      return absl::OutOfRangeError("broadcast range exceeds the slot");
     }
-    if (!s.ok()) {
-      Abort(s.message());
-      return s;
-    }
-    ready_ = true;
-    WSYNC_LOG(Info, "NCCL communicator ready: world ", world_size_, ", device ", device_, ", NCCL ",
-              nccl_->version_string());
+    WSYNC_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(p.dtype));
+    types.push_back(type);
   }
+  std::lock_guard<std::mutex> order(broadcast_mu_);
+  WSYNC_RETURN_IF_ERROR(WaitReady(deadline));
+  Ticket ticket;
+  WSYNC_ASSIGN_OR_RETURN(ticket.start, TimingEvent::Create(device_));
+  WSYNC_ASSIGN_OR_RETURN(ticket.end, TimingEvent::Create(device_));
+  ticket.previous_end = last_end_;
   {
-    auto guard = DeviceGuard::Create(device_);
-    if (!guard.ok()) return guard.status();
+    WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
     std::lock_guard<std::mutex> lock(comm_mu_);
     if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
-    void* p = static_cast<char*>(slot.data()) + offset;
-    WSYNC_RETURN_IF_ERROR(nccl_->Check(
-        nccl_->Broadcast(p, p, bytes, ncclUint8, 0, comm_, stream_->get()), "ncclBroadcast"));
+    cudaStream_t stream = stream_->get();
+    // The GPU, not the host, orders the broadcast after the trainer's writes to the slot.
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, cuda_slot->producer_event(), 0));
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(ticket.start->get(), stream));
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      void* p = static_cast<char*>(slot.data()) + pieces[i].offset;
+      ncclResult_t r = nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream);
+      // A non-blocking communicator may still be connecting; the next call must wait for it.
+      while (r == ncclInProgress) {
+        if (absl::Now() >= deadline) {
+          return absl::DeadlineExceededError(
+              "ncclBroadcast could not be queued before the deadline");
+        }
+        nccl_->CommGetAsyncError(comm_, &r);
+      }
+      WSYNC_RETURN_IF_ERROR(nccl_->Check(r, "ncclBroadcast"));
+    }
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(ticket.end->get(), stream));
   }
-  absl::Status s = WaitIdle(deadline, absl::StrCat("ncclBroadcast of ", bytes, " bytes"));
-  if (!s.ok() && s.code() != absl::StatusCode::kAborted) Abort(s.message());
-  return s;
+  last_end_ = ticket.end;
+  const uint64_t id = next_ticket_++;
+  tickets_.emplace(id, std::move(ticket));
+  return id;
+}
+
+absl::StatusOr<BroadcastTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
+                                                                    absl::Time deadline) {
+  Ticket t;
+  {
+    std::lock_guard<std::mutex> lock(broadcast_mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return absl::InvalidArgumentError("no such broadcast ticket");
+    t = it->second;
+    tickets_.erase(it);
+  }
+  absl::Status s = WaitFor(t.end->get(), deadline, absl::StrCat("ncclBroadcast ", ticket));
+  if (!s.ok()) {
+    if (s.code() != absl::StatusCode::kAborted) Abort(s.message());
+    return s;
+  }
+  BroadcastTiming timing;
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, t.start->get(), t.end->get()) == cudaSuccess) {
+    timing.active_seconds = ms / 1e3;
+  }
+  if (t.previous_end != nullptr &&
+      cudaEventElapsedTime(&ms, t.previous_end->get(), t.start->get()) == cudaSuccess) {
+    timing.idle_before_seconds = ms > 0 ? ms / 1e3 : 0;
+  }
+  return timing;
 }
 
 void NcclRootCommunicator::Abort(absl::string_view reason) {

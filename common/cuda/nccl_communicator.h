@@ -2,9 +2,11 @@
 #define WSYNC_COMMON_CUDA_NCCL_COMMUNICATOR_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/cuda/cuda_resources.h"
 #include "common/cuda/nccl_library.h"
@@ -23,16 +25,25 @@ class NcclRootCommunicator final : public RootCommunicator {
 
   const std::string& unique_id() const override { return unique_id_; }
   int world_size() const override { return world_size_; }
-  absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
-                         absl::Time deadline) override;
+  absl::StatusOr<uint64_t> StartBroadcast(SlotMemory& slot,
+                                          const std::vector<BroadcastPiece>& pieces,
+                                          absl::Time deadline) override;
+  absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;
 
  private:
   NcclRootCommunicator(const NcclLibrary* nccl, int device, int world_size, std::string id)
       : nccl_(nccl), device_(device), world_size_(world_size), unique_id_(std::move(id)) {}
-  // Polls the communicator until its pending work is done; what = what is being waited for.
-  absl::Status WaitIdle(absl::Time deadline, absl::string_view what);
+  struct Ticket {
+    std::shared_ptr<TimingEvent> start;
+    std::shared_ptr<TimingEvent> end;
+    std::shared_ptr<TimingEvent> previous_end;  // null for the first broadcast
+  };
+  // Polls the communicator until `done` (an event, or the init when null) has completed; what =
+  // what is being waited for.
+  absl::Status WaitFor(cudaEvent_t done, absl::Time deadline, absl::string_view what);
+  absl::Status WaitReady(absl::Time deadline);
 
   const NcclLibrary* nccl_;
   const int device_;
@@ -44,7 +55,10 @@ class NcclRootCommunicator final : public RootCommunicator {
   bool ready_ = false;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
-  std::mutex broadcast_mu_;
+  std::mutex broadcast_mu_;  // orders StartBroadcast calls; guards the ticket fields below
+  uint64_t next_ticket_ = 0;
+  std::map<uint64_t, Ticket> tickets_;
+  std::shared_ptr<TimingEvent> last_end_;
 };
 
 }  // namespace wsync::cuda

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<HostRootCommunicator>> HostRootCommunicator::Crea
   auto comm = std::unique_ptr<HostRootCommunicator>(
       new HostRootCommunicator(std::move(fd), world_size, id.Encode(), id.token));
   comm->accept_thread_ = std::thread([c = comm.get()] { c->AcceptLoop(); });
+  comm->send_thread_ = std::thread([c = comm.get()] { c->SendLoop(); });
   return comm;
 }
 
@@ -105,6 +106,12 @@ HostRootCommunicator::HostRootCommunicator(UniqueFd listen_fd, int world_size,
 
 HostRootCommunicator::~HostRootCommunicator() {
   Abort("communicator destroyed");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    jobs_cv_.notify_all();
+  }
+  if (send_thread_.joinable()) send_thread_.join();
   if (accept_thread_.joinable()) accept_thread_.join();
 }
 
@@ -179,17 +186,79 @@ absl::Status HostRootCommunicator::WaitForPeers(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status HostRootCommunicator::Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
-                                             absl::Time deadline) {
+absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcast(
+    SlotMemory& slot, const std::vector<BroadcastPiece>& pieces, absl::Time deadline) {
   if (slot.kind() != MemoryKind::kHostShm) {
     return absl::FailedPreconditionError("the host collective can only send host-memory slots");
   }
-  if (offset > slot.bytes() || bytes > slot.bytes() - offset) {
-    return absl::OutOfRangeError("broadcast range exceeds the slot");
+  Job job{0, {}, deadline};
+  for (const BroadcastPiece& p : pieces) {
+    if (p.offset > slot.bytes() || p.bytes() > slot.bytes() - p.offset) {
+      return absl::OutOfRangeError("broadcast range exceeds the slot");
+    }
+    job.pieces.emplace_back(static_cast<const char*>(slot.data()) + p.offset, p.bytes());
   }
-  std::lock_guard<std::mutex> order(broadcast_mu_);
   WSYNC_RETURN_IF_ERROR(WaitForPeers(deadline));
-  return SendToAll(static_cast<const char*>(slot.data()) + offset, bytes, deadline);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+  job.ticket = next_ticket_++;
+  const uint64_t ticket = job.ticket;
+  jobs_.push_back(std::move(job));
+  jobs_cv_.notify_all();
+  return ticket;
+}
+
+void HostRootCommunicator::SendLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    jobs_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    lock.unlock();
+    const absl::Time start = absl::Now();
+    absl::Status status;
+    for (const auto& [data, bytes] : job.pieces) {
+      status = SendToAll(data, bytes, job.deadline);
+      if (!status.ok()) break;
+    }
+    const absl::Time end = absl::Now();
+    lock.lock();
+    if (status.ok()) {
+      BroadcastTiming timing;
+      if (last_end_ != absl::InfinitePast() && start > last_end_) {
+        timing.idle_before_seconds = absl::ToDoubleSeconds(start - last_end_);
+      }
+      timing.active_seconds = absl::ToDoubleSeconds(end - start);
+      done_.emplace(job.ticket, timing);
+    } else {
+      done_.emplace(job.ticket, status);
+    }
+    last_end_ = end;
+    jobs_cv_.notify_all();
+  }
+}
+
+absl::StatusOr<BroadcastTiming> HostRootCommunicator::WaitBroadcast(uint64_t ticket,
+                                                                    absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (ticket >= next_ticket_) return absl::InvalidArgumentError("no such broadcast ticket");
+  // A job's own deadline makes the sender report which ranks are stuck; the grace lets that
+  // message, rather than this generic one, reach the caller.
+  const absl::Time give_up = deadline + absl::Milliseconds(500);
+  while (done_.count(ticket) == 0) {
+    if (absl::Now() >= give_up) {
+      lock.unlock();
+      // The sender is stuck on a peer; aborting it makes its SendToAll return.
+      Abort("broadcast deadline passed");
+      return absl::DeadlineExceededError(
+          absl::StrCat("broadcast ", ticket, " did not leave rank 0 before its deadline"));
+    }
+    jobs_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  absl::StatusOr<BroadcastTiming> result = std::move(done_[ticket]);
+  done_.erase(ticket);
+  return result;
 }
 
 absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,

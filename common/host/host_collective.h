@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,8 +43,10 @@ class HostRootCommunicator final : public RootCommunicator {
 
   const std::string& unique_id() const override { return unique_id_; }
   int world_size() const override { return world_size_; }
-  absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes,
-                         absl::Time deadline) override;
+  absl::StatusOr<uint64_t> StartBroadcast(SlotMemory& slot,
+                                          const std::vector<BroadcastPiece>& pieces,
+                                          absl::Time deadline) override;
+  absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;
 
@@ -53,7 +56,14 @@ class HostRootCommunicator final : public RootCommunicator {
  private:
   HostRootCommunicator(UniqueFd listen_fd, int world_size, std::string unique_id,
                        std::string token);
+  // What the sender thread works through, in ticket order, as an NCCL stream would.
+  struct Job {
+    uint64_t ticket;
+    std::vector<std::pair<const char*, uint64_t>> pieces;
+    absl::Time deadline;
+  };
   void AcceptLoop();
+  void SendLoop();
   void Handshake(UniqueFd fd);
   absl::Status WaitForPeers(absl::Time deadline);
   absl::Status SendToAll(const char* data, uint64_t bytes, absl::Time deadline);
@@ -70,7 +80,14 @@ class HostRootCommunicator final : public RootCommunicator {
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
   uint64_t sequence_ = 0;
-  std::mutex broadcast_mu_;  // one collective at a time, in order, as on an NCCL stream
+
+  std::thread send_thread_;
+  std::condition_variable jobs_cv_;  // guarded by mu_, like the fields below
+  std::deque<Job> jobs_;
+  std::map<uint64_t, absl::StatusOr<BroadcastTiming>> done_;
+  uint64_t next_ticket_ = 0;
+  absl::Time last_end_ = absl::InfinitePast();
+  bool stopping_ = false;
 };
 
 // An engine rank's side, used by the engine simulators.

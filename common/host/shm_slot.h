@@ -20,7 +20,6 @@ class ShmSlot final : public SlotMemory {
   void* data() override { return data_; }
   std::string memory_handle() const override { return name_; }
   std::string event_handle() const override { return ""; }
-  absl::Status WaitForProducer() override { return absl::OkStatus(); }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
 
  private:

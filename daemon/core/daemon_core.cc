@@ -174,6 +174,7 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   context.slots = session.slots;
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
+  context.pipeline_min_bytes = options_.pipeline_min_bytes;
 
   UpdateRecord record;
   record.update_id = context.update_id;

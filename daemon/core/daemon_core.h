@@ -28,6 +28,7 @@ struct DaemonOptions {
   int max_device = 15;
   absl::Duration lease = absl::Seconds(60);
   absl::Duration bucket_timeout = absl::Seconds(120);
+  uint64_t pipeline_min_bytes = 64ull << 20;  // see UpdateContext
   size_t history_limit = 256;
   GroupOptions group;
 };

@@ -17,6 +17,7 @@ UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, 
       on_done_(std::move(on_done)),
       started_(absl::Now()) {
   sender_ = std::thread([this] { SenderLoop(); });
+  completer_ = std::thread([this] { CompletionLoop(); });
 }
 
 UpdateRun::~UpdateRun() {
@@ -27,6 +28,7 @@ UpdateRun::~UpdateRun() {
   }
   if (!finished) Abort(absl::AbortedError("update dropped without commit or abort"));
   if (sender_.joinable()) sender_.join();
+  if (completer_.joinable()) completer_.join();
 }
 
 uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
@@ -77,76 +79,153 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
   return absl::OkStatus();
 }
 
+void UpdateRun::ReleaseSlot(uint32_t slot, SlotState from) {
+  (void)pool_->Transition(context_.device, slot, context_.session_id, from, SlotState::kFilling);
+}
+
+void UpdateRun::ReportFailure(absl::Status status, const std::vector<EngineOutcome>& outcomes) {
+  UpdateOutcome early;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Fail(std::move(status));
+    for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
+    cv_.notify_all();
+    if (failure_reported_) return;
+    failure_reported_ = true;
+    early.update_id = context_.update_id;
+    early.status = failure_;
+    early.engines = bucket_outcomes_;
+    early.buckets = buckets_;
+    early.bytes = bytes_;
+  }
+  early.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+  events_->Failed(early);
+}
+
+absl::Status UpdateRun::Verify(const Pending& p) {
+  // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
+  const uint64_t span = p.manifest.span_bytes();
+  WSYNC_ASSIGN_OR_RETURN(uint32_t crc, context_.slots[p.slot]->Checksum(span));
+  if (crc != p.checksum) {
+    return absl::DataLossError(
+        absl::StrCat("bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
+                     Crc32Hex(p.checksum), " but slot ", p.slot, " holds ", Crc32Hex(crc), " over ",
+                     span, " bytes; nothing was sent"));
+  }
+  return absl::OkStatus();
+}
+
 void UpdateRun::SenderLoop() {
   while (true) {
     Pending p;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
-      if (queue_.empty()) return;
+      if (queue_.empty()) break;
       p = std::move(queue_.front());
       queue_.pop_front();
       if (!failure_.ok()) {
         // After a failure queued buckets are dropped: the trainer gets the failure, not SlotFree.
-        (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
-                                SlotState::kFilling);
+        ReleaseSlot(p.slot, SlotState::kQueued);
         continue;
       }
     }
     (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
                             SlotState::kSending);
-    const absl::Time t0 = absl::Now();
-    SlotMemory& slot = *context_.slots[p.slot];
-    const uint64_t span = p.manifest.span_bytes();
-    absl::Status status = slot.WaitForProducer();
+    const absl::Time turn = absl::Now();
+    absl::Status status = Verify(p);
+    const double verify_seconds = absl::ToDoubleSeconds(absl::Now() - turn);
     if (status.ok()) {
-      // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
-      auto crc = slot.Checksum(span);
-      if (!crc.ok()) {
-        status = crc.status();
-      } else if (*crc != p.checksum) {
-        status = absl::DataLossError(
-            absl::StrCat("bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
-                         Crc32Hex(p.checksum), " but slot ", p.slot, " holds ", Crc32Hex(*crc),
-                         " over ", span, " bytes; nothing was sent"));
+      // The next request may go out only once the engines are certainly inside the previous one.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return transfers_released_ >= transfers_started_ || !failure_.ok(); });
+      if (!failure_.ok()) {
+        ReleaseSlot(p.slot, SlotState::kSending);
+        continue;
       }
     }
-    std::vector<EngineOutcome> outcomes;
+    std::unique_ptr<BucketTransfer> transfer;
     if (status.ok()) {
-      status =
-          group_->SendBucket(slot, p.manifest, absl::Now() + context_.bucket_timeout, &outcomes);
+      auto started = group_->StartBucket(*context_.slots[p.slot], p.manifest,
+                                         absl::Now() + context_.bucket_timeout);
+      if (started.ok()) {
+        transfer = std::move(*started);
+      } else {
+        status = started.status();
+      }
     }
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
-    (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kSending,
-                            SlotState::kFilling);
+    if (!status.ok()) {
+      ReleaseSlot(p.slot, SlotState::kSending);
+      ReportFailure(status, {});
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.push_back(InFlight{std::move(p), std::move(transfer), turn, verify_seconds});
+    ++transfers_started_;
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sender_done_ = true;
+  cv_.notify_all();
+}
+
+void UpdateRun::CompletionLoop() {
+  while (true) {
+    InFlight f;
+    bool failed_before;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !in_flight_.empty() || sender_done_; });
+      if (in_flight_.empty()) return;
+      f = std::move(in_flight_.front());
+      in_flight_.pop_front();
+      failed_before = !failure_.ok();
+    }
+    // A bucket started before an earlier one failed still completes (its broadcast is queued and
+    // its engines expect it) unless the collective was aborted, which ends it at once.
+    const Pending& p = f.pending;
+    const uint64_t span = p.manifest.span_bytes();
+    auto sent = f.transfer->WaitSent();
+    const absl::Time sent_at = absl::Now();
+    const bool early_release = sent.ok() && span >= context_.pipeline_min_bytes;
+    if (sent.ok()) {
+      ReleaseSlot(p.slot, SlotState::kSending);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (early_release) ++transfers_released_;
+      cv_.notify_all();
+      if (!failure_.ok()) failed_before = true;
+    }
+    if (sent.ok() && !failed_before) events_->SlotFree(p.slot);
+    std::vector<EngineOutcome> outcomes;
+    absl::Status status = f.transfer->WaitAnswered(&outcomes);
+    const absl::Time answered_at = absl::Now();
+    if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!status.ok()) {
-        Fail(status);
-        for (auto& o : outcomes) bucket_outcomes_.push_back(o);
-      } else {
+      // The failure is recorded before the sender may go on, so it never starts another bucket
+      // on the broken group.
+      if (status.ok()) {
         ++buckets_;
         bytes_ += span;
+      } else {
+        Fail(status);
+        for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
       }
+      if (!early_release) ++transfers_released_;
       cv_.notify_all();
     }
-    if (status.ok()) {
-      events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()),
-                          seconds);
-      events_->SlotFree(p.slot);
-    } else {
-      UpdateOutcome early;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        early.update_id = context_.update_id;
-        early.status = failure_;
-        early.engines = bucket_outcomes_;
-        early.buckets = buckets_;
-        early.bytes = bytes_;
-      }
-      early.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
-      events_->Failed(early);
+    if (!status.ok()) {
+      ReportFailure(status, {});
+      continue;
     }
+    if (failed_before) continue;
+    BucketTiming timing;
+    timing.verify = f.verify_seconds;
+    timing.idle_before = sent->idle_before_seconds;
+    timing.active = sent->active_seconds;
+    timing.answer = absl::ToDoubleSeconds(answered_at - sent_at);
+    timing.total = absl::ToDoubleSeconds(answered_at - f.turn);
+    events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()), timing);
   }
 }
 
@@ -182,6 +261,7 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     cv_.notify_all();
   }
   if (sender_.joinable()) sender_.join();
+  if (completer_.joinable()) completer_.join();
 
   UpdateOutcome outcome;
   outcome.update_id = context_.update_id;

@@ -29,11 +29,21 @@ struct UpdateOutcome {
   double seconds = 0;
 };
 
+// Where one bucket's time went (all in seconds).
+struct BucketTiming {
+  double verify = 0;       // checksum of the slot before anything is sent
+  double idle_before = 0;  // rank 0 had nothing queued before this bucket (daemon/trainer late)
+  double active = 0;       // rank 0's broadcast: wire time plus waiting for the receivers
+  double answer = 0;       // from the bytes leaving rank 0 to the engines' last answer
+  double total = 0;        // from the bucket's turn to the engines' last answer
+};
+
 // What the trainer hears while its update runs (the gRPC stream implements it).
 class UpdateEvents {
  public:
   virtual ~UpdateEvents() = default;
-  virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors, double seconds) = 0;
+  virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
+                          const BucketTiming& timing) = 0;
   virtual void SlotFree(uint32_t slot) = 0;
   // The update failed while the trainer may be waiting for a SlotFree that will never come; the
   // stream tells it now instead of at its next message.
@@ -47,11 +57,17 @@ struct UpdateContext {
   std::vector<SlotMemory*> slots;
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
+  // A bucket at least this large proves, by leaving rank 0, that every receiver is inside its
+  // request (NCCL and TCP buffer only a few MiB), so the next request may be posted before the
+  // engines answer: they take requests in arrival order. Smaller buckets wait for the answers.
+  uint64_t pipeline_min_bytes = 64ull << 20;
 };
 
-// One update of one group from one session. Buckets are validated when they arrive (nothing of a
-// refused bucket is sent) and sent in order by one sender thread, so the trainer fills the next
-// slot while the previous bucket is on the wire.
+// One update of one group from one session, as a pipeline: buckets are validated when they
+// arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
+// and starts its transfer (engine requests plus a queued broadcast) as soon as the previous bucket
+// is on the wire; the completion thread frees each slot when its bytes have left rank 0 and
+// collects the engines' answers. The trainer fills the next slot meanwhile.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;
@@ -77,7 +93,18 @@ class UpdateRun {
     uint32_t checksum;
     uint64_t sequence;
   };
+  struct InFlight {
+    Pending pending;
+    std::unique_ptr<BucketTransfer> transfer;
+    absl::Time turn;
+    double verify_seconds;
+  };
   void SenderLoop();
+  void CompletionLoop();
+  absl::Status Verify(const Pending& p);
+  // Records the first failure and tells the trainer at once (once).
+  void ReportFailure(absl::Status status, const std::vector<EngineOutcome>& outcomes);
+  void ReleaseSlot(uint32_t slot, SlotState from);
   void Fail(absl::Status status);
   UpdateOutcome Finish(bool commit, absl::Status reason);
 
@@ -91,6 +118,11 @@ class UpdateRun {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
+  std::deque<InFlight> in_flight_;
+  uint64_t transfers_started_ = 0;
+  uint64_t transfers_released_ = 0;  // transfers whose successor may start
+  bool sender_done_ = false;
+  bool failure_reported_ = false;
   bool closing_ = false;
   bool finished_ = false;
   absl::Status failure_;
@@ -99,6 +131,7 @@ class UpdateRun {
   uint64_t buckets_ = 0;
   uint64_t bytes_ = 0;
   std::thread sender_;
+  std::thread completer_;
 };
 
 }  // namespace wsync

@@ -71,8 +71,8 @@ WeightGroup::WeightGroup(GroupSpec spec, Platform* platform, GroupOptions option
     : spec_(std::move(spec)), platform_(platform), options_(std::move(options)) {
   uint32_t offset = 1;
   for (const EngineSpec& e : spec_.engines) {
-    adapters_.push_back(
-        MakeEngineAdapter(spec_.kind, EngineEndpoint{e.url, e.ranks, offset}, options_.timeouts));
+    adapters_.push_back(MakeEngineAdapter(spec_.kind, EngineEndpoint{e.url, e.ranks, offset},
+                                          options_.timeouts, spec_.format));
     offset += e.ranks;
   }
   world_size_ = offset;
@@ -238,8 +238,9 @@ absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
   return absl::OkStatus();
 }
 
-absl::Status WeightGroup::SendBucket(SlotMemory& slot, const BucketManifest& manifest,
-                                     absl::Time deadline, std::vector<EngineOutcome>* outcomes) {
+absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(SlotMemory& slot,
+                                                                         BucketManifest manifest,
+                                                                         absl::Time deadline) {
   RootCommunicator* comm;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -249,49 +250,19 @@ absl::Status WeightGroup::SendBucket(SlotMemory& slot, const BucketManifest& man
     }
     comm = comm_.get();
   }
-  WSYNC_RETURN_IF_ERROR(slot.WaitForProducer());
-  // The engine's request returns only after it has received the bytes, so the requests and the
-  // broadcast must run at the same time. A failed request aborts the broadcast at once rather than
-  // letting it run into the deadline.
-  std::vector<absl::Status> results(adapters_.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    threads.emplace_back([&, i] {
-      results[i] = adapters_[i]->PostBucket(manifest, spec_.name, deadline);
-      if (!results[i].ok()) comm->Abort(results[i].message());
-    });
-  }
-  absl::Status sent = comm->Broadcast(slot, 0, manifest.span_bytes(), deadline);
-  if (!sent.ok()) comm->Abort(sent.message());
-  for (auto& t : threads) t.join();
+  std::vector<EngineAdapter*> adapters;
+  for (const auto& a : adapters_) adapters.push_back(a.get());
+  return BucketTransfer::Start(adapters, comm, slot, std::move(manifest), spec_.name, RankMap(),
+                               deadline, [this](const absl::Status& s) { MarkBroken(s); });
+}
 
-  std::vector<std::string> errors;
-  absl::Status first;
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
-    if (!results[i].ok()) {
-      errors.push_back(
-          absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", results[i].message()));
-      if (first.ok()) first = results[i];
-    }
-  }
-  if (!sent.ok() && sent.code() != absl::StatusCode::kAborted) {
-    errors.push_back(absl::StrCat("broadcast: ", sent.message(), " [", RankMap(), "]"));
-    if (first.ok()) first = sent;
-  }
-  if (errors.empty() && !sent.ok()) {
-    errors.push_back(absl::StrCat("broadcast: ", sent.message()));
-    first = sent;
-  }
-  if (errors.empty()) return absl::OkStatus();
-  std::string message = absl::StrJoin(errors, "; ");
+void WeightGroup::MarkBroken(const absl::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = GroupState::kBroken;
-    error_ = message;
+    error_ = std::string(status.message());
   }
-  WSYNC_LOG(Warning, "group ", spec_.name, ": bucket failed, group broken: ", message);
-  return absl::Status(first.code(), message);
+  WSYNC_LOG(Warning, "group ", spec_.name, ": bucket failed, group broken: ", status.message());
 }
 
 absl::Status WeightGroup::FinishUpdate(const std::string& version,

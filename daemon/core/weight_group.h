@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
+#include "daemon/core/bucket_transfer.h"
 #include "daemon/engines/engine_adapter.h"
 #include "daemon/rendezvous/tcp_store_server.h"
 
@@ -32,6 +33,7 @@ struct GroupSpec {
   EngineKind kind = EngineKind::kSglang;
   std::vector<EngineSpec> engines;
   int device = 0;
+  BucketFormat format = BucketFormat::kFlattened;
   bool operator==(const GroupSpec&) const = default;
 };
 
@@ -40,11 +42,6 @@ struct GroupOptions {
   std::string advertise_address = "127.0.0.1";
   absl::Duration registration_timeout = absl::Seconds(10);
   AdapterTimeouts timeouts;
-};
-
-struct EngineOutcome {
-  std::string engine;
-  absl::Status status;
 };
 
 struct EngineRow {
@@ -78,11 +75,12 @@ class WeightGroup {
   // ready -> updating (re-forming a broken group first), then pauses generation.
   absl::Status BeginUpdate();
   absl::Status ValidateBucket(const BucketManifest& manifest) const;
-  // Runs every engine's update request concurrently with the broadcast of the slot's bytes.
-  // On failure the collective is aborted, the group is broken, and the returned outcomes name the
-  // engines at fault.
-  absl::Status SendBucket(SlotMemory& slot, const BucketManifest& manifest, absl::Time deadline,
-                          std::vector<EngineOutcome>* outcomes);
+  // Posts every engine's update request and queues the broadcast of the slot's bytes; returns at
+  // once. If the transfer fails the collective is aborted, the group is broken, and the
+  // transfer's outcomes name the engines at fault.
+  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot,
+                                                              BucketManifest manifest,
+                                                              absl::Time deadline);
   // updating -> ready: records the version on every engine and resumes generation.
   absl::Status FinishUpdate(const std::string& version, std::vector<EngineOutcome>* outcomes);
   // updating -> ready (or broken): resumes generation, best effort.
@@ -100,6 +98,7 @@ class WeightGroup {
   std::vector<absl::Status> OnEngines(const std::function<absl::Status(EngineAdapter&)>& fn);
   absl::Status WaitForRegistration();
   std::string RankMap() const;
+  void MarkBroken(const absl::Status& status);
 
   const GroupSpec spec_;
   Platform* platform_;

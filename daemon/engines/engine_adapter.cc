@@ -25,10 +25,21 @@ absl::string_view EngineKindName(EngineKind kind) {
   return "unknown";
 }
 
+absl::StatusOr<BucketFormat> ParseBucketFormat(absl::string_view name) {
+  if (name == "flattened_bucket") return BucketFormat::kFlattened;
+  if (name == "per_tensor") return BucketFormat::kPerTensor;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown bucket format '", name, "' (flattened_bucket, per_tensor)"));
+}
+
+absl::string_view BucketFormatName(BucketFormat format) {
+  return format == BucketFormat::kFlattened ? "flattened_bucket" : "per_tensor";
+}
+
 std::unique_ptr<EngineAdapter> MakeEngineAdapter(EngineKind kind, EngineEndpoint endpoint,
-                                                 AdapterTimeouts timeouts) {
+                                                 AdapterTimeouts timeouts, BucketFormat format) {
   if (kind == EngineKind::kSglang) {
-    return std::make_unique<SglangAdapter>(std::move(endpoint), timeouts);
+    return std::make_unique<SglangAdapter>(std::move(endpoint), timeouts, format);
   }
   return nullptr;
 }

@@ -7,7 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/gpu_seam.h"
 #include "common/manifest.h"
+#include "daemon/engines/http_json.h"
 
 namespace wsync {
 
@@ -15,6 +17,13 @@ enum class EngineKind { kSglang, kVllm, kLmdeploy };
 
 absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name);
 absl::string_view EngineKindName(EngineKind kind);
+
+// How a bucket crosses the collective: one uint8 broadcast of all its bytes (SGLang's
+// load_format "flattened_bucket"), or one broadcast per tensor in its own dtype (load_format null).
+enum class BucketFormat { kFlattened, kPerTensor };
+
+absl::StatusOr<BucketFormat> ParseBucketFormat(absl::string_view name);
+absl::string_view BucketFormatName(BucketFormat format);
 
 struct EngineEndpoint {
   std::string url;
@@ -57,17 +66,20 @@ class EngineAdapter {
   virtual absl::Status ResumeGeneration() = 0;
   // Posts the bucket's metadata; returns once the engine has received and loaded it, which needs
   // the daemon's broadcast of the same bucket to run concurrently.
+  // `cancel` ends the request early when the bucket can no longer arrive.
   virtual absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
-                                  absl::Time deadline) = 0;
+                                  absl::Time deadline, HttpCancel* cancel) = 0;
   // Records the version, flushes caches computed with old weights, resumes generation.
   virtual absl::Status FinishUpdate(const std::string& version) = 0;
   virtual EngineHealth Health() = 0;
   // Checks a bucket against what this engine can receive, before any byte moves.
   virtual absl::Status ValidateBucket(const BucketManifest& manifest) const = 0;
+  // The collective calls the engine's receive expects for the bucket, in order.
+  virtual std::vector<BroadcastPiece> BroadcastPieces(const BucketManifest& manifest) const = 0;
 };
 
 std::unique_ptr<EngineAdapter> MakeEngineAdapter(EngineKind kind, EngineEndpoint endpoint,
-                                                 AdapterTimeouts timeouts);
+                                                 AdapterTimeouts timeouts, BucketFormat format);
 
 }  // namespace wsync
 

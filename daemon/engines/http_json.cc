@@ -24,6 +24,29 @@ std::string Truncated(const std::string& s) {
 
 }  // namespace
 
+void HttpCancel::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_ = true;
+  if (client_ != nullptr) client_->stop();
+}
+
+bool HttpCancel::cancelled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cancelled_;
+}
+
+bool HttpCancel::Attach(httplib::Client* client) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cancelled_) return false;
+  client_ = client;
+  return true;
+}
+
+void HttpCancel::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  client_ = nullptr;
+}
+
 EngineHttp::EngineHttp(std::string base_url)
     : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {}
 
@@ -55,11 +78,21 @@ absl::StatusOr<HttpReply> ToReply(const std::string& base, const std::string& me
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohmann::json& body,
-                                           absl::Duration timeout) const {
+                                           absl::Duration timeout, HttpCancel* cancel) const {
   httplib::Client client(base_url_);
   SetTimeouts(client, timeout);
   const absl::Time started = absl::Now();
-  auto result = client.Post(path, body.dump(), "application/json");
+  const std::string payload = body.dump();
+  if (cancel != nullptr && !cancel->Attach(&client)) {
+    return absl::CancelledError(absl::StrCat("POST ", base_url_, path, " cancelled"));
+  }
+  auto result = client.Post(path, payload, "application/json");
+  if (cancel != nullptr) {
+    cancel->Detach();
+    if (!result && cancel->cancelled()) {
+      return absl::CancelledError(absl::StrCat("POST ", base_url_, path, " cancelled"));
+    }
+  }
   return ToReply(base_url_, "POST", path, timeout, started, result);
 }
 
@@ -82,8 +115,9 @@ absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& re
 
 absl::StatusOr<nlohmann::json> EngineHttp::PostExpectSuccess(const std::string& path,
                                                              const nlohmann::json& body,
-                                                             absl::Duration timeout) const {
-  auto reply = Post(path, body, timeout);
+                                                             absl::Duration timeout,
+                                                             HttpCancel* cancel) const {
+  auto reply = Post(path, body, timeout, cancel);
   if (!reply.ok()) return reply.status();
   nlohmann::json parsed = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("success") && parsed["success"].is_boolean() &&

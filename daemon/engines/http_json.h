@@ -1,11 +1,16 @@
 #ifndef WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 #define WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+
+namespace httplib {
+class Client;
+}
 
 namespace wsync {
 
@@ -13,6 +18,23 @@ struct HttpReply {
   int status = 0;
   std::string body;
   std::string content_type;
+};
+
+// Lets another thread end a request in flight (an update request whose bucket can no longer
+// arrive, because the collective was aborted, must not hold the update until its deadline).
+class HttpCancel {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class EngineHttp;
+  // Returns false when already cancelled.
+  bool Attach(httplib::Client* client);
+  void Detach();
+  mutable std::mutex mu_;
+  bool cancelled_ = false;
+  httplib::Client* client_ = nullptr;
 };
 
 // A small JSON-over-HTTP client for engine admin routes. Each call opens its own connection, so
@@ -25,13 +47,14 @@ class EngineHttp {
   explicit EngineHttp(std::string base_url);
 
   absl::StatusOr<HttpReply> Post(const std::string& path, const nlohmann::json& body,
-                                 absl::Duration timeout) const;
+                                 absl::Duration timeout, HttpCancel* cancel = nullptr) const;
   absl::StatusOr<HttpReply> Get(const std::string& path, absl::Duration timeout) const;
 
   // POSTs and requires a 2xx reply whose JSON, if it has "success", says true.
   absl::StatusOr<nlohmann::json> PostExpectSuccess(const std::string& path,
                                                    const nlohmann::json& body,
-                                                   absl::Duration timeout) const;
+                                                   absl::Duration timeout,
+                                                   HttpCancel* cancel = nullptr) const;
   absl::StatusOr<nlohmann::json> GetJson(const std::string& path, absl::Duration timeout) const;
 
   const std::string& base_url() const { return base_url_; }

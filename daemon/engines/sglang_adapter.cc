@@ -60,7 +60,7 @@ absl::Status SglangAdapter::ResumeGeneration() {
 }
 
 nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
-                                         const std::string& group_name) {
+                                         const std::string& group_name, BucketFormat format) {
   nlohmann::json names = nlohmann::json::array();
   nlohmann::json dtypes = nlohmann::json::array();
   nlohmann::json shapes = nlohmann::json::array();
@@ -75,14 +75,17 @@ nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
           {"group_name", group_name},
           {"flush_cache", false},
           {"abort_all_requests", false},
-          {"load_format", "flattened_bucket"}};
+          {"load_format", format == BucketFormat::kFlattened ? nlohmann::json("flattened_bucket")
+                                                             : nlohmann::json(nullptr)}};
 }
 
 absl::Status SglangAdapter::PostBucket(const BucketManifest& manifest,
-                                       const std::string& group_name, absl::Time deadline) {
+                                       const std::string& group_name, absl::Time deadline,
+                                       HttpCancel* cancel) {
   absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   return http_
-      .PostExpectSuccess("/update_weights_from_distributed", BucketBody(manifest, group_name), left)
+      .PostExpectSuccess("/update_weights_from_distributed",
+                         BucketBody(manifest, group_name, format_), left, cancel)
       .status();
 }
 
@@ -116,7 +119,31 @@ EngineHealth SglangAdapter::Health() {
 }
 
 absl::Status SglangAdapter::ValidateBucket(const BucketManifest& manifest) const {
-  return ValidateFlattenedLayout(manifest);
+  // The flattened receiver reads the tensors back to back in `names` order; per tensor, each
+  // broadcast has its own offset.
+  if (format_ == BucketFormat::kFlattened) return ValidateFlattenedLayout(manifest);
+  {
+    for (const TensorEntry& t : manifest.tensors) {
+      if (t.dtype == DType::kInt16) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name,
+                         "' is int16, which torch's NCCL backend cannot broadcast; use the "
+                         "flattened_bucket format"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<BroadcastPiece> SglangAdapter::BroadcastPieces(const BucketManifest& manifest) const {
+  if (format_ == BucketFormat::kFlattened) {
+    return {BroadcastPiece{0, manifest.span_bytes(), DType::kUint8}};
+  }
+  std::vector<BroadcastPiece> pieces;
+  for (const TensorEntry& t : manifest.tensors) {
+    pieces.push_back(BroadcastPiece{t.offset, t.length / DTypeSize(t.dtype), t.dtype});
+  }
+  return pieces;
 }
 
 }  // namespace wsync

@@ -8,12 +8,16 @@
 namespace wsync {
 
 // SGLang's disaggregated weight-update API (shared/docs/engine-protocols.md section 3): ranks are
-// rank_offset + tp_rank, buckets go as load_format "flattened_bucket" (one uint8 broadcast of the
-// tensors' bytes back to back in `names` order), the version is recorded at commit.
+// rank_offset + tp_rank; a bucket goes as load_format "flattened_bucket" (one uint8 broadcast of
+// the tensors' bytes back to back in `names` order) or null (one broadcast per tensor, typed); the
+// version is recorded at commit.
 class SglangAdapter final : public EngineAdapter {
  public:
-  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts)
-      : endpoint_(std::move(endpoint)), timeouts_(timeouts), http_(endpoint_.url) {}
+  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, BucketFormat format)
+      : endpoint_(std::move(endpoint)),
+        timeouts_(timeouts),
+        format_(format),
+        http_(endpoint_.url) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   absl::Status Probe() override;
@@ -22,18 +26,21 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;
   absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
-                          absl::Time deadline) override;
+                          absl::Time deadline, HttpCancel* cancel) override;
   absl::Status FinishUpdate(const std::string& version) override;
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
+  std::vector<BroadcastPiece> BroadcastPieces(const BucketManifest& manifest) const override;
 
   // The request bodies, exposed for tests that pin them to SGLang's schema.
   static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
-  static nlohmann::json BucketBody(const BucketManifest& manifest, const std::string& group_name);
+  static nlohmann::json BucketBody(const BucketManifest& manifest, const std::string& group_name,
+                                   BucketFormat format);
 
  private:
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
+  BucketFormat format_;
   EngineHttp http_;
 };
 

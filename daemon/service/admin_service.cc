@@ -53,6 +53,11 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::CreateGroupRequest& reque
       return absl::InvalidArgumentError("engine kind is required (sglang, vllm, lmdeploy)");
   }
   spec.device = request.device();
+  if (!request.load_format().empty()) {
+    auto format = ParseBucketFormat(request.load_format());
+    if (!format.ok()) return format.status();
+    spec.format = *format;
+  }
   for (const v1::EngineSpec& e : request.engines()) {
     spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks()});
   }
@@ -69,6 +74,7 @@ void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out) {
   out->set_error(group.error);
   out->set_device(group.spec.device);
   out->set_updates(group.updates);
+  out->set_load_format(std::string(BucketFormatName(group.spec.format)));
   for (const EngineEndpoint& e : group.endpoints) {
     auto* info = out->add_engines();
     info->set_url(e.url);

@@ -18,13 +18,18 @@ class StreamEvents final : public UpdateEvents {
   explicit StreamEvents(grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream)
       : stream_(stream) {}
 
-  void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors, double seconds) override {
+  void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
+                  const BucketTiming& timing) override {
     v1::UpdateEvent e;
     auto* done = e.mutable_bucket_done();
     done->set_sequence(sequence);
     done->set_bytes(bytes);
     done->set_tensors(tensors);
-    done->set_seconds(seconds);
+    done->set_seconds(timing.total);
+    done->set_verify_seconds(timing.verify);
+    done->set_idle_before_seconds(timing.idle_before);
+    done->set_broadcast_seconds(timing.active);
+    done->set_answer_seconds(timing.answer);
     Write(e);
   }
   void SlotFree(uint32_t slot) override {

@@ -4,6 +4,8 @@
 // A whole host-mode daemon in the test process, reached through gRPC's in-process channel, with
 // SGLang simulators on loopback as its engines.
 
+#include <httplib.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -70,6 +72,7 @@ class ServiceFixture : public ::testing::Test {
     options.group.advertise_address = "127.0.0.1";
     options.group.registration_timeout = absl::Seconds(5);
     options.group.timeouts.control = absl::Seconds(5);
+    Configure(options);
     core_ = std::make_unique<DaemonCore>(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"),
                                          options);
     auto server = DaemonServer::Start(core_.get(), ServerOptions{});
@@ -78,6 +81,8 @@ class ServiceFixture : public ::testing::Test {
     client_ = Client::FromChannel(server_->InProcessChannel());
     ASSERT_TRUE(client_->OpenSession(0, "service test").ok());
   }
+
+  virtual void Configure(DaemonOptions& options) {}
 
   void TearDown() override {
     client_.reset();
@@ -98,9 +103,11 @@ class ServiceFixture : public ::testing::Test {
   }
 
   grpc::Status CreateGroup(const std::string& name, const std::vector<std::string>& urls,
-                           const std::vector<uint32_t>& ranks, v1::GroupInfo* info) {
+                           const std::vector<uint32_t>& ranks, v1::GroupInfo* info,
+                           const std::string& load_format = "") {
     v1::CreateGroupRequest req;
     req.set_name(name);
+    req.set_load_format(load_format);
     req.set_kind(v1::ENGINE_KIND_SGLANG);
     for (size_t i = 0; i < urls.size(); ++i) {
       auto* e = req.add_engines();
@@ -111,9 +118,9 @@ class ServiceFixture : public ::testing::Test {
     return client_->admin()->CreateGroup(&ctx, req, info);
   }
 
-  void CreatePolicyGroup() {
+  void CreatePolicyGroup(const std::string& load_format = "") {
     v1::GroupInfo info;
-    grpc::Status s = CreateGroup("policy", {sim_a_.url, sim_b_.url}, {1, 2}, &info);
+    grpc::Status s = CreateGroup("policy", {sim_a_.url, sim_b_.url}, {1, 2}, &info, load_format);
     ASSERT_TRUE(s.ok()) << s.error_message();
     ASSERT_EQ(info.state(), v1::GROUP_STATE_READY);
     ASSERT_EQ(info.world_size(), 4u);
@@ -153,6 +160,12 @@ class ServiceFixture : public ::testing::Test {
             << "rank " << rank << " " << t.name;
       }
     }
+  }
+
+  void SetKnobs(const RunningSim& sim, const std::string& json) {
+    httplib::Client http(sim.url);
+    auto r = http.Post("/sim/knobs", json, "application/json");
+    ASSERT_TRUE(r && r->status == 200);
   }
 
   int TotalUpdatesReceived() {

@@ -185,6 +185,14 @@ void SglangSim::Routes() {
       });
   server_->Post("/update_weights_from_distributed", [this](const httplib::Request& req,
                                                            httplib::Response& res) {
+    const int open = open_updates_.fetch_add(1) + 1;
+    int seen = max_open_updates_.load();
+    while (open > seen && !max_open_updates_.compare_exchange_weak(seen, open)) {
+    }
+    struct Closer {
+      std::atomic<int>* open;
+      ~Closer() { open->fetch_sub(1); }
+    } closer{&open_updates_};
     std::lock_guard<std::mutex> serial(update_mu_);
     const int index = updates_.fetch_add(1);
     json body = json::parse(req.body, nullptr, false);
@@ -225,6 +233,7 @@ void SglangSim::Routes() {
       if (!s.ok())
         return SuccessReply(res, false, absl::StrCat("Failed to update parameter: ", s.message()));
     }
+    if (knobs_.answer_delay_ms > 0) absl::SleepFor(absl::Milliseconds(knobs_.answer_delay_ms));
     if (body.contains("weight_version") && body["weight_version"].is_string()) {
       std::lock_guard<std::mutex> lock(mu_);
       weight_version_ = body["weight_version"].get<std::string>();
@@ -290,6 +299,7 @@ void SglangSim::Routes() {
     knobs_.fail_update_at = body.value("fail_update_at", knobs_.fail_update_at);
     knobs_.hang_update_at = body.value("hang_update_at", knobs_.hang_update_at);
     knobs_.die_at_update = body.value("die_at_update", knobs_.die_at_update);
+    knobs_.answer_delay_ms = body.value("answer_delay_ms", knobs_.answer_delay_ms);
     Reply(res, 200, {{"updates_received", updates_.load()}});
   });
 }

@@ -32,6 +32,7 @@ struct SimKnobs {
   int fail_update_at = -1;  // the Nth update request (0-based) answers HTTP 500
   int hang_update_at = -1;  // the Nth update request never answers and never receives
   int die_at_update = -1;   // the process exits halfway through receiving the Nth bucket
+  int answer_delay_ms = 0;  // time spent after receiving, as load_weights takes
   std::string version = "0.5.6";
 };
 
@@ -46,6 +47,9 @@ class SglangSim {
 
   nlohmann::json Checksums() const;
   int updates_received() const { return updates_.load(); }
+  // The most update requests ever open at once (arrived, not yet answered): 1 when the daemon
+  // waits for each answer, 2 when it posts the next request while the engine finishes the last.
+  int max_open_updates() const { return max_open_updates_.load(); }
 
  private:
   struct Rank {
@@ -74,6 +78,8 @@ class SglangSim {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> updates_{0};
+  std::atomic<int> open_updates_{0};
+  std::atomic<int> max_open_updates_{0};
 
   mutable std::mutex mu_;  // state below
   std::mutex update_mu_;   // SGLang serialises weight updates

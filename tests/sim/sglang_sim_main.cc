@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   app.add_option("--fail-update-at", knobs.fail_update_at);
   app.add_option("--hang-update-at", knobs.hang_update_at);
   app.add_option("--die-at-update", knobs.die_at_update);
+  app.add_option("--answer-delay-ms", knobs.answer_delay_ms, "sleep after receiving a bucket");
   CLI11_PARSE(app, argc, argv);
 
   sigset_t stop;

@@ -107,14 +107,46 @@ TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
 TEST(SglangAdapter, BucketBodyListsTensorsInLayoutOrderAsAFlattenedBucket) {
   BucketManifest m{{TensorEntry{"w", DType::kBfloat16, {2, 3}, 0, 12},
                     TensorEntry{"n", DType::kFloat32, {3}, 12, 12}}};
-  nlohmann::json body = SglangAdapter::BucketBody(m, "policy");
+  nlohmann::json body = SglangAdapter::BucketBody(m, "policy", BucketFormat::kFlattened);
   EXPECT_EQ(body, nlohmann::json::parse(R"({"names": ["w", "n"], "dtypes": ["bfloat16", "float32"],
       "shapes": [[2, 3], [3]], "group_name": "policy", "flush_cache": false,
       "abort_all_requests": false, "load_format": "flattened_bucket"})"));
+  SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
+                  BucketFormat::kFlattened);
+  std::vector<BroadcastPiece> pieces = a.BroadcastPieces(m);
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].offset, 0u);
+  EXPECT_EQ(pieces[0].count, 24u);
+  EXPECT_EQ(pieces[0].dtype, DType::kUint8);
+}
+
+TEST(SglangAdapter, PerTensorBucketHasNullLoadFormatAndOneTypedBroadcastPerTensor) {
+  BucketManifest m{{TensorEntry{"w", DType::kBfloat16, {2, 3}, 0, 12},
+                    TensorEntry{"n", DType::kFloat32, {3}, 16, 12}}};
+  nlohmann::json body = SglangAdapter::BucketBody(m, "policy", BucketFormat::kPerTensor);
+  EXPECT_TRUE(body["load_format"].is_null());
+  EXPECT_EQ(body["names"], nlohmann::json::parse(R"(["w", "n"])"));
+  SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
+                  BucketFormat::kPerTensor);
+  EXPECT_TRUE(a.ValidateBucket(m).ok()) << "a gap is fine when each tensor has its own broadcast";
+  std::vector<BroadcastPiece> pieces = a.BroadcastPieces(m);
+  ASSERT_EQ(pieces.size(), 2u);
+  EXPECT_EQ(pieces[0].offset, 0u);
+  EXPECT_EQ(pieces[0].count, 6u);
+  EXPECT_EQ(pieces[0].dtype, DType::kBfloat16);
+  EXPECT_EQ(pieces[1].offset, 16u);
+  EXPECT_EQ(pieces[1].count, 3u);
+  EXPECT_EQ(pieces[1].dtype, DType::kFloat32);
+  BucketManifest shorts{{TensorEntry{"s", DType::kInt16, {4}, 0, 8}}};
+  EXPECT_THAT(a.ValidateBucket(shorts).message(), HasSubstr("int16"));
+  SglangAdapter flat(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
+                     BucketFormat::kFlattened);
+  EXPECT_THAT(flat.ValidateBucket(m).message(), HasSubstr("back to back"));
 }
 
 TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
-  SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{});
+  SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
+                  BucketFormat::kFlattened);
   absl::Status s = a.Probe();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("http://127.0.0.1:1/get_server_info"));

@@ -1,0 +1,116 @@
+#include "daemon/core/bucket_transfer.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace wsync {
+
+BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommunicator* comm,
+                               BucketManifest manifest, std::string rank_map, absl::Time deadline,
+                               FailureHook on_failure)
+    : adapters_(std::move(adapters)),
+      comm_(comm),
+      manifest_(std::move(manifest)),
+      rank_map_(std::move(rank_map)),
+      deadline_(deadline),
+      on_failure_(std::move(on_failure)),
+      results_(adapters_.size()) {
+  for (size_t i = 0; i < adapters_.size(); ++i) cancels_.push_back(std::make_unique<HttpCancel>());
+}
+
+absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
+    const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
+    BucketManifest manifest, const std::string& group_name, std::string rank_map,
+    absl::Time deadline, FailureHook on_failure) {
+  if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
+  std::vector<BroadcastPiece> pieces = adapters.front()->BroadcastPieces(manifest);
+  auto transfer = std::unique_ptr<BucketTransfer>(new BucketTransfer(
+      adapters, comm, std::move(manifest), std::move(rank_map), deadline, std::move(on_failure)));
+  transfer->PostRequests(group_name);
+  auto ticket = comm->StartBroadcast(slot, pieces, deadline);
+  if (!ticket.ok()) {
+    comm->Abort(ticket.status().message());
+    transfer->sent_ = ticket.status();
+    transfer->waited_sent_ = true;
+    transfer->Cancel();
+  } else {
+    transfer->ticket_ = *ticket;
+  }
+  return transfer;
+}
+
+BucketTransfer::~BucketTransfer() {
+  if (!threads_.empty()) {
+    // Requests whose broadcast may still go out cannot be dropped alone: the engines would read
+    // the next bucket's bytes as this one's.
+    if (!waited_sent_) comm_->Abort("bucket transfer dropped before its broadcast completed");
+    Cancel();
+  }
+  JoinRequests();
+}
+
+void BucketTransfer::PostRequests(const std::string& group_name) {
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    threads_.emplace_back([this, i, group_name] {
+      results_[i] = adapters_[i]->PostBucket(manifest_, group_name, deadline_, cancels_[i].get());
+      if (!results_[i].ok() && !cancels_[i]->cancelled()) comm_->Abort(results_[i].message());
+    });
+  }
+}
+
+void BucketTransfer::JoinRequests() {
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void BucketTransfer::Cancel() {
+  for (auto& c : cancels_) c->Cancel();
+}
+
+absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
+  if (waited_sent_) {
+    if (!sent_.ok()) return sent_;
+    return absl::FailedPreconditionError("WaitSent called twice");
+  }
+  waited_sent_ = true;
+  auto timing = comm_->WaitBroadcast(ticket_, deadline_);
+  sent_ = timing.status();
+  return timing;
+}
+
+absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) {
+  if (!waited_sent_) (void)WaitSent();
+  // Without the broadcast the engines wait for bytes that never come.
+  if (!sent_.ok()) Cancel();
+  JoinRequests();
+  std::vector<std::string> errors;
+  std::vector<std::string> cancelled;
+  absl::Status first;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results_[i]});
+    if (results_[i].code() == absl::StatusCode::kCancelled) {
+      // Still named: an engine that never answered is often the one that never joined.
+      cancelled.push_back(adapters_[i]->endpoint().url);
+    } else if (!results_[i].ok()) {
+      errors.push_back(
+          absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", results_[i].message()));
+      if (first.ok()) first = results_[i];
+    }
+  }
+  if (!cancelled.empty()) {
+    errors.push_back(absl::StrCat("no answer yet from ", absl::StrJoin(cancelled, ", "),
+                                  " when the broadcast failed"));
+  }
+  // An aborted broadcast is the echo of an engine's failure; report it only when nothing else
+  // explains the failure.
+  if (!sent_.ok() && (sent_.code() != absl::StatusCode::kAborted || errors.empty())) {
+    errors.push_back(absl::StrCat("broadcast: ", sent_.message(), " [", rank_map_, "]"));
+    if (first.ok()) first = sent_;
+  }
+  if (errors.empty()) return absl::OkStatus();
+  absl::Status failed(first.code(), absl::StrJoin(errors, "; "));
+  if (on_failure_) on_failure_(failed);
+  return failed;
+}
+
+}  // namespace wsync

@@ -1,0 +1,68 @@
+#ifndef WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
+#define WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/gpu_seam.h"
+#include "common/manifest.h"
+#include "daemon/engines/engine_adapter.h"
+
+namespace wsync {
+
+struct EngineOutcome {
+  std::string engine;
+  absl::Status status;
+};
+
+// One bucket on its way to a group's engines: every engine's update request runs on its own
+// thread while the bucket's broadcast is queued on rank 0. The engine answers only after it has
+// received the bytes, so both must run at once; a failed request aborts the broadcast at once
+// rather than letting it run into the deadline.
+class BucketTransfer {
+ public:
+  // Called once with the combined error when the bucket fails.
+  using FailureHook = std::function<void(const absl::Status&)>;
+
+  static absl::StatusOr<std::unique_ptr<BucketTransfer>> Start(
+      const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
+      BucketManifest manifest, const std::string& group_name, std::string rank_map,
+      absl::Time deadline, FailureHook on_failure);
+  ~BucketTransfer();
+
+  // Waits until the bucket has left rank 0: its slot may be refilled.
+  absl::StatusOr<BroadcastTiming> WaitSent();
+  // Waits for every engine's answer. The error names the engines (or ranks) at fault.
+  absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes);
+
+ private:
+  // Ends the requests early; only once the broadcast has failed (the bytes will never arrive).
+  void Cancel();
+  BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommunicator* comm,
+                 BucketManifest manifest, std::string rank_map, absl::Time deadline,
+                 FailureHook on_failure);
+  void PostRequests(const std::string& group_name);
+  void JoinRequests();
+
+  const std::vector<EngineAdapter*> adapters_;
+  RootCommunicator* comm_;
+  const BucketManifest manifest_;
+  const std::string rank_map_;
+  const absl::Time deadline_;
+  FailureHook on_failure_;
+  uint64_t ticket_ = 0;
+  absl::Status sent_;
+  bool waited_sent_ = false;
+  std::vector<absl::Status> results_;
+  std::vector<std::unique_ptr<HttpCancel>> cancels_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_

@@ -1,0 +1,85 @@
+// The update pipeline: when the next engine request may go out, what per-tensor groups send, and
+// that a failure with a second bucket already posted leaves the engines in step.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/service/service_fixture.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Buckets of SmallModel (up to 1 MiB) count as large here, so each one that has left rank 0 lets
+// the next request go out before the engines answer.
+class PipelinedFixture : public ServiceFixture {
+ protected:
+  void Configure(DaemonOptions& options) override { options.pipeline_min_bytes = 256 << 10; }
+};
+
+TEST_F(PipelinedFixture, NextRequestGoesOutWhileTheEngineFinishesTheLastAndBytesStayExact) {
+  CreatePolicyGroup();
+  SetKnobs(sim_a_, R"({"answer_delay_ms": 150})");
+  SetKnobs(sim_b_, R"({"answer_delay_ms": 150})");
+  for (uint32_t v = 1; v <= 3; ++v) {
+    auto model = SmallModel(v);
+    auto result = client_->Push("policy", absl::StrCat("v", v), Refs(model));
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_GE(result->buckets, 3u);
+    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", v), 1);
+    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", v), 2);
+  }
+  // Two open at once: the next request was posted while the engine still worked on the last one,
+  // and never more, so the engine's serial handling keeps the broadcasts in request order.
+  EXPECT_EQ(sim_a_.sim->max_open_updates(), 2);
+  EXPECT_EQ(sim_b_.sim->max_open_updates(), 2);
+}
+
+TEST_F(ServiceFixture, SmallBucketsWaitForTheAnswersBeforeTheNextRequest) {
+  // Below --pipeline-min-bytes a bucket leaving rank 0 proves nothing (it may sit in buffers), so
+  // the next request must wait for the engines' answers.
+  CreatePolicyGroup();
+  SetKnobs(sim_a_, R"({"answer_delay_ms": 100})");
+  auto model = SmallModel(1);
+  auto result = client_->Push("policy", "v1", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectHolds(*sim_a_.sim, model, "v1", 1);
+  EXPECT_EQ(sim_a_.sim->max_open_updates(), 1);
+  EXPECT_EQ(sim_b_.sim->max_open_updates(), 1);
+}
+
+TEST_F(PipelinedFixture, PerTensorGroupReceivesEveryTensorAsItsOwnBroadcast) {
+  CreatePolicyGroup("per_tensor");
+  EXPECT_EQ(GetGroup("policy").load_format(), "per_tensor");
+  for (uint32_t v = 1; v <= 2; ++v) {
+    auto model = SmallModel(v);
+    auto result = client_->Push("policy", absl::StrCat("v", v), Refs(model));
+    ASSERT_TRUE(result.ok()) << result.status();
+    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", v), 1);
+    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", v), 2);
+  }
+}
+
+TEST_F(PipelinedFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) {
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  // Engine b fails the first bucket of the next update after receiving it (an error in its
+  // load_weights), when the daemon has already posted the second bucket's request.
+  SetKnobs(sim_a_, R"({"answer_delay_ms": 100})");
+  SetKnobs(sim_b_, absl::StrCat(R"({"answer_delay_ms": 100, "fail_update_at": )",
+                                sim_b_.sim->updates_received(), "}"));
+  auto failed = client_->Push("policy", "v2", Refs(SmallModel(2)));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr(sim_b_.url));
+  EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
+  // The group re-forms and the engines read exactly the next update's bytes.
+  auto model = SmallModel(3);
+  auto result = client_->Push("policy", "v3", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectHolds(*sim_a_.sim, model, "v3", 1);
+  ExpectHolds(*sim_b_.sim, model, "v3", 2);
+}
+
+}  // namespace
+}  // namespace wsync
