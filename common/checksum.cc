@@ -41,6 +41,40 @@ uint32_t Crc32Parallel(const void* data, size_t bytes, int threads) {
   return crc;
 }
 
+uint32_t Crc32Operator::Apply(uint32_t crc) const {
+  uint32_t out = 0;
+  for (int i = 0; crc != 0; ++i, crc >>= 1) {
+    if (crc & 1) out ^= column[i];
+  }
+  return out;
+}
+
+Crc32Operator Crc32Operator::ZeroBytes(uint64_t n) {
+  // One zero byte through the reflected register: eight shifts, each xoring the polynomial in
+  // when the low bit falls out.
+  Crc32Operator step;
+  for (int i = 0; i < 32; ++i) {
+    uint32_t c = 1u << i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    step.column[i] = c;
+  }
+  Crc32Operator result;
+  for (int i = 0; i < 32; ++i) result.column[i] = 1u << i;
+  // Square-and-multiply over the bits of n (the operators commute: all are powers of one).
+  while (n != 0) {
+    if (n & 1) {
+      Crc32Operator next;
+      for (int i = 0; i < 32; ++i) next.column[i] = step.Apply(result.column[i]);
+      result = next;
+    }
+    Crc32Operator squared;
+    for (int i = 0; i < 32; ++i) squared.column[i] = step.Apply(step.column[i]);
+    step = squared;
+    n >>= 1;
+  }
+  return result;
+}
+
 std::string Crc32Hex(uint32_t crc) { return absl::StrFormat("%08x", crc); }
 
 }  // namespace wsync

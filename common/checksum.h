@@ -16,6 +16,15 @@ uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, size_t bytes_b);
 uint32_t Crc32Parallel(const void* data, size_t bytes, int threads);
 std::string Crc32Hex(uint32_t crc);
 
+// "Append n zero bytes" as a linear map on a raw CRC-32 register, kept as the images of the 32 unit
+// vectors. Crc32Combine(a, b, n) == ZeroBytes(n).Apply(a) ^ b, so chunks of one length combine
+// with one fixed operator; the GPU checksum kernel uses these in its reduction tree.
+struct Crc32Operator {
+  uint32_t column[32];
+  uint32_t Apply(uint32_t crc) const;
+  static Crc32Operator ZeroBytes(uint64_t n);
+};
+
 inline constexpr const char kChecksumName[] = "crc32";
 
 }  // namespace wsync

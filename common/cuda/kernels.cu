@@ -1,6 +1,9 @@
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "common/checksum.h"
 #include "common/cuda/cuda_status.h"
@@ -10,7 +13,7 @@ namespace wsync::cuda {
 namespace {
 
 constexpr uint64_t kCopyChunk = 1 << 20;
-constexpr uint64_t kCrcChunk = 64 << 10;
+constexpr uint64_t kCrcChunk = 4096;
 
 struct WorkItem {
   const unsigned char* src;
@@ -33,31 +36,109 @@ __global__ void CopyKernel(const WorkItem* items) {
   for (uint64_t i = done + threadIdx.x; i < w.bytes; i += blockDim.x) w.dst[i] = w.src[i];
 }
 
-__constant__ uint32_t kCrcTable[256];
+// Checksum: each thread takes a 4 KiB chunk (slicing-by-8 tables in shared memory), then each
+// block merges its 256 chunk CRCs pairwise with "append n zero bytes" operators
+// (Crc32Operator), so a block yields the CRC of its 1 MiB; the host merges the blocks.
+constexpr unsigned kCrcThreads = 256;
+constexpr int kCrcShiftLevels = 9;  // operators for 1, 2, 4 ... 256 chunks
 
-__global__ void CrcChunksKernel(const unsigned char* data, uint64_t bytes, uint32_t* out,
-                                uint64_t chunks) {
-  const uint64_t c = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
-  if (c >= chunks) return;
-  const uint64_t begin = c * kCrcChunk;
-  const uint64_t end = begin + kCrcChunk < bytes ? begin + kCrcChunk : bytes;
-  uint32_t crc = 0xFFFFFFFFu;
-  for (uint64_t i = begin; i < end; ++i) crc = kCrcTable[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  out[c] = crc ^ 0xFFFFFFFFu;
+__constant__ uint32_t kCrcShift[kCrcShiftLevels][32];
+__device__ uint32_t g_crc_slices[8][256];
+
+__device__ uint32_t ApplyOperator(const uint32_t* column, uint32_t crc) {
+  uint32_t out = 0;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    if ((crc >> i) & 1) out ^= column[i];
+  }
+  return out;
 }
 
-bool g_table_ready = false;
+__device__ uint32_t Slice8(const uint32_t (*t)[256], uint32_t crc, uint32_t lo, uint32_t hi) {
+  const uint32_t one = lo ^ crc;
+  return t[7][one & 0xFF] ^ t[6][(one >> 8) & 0xFF] ^ t[5][(one >> 16) & 0xFF] ^ t[4][one >> 24] ^
+         t[3][hi & 0xFF] ^ t[2][(hi >> 8) & 0xFF] ^ t[1][(hi >> 16) & 0xFF] ^ t[0][hi >> 24];
+}
 
-absl::Status EnsureTable() {
-  if (g_table_ready) return absl::OkStatus();
-  uint32_t table[256];
+__global__ void CrcBlocksKernel(const unsigned char* data, uint64_t full_chunks, bool aligned,
+                                uint32_t* out) {
+  __shared__ uint32_t t[8][256];
+  __shared__ uint32_t crcs[kCrcThreads];
+  for (unsigned i = threadIdx.x; i < 8 * 256; i += blockDim.x) {
+    (&t[0][0])[i] = (&g_crc_slices[0][0])[i];
+  }
+  __syncthreads();
+  const uint64_t first = blockIdx.x * static_cast<uint64_t>(kCrcThreads);
+  const uint64_t chunk = first + threadIdx.x;
+  const uint64_t m =
+      full_chunks - first < kCrcThreads ? full_chunks - first : static_cast<uint64_t>(kCrcThreads);
+  uint32_t crc = 0;
+  if (chunk < full_chunks) {
+    uint32_t c = 0xFFFFFFFFu;
+    const unsigned char* p = data + chunk * kCrcChunk;
+    if (aligned) {
+      const uint4* v = reinterpret_cast<const uint4*>(p);
+      for (uint64_t i = 0; i < kCrcChunk / 16; ++i) {
+        const uint4 w = v[i];
+        c = Slice8(t, c, w.x, w.y);
+        c = Slice8(t, c, w.z, w.w);
+      }
+    } else {
+      for (uint64_t i = 0; i < kCrcChunk; ++i) c = t[0][(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    }
+    crc = c ^ 0xFFFFFFFFu;
+  }
+  crcs[threadIdx.x] = crc;
+  __syncthreads();
+  for (unsigned stride = 1; stride < kCrcThreads; stride *= 2) {
+    const unsigned i = threadIdx.x;
+    if (i % (2 * stride) == 0 && i + stride < m) {
+      uint64_t right = m - (i + stride) < stride ? m - (i + stride) : stride;
+      uint32_t left = crcs[i];
+      for (int bit = 0; right != 0; ++bit, right >>= 1) {
+        if (right & 1) left = ApplyOperator(kCrcShift[bit], left);
+      }
+      crcs[i] = left ^ crcs[i + stride];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = crcs[0];
+}
+
+__global__ void CrcTailKernel(const unsigned char* data, uint64_t bytes, uint32_t* out) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (uint64_t i = 0; i < bytes; ++i) c = g_crc_slices[0][(c ^ data[i]) & 0xFF] ^ (c >> 8);
+  *out = c ^ 0xFFFFFFFFu;
+}
+
+// Tables are per device; a daemon or client may checksum on several.
+std::mutex g_tables_mu;
+std::set<int> g_tables_ready;
+
+absl::Status EnsureTables() {
+  int device = 0;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(g_tables_mu);
+  if (g_tables_ready.count(device) != 0) return absl::OkStatus();
+  uint32_t slices[8][256];
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
     for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
+    slices[0][i] = c;
   }
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(kCrcTable, table, sizeof(table)));
-  g_table_ready = true;
+  for (int k = 1; k < 8; ++k) {
+    for (int i = 0; i < 256; ++i) {
+      slices[k][i] = (slices[k - 1][i] >> 8) ^ slices[0][slices[k - 1][i] & 0xFF];
+    }
+  }
+  uint32_t shift[kCrcShiftLevels][32];
+  for (int level = 0; level < kCrcShiftLevels; ++level) {
+    const Crc32Operator op = Crc32Operator::ZeroBytes(kCrcChunk << level);
+    std::memcpy(shift[level], op.column, sizeof(op.column));
+  }
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_crc_slices, slices, sizeof(slices)));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(kCrcShift, shift, sizeof(shift)));
+  g_tables_ready.insert(device);
   return absl::OkStatus();
 }
 
@@ -94,26 +175,43 @@ absl::Status BatchedCopy(const std::vector<CopyItem>& items, cudaStream_t stream
 
 absl::StatusOr<uint32_t> DeviceCrc32(const void* data, uint64_t bytes, cudaStream_t stream) {
   if (bytes == 0) return 0u;
-  if (absl::Status s = EnsureTable(); !s.ok()) return s;
-  const uint64_t chunks = (bytes + kCrcChunk - 1) / kCrcChunk;
+  if (absl::Status s = EnsureTables(); !s.ok()) return s;
+  const auto* p = static_cast<const unsigned char*>(data);
+  const uint64_t full = bytes / kCrcChunk;
+  const uint64_t blocks = (full + kCrcThreads - 1) / kCrcThreads;
+  const uint64_t tail = bytes - full * kCrcChunk;
+  const uint64_t results = blocks + 1;
   uint32_t* out = nullptr;
   WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMallocAsync(reinterpret_cast<void**>(&out), chunks * sizeof(uint32_t), stream));
-  const unsigned threads = 128;
-  CrcChunksKernel<<<static_cast<unsigned>((chunks + threads - 1) / threads), threads, 0, stream>>>(
-      static_cast<const unsigned char*>(data), bytes, out, chunks);
-  std::vector<uint32_t> crcs(chunks);
-  cudaError_t err =
-      cudaMemcpyAsync(crcs.data(), out, chunks * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream);
+      cudaMallocAsync(reinterpret_cast<void**>(&out), results * sizeof(uint32_t), stream));
+  if (blocks > 0) {
+    const bool aligned = (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+    CrcBlocksKernel<<<static_cast<unsigned>(blocks), kCrcThreads, 0, stream>>>(p, full, aligned,
+                                                                             out);
+  }
+  CrcTailKernel<<<1, 1, 0, stream>>>(p + full * kCrcChunk, tail, out + blocks);
+  cudaError_t err = cudaGetLastError();
+  std::vector<uint32_t> crcs(results);
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(crcs.data(), out, results * sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                          stream);
+  }
   cudaFreeAsync(out, stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   if (err != cudaSuccess) return WSYNC_CUDA_STATUS(err);
-  uint32_t crc = crcs[0];
-  for (uint64_t c = 1; c < chunks; ++c) {
-    const uint64_t len = c + 1 < chunks ? kCrcChunk : bytes - c * kCrcChunk;
-    crc = Crc32Combine(crc, crcs[c], len);
+  static const Crc32Operator kWholeBlock = Crc32Operator::ZeroBytes(kCrcChunk * kCrcThreads);
+  uint32_t crc = 0;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t len = std::min<uint64_t>(kCrcThreads, full - b * kCrcThreads) * kCrcChunk;
+    if (b == 0) {
+      crc = crcs[0];
+    } else if (len == kCrcChunk * kCrcThreads) {
+      crc = kWholeBlock.Apply(crc) ^ crcs[b];
+    } else {
+      crc = Crc32Combine(crc, crcs[b], len);
+    }
   }
-  return crc;
+  return blocks == 0 ? crcs[blocks] : Crc32Combine(crc, crcs[blocks], tail);
 }
 
 }  // namespace wsync::cuda

@@ -48,15 +48,21 @@ TEST(CudaResources, InterprocessEventHasAHandle) {
 
 TEST(CudaKernels, DeviceCrc32EqualsTheHostCrc32) {
   SKIP_WITHOUT_GPU();
-  for (uint64_t n : {1ull, 4095ull, 65536ull, 65537ull, (33ull << 20) + 7}) {
-    std::vector<uint8_t> host(n);
-    for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>((i * 2654435761u) >> 7);
-    auto buffer = DeviceBuffer::Create(0, n);
-    ASSERT_TRUE(buffer.ok());
-    ASSERT_EQ(cudaMemcpy((*buffer)->data(), host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-    auto crc = DeviceCrc32((*buffer)->data(), n, nullptr);
-    ASSERT_TRUE(crc.ok()) << crc.status();
-    EXPECT_EQ(*crc, Crc32(host.data(), n)) << n << " bytes";
+  // Sizes around the 4 KiB chunk and 1 MiB block edges, a partial last block with a tail, and a
+  // start that is not 16-byte aligned.
+  for (uint64_t n : {1ull, 4095ull, 4096ull, 65537ull, 1ull << 20, (1ull << 20) + 4096,
+                     (33ull << 20) + 7}) {
+    for (uint64_t shift : {0ull, 1ull}) {
+      std::vector<uint8_t> host(n);
+      for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>((i * 2654435761u) >> 7);
+      auto buffer = DeviceBuffer::Create(0, n + shift);
+      ASSERT_TRUE(buffer.ok());
+      char* start = static_cast<char*>((*buffer)->data()) + shift;
+      ASSERT_EQ(cudaMemcpy(start, host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
+      auto crc = DeviceCrc32(start, n, nullptr);
+      ASSERT_TRUE(crc.ok()) << crc.status();
+      EXPECT_EQ(*crc, Crc32(host.data(), n)) << n << " bytes at offset " << shift;
+    }
   }
 }
 

@@ -52,6 +52,49 @@ TEST(Checksum, ChunksCombineToTheSerialValue) {
   EXPECT_NE(Crc32Parallel(data.data(), data.size(), 2), serial);
 }
 
+TEST(Checksum, ZeroByteOperatorCombinesLikeZlib) {
+  std::mt19937_64 rng(11);
+  for (uint64_t n : {0ull, 1ull, 7ull, 4096ull, 1ull << 20, (1ull << 32) + 5}) {
+    const uint32_t a = static_cast<uint32_t>(rng()), b = static_cast<uint32_t>(rng());
+    EXPECT_EQ(Crc32Operator::ZeroBytes(n).Apply(a) ^ b, Crc32Combine(a, b, n)) << n;
+  }
+}
+
+TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
+  // The kernel's scheme: 4 KiB chunks, pairs merged bottom-up in blocks of 256 chunks with the
+  // operator for the right part's length, a partial last block, then the blocks in order and a
+  // tail of under one chunk.
+  constexpr uint64_t kChunk = 4096, kPerBlock = 256;
+  std::vector<uint8_t> data(kChunk * (kPerBlock + 37) + 1000);
+  std::mt19937_64 rng(5);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const uint64_t full = data.size() / kChunk;
+  std::vector<Crc32Operator> shift;
+  for (uint64_t c = 1; c <= kPerBlock; c *= 2) shift.push_back(Crc32Operator::ZeroBytes(c * kChunk));
+  auto shift_chunks = [&](uint64_t chunks, uint32_t crc) {
+    for (int bit = 0; chunks != 0; ++bit, chunks >>= 1) {
+      if (chunks & 1) crc = shift[bit].Apply(crc);
+    }
+    return crc;
+  };
+  uint32_t total = 0;
+  for (uint64_t first = 0; first < full; first += kPerBlock) {
+    const uint64_t m = std::min(kPerBlock, full - first);
+    std::vector<uint32_t> crcs(m);
+    for (uint64_t i = 0; i < m; ++i) crcs[i] = Crc32(&data[(first + i) * kChunk], kChunk);
+    for (uint64_t stride = 1; stride < kPerBlock; stride *= 2) {
+      for (uint64_t i = 0; i + stride < m; i += 2 * stride) {
+        const uint64_t right = std::min(stride, m - (i + stride));
+        crcs[i] = shift_chunks(right, crcs[i]) ^ crcs[i + stride];
+      }
+    }
+    total = first == 0 ? crcs[0] : Crc32Combine(total, crcs[0], m * kChunk);
+  }
+  const uint64_t tail = data.size() - full * kChunk;
+  total = Crc32Combine(total, Crc32(&data[full * kChunk], tail), tail);
+  EXPECT_EQ(total, Crc32(data.data(), data.size()));
+}
+
 TensorEntry T(std::string name, const char* dtype, std::vector<int64_t> shape, uint64_t offset,
               uint64_t length) {
   return TensorEntry{std::move(name), *ParseDType(dtype), std::move(shape), offset, length};
