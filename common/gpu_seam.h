@@ -108,6 +108,9 @@ class MappedSlot {
   virtual uint64_t bytes() const = 0;
   // Host-visible address of the slot (host mode), or the device pointer (CUDA).
   virtual void* data() = 0;
+  // Later copies, checksums and MarkWritten run on this CUDA stream (a cudaStream_t), ordered
+  // after the work the caller queued there; nullptr: the slot's own stream. Host slots ignore it.
+  virtual void UseStream(void* stream) {}
   // Copies host memory into the slot at `offset`.
   virtual absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) = 0;
   // Copies a whole bucket; the CUDA slot does it in one kernel launch.

@@ -19,74 +19,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/cpp/push_stream.h"
+#include "client/cpp/update_stream.h"
 #include "common/dtype.h"
 #include "common/gpu_seam.h"
 #include "wsync/v1/admin.grpc.pb.h"
 #include "wsync/v1/trainer.grpc.pb.h"
 
 namespace wsync {
-
-// A tensor the caller owns, in host or CUDA device memory; its bytes must stay valid (and, on a
-// GPU, written) until Push returns.
-struct TensorRef {
-  std::string name;
-  DType dtype = DType::kUint8;
-  std::vector<int64_t> shape;
-  const void* data = nullptr;
-  uint64_t bytes = 0;
-};
-
-struct PushProgress {
-  uint64_t buckets_done = 0;
-  uint64_t buckets_total = 0;
-  uint64_t bytes_done = 0;
-  uint64_t bytes_total = 0;
-  double seconds = 0;
-};
-
-struct EngineResultView {
-  std::string engine;
-  absl::Status status;
-};
-
-struct PushResult {
-  std::string update_id;
-  uint64_t buckets = 0;
-  uint64_t bytes = 0;
-  double seconds = 0;
-  std::vector<EngineResultView> engines;
-  double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
-};
-
-// One update stream at the wire level: for tools and tests that need to send exactly what they
-// choose (Push is built on it).
-class UpdateStream {
- public:
-  UpdateStream(v1::Trainer::Stub* stub, absl::Duration timeout);
-  ~UpdateStream();
-  // Sends begin and waits for Started (or the daemon's refusal).
-  absl::StatusOr<v1::UpdateStarted> Begin(const std::string& session_id, const std::string& group,
-                                          const std::string& version);
-  bool Send(const v1::UpdateRequest& request);
-  bool SendBucket(const v1::Bucket& bucket);
-  // Sends commit and half-closes.
-  bool Commit();
-  bool Abort(const std::string& reason);
-  // Half-closes without committing (after the daemon has already ended the update).
-  bool CloseWrites();
-  // The next event; false once the stream has ended.
-  bool Next(v1::UpdateEvent* event);
-  // Cancels the call as a crashed trainer would.
-  void Cancel();
-  // The stream's final status (after Next returned false).
-  absl::Status Finish();
-
- private:
-  grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::UpdateRequest, v1::UpdateEvent>> stream_;
-  bool finished_ = false;
-  absl::Status final_;
-};
 
 class Client {
  public:
@@ -100,6 +40,10 @@ class Client {
   absl::Status OpenSession(int device, const std::string& client_name);
   absl::Status CloseSession();
 
+  // Starts an update fed tensor by tensor (see PushStream).
+  absl::StatusOr<std::unique_ptr<PushStream>> BeginPush(const std::string& group,
+                                                        const std::string& version,
+                                                        PushOptions options = {});
   // Plans buckets (order kept; a tensor larger than a slot is refused before anything is sent),
   // fills free slots while earlier buckets are on the wire, commits, and returns per-engine
   // results.

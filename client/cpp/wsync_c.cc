@@ -10,6 +10,10 @@ struct wsync_client {
   std::unique_ptr<wsync::Client> client;
 };
 
+struct wsync_push_stream {
+  std::unique_ptr<wsync::PushStream> push;
+};
+
 namespace {
 
 int Report(const absl::Status& status, char* err, size_t err_len) {
@@ -19,6 +23,48 @@ int Report(const absl::Status& status, char* err, size_t err_len) {
     err[err_len - 1] = '\0';
   }
   return static_cast<int>(status.code());
+}
+
+absl::Status ToRefs(const wsync_tensor* tensors, size_t count,
+                    std::vector<wsync::TensorRef>* refs) {
+  refs->reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const wsync_tensor& t = tensors[i];
+    auto dtype = wsync::ParseDType(t.dtype ? t.dtype : "");
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name ? t.name : "", "': ", dtype.status().message()));
+    }
+    refs->push_back(wsync::TensorRef{t.name ? t.name : "", *dtype,
+                                     std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data,
+                                     t.nbytes});
+  }
+  return absl::OkStatus();
+}
+
+std::function<void(const wsync::PushProgress&)> ProgressFn(wsync_progress_fn progress, void* user) {
+  if (progress == nullptr) return {};
+  return [progress, user](const wsync::PushProgress& p) {
+    progress(user, p.buckets_done, p.buckets_total, p.bytes_done, p.bytes_total, p.seconds);
+  };
+}
+
+void WriteResult(const wsync::PushResult& result, char** result_json) {
+  if (result_json == nullptr) return;
+  nlohmann::json j = {{"update_id", result.update_id},
+                      {"buckets", result.buckets},
+                      {"bytes", result.bytes},
+                      {"seconds", result.seconds},
+                      {"gib_per_second", result.gib_per_second()}};
+  j["engines"] = nlohmann::json::array();
+  for (const auto& e : result.engines) {
+    j["engines"].push_back({{"engine", e.engine},
+                            {"ok", e.status.ok()},
+                            {"message", std::string(e.status.message())}});
+  }
+  std::string s = j.dump();
+  *result_json = static_cast<char*>(std::malloc(s.size() + 1));
+  std::memcpy(*result_json, s.c_str(), s.size() + 1);
 }
 
 }  // namespace
@@ -55,44 +101,48 @@ int wsync_push(wsync_client* client, const char* group, const char* version,
                const wsync_tensor* tensors, size_t count, wsync_progress_fn progress, void* user,
                char** result_json, char* err, size_t err_len) {
   std::vector<wsync::TensorRef> refs;
-  refs.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
-    const wsync_tensor& t = tensors[i];
-    auto dtype = wsync::ParseDType(t.dtype ? t.dtype : "");
-    if (!dtype.ok()) {
-      return Report(absl::InvalidArgumentError(absl::StrCat("tensor '", t.name ? t.name : "",
-                                                            "': ", dtype.status().message())),
-                    err, err_len);
-    }
-    refs.push_back(wsync::TensorRef{t.name ? t.name : "", *dtype,
-                                    std::vector<int64_t>(t.shape, t.shape + t.ndim), t.data,
-                                    t.nbytes});
-  }
-  std::function<void(const wsync::PushProgress&)> cb;
-  if (progress != nullptr) {
-    cb = [&](const wsync::PushProgress& p) {
-      progress(user, p.buckets_done, p.buckets_total, p.bytes_done, p.bytes_total, p.seconds);
-    };
-  }
-  auto result = client->client->Push(group ? group : "", version ? version : "", refs, cb);
+  if (absl::Status s = ToRefs(tensors, count, &refs); !s.ok()) return Report(s, err, err_len);
+  auto result = client->client->Push(group ? group : "", version ? version : "", refs,
+                                     ProgressFn(progress, user));
   if (!result.ok()) return Report(result.status(), err, err_len);
-  if (result_json != nullptr) {
-    nlohmann::json j = {{"update_id", result->update_id},
-                        {"buckets", result->buckets},
-                        {"bytes", result->bytes},
-                        {"seconds", result->seconds},
-                        {"gib_per_second", result->gib_per_second()}};
-    j["engines"] = nlohmann::json::array();
-    for (const auto& e : result->engines) {
-      j["engines"].push_back({{"engine", e.engine},
-                              {"ok", e.status.ok()},
-                              {"message", std::string(e.status.message())}});
-    }
-    std::string s = j.dump();
-    *result_json = static_cast<char*>(std::malloc(s.size() + 1));
-    std::memcpy(*result_json, s.c_str(), s.size() + 1);
-  }
+  WriteResult(*result, result_json);
   return 0;
+}
+
+int wsync_push_begin(wsync_client* client, const char* group, const char* version,
+                     void* cuda_stream, wsync_progress_fn progress, void* user,
+                     wsync_push_stream** out, char* err, size_t err_len) {
+  if (out == nullptr) return Report(absl::InvalidArgumentError("out is required"), err, err_len);
+  wsync::PushOptions options;
+  options.progress = ProgressFn(progress, user);
+  options.cuda_stream = cuda_stream;
+  auto push =
+      client->client->BeginPush(group ? group : "", version ? version : "", std::move(options));
+  if (!push.ok()) return Report(push.status(), err, err_len);
+  *out = new wsync_push_stream{std::move(*push)};
+  return 0;
+}
+
+int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
+                   uint64_t* released, char* err, size_t err_len) {
+  std::vector<wsync::TensorRef> refs;
+  absl::Status s = ToRefs(tensors, count, &refs);
+  if (s.ok()) s = push->push->Add(refs);
+  if (released != nullptr) *released = push->push->released();
+  return s.ok() ? 0 : Report(s, err, err_len);
+}
+
+int wsync_push_commit(wsync_push_stream* push, char** result_json, char* err, size_t err_len) {
+  auto result = push->push->Commit();
+  delete push;
+  if (!result.ok()) return Report(result.status(), err, err_len);
+  WriteResult(*result, result_json);
+  return 0;
+}
+
+void wsync_push_abort(wsync_push_stream* push, const char* reason) {
+  push->push->Abort(reason ? reason : "aborted by the caller");
+  delete push;
 }
 
 void wsync_free_string(char* s) { std::free(s); }

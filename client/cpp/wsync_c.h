@@ -14,13 +14,14 @@ extern "C" {
 #endif
 
 typedef struct wsync_client wsync_client;
+typedef struct wsync_push_stream wsync_push_stream;
 
 typedef struct {
   const char* name;
   const char* dtype; /* torch dtype name: "bfloat16", "float32", ... */
   int32_t ndim;
   const int64_t* shape;
-  const void* data; /* host memory in this build */
+  const void* data; /* host or CUDA device memory */
   uint64_t nbytes;
 } wsync_tensor;
 
@@ -40,6 +41,18 @@ WSYNC_EXPORT uint64_t wsync_slot_bytes(const wsync_client* client);
 WSYNC_EXPORT int wsync_push(wsync_client* client, const char* group, const char* version,
                             const wsync_tensor* tensors, size_t count, wsync_progress_fn progress,
                             void* user, char** result_json, char* err, size_t err_len);
+/* A push fed in pieces, so the caller can free (or produce) tensors as buckets go out.
+ * cuda_stream: the cudaStream_t the tensors were produced on (copies run on it), or NULL.
+ * wsync_push_add: tensors must stay valid until *released (tensors counted from the first add
+ * whose bytes are in a slot) covers them. Commit and abort free the stream. */
+WSYNC_EXPORT int wsync_push_begin(wsync_client* client, const char* group, const char* version,
+                                  void* cuda_stream, wsync_progress_fn progress, void* user,
+                                  wsync_push_stream** out, char* err, size_t err_len);
+WSYNC_EXPORT int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
+                                uint64_t* released, char* err, size_t err_len);
+WSYNC_EXPORT int wsync_push_commit(wsync_push_stream* push, char** result_json, char* err,
+                                   size_t err_len);
+WSYNC_EXPORT void wsync_push_abort(wsync_push_stream* push, const char* reason);
 WSYNC_EXPORT void wsync_free_string(char* s);
 
 #ifdef __cplusplus

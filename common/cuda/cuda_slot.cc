@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<CudaMappedSlot>> CudaMappedSlot::Open(
 
 CudaMappedSlot::~CudaMappedSlot() {
   if (scratch_device_ != nullptr) {
-    (void)stream_->Synchronize();
+    // The work list may still be read by a copy queued on the caller's stream.
+    cudaStreamSynchronize(active_stream());
     cudaFree(scratch_device_);
   }
 }
@@ -60,21 +61,21 @@ absl::Status CudaMappedSlot::CopyBatch(const std::vector<SlotCopy>& copies) {
     } else {
       (void)cudaGetLastError();
       WSYNC_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(base + c.offset, c.src, c.bytes, cudaMemcpyDefault, stream_->get()));
+          cudaMemcpyAsync(base + c.offset, c.src, c.bytes, cudaMemcpyDefault, active_stream()));
     }
   }
-  return BatchedCopy(device_items, stream_->get(), &scratch_host_, &scratch_device_,
+  return BatchedCopy(device_items, active_stream(), &scratch_host_, &scratch_device_,
                      &scratch_capacity_);
 }
 
 absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
   if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
-  return DeviceCrc32(mapping_->data(), bytes, stream_->get());
+  return DeviceCrc32(mapping_->data(), bytes, active_stream());
 }
 
 absl::Status CudaMappedSlot::MarkWritten() {
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), stream_->get()));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), active_stream()));
   return absl::OkStatus();
 }
 

@@ -52,8 +52,12 @@ class CudaMappedSlot final : public MappedSlot {
   absl::Status CopyBatch(const std::vector<SlotCopy>& copies) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
   absl::Status MarkWritten() override;
+  void UseStream(void* stream) override { caller_stream_ = static_cast<cudaStream_t>(stream); }
 
  private:
+  cudaStream_t active_stream() const {
+    return caller_stream_ != nullptr ? caller_stream_ : stream_->get();
+  }
   CudaMappedSlot(int device, uint64_t bytes, std::unique_ptr<IpcMapping> mapping,
                  std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream)
       : device_(device),
@@ -66,6 +70,7 @@ class CudaMappedSlot final : public MappedSlot {
   std::unique_ptr<IpcMapping> mapping_;
   std::unique_ptr<IpcEvent> event_;
   std::unique_ptr<Stream> stream_;
+  cudaStream_t caller_stream_ = nullptr;
   std::vector<uint8_t> scratch_host_;
   void* scratch_device_ = nullptr;
   size_t scratch_capacity_ = 0;

@@ -187,7 +187,7 @@ absl::StatusOr<uint32_t> DeviceCrc32(const void* data, uint64_t bytes, cudaStrea
   if (blocks > 0) {
     const bool aligned = (reinterpret_cast<uintptr_t>(p) & 15) == 0;
     CrcBlocksKernel<<<static_cast<unsigned>(blocks), kCrcThreads, 0, stream>>>(p, full, aligned,
-                                                                             out);
+                                                                               out);
   }
   CrcTailKernel<<<1, 1, 0, stream>>>(p + full * kCrcChunk, tail, out + blocks);
   cudaError_t err = cudaGetLastError();

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 import unittest
+import weakref
 import urllib.request
 import zlib
 
@@ -112,6 +113,44 @@ class PythonClientTest(unittest.TestCase):
                 client.push({"c": np.zeros(4, np.complex64)}, version=5, group="policy")
             self.assertIn("no torch equivalent", e.exception.message)
         self.assertEqual(self.engine_checksums()["weight_version"], "2")
+
+    def test_generator_is_streamed_and_tensors_are_let_go_bucket_by_bucket(self):
+        # 40 tensors of 256 KiB (10 MiB) through 1 MiB slots: each array must be dropped once
+        # its bucket is in a slot, not kept until the end.
+        alive, most_alive, crcs = set(), [0], {}
+
+        def tensors():
+            for i in range(40):
+                a = np.full(65536, i, dtype=np.float32)
+                crcs[f"layer.{i}"] = format(zlib.crc32(a.tobytes()), "08x")
+                alive.add(i)
+                weakref.finalize(a, alive.discard, i)
+                most_alive[0] = max(most_alive[0], len(alive))
+                yield f"layer.{i}", a
+
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            result = client.push(tensors(), version="stream", group="policy")
+        self.assertEqual(result["bytes"], 40 * 65536 * 4)
+        self.assertLessEqual(most_alive[0], 8, "the client held tensors it had already copied")
+        state = self.engine_checksums()
+        for rank, held in state["ranks"].items():
+            for name, crc in crcs.items():
+                self.assertEqual(held[name], crc, f"rank {rank} {name}")
+
+    def test_caller_exception_mid_stream_aborts_the_update(self):
+        def tensors():
+            for i in range(12):
+                yield f"t{i}", np.full(65536, i, dtype=np.float32)
+            raise RuntimeError("trainer bug")
+
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            client.push({"w": np.ones(4, np.float32)}, version="before", group="policy")
+            with self.assertRaisesRegex(RuntimeError, "trainer bug"):
+                client.push(tensors(), version="broken", group="policy")
+        self.assertEqual(self.engine_checksums()["weight_version"], "before")
+        listing = subprocess.run([CTL, "--socket", self.sock, "--json", "updates"], check=True,
+                                 capture_output=True, text=True).stdout
+        self.assertIn("the Python caller raised", listing)
 
     def test_no_daemon_is_a_clear_error(self):
         with self.assertRaises(wsync.WsyncError) as e:

@@ -70,7 +70,8 @@ TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   const uint64_t full = data.size() / kChunk;
   std::vector<Crc32Operator> shift;
-  for (uint64_t c = 1; c <= kPerBlock; c *= 2) shift.push_back(Crc32Operator::ZeroBytes(c * kChunk));
+  for (uint64_t c = 1; c <= kPerBlock; c *= 2)
+    shift.push_back(Crc32Operator::ZeroBytes(c * kChunk));
   auto shift_chunks = [&](uint64_t chunks, uint32_t crc) {
     for (int bit = 0; chunks != 0; ++bit, chunks >>= 1) {
       if (chunks & 1) crc = shift[bit].Apply(crc);

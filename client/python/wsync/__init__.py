@@ -5,15 +5,23 @@
     result = client.push(model.state_dict(), version="step-100", group="policy")
 
 Tensors may be numpy arrays, or torch CPU or CUDA tensors (bfloat16 included; DTensors are
-gathered with full_tensor()); a (name, array, dtype)
-triple reinterprets an array's bytes as another torch dtype (e.g. numpy uint16 as "bfloat16").
+gathered with full_tensor()); a (name, array, dtype) triple reinterprets an array's bytes as
+another torch dtype (e.g. numpy uint16 as "bfloat16").
+
+push() streams: it takes tensors from the iterable one at a time and lets go of each as soon as
+its bucket has been copied into one of the daemon's slots, so a generator that gathers one
+DTensor at a time never holds more than about one slot of gathered weights. CUDA tensors are
+copied on torch's current stream of the session's device, after the work that produced them,
+without synchronising the device.
 """
 
+import collections
 import ctypes
 import ctypes.util
 import json
 import os
 import pathlib
+import sys
 
 __all__ = ["Client", "WsyncError", "load_library"]
 
@@ -96,23 +104,25 @@ def _declare(lib):
     lib.wsync_push.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                ctypes.POINTER(_Tensor), ctypes.c_size_t, _PROGRESS,
                                ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_push_begin.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                     ctypes.c_void_p, _PROGRESS, ctypes.c_void_p,
+                                     ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_push_add.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor), ctypes.c_size_t,
+                                   ctypes.POINTER(ctypes.c_uint64)] + err
+    lib.wsync_push_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_push_abort.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.wsync_free_string.argtypes = [ctypes.c_void_p]
 
 
-def _host_view(name, value, dtype=None):
-    """Returns (keepalive, pointer, nbytes, shape, torch dtype name) for a host tensor."""
+def _view(name, value, dtype=None):
+    """Returns (keepalive, pointer, nbytes, shape, torch dtype name, is_cuda) for a tensor."""
     mod = type(value).__module__
     if mod.startswith("torch"):
         if hasattr(value, "full_tensor"):
             value = value.full_tensor()
         t = value.detach().contiguous()
-        if t.device.type == "cuda":
-            # The client copies from the device pointer on its own stream; the producer's work
-            # must be finished first.
-            import torch
-            torch.cuda.current_stream(t.device).synchronize()
         return (t, t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape),
-                dtype or str(t.dtype).replace("torch.", ""))
+                dtype or str(t.dtype).replace("torch.", ""), t.device.type == "cuda")
     import numpy as np
     a = np.ascontiguousarray(value)
     if dtype is None:
@@ -120,7 +130,7 @@ def _host_view(name, value, dtype=None):
         if dtype is None:
             raise WsyncError(3, f"tensor '{name}': numpy dtype {a.dtype} has no torch equivalent; "
                                 "pass (name, array, dtype) to reinterpret its bytes")
-    return a, a.ctypes.data, a.nbytes, a.shape, dtype
+    return a, a.ctypes.data, a.nbytes, a.shape, dtype, False
 
 
 class Client:
@@ -134,6 +144,7 @@ class Client:
                                      len(err))
         if rc:
             raise WsyncError(rc, err.value.decode())
+        self._device = device
         name = name or f"python pid {os.getpid()}"
         rc = self._lib.wsync_open_session(self._handle, device, name.encode(), err, len(err))
         if rc:
@@ -146,22 +157,12 @@ class Client:
         return self._lib.wsync_slot_bytes(self._handle)
 
     def push(self, named_tensors, version, group, progress=None):
-        """Pushes (name, tensor) pairs or a state_dict as one update; returns the result dict.
+        """Pushes (name, tensor) pairs, a state_dict or any iterable of pairs as one update.
 
+        Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines).
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
-        keep = []
-        structs = []
-        for item in items:
-            name, value = item[0], item[1]
-            dtype = item[2] if len(item) > 2 else None
-            holder, ptr, nbytes, shape, dtype_name = _host_view(name, value, dtype)
-            shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-            name_b, dtype_b = name.encode(), dtype_name.encode()
-            keep.extend([holder, shape_arr, name_b, dtype_b])
-            structs.append(_Tensor(name_b, dtype_b, len(shape), shape_arr, ptr, nbytes))
-        array = (_Tensor * max(len(structs), 1))(*structs)
 
         def on_progress(_user, done, total, bytes_done, bytes_total, seconds):
             if progress is not None:
@@ -170,16 +171,69 @@ class Client:
                           "gib_per_second": bytes_done / seconds / 2**30 if seconds > 0 else 0.0})
 
         callback = _PROGRESS(on_progress)
-        out = ctypes.c_void_p()
         err = ctypes.create_string_buffer(8192)
-        rc = self._lib.wsync_push(self._handle, group.encode(), str(version).encode(), array,
-                                  len(structs), callback, None, ctypes.byref(out), err, len(err))
+        stream = ctypes.c_void_p()
+        held = collections.deque()  # (index, keepalive...) of tensors not yet in a slot
+        batch, batch_bytes, added = [], 0, 0
+        flush_at = max(self.slot_bytes // 2, 1)
+
+        def flush():
+            nonlocal batch, batch_bytes
+            if not batch:
+                return
+            if not stream:
+                cuda_stream = self._cuda_stream() if any(b[1] for b in batch) else None
+                rc = self._lib.wsync_push_begin(self._handle, group.encode(),
+                                                str(version).encode(), cuda_stream, callback,
+                                                None, ctypes.byref(stream), err, len(err))
+                if rc:
+                    raise WsyncError(rc, err.value.decode())
+            structs = [b[0] for b in batch]
+            array = (_Tensor * len(structs))(*structs)
+            released = ctypes.c_uint64()
+            rc = self._lib.wsync_push_add(stream, array, len(structs), ctypes.byref(released),
+                                          err, len(err))
+            batch, batch_bytes = [], 0
+            while held and held[0][0] < released.value:
+                held.popleft()
+            if rc:
+                raise WsyncError(rc, err.value.decode())
+
+        try:
+            for item in items:
+                name, value = item[0], item[1]
+                dtype = item[2] if len(item) > 2 else None
+                holder, ptr, nbytes, shape, dtype_name, is_cuda = _view(name, value, dtype)
+                shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+                name_b, dtype_b = name.encode(), dtype_name.encode()
+                held.append((added, holder, shape_arr, name_b, dtype_b))
+                batch.append((_Tensor(name_b, dtype_b, len(shape), shape_arr, ptr, nbytes),
+                              is_cuda))
+                added += 1
+                batch_bytes += nbytes
+                if batch_bytes >= flush_at or len(batch) >= 256:
+                    flush()
+            flush()
+            if not stream:
+                raise WsyncError(3, "nothing to push: no tensors")
+        except BaseException:
+            if stream:
+                self._lib.wsync_push_abort(stream, b"the Python caller raised")
+            raise
+        out = ctypes.c_void_p()
+        rc = self._lib.wsync_push_commit(stream, ctypes.byref(out), err, len(err))
         if rc:
             raise WsyncError(rc, err.value.decode())
         try:
             return json.loads(ctypes.string_at(out.value).decode())
         finally:
             self._lib.wsync_free_string(out)
+
+    def _cuda_stream(self):
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        return torch.cuda.current_stream(self._device).cuda_stream
 
     def close(self):
         if self._handle:

@@ -1,0 +1,179 @@
+#include "client/cpp/push_stream.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+
+PushStream::PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots, PushOptions options)
+    : stream_(stub, absl::Hours(24)),
+      slots_(std::move(slots)),
+      options_(std::move(options)),
+      planner_(slots_.front()->bytes()) {}
+
+absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
+    v1::Trainer::Stub* stub, const std::string& session_id, const std::string& group,
+    const std::string& version, std::vector<MappedSlot*> slots, PushOptions options) {
+  if (slots.empty()) return absl::FailedPreconditionError("the session holds no slot");
+  for (MappedSlot* s : slots) s->UseStream(options.cuda_stream);
+  auto push = std::unique_ptr<PushStream>(new PushStream(stub, std::move(slots), options));
+  push->progress_.buckets_total = options.buckets_total;
+  WSYNC_RETURN_IF_ERROR(push->stream_.Begin(session_id, group, version).status());
+  push->t0_ = absl::Now();
+  for (uint32_t i = 0; i < push->slots_.size(); ++i) push->free_slots_.push_back(i);
+  push->reader_ = std::thread([p = push.get()] { p->ReadEvents(); });
+  return push;
+}
+
+PushStream::~PushStream() {
+  if (!ended_by_us_) Abort("push stream dropped without commit");
+  if (reader_.joinable()) reader_.join();
+}
+
+void PushStream::ReadEvents() {
+  v1::UpdateEvent event;
+  while (stream_.Next(&event)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (event.has_slot_free()) {
+      free_slots_.push_back(event.slot_free().slot());
+    } else if (event.has_bucket_done()) {
+      ++progress_.buckets_done;
+      progress_.bytes_done += event.bucket_done().bytes();
+      progress_.seconds = absl::ToDoubleSeconds(absl::Now() - t0_);
+      if (options_.progress) options_.progress(progress_);
+    } else if (event.has_result()) {
+      // The result is the last event; the sender must stop and half-close so the daemon can
+      // end the call.
+      result_ = event.result();
+      have_result_ = true;
+      daemon_ended_ = true;
+    }
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  daemon_ended_ = true;
+  cv_.notify_all();
+}
+
+absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
+  if (!send_status_.ok()) return send_status_;
+  if (ended_by_us_) return absl::FailedPreconditionError("the update was already committed");
+  for (const TensorRef& t : tensors) {
+    auto closed = planner_.Add(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
+    if (!closed.ok()) return Fail(closed.status());
+    pending_.push_back(t);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      progress_.bytes_total += t.bytes;
+    }
+    if (*closed) WSYNC_RETURN_IF_ERROR(SendBucket(**closed));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
+  uint32_t slot_index;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !free_slots_.empty() || daemon_ended_; });
+    if (free_slots_.empty()) {
+      // The daemon ended the update early (a failure); its final status says why.
+      lock.unlock();
+      stream_.CloseWrites();
+      ended_by_us_ = true;
+      if (reader_.joinable()) reader_.join();
+      absl::Status final_status = stream_.Finish();
+      send_status_ = final_status.ok()
+                         ? absl::InternalError("wsyncd ended the update before it was committed")
+                         : final_status;
+      return send_status_;
+    }
+    slot_index = free_slots_.front();
+    free_slots_.pop_front();
+  }
+  MappedSlot& slot = *slots_[slot_index];
+  v1::Bucket wire;
+  wire.set_slot(slot_index);
+  wire.set_sequence(sequence_++);
+  std::vector<SlotCopy> copies;
+  for (const PlannedTensor& pt : bucket.tensors) {
+    const TensorRef& t = pending_[pt.index - released_];
+    copies.push_back(SlotCopy{pt.offset, t.data, t.bytes});
+    v1::TensorSpec* spec = wire.add_tensors();
+    spec->set_name(t.name);
+    spec->set_dtype(std::string(DTypeName(t.dtype)));
+    for (int64_t d : t.shape) spec->add_shape(d);
+    spec->set_offset(pt.offset);
+    spec->set_length(t.bytes);
+  }
+  if (absl::Status s = slot.CopyBatch(copies); !s.ok()) return Fail(s);
+  // The checksum waits for the copies, so once it is known the caller's tensors are free.
+  auto crc = slot.Checksum(bucket.bytes);
+  if (!crc.ok()) return Fail(crc.status());
+  wire.set_checksum(*crc);
+  if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
+  for (size_t i = 0; i < bucket.tensors.size(); ++i) pending_.pop_front();
+  released_ += bucket.tensors.size();
+  if (!stream_.SendBucket(wire)) {
+    // The daemon ended the stream; the next wait for a slot collects its status.
+    std::lock_guard<std::mutex> lock(mu_);
+    daemon_ended_ = true;
+    free_slots_.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushStream::Fail(absl::Status status) {
+  send_status_ = status;
+  Abort(std::string(status.message()));
+  return status;
+}
+
+void PushStream::Abort(const std::string& reason) {
+  if (ended_by_us_) return;
+  ended_by_us_ = true;
+  stream_.Abort(reason);
+  if (reader_.joinable()) reader_.join();
+  (void)stream_.Finish();
+}
+
+absl::StatusOr<PushResult> PushStream::Commit() {
+  if (!send_status_.ok()) return send_status_;
+  if (ended_by_us_) return absl::FailedPreconditionError("the update was already committed");
+  if (auto last = planner_.Finish()) {
+    WSYNC_RETURN_IF_ERROR(SendBucket(*last));
+  }
+  if (sequence_ == 0) {
+    absl::Status empty = absl::InvalidArgumentError("nothing to push: no tensors");
+    Abort(std::string(empty.message()));
+    return empty;
+  }
+  bool daemon_ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress_.buckets_total = sequence_;
+    daemon_ended = daemon_ended_;
+  }
+  if (daemon_ended) {
+    stream_.CloseWrites();
+  } else {
+    stream_.Commit();
+  }
+  ended_by_us_ = true;
+  if (reader_.joinable()) reader_.join();
+  WSYNC_RETURN_IF_ERROR(stream_.Finish());
+  if (!have_result_) return absl::InternalError("update ended without a result");
+  PushResult out;
+  out.update_id = result_.update_id();
+  out.buckets = result_.buckets();
+  out.bytes = result_.bytes();
+  out.seconds = absl::ToDoubleSeconds(absl::Now() - t0_);
+  for (const auto& e : result_.engines()) {
+    out.engines.push_back(EngineResultView{
+        e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});
+  }
+  return out;
+}
+
+}  // namespace wsync

@@ -1,0 +1,112 @@
+#ifndef WSYNC_CLIENT_CPP_PUSH_STREAM_H_
+#define WSYNC_CLIENT_CPP_PUSH_STREAM_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/cpp/update_stream.h"
+#include "common/bucket_planner.h"
+#include "common/dtype.h"
+#include "common/gpu_seam.h"
+
+namespace wsync {
+
+// A tensor the caller owns, in host or CUDA device memory.
+struct TensorRef {
+  std::string name;
+  DType dtype = DType::kUint8;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+struct PushProgress {
+  uint64_t buckets_done = 0;
+  uint64_t buckets_total = 0;  // 0 while the stream is still being fed
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;  // bytes added so far
+  double seconds = 0;
+};
+
+struct EngineResultView {
+  std::string engine;
+  absl::Status status;
+};
+
+struct PushResult {
+  std::string update_id;
+  uint64_t buckets = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  std::vector<EngineResultView> engines;
+  double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
+};
+
+struct PushOptions {
+  std::function<void(const PushProgress&)> progress;
+  // CUDA stream (cudaStream_t) the tensors were produced on: the copies into the slots run on it,
+  // after the producer's work, without synchronising the device. nullptr: the slots' own streams.
+  void* cuda_stream = nullptr;
+  // Shown in progress before the last bucket is known (0: unknown).
+  uint64_t buckets_total = 0;
+};
+
+// One update fed tensor by tensor: each bucket is copied into a free slot and sent as soon as it
+// is full, so the caller never holds more than one slot's worth of tensors it could otherwise free
+// (a generator that gathers DTensors one at a time stays at one tensor plus one bucket).
+class PushStream {
+ public:
+  // Starts the update; `slots` are the session's mapped slots.
+  static absl::StatusOr<std::unique_ptr<PushStream>> Begin(
+      v1::Trainer::Stub* stub, const std::string& session_id, const std::string& group,
+      const std::string& version, std::vector<MappedSlot*> slots, PushOptions options);
+  // Aborts the update if it was neither committed nor aborted.
+  ~PushStream();
+
+  // Adds tensors in order. Their bytes must stay valid and unchanged until released() counts them.
+  absl::Status Add(const std::vector<TensorRef>& tensors);
+  // How many tensors, counted from the first added, are copied into slots already.
+  uint64_t released() const { return released_; }
+  // Sends the last bucket, commits, and returns per-engine results.
+  absl::StatusOr<PushResult> Commit();
+  void Abort(const std::string& reason);
+
+ private:
+  PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots, PushOptions options);
+  void ReadEvents();
+  absl::Status SendBucket(const PlannedBucket& bucket);
+  absl::Status Fail(absl::Status status);
+
+  UpdateStream stream_;
+  std::vector<MappedSlot*> slots_;
+  PushOptions options_;
+  BucketPlanner planner_;
+  std::deque<TensorRef> pending_;  // added, not yet copied; pending_[0] has index released_
+  uint64_t released_ = 0;
+  uint64_t sequence_ = 0;
+  absl::Time t0_;
+  absl::Status send_status_;
+  bool ended_by_us_ = false;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<uint32_t> free_slots_;
+  bool daemon_ended_ = false;
+  v1::UpdateResult result_;
+  bool have_result_ = false;
+  PushProgress progress_;
+  std::thread reader_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_CLIENT_CPP_PUSH_STREAM_H_
