@@ -77,6 +77,7 @@ absl::Status Client::OpenSession(int device, const std::string& client_name) {
   }
   session_id_ = resp.session_id();
   slots_ = std::move(slots);
+  device_ = resp.device();
   const absl::Duration period = absl::Seconds(std::max<uint32_t>(1, resp.lease_seconds() / 3));
   keepalive_stop_ = false;
   keepalive_ = std::thread([this, period, id = session_id_] {
@@ -105,6 +106,7 @@ absl::Status Client::CloseSession() {
   if (session_id_.empty()) return absl::FailedPreconditionError("no session is open");
   StopKeepAlive();
   slots_.clear();
+  oversize_.reset();
   v1::CloseSessionRequest req;
   req.set_session_id(session_id_);
   session_id_.clear();
@@ -122,8 +124,27 @@ absl::StatusOr<std::unique_ptr<PushStream>> Client::BeginPush(const std::string&
   if (session_id_.empty()) return absl::FailedPreconditionError("open a session before pushing");
   std::vector<MappedSlot*> slots;
   for (auto& s : slots_) slots.push_back(s.get());
-  return PushStream::Begin(trainer_.get(), session_id_, group, version, std::move(slots),
-                           std::move(options));
+  return PushStream::Begin(
+      trainer_.get(), session_id_, group, version, std::move(slots),
+      [this](uint64_t bytes) { return OversizeSlot(bytes); }, std::move(options));
+}
+
+absl::StatusOr<std::pair<uint32_t, MappedSlot*>> Client::OversizeSlot(uint64_t bytes) {
+  if (oversize_ && oversize_->bytes() >= bytes) {
+    return std::make_pair(oversize_index_, oversize_.get());
+  }
+  // Unmapped first: a larger one replaces it, and the daemon frees the old memory.
+  oversize_.reset();
+  v1::ReserveOversizeSlotRequest req;
+  req.set_session_id(session_id_);
+  req.set_bytes(bytes);
+  v1::SlotInfo info;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  WSYNC_RETURN_IF_ERROR(FromGrpc(trainer_->ReserveOversizeSlot(&ctx, req, &info)));
+  WSYNC_ASSIGN_OR_RETURN(oversize_, MapSlot(info, device_));
+  oversize_index_ = info.index();
+  return std::make_pair(oversize_index_, oversize_.get());
 }
 
 absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::string& version,
@@ -133,7 +154,8 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
   // Planned whole first, so an oversized or malformed tensor is refused before anything is sent.
   std::vector<TensorDesc> descs;
   for (const TensorRef& t : tensors) descs.push_back(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
-  WSYNC_ASSIGN_OR_RETURN(std::vector<PlannedBucket> plan, PlanBuckets(descs, slot_bytes()));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<PlannedBucket> plan,
+                         PlanBuckets(descs, slot_bytes(), /*oversize_alone=*/true));
   if (plan.empty()) return absl::InvalidArgumentError("nothing to push: no tensors");
   PushOptions options;
   options.progress = progress;

@@ -55,6 +55,9 @@ class Client {
   uint64_t slot_bytes() const;
   size_t slot_count() const { return slots_.size(); }
   MappedSlot* slot(size_t i) { return slots_[i].get(); }
+  // The session's oversize slot with room for `bytes` (asks the daemon and maps it on first need,
+  // or when a larger one is needed).
+  absl::StatusOr<std::pair<uint32_t, MappedSlot*>> OversizeSlot(uint64_t bytes);
   v1::Trainer::Stub* trainer() { return trainer_.get(); }
   v1::Admin::Stub* admin() { return admin_.get(); }
 
@@ -67,6 +70,9 @@ class Client {
   std::unique_ptr<v1::Admin::Stub> admin_;
   std::string session_id_;
   std::vector<std::unique_ptr<MappedSlot>> slots_;
+  int device_ = 0;
+  std::unique_ptr<MappedSlot> oversize_;
+  uint32_t oversize_index_ = 0;
   std::thread keepalive_;
   std::atomic<bool> keepalive_stop_{false};
 };

@@ -6,18 +6,22 @@
 
 namespace wsync {
 
-PushStream::PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots, PushOptions options)
+PushStream::PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots,
+                       OversizeSlotFn oversize, PushOptions options)
     : stream_(stub, absl::Hours(24)),
       slots_(std::move(slots)),
+      oversize_(std::move(oversize)),
       options_(std::move(options)),
-      planner_(slots_.front()->bytes()) {}
+      planner_(slots_.front()->bytes(), /*oversize_alone=*/oversize_ != nullptr) {}
 
 absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
     v1::Trainer::Stub* stub, const std::string& session_id, const std::string& group,
-    const std::string& version, std::vector<MappedSlot*> slots, PushOptions options) {
+    const std::string& version, std::vector<MappedSlot*> slots, OversizeSlotFn oversize,
+    PushOptions options) {
   if (slots.empty()) return absl::FailedPreconditionError("the session holds no slot");
   for (MappedSlot* s : slots) s->UseStream(options.cuda_stream);
-  auto push = std::unique_ptr<PushStream>(new PushStream(stub, std::move(slots), options));
+  auto push = std::unique_ptr<PushStream>(
+      new PushStream(stub, std::move(slots), std::move(oversize), options));
   push->progress_.buckets_total = options.buckets_total;
   WSYNC_RETURN_IF_ERROR(push->stream_.Begin(session_id, group, version).status());
   push->t0_ = absl::Now();
@@ -36,7 +40,11 @@ void PushStream::ReadEvents() {
   while (stream_.Next(&event)) {
     std::lock_guard<std::mutex> lock(mu_);
     if (event.has_slot_free()) {
-      free_slots_.push_back(event.slot_free().slot());
+      if (event.slot_free().slot() < slots_.size()) {
+        free_slots_.push_back(event.slot_free().slot());
+      } else {
+        oversize_busy_ = false;
+      }
     } else if (event.has_bucket_done()) {
       ++progress_.buckets_done;
       progress_.bytes_done += event.bucket_done().bytes();
@@ -67,32 +75,46 @@ absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
       std::lock_guard<std::mutex> lock(mu_);
       progress_.bytes_total += t.bytes;
     }
-    if (*closed) WSYNC_RETURN_IF_ERROR(SendBucket(**closed));
+    for (const PlannedBucket& b : *closed) WSYNC_RETURN_IF_ERROR(SendBucket(b));
   }
   return absl::OkStatus();
 }
 
-absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
-  uint32_t slot_index;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !free_slots_.empty() || daemon_ended_; });
-    if (free_slots_.empty()) {
-      // The daemon ended the update early (a failure); its final status says why.
-      lock.unlock();
-      stream_.CloseWrites();
-      ended_by_us_ = true;
-      if (reader_.joinable()) reader_.join();
-      absl::Status final_status = stream_.Finish();
-      send_status_ = final_status.ok()
-                         ? absl::InternalError("wsyncd ended the update before it was committed")
-                         : final_status;
-      return send_status_;
-    }
-    slot_index = free_slots_.front();
-    free_slots_.pop_front();
+absl::StatusOr<std::pair<uint32_t, MappedSlot*>> PushStream::AcquireSlot(
+    const PlannedBucket& bucket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] {
+    return daemon_ended_ || (bucket.oversize ? !oversize_busy_ : !free_slots_.empty());
+  });
+  if (daemon_ended_) {
+    // The daemon ended the update early (a failure); its final status says why.
+    lock.unlock();
+    stream_.CloseWrites();
+    ended_by_us_ = true;
+    if (reader_.joinable()) reader_.join();
+    absl::Status final_status = stream_.Finish();
+    send_status_ = final_status.ok()
+                       ? absl::InternalError("wsyncd ended the update before it was committed")
+                       : final_status;
+    return send_status_;
   }
-  MappedSlot& slot = *slots_[slot_index];
+  if (bucket.oversize) {
+    oversize_busy_ = true;
+    lock.unlock();
+    auto slot = oversize_(bucket.bytes);
+    if (!slot.ok()) return Fail(slot.status());
+    slot->second->UseStream(options_.cuda_stream);
+    return slot;
+  }
+  const uint32_t index = free_slots_.front();
+  free_slots_.pop_front();
+  return std::make_pair(index, slots_[index]);
+}
+
+absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
+  WSYNC_ASSIGN_OR_RETURN(auto acquired, AcquireSlot(bucket));
+  const uint32_t slot_index = acquired.first;
+  MappedSlot& slot = *acquired.second;
   v1::Bucket wire;
   wire.set_slot(slot_index);
   wire.set_sequence(sequence_++);
@@ -119,7 +141,6 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
     // The daemon ended the stream; the next wait for a slot collects its status.
     std::lock_guard<std::mutex> lock(mu_);
     daemon_ended_ = true;
-    free_slots_.clear();
   }
   return absl::OkStatus();
 }

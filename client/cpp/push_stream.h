@@ -60,6 +60,11 @@ struct PushOptions {
   uint64_t buckets_total = 0;
 };
 
+// Gives the session's oversize slot with room for `bytes` (mapping it, or a larger one, on first
+// need): its index and mapping.
+using OversizeSlotFn =
+    std::function<absl::StatusOr<std::pair<uint32_t, MappedSlot*>>(uint64_t bytes)>;
+
 // One update fed tensor by tensor: each bucket is copied into a free slot and sent as soon as it
 // is full, so the caller never holds more than one slot's worth of tensors it could otherwise free
 // (a generator that gathers DTensors one at a time stays at one tensor plus one bucket).
@@ -68,7 +73,8 @@ class PushStream {
   // Starts the update; `slots` are the session's mapped slots.
   static absl::StatusOr<std::unique_ptr<PushStream>> Begin(
       v1::Trainer::Stub* stub, const std::string& session_id, const std::string& group,
-      const std::string& version, std::vector<MappedSlot*> slots, PushOptions options);
+      const std::string& version, std::vector<MappedSlot*> slots, OversizeSlotFn oversize,
+      PushOptions options);
   // Aborts the update if it was neither committed nor aborted.
   ~PushStream();
 
@@ -81,13 +87,17 @@ class PushStream {
   void Abort(const std::string& reason);
 
  private:
-  PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots, PushOptions options);
+  PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots, OversizeSlotFn oversize,
+             PushOptions options);
+  // Waits for a free slot for the bucket (the oversize slot for an oversize bucket).
+  absl::StatusOr<std::pair<uint32_t, MappedSlot*>> AcquireSlot(const PlannedBucket& bucket);
   void ReadEvents();
   absl::Status SendBucket(const PlannedBucket& bucket);
   absl::Status Fail(absl::Status status);
 
   UpdateStream stream_;
   std::vector<MappedSlot*> slots_;
+  OversizeSlotFn oversize_;
   PushOptions options_;
   BucketPlanner planner_;
   std::deque<TensorRef> pending_;  // added, not yet copied; pending_[0] has index released_
@@ -100,6 +110,7 @@ class PushStream {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<uint32_t> free_slots_;
+  bool oversize_busy_ = false;  // the oversize slot holds a bucket not yet sent
   bool daemon_ended_ = false;
   v1::UpdateResult result_;
   bool have_result_ = false;

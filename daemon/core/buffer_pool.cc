@@ -49,9 +49,62 @@ absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device, const std
   for (Slot& s : it->second) {
     s.owner = session;
     s.state = SlotState::kFilling;
-    out.push_back(s.memory.get());
+    // The oversize slot (if one was made) is held too but handed out by LeaseOversize.
+    if (out.size() < slots_per_device_) out.push_back(s.memory.get());
   }
   return out;
+}
+
+absl::StatusOr<SlotMemory*> BufferPool::Get(int device, uint32_t index,
+                                            const std::string& session) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it == devices_.end() || index >= it->second.size() || it->second[index].owner != session) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("slot ", index, " is not held by session ", session, " (it holds 0..",
+                     it == devices_.end() ? 0 : it->second.size() - 1, ")"));
+  }
+  return it->second[index].memory.get();
+}
+
+absl::StatusOr<std::pair<uint32_t, SlotMemory*>> BufferPool::LeaseOversize(
+    int device, const std::string& session, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = devices_.find(device);
+  if (it == devices_.end() || it->second.empty() || it->second[0].owner != session) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session ", session, " does not hold the slots of device ", device));
+  }
+  std::vector<Slot>& slots = it->second;
+  const uint32_t index = slots_per_device_;
+  if (slots.size() > index && slots[index].memory->bytes() >= bytes) {
+    slots[index].owner = session;
+    if (slots[index].state == SlotState::kFree) slots[index].state = SlotState::kFilling;
+    return std::make_pair(index, slots[index].memory.get());
+  }
+  if (slots.size() > index && slots[index].state != SlotState::kFilling &&
+      slots[index].state != SlotState::kFree) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the oversize slot is ", SlotStateName(slots[index].state),
+                     "; wait for its SlotFree before asking for a larger one"));
+  }
+  // Rounded up so a slightly larger tensor next time does not reallocate.
+  constexpr uint64_t kRound = 64ull << 20;
+  const uint64_t size = (bytes + kRound - 1) / kRound * kRound;
+  if (slots.size() > index) slots.pop_back();  // the old one is freed before the new is made
+  auto memory = platform_->AllocateSlot(device, size);
+  if (!memory.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("allocating the oversize slot of ", size,
+                                                     " bytes on device ", device,
+                                                     " failed: ", memory.status().message()));
+  }
+  WSYNC_LOG(Info, "allocated the oversize slot of ", size, " bytes on device ", device);
+  Slot slot;
+  slot.memory = std::move(*memory);
+  slot.owner = session;
+  slot.state = SlotState::kFilling;
+  slots.push_back(std::move(slot));
+  return std::make_pair(index, slots[index].memory.get());
 }
 
 void BufferPool::Release(int device, const std::string& session) {

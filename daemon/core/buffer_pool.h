@@ -37,6 +37,14 @@ class BufferPool {
   // Leases every slot of the device to the session.
   absl::StatusOr<std::vector<SlotMemory*>> Lease(int device, const std::string& session);
   void Release(int device, const std::string& session);
+  // The session's slot `index` (a regular slot, or the oversize slot after them).
+  absl::StatusOr<SlotMemory*> Get(int device, uint32_t index, const std::string& session) const;
+  // Leases the device's oversize slot (index slots_per_device) with room for `bytes`: one tensor
+  // larger than a slot travels alone in it. It is allocated on first need, kept for later updates
+  // and sessions, and regrown only while nothing is queued in it.
+  absl::StatusOr<std::pair<uint32_t, SlotMemory*>> LeaseOversize(int device,
+                                                                 const std::string& session,
+                                                                 uint64_t bytes);
   // Moves a slot from `from` to `to` if the session holds it and it is in `from`.
   absl::Status Transition(int device, uint32_t index, const std::string& session, SlotState from,
                           SlotState to);

@@ -145,6 +145,13 @@ std::vector<EngineRow> DaemonCore::ListEngines() {
   return rows;
 }
 
+absl::StatusOr<std::pair<uint32_t, SlotMemory*>> DaemonCore::ReserveOversizeSlot(
+    const std::string& session_id, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(Session session, sessions_.Touch(session_id));
+  if (bytes == 0) return absl::InvalidArgumentError("an oversize slot of 0 bytes");
+  return pool_.LeaseOversize(session.device, session_id, bytes);
+}
+
 absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::string& session_id,
                                                                    const std::string& group_name,
                                                                    const std::string& version,
@@ -171,7 +178,6 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   }
   context.session_id = session_id;
   context.device = session.device;
-  context.slots = session.slots;
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
   context.pipeline_min_bytes = options_.pipeline_min_bytes;

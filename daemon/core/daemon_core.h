@@ -67,6 +67,9 @@ class DaemonCore {
   absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
   absl::Status KeepAlive(const std::string& session_id);
   absl::Status CloseSession(const std::string& session_id);
+  // Leases the oversize slot (see BufferPool::LeaseOversize); returns its index and memory.
+  absl::StatusOr<std::pair<uint32_t, SlotMemory*>> ReserveOversizeSlot(
+      const std::string& session_id, uint64_t bytes);
 
   absl::StatusOr<GroupSnapshot> CreateGroup(const GroupSpec& spec);
   // Registers a group without contacting its engines (config-declared groups form in background).

@@ -45,13 +45,13 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
         absl::StrCat("bucket ", sequence, " arrived after the update was committed or aborted"));
   }
   if (!failure_.ok()) return failure_;
-  if (slot >= context_.slots.size()) {
-    Fail(absl::FailedPreconditionError(
-        absl::StrCat("bucket ", sequence, ": slot ", slot, " is not held by session ",
-                     context_.session_id, " (it holds 0..", context_.slots.size() - 1, ")")));
+  auto memory = pool_->Get(context_.device, slot, context_.session_id);
+  if (!memory.ok()) {
+    Fail(absl::Status(memory.status().code(),
+                      absl::StrCat("bucket ", sequence, ": ", memory.status().message())));
     return failure_;
   }
-  absl::Status valid = ValidateManifest(manifest, context_.slots[slot]->bytes());
+  absl::Status valid = ValidateManifest(manifest, (*memory)->bytes());
   if (valid.ok()) valid = group_->ValidateBucket(manifest);
   if (valid.ok()) {
     for (const TensorEntry& t : manifest.tensors) {
@@ -74,7 +74,7 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
     return failure_;
   }
   for (const TensorEntry& t : manifest.tensors) names_.insert(t.name);
-  queue_.push_back(Pending{slot, std::move(manifest), checksum, sequence});
+  queue_.push_back(Pending{slot, *memory, std::move(manifest), checksum, sequence});
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -105,7 +105,7 @@ void UpdateRun::ReportFailure(absl::Status status, const std::vector<EngineOutco
 absl::Status UpdateRun::Verify(const Pending& p) {
   // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
   const uint64_t span = p.manifest.span_bytes();
-  WSYNC_ASSIGN_OR_RETURN(uint32_t crc, context_.slots[p.slot]->Checksum(span));
+  WSYNC_ASSIGN_OR_RETURN(uint32_t crc, p.memory->Checksum(span));
   if (crc != p.checksum) {
     return absl::DataLossError(
         absl::StrCat("bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
@@ -146,8 +146,8 @@ void UpdateRun::SenderLoop() {
     }
     std::unique_ptr<BucketTransfer> transfer;
     if (status.ok()) {
-      auto started = group_->StartBucket(*context_.slots[p.slot], p.manifest,
-                                         absl::Now() + context_.bucket_timeout);
+      auto started =
+          group_->StartBucket(*p.memory, p.manifest, absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         transfer = std::move(*started);
       } else {

@@ -54,7 +54,6 @@ struct UpdateContext {
   std::string update_id;
   std::string session_id;
   int device = 0;
-  std::vector<SlotMemory*> slots;
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
   // A bucket at least this large proves, by leaving rank 0, that every receiver is inside its
@@ -89,6 +88,7 @@ class UpdateRun {
  private:
   struct Pending {
     uint32_t slot;
+    SlotMemory* memory;
     BucketManifest manifest;
     uint32_t checksum;
     uint64_t sequence;

@@ -118,6 +118,19 @@ absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket) {
   return m;
 }
 
+namespace {
+
+void SlotToProto(uint32_t index, SlotMemory& slot, v1::SlotInfo* info) {
+  info->set_index(index);
+  info->set_bytes(slot.bytes());
+  info->set_kind(slot.kind() == MemoryKind::kHostShm ? v1::SLOT_MEMORY_HOST_SHM
+                                                     : v1::SLOT_MEMORY_CUDA_IPC);
+  info->set_memory_handle(slot.memory_handle());
+  info->set_event_handle(slot.event_handle());
+}
+
+}  // namespace
+
 grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSessionRequest* req,
                                          v1::OpenSessionResponse* resp) {
   auto session = core_->OpenSession(req->device(), req->client_name());
@@ -127,15 +140,17 @@ grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSes
   resp->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session->lease)));
   resp->set_checksum(kChecksumName);
   for (size_t i = 0; i < session->slots.size(); ++i) {
-    SlotMemory* slot = session->slots[i];
-    auto* info = resp->add_slots();
-    info->set_index(static_cast<uint32_t>(i));
-    info->set_bytes(slot->bytes());
-    info->set_kind(slot->kind() == MemoryKind::kHostShm ? v1::SLOT_MEMORY_HOST_SHM
-                                                        : v1::SLOT_MEMORY_CUDA_IPC);
-    info->set_memory_handle(slot->memory_handle());
-    info->set_event_handle(slot->event_handle());
+    SlotToProto(static_cast<uint32_t>(i), *session->slots[i], resp->add_slots());
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainerService::ReserveOversizeSlot(grpc::ServerContext*,
+                                                 const v1::ReserveOversizeSlotRequest* req,
+                                                 v1::SlotInfo* resp) {
+  auto slot = core_->ReserveOversizeSlot(req->session_id(), req->bytes());
+  if (!slot.ok()) return ToGrpcStatus(slot.status());
+  SlotToProto(slot->first, *slot->second, resp);
   return grpc::Status::OK;
 }
 

@@ -12,6 +12,9 @@ class TrainerService final : public v1::Trainer::Service {
 
   grpc::Status OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
                            v1::OpenSessionResponse* response) override;
+  grpc::Status ReserveOversizeSlot(grpc::ServerContext* context,
+                                   const v1::ReserveOversizeSlotRequest* request,
+                                   v1::SlotInfo* response) override;
   grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
                          v1::KeepAliveResponse* response) override;
   grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,

@@ -81,5 +81,34 @@ TEST_F(PipelinedFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) 
   ExpectHolds(*sim_b_.sim, model, "v3", 2);
 }
 
+TEST_F(PipelinedFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot) {
+  CreatePolicyGroup();
+  auto make = [](uint32_t version, int64_t embed_rows) {
+    std::vector<OwnedTensor> model = SmallModel(version);
+    // 1 MiB slots; the embedding is 1.5 MiB, then 2.5 MiB: both fit the one oversize slot.
+    OwnedTensor embed{"model.embed_tokens.weight",
+                      DType::kBfloat16,
+                      {embed_rows, 1024},
+                      std::vector<uint8_t>(embed_rows * 2048)};
+    for (size_t i = 0; i < embed.data.size(); ++i)
+      embed.data[i] = static_cast<uint8_t>(i * 13 + version);
+    model[0] = std::move(embed);
+    return model;
+  };
+  for (auto [version, rows] : {std::pair{1u, 768}, std::pair{2u, 768}, std::pair{3u, 1280}}) {
+    auto model = make(version, rows);
+    auto result = client_->Push("policy", absl::StrCat("v", version), Refs(model));
+    ASSERT_TRUE(result.ok()) << result.status();
+    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", version), 1);
+    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", version), 2);
+  }
+  v1::ListBuffersResponse buffers;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(client_->admin()->ListBuffers(&ctx, v1::ListBuffersRequest(), &buffers).ok());
+  ASSERT_EQ(buffers.buffers_size(), 3) << "two slots and one oversize slot, made once";
+  EXPECT_EQ(buffers.buffers(2).index(), 2u);
+  EXPECT_EQ(buffers.buffers(2).bytes(), 64u << 20) << "rounded up to 64 MiB";
+}
+
 }  // namespace
 }  // namespace wsync

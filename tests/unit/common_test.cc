@@ -190,6 +190,21 @@ TEST(BucketPlanner, RefusesATensorLargerThanASlotBeforePlanningAnything) {
   EXPECT_THAT(plan.status().message(), HasSubstr("'huge' is 4000 bytes, larger than a slot"));
 }
 
+TEST(BucketPlanner, OversizeTensorTravelsAloneBetweenTheBucketsAroundIt) {
+  std::vector<TensorDesc> ts = {D("a", "uint8", 10), D("huge", "float32", 1000),
+                                D("b", "uint8", 10)};
+  auto plan = PlanBuckets(ts, 1000, /*oversize_alone=*/true);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 3u);
+  EXPECT_FALSE((*plan)[0].oversize);
+  EXPECT_TRUE((*plan)[1].oversize);
+  EXPECT_EQ((*plan)[1].bytes, 4000u);
+  EXPECT_EQ((*plan)[1].tensors[0].index, 1u);
+  EXPECT_EQ((*plan)[1].tensors[0].offset, 0u);
+  EXPECT_FALSE((*plan)[2].oversize);
+  EXPECT_EQ((*plan)[2].tensors[0].index, 2u);
+}
+
 TEST(BucketPlanner, ExactSlotSizedTensorFitsAlone) {
   auto plan = PlanBuckets({D("x", "uint8", 1), D("full", "uint8", 64), D("y", "uint8", 1)}, 64);
   ASSERT_TRUE(plan.ok());
