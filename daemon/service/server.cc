@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   builder.RegisterService(&server->trainer_);
   builder.RegisterService(&server->admin_);
   // The socket is created by BuildAndStart; a private umask makes it 0600 from the first moment.
-  mode_t old = ::umask(0077);
+  mode_t old = ::umask(0177);
   server->server_ = builder.BuildAndStart();
   ::umask(old);
   if (!server->server_) {
