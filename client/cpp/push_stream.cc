@@ -190,6 +190,10 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.buckets = result_.buckets();
   out.bytes = result_.bytes();
   out.seconds = absl::ToDoubleSeconds(absl::Now() - t0_);
+  out.verify_seconds = result_.verify_seconds();
+  out.idle_before_seconds = result_.idle_before_seconds();
+  out.broadcast_seconds = result_.broadcast_seconds();
+  out.answer_seconds = result_.answer_seconds();
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});

@@ -48,6 +48,12 @@ struct PushResult {
   uint64_t bytes = 0;
   double seconds = 0;
   std::vector<EngineResultView> engines;
+  // The daemon's per-bucket timing, summed: slot checksum, rank 0 idle before a broadcast,
+  // broadcasts, and the engines' answers after the bytes left rank 0.
+  double verify_seconds = 0;
+  double idle_before_seconds = 0;
+  double broadcast_seconds = 0;
+  double answer_seconds = 0;
   double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
 };
 

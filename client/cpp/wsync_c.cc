@@ -55,7 +55,12 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                       {"buckets", result.buckets},
                       {"bytes", result.bytes},
                       {"seconds", result.seconds},
-                      {"gib_per_second", result.gib_per_second()}};
+                      {"gib_per_second", result.gib_per_second()},
+                      {"daemon_timing",
+                       {{"verify_seconds", result.verify_seconds},
+                        {"idle_before_seconds", result.idle_before_seconds},
+                        {"broadcast_seconds", result.broadcast_seconds},
+                        {"answer_seconds", result.answer_seconds}}}};
   j["engines"] = nlohmann::json::array();
   for (const auto& e : result.engines) {
     j["engines"].push_back({{"engine", e.engine},

@@ -225,6 +225,14 @@ void UpdateRun::CompletionLoop() {
     timing.active = sent->active_seconds;
     timing.answer = absl::ToDoubleSeconds(answered_at - sent_at);
     timing.total = absl::ToDoubleSeconds(answered_at - f.turn);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      totals_.verify += timing.verify;
+      totals_.idle_before += timing.idle_before;
+      totals_.active += timing.active;
+      totals_.answer += timing.answer;
+      totals_.total += timing.total;
+    }
     events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()), timing);
   }
 }
@@ -272,6 +280,7 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     outcome.engines = bucket_outcomes_;
     outcome.buckets = buckets_;
     outcome.bytes = bytes_;
+    outcome.bucket_totals = totals_;
   }
   if (outcome.status.ok() && commit && outcome.buckets == 0) {
     outcome.status = absl::FailedPreconditionError("commit of an update with no bucket");

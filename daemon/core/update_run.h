@@ -20,15 +20,6 @@
 
 namespace wsync {
 
-struct UpdateOutcome {
-  std::string update_id;
-  absl::Status status;
-  std::vector<EngineOutcome> engines;
-  uint64_t buckets = 0;
-  uint64_t bytes = 0;
-  double seconds = 0;
-};
-
 // Where one bucket's time went (all in seconds).
 struct BucketTiming {
   double verify = 0;       // checksum of the slot before anything is sent
@@ -36,6 +27,16 @@ struct BucketTiming {
   double active = 0;       // rank 0's broadcast: wire time plus waiting for the receivers
   double answer = 0;       // from the bytes leaving rank 0 to the engines' last answer
   double total = 0;        // from the bucket's turn to the engines' last answer
+};
+
+struct UpdateOutcome {
+  std::string update_id;
+  absl::Status status;
+  std::vector<EngineOutcome> engines;
+  uint64_t buckets = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  BucketTiming bucket_totals;  // summed over the committed buckets
 };
 
 // What the trainer hears while its update runs (the gRPC stream implements it).
@@ -130,6 +131,7 @@ class UpdateRun {
   std::vector<EngineOutcome> bucket_outcomes_;
   uint64_t buckets_ = 0;
   uint64_t bytes_ = 0;
+  BucketTiming totals_;
   std::thread sender_;
   std::thread completer_;
 };

@@ -60,6 +60,10 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
   r->set_buckets(outcome.buckets);
   r->set_bytes(outcome.bytes);
   r->set_seconds(outcome.seconds);
+  r->set_verify_seconds(outcome.bucket_totals.verify);
+  r->set_idle_before_seconds(outcome.bucket_totals.idle_before);
+  r->set_broadcast_seconds(outcome.bucket_totals.active);
+  r->set_answer_seconds(outcome.bucket_totals.answer);
   for (const EngineOutcome& o : outcome.engines) {
     auto* er = r->add_engines();
     er->set_engine(o.engine);

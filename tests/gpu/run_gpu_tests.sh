@@ -71,6 +71,21 @@ for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sl
 timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
   --version-prefix after-kill- --python-client client/python 2>&1 | tee -a "$OUT/kill.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+step "per-tensor format (load_format null): one typed broadcast per tensor"
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$OUT/per-tensor.log"
+$B/bin/wsyncctl --socket $sock create-group policy --load-format per_tensor "${spec[@]}" 2>&1 | \
+  tee -a "$OUT/per-tensor.log"
+timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 2 \
+  --version-prefix per-tensor- --python-client client/python 2>&1 | tee -a "$OUT/per-tensor.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+
+step "20 consecutive updates: wsyncd's GPU memory stays flat"
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$OUT/memory.log"
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$OUT/memory.log"
+timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 20 \
+  --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5 --python-client client/python \
+  2>&1 | tee -a "$OUT/memory.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 $B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$OUT/updates.txt"
 $B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$OUT/updates.txt"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -93,6 +108,17 @@ if [[ -n $sys_nccl ]]; then
   kill $d2 $e3 2>/dev/null; sleep 2; kill -9 $d2 $e3 2>/dev/null; wait
 else
   echo "no system libnccl found; mismatch case not run" | tee "$OUT/mismatch.log"
+fi
+if [[ ${WSYNC_SKIP_BENCH:-0} != 1 ]]; then
+  step "benchmark: Qwen2.5-7B shapes, wsync vs torch-direct vs the NCCL ceiling"
+  python3 tests/gpu/sglang_torch_engine.py --port 30005 --gpus 1 >"$OUT/bench-engine.log" 2>&1 &
+  be=$!
+  for _ in $(seq 1 300); do curl -s localhost:30005/health >/dev/null && break; sleep 0.2; done
+  timeout ${WSYNC_BENCH_TIMEOUT:-420} python3 tests/bench/bench_update.py --wsyncd $B/bin/wsyncd \
+    --nccl-lib "$NCCL_LIB" --engine http://127.0.0.1:30005 --python-client client/python \
+    --out "$OUT/bench" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  kill $be 2>/dev/null; sleep 2; kill -9 $be 2>/dev/null; wait $be 2>/dev/null
 fi
 echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 exit $fail

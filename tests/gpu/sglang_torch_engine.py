@@ -1,7 +1,10 @@
 """An SGLang engine as seen by wsyncd, built from real torch: one process per TP rank on its own GPU
 joins the weight-update group exactly as SGLang's init_custom_process_group does (tcp:// rendezvous
 to wsyncd's TCPStore, PrefixStore(group), the c10d process-group helper, ProcessGroupNCCL without
-device_id), and receives flattened uint8 buckets with dist.broadcast inside the HTTP request.
+device_id), receives each bucket with dist.broadcast inside the HTTP request (flattened uint8, or
+one async broadcast per tensor) and copies it into its parameters as load_weights does.
+Benchmark extras: POST /bench/receive {"sizes": [...]} posts receives back to back; POST /sim/mode
+{"data_plane": true} makes update requests answer at once (the receives come from /bench/receive).
 
     python3 sglang_torch_engine.py --port 30001 --gpus 1,2
 """
@@ -13,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,8 +41,9 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
     import torch.distributed as dist
     torch.cuda.set_device(gpu)
     pg = None
-    tensors = {}
-    crcs = {}
+    params = {}
+    crcs = {}  # of params, computed when asked
+    recv_buf = None
     updates = 0
     while True:
         cmd, arg = conn.recv()
@@ -55,35 +60,60 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                     print(f"rank {tp_rank}: dying at update {updates - 1} as asked", flush=True)
                     os._exit(17)
                 dtypes = [getattr(torch, d) for d in arg["dtypes"]]
-                sizes = []
-                for shape, dt in zip(arg["shapes"], dtypes):
-                    n = 1
-                    for d in shape:
-                        n *= d
-                    sizes.append(n * torch.empty((), dtype=dt).element_size())
+                received = []
                 if arg.get("load_format") == "flattened_bucket":
+                    sizes = []
+                    for shape, dt in zip(arg["shapes"], dtypes):
+                        n = 1
+                        for d in shape:
+                            n *= d
+                        sizes.append(n * torch.empty((), dtype=dt).element_size())
                     flat = torch.empty(sum(sizes), dtype=torch.uint8, device=f"cuda:{gpu}")
                     dist.broadcast(flat, src=0, group=pg)
                     start = 0
                     for name, shape, dt, size in zip(arg["names"], arg["shapes"], dtypes, sizes):
-                        tensors[name] = flat[start:start + size].view(dt).reshape(shape).clone()
+                        received.append((name, flat[start:start + size].view(dt).reshape(shape)))
                         start += size
                 else:
+                    # SGLang's per-tensor receive: every broadcast issued async, then waited.
+                    handles = []
                     for name, shape, dt in zip(arg["names"], arg["shapes"], dtypes):
                         t = torch.empty(shape, dtype=dt, device=f"cuda:{gpu}")
-                        dist.broadcast(t, src=0, group=pg)
-                        tensors[name] = t
-                torch.cuda.synchronize()
-                for name in arg["names"]:
-                    raw = tensors[name].contiguous().view(-1).view(torch.uint8).cpu().numpy()
-                    crcs[name] = format(zlib.crc32(raw.tobytes()), "08x")
+                        handles.append(dist.broadcast(t, src=0, group=pg, async_op=True))
+                        received.append((name, t))
+                    for h in handles:
+                        h.wait()
+                # load_weights: copy into the parameters (made at first sight).
+                for name, t in received:
+                    p = params.get(name)
+                    if p is None or p.shape != t.shape or p.dtype != t.dtype:
+                        params[name] = t.clone()
+                    else:
+                        p.copy_(t)
+                torch.cuda.current_stream().synchronize()
+                crcs.clear()
                 conn.send((True, "ok"))
+            elif cmd == "bench_receive":
+                # Receives posted back to back, as fast as rank 0 sends: the wire's ceiling.
+                need = max(arg["sizes"])
+                if recv_buf is None or recv_buf.numel() < need:
+                    recv_buf = torch.empty(need, dtype=torch.uint8, device=f"cuda:{gpu}")
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for n in arg["sizes"]:
+                    dist.broadcast(recv_buf[:n], src=0, group=pg)
+                torch.cuda.synchronize()
+                conn.send((True, time.perf_counter() - t0))
             elif cmd == "destroy":
                 if pg is not None:
                     dist.destroy_process_group(pg)
                 pg = None
                 conn.send((True, "ok"))
             elif cmd == "checksums":
+                if len(crcs) != len(params):
+                    for name, t in params.items():
+                        raw = t.contiguous().view(-1).view(torch.uint8).cpu().numpy()
+                        crcs[name] = format(zlib.crc32(raw.tobytes()), "08x")
                 conn.send((True, crcs))
             elif cmd == "exit":
                 conn.send((True, "bye"))
@@ -106,6 +136,7 @@ class Engine:
         self.group = None
         self.rank_offset = 0
         self.weight_version = "default"
+        self.data_plane = False
 
     def all_ranks(self, cmd, arg=None):
         for _, conn in self.ranks:
@@ -170,6 +201,9 @@ class Handler(BaseHTTPRequestHandler):
                 ENGINE.group = body.get("group_name", "weight_update_group")
             return self.result(res, "Succeeded to initialize custom process group.")
         if self.path == "/update_weights_from_distributed":
+            if ENGINE.data_plane:
+                # Data-plane benchmark: a /bench/receive request already posted every receive.
+                return self.reply(200, {"success": True, "message": "data plane"})
             with ENGINE.lock:
                 res = ENGINE.all_ranks("update", body)
             if body.get("weight_version"):
@@ -179,6 +213,15 @@ class Handler(BaseHTTPRequestHandler):
             res = ENGINE.all_ranks("destroy")
             ENGINE.group = None
             return self.result(res, "Succeeded to destroy custom process group.")
+        if self.path == "/bench/receive":
+            with ENGINE.lock:
+                res = ENGINE.all_ranks("bench_receive", body)
+            if not all(ok for ok, _ in res):
+                return self.result(res, "")
+            return self.reply(200, {"success": True, "seconds": max(sec for _, sec in res)})
+        if self.path == "/sim/mode":
+            ENGINE.data_plane = bool(body.get("data_plane", False))
+            return self.reply(200, {"success": True, "data_plane": ENGINE.data_plane})
         if self.path == "/update_weight_version":
             ENGINE.weight_version = body["new_version"]
             return self.reply(200, {"success": True, "message": "ok",

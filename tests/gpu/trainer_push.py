@@ -4,6 +4,7 @@ CUDA tensors, version after version; every engine rank must hold bit-identical t
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -18,6 +19,13 @@ def crc(t):
                              .tobytes()), "08x")
 
 
+def gpu_memory_mib(pid):
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                          "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+    return sum(int(line.split(",")[1]) for line in out.splitlines()
+               if line.strip() and int(line.split(",")[0]) == pid)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -28,6 +36,10 @@ def main():
     ap.add_argument("--version-prefix", default="gpu-v")
     ap.add_argument("--expect-failure", default="",
                     help="the push must fail with an error containing this text")
+    ap.add_argument("--watch-pid", type=int, default=0,
+                    help="after every version, read this process's GPU memory (wsyncd): it must "
+                         "not change after the first update")
+    ap.add_argument("--verify-every", type=int, default=1, help="check the engines every Nth")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -38,6 +50,7 @@ def main():
                          tie_word_embeddings=False)
     model = Qwen2ForCausalLM(config).to("cuda:0", torch.bfloat16)
     ok = True
+    memory = []
     with wsync.Client("unix:" + args.socket, device=0, name="gpu trainer") as client:
         for v in range(1, args.versions + 1):
             with torch.no_grad():
@@ -63,6 +76,12 @@ def main():
             print(f"version {version}: {result['buckets']} buckets, {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
                   f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
+            if args.watch_pid:
+                used = gpu_memory_mib(args.watch_pid)
+                memory.append(used)
+                print(f"  wsyncd GPU memory after {version}: {used} MiB", flush=True)
+            if v % args.verify_every != 0 and v != args.versions:
+                continue
             for url in args.engines.split(","):
                 with urllib.request.urlopen(url + "/sim/checksums") as r:
                     got = json.loads(r.read())
@@ -72,6 +91,12 @@ def main():
                           f"tensors bit-identical, weight_version {got['weight_version']}",
                           flush=True)
                     ok = ok and not bad and got["weight_version"] == version
+    if args.watch_pid:
+        flat = len(set(memory[1:])) <= 1
+        print(f"wsyncd GPU memory over {len(memory)} updates: first {memory[0]} MiB, then "
+              f"{sorted(set(memory[1:]))} MiB: {'flat' if flat else 'NOT FLAT'}", flush=True)
+        # 0 MiB would mean nvidia-smi cannot see the process: that proves nothing.
+        ok = ok and flat and memory[0] > 0
     print("TRAINER RESULT:", "PASS" if ok else "FAIL", flush=True)
     sys.exit(0 if ok else 1)
 

@@ -1,0 +1,262 @@
+"""End-to-end weight-update benchmark, nccl-tests style: a model with Qwen2.5-7B's tensor names and
+shapes in bf16 (random data, 14.19 GiB) on GPU 0, pushed to an SGLang-semantics torch engine
+(tests/gpu/sglang_torch_engine.py) on GPU 1, for each slot size. Beside wsync it measures, in the
+same run on the same GPUs and NCCL:
+
+  ceiling      rank 0 broadcasts the same buckets back to back while the receiver has posted all
+               of its receives (POST /bench/receive): the wire's limit for those bytes and sizes.
+  data plane   wsync with receivers that post their receives at once (engine in data-plane mode),
+               so only trainer copy -> slot -> checksum -> NCCL is measured.
+  torch-direct the trainer process itself is rank 0 and does what XTuner/SGLang trainers do: per
+               bucket, torch.cat into a flat uint8 bucket, post the HTTP update, broadcast, wait.
+  wsync        the trainer pushes through wsyncd (Python client, CUDA IPC slots), which posts the
+               engine's HTTP updates and broadcasts as rank 0, pipelined.
+
+Per-bucket gap split (wsync): "daemon idle" is the time rank 0's stream had nothing queued before a
+bucket (the daemon or trainer was late); "engine wait" is the broadcast time beyond the wire time
+at the ceiling's rate (the engine had not yet posted its receive: its own request handling).
+
+    python3 tests/bench/bench_update.py --wsyncd build/dev-bundle/bin/wsyncd --nccl-lib ... \
+        --engine http://127.0.0.1:30001 --python-client client/python --out $OUT/bench
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import torch
+import torch.distributed as dist
+
+GIB = 2**30
+
+
+def qwen25_7b_shapes():
+    hidden, inter, kv, vocab, layers = 3584, 18944, 4 * 128, 152064, 28
+    yield "model.embed_tokens.weight", (vocab, hidden)
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        yield p + "self_attn.q_proj.weight", (hidden, hidden)
+        yield p + "self_attn.q_proj.bias", (hidden,)
+        yield p + "self_attn.k_proj.weight", (kv, hidden)
+        yield p + "self_attn.k_proj.bias", (kv,)
+        yield p + "self_attn.v_proj.weight", (kv, hidden)
+        yield p + "self_attn.v_proj.bias", (kv,)
+        yield p + "self_attn.o_proj.weight", (hidden, hidden)
+        yield p + "mlp.gate_proj.weight", (inter, hidden)
+        yield p + "mlp.up_proj.weight", (inter, hidden)
+        yield p + "mlp.down_proj.weight", (hidden, inter)
+        yield p + "input_layernorm.weight", (hidden,)
+        yield p + "post_attention_layernorm.weight", (hidden,)
+    yield "model.norm.weight", (hidden,)
+    yield "lm_head.weight", (vocab, hidden)
+
+
+def plan(sizes, bucket_bytes):
+    """Buckets as wsync's planner (and the usual trainer loop) makes them: in order, closed before
+    overflowing, a tensor larger than a bucket alone."""
+    buckets, cur, cur_bytes = [], [], 0
+    for i, n in enumerate(sizes):
+        if cur and (cur_bytes + n > bucket_bytes or n > bucket_bytes):
+            buckets.append(cur)
+            cur, cur_bytes = [], 0
+        cur.append(i)
+        cur_bytes += n
+        if n > bucket_bytes:
+            buckets.append(cur)
+            cur, cur_bytes = [], 0
+    if cur:
+        buckets.append(cur)
+    return buckets
+
+
+def post(url, body, timeout=600):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read() or b"{}")
+
+
+class Async:
+    """Runs a call on a thread (as trainers post the engine's HTTP update beside the broadcast)."""
+
+    def __init__(self, fn, *args):
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(fn,) + args)
+        self.thread.start()
+
+    def _run(self, fn, *args):
+        try:
+            self.result = fn(*args)
+        except Exception as e:  # re-raised by join
+            self.error = e
+
+    def join(self):
+        self.thread.join()
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    def __init__(self, args, slot_bytes, log):
+        self.sock = f"/tmp/wsync-bench-{os.getpid()}.sock"
+        self.ctl = os.path.join(os.path.dirname(args.wsyncd), "wsyncctl")
+        self.proc = subprocess.Popen(
+            [args.wsyncd, "--mode", "cuda", "--nccl-lib", args.nccl_lib, "--socket", self.sock,
+             "--slot-bytes", str(slot_bytes), "--bucket-timeout", "120", "--bind-address",
+             "127.0.0.1", "--advertise-address", "127.0.0.1"], stdout=log, stderr=log)
+        for _ in range(300):
+            if os.path.exists(self.sock):
+                break
+            time.sleep(0.05)
+        subprocess.run([self.ctl, "--socket", self.sock, "create-group", "bench", "--engine",
+                        args.engine + "#1"], check=True, stdout=log, stderr=log)
+
+    def stop(self):
+        subprocess.run([self.ctl, "--socket", self.sock, "destroy-group", "bench"], check=False,
+                       capture_output=True)
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def wsync_push(client, model, version):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    result = client.push(model, version=version, group="bench")
+    return time.perf_counter() - t0, result
+
+
+def direct_group(args):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "gpu"))
+    from sglang_torch_engine import init_custom_process_group
+    port = free_port()
+    init = Async(post, args.engine + "/init_weights_update_group",
+                 {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
+                  "world_size": 2, "group_name": "direct", "backend": "nccl"})
+    pg = init_custom_process_group("nccl", f"tcp://127.0.0.1:{port}", 2, 0, "direct")
+    init.join()
+    return pg
+
+
+def torch_direct(args, pg, model, buckets):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for b in buckets:
+        flat = torch.cat([model[i][1].view(-1).view(torch.uint8) for i in b])
+        body = {"names": [model[i][0] for i in b], "dtypes": ["bfloat16"] * len(b),
+                "shapes": [list(model[i][1].shape) for i in b], "group_name": "direct",
+                "load_format": "flattened_bucket", "flush_cache": False}
+        answer = Async(post, args.engine + "/update_weights_from_distributed", body)
+        dist.broadcast(flat, src=0, group=pg)
+        if not answer.join().get("success"):
+            raise RuntimeError("torch-direct update failed")
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def ceiling(args, pg, sizes, buf):
+    receive = Async(post, args.engine + "/bench/receive", {"sizes": sizes})
+    for n in sizes:
+        dist.broadcast(buf[:n], src=0, group=pg)
+    torch.cuda.synchronize()
+    return receive.join()["seconds"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wsyncd", required=True)
+    ap.add_argument("--nccl-lib", required=True)
+    ap.add_argument("--engine", required=True)
+    ap.add_argument("--python-client", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--slots", default="128MiB,256MiB,512MiB,1GiB,2GiB,4GiB")
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    sys.path.insert(0, args.python_client)
+    import wsync
+
+    os.makedirs(args.out, exist_ok=True)
+    log = open(os.path.join(args.out, "wsyncd.log"), "w")
+    torch.cuda.set_device(0)
+    torch.manual_seed(0)
+    model = [(name, torch.randn(shape, dtype=torch.bfloat16, device="cuda:0"))
+             for name, shape in qwen25_7b_shapes()]
+    sizes = [t.numel() * 2 for _, t in model]
+    total = sum(sizes)
+    units = {"MiB": 2**20, "GiB": 2**30}
+    rows = []
+    print(f"# wsync update benchmark: Qwen2.5-7B shapes, {len(model)} bf16 tensors, "
+          f"{total / GIB:.2f} GiB; rank 0 on GPU 0, 1 receiving rank on GPU 1; median of "
+          f"{args.runs} runs after a warm-up", flush=True)
+    header = ("#    slot  buckets  ceiling  dataplane  wsync-e2e  torch-direct  dp/ceil  e2e/ceil"
+              "  e2e/direct  idle-ms/bkt  engine-ms/bkt")
+    print(header + "\n#                   GiB/s      GiB/s      GiB/s         GiB/s", flush=True)
+    for slot_text in args.slots.split(","):
+        slot = int(slot_text[:-3]) * units[slot_text[-3:]]
+        buckets = plan(sizes, slot)
+        bucket_sizes = [sum(sizes[i] for i in b) for b in buckets]
+        row = {"slot": slot_text, "slot_bytes": slot, "buckets": len(buckets), "bytes": total}
+
+        daemon = Daemon(args, slot, log)
+        try:
+            with wsync.Client("unix:" + daemon.sock, device=0, name="bench") as client:
+                wsync_push(client, model, f"{slot_text}-warm")
+                runs = [wsync_push(client, model, f"{slot_text}-{r}") for r in range(args.runs)]
+                row["wsync_s"] = statistics.median(s for s, _ in runs)
+                timing = [r["daemon_timing"] for _, r in runs]
+                row["daemon_timing"] = timing
+                post(args.engine + "/sim/mode", {"data_plane": True})
+                dp = []
+                for r in range(args.runs + 1):
+                    receive = Async(post, args.engine + "/bench/receive", {"sizes": bucket_sizes})
+                    seconds, _ = wsync_push(client, model, f"{slot_text}-dp{r}")
+                    receive.join()
+                    dp.append(seconds)
+                post(args.engine + "/sim/mode", {"data_plane": False})
+                row["dataplane_s"] = statistics.median(dp[1:])
+        finally:
+            daemon.stop()
+
+        pg = direct_group(args)
+        buf = torch.empty(max(bucket_sizes), dtype=torch.uint8, device="cuda:0")
+        ceil = [ceiling(args, pg, bucket_sizes, buf) for _ in range(args.runs + 1)]
+        row["ceiling_s"] = min(ceil[1:])
+        del buf
+        direct = [torch_direct(args, pg, model, buckets) for _ in range(args.runs + 1)]
+        row["direct_s"] = statistics.median(direct[1:])
+        post(args.engine + "/destroy_weights_update_group", {"group_name": "direct"})
+        dist.destroy_process_group(pg)
+        torch.cuda.empty_cache()
+
+        gbps = {k: total / row[k + "_s"] / GIB for k in ("ceiling", "dataplane", "wsync", "direct")}
+        row["gib_per_s"] = gbps
+        wire_rate = total / row["ceiling_s"]
+        mid = timing[len(timing) // 2]
+        row["idle_ms_per_bucket"] = mid["idle_before_seconds"] / len(buckets) * 1e3
+        row["engine_ms_per_bucket"] = max(
+            0.0, (mid["broadcast_seconds"] - total / wire_rate) / len(buckets) * 1e3)
+        rows.append(row)
+        print(f"{slot_text:>9} {len(buckets):8d} {gbps['ceiling']:8.1f} {gbps['dataplane']:10.1f} "
+              f"{gbps['wsync']:10.1f} {gbps['direct']:13.1f} {gbps['dataplane'] / gbps['ceiling']:8.2f} "
+              f"{gbps['wsync'] / gbps['ceiling']:9.2f} {gbps['wsync'] / gbps['direct']:11.2f} "
+              f"{row['idle_ms_per_bucket']:12.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total, "receivers": 1,
+                   "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
