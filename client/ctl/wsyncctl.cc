@@ -218,7 +218,10 @@ class Ctl {
     v1::DestroyGroupRequest req;
     req.set_name(name);
     v1::DestroyGroupResponse resp;
-    auto s = admin()->DestroyGroup(Context().get(), req, &resp);
+    // Engines are called to drop the group: as slow as create.
+    auto ctx = Context();
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(std::max(g_.timeout, 120.0))));
+    auto s = admin()->DestroyGroup(ctx.get(), req, &resp);
     if (!s.ok()) return Error(s);
     std::cout << "group " << name << " destroyed\n";
     return 0;

@@ -105,6 +105,19 @@ std::string WeightGroup::RankMap() const {
   return absl::StrJoin(parts, ", ");
 }
 
+void WeightGroup::DestroyOnEnginesLocked() {
+  // torch finalizes an engine's NCCL communicator together with its peers, so the engines'
+  // destroy calls block until rank 0 finalizes too: both run at once.
+  std::unique_ptr<RootCommunicator> comm = std::move(comm_);
+  std::thread finalize([&comm] { comm.reset(); });
+  std::vector<absl::Status> results =
+      OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
+  finalize.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) WSYNC_LOG(Warning, "group ", spec_.name, ": destroy: ", s.message());
+  }
+}
+
 void WeightGroup::TearDownLocked() {
   if (comm_) comm_->Abort("group torn down");
   comm_.reset();
@@ -190,11 +203,7 @@ absl::Status WeightGroup::Destroy() {
   if (state_ == GroupState::kReady || state_ == GroupState::kBroken) {
     // A broken group may still be held by engines that survived; they must drop it, or they
     // refuse the next group of this name.
-    std::vector<absl::Status> results =
-        OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
-    for (const absl::Status& s : results) {
-      if (!s.ok()) WSYNC_LOG(Warning, "group ", spec_.name, ": destroy: ", s.message());
-    }
+    DestroyOnEnginesLocked();
   }
   TearDownLocked();
   state_ = GroupState::kDestroyed;
@@ -214,7 +223,7 @@ absl::Status WeightGroup::BeginUpdate() {
     WSYNC_LOG(Info, "group ", spec_.name, " is ", GroupStateName(state_),
               "; re-forming it before the update");
     // The engines may still hold the old group; they refuse to init one of the same name.
-    OnEngines([&](EngineAdapter& a) { return a.DestroyGroup(spec_.name); });
+    DestroyOnEnginesLocked();
     TearDownLocked();
     if (absl::Status s = FormLocked(); !s.ok()) {
       return absl::UnavailableError(absl::StrCat(

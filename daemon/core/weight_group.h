@@ -95,6 +95,8 @@ class WeightGroup {
  private:
   absl::Status FormLocked();
   void TearDownLocked();
+  // Asks every engine to drop the group while rank 0's communicator is finalized.
+  void DestroyOnEnginesLocked();
   std::vector<absl::Status> OnEngines(const std::function<absl::Status(EngineAdapter&)>& fn);
   absl::Status WaitForRegistration();
   std::string RankMap() const;

@@ -104,6 +104,13 @@ class Async:
         return self.result
 
 
+T0 = time.perf_counter()
+
+
+def note(msg):
+    print(f"[{time.perf_counter() - T0:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -194,6 +201,8 @@ def main():
     torch.manual_seed(0)
     model = [(name, torch.randn(shape, dtype=torch.bfloat16, device="cuda:0"))
              for name, shape in qwen25_7b_shapes()]
+    torch.cuda.synchronize()
+    note("model ready")
     sizes = [t.numel() * 2 for _, t in model]
     total = sum(sizes)
     units = {"MiB": 2**20, "GiB": 2**30}
@@ -210,14 +219,17 @@ def main():
         bucket_sizes = [sum(sizes[i] for i in b) for b in buckets]
         row = {"slot": slot_text, "slot_bytes": slot, "buckets": len(buckets), "bytes": total}
 
+        note(f"{slot_text}: starting wsyncd")
         daemon = Daemon(args, slot, log)
         try:
             with wsync.Client("unix:" + daemon.sock, device=0, name="bench") as client:
-                wsync_push(client, model, f"{slot_text}-warm")
+                seconds, _ = wsync_push(client, model, f"{slot_text}-warm")
+                note(f"{slot_text}: wsync warm-up push {seconds:.3f} s")
                 runs = [wsync_push(client, model, f"{slot_text}-{r}") for r in range(args.runs)]
                 row["wsync_s"] = statistics.median(s for s, _ in runs)
                 timing = [r["daemon_timing"] for _, r in runs]
                 row["daemon_timing"] = timing
+                note(f"{slot_text}: wsync pushes {[round(s, 3) for s, _ in runs]} s")
                 post(args.engine + "/sim/mode", {"data_plane": True})
                 dp = []
                 for r in range(args.runs + 1):
@@ -227,16 +239,20 @@ def main():
                     dp.append(seconds)
                 post(args.engine + "/sim/mode", {"data_plane": False})
                 row["dataplane_s"] = statistics.median(dp[1:])
+                note(f"{slot_text}: data-plane pushes {[round(s, 3) for s in dp]} s")
         finally:
             daemon.stop()
+        note(f"{slot_text}: wsyncd stopped")
 
         pg = direct_group(args)
         buf = torch.empty(max(bucket_sizes), dtype=torch.uint8, device="cuda:0")
         ceil = [ceiling(args, pg, bucket_sizes, buf) for _ in range(args.runs + 1)]
         row["ceiling_s"] = min(ceil[1:])
+        note(f"{slot_text}: ceiling {[round(s, 4) for s in ceil]} s")
         del buf
         direct = [torch_direct(args, pg, model, buckets) for _ in range(args.runs + 1)]
         row["direct_s"] = statistics.median(direct[1:])
+        note(f"{slot_text}: torch-direct {[round(s, 3) for s in direct]} s")
         post(args.engine + "/destroy_weights_update_group", {"group_name": "direct"})
         dist.destroy_process_group(pg)
         torch.cuda.empty_cache()
@@ -253,9 +269,9 @@ def main():
               f"{gbps['wsync']:10.1f} {gbps['direct']:13.1f} {gbps['dataplane'] / gbps['ceiling']:8.2f} "
               f"{gbps['wsync'] / gbps['ceiling']:9.2f} {gbps['wsync'] / gbps['direct']:11.2f} "
               f"{row['idle_ms_per_bucket']:12.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total, "receivers": 1,
-                   "rows": rows}, f, indent=1)
+        with open(os.path.join(args.out, "bench.json"), "w") as f:
+            json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total, "receivers": 1,
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

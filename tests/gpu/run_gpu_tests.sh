@@ -8,6 +8,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/wsync-gpu-out}
 mkdir -p "$OUT"
+# Logs go to one archive ($OUT/logs.tgz); the summaries that matter are copied beside it.
+LOGS=$(mktemp -d /tmp/wsync-gpu-logs.XXXXXX)
+collect() {
+  tar czf "$LOGS/logs.tgz" -C "$LOGS" . 2>/dev/null
+  cp "$LOGS/bench.txt" "$LOGS/bench/bench.json" "$LOGS/" 2>/dev/null
+}
+trap collect EXIT
+# STEPS=kill,per_tensor,memory,mismatch,bench picks steps (default: all); the Qwen2 trainer
+# test always runs.
+want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 B=build/dev-bundle
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 export WSYNC_CLIENT_LIB=$PWD/$B/bin/libwsync_client.so
@@ -21,11 +31,11 @@ step "machine"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'transformers', transformers.__version__)"
   echo "nccl lib: $NCCL_LIB"
-} 2>&1 | tee "$OUT/machine.txt"
+} 2>&1 | tee "$LOGS/machine.txt"
 ngpu=$(nvidia-smi -L | wc -l)
 
 step "gpu unit tests"
-$B/bin/cuda_resources_test 2>&1 | tee "$OUT/cuda_resources_test.log" | tail -5
+$B/bin/cuda_resources_test 2>&1 | tee "$LOGS/cuda_resources_test.log" | tail -5
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 
 step "wsyncd (cuda) + torch engine(s) + Qwen2 trainer"
@@ -33,12 +43,12 @@ sock=/tmp/wsync-gpu.sock
 pids=()
 $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket $sock --slot-bytes 64MiB \
   --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
-  >"$OUT/wsyncd.log" 2>&1 & pids+=($!)
-python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$OUT/engine1.log" 2>&1 & pids+=($!)
+  >"$LOGS/wsyncd.log" 2>&1 & pids+=($!)
+python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$LOGS/engine1.log" 2>&1 & pids+=($!)
 engines="http://127.0.0.1:30001"
 spec=(--engine "http://127.0.0.1:30001#1")
 if [[ $ngpu -ge 4 ]]; then
-  python3 tests/gpu/sglang_torch_engine.py --port 30002 --gpus 2,3 >"$OUT/engine2.log" 2>&1 & pids+=($!)
+  python3 tests/gpu/sglang_torch_engine.py --port 30002 --gpus 2,3 >"$LOGS/engine2.log" 2>&1 & pids+=($!)
   engines="$engines,http://127.0.0.1:30002"
   spec+=(--engine "http://127.0.0.1:30002#2")
 fi
@@ -47,76 +57,84 @@ for _ in $(seq 1 300); do
     { [[ $ngpu -lt 4 ]] || curl -s localhost:30002/health >/dev/null; } && break
   sleep 0.2
 done
-$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee "$OUT/create-group.log"
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee "$LOGS/create-group.log"
 timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 3 \
-  --python-client client/python 2>&1 | tee "$OUT/trainer.log"
+  --python-client client/python 2>&1 | tee "$LOGS/trainer.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 
+if want kill; then
 step "engine killed mid-update: the update fails within the deadline; a replacement recovers"
 kill "${pids[1]}"; wait "${pids[1]}" 2>/dev/null
 python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 --die-at-update 1 \
-  >"$OUT/engine1-dies.log" 2>&1 & dying=$!
+  >"$LOGS/engine1-dies.log" 2>&1 & dying=$!
 for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
 # A restarted engine lost its group: re-create the group so the kill happens mid-update.
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$OUT/kill.log"
-$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$OUT/kill.log"
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/kill.log"
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$LOGS/kill.log"
 timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
   --version-prefix killed- --expect-failure "http://127.0.0.1:30001" \
-  --python-client client/python 2>&1 | tee -a "$OUT/kill.log"
+  --python-client client/python 2>&1 | tee -a "$LOGS/kill.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 timeout 30 tail --pid=$dying -f /dev/null; kill -9 $dying 2>/dev/null
-wait $dying; echo "dying engine exit code: $? (17 = died as asked)" | tee -a "$OUT/kill.log"
-python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$OUT/engine1-new.log" 2>&1 & pids+=($!)
+wait $dying; echo "dying engine exit code: $? (17 = died as asked)" | tee -a "$LOGS/kill.log"
+python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$LOGS/engine1-new.log" 2>&1 & pids+=($!)
 for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
 timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
-  --version-prefix after-kill- --python-client client/python 2>&1 | tee -a "$OUT/kill.log"
+  --version-prefix after-kill- --python-client client/python 2>&1 | tee -a "$LOGS/kill.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+fi
+if want per_tensor; then
 step "per-tensor format (load_format null): one typed broadcast per tensor"
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$OUT/per-tensor.log"
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/per-tensor.log"
 $B/bin/wsyncctl --socket $sock create-group policy --load-format per_tensor "${spec[@]}" 2>&1 | \
-  tee -a "$OUT/per-tensor.log"
+  tee -a "$LOGS/per-tensor.log"
 timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 2 \
-  --version-prefix per-tensor- --python-client client/python 2>&1 | tee -a "$OUT/per-tensor.log"
+  --version-prefix per-tensor- --python-client client/python 2>&1 | tee -a "$LOGS/per-tensor.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 
+fi
+if want memory; then
 step "20 consecutive updates: wsyncd's GPU memory stays flat"
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$OUT/memory.log"
-$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$OUT/memory.log"
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/memory.log"
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$LOGS/memory.log"
 timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 20 \
   --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5 --python-client client/python \
-  2>&1 | tee -a "$OUT/memory.log"
+  2>&1 | tee -a "$LOGS/memory.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
-$B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$OUT/updates.txt"
-$B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$OUT/updates.txt"
+fi
+$B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$LOGS/updates.txt"
+$B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$LOGS/updates.txt"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 sleep 2; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 wait
 
+if want mismatch; then
 step "NCCL version mismatch: wsyncd on the system NCCL, engine on torch's"
 sys_nccl=$(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2* 2>/dev/null | head -1)
 if [[ -n $sys_nccl ]]; then
   sock2=/tmp/wsync-gpu-mismatch.sock
   $B/bin/wsyncd --mode cuda --nccl-lib "$sys_nccl" --socket $sock2 --slot-bytes 64MiB \
     --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
-    >"$OUT/wsyncd-mismatch.log" 2>&1 & d2=$!
-  python3 tests/gpu/sglang_torch_engine.py --port 30003 --gpus 1 >"$OUT/engine3.log" 2>&1 & e3=$!
+    >"$LOGS/wsyncd-mismatch.log" 2>&1 & d2=$!
+  python3 tests/gpu/sglang_torch_engine.py --port 30003 --gpus 1 >"$LOGS/engine3.log" 2>&1 & e3=$!
   for _ in $(seq 1 300); do [[ -S $sock2 ]] && curl -s localhost:30003/health >/dev/null && break; sleep 0.2; done
-  $B/bin/wsyncctl --socket $sock2 create-group policy --engine "http://127.0.0.1:30003#1" 2>&1 | tee "$OUT/mismatch.log"
+  $B/bin/wsyncctl --socket $sock2 create-group policy --engine "http://127.0.0.1:30003#1" 2>&1 | tee "$LOGS/mismatch.log"
   timeout 200 python3 tests/gpu/trainer_push.py --socket $sock2 --engines http://127.0.0.1:30003 \
-    --versions 1 --expect-failure "NCCL" --python-client client/python 2>&1 | tee -a "$OUT/mismatch.log"
+    --versions 1 --expect-failure "NCCL" --python-client client/python 2>&1 | tee -a "$LOGS/mismatch.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   kill $d2 $e3 2>/dev/null; sleep 2; kill -9 $d2 $e3 2>/dev/null; wait
 else
-  echo "no system libnccl found; mismatch case not run" | tee "$OUT/mismatch.log"
+  echo "no system libnccl found; mismatch case not run" | tee "$LOGS/mismatch.log"
 fi
-if [[ ${WSYNC_SKIP_BENCH:-0} != 1 ]]; then
+fi
+if want bench; then
   step "benchmark: Qwen2.5-7B shapes, wsync vs torch-direct vs the NCCL ceiling"
-  python3 tests/gpu/sglang_torch_engine.py --port 30005 --gpus 1 >"$OUT/bench-engine.log" 2>&1 &
+  python3 tests/gpu/sglang_torch_engine.py --port 30005 --gpus 1 >"$LOGS/bench-engine.log" 2>&1 &
   be=$!
   for _ in $(seq 1 300); do curl -s localhost:30005/health >/dev/null && break; sleep 0.2; done
   timeout ${WSYNC_BENCH_TIMEOUT:-420} python3 tests/bench/bench_update.py --wsyncd $B/bin/wsyncd \
     --nccl-lib "$NCCL_LIB" --engine http://127.0.0.1:30005 --python-client client/python \
-    --out "$OUT/bench" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+    --out "$LOGS/bench" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.txt"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   kill $be 2>/dev/null; sleep 2; kill -9 $be 2>/dev/null; wait $be 2>/dev/null
 fi
