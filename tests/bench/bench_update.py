@@ -253,8 +253,11 @@ def main():
         direct = [torch_direct(args, pg, model, buckets) for _ in range(args.runs + 1)]
         row["direct_s"] = statistics.median(direct[1:])
         note(f"{slot_text}: torch-direct {[round(s, 3) for s in direct]} s")
-        post(args.engine + "/destroy_weights_update_group", {"group_name": "direct"})
+        # torch tears a group down with its peers: both sides at once.
+        destroy = Async(post, args.engine + "/destroy_weights_update_group",
+                        {"group_name": "direct"})
         dist.destroy_process_group(pg)
+        destroy.join()
         torch.cuda.empty_cache()
 
         gbps = {k: total / row[k + "_s"] / GIB for k in ("ceiling", "dataplane", "wsync", "direct")}

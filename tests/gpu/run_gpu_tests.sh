@@ -139,4 +139,5 @@ if want bench; then
   kill $be 2>/dev/null; sleep 2; kill -9 $be 2>/dev/null; wait $be 2>/dev/null
 fi
 echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
+collect
 exit $fail

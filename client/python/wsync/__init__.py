@@ -233,7 +233,10 @@ class Client:
         torch = sys.modules.get("torch")
         if torch is None:
             return None
-        return torch.cuda.current_stream(self._device).cuda_stream
+        handle = torch.cuda.current_stream(self._device).cuda_stream
+        # 0 is torch's legacy default stream; to CUDA that handle means "no stream", so name it
+        # explicitly (cudaStreamLegacy) to keep the copies ordered after torch's work.
+        return handle if handle else 0x1
 
     def close(self):
         if self._handle:
