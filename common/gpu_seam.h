@@ -123,6 +123,8 @@ class MappedSlot {
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
   // Publishes the writes made so far to the daemon (records the slot event on GPUs).
   virtual absl::Status MarkWritten() = 0;
+  // Returns once the writes published by MarkWritten are done (so their sources may be freed).
+  virtual absl::Status WaitWritten() { return absl::OkStatus(); }
 };
 
 }  // namespace wsync

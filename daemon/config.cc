@@ -66,6 +66,13 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       if (!bytes.ok()) return bytes.status();
       config->daemon.pipeline_min_bytes = *bytes;
     }
+    if (j.contains("checksum")) {
+      config->daemon.checksum = j["checksum"].get<std::string>();
+      if (config->daemon.checksum != "crc32" && config->daemon.checksum != "none") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": checksum must be \"crc32\" or \"none\""));
+      }
+    }
     if (j.contains("lease_s")) config->daemon.lease = absl::Seconds(j["lease_s"].get<double>());
     if (j.contains("control_timeout_s")) {
       config->daemon.group.timeouts.control = absl::Seconds(j["control_timeout_s"].get<double>());

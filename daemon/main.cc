@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
       "--pipeline-min-bytes", pipeline_min,
       "buckets at least this large let the next engine request go out as soon as they have left "
       "rank 0 (keep it above NCCL's and TCP's buffering: the engines must already be receiving)");
+  auto* checksum_opt =
+      app.add_option("--checksum", config.daemon.checksum,
+                     "crc32: trainers checksum each bucket and wsyncd verifies it before sending; "
+                     "none: skip both (faster; no guard against a trainer-side copy bug)")
+          ->check(CLI::IsMember({"crc32", "none"}));
   auto* lease_opt = app.add_option("--lease", lease, "seconds an idle session lives");
   auto* ct_opt = app.add_option("--control-timeout", control_timeout,
                                 "seconds for engine control calls (init, pause, version)");
@@ -83,6 +88,7 @@ int main(int argc, char** argv) {
     if (bt_opt->count() == 0) {
       bucket_timeout = absl::ToDoubleSeconds(from_file.daemon.bucket_timeout);
     }
+    if (checksum_opt->count() == 0) config.daemon.checksum = from_file.daemon.checksum;
     if (pipe_opt->count() == 0) pipeline_min = std::to_string(from_file.daemon.pipeline_min_bytes);
     if (lease_opt->count() == 0) lease = absl::ToDoubleSeconds(from_file.daemon.lease);
     if (ct_opt->count() == 0) {

@@ -78,6 +78,7 @@ absl::Status Client::OpenSession(int device, const std::string& client_name) {
   session_id_ = resp.session_id();
   slots_ = std::move(slots);
   device_ = resp.device();
+  checksums_ = resp.checksum() != "none";
   const absl::Duration period = absl::Seconds(std::max<uint32_t>(1, resp.lease_seconds() / 3));
   keepalive_stop_ = false;
   keepalive_ = std::thread([this, period, id = session_id_] {
@@ -124,6 +125,7 @@ absl::StatusOr<std::unique_ptr<PushStream>> Client::BeginPush(const std::string&
   if (session_id_.empty()) return absl::FailedPreconditionError("open a session before pushing");
   std::vector<MappedSlot*> slots;
   for (auto& s : slots_) slots.push_back(s.get());
+  options.checksums = checksums_;
   return PushStream::Begin(
       trainer_.get(), session_id_, group, version, std::move(slots),
       [this](uint64_t bytes) { return OversizeSlot(bytes); }, std::move(options));

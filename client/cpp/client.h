@@ -71,6 +71,7 @@ class Client {
   std::string session_id_;
   std::vector<std::unique_ptr<MappedSlot>> slots_;
   int device_ = 0;
+  bool checksums_ = true;  // the daemon asks for CRC-32 per bucket
   std::unique_ptr<MappedSlot> oversize_;
   uint32_t oversize_index_ = 0;
   std::thread keepalive_;

@@ -130,11 +130,17 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
     spec->set_length(t.bytes);
   }
   if (absl::Status s = slot.CopyBatch(copies); !s.ok()) return Fail(s);
-  // The checksum waits for the copies, so once it is known the caller's tensors are free.
-  auto crc = slot.Checksum(bucket.bytes);
-  if (!crc.ok()) return Fail(crc.status());
-  wire.set_checksum(*crc);
-  if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
+  if (options_.checksums) {
+    // The checksum waits for the copies, so once it is known the caller's tensors are free.
+    auto crc = slot.Checksum(bucket.bytes);
+    if (!crc.ok()) return Fail(crc.status());
+    wire.set_checksum(*crc);
+    if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
+  } else if (absl::Status s = slot.MarkWritten(); !s.ok()) {
+    return Fail(s);
+  } else if (absl::Status w = slot.WaitWritten(); !w.ok()) {
+    return Fail(w);
+  }
   for (size_t i = 0; i < bucket.tensors.size(); ++i) pending_.pop_front();
   released_ += bucket.tensors.size();
   if (!stream_.SendBucket(wire)) {

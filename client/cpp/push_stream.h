@@ -62,6 +62,9 @@ struct PushOptions {
   // CUDA stream (cudaStream_t) the tensors were produced on: the copies into the slots run on it,
   // after the producer's work, without synchronising the device. nullptr: the slots' own streams.
   void* cuda_stream = nullptr;
+  // Compute each bucket's CRC-32 (the daemon verifies it); false when the daemon runs
+  // --checksum none.
+  bool checksums = true;
   // Shown in progress before the last bucket is known (0: unknown).
   uint64_t buckets_total = 0;
 };

@@ -74,6 +74,11 @@ absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
   return DeviceCrc32(mapping_->data(), bytes, active_stream());
 }
 
+absl::Status CudaMappedSlot::WaitWritten() {
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_->get()));
+  return absl::OkStatus();
+}
+
 absl::Status CudaMappedSlot::MarkWritten() {
   WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), active_stream()));
   return absl::OkStatus();

@@ -52,6 +52,7 @@ class CudaMappedSlot final : public MappedSlot {
   absl::Status CopyBatch(const std::vector<SlotCopy>& copies) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
   absl::Status MarkWritten() override;
+  absl::Status WaitWritten() override;
   void UseStream(void* stream) override { caller_stream_ = static_cast<cudaStream_t>(stream); }
 
  private:

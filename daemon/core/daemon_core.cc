@@ -181,6 +181,7 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
   context.pipeline_min_bytes = options_.pipeline_min_bytes;
+  context.verify_checksums = options_.checksum != "none";
 
   UpdateRecord record;
   record.update_id = context.update_id;

@@ -61,6 +61,7 @@ struct UpdateContext {
   // request (NCCL and TCP buffer only a few MiB), so the next request may be posted before the
   // engines answer: they take requests in arrival order. Smaller buckets wait for the answers.
   uint64_t pipeline_min_bytes = 64ull << 20;
+  bool verify_checksums = true;
 };
 
 // One update of one group from one session, as a pipeline: buckets are validated when they

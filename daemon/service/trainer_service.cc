@@ -142,7 +142,7 @@ grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSes
   resp->set_session_id(session->id);
   resp->set_device(session->device);
   resp->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session->lease)));
-  resp->set_checksum(kChecksumName);
+  resp->set_checksum(core_->options().checksum == "none" ? "none" : kChecksumName);
   for (size_t i = 0; i < session->slots.size(); ++i) {
     SlotToProto(static_cast<uint32_t>(i), *session->slots[i], resp->add_slots());
   }

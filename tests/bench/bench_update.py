@@ -118,13 +118,13 @@ def free_port():
 
 
 class Daemon:
-    def __init__(self, args, slot_bytes, log):
+    def __init__(self, args, slot_bytes, log, extra=()):
         self.sock = f"/tmp/wsync-bench-{os.getpid()}.sock"
         self.ctl = os.path.join(os.path.dirname(args.wsyncd), "wsyncctl")
         self.proc = subprocess.Popen(
             [args.wsyncd, "--mode", "cuda", "--nccl-lib", args.nccl_lib, "--socket", self.sock,
              "--slot-bytes", str(slot_bytes), "--bucket-timeout", "120", "--bind-address",
-             "127.0.0.1", "--advertise-address", "127.0.0.1"], stdout=log, stderr=log)
+             "127.0.0.1", "--advertise-address", "127.0.0.1", *extra], stdout=log, stderr=log)
         for _ in range(300):
             if os.path.exists(self.sock):
                 break
@@ -182,6 +182,32 @@ def ceiling(args, pg, sizes, buf):
     return receive.join()["seconds"]
 
 
+def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
+    """Returns (end-to-end seconds, data-plane seconds, daemon timing of each measured push)."""
+    note(f"{label}: starting wsyncd {' '.join(extra)}")
+    daemon = Daemon(args, slot, log, extra)
+    tag = label.replace(" ", "-")
+    try:
+        with wsync.Client("unix:" + daemon.sock, device=0, name="bench") as client:
+            seconds, _ = wsync_push(client, model, f"{tag}-warm")
+            note(f"{label}: wsync warm-up push {seconds:.3f} s")
+            runs = [wsync_push(client, model, f"{tag}-{r}") for r in range(args.runs)]
+            note(f"{label}: wsync pushes {[round(s, 3) for s, _ in runs]} s")
+            post(args.engine + "/sim/mode", {"data_plane": True})
+            dp = []
+            for r in range(args.runs + 1):
+                receive = Async(post, args.engine + "/bench/receive", {"sizes": bucket_sizes})
+                seconds, _ = wsync_push(client, model, f"{tag}-dp{r}")
+                receive.join()
+                dp.append(seconds)
+            post(args.engine + "/sim/mode", {"data_plane": False})
+            note(f"{label}: data-plane pushes {[round(s, 3) for s in dp]} s")
+    finally:
+        daemon.stop()
+    return (statistics.median(s for s, _ in runs), statistics.median(dp[1:]),
+            [r["daemon_timing"] for _, r in runs])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wsyncd", required=True)
@@ -191,7 +217,12 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--slots", default="128MiB,256MiB,512MiB,1GiB,2GiB,4GiB")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--variants", default="",
+                    help="extra wsyncd configurations to time, 'name=args;name=args', e.g. "
+                         "'no-checksum=--checksum none;4-slots=--slots 4'")
     args = ap.parse_args()
+    variants = [(v.split("=", 1)[0], tuple(v.split("=", 1)[1].split()))
+                for v in args.variants.split(";") if v]
     sys.path.insert(0, args.python_client)
     import wsync
 
@@ -219,30 +250,19 @@ def main():
         bucket_sizes = [sum(sizes[i] for i in b) for b in buckets]
         row = {"slot": slot_text, "slot_bytes": slot, "buckets": len(buckets), "bytes": total}
 
-        note(f"{slot_text}: starting wsyncd")
-        daemon = Daemon(args, slot, log)
-        try:
-            with wsync.Client("unix:" + daemon.sock, device=0, name="bench") as client:
-                seconds, _ = wsync_push(client, model, f"{slot_text}-warm")
-                note(f"{slot_text}: wsync warm-up push {seconds:.3f} s")
-                runs = [wsync_push(client, model, f"{slot_text}-{r}") for r in range(args.runs)]
-                row["wsync_s"] = statistics.median(s for s, _ in runs)
-                timing = [r["daemon_timing"] for _, r in runs]
-                row["daemon_timing"] = timing
-                note(f"{slot_text}: wsync pushes {[round(s, 3) for s, _ in runs]} s")
-                post(args.engine + "/sim/mode", {"data_plane": True})
-                dp = []
-                for r in range(args.runs + 1):
-                    receive = Async(post, args.engine + "/bench/receive", {"sizes": bucket_sizes})
-                    seconds, _ = wsync_push(client, model, f"{slot_text}-dp{r}")
-                    receive.join()
-                    dp.append(seconds)
-                post(args.engine + "/sim/mode", {"data_plane": False})
-                row["dataplane_s"] = statistics.median(dp[1:])
-                note(f"{slot_text}: data-plane pushes {[round(s, 3) for s in dp]} s")
-        finally:
-            daemon.stop()
-        note(f"{slot_text}: wsyncd stopped")
+        row["wsync_s"], row["dataplane_s"], timing = run_wsync(
+            args, wsync, model, slot, slot_text, bucket_sizes, log, ())
+        row["daemon_timing"] = timing
+        t = timing[len(timing) // 2]
+        note(f"{slot_text}: daemon per bucket: verify {t['verify_seconds'] / len(buckets) * 1e3:.2f} "
+             f"ms, idle {t['idle_before_seconds'] / len(buckets) * 1e3:.2f} ms, broadcast "
+             f"{t['broadcast_seconds'] / len(buckets) * 1e3:.2f} ms, answer "
+             f"{t['answer_seconds'] / len(buckets) * 1e3:.2f} ms")
+        row["variants"] = {}
+        for name, extra in variants:
+            e2e, dp, _ = run_wsync(args, wsync, model, slot, f"{slot_text} {name}", bucket_sizes,
+                                   log, extra)
+            row["variants"][name] = {"wsync_s": e2e, "dataplane_s": dp}
 
         pg = direct_group(args)
         buf = torch.empty(max(bucket_sizes), dtype=torch.uint8, device="cuda:0")
@@ -272,6 +292,12 @@ def main():
               f"{gbps['wsync']:10.1f} {gbps['direct']:13.1f} {gbps['dataplane'] / gbps['ceiling']:8.2f} "
               f"{gbps['wsync'] / gbps['ceiling']:9.2f} {gbps['wsync'] / gbps['direct']:11.2f} "
               f"{row['idle_ms_per_bucket']:12.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
+        for name, v in row["variants"].items():
+            dp_g, e2e_g = total / v["dataplane_s"] / GIB, total / v["wsync_s"] / GIB
+            print(f"#   {slot_text:>7} variant {name:<14} dataplane {dp_g:6.1f} GiB/s "
+                  f"({dp_g / gbps['ceiling']:.2f} of ceiling)  wsync-e2e {e2e_g:6.1f} GiB/s "
+                  f"({e2e_g / gbps['ceiling']:.2f} of ceiling, {e2e_g / gbps['direct']:.2f}x "
+                  f"torch-direct)", flush=True)
         with open(os.path.join(args.out, "bench.json"), "w") as f:
             json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total, "receivers": 1,
                        "rows": rows}, f, indent=1)

@@ -110,5 +110,36 @@ TEST_F(PipelinedFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot
   EXPECT_EQ(buffers.buffers(2).bytes(), 64u << 20) << "rounded up to 64 MiB";
 }
 
+class NoChecksumFixture : public ServiceFixture {
+ protected:
+  void Configure(DaemonOptions& options) override { options.checksum = "none"; }
+};
+
+TEST_F(NoChecksumFixture, ChecksumNoneSkipsBothSidesAndBytesStillArrive) {
+  CreatePolicyGroup();
+  auto model = SmallModel(1);
+  auto result = client_->Push("policy", "v1", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectHolds(*sim_a_.sim, model, "v1", 1);
+  EXPECT_EQ(result->verify_seconds, 0.0);
+  // A bucket announcing a wrong checksum goes through: nothing is verified.
+  UpdateStream stream(client_->trainer(), absl::Seconds(30));
+  ASSERT_TRUE(stream.Begin(client_->session_id(), "policy", "v2").ok());
+  std::vector<uint8_t> bytes(1000, 9);
+  ASSERT_TRUE(client_->slot(0)->CopyIn(0, bytes.data(), bytes.size()).ok());
+  v1::Bucket b;
+  b.set_slot(0);
+  b.set_checksum(12345);
+  *b.add_tensors() = Spec("w", "uint8", {1000}, 0, 1000);
+  ASSERT_TRUE(stream.SendBucket(b));
+  ASSERT_TRUE(stream.Commit());
+  v1::UpdateEvent e;
+  v1::UpdateResult final_result;
+  while (stream.Next(&e)) {
+    if (e.has_result()) final_result = e.result();
+  }
+  EXPECT_EQ(final_result.code(), 0) << final_result.message();
+}
+
 }  // namespace
 }  // namespace wsync

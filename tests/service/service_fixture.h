@@ -50,6 +50,17 @@ inline std::vector<OwnedTensor> SmallModel(uint32_t version) {
   return out;
 }
 
+inline v1::TensorSpec Spec(const std::string& name, const std::string& dtype,
+                           std::vector<int64_t> shape, uint64_t offset, uint64_t length) {
+  v1::TensorSpec t;
+  t.set_name(name);
+  t.set_dtype(dtype);
+  for (int64_t d : shape) t.add_shape(d);
+  t.set_offset(offset);
+  t.set_length(length);
+  return t;
+}
+
 inline std::vector<TensorRef> Refs(const std::vector<OwnedTensor>& ts) {
   std::vector<TensorRef> refs;
   for (const auto& t : ts) refs.push_back({t.name, t.dtype, t.shape, t.data.data(), t.data.size()});

@@ -61,17 +61,6 @@ absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket, bool commit
   return stream.Finish();
 }
 
-v1::TensorSpec Spec(const std::string& name, const std::string& dtype, std::vector<int64_t> shape,
-                    uint64_t offset, uint64_t length) {
-  v1::TensorSpec t;
-  t.set_name(name);
-  t.set_dtype(dtype);
-  for (int64_t d : shape) t.add_shape(d);
-  t.set_offset(offset);
-  t.set_length(length);
-  return t;
-}
-
 struct BadBucket {
   std::string label;
   v1::Bucket bucket;
