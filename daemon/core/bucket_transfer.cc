@@ -7,13 +7,14 @@ namespace wsync {
 
 BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommunicator* comm,
                                BucketManifest manifest, std::string rank_map, absl::Time deadline,
-                               FailureHook on_failure)
+                               FailureHook on_failure, Diagnosis diagnose)
     : adapters_(std::move(adapters)),
       comm_(comm),
       manifest_(std::move(manifest)),
       rank_map_(std::move(rank_map)),
       deadline_(deadline),
       on_failure_(std::move(on_failure)),
+      diagnose_(std::move(diagnose)),
       results_(adapters_.size()) {
   for (size_t i = 0; i < adapters_.size(); ++i) cancels_.push_back(std::make_unique<HttpCancel>());
 }
@@ -21,11 +22,12 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommuni
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
     BucketManifest manifest, const std::string& group_name, std::string rank_map,
-    absl::Time deadline, FailureHook on_failure) {
+    absl::Time deadline, FailureHook on_failure, Diagnosis diagnose) {
   if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
   std::vector<BroadcastPiece> pieces = adapters.front()->BroadcastPieces(manifest);
-  auto transfer = std::unique_ptr<BucketTransfer>(new BucketTransfer(
-      adapters, comm, std::move(manifest), std::move(rank_map), deadline, std::move(on_failure)));
+  auto transfer = std::unique_ptr<BucketTransfer>(
+      new BucketTransfer(adapters, comm, std::move(manifest), std::move(rank_map), deadline,
+                         std::move(on_failure), std::move(diagnose)));
   transfer->PostRequests(group_name);
   auto ticket = comm->StartBroadcast(slot, pieces, deadline);
   if (!ticket.ok()) {
@@ -108,6 +110,10 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
     if (first.ok()) first = sent_;
   }
   if (errors.empty()) return absl::OkStatus();
+  if (diagnose_) {
+    // A rendezvous problem explains the rest (an engine waiting for a broadcast that never came).
+    if (std::string report = diagnose_(); !report.empty()) errors.push_back(std::move(report));
+  }
   absl::Status failed(first.code(), absl::StrJoin(errors, "; "));
   if (on_failure_) on_failure_(failed);
   return failed;

@@ -28,11 +28,13 @@ class BucketTransfer {
  public:
   // Called once with the combined error when the bucket fails.
   using FailureHook = std::function<void(const absl::Status&)>;
+  // What the rendezvous store saw, when it explains a failure (empty when it looks sound).
+  using Diagnosis = std::function<std::string()>;
 
   static absl::StatusOr<std::unique_ptr<BucketTransfer>> Start(
       const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
       BucketManifest manifest, const std::string& group_name, std::string rank_map,
-      absl::Time deadline, FailureHook on_failure);
+      absl::Time deadline, FailureHook on_failure, Diagnosis diagnose = {});
   ~BucketTransfer();
 
   // Waits until the bucket has left rank 0: its slot may be refilled.
@@ -45,7 +47,7 @@ class BucketTransfer {
   void Cancel();
   BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommunicator* comm,
                  BucketManifest manifest, std::string rank_map, absl::Time deadline,
-                 FailureHook on_failure);
+                 FailureHook on_failure, Diagnosis diagnose);
   void PostRequests(const std::string& group_name);
   void JoinRequests();
 
@@ -55,6 +57,7 @@ class BucketTransfer {
   const std::string rank_map_;
   const absl::Time deadline_;
   FailureHook on_failure_;
+  Diagnosis diagnose_;
   uint64_t ticket_ = 0;
   absl::Status sent_;
   bool waited_sent_ = false;

@@ -1,5 +1,6 @@
 #include "daemon/core/weight_group.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -261,8 +262,38 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(SlotMem
   }
   std::vector<EngineAdapter*> adapters;
   for (const auto& a : adapters_) adapters.push_back(a.get());
-  return BucketTransfer::Start(adapters, comm, slot, std::move(manifest), spec_.name, RankMap(),
-                               deadline, [this](const absl::Status& s) { MarkBroken(s); });
+  return BucketTransfer::Start(
+      adapters, comm, slot, std::move(manifest), spec_.name, RankMap(), deadline,
+      [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
+}
+
+std::string WeightGroup::StoreReport() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!store_) return "the group's store is gone";
+  const std::string key = UniqueIdKey(spec_.name);
+  std::vector<uint32_t> connected = store_->ConnectedPids();
+  std::vector<uint32_t> fetched = store_->FetchersOf(key);
+  std::vector<uint32_t> never;
+  for (uint32_t pid : connected) {
+    if (std::find(fetched.begin(), fetched.end(), pid) == fetched.end()) never.push_back(pid);
+  }
+  std::vector<std::string> unpublished = store_->UnpublishedWaits();
+  if (never.empty() && unpublished.empty() && connected.size() + 1 >= world_size_) return "";
+  std::string report = absl::StrCat("store ", options_.advertise_address, ":", store_->port(), ": ",
+                                    connected.size(), " of ", world_size_ - 1,
+                                    " engine ranks connected (pids ", absl::StrJoin(connected, ","),
+                                    "), ", fetched.size(), " fetched the NCCL id ", key);
+  if (!never.empty()) {
+    absl::StrAppend(&report, "; pids ", absl::StrJoin(never, ","),
+                    " joined the store but never fetched the id: an engine whose default process "
+                    "group is bound to a device (device_id) builds this group with ncclCommSplit "
+                    "and cannot join an external rank 0; restart it without device_id");
+  }
+  if (!unpublished.empty()) {
+    absl::StrAppend(&report, "; ranks waited for keys never published (",
+                    absl::StrJoin(unpublished, ", "), "): a group name or store prefix mismatch");
+  }
+  return report;
 }
 
 void WeightGroup::MarkBroken(const absl::Status& status) {

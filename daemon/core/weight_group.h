@@ -101,6 +101,9 @@ class WeightGroup {
   absl::Status WaitForRegistration();
   std::string RankMap() const;
   void MarkBroken(const absl::Status& status);
+  // What the group's rendezvous store saw (which engine processes connected and fetched the id),
+  // or "" when it saw nothing wrong.
+  std::string StoreReport() const;
 
   const GroupSpec spec_;
   Platform* platform_;

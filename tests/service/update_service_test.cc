@@ -252,6 +252,27 @@ TEST_F(ServiceFixture, HungEngineFailsTheUpdateAtTheBucketDeadlineAndCanBeReplac
   ExpectHolds(*sim_b_.sim, model, "v2", 2);
 }
 
+TEST_F(ServiceFixture, EngineThatNeverFetchesTheIdIsNamedByTheStoreWithinTheDeadline) {
+  // The device_id hazard: the engine's ranks join the store but build the group without ever
+  // reading the NCCL id, so rank 0 waits alone until the bucket deadline.
+  SetKnobs(sim_a_, R"({"never_fetch_id": true})");
+  v1::GroupInfo info;
+  ASSERT_TRUE(CreateGroup("solo", {sim_a_.url}, {1}, &info).ok());
+  const absl::Time t0 = absl::Now();
+  auto failed = client_->Push("solo", "v1", Refs(SmallModel(1)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDeadlineExceeded) << failed.status();
+  const std::string message(failed.status().message());
+  EXPECT_THAT(message, HasSubstr("1 of 1 engine ranks connected"));
+  EXPECT_THAT(message, HasSubstr("0 fetched the NCCL id /solo/solo//cuda//0"));
+  // The simulator PINGs with pid * 10 + tp_rank, as if each rank were its own process.
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("pids ", getpid() * 10,
+                                              " joined the store but never "
+                                              "fetched the id")));
+  EXPECT_THAT(message, HasSubstr("device_id"));
+}
+
 TEST_F(ServiceFixture, GroupFormationFailureNamesTheEngine) {
   RunningSim refusing = StartSim(1, SimKnobs{.fail_init = true});
   v1::GroupInfo info;

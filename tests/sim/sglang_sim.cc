@@ -93,6 +93,13 @@ absl::Status SglangSim::InitGroup(const json& body) {
 
 absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_index) {
   const int global_rank = group_->rank_offset + rank.tp_rank;
+  if (!rank.peer && knobs_.never_fetch_id) {
+    // torch built the group with ncclCommSplit from a device-bound default group: it never reads
+    // the id and waits on a communicator rank 0 is not part of.
+    const absl::Time until = absl::Now() + kReceiveTimeout;
+    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    return absl::DeadlineExceededError("simulated: waiting in ncclCommSplit");
+  }
   if (!rank.peer) {
     // torch's ProcessGroupNCCL fetches the id lazily, at the group's first collective.
     const std::string key = absl::StrCat("/", group_->name, "/", group_->name, "//cuda//0");
@@ -300,6 +307,7 @@ void SglangSim::Routes() {
     knobs_.hang_update_at = body.value("hang_update_at", knobs_.hang_update_at);
     knobs_.die_at_update = body.value("die_at_update", knobs_.die_at_update);
     knobs_.answer_delay_ms = body.value("answer_delay_ms", knobs_.answer_delay_ms);
+    knobs_.never_fetch_id = body.value("never_fetch_id", knobs_.never_fetch_id);
     Reply(res, 200, {{"updates_received", updates_.load()}});
   });
 }

@@ -28,11 +28,12 @@ class TcpStoreClient;
 class HostCollectivePeer;
 
 struct SimKnobs {
-  bool fail_init = false;   // init_weights_update_group answers success=false (400)
-  int fail_update_at = -1;  // the Nth update request (0-based) answers HTTP 500
-  int hang_update_at = -1;  // the Nth update request never answers and never receives
-  int die_at_update = -1;   // the process exits halfway through receiving the Nth bucket
-  int answer_delay_ms = 0;  // time spent after receiving, as load_weights takes
+  bool fail_init = false;       // init_weights_update_group answers success=false (400)
+  int fail_update_at = -1;      // the Nth update request (0-based) answers HTTP 500
+  int hang_update_at = -1;      // the Nth update request never answers and never receives
+  int die_at_update = -1;       // the process exits halfway through receiving the Nth bucket
+  int answer_delay_ms = 0;      // time spent after receiving, as load_weights takes
+  bool never_fetch_id = false;  // joins the store but never reads the id (the device_id hazard)
   std::string version = "0.5.6";
 };
 
