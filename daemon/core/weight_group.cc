@@ -220,6 +220,18 @@ absl::Status WeightGroup::BeginUpdate() {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is already being updated"));
   }
+  if (state_ == GroupState::kReady && store_) {
+    // Every engine rank keeps its store connection for the life of its process group; one that
+    // closed means an engine restarted (or died) since the group formed, and its replacement does
+    // not hold the group. Re-forming now spares the update a failure.
+    const size_t holding = store_->ConnectedPids().size();
+    if (holding + 1 < world_size_) {
+      WSYNC_LOG(Info, "group ", spec_.name, ": only ", holding, " of ", world_size_ - 1,
+                " engine ranks still hold their store connection");
+      state_ = GroupState::kBroken;
+      error_ = "an engine rank closed its store connection (engine restarted or died)";
+    }
+  }
   if (state_ == GroupState::kBroken || state_ == GroupState::kForming) {
     WSYNC_LOG(Info, "group ", spec_.name, " is ", GroupStateName(state_),
               "; re-forming it before the update");

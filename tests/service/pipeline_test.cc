@@ -110,6 +110,29 @@ TEST_F(PipelinedFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot
   EXPECT_EQ(buffers.buffers(2).bytes(), 64u << 20) << "rounded up to 64 MiB";
 }
 
+TEST_F(ServiceFixture, EngineRestartedBetweenUpdatesIsRejoinedBeforeTheNextUpdate) {
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  // Engine a restarts on the same address: its store connection closes and the new process does
+  // not hold the group. The next update must re-form the group first instead of failing.
+  const int port = std::stoi(sim_a_.url.substr(sim_a_.url.rfind(':') + 1));
+  sim_a_.sim->Stop();
+  sim_a_.sim.reset();
+  auto replacement = std::make_unique<SglangSim>(1, SimKnobs{});
+  ASSERT_TRUE(replacement->Start("127.0.0.1", port).ok());
+  sim_a_.sim = std::move(replacement);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  auto model = SmallModel(2);
+  auto result = client_->Push("policy", "v2", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_LT(absl::Now(), deadline);
+  ExpectHolds(*sim_a_.sim, model, "v2", 1);
+  ExpectHolds(*sim_b_.sim, model, "v2", 2);
+  auto updates = Updates();
+  ASSERT_EQ(updates.size(), 2u);
+  EXPECT_EQ(updates.back().state(), "committed") << "no failed update in between";
+}
+
 class NoChecksumFixture : public ServiceFixture {
  protected:
   void Configure(DaemonOptions& options) override { options.checksum = "none"; }
