@@ -1,6 +1,6 @@
 """End-to-end weight-update benchmark, nccl-tests style: a model with Qwen2.5-7B's tensor names and
-shapes in bf16 (random data, 14.19 GiB) on GPU 0, pushed to an SGLang-semantics torch engine
-(tests/gpu/sglang_torch_engine.py) on GPU 1, for each slot size. Beside wsync it measures, in the
+shapes in bf16 (random data, 14.19 GiB) on GPU 0, pushed to SGLang-semantics torch engines
+(tests/gpu/sglang_torch_engine.py, one rank each) on GPUs 1..N, for each slot size. Beside wsync it measures, in the
 same run on the same GPUs and NCCL:
 
   ceiling      rank 0 broadcasts the same buckets back to back while the receiver has posted all
@@ -17,7 +17,7 @@ bucket (the daemon or trainer was late); "engine wait" is the broadcast time bey
 at the ceiling's rate (the engine had not yet posted its receive: its own request handling).
 
     python3 tests/bench/bench_update.py --wsyncd build/dev-bundle/bin/wsyncd --nccl-lib ... \
-        --engine http://127.0.0.1:30001 --python-client client/python --out $OUT/bench
+        --engines http://127.0.0.1:30001 --python-client client/python --out $OUT/bench
 """
 
 import argparse
@@ -83,6 +83,12 @@ def post(url, body, timeout=600):
         return json.loads(r.read() or b"{}")
 
 
+def post_all(urls, path, body):
+    """Posts to every engine at once; returns their answers in order."""
+    calls = [Async(post, url + path, body) for url in urls]
+    return [c.join() for c in calls]
+
+
 class Async:
     """Runs a call on a thread (as trainers post the engine's HTTP update beside the broadcast)."""
 
@@ -129,8 +135,9 @@ class Daemon:
             if os.path.exists(self.sock):
                 break
             time.sleep(0.05)
-        subprocess.run([self.ctl, "--socket", self.sock, "create-group", "bench", "--engine",
-                        args.engine + "#1"], check=True, stdout=log, stderr=log)
+        engines = [a for url in args.engines for a in ("--engine", url + "#1")]
+        subprocess.run([self.ctl, "--socket", self.sock, "create-group", "bench", *engines],
+                       check=True, stdout=log, stderr=log)
 
     def stop(self):
         subprocess.run([self.ctl, "--socket", self.sock, "destroy-group", "bench"], check=False,
@@ -150,11 +157,14 @@ def direct_group(args):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "gpu"))
     from sglang_torch_engine import init_custom_process_group
     port = free_port()
-    init = Async(post, args.engine + "/init_weights_update_group",
-                 {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
-                  "world_size": 2, "group_name": "direct", "backend": "nccl"})
-    pg = init_custom_process_group("nccl", f"tcp://127.0.0.1:{port}", 2, 0, "direct")
-    init.join()
+    world = len(args.engines) + 1
+    inits = [Async(post, url + "/init_weights_update_group",
+                   {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1 + i,
+                    "world_size": world, "group_name": "direct", "backend": "nccl"})
+             for i, url in enumerate(args.engines)]
+    pg = init_custom_process_group("nccl", f"tcp://127.0.0.1:{port}", world, 0, "direct")
+    for i in inits:
+        i.join()
     return pg
 
 
@@ -166,20 +176,20 @@ def torch_direct(args, pg, model, buckets):
         body = {"names": [model[i][0] for i in b], "dtypes": ["bfloat16"] * len(b),
                 "shapes": [list(model[i][1].shape) for i in b], "group_name": "direct",
                 "load_format": "flattened_bucket", "flush_cache": False}
-        answer = Async(post, args.engine + "/update_weights_from_distributed", body)
+        answer = Async(post_all, args.engines, "/update_weights_from_distributed", body)
         dist.broadcast(flat, src=0, group=pg)
-        if not answer.join().get("success"):
+        if not all(a.get("success") for a in answer.join()):
             raise RuntimeError("torch-direct update failed")
     torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
 def ceiling(args, pg, sizes, buf):
-    receive = Async(post, args.engine + "/bench/receive", {"sizes": sizes})
+    receive = Async(post_all, args.engines, "/bench/receive", {"sizes": sizes})
     for n in sizes:
         dist.broadcast(buf[:n], src=0, group=pg)
     torch.cuda.synchronize()
-    return receive.join()["seconds"]
+    return max(r["seconds"] for r in receive.join())
 
 
 def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
@@ -193,14 +203,14 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
             note(f"{label}: wsync warm-up push {seconds:.3f} s")
             runs = [wsync_push(client, model, f"{tag}-{r}") for r in range(args.runs)]
             note(f"{label}: wsync pushes {[round(s, 3) for s, _ in runs]} s")
-            post(args.engine + "/sim/mode", {"data_plane": True})
+            post_all(args.engines, "/sim/mode", {"data_plane": True})
             dp = []
             for r in range(args.runs + 1):
-                receive = Async(post, args.engine + "/bench/receive", {"sizes": bucket_sizes})
+                receive = Async(post_all, args.engines, "/bench/receive", {"sizes": bucket_sizes})
                 seconds, _ = wsync_push(client, model, f"{tag}-dp{r}")
                 receive.join()
                 dp.append(seconds)
-            post(args.engine + "/sim/mode", {"data_plane": False})
+            post_all(args.engines, "/sim/mode", {"data_plane": False})
             note(f"{label}: data-plane pushes {[round(s, 3) for s in dp]} s")
     finally:
         daemon.stop()
@@ -212,7 +222,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--wsyncd", required=True)
     ap.add_argument("--nccl-lib", required=True)
-    ap.add_argument("--engine", required=True)
+    ap.add_argument("--engines", required=True,
+                    help="comma-separated engine URLs, one receiving rank each (TP 1)")
     ap.add_argument("--python-client", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--slots", default="128MiB,256MiB,512MiB,1GiB,2GiB,4GiB")
@@ -221,6 +232,7 @@ def main():
                     help="extra wsyncd configurations to time, 'name=args;name=args', e.g. "
                          "'no-checksum=--checksum none;4-slots=--slots 4'")
     args = ap.parse_args()
+    args.engines = args.engines.split(",")
     variants = [(v.split("=", 1)[0], tuple(v.split("=", 1)[1].split()))
                 for v in args.variants.split(";") if v]
     sys.path.insert(0, args.python_client)
@@ -239,8 +251,8 @@ def main():
     units = {"MiB": 2**20, "GiB": 2**30}
     rows = []
     print(f"# wsync update benchmark: Qwen2.5-7B shapes, {len(model)} bf16 tensors, "
-          f"{total / GIB:.2f} GiB; rank 0 on GPU 0, 1 receiving rank on GPU 1; median of "
-          f"{args.runs} runs after a warm-up", flush=True)
+          f"{total / GIB:.2f} GiB; rank 0 on GPU 0, {len(args.engines)} receiving rank(s) on "
+          f"GPUs 1-{len(args.engines)}; median of {args.runs} runs after a warm-up", flush=True)
     header = ("#    slot  buckets  ceiling  dataplane  wsync-e2e  torch-direct  dp/ceil  e2e/ceil"
               "  e2e/direct  idle-ms/bkt  engine-ms/bkt")
     print(header + "\n#                   GiB/s      GiB/s      GiB/s         GiB/s", flush=True)
@@ -274,7 +286,7 @@ def main():
         row["direct_s"] = statistics.median(direct[1:])
         note(f"{slot_text}: torch-direct {[round(s, 3) for s in direct]} s")
         # torch tears a group down with its peers: both sides at once.
-        destroy = Async(post, args.engine + "/destroy_weights_update_group",
+        destroy = Async(post_all, args.engines, "/destroy_weights_update_group",
                         {"group_name": "direct"})
         dist.destroy_process_group(pg)
         destroy.join()
@@ -299,8 +311,8 @@ def main():
                   f"({e2e_g / gbps['ceiling']:.2f} of ceiling, {e2e_g / gbps['direct']:.2f}x "
                   f"torch-direct)", flush=True)
         with open(os.path.join(args.out, "bench.json"), "w") as f:
-            json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total, "receivers": 1,
-                       "rows": rows}, f, indent=1)
+            json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total,
+                       "receivers": len(args.engines), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ collect() {
   cp "$LOGS/bench.txt" "$LOGS/bench/bench.json" "$LOGS/" 2>/dev/null
 }
 trap collect EXIT
-# STEPS=kill,per_tensor,memory,mismatch,bench picks steps (default: all); the Qwen2 trainer
-# test always runs.
+# STEPS=kill,per_tensor,memory,dtensor,mismatch,bench picks steps (default: all); the Qwen2
+# trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
+# benchmark also runs with 3 receiving ranks.
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 B=build/dev-bundle
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
@@ -102,6 +103,14 @@ timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines
   2>&1 | tee -a "$LOGS/memory.log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 fi
+if want dtensor; then
+step "DTensors: the Python client gathers each with full_tensor()"
+$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/dtensor.log"
+$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$LOGS/dtensor.log"
+timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
+  --version-prefix dtensor- --dtensor --python-client client/python 2>&1 | tee -a "$LOGS/dtensor.log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+fi
 $B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$LOGS/updates.txt"
 $B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$LOGS/updates.txt"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
@@ -129,14 +138,27 @@ fi
 fi
 if want bench; then
   step "benchmark: Qwen2.5-7B shapes, wsync vs torch-direct vs the NCCL ceiling"
-  python3 tests/gpu/sglang_torch_engine.py --port 30005 --gpus 1 >"$LOGS/bench-engine.log" 2>&1 &
-  be=$!
-  for _ in $(seq 1 300); do curl -s localhost:30005/health >/dev/null && break; sleep 0.2; done
-  timeout ${WSYNC_BENCH_TIMEOUT:-420} python3 tests/bench/bench_update.py --wsyncd $B/bin/wsyncd \
-    --nccl-lib "$NCCL_LIB" --engine http://127.0.0.1:30005 --python-client client/python \
-    --out "$LOGS/bench" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.txt"
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
-  kill $be 2>/dev/null; sleep 2; kill -9 $be 2>/dev/null; wait $be 2>/dev/null
+  bench_engines=()
+  bench_pids=()
+  receivers=1
+  [[ $ngpu -ge 4 ]] && receivers="1 3"
+  for g in $(seq 1 $(( ngpu >= 4 ? 3 : 1 ))); do
+    python3 tests/gpu/sglang_torch_engine.py --port $((30004 + g)) --gpus $g \
+      >"$LOGS/bench-engine$g.log" 2>&1 & bench_pids+=($!)
+    bench_engines+=("http://127.0.0.1:$((30004 + g))")
+  done
+  for url in "${bench_engines[@]}"; do
+    for _ in $(seq 1 300); do curl -s "$url/health" >/dev/null && break; sleep 0.2; done
+  done
+  for n in $receivers; do
+    urls=$(IFS=,; echo "${bench_engines[*]:0:$n}")
+    timeout ${WSYNC_BENCH_TIMEOUT:-420} python3 tests/bench/bench_update.py --wsyncd $B/bin/wsyncd \
+      --nccl-lib "$NCCL_LIB" --engines "$urls" --python-client client/python \
+      --out "$LOGS/bench-$n" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee -a "$LOGS/bench.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  done
+  for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null; done
+  sleep 2; for p in "${bench_pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait
 fi
 echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 collect

@@ -26,6 +26,23 @@ def gpu_memory_mib(pid):
                if line.strip() and int(line.split(",")[0]) == pid)
 
 
+def as_dtensors(state):
+    import os
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29577")
+        dist.init_process_group("nccl", rank=0, world_size=1)
+    mesh = init_device_mesh("cuda", (1,))
+    out = {k: distribute_tensor(v, mesh, [Shard(0)] if v.dim() > 0 else [Replicate()])
+           for k, v in state.items()}
+    kinds = {type(v).__name__ for v in out.values()}
+    print(f"  pushing {len(out)} tensors as {kinds}", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -40,6 +57,9 @@ def main():
                     help="after every version, read this process's GPU memory (wsyncd): it must "
                          "not change after the first update")
     ap.add_argument("--verify-every", type=int, default=1, help="check the engines every Nth")
+    ap.add_argument("--dtensor", action="store_true",
+                    help="push the state as DTensors sharded on a 1-GPU mesh (the client calls "
+                         "full_tensor() on each)")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -58,6 +78,8 @@ def main():
                     p.add_(torch.randn_like(p) * 0.01)
             state = model.state_dict()
             expected = {k: crc(t) for k, t in state.items()}
+            if args.dtensor:
+                state = as_dtensors(state)
             t0 = time.time()
             version = f"{args.version_prefix}{v}"
             if args.expect_failure:
