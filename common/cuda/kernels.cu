@@ -111,6 +111,45 @@ __global__ void CrcTailKernel(const unsigned char* data, uint64_t bytes, uint32_
   *out = c ^ 0xFFFFFFFFu;
 }
 
+// The coalesced variant: each warp takes a 64 KiB span and reads it 512 bytes at a time, lane j
+// taking bytes [16j, 16j + 16) of every 512, so every load is one contiguous 512-byte transaction.
+// Lane j keeps acc_j = XOR over segments s of shift(512 (S - 1 - s)) R(word_sj) (Horner: acc =
+// shift512(acc) ^ R(word)), R being the raw register from state 0; the span's raw register is
+// XOR_j shift(16 (31 - j)) acc_j, and its standalone CRC adds the conditioning (see the host test
+// ChecksumMath.CoalescedSpanDecompositionEqualsTheSerialValue).
+constexpr uint64_t kSpanBytes = 64 << 10;
+
+__device__ uint32_t g_shift512[4][256];    // "append 512 zero bytes", one table per register byte
+__device__ uint32_t g_lane_shift[32][32];  // "append 16 (31 - lane) zero bytes", as columns
+__device__ uint32_t g_span_conditioning;   // ZeroBytes(kSpanBytes)(~0) ^ ~0
+
+__global__ void CrcSpansKernel(const unsigned char* data, uint64_t spans, uint32_t* out) {
+  __shared__ uint32_t t[8][256];
+  __shared__ uint32_t shift[4][256];
+  for (unsigned i = threadIdx.x; i < 8 * 256; i += blockDim.x) {
+    (&t[0][0])[i] = (&g_crc_slices[0][0])[i];
+  }
+  for (unsigned i = threadIdx.x; i < 4 * 256; i += blockDim.x) {
+    (&shift[0][0])[i] = (&g_shift512[0][0])[i];
+  }
+  __syncthreads();
+  const uint64_t span = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
+  const unsigned lane = threadIdx.x & 31;
+  if (span >= spans) return;
+  const uint4* p = reinterpret_cast<const uint4*>(data + span * kSpanBytes) + lane;
+  uint32_t acc = 0;
+  for (uint64_t seg = 0; seg < kSpanBytes / 512; ++seg) {
+    const uint4 w = p[seg * 32];
+    uint32_t r = Slice8(t, 0, w.x, w.y);
+    r = Slice8(t, r, w.z, w.w);
+    acc = shift[0][acc & 0xFF] ^ shift[1][(acc >> 8) & 0xFF] ^ shift[2][(acc >> 16) & 0xFF] ^
+          shift[3][acc >> 24] ^ r;
+  }
+  uint32_t mine = ApplyOperator(g_lane_shift[lane], acc);
+  for (int offset = 16; offset > 0; offset /= 2) mine ^= __shfl_xor_sync(0xFFFFFFFFu, mine, offset);
+  if (lane == 0) out[span] = mine ^ g_span_conditioning;
+}
+
 // Tables are per device; a daemon or client may checksum on several.
 std::mutex g_tables_mu;
 std::set<int> g_tables_ready;
@@ -136,6 +175,21 @@ absl::Status EnsureTables() {
     const Crc32Operator op = Crc32Operator::ZeroBytes(kCrcChunk << level);
     std::memcpy(shift[level], op.column, sizeof(op.column));
   }
+  uint32_t shift512[4][256];
+  const Crc32Operator op512 = Crc32Operator::ZeroBytes(512);
+  for (int b = 0; b < 4; ++b) {
+    for (uint32_t v = 0; v < 256; ++v) shift512[b][v] = op512.Apply(v << (8 * b));
+  }
+  uint32_t lane_shift[32][32];
+  for (int lane = 0; lane < 32; ++lane) {
+    const Crc32Operator op = Crc32Operator::ZeroBytes(16 * (31 - lane));
+    std::memcpy(lane_shift[lane], op.column, sizeof(op.column));
+  }
+  const uint32_t conditioning = Crc32Operator::ZeroBytes(kSpanBytes).Apply(~0u) ^ ~0u;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_shift512, shift512, sizeof(shift512)));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_lane_shift, lane_shift, sizeof(lane_shift)));
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyToSymbol(g_span_conditioning, &conditioning, sizeof(conditioning)));
   WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_crc_slices, slices, sizeof(slices)));
   WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(kCrcShift, shift, sizeof(shift)));
   g_tables_ready.insert(device);
@@ -212,6 +266,44 @@ absl::StatusOr<uint32_t> DeviceCrc32(const void* data, uint64_t bytes, cudaStrea
     }
   }
   return blocks == 0 ? crcs[blocks] : Crc32Combine(crc, crcs[blocks], tail);
+}
+
+absl::StatusOr<uint32_t> DeviceCrc32Coalesced(const void* data, uint64_t bytes,
+                                              cudaStream_t stream) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  const uint64_t spans = bytes / kSpanBytes;
+  if (spans == 0 || (reinterpret_cast<uintptr_t>(p) & 15) != 0) {
+    return DeviceCrc32(data, bytes, stream);
+  }
+  if (absl::Status s = EnsureTables(); !s.ok()) return s;
+  uint32_t* out = nullptr;
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaMallocAsync(reinterpret_cast<void**>(&out), spans * sizeof(uint32_t), stream));
+  constexpr unsigned kThreads = 256;  // 8 spans per block
+  const uint64_t blocks = (spans * 32 + kThreads - 1) / kThreads;
+  CrcSpansKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, spans, out);
+  cudaError_t err = cudaGetLastError();
+  std::vector<uint32_t> crcs(spans);
+  if (err == cudaSuccess) {
+    err =
+        cudaMemcpyAsync(crcs.data(), out, spans * sizeof(uint32_t), cudaMemcpyDeviceToHost, stream);
+  }
+  cudaFreeAsync(out, stream);
+  if (err != cudaSuccess) return WSYNC_CUDA_STATUS(err);
+  // The rest (under one span) goes through the chunked kernel, which synchronises the stream
+  // and so also waits for the copy above.
+  const uint64_t rest = bytes - spans * kSpanBytes;
+  auto rest_crc = DeviceCrc32(p + spans * kSpanBytes, rest, stream);
+  if (!rest_crc.ok()) return rest_crc.status();
+  if (rest == 0) {
+    if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) {
+      return WSYNC_CUDA_STATUS(e);
+    }
+  }
+  static const Crc32Operator kWholeSpan = Crc32Operator::ZeroBytes(kSpanBytes);
+  uint32_t crc = crcs[0];
+  for (uint64_t i = 1; i < spans; ++i) crc = kWholeSpan.Apply(crc) ^ crcs[i];
+  return rest == 0 ? crc : Crc32Combine(crc, *rest_crc, rest);
 }
 
 }  // namespace wsync::cuda

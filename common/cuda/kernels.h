@@ -27,6 +27,11 @@ absl::Status BatchedCopy(const std::vector<CopyItem>& items, cudaStream_t stream
 // wsync::Crc32 over the same bytes. Synchronises `stream`.
 absl::StatusOr<uint32_t> DeviceCrc32(const void* data, uint64_t bytes, cudaStream_t stream);
 
+// The same value through a kernel whose loads are coalesced (a warp reads 512 contiguous bytes at
+// a time); see tests/bench/kernel_bench for which is faster on a given GPU.
+absl::StatusOr<uint32_t> DeviceCrc32Coalesced(const void* data, uint64_t bytes,
+                                              cudaStream_t stream);
+
 }  // namespace wsync::cuda
 
 #endif  // WSYNC_COMMON_CUDA_KERNELS_H_

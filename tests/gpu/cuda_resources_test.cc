@@ -50,7 +50,7 @@ TEST(CudaKernels, DeviceCrc32EqualsTheHostCrc32) {
   SKIP_WITHOUT_GPU();
   // Sizes around the 4 KiB chunk and 1 MiB block edges, a partial last block with a tail, and a
   // start that is not 16-byte aligned.
-  for (uint64_t n : {1ull, 4095ull, 4096ull, 65537ull, 1ull << 20, (1ull << 20) + 4096,
+  for (uint64_t n : {1ull, 4095ull, 4096ull, 65536ull, 65537ull, 1ull << 20, (1ull << 20) + 4096,
                      (33ull << 20) + 7}) {
     for (uint64_t shift : {0ull, 1ull}) {
       std::vector<uint8_t> host(n);
@@ -62,6 +62,9 @@ TEST(CudaKernels, DeviceCrc32EqualsTheHostCrc32) {
       auto crc = DeviceCrc32(start, n, nullptr);
       ASSERT_TRUE(crc.ok()) << crc.status();
       EXPECT_EQ(*crc, Crc32(host.data(), n)) << n << " bytes at offset " << shift;
+      auto coalesced = DeviceCrc32Coalesced(start, n, nullptr);
+      ASSERT_TRUE(coalesced.ok()) << coalesced.status();
+      EXPECT_EQ(*coalesced, Crc32(host.data(), n)) << n << " bytes at offset " << shift;
     }
   }
 }

@@ -3,6 +3,10 @@
 # ranks (SGLang semantics), fed by a transformers Qwen2 trainer over CUDA IPC. Results under $OUT.
 # Run from the repo root on the GPU machine with build/dev-bundle carried:
 #   bash tests/gpu/run_gpu_tests.sh
+# The bundle (built here, since the GPU machine has no gRPC/abseil):
+#   cd build && ../../shared/tools/device-bundle dev-bundle daemon/wsyncd client/wsyncctl \
+#     client/libwsync_client.so tests/cuda_resources_test tests/kernel_bench &&
+#   strip --strip-unneeded dev-bundle/bin/* dev-bundle/lib/*
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -15,7 +19,7 @@ collect() {
   cp "$LOGS/bench.txt" "$LOGS/bench/bench.json" "$LOGS/" 2>/dev/null
 }
 trap collect EXIT
-# STEPS=kill,per_tensor,memory,dtensor,mismatch,bench picks steps (default: all); the Qwen2
+# STEPS=kernels,kill,per_tensor,memory,dtensor,mismatch,bench picks steps (default: all); the Qwen2
 # trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks.
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
@@ -38,6 +42,12 @@ ngpu=$(nvidia-smi -L | wc -l)
 step "gpu unit tests"
 $B/bin/cuda_resources_test 2>&1 | tee "$LOGS/cuda_resources_test.log" | tail -5
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+
+if want kernels; then
+  step "kernel bandwidth: bucket copy and checksums on one GPU"
+  $B/bin/kernel_bench --sizes 128,1024,4096 2>&1 | tee "$LOGS/kernels.txt"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+fi
 
 step "wsyncd (cuda) + torch engine(s) + Qwen2 trainer"
 sock=/tmp/wsync-gpu.sock

@@ -96,6 +96,28 @@ TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
   EXPECT_EQ(total, Crc32(data.data(), data.size()));
 }
 
+TEST(Checksum, CoalescedSpanDecompositionAsTheGpuKernelComputesItEqualsTheSerialValue) {
+  // One 64 KiB span read 512 bytes at a time, lane j owning bytes [16j, 16j + 16) of each 512;
+  // R0 is the raw register from state 0 (zlib's value without its conditioning).
+  constexpr uint64_t kSpan = 64 << 10;
+  std::vector<uint8_t> span(kSpan);
+  std::mt19937_64 rng(9);
+  for (auto& b : span) b = static_cast<uint8_t>(rng());
+  const uint32_t cond16 = Crc32Operator::ZeroBytes(16).Apply(~0u) ^ ~0u;
+  auto raw16 = [&](const uint8_t* w) { return Crc32(w, 16) ^ cond16; };
+  const Crc32Operator op512 = Crc32Operator::ZeroBytes(512);
+  uint32_t raw = 0;
+  for (int lane = 0; lane < 32; ++lane) {
+    uint32_t acc = 0;
+    for (uint64_t seg = 0; seg < kSpan / 512; ++seg) {
+      acc = op512.Apply(acc) ^ raw16(&span[seg * 512 + 16 * lane]);
+    }
+    raw ^= Crc32Operator::ZeroBytes(16 * (31 - lane)).Apply(acc);
+  }
+  const uint32_t crc = raw ^ Crc32Operator::ZeroBytes(kSpan).Apply(~0u) ^ ~0u;
+  EXPECT_EQ(crc, Crc32(span.data(), span.size()));
+}
+
 TensorEntry T(std::string name, const char* dtype, std::vector<int64_t> shape, uint64_t offset,
               uint64_t length) {
   return TensorEntry{std::move(name), *ParseDType(dtype), std::move(shape), offset, length};
