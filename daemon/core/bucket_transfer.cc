@@ -16,7 +16,8 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommuni
       on_failure_(std::move(on_failure)),
       diagnose_(std::move(diagnose)),
       results_(adapters_.size()) {
-  for (size_t i = 0; i < adapters_.size(); ++i) cancels_.push_back(std::make_unique<HttpCancel>());
+  for (size_t i = 0; i < adapters_.size(); ++i)
+    controls_.push_back(std::make_unique<HttpCallControl>());
 }
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
@@ -54,8 +55,8 @@ BucketTransfer::~BucketTransfer() {
 void BucketTransfer::PostRequests(const std::string& group_name) {
   for (size_t i = 0; i < adapters_.size(); ++i) {
     threads_.emplace_back([this, i, group_name] {
-      results_[i] = adapters_[i]->PostBucket(manifest_, group_name, deadline_, cancels_[i].get());
-      if (!results_[i].ok() && !cancels_[i]->cancelled()) comm_->Abort(results_[i].message());
+      results_[i] = adapters_[i]->PostBucket(manifest_, group_name, deadline_, controls_[i].get());
+      if (!results_[i].ok() && !controls_[i]->cancelled()) comm_->Abort(results_[i].message());
     });
   }
 }
@@ -66,7 +67,7 @@ void BucketTransfer::JoinRequests() {
 }
 
 void BucketTransfer::Cancel() {
-  for (auto& c : cancels_) c->Cancel();
+  for (auto& c : controls_) c->Cancel();
 }
 
 absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
@@ -78,6 +79,12 @@ absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
   auto timing = comm_->WaitBroadcast(ticket_, deadline_);
   sent_ = timing.status();
   return timing;
+}
+
+bool BucketTransfer::WaitRequestsWritten() {
+  bool all = true;
+  for (auto& c : controls_) all = c->WaitWritten(deadline_) && all;
+  return all;
 }
 
 absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) {

@@ -39,6 +39,9 @@ class BucketTransfer {
 
   // Waits until the bucket has left rank 0: its slot may be refilled.
   absl::StatusOr<BroadcastTiming> WaitSent();
+  // Waits until every engine's request has been written out (false if one never was). A later
+  // request goes out only after this, so an engine cannot take it first.
+  bool WaitRequestsWritten();
   // Waits for every engine's answer. The error names the engines (or ranks) at fault.
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes);
 
@@ -62,7 +65,7 @@ class BucketTransfer {
   absl::Status sent_;
   bool waited_sent_ = false;
   std::vector<absl::Status> results_;
-  std::vector<std::unique_ptr<HttpCancel>> cancels_;
+  std::vector<std::unique_ptr<HttpCallControl>> controls_;
   std::vector<std::thread> threads_;
 };
 

@@ -189,7 +189,10 @@ void UpdateRun::CompletionLoop() {
     const uint64_t span = p.manifest.span_bytes();
     auto sent = f.transfer->WaitSent();
     const absl::Time sent_at = absl::Now();
-    const bool early_release = sent.ok() && span >= context_.pipeline_min_bytes;
+    // Early only if the bytes have left rank 0 (so the engines are inside this request) and this
+    // request is fully written (so the next one cannot reach an engine first).
+    const bool early_release =
+        sent.ok() && span >= context_.pipeline_min_bytes && f.transfer->WaitRequestsWritten();
     if (sent.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);

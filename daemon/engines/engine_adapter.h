@@ -68,7 +68,7 @@ class EngineAdapter {
   // the daemon's broadcast of the same bucket to run concurrently.
   // `cancel` ends the request early when the bucket can no longer arrive.
   virtual absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
-                                  absl::Time deadline, HttpCancel* cancel) = 0;
+                                  absl::Time deadline, HttpCallControl* cancel) = 0;
   // Records the version, flushes caches computed with old weights, resumes generation.
   virtual absl::Status FinishUpdate(const std::string& version) = 0;
   virtual EngineHealth Health() = 0;

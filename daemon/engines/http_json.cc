@@ -24,27 +24,44 @@ std::string Truncated(const std::string& s) {
 
 }  // namespace
 
-void HttpCancel::Cancel() {
+void HttpCallControl::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_ = true;
   if (client_ != nullptr) client_->stop();
 }
 
-bool HttpCancel::cancelled() const {
+bool HttpCallControl::cancelled() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cancelled_;
 }
 
-bool HttpCancel::Attach(httplib::Client* client) {
+bool HttpCallControl::Attach(httplib::Client* client) {
   std::lock_guard<std::mutex> lock(mu_);
   if (cancelled_) return false;
   client_ = client;
   return true;
 }
 
-void HttpCancel::Detach() {
+void HttpCallControl::Detach() {
   std::lock_guard<std::mutex> lock(mu_);
   client_ = nullptr;
+  ended_ = true;
+  cv_.notify_all();
+}
+
+void HttpCallControl::MarkWritten() {
+  std::lock_guard<std::mutex> lock(mu_);
+  written_ = true;
+  cv_.notify_all();
+}
+
+bool HttpCallControl::WaitWritten(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!written_ && !ended_ && !cancelled_) {
+    if (absl::Now() >= deadline) return false;
+    cv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
+  return written_;
 }
 
 EngineHttp::EngineHttp(std::string base_url)
@@ -78,7 +95,7 @@ absl::StatusOr<HttpReply> ToReply(const std::string& base, const std::string& me
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohmann::json& body,
-                                           absl::Duration timeout, HttpCancel* cancel) const {
+                                           absl::Duration timeout, HttpCallControl* cancel) const {
   httplib::Client client(base_url_);
   SetTimeouts(client, timeout);
   const absl::Time started = absl::Now();
@@ -86,7 +103,17 @@ absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohma
   if (cancel != nullptr && !cancel->Attach(&client)) {
     return absl::CancelledError(absl::StrCat("POST ", base_url_, path, " cancelled"));
   }
-  auto result = client.Post(path, payload, "application/json");
+  httplib::Result result =
+      cancel == nullptr
+          ? client.Post(path, payload, "application/json")
+          : client.Post(
+                path, payload.size(),
+                [&payload, cancel](size_t offset, size_t length, httplib::DataSink& sink) {
+                  sink.write(payload.data() + offset, length);
+                  if (offset + length == payload.size()) cancel->MarkWritten();
+                  return true;
+                },
+                "application/json");
   if (cancel != nullptr) {
     cancel->Detach();
     if (!result && cancel->cancelled()) {
@@ -116,7 +143,7 @@ absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& re
 absl::StatusOr<nlohmann::json> EngineHttp::PostExpectSuccess(const std::string& path,
                                                              const nlohmann::json& body,
                                                              absl::Duration timeout,
-                                                             HttpCancel* cancel) const {
+                                                             HttpCallControl* cancel) const {
   auto reply = Post(path, body, timeout, cancel);
   if (!reply.ok()) return reply.status();
   nlohmann::json parsed = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);

@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 #define WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 
+#include <condition_variable>
 #include <mutex>
 #include <string>
 
@@ -20,20 +21,28 @@ struct HttpReply {
   std::string content_type;
 };
 
-// Lets another thread end a request in flight (an update request whose bucket can no longer
-// arrive, because the collective was aborted, must not hold the update until its deadline).
-class HttpCancel {
+// Watches one request from another thread: it can end the request in flight (an update request
+// whose bucket can no longer arrive, because the collective was aborted, must not hold the update
+// until its deadline), and tells when the whole request has been written to the engine.
+class HttpCallControl {
  public:
   void Cancel();
   bool cancelled() const;
+  // True once the request's last byte went to the socket; false at the deadline, or if the call
+  // ended without writing it.
+  bool WaitWritten(absl::Time deadline);
 
  private:
   friend class EngineHttp;
   // Returns false when already cancelled.
   bool Attach(httplib::Client* client);
   void Detach();
+  void MarkWritten();
   mutable std::mutex mu_;
+  std::condition_variable cv_;
   bool cancelled_ = false;
+  bool written_ = false;
+  bool ended_ = false;
   httplib::Client* client_ = nullptr;
 };
 
@@ -47,14 +56,14 @@ class EngineHttp {
   explicit EngineHttp(std::string base_url);
 
   absl::StatusOr<HttpReply> Post(const std::string& path, const nlohmann::json& body,
-                                 absl::Duration timeout, HttpCancel* cancel = nullptr) const;
+                                 absl::Duration timeout, HttpCallControl* cancel = nullptr) const;
   absl::StatusOr<HttpReply> Get(const std::string& path, absl::Duration timeout) const;
 
   // POSTs and requires a 2xx reply whose JSON, if it has "success", says true.
   absl::StatusOr<nlohmann::json> PostExpectSuccess(const std::string& path,
                                                    const nlohmann::json& body,
                                                    absl::Duration timeout,
-                                                   HttpCancel* cancel = nullptr) const;
+                                                   HttpCallControl* cancel = nullptr) const;
   absl::StatusOr<nlohmann::json> GetJson(const std::string& path, absl::Duration timeout) const;
 
   const std::string& base_url() const { return base_url_; }

@@ -81,7 +81,7 @@ nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
 
 absl::Status SglangAdapter::PostBucket(const BucketManifest& manifest,
                                        const std::string& group_name, absl::Time deadline,
-                                       HttpCancel* cancel) {
+                                       HttpCallControl* cancel) {
   absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
   return http_
       .PostExpectSuccess("/update_weights_from_distributed",

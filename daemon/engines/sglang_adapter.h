@@ -26,7 +26,7 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;
   absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
-                          absl::Time deadline, HttpCancel* cancel) override;
+                          absl::Time deadline, HttpCallControl* cancel) override;
   absl::Status FinishUpdate(const std::string& version) override;
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
