@@ -57,9 +57,11 @@ struct UpdateContext {
   int device = 0;
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
-  // A bucket at least this large proves, by leaving rank 0, that every receiver is inside its
-  // request (NCCL and TCP buffer only a few MiB), so the next request may be posted before the
-  // engines answer: they take requests in arrival order. Smaller buckets wait for the answers.
+  // Once a bucket at least this large has left rank 0 and its requests are fully written, the
+  // next bucket's request goes out before the engines answer: engines take update requests one at
+  // a time in arrival order, and a large bucket leaving rank 0 means the engines are receiving it
+  // (NCCL and TCP buffer only some MiB), so at most one request waits behind it. Smaller buckets
+  // wait for the answers.
   uint64_t pipeline_min_bytes = 64ull << 20;
   bool verify_checksums = true;
 };
