@@ -203,6 +203,7 @@ absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcast(
   if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
   job.ticket = next_ticket_++;
   const uint64_t ticket = job.ticket;
+  unwaited_.insert(ticket);
   jobs_.push_back(std::move(job));
   jobs_cv_.notify_all();
   return ticket;
@@ -242,7 +243,9 @@ void HostRootCommunicator::SendLoop() {
 absl::StatusOr<BroadcastTiming> HostRootCommunicator::WaitBroadcast(uint64_t ticket,
                                                                     absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (ticket >= next_ticket_) return absl::InvalidArgumentError("no such broadcast ticket");
+  if (unwaited_.erase(ticket) == 0) {
+    return absl::InvalidArgumentError("no such broadcast ticket, or it was already waited");
+  }
   // A job's own deadline makes the sender report which ranks are stuck; the grace lets that
   // message, rather than this generic one, reach the caller.
   const absl::Time give_up = deadline + absl::Milliseconds(500);

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -85,6 +86,7 @@ class HostRootCommunicator final : public RootCommunicator {
   std::condition_variable jobs_cv_;  // guarded by mu_, like the fields below
   std::deque<Job> jobs_;
   std::map<uint64_t, absl::StatusOr<BroadcastTiming>> done_;
+  std::set<uint64_t> unwaited_;  // tickets issued and not yet waited
   uint64_t next_ticket_ = 0;
   absl::Time last_end_ = absl::InfinitePast();
   bool stopping_ = false;

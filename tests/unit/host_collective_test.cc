@@ -64,6 +64,54 @@ TEST(HostCollective, BroadcastsSlotBytesToEveryRankInOrder) {
   }
 }
 
+TEST(HostCollective, QueuedTicketsGoOutInOrderOnePiecePerCollective) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto slot = ShmSlot::Create(0, 1 << 20);
+  ASSERT_TRUE(slot.ok());
+  auto* bytes = static_cast<uint8_t*>((*slot)->data());
+  for (int i = 0; i < (1 << 20); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 1);
+  // Three pieces in the first ticket (as per-tensor buckets send), one in the second; the peer
+  // posts one receive per piece, in order, with each piece's own size.
+  const std::vector<uint64_t> sizes = {1000, 8, 4096, 70000};
+  std::vector<std::vector<uint8_t>> got;
+  absl::Status peer_status;
+  std::thread peer([&] {
+    auto p = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+    if (!p.ok()) {
+      peer_status = p.status();
+      return;
+    }
+    for (uint64_t n : sizes) {
+      got.emplace_back(n);
+      peer_status = (*p)->Receive(got.back().data(), n, absl::Now() + absl::Seconds(5));
+      if (!peer_status.ok()) return;
+    }
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  auto first = (*root)->StartBroadcast(
+      **slot, {{0, 500, DType::kInt16}, {1000, 2, DType::kFloat32}, {2000, 4096, DType::kUint8}},
+      deadline);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = (*root)->StartBroadcast(**slot, {{100000, 70000, DType::kUint8}}, deadline);
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto t1 = (*root)->WaitBroadcast(*first, deadline);
+  auto t2 = (*root)->WaitBroadcast(*second, deadline);
+  peer.join();
+  ASSERT_TRUE(peer_status.ok()) << peer_status;
+  ASSERT_TRUE(t1.ok()) << t1.status();
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  EXPECT_GE(t1->active_seconds, 0);
+  EXPECT_GE(t2->idle_before_seconds, 0);
+  const std::vector<uint64_t> offsets = {0, 1000, 2000, 100000};
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    ASSERT_EQ(0, std::memcmp(got[k].data(), bytes + offsets[k], sizes[k])) << "piece " << k;
+  }
+  EXPECT_EQ((*root)->WaitBroadcast(*second, deadline).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a ticket is waited once";
+}
+
 TEST(HostCollective, MissingRanksAreNamedAtTheDeadline) {
   auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 4);
   ASSERT_TRUE(root.ok());
