@@ -178,6 +178,8 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   resp->set_updates_failed(v.failed);
   resp->set_bytes_sent(v.bytes_sent);
   resp->set_listen(listen_);
+  resp->set_checksum(core_->options().checksum);
+  resp->set_pipeline_min_bytes(core_->options().pipeline_min_bytes);
   return grpc::Status::OK;
 }
 

@@ -123,6 +123,26 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
             conn.send((False, f"{type(e).__name__}: {e}"))
 
 
+class FifoLock:
+    """A lock handed over in arrival order, as SGLang's asyncio lock is (threading.Lock is not)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.next_ticket = 0
+        self.serving = 0
+
+    def __enter__(self):
+        with self.cond:
+            ticket = self.next_ticket
+            self.next_ticket += 1
+            self.cond.wait_for(lambda: self.serving == ticket)
+
+    def __exit__(self, *exc):
+        with self.cond:
+            self.serving += 1
+            self.cond.notify_all()
+
+
 class Engine:
     def __init__(self, gpus, die_at_update):
         ctx = mp.get_context("spawn")
@@ -132,7 +152,7 @@ class Engine:
             p = ctx.Process(target=rank_main, args=(gpu, tp_rank, child, die_at_update), daemon=True)
             p.start()
             self.ranks.append((p, parent))
-        self.lock = threading.Lock()  # SGLang serialises weight updates
+        self.lock = FifoLock()  # SGLang serialises weight updates, in arrival order
         self.group = None
         self.rank_offset = 0
         self.weight_version = "default"

@@ -153,7 +153,10 @@ TEST_F(ProcessTest, WsyncctlShowsEverythingAsTablesAndJson) {
   EXPECT_THAT(buffers, HasSubstr("host-shm"));
   EXPECT_THAT(buffers, HasSubstr(client->session_id()));
   EXPECT_THAT(Ctl({"updates"}).second, HasSubstr("committed"));
-  EXPECT_THAT(Ctl({"status"}).second, HasSubstr("updates committed  1"));
+  const std::string status = Ctl({"status"}).second;
+  EXPECT_THAT(status, ::testing::ContainsRegex("updates committed +1\n"));
+  EXPECT_THAT(status, ::testing::ContainsRegex("checksum +crc32\n"));
+  EXPECT_THAT(status, ::testing::ContainsRegex("pipeline min bytes +64.0 MiB\n"));
   for (const std::string cmd : {"status", "groups", "engines", "buffers", "updates"}) {
     auto [jrc, json] = Ctl({"--json", cmd});
     EXPECT_EQ(jrc, 0) << cmd;

@@ -200,7 +200,21 @@ void SglangSim::Routes() {
       std::atomic<int>* open;
       ~Closer() { open->fetch_sub(1); }
     } closer{&open_updates_};
-    std::lock_guard<std::mutex> serial(update_mu_);
+    // SGLang serialises weight updates behind an asyncio lock, which hands over in arrival order;
+    // a plain mutex would not, so requests take a ticket.
+    std::unique_lock<std::mutex> serial(update_mu_);
+    const uint64_t ticket = next_ticket_++;
+    update_cv_.wait(serial, [&] { return now_serving_ == ticket; });
+    struct Turn {
+      SglangSim* sim;
+      std::unique_lock<std::mutex>* lock;
+      ~Turn() {
+        if (!lock->owns_lock()) lock->lock();
+        ++sim->now_serving_;
+        sim->update_cv_.notify_all();
+      }
+    } turn{this, &serial};
+    serial.unlock();
     const int index = updates_.fetch_add(1);
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.contains("names") || !body.contains("dtypes") ||

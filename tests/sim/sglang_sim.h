@@ -7,6 +7,7 @@
 // tensors' bytes back to back in `names` order, rebuilt by byte-offset views). Knobs inject faults.
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -83,7 +84,10 @@ class SglangSim {
   std::atomic<int> max_open_updates_{0};
 
   mutable std::mutex mu_;  // state below
-  std::mutex update_mu_;   // SGLang serialises weight updates
+  std::mutex update_mu_;   // SGLang serialises weight updates, in arrival order:
+  std::condition_variable update_cv_;
+  uint64_t next_ticket_ = 0;  // guarded by update_mu_
+  uint64_t now_serving_ = 0;
   std::unique_ptr<Group> group_;
   std::string weight_version_ = "default";
   bool paused_ = false;
