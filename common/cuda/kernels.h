@@ -28,7 +28,7 @@ absl::Status BatchedCopy(const std::vector<CopyItem>& items, cudaStream_t stream
 absl::StatusOr<uint32_t> DeviceCrc32(const void* data, uint64_t bytes, cudaStream_t stream);
 
 // The same value through a kernel whose loads are coalesced (a warp reads 512 contiguous bytes at
-// a time); see tests/bench/kernel_bench for which is faster on a given GPU.
+// a time); see tests/gpu/kernel_bench for which is faster on a given GPU.
 absl::StatusOr<uint32_t> DeviceCrc32Coalesced(const void* data, uint64_t bytes,
                                               cudaStream_t stream);
 
