@@ -48,6 +48,9 @@ struct BroadcastPiece {
   uint64_t bytes() const { return count * DTypeSize(dtype); }
 };
 
+// OUT_OF_RANGE unless every piece lies inside the slot.
+absl::Status CheckPiecesFit(const SlotMemory& slot, const std::vector<BroadcastPiece>& pieces);
+
 // Where one broadcast's time went, seen from rank 0.
 struct BroadcastTiming {
   // Rank 0 had nothing queued between the previous broadcast's end and this one's start: the

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -35,6 +36,16 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   return static_cast<uint64_t>(value * static_cast<double>(mult));
 }
 
+namespace {
+
+// A size given as "512MiB" or as a number of bytes.
+absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value) {
+  if (value.is_string()) return ParseByteSize(value.get<std::string>());
+  return value.get<uint64_t>();
+}
+
+}  // namespace
+
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
@@ -50,21 +61,14 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     if (j.contains("mode")) config->daemon.mode = j["mode"].get<std::string>();
     if (j.contains("slots")) config->daemon.slots_per_device = j["slots"].get<uint32_t>();
     if (j.contains("slot_bytes")) {
-      auto bytes = j["slot_bytes"].is_string()
-                       ? ParseByteSize(j["slot_bytes"].get<std::string>())
-                       : absl::StatusOr<uint64_t>(j["slot_bytes"].get<uint64_t>());
-      if (!bytes.ok()) return bytes.status();
-      config->daemon.slot_bytes = *bytes;
+      WSYNC_ASSIGN_OR_RETURN(config->daemon.slot_bytes, ByteSizeValue(j["slot_bytes"]));
     }
     if (j.contains("bucket_timeout_s")) {
       config->daemon.bucket_timeout = absl::Seconds(j["bucket_timeout_s"].get<double>());
     }
     if (j.contains("pipeline_min_bytes")) {
-      auto bytes = j["pipeline_min_bytes"].is_string()
-                       ? ParseByteSize(j["pipeline_min_bytes"].get<std::string>())
-                       : absl::StatusOr<uint64_t>(j["pipeline_min_bytes"].get<uint64_t>());
-      if (!bytes.ok()) return bytes.status();
-      config->daemon.pipeline_min_bytes = *bytes;
+      WSYNC_ASSIGN_OR_RETURN(config->daemon.pipeline_min_bytes,
+                             ByteSizeValue(j["pipeline_min_bytes"]));
     }
     if (j.contains("checksum")) {
       config->daemon.checksum = j["checksum"].get<std::string>();

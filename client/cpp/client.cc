@@ -10,7 +10,6 @@
 #endif
 
 namespace wsync {
-namespace {}  // namespace
 
 absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info, int device) {
   if (info.kind() == v1::SLOT_MEMORY_HOST_SHM) {

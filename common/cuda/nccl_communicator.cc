@@ -138,11 +138,9 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcast(
     return absl::FailedPreconditionError(
         absl::StrCat("NCCL broadcasts from a CUDA slot of device ", device_));
   }
+  WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
   std::vector<ncclDataType_t> types;
   for (const BroadcastPiece& p : pieces) {
-    if (p.offset > slot.bytes() || p.bytes() > slot.bytes() - p.offset) {
-      return absl::OutOfRangeError("broadcast range exceeds the slot");
-    }
     WSYNC_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(p.dtype));
     types.push_back(type);
   }

@@ -191,11 +191,9 @@ absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcast(
   if (slot.kind() != MemoryKind::kHostShm) {
     return absl::FailedPreconditionError("the host collective can only send host-memory slots");
   }
+  WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
   Job job{0, {}, deadline};
   for (const BroadcastPiece& p : pieces) {
-    if (p.offset > slot.bytes() || p.bytes() > slot.bytes() - p.offset) {
-      return absl::OutOfRangeError("broadcast range exceeds the slot");
-    }
     job.pieces.emplace_back(static_cast<const char*>(slot.data()) + p.offset, p.bytes());
   }
   WSYNC_RETURN_IF_ERROR(WaitForPeers(deadline));

@@ -83,12 +83,11 @@ void UpdateRun::ReleaseSlot(uint32_t slot, SlotState from) {
   (void)pool_->Transition(context_.device, slot, context_.session_id, from, SlotState::kFilling);
 }
 
-void UpdateRun::ReportFailure(absl::Status status, const std::vector<EngineOutcome>& outcomes) {
+void UpdateRun::ReportFailure(absl::Status status) {
   UpdateOutcome early;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Fail(std::move(status));
-    for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
     cv_.notify_all();
     if (failure_reported_) return;
     failure_reported_ = true;
@@ -158,7 +157,7 @@ void UpdateRun::SenderLoop() {
     }
     if (!status.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
-      ReportFailure(status, {});
+      ReportFailure(status);
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -220,7 +219,7 @@ void UpdateRun::CompletionLoop() {
       cv_.notify_all();
     }
     if (!status.ok()) {
-      ReportFailure(status, {});
+      ReportFailure(status);
       continue;
     }
     if (failed_before) continue;
@@ -264,10 +263,7 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
       Fail(reason);
       // Buckets not yet on the wire are dropped; one already sending completes (or times out),
       // so no engine sees part of a bucket.
-      for (const Pending& p : queue_) {
-        (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
-                                SlotState::kFilling);
-      }
+      for (const Pending& p : queue_) ReleaseSlot(p.slot, SlotState::kQueued);
       queue_.clear();
     }
     closing_ = true;

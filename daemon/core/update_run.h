@@ -107,7 +107,7 @@ class UpdateRun {
   void CompletionLoop();
   absl::Status Verify(const Pending& p);
   // Records the first failure and tells the trainer at once (once).
-  void ReportFailure(absl::Status status, const std::vector<EngineOutcome>& outcomes);
+  void ReportFailure(absl::Status status);
   void ReleaseSlot(uint32_t slot, SlotState from);
   void Fail(absl::Status status);
   UpdateOutcome Finish(bool commit, absl::Status reason);

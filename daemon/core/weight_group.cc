@@ -77,6 +77,16 @@ WeightGroup::WeightGroup(GroupSpec spec, Platform* platform, GroupOptions option
     offset += e.ranks;
   }
   world_size_ = offset;
+  // Fixed for the group's life; every bucket hands them to its transfer.
+  std::vector<std::string> parts;
+  for (const auto& a : adapters_) {
+    adapter_ptrs_.push_back(a.get());
+    const EngineEndpoint& e = a->endpoint();
+    parts.push_back(e.ranks == 1 ? absl::StrCat("rank ", e.rank_offset, " = ", e.url)
+                                 : absl::StrCat("ranks ", e.rank_offset, "-",
+                                                e.rank_offset + e.ranks - 1, " = ", e.url));
+  }
+  rank_map_ = absl::StrJoin(parts, ", ");
 }
 
 WeightGroup::~WeightGroup() {
@@ -93,17 +103,6 @@ std::vector<absl::Status> WeightGroup::OnEngines(
   }
   for (auto& t : threads) t.join();
   return results;
-}
-
-std::string WeightGroup::RankMap() const {
-  std::vector<std::string> parts;
-  for (const auto& a : adapters_) {
-    const EngineEndpoint& e = a->endpoint();
-    parts.push_back(e.ranks == 1 ? absl::StrCat("rank ", e.rank_offset, " = ", e.url)
-                                 : absl::StrCat("ranks ", e.rank_offset, "-",
-                                                e.rank_offset + e.ranks - 1, " = ", e.url));
-  }
-  return absl::StrJoin(parts, ", ");
 }
 
 void WeightGroup::DestroyOnEnginesLocked() {
@@ -175,7 +174,7 @@ absl::Status WeightGroup::FormLocked() {
   state_ = GroupState::kReady;
   WSYNC_LOG(Info, "group ", spec_.name, " ready: world ", world_size_, ", store ",
             options_.advertise_address, ":", store_->port(), ", ", comm_->Describe(), ", ",
-            RankMap());
+            rank_map_);
   return absl::OkStatus();
 }
 
@@ -272,10 +271,8 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(SlotMem
     }
     comm = comm_.get();
   }
-  std::vector<EngineAdapter*> adapters;
-  for (const auto& a : adapters_) adapters.push_back(a.get());
   return BucketTransfer::Start(
-      adapters, comm, slot, std::move(manifest), spec_.name, RankMap(), deadline,
+      adapter_ptrs_, comm, slot, std::move(manifest), spec_.name, rank_map_, deadline,
       [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
 }
 

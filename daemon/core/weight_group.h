@@ -99,7 +99,6 @@ class WeightGroup {
   void DestroyOnEnginesLocked();
   std::vector<absl::Status> OnEngines(const std::function<absl::Status(EngineAdapter&)>& fn);
   absl::Status WaitForRegistration();
-  std::string RankMap() const;
   void MarkBroken(const absl::Status& status);
   // What the group's rendezvous store saw (which engine processes connected and fetched the id),
   // or "" when it saw nothing wrong.
@@ -110,6 +109,8 @@ class WeightGroup {
   const GroupOptions options_;
   uint32_t world_size_ = 1;
   std::vector<std::unique_ptr<EngineAdapter>> adapters_;
+  std::vector<EngineAdapter*> adapter_ptrs_;
+  std::string rank_map_;  // "rank 1 = URL, ranks 2-3 = URL"
 
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;

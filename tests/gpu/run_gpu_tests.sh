@@ -68,10 +68,23 @@ for _ in $(seq 1 300); do
     { [[ $ngpu -lt 4 ]] || curl -s localhost:30002/health >/dev/null; } && break
   sleep 0.2
 done
+# Runs the Qwen2 trainer against group "policy": push LOG TIMEOUT_S trainer_push.py-args...
+push() {
+  local log=$1 limit=$2
+  shift 2
+  timeout "$limit" python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" \
+    --python-client client/python "$@" 2>&1 | tee -a "$LOGS/$log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+}
+# Drops group "policy" and makes it again: regroup LOG [create-group options...]
+regroup() {
+  local log=$1
+  shift
+  $B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee -a "$LOGS/$log"
+  $B/bin/wsyncctl --socket $sock create-group policy "$@" "${spec[@]}" 2>&1 | tee -a "$LOGS/$log"
+}
 $B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee "$LOGS/create-group.log"
-timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 3 \
-  --python-client client/python 2>&1 | tee "$LOGS/trainer.log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+push trainer.log 300 --versions 3
 
 if want kill; then
 step "engine killed mid-update: the update fails within the deadline; a replacement recovers"
@@ -80,46 +93,28 @@ python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 --die-at-update 1
   >"$LOGS/engine1-dies.log" 2>&1 & dying=$!
 for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
 # A restarted engine lost its group: re-create the group so the kill happens mid-update.
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/kill.log"
-$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$LOGS/kill.log"
-timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
-  --version-prefix killed- --expect-failure "http://127.0.0.1:30001" \
-  --python-client client/python 2>&1 | tee -a "$LOGS/kill.log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+regroup kill.log
+push kill.log 200 --versions 1 --version-prefix killed- --expect-failure "http://127.0.0.1:30001"
 timeout 30 tail --pid=$dying -f /dev/null; kill -9 $dying 2>/dev/null
 wait $dying; echo "dying engine exit code: $? (17 = died as asked)" | tee -a "$LOGS/kill.log"
 python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$LOGS/engine1-new.log" 2>&1 & pids+=($!)
 for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
-timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
-  --version-prefix after-kill- --python-client client/python 2>&1 | tee -a "$LOGS/kill.log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+push kill.log 200 --versions 1 --version-prefix after-kill-
 fi
 if want per_tensor; then
 step "per-tensor format (load_format null): one typed broadcast per tensor"
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/per-tensor.log"
-$B/bin/wsyncctl --socket $sock create-group policy --load-format per_tensor "${spec[@]}" 2>&1 | \
-  tee -a "$LOGS/per-tensor.log"
-timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 2 \
-  --version-prefix per-tensor- --python-client client/python 2>&1 | tee -a "$LOGS/per-tensor.log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
-
+regroup per-tensor.log --load-format per_tensor
+push per-tensor.log 200 --versions 2 --version-prefix per-tensor-
 fi
 if want memory; then
 step "20 consecutive updates: wsyncd's GPU memory stays flat"
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/memory.log"
-$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$LOGS/memory.log"
-timeout 300 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 20 \
-  --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5 --python-client client/python \
-  2>&1 | tee -a "$LOGS/memory.log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+regroup memory.log
+push memory.log 300 --versions 20 --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5
 fi
 if want dtensor; then
 step "DTensors: the Python client gathers each with full_tensor()"
-$B/bin/wsyncctl --socket $sock destroy-group policy 2>&1 | tee "$LOGS/dtensor.log"
-$B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee -a "$LOGS/dtensor.log"
-timeout 200 python3 tests/gpu/trainer_push.py --socket $sock --engines "$engines" --versions 1 \
-  --version-prefix dtensor- --dtensor --python-client client/python 2>&1 | tee -a "$LOGS/dtensor.log"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+regroup dtensor.log
+push dtensor.log 200 --versions 1 --version-prefix dtensor- --dtensor
 fi
 $B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$LOGS/updates.txt"
 $B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$LOGS/updates.txt"

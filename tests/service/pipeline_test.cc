@@ -52,13 +52,7 @@ TEST_F(ServiceFixture, SmallBucketsWaitForTheAnswersBeforeTheNextRequest) {
 TEST_F(PipelinedFixture, PerTensorGroupReceivesEveryTensorAsItsOwnBroadcast) {
   CreatePolicyGroup("per_tensor");
   EXPECT_EQ(GetGroup("policy").load_format(), "per_tensor");
-  for (uint32_t v = 1; v <= 2; ++v) {
-    auto model = SmallModel(v);
-    auto result = client_->Push("policy", absl::StrCat("v", v), Refs(model));
-    ASSERT_TRUE(result.ok()) << result.status();
-    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", v), 1);
-    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", v), 2);
-  }
+  for (uint32_t v = 1; v <= 2; ++v) PushAndExpectHeld(absl::StrCat("v", v), SmallModel(v));
 }
 
 TEST_F(PipelinedFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) {
@@ -74,11 +68,7 @@ TEST_F(PipelinedFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) 
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr(sim_b_.url));
   EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
   // The group re-forms and the engines read exactly the next update's bytes.
-  auto model = SmallModel(3);
-  auto result = client_->Push("policy", "v3", Refs(model));
-  ASSERT_TRUE(result.ok()) << result.status();
-  ExpectHolds(*sim_a_.sim, model, "v3", 1);
-  ExpectHolds(*sim_b_.sim, model, "v3", 2);
+  PushAndExpectHeld("v3", SmallModel(3));
 }
 
 TEST_F(PipelinedFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot) {
@@ -96,11 +86,7 @@ TEST_F(PipelinedFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot
     return model;
   };
   for (auto [version, rows] : {std::pair{1u, 768}, std::pair{2u, 768}, std::pair{3u, 1280}}) {
-    auto model = make(version, rows);
-    auto result = client_->Push("policy", absl::StrCat("v", version), Refs(model));
-    ASSERT_TRUE(result.ok()) << result.status();
-    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", version), 1);
-    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", version), 2);
+    PushAndExpectHeld(absl::StrCat("v", version), make(version, rows));
   }
   v1::ListBuffersResponse buffers;
   grpc::ClientContext ctx;

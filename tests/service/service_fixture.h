@@ -173,6 +173,14 @@ class ServiceFixture : public ::testing::Test {
     }
   }
 
+  // Pushes `model` to group "policy"; every rank of both simulators must then hold it.
+  void PushAndExpectHeld(const std::string& version, const std::vector<OwnedTensor>& model) {
+    auto result = client_->Push("policy", version, Refs(model));
+    ASSERT_TRUE(result.ok()) << result.status();
+    ExpectHolds(*sim_a_.sim, model, version, 1);
+    ExpectHolds(*sim_b_.sim, model, version, 2);
+  }
+
   void SetKnobs(const RunningSim& sim, const std::string& json) {
     httplib::Client http(sim.url);
     auto r = http.Post("/sim/knobs", json, "application/json");

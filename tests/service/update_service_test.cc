@@ -1,8 +1,6 @@
 // The trainer and admin services end to end in one process: client -> in-process gRPC -> daemon
 // core -> host collective + HTTP -> SGLang simulators.
 
-#include <httplib.h>
-
 #include <cstring>
 #include <thread>
 
@@ -198,13 +196,7 @@ TEST_F(ServiceFixture, EngineAnswering500FailsTheUpdateNamingItThenTheGroupRefor
   CreatePolicyGroup();
   ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
   // The next update request sim b receives answers HTTP 500.
-  {
-    httplib::Client http(sim_b_.url);
-    auto r = http.Post("/sim/knobs",
-                       absl::StrCat("{\"fail_update_at\": ", sim_b_.sim->updates_received(), "}"),
-                       "application/json");
-    ASSERT_TRUE(r && r->status == 200);
-  }
+  SetKnobs(sim_b_, absl::StrCat("{\"fail_update_at\": ", sim_b_.sim->updates_received(), "}"));
   const absl::Time t0 = absl::Now();
   auto failed = client_->Push("policy", "v2", Refs(SmallModel(2)));
   EXPECT_LT(absl::Now() - t0, absl::Seconds(3)) << "a 500 must not wait for the bucket deadline";
@@ -215,19 +207,12 @@ TEST_F(ServiceFixture, EngineAnswering500FailsTheUpdateNamingItThenTheGroupRefor
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr("HTTP 500"));
   EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
   EXPECT_EQ(Updates().back().state(), "failed");
-  auto model = SmallModel(3);
-  auto result = client_->Push("policy", "v3", Refs(model));
-  ASSERT_TRUE(result.ok()) << result.status();
-  ExpectHolds(*sim_a_.sim, model, "v3", 1);
-  ExpectHolds(*sim_b_.sim, model, "v3", 2);
+  PushAndExpectHeld("v3", SmallModel(3));
 }
 
 TEST_F(ServiceFixture, HungEngineFailsTheUpdateAtTheBucketDeadlineAndCanBeReplaced) {
   CreatePolicyGroup();
-  {
-    httplib::Client http(sim_a_.url);
-    ASSERT_TRUE(http.Post("/sim/knobs", "{\"hang_update_at\": 0}", "application/json"));
-  }
+  SetKnobs(sim_a_, R"({"hang_update_at": 0})");
   const absl::Time t0 = absl::Now();
   auto failed = client_->Push("policy", "v1", Refs(SmallModel(1)));
   const absl::Duration took = absl::Now() - t0;
