@@ -200,6 +200,7 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.idle_before_seconds = result_.idle_before_seconds();
   out.broadcast_seconds = result_.broadcast_seconds();
   out.answer_seconds = result_.answer_seconds();
+  out.request_late_seconds = result_.request_late_seconds();
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});

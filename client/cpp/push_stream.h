@@ -49,11 +49,13 @@ struct PushResult {
   double seconds = 0;
   std::vector<EngineResultView> engines;
   // The daemon's per-bucket timing, summed: slot checksum, rank 0 idle before a broadcast,
-  // broadcasts, and the engines' answers after the bytes left rank 0.
+  // broadcasts, the engines' answers after the bytes left rank 0, and the engines' wait for a
+  // request the daemon had not yet written.
   double verify_seconds = 0;
   double idle_before_seconds = 0;
   double broadcast_seconds = 0;
   double answer_seconds = 0;
+  double request_late_seconds = 0;
   double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
 };
 

@@ -60,7 +60,8 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                        {{"verify_seconds", result.verify_seconds},
                         {"idle_before_seconds", result.idle_before_seconds},
                         {"broadcast_seconds", result.broadcast_seconds},
-                        {"answer_seconds", result.answer_seconds}}}};
+                        {"answer_seconds", result.answer_seconds},
+                        {"request_late_seconds", result.request_late_seconds}}}};
   j["engines"] = nlohmann::json::array();
   for (const auto& e : result.engines) {
     j["engines"].push_back({{"engine", e.engine},

@@ -2,16 +2,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace wsync {
 
 BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommunicator* comm,
-                               BucketManifest manifest, std::string rank_map, absl::Time deadline,
+                               BucketManifest manifest, std::string rank_map,
+                               std::shared_ptr<RequestGate> gate, absl::Time deadline,
                                FailureHook on_failure, Diagnosis diagnose)
     : adapters_(std::move(adapters)),
       comm_(comm),
       manifest_(std::move(manifest)),
       rank_map_(std::move(rank_map)),
+      gate_(std::move(gate)),
       deadline_(deadline),
       on_failure_(std::move(on_failure)),
       diagnose_(std::move(diagnose)),
@@ -23,12 +26,15 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommuni
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
     BucketManifest manifest, const std::string& group_name, std::string rank_map,
-    absl::Time deadline, FailureHook on_failure, Diagnosis diagnose) {
+    std::shared_ptr<RequestGate> gate, absl::Time deadline, FailureHook on_failure,
+    Diagnosis diagnose) {
   if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
   std::vector<BroadcastPiece> pieces = adapters.front()->BroadcastPieces(manifest);
   auto transfer = std::unique_ptr<BucketTransfer>(
-      new BucketTransfer(adapters, comm, std::move(manifest), std::move(rank_map), deadline,
-                         std::move(on_failure), std::move(diagnose)));
+      new BucketTransfer(adapters, comm, std::move(manifest), std::move(rank_map), std::move(gate),
+                         deadline, std::move(on_failure), std::move(diagnose)));
+  // The request threads wait for the gate on their own: the first broadcast of a communicator
+  // returns only once the engines join it, which they do inside their requests.
   transfer->PostRequests(group_name);
   auto ticket = comm->StartBroadcast(slot, pieces, deadline);
   if (!ticket.ok()) {
@@ -55,6 +61,13 @@ BucketTransfer::~BucketTransfer() {
 void BucketTransfer::PostRequests(const std::string& group_name) {
   for (size_t i = 0; i < adapters_.size(); ++i) {
     threads_.emplace_back([this, i, group_name] {
+      if (absl::Status open = gate_->Wait(deadline_); !open.ok()) {
+        // This bucket's broadcast is queued and no engine will ever join it.
+        results_[i] = absl::CancelledError(absl::StrCat("request not sent: ", open.message()));
+        controls_[i]->Cancel();
+        comm_->Abort(results_[i].message());
+        return;
+      }
       results_[i] = adapters_[i]->PostBucket(manifest_, group_name, deadline_, controls_[i].get());
       if (!results_[i].ok() && !controls_[i]->cancelled()) comm_->Abort(results_[i].message());
     });
@@ -67,6 +80,7 @@ void BucketTransfer::JoinRequests() {
 }
 
 void BucketTransfer::Cancel() {
+  gate_->Close(absl::CancelledError("the bucket's broadcast failed"));
   for (auto& c : controls_) c->Cancel();
 }
 
@@ -84,6 +98,7 @@ absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
 bool BucketTransfer::WaitRequestsWritten() {
   bool all = true;
   for (auto& c : controls_) all = c->WaitWritten(deadline_) && all;
+  if (all) written_at_ = absl::Now();
   return all;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
+#include "daemon/core/request_gate.h"
 #include "daemon/engines/engine_adapter.h"
 
 namespace wsync {
@@ -20,10 +21,11 @@ struct EngineOutcome {
   absl::Status status;
 };
 
-// One bucket on its way to a group's engines: every engine's update request runs on its own
-// thread while the bucket's broadcast is queued on rank 0. The engine answers only after it has
-// received the bytes, so both must run at once; a failed request aborts the broadcast at once
-// rather than letting it run into the deadline.
+// One bucket on its way to a group's engines: the bucket's broadcast is queued on rank 0 at once,
+// and every engine's update request runs on its own thread, posted when the bucket's request gate
+// opens (see RequestGate). The engine answers only after it has received the bytes, so both must
+// run at once; a failed request, or one that can never be posted, aborts the collective at once
+// rather than letting the queued broadcast run into the deadline.
 class BucketTransfer {
  public:
   // Called once with the combined error when the bucket fails.
@@ -34,7 +36,8 @@ class BucketTransfer {
   static absl::StatusOr<std::unique_ptr<BucketTransfer>> Start(
       const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
       BucketManifest manifest, const std::string& group_name, std::string rank_map,
-      absl::Time deadline, FailureHook on_failure, Diagnosis diagnose = {});
+      std::shared_ptr<RequestGate> gate, absl::Time deadline, FailureHook on_failure,
+      Diagnosis diagnose = {});
   ~BucketTransfer();
 
   // Waits until the bucket has left rank 0: its slot may be refilled.
@@ -42,6 +45,8 @@ class BucketTransfer {
   // Waits until every engine's request has been written out (false if one never was). A later
   // request goes out only after this, so an engine cannot take it first.
   bool WaitRequestsWritten();
+  // When the last engine request was fully written (after WaitRequestsWritten returned true).
+  absl::Time requests_written_at() const { return written_at_; }
   // Waits for every engine's answer. The error names the engines (or ranks) at fault.
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes);
 
@@ -49,8 +54,8 @@ class BucketTransfer {
   // Ends the requests early; only once the broadcast has failed (the bytes will never arrive).
   void Cancel();
   BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommunicator* comm,
-                 BucketManifest manifest, std::string rank_map, absl::Time deadline,
-                 FailureHook on_failure, Diagnosis diagnose);
+                 BucketManifest manifest, std::string rank_map, std::shared_ptr<RequestGate> gate,
+                 absl::Time deadline, FailureHook on_failure, Diagnosis diagnose);
   void PostRequests(const std::string& group_name);
   void JoinRequests();
 
@@ -58,12 +63,14 @@ class BucketTransfer {
   RootCommunicator* comm_;
   const BucketManifest manifest_;
   const std::string rank_map_;
+  std::shared_ptr<RequestGate> gate_;
   const absl::Time deadline_;
   FailureHook on_failure_;
   Diagnosis diagnose_;
   uint64_t ticket_ = 0;
   absl::Status sent_;
   bool waited_sent_ = false;
+  absl::Time written_at_ = absl::InfinitePast();
   std::vector<absl::Status> results_;
   std::vector<std::unique_ptr<HttpCallControl>> controls_;
   std::vector<std::thread> threads_;

@@ -116,6 +116,9 @@ absl::Status UpdateRun::Verify(const Pending& p) {
 }
 
 void UpdateRun::SenderLoop() {
+  // The first bucket's requests go out at once; each later one's when its predecessor opens it.
+  auto gate = std::make_shared<RequestGate>();
+  gate->Open();
   while (true) {
     Pending p;
     {
@@ -136,21 +139,15 @@ void UpdateRun::SenderLoop() {
     absl::Status status = Verify(p);
     const double verify_seconds =
         context_.verify_checksums ? absl::ToDoubleSeconds(absl::Now() - turn) : 0;
-    if (status.ok()) {
-      // The next request may go out only once the engines are certainly inside the previous one.
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return transfers_released_ >= transfers_started_ || !failure_.ok(); });
-      if (!failure_.ok()) {
-        ReleaseSlot(p.slot, SlotState::kSending);
-        continue;
-      }
-    }
     std::unique_ptr<BucketTransfer> transfer;
+    std::shared_ptr<RequestGate> successor;
     if (status.ok()) {
       auto started =
-          group_->StartBucket(*p.memory, p.manifest, absl::Now() + context_.bucket_timeout);
+          group_->StartBucket(*p.memory, p.manifest, gate, absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         transfer = std::move(*started);
+        successor = std::make_shared<RequestGate>();
+        gate = successor;
       } else {
         status = started.status();
       }
@@ -161,8 +158,8 @@ void UpdateRun::SenderLoop() {
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.push_back(InFlight{std::move(p), std::move(transfer), turn, verify_seconds});
-    ++transfers_started_;
+    in_flight_.push_back(
+        InFlight{std::move(p), std::move(transfer), std::move(successor), turn, verify_seconds});
     cv_.notify_all();
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -188,15 +185,14 @@ void UpdateRun::CompletionLoop() {
     const uint64_t span = p.manifest.span_bytes();
     auto sent = f.transfer->WaitSent();
     const absl::Time sent_at = absl::Now();
+    const bool written = sent.ok() && f.transfer->WaitRequestsWritten();
     // Early only if the bytes have left rank 0 (so the engines are inside this request) and this
     // request is fully written (so the next one cannot reach an engine first).
-    const bool early_release =
-        sent.ok() && span >= context_.pipeline_min_bytes && f.transfer->WaitRequestsWritten();
+    const bool early_release = written && span >= context_.pipeline_min_bytes;
+    if (early_release) f.successor->Open();
     if (sent.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);
-      if (early_release) ++transfers_released_;
-      cv_.notify_all();
       if (!failure_.ok()) failed_before = true;
     }
     if (sent.ok() && !failed_before) events_->SlotFree(p.slot);
@@ -206,8 +202,8 @@ void UpdateRun::CompletionLoop() {
     if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      // The failure is recorded before the sender may go on, so it never starts another bucket
-      // on the broken group.
+      // The failure is recorded before the successor's requests may go, so none is posted to the
+      // broken group (its queued broadcast is aborted instead).
       if (status.ok()) {
         ++buckets_;
         bytes_ += span;
@@ -215,9 +211,19 @@ void UpdateRun::CompletionLoop() {
         Fail(status);
         for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
       }
-      if (!early_release) ++transfers_released_;
-      cv_.notify_all();
     }
+    if (status.ok()) {
+      f.successor->Open();
+    } else {
+      f.successor->Close(absl::AbortedError("an earlier bucket of this update failed"));
+    }
+    // How long the engines, done with the previous bucket, waited for this one's request.
+    const double request_late =
+        written && previous_answered_at_ != absl::InfinitePast()
+            ? std::max(0.0, absl::ToDoubleSeconds(f.transfer->requests_written_at() -
+                                                  previous_answered_at_))
+            : 0.0;
+    previous_answered_at_ = answered_at;
     if (!status.ok()) {
       ReportFailure(status);
       continue;
@@ -228,6 +234,7 @@ void UpdateRun::CompletionLoop() {
     timing.idle_before = sent->idle_before_seconds;
     timing.active = sent->active_seconds;
     timing.answer = absl::ToDoubleSeconds(answered_at - sent_at);
+    timing.request_late = request_late;
     timing.total = absl::ToDoubleSeconds(answered_at - f.turn);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -235,6 +242,7 @@ void UpdateRun::CompletionLoop() {
       totals_.idle_before += timing.idle_before;
       totals_.active += timing.active;
       totals_.answer += timing.answer;
+      totals_.request_late += timing.request_late;
       totals_.total += timing.total;
     }
     events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()), timing);

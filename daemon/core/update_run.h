@@ -26,7 +26,10 @@ struct BucketTiming {
   double idle_before = 0;  // rank 0 had nothing queued before this bucket (daemon/trainer late)
   double active = 0;       // rank 0's broadcast: wire time plus waiting for the receivers
   double answer = 0;       // from the bytes leaving rank 0 to the engines' last answer
-  double total = 0;        // from the bucket's turn to the engines' last answer
+  // The engines had answered the previous bucket but this bucket's request was not yet written:
+  // the daemon's share of the engines' wait (the rest of `active` beyond the wire is theirs).
+  double request_late = 0;
+  double total = 0;  // from the bucket's turn to the engines' last answer
 };
 
 struct UpdateOutcome {
@@ -68,9 +71,11 @@ struct UpdateContext {
 
 // One update of one group from one session, as a pipeline: buckets are validated when they
 // arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
-// and starts its transfer (engine requests plus a queued broadcast) as soon as the previous bucket
-// is on the wire; the completion thread frees each slot when its bytes have left rank 0 and
-// collects the engines' answers. The trainer fills the next slot meanwhile.
+// and queues its broadcast at once, behind the previous bucket's on rank 0's stream; its engine
+// requests go out when the previous bucket opens its RequestGate (its bytes have left rank 0 and
+// its requests are written, or, below pipeline_min_bytes, it was answered). The completion thread
+// frees each slot when its bytes have left rank 0 and collects the engines' answers. The trainer
+// fills the next slot meanwhile.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;
@@ -100,6 +105,8 @@ class UpdateRun {
   struct InFlight {
     Pending pending;
     std::unique_ptr<BucketTransfer> transfer;
+    // The next bucket's requests wait on it; opened once this bucket lets them go.
+    std::shared_ptr<RequestGate> successor;
     absl::Time turn;
     double verify_seconds;
   };
@@ -123,8 +130,7 @@ class UpdateRun {
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   std::deque<InFlight> in_flight_;
-  uint64_t transfers_started_ = 0;
-  uint64_t transfers_released_ = 0;  // transfers whose successor may start
+  absl::Time previous_answered_at_ = absl::InfinitePast();  // completion thread only
   bool sender_done_ = false;
   bool failure_reported_ = false;
   bool closing_ = false;

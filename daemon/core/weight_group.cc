@@ -259,9 +259,9 @@ absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(SlotMemory& slot,
-                                                                         BucketManifest manifest,
-                                                                         absl::Time deadline) {
+absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
+    SlotMemory& slot, BucketManifest manifest, std::shared_ptr<RequestGate> gate,
+    absl::Time deadline) {
   RootCommunicator* comm;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -272,8 +272,8 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(SlotMem
     comm = comm_.get();
   }
   return BucketTransfer::Start(
-      adapter_ptrs_, comm, slot, std::move(manifest), spec_.name, rank_map_, deadline,
-      [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
+      adapter_ptrs_, comm, slot, std::move(manifest), spec_.name, rank_map_, std::move(gate),
+      deadline, [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
 }
 
 std::string WeightGroup::StoreReport() const {

@@ -75,11 +75,12 @@ class WeightGroup {
   // ready -> updating (re-forming a broken group first), then pauses generation.
   absl::Status BeginUpdate();
   absl::Status ValidateBucket(const BucketManifest& manifest) const;
-  // Posts every engine's update request and queues the broadcast of the slot's bytes; returns at
-  // once. If the transfer fails the collective is aborted, the group is broken, and the
-  // transfer's outcomes name the engines at fault.
+  // Queues the broadcast of the slot's bytes and posts every engine's update request once `gate`
+  // opens; returns at once. If the transfer fails the collective is aborted, the group is
+  // broken, and the transfer's outcomes name the engines at fault.
   absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot,
                                                               BucketManifest manifest,
+                                                              std::shared_ptr<RequestGate> gate,
                                                               absl::Time deadline);
   // updating -> ready: records the version on every engine and resumes generation.
   absl::Status FinishUpdate(const std::string& version, std::vector<EngineOutcome>* outcomes);

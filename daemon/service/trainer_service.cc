@@ -30,6 +30,7 @@ class StreamEvents final : public UpdateEvents {
     done->set_idle_before_seconds(timing.idle_before);
     done->set_broadcast_seconds(timing.active);
     done->set_answer_seconds(timing.answer);
+    done->set_request_late_seconds(timing.request_late);
     Write(e);
   }
   void SlotFree(uint32_t slot) override {
@@ -64,6 +65,7 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
   r->set_idle_before_seconds(outcome.bucket_totals.idle_before);
   r->set_broadcast_seconds(outcome.bucket_totals.active);
   r->set_answer_seconds(outcome.bucket_totals.answer);
+  r->set_request_late_seconds(outcome.bucket_totals.request_late);
   for (const EngineOutcome& o : outcome.engines) {
     auto* er = r->add_engines();
     er->set_engine(o.engine);

@@ -20,7 +20,8 @@ collect() {
 }
 trap collect EXIT
 # STEPS=kernels,kill,per_tensor,memory,dtensor,mismatch,bench picks steps (default: all); the Qwen2
-# trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
+# trainer test always runs. WSYNC_BENCH_ARGS adds benchmark flags (no quoted values);
+# WSYNC_BENCH_VARIANTS is its --variants value, e.g. 'no-checksum=--checksum none;4-slots=--slots 4'. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks.
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 B=build/dev-bundle
@@ -159,7 +160,7 @@ if want bench; then
     urls=$(IFS=,; echo "${bench_engines[*]:0:$n}")
     timeout ${WSYNC_BENCH_TIMEOUT:-420} python3 tests/bench/bench_update.py --wsyncd $B/bin/wsyncd \
       --nccl-lib "$NCCL_LIB" --engines "$urls" --python-client client/python \
-      --out "$LOGS/bench-$n" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee -a "$LOGS/bench.txt"
+      --out "$LOGS/bench-$n" --variants "${WSYNC_BENCH_VARIANTS:-}" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee -a "$LOGS/bench.txt"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   done
   for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null; done

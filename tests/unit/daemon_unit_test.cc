@@ -1,10 +1,13 @@
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/host/host_platform.h"
 #include "daemon/config.h"
 #include "daemon/core/buffer_pool.h"
+#include "daemon/core/request_gate.h"
 #include "daemon/core/weight_group.h"
 #include "daemon/engines/sglang_adapter.h"
 #include "daemon/service/status_mapping.h"
@@ -171,6 +174,34 @@ TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("http://127.0.0.1:1/get_server_info"));
   EXPECT_FALSE(a.Health().healthy);
+}
+
+TEST(RequestGate, WaitersGoWhenOpenedAndTheFirstDecisionStands) {
+  RequestGate gate;
+  absl::Status seen = absl::UnknownError("not yet");
+  std::thread waiter([&] { seen = gate.Wait(absl::Now() + absl::Seconds(10)); });
+  absl::SleepFor(absl::Milliseconds(20));
+  gate.Open();
+  waiter.join();
+  EXPECT_TRUE(seen.ok());
+  gate.Close(absl::AbortedError("too late"));
+  EXPECT_TRUE(gate.Wait(absl::Now()).ok());
+}
+
+TEST(RequestGate, ClosedGateGivesItsReasonAndAShutOneTimesOut) {
+  RequestGate closed;
+  closed.Close(absl::AbortedError("an earlier bucket of this update failed"));
+  closed.Open();
+  absl::Status s = closed.Wait(absl::Now() + absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("earlier bucket"));
+
+  RequestGate shut;
+  const absl::Time start = absl::Now();
+  s = shut.Wait(start + absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+  EXPECT_THAT(s.message(), HasSubstr("was not sent"));
 }
 
 TEST(BufferPool, LeasesADevicesSlotsToOneSessionAtATime) {

@@ -1,0 +1,34 @@
+#ifndef WSYNC_DAEMON_CORE_REQUEST_GATE_H_
+#define WSYNC_DAEMON_CORE_REQUEST_GATE_H_
+
+#include <condition_variable>
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace wsync {
+
+// Holds back one bucket's engine requests until the previous bucket says they may go. Engines
+// take update requests one at a time in arrival order, so request k+1 must not reach an engine
+// before it is inside request k; the bucket's broadcast, by contrast, is queued on rank 0 at once
+// (stream order keeps it behind bucket k), so the wire never waits for the daemon.
+class RequestGate {
+ public:
+  void Open();
+  // The requests will never be posted (an earlier bucket failed, or this one was cancelled).
+  // The first of Open and Close wins.
+  void Close(absl::Status why);
+  // OK once open; the Close status; DEADLINE_EXCEEDED when the deadline passes first.
+  absl::Status Wait(absl::Time deadline);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool decided_ = false;
+  absl::Status outcome_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_REQUEST_GATE_H_
