@@ -77,4 +77,10 @@ Crc32Operator Crc32Operator::ZeroBytes(uint64_t n) {
 
 std::string Crc32Hex(uint32_t crc) { return absl::StrFormat("%08x", crc); }
 
+Crc32OperatorTable::Crc32OperatorTable(const Crc32Operator& op) {
+  for (int b = 0; b < 4; ++b) {
+    for (uint32_t v = 0; v < 256; ++v) byte[b][v] = op.Apply(v << (8 * b));
+  }
+}
+
 }  // namespace wsync

@@ -25,6 +25,18 @@ struct Crc32Operator {
   static Crc32Operator ZeroBytes(uint64_t n);
 };
 
+// The same map as a Crc32Operator applied with four table lookups instead of 32 steps, for
+// merging many equal-length chunk CRCs.
+struct Crc32OperatorTable {
+  uint32_t byte[4][256] = {};
+  Crc32OperatorTable() = default;
+  explicit Crc32OperatorTable(const Crc32Operator& op);
+  uint32_t Apply(uint32_t crc) const {
+    return byte[0][crc & 0xFF] ^ byte[1][(crc >> 8) & 0xFF] ^ byte[2][(crc >> 16) & 0xFF] ^
+           byte[3][crc >> 24];
+  }
+};
+
 inline constexpr const char kChecksumName[] = "crc32";
 
 }  // namespace wsync

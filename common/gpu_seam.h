@@ -124,6 +124,13 @@ class MappedSlot {
     return absl::OkStatus();
   }
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+  // CopyBatch, then the checksum of the slot's first `span` bytes; the CUDA slot does both in one
+  // kernel launch, reading the bytes back while they are still in L2.
+  virtual absl::StatusOr<uint32_t> CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,
+                                                        uint64_t span) {
+    if (absl::Status s = CopyBatch(copies); !s.ok()) return s;
+    return Checksum(span);
+  }
   // Publishes the writes made so far to the daemon (records the slot event on GPUs).
   virtual absl::Status MarkWritten() = 0;
   // Returns once the writes published by MarkWritten are done (so their sources may be freed).

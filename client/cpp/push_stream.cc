@@ -129,12 +129,13 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
     spec->set_offset(pt.offset);
     spec->set_length(t.bytes);
   }
-  if (absl::Status s = slot.CopyBatch(copies); !s.ok()) return Fail(s);
   if (options_.checksums) {
     // The checksum waits for the copies, so once it is known the caller's tensors are free.
-    auto crc = slot.Checksum(bucket.bytes);
+    auto crc = slot.CopyBatchAndChecksum(copies, bucket.bytes);
     if (!crc.ok()) return Fail(crc.status());
     wire.set_checksum(*crc);
+  } else if (absl::Status s = slot.CopyBatch(copies); !s.ok()) {
+    return Fail(s);
   }
   if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
   // Without a checksum nothing has waited for the copies yet.

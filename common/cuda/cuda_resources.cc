@@ -30,10 +30,13 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) LogIfError(cudaSetDevice(previous_), "cudaSetDevice (restore)");
 }
 
-absl::StatusOr<std::unique_ptr<Stream>> Stream::Create(int device) {
+absl::StatusOr<std::unique_ptr<Stream>> Stream::Create(int device, bool urgent) {
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device));
+  int least = 0, greatest = 0;
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   cudaStream_t s = nullptr;
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  WSYNC_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, urgent ? greatest : least));
   return std::unique_ptr<Stream>(new Stream(device, s));
 }
 

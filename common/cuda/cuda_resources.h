@@ -30,7 +30,9 @@ class DeviceGuard {
 
 class Stream {
  public:
-  static absl::StatusOr<std::unique_ptr<Stream>> Create(int device);
+  // `urgent`: the device's greatest priority, so the block scheduler serves this stream's kernels
+  // (rank 0's broadcasts) before bulk work such as checksums queued at the same time.
+  static absl::StatusOr<std::unique_ptr<Stream>> Create(int device, bool urgent = false);
   ~Stream();
   cudaStream_t get() const { return stream_; }
   absl::Status Synchronize();

@@ -11,8 +11,9 @@ absl::StatusOr<std::unique_ptr<CudaSlot>> CudaSlot::Create(int device, uint64_t 
   WSYNC_ASSIGN_OR_RETURN(auto buffer, DeviceBuffer::Create(device, bytes));
   WSYNC_ASSIGN_OR_RETURN(auto event, IpcEvent::Create(device));
   WSYNC_ASSIGN_OR_RETURN(auto stream, Stream::Create(device));
-  return std::unique_ptr<CudaSlot>(
-      new CudaSlot(device, std::move(buffer), std::move(event), std::move(stream)));
+  WSYNC_ASSIGN_OR_RETURN(auto scratch, KernelScratch::Create(device));
+  return std::unique_ptr<CudaSlot>(new CudaSlot(device, std::move(buffer), std::move(event),
+                                                std::move(stream), std::move(scratch)));
 }
 
 absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
@@ -21,7 +22,7 @@ absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
   // The trainer recorded the event after its copies; the GPU orders the check after them, and
   // only this stream's result is waited for on the host.
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
-  return DeviceCrc32(buffer_->data(), bytes, stream_->get());
+  return DeviceCrc32(buffer_->data(), bytes, stream_->get(), scratch_.get());
 }
 
 absl::StatusOr<std::unique_ptr<CudaMappedSlot>> CudaMappedSlot::Open(
@@ -29,24 +30,19 @@ absl::StatusOr<std::unique_ptr<CudaMappedSlot>> CudaMappedSlot::Open(
   WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, memory_handle));
   WSYNC_ASSIGN_OR_RETURN(auto event, IpcEvent::Open(device, event_handle));
   WSYNC_ASSIGN_OR_RETURN(auto stream, Stream::Create(device));
-  return std::unique_ptr<CudaMappedSlot>(
-      new CudaMappedSlot(device, bytes, std::move(mapping), std::move(event), std::move(stream)));
+  WSYNC_ASSIGN_OR_RETURN(auto scratch, KernelScratch::Create(device));
+  return std::unique_ptr<CudaMappedSlot>(new CudaMappedSlot(
+      device, bytes, std::move(mapping), std::move(event), std::move(stream), std::move(scratch)));
 }
 
-CudaMappedSlot::~CudaMappedSlot() {
-  if (scratch_device_ != nullptr) {
-    // The work list may still be read by a copy queued on the caller's stream.
-    cudaStreamSynchronize(active_stream());
-    cudaFree(scratch_device_);
-  }
-}
+// The scratch's destructor waits for the last kernel that reads its work list.
+CudaMappedSlot::~CudaMappedSlot() = default;
 
 absl::Status CudaMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t bytes) {
   return CopyBatch({SlotCopy{offset, src, bytes}});
 }
 
-absl::Status CudaMappedSlot::CopyBatch(const std::vector<SlotCopy>& copies) {
-  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+absl::StatusOr<std::vector<CopyItem>> CudaMappedSlot::Stage(const std::vector<SlotCopy>& copies) {
   std::vector<CopyItem> device_items;
   auto* base = static_cast<char*>(mapping_->data());
   for (const SlotCopy& c : copies) {
@@ -57,30 +53,43 @@ absl::Status CudaMappedSlot::CopyBatch(const std::vector<SlotCopy>& copies) {
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, c.src) == cudaSuccess &&
         (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)) {
-      device_items.push_back(CopyItem{c.src, base + c.offset, c.bytes});
+      device_items.push_back(CopyItem{c.src, c.offset, c.bytes});
     } else {
       (void)cudaGetLastError();
       WSYNC_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(base + c.offset, c.src, c.bytes, cudaMemcpyDefault, active_stream()));
     }
   }
-  return BatchedCopy(device_items, active_stream(), &scratch_host_, &scratch_device_,
-                     &scratch_capacity_);
+  return device_items;
+}
+
+absl::Status CudaMappedSlot::CopyBatch(const std::vector<SlotCopy>& copies) {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<CopyItem> items, Stage(copies));
+  return BatchedCopy(items, mapping_->data(), active_stream(), scratch_.get());
+}
+
+absl::StatusOr<uint32_t> CudaMappedSlot::CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,
+                                                              uint64_t span) {
+  if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<CopyItem> items, Stage(copies));
+  return CopyAndCrc32(items, mapping_->data(), span, active_stream(), scratch_.get());
 }
 
 absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
   if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
-  return DeviceCrc32(mapping_->data(), bytes, active_stream());
-}
-
-absl::Status CudaMappedSlot::WaitWritten() {
-  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_->get()));
-  return absl::OkStatus();
+  return DeviceCrc32(mapping_->data(), bytes, active_stream(), scratch_.get());
 }
 
 absl::Status CudaMappedSlot::MarkWritten() {
   WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), active_stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaMappedSlot::WaitWritten() {
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(event_->get()));
   return absl::OkStatus();
 }
 

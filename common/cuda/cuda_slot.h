@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/cuda/cuda_resources.h"
+#include "common/cuda/kernels.h"
 #include "common/gpu_seam.h"
 
 namespace wsync::cuda {
@@ -27,15 +28,17 @@ class CudaSlot final : public SlotMemory {
 
  private:
   CudaSlot(int device, std::unique_ptr<DeviceBuffer> buffer, std::unique_ptr<IpcEvent> event,
-           std::unique_ptr<Stream> stream)
+           std::unique_ptr<Stream> stream, std::unique_ptr<KernelScratch> scratch)
       : device_(device),
         buffer_(std::move(buffer)),
         event_(std::move(event)),
-        stream_(std::move(stream)) {}
+        stream_(std::move(stream)),
+        scratch_(std::move(scratch)) {}
   int device_;
   std::unique_ptr<DeviceBuffer> buffer_;
   std::unique_ptr<IpcEvent> event_;
-  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Stream> stream_;  // checksums: the lowest priority, beside the broadcasts
+  std::unique_ptr<KernelScratch> scratch_;
 };
 
 // The trainer's mapping of a CudaSlot.
@@ -50,6 +53,8 @@ class CudaMappedSlot final : public MappedSlot {
   void* data() override { return mapping_->data(); }
   absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) override;
   absl::Status CopyBatch(const std::vector<SlotCopy>& copies) override;
+  absl::StatusOr<uint32_t> CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,
+                                                uint64_t span) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
   absl::Status MarkWritten() override;
   absl::Status WaitWritten() override;
@@ -60,21 +65,24 @@ class CudaMappedSlot final : public MappedSlot {
     return caller_stream_ != nullptr ? caller_stream_ : stream_->get();
   }
   CudaMappedSlot(int device, uint64_t bytes, std::unique_ptr<IpcMapping> mapping,
-                 std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream)
+                 std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream,
+                 std::unique_ptr<KernelScratch> scratch)
       : device_(device),
         bytes_(bytes),
         mapping_(std::move(mapping)),
         event_(std::move(event)),
-        stream_(std::move(stream)) {}
+        stream_(std::move(stream)),
+        scratch_(std::move(scratch)) {}
+  // Device copies become kernel work items; host sources are copied at once with
+  // cudaMemcpyAsync. Checks every range against the slot.
+  absl::StatusOr<std::vector<CopyItem>> Stage(const std::vector<SlotCopy>& copies);
   int device_;
   uint64_t bytes_;
   std::unique_ptr<IpcMapping> mapping_;
   std::unique_ptr<IpcEvent> event_;
   std::unique_ptr<Stream> stream_;
   cudaStream_t caller_stream_ = nullptr;
-  std::vector<uint8_t> scratch_host_;
-  void* scratch_device_ = nullptr;
-  size_t scratch_capacity_ = 0;
+  std::unique_ptr<KernelScratch> scratch_;
 };
 
 }  // namespace wsync::cuda

@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<NcclRootCommunicator>> NcclRootCommunicator::Crea
   WSYNC_RETURN_IF_ERROR(nccl->Check(nccl->GetUniqueId(&id), "ncclGetUniqueId"));
   auto comm = std::unique_ptr<NcclRootCommunicator>(new NcclRootCommunicator(
       nccl, device, world_size, std::string(id.internal, sizeof(id.internal))));
-  WSYNC_ASSIGN_OR_RETURN(comm->stream_, Stream::Create(device));
+  WSYNC_ASSIGN_OR_RETURN(comm->stream_, Stream::Create(device, /*urgent=*/true));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   WSYNC_RETURN_IF_ERROR(

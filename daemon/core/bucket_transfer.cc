@@ -18,7 +18,8 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommuni
       deadline_(deadline),
       on_failure_(std::move(on_failure)),
       diagnose_(std::move(diagnose)),
-      results_(adapters_.size()) {
+      results_(adapters_.size()),
+      answer_times_(adapters_.size(), absl::InfinitePast()) {
   for (size_t i = 0; i < adapters_.size(); ++i)
     controls_.push_back(std::make_unique<HttpCallControl>());
 }
@@ -69,6 +70,7 @@ void BucketTransfer::PostRequests(const std::string& group_name) {
         return;
       }
       results_[i] = adapters_[i]->PostBucket(manifest_, group_name, deadline_, controls_[i].get());
+      answer_times_[i] = absl::Now();
       if (!results_[i].ok() && !controls_[i]->cancelled()) comm_->Abort(results_[i].message());
     });
   }
@@ -98,8 +100,13 @@ absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
 bool BucketTransfer::WaitRequestsWritten() {
   bool all = true;
   for (auto& c : controls_) all = c->WaitWritten(deadline_) && all;
-  if (all) written_at_ = absl::Now();
   return all;
+}
+
+absl::Time BucketTransfer::requests_written_at() const {
+  absl::Time last = absl::InfinitePast();
+  for (const auto& c : controls_) last = std::max(last, c->written_at());
+  return last;
 }
 
 absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) {
@@ -107,6 +114,7 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
   // Without the broadcast the engines wait for bytes that never come.
   if (!sent_.ok()) Cancel();
   JoinRequests();
+  for (absl::Time t : answer_times_) answered_at_ = std::max(answered_at_, t);
   std::vector<std::string> errors;
   std::vector<std::string> cancelled;
   absl::Status first;

@@ -46,7 +46,9 @@ class BucketTransfer {
   // request goes out only after this, so an engine cannot take it first.
   bool WaitRequestsWritten();
   // When the last engine request was fully written (after WaitRequestsWritten returned true).
-  absl::Time requests_written_at() const { return written_at_; }
+  absl::Time requests_written_at() const;
+  // When the last engine answered (after WaitAnswered).
+  absl::Time answered_at() const { return answered_at_; }
   // Waits for every engine's answer. The error names the engines (or ranks) at fault.
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes);
 
@@ -70,8 +72,10 @@ class BucketTransfer {
   uint64_t ticket_ = 0;
   absl::Status sent_;
   bool waited_sent_ = false;
-  absl::Time written_at_ = absl::InfinitePast();
+
   std::vector<absl::Status> results_;
+  std::vector<absl::Time> answer_times_;  // when each engine's request ended
+  absl::Time answered_at_ = absl::InfinitePast();
   std::vector<std::unique_ptr<HttpCallControl>> controls_;
   std::vector<std::thread> threads_;
 };

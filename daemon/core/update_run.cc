@@ -223,7 +223,7 @@ void UpdateRun::CompletionLoop() {
             ? std::max(0.0, absl::ToDoubleSeconds(f.transfer->requests_written_at() -
                                                   previous_answered_at_))
             : 0.0;
-    previous_answered_at_ = answered_at;
+    previous_answered_at_ = f.transfer->answered_at();
     if (!status.ok()) {
       ReportFailure(status);
       continue;

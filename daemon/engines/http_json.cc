@@ -52,7 +52,13 @@ void HttpCallControl::Detach() {
 void HttpCallControl::MarkWritten() {
   std::lock_guard<std::mutex> lock(mu_);
   written_ = true;
+  written_at_ = absl::Now();
   cv_.notify_all();
+}
+
+absl::Time HttpCallControl::written_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_at_;
 }
 
 bool HttpCallControl::WaitWritten(absl::Time deadline) {

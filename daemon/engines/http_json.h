@@ -31,6 +31,8 @@ class HttpCallControl {
   // True once the request's last byte went to the socket; false at the deadline, or if the call
   // ended without writing it.
   bool WaitWritten(absl::Time deadline);
+  // When the request's last byte went to the socket (InfinitePast until then).
+  absl::Time written_at() const;
 
  private:
   friend class EngineHttp;
@@ -42,6 +44,7 @@ class HttpCallControl {
   std::condition_variable cv_;
   bool cancelled_ = false;
   bool written_ = false;
+  absl::Time written_at_ = absl::InfinitePast();
   bool ended_ = false;
   httplib::Client* client_ = nullptr;
 };

@@ -12,9 +12,11 @@ same run on the same GPUs and NCCL:
   wsync        the trainer pushes through wsyncd (Python client, CUDA IPC slots), which posts the
                engine's HTTP updates and broadcasts as rank 0, pipelined.
 
-Per-bucket gap split (wsync): "daemon idle" is the time rank 0's stream had nothing queued before a
-bucket (the daemon or trainer was late); "engine wait" is the broadcast time beyond the wire time
-at the ceiling's rate (the engine had not yet posted its receive: its own request handling).
+Per-bucket gap split (wsync end to end): "daemon" is the time rank 0's stream had nothing queued
+before a bucket (the daemon or trainer was late) plus the time the engines, done with the previous
+bucket, waited for this bucket's request to be written; "engine" is the rest of the broadcast time
+beyond the wire time at the ceiling's rate (the engine had its request but had not yet posted its
+receive: its own request handling).
 
     python3 tests/bench/bench_update.py --wsyncd build/dev-bundle/bin/wsyncd --nccl-lib ... \
         --engines http://127.0.0.1:30001 --python-client client/python --out $OUT/bench
@@ -125,6 +127,7 @@ def free_port():
 
 class Daemon:
     def __init__(self, args, slot_bytes, log, extra=()):
+        self.log_path = log.name
         self.sock = f"/tmp/wsync-bench-{os.getpid()}.sock"
         self.ctl = os.path.join(os.path.dirname(args.wsyncd), "wsyncctl")
         self.proc = subprocess.Popen(
@@ -140,10 +143,18 @@ class Daemon:
                        check=True, stdout=log, stderr=log)
 
     def stop(self):
+        """Stops wsyncd; says so on stderr (with its last log lines) if it had died."""
+        died = self.proc.poll()
         subprocess.run([self.ctl, "--socket", self.sock, "destroy-group", "bench"], check=False,
                        capture_output=True)
         self.proc.terminate()
         self.proc.wait(timeout=60)
+        if died is not None:
+            with open(self.log_path) as f:
+                tail = f.readlines()[-15:]
+            note(f"wsyncd had exited with {died} before it was stopped; its log ends:\n" +
+                 "".join(tail))
+        return died
 
 
 def wsync_push(client, model, version):
@@ -207,14 +218,23 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
             dp = []
             for r in range(args.runs + 1):
                 receive = Async(post_all, args.engines, "/bench/receive", {"sizes": bucket_sizes})
-                seconds, _ = wsync_push(client, model, f"{tag}-dp{r}")
+                seconds, result = wsync_push(client, model, f"{tag}-dp{r}")
                 receive.join()
-                dp.append(seconds)
+                dp.append((seconds, result))
             post_all(args.engines, "/sim/mode", {"data_plane": False})
-            note(f"{label}: data-plane pushes {[round(s, 3) for s in dp]} s")
+            note(f"{label}: data-plane pushes {[round(s, 3) for s, _ in dp]} s")
     finally:
         daemon.stop()
-    return (statistics.median(s for s, _ in runs), statistics.median(dp[1:]),
+    e2e = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    data_plane = sorted(dp[1:], key=lambda r: r[0])[len(dp[1:]) // 2]
+    for what, (_, result) in (("e2e", e2e), ("data plane", data_plane)):
+        t, n = result["daemon_timing"], result["buckets"]
+        note(f"{label} {what}: daemon per bucket: verify {t['verify_seconds'] / n * 1e3:.2f} ms, "
+             f"idle {t['idle_before_seconds'] / n * 1e3:.2f} ms, broadcast "
+             f"{t['broadcast_seconds'] / n * 1e3:.2f} ms, request late "
+             f"{t['request_late_seconds'] / n * 1e3:.2f} ms, answer "
+             f"{t['answer_seconds'] / n * 1e3:.2f} ms")
+    return (statistics.median(s for s, _ in runs), statistics.median(s for s, _ in dp[1:]),
             [r["daemon_timing"] for _, r in runs])
 
 
@@ -249,12 +269,12 @@ def main():
     sizes = [t.numel() * 2 for _, t in model]
     total = sum(sizes)
     units = {"MiB": 2**20, "GiB": 2**30}
-    rows = []
+    rows, failures = [], []
     print(f"# wsync update benchmark: Qwen2.5-7B shapes, {len(model)} bf16 tensors, "
           f"{total / GIB:.2f} GiB; rank 0 on GPU 0, {len(args.engines)} receiving rank(s) on "
           f"GPUs 1-{len(args.engines)}; median of {args.runs} runs after a warm-up", flush=True)
     header = ("#    slot  buckets  ceiling  dataplane  wsync-e2e  torch-direct  dp/ceil  e2e/ceil"
-              "  e2e/direct  idle-ms/bkt  engine-ms/bkt")
+              "  e2e/direct  daemon-ms/bkt  engine-ms/bkt")
     print(header + "\n#                   GiB/s      GiB/s      GiB/s         GiB/s", flush=True)
     for slot_text in args.slots.split(","):
         slot = int(slot_text[:-3]) * units[slot_text[-3:]]
@@ -265,16 +285,15 @@ def main():
         row["wsync_s"], row["dataplane_s"], timing = run_wsync(
             args, wsync, model, slot, slot_text, bucket_sizes, log, ())
         row["daemon_timing"] = timing
-        t = timing[len(timing) // 2]
-        note(f"{slot_text}: daemon per bucket: verify {t['verify_seconds'] / len(buckets) * 1e3:.2f} "
-             f"ms, idle {t['idle_before_seconds'] / len(buckets) * 1e3:.2f} ms, broadcast "
-             f"{t['broadcast_seconds'] / len(buckets) * 1e3:.2f} ms, answer "
-             f"{t['answer_seconds'] / len(buckets) * 1e3:.2f} ms")
         row["variants"] = {}
         for name, extra in variants:
-            e2e, dp, _ = run_wsync(args, wsync, model, slot, f"{slot_text} {name}", bucket_sizes,
-                                   log, extra)
-            row["variants"][name] = {"wsync_s": e2e, "dataplane_s": dp}
+            try:
+                e2e, dp, _ = run_wsync(args, wsync, model, slot, f"{slot_text} {name}",
+                                       bucket_sizes, log, extra)
+                row["variants"][name] = {"wsync_s": e2e, "dataplane_s": dp}
+            except Exception as e:  # the other variants and the baselines still run
+                note(f"{slot_text} {name}: FAILED: {e}")
+                failures.append(f"{slot_text} {name}: {e}")
 
         pg = direct_group(args)
         buf = torch.empty(max(bucket_sizes), dtype=torch.uint8, device="cuda:0")
@@ -296,14 +315,15 @@ def main():
         row["gib_per_s"] = gbps
         wire_rate = total / row["ceiling_s"]
         mid = timing[len(timing) // 2]
-        row["idle_ms_per_bucket"] = mid["idle_before_seconds"] / len(buckets) * 1e3
+        # The daemon's share: rank 0 idle, plus engines waiting for a request not yet written.
+        row["daemon_ms_per_bucket"] = (mid["idle_before_seconds"] + mid["request_late_seconds"]) / len(buckets) * 1e3
         row["engine_ms_per_bucket"] = max(
-            0.0, (mid["broadcast_seconds"] - total / wire_rate) / len(buckets) * 1e3)
+            0.0, (mid["broadcast_seconds"] - mid["request_late_seconds"] - total / wire_rate) / len(buckets) * 1e3)
         rows.append(row)
         print(f"{slot_text:>9} {len(buckets):8d} {gbps['ceiling']:8.1f} {gbps['dataplane']:10.1f} "
               f"{gbps['wsync']:10.1f} {gbps['direct']:13.1f} {gbps['dataplane'] / gbps['ceiling']:8.2f} "
               f"{gbps['wsync'] / gbps['ceiling']:9.2f} {gbps['wsync'] / gbps['direct']:11.2f} "
-              f"{row['idle_ms_per_bucket']:12.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
+              f"{row['daemon_ms_per_bucket']:14.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
         for name, v in row["variants"].items():
             dp_g, e2e_g = total / v["dataplane_s"] / GIB, total / v["wsync_s"] / GIB
             print(f"#   {slot_text:>7} variant {name:<14} dataplane {dp_g:6.1f} GiB/s "
@@ -313,7 +333,11 @@ def main():
         with open(os.path.join(args.out, "bench.json"), "w") as f:
             json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total,
                        "receivers": len(args.engines), "rows": rows}, f, indent=1)
+    if failures:
+        print("# FAILED: " + "; ".join(failures), flush=True)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

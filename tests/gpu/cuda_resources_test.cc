@@ -4,7 +4,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/checksum.h"
 #include "common/cuda/cuda_status.h"
@@ -46,58 +48,117 @@ TEST(CudaResources, InterprocessEventHasAHandle) {
   EXPECT_TRUE((*stream)->Synchronize().ok());
 }
 
-TEST(CudaKernels, DeviceCrc32EqualsTheHostCrc32) {
+std::vector<uint8_t> Pattern(uint64_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  for (uint64_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(((i + seed) * 2654435761u) >> 7);
+  return v;
+}
+
+TEST(CudaKernels, DeviceCrc32EqualsTheHostCrc32ForEveryChunkSize) {
   SKIP_WITHOUT_GPU();
-  // Sizes around the 4 KiB chunk and 1 MiB block edges, a partial last block with a tail, and a
-  // start that is not 16-byte aligned.
-  for (uint64_t n : {1ull, 4095ull, 4096ull, 65536ull, 65537ull, 1ull << 20, (1ull << 20) + 4096,
+  auto scratch = KernelScratch::Create(0);
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  // Sizes around the chunk and block edges, a partial last block with a tail, and a start that is
+  // not 16-byte aligned.
+  for (uint64_t n : {0ull, 1ull, 511ull, 1024ull, 65537ull, 256ull << 10, (1ull << 20) + 4096,
                      (33ull << 20) + 7}) {
     for (uint64_t shift : {0ull, 1ull}) {
-      std::vector<uint8_t> host(n);
-      for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>((i * 2654435761u) >> 7);
-      auto buffer = DeviceBuffer::Create(0, n + shift);
+      std::vector<uint8_t> host = Pattern(n, 1);
+      auto buffer = DeviceBuffer::Create(0, n + shift + 1);
       ASSERT_TRUE(buffer.ok());
       char* start = static_cast<char*>((*buffer)->data()) + shift;
       ASSERT_EQ(cudaMemcpy(start, host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-      auto crc = DeviceCrc32(start, n, nullptr);
-      ASSERT_TRUE(crc.ok()) << crc.status();
-      EXPECT_EQ(*crc, Crc32(host.data(), n)) << n << " bytes at offset " << shift;
-      auto coalesced = DeviceCrc32Coalesced(start, n, nullptr);
-      ASSERT_TRUE(coalesced.ok()) << coalesced.status();
-      EXPECT_EQ(*coalesced, Crc32(host.data(), n)) << n << " bytes at offset " << shift;
+      for (uint32_t chunk : kCrcChunkSizes) {
+        auto crc = DeviceCrc32(start, n, nullptr, scratch->get(), chunk);
+        ASSERT_TRUE(crc.ok()) << crc.status();
+        EXPECT_EQ(*crc, Crc32(host.data(), n))
+            << n << " bytes at +" << shift << ", chunk " << chunk;
+      }
     }
+  }
+  EXPECT_EQ(DeviceCrc32(nullptr, 0, nullptr, scratch->get(), 3000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A bucket as the client builds one: pieces back to back, some tiny, some spanning many blocks,
+// sources at every alignment, given out of order.
+struct Bucket {
+  std::vector<uint8_t> source;
+  std::vector<CopyItem> items;  // src filled in once the source is on the device
+  std::vector<uint64_t> source_offsets;
+  uint64_t span = 0;
+};
+
+Bucket MakeBucket() {
+  Bucket b;
+  const uint64_t sizes[] = {14, 1, 3 << 20, 7, 1024, (5 << 20) + 3, 2, 255 << 10, 16, 9999};
+  uint64_t src = 0;
+  for (uint64_t n : sizes) {
+    src += (src % 3) + 1;  // shifts each source to another alignment
+    b.source_offsets.push_back(src);
+    b.items.push_back(CopyItem{nullptr, b.span, n});
+    b.span += n;
+    src += n;
+  }
+  b.source = Pattern(src + 64, 7);
+  return b;
+}
+
+TEST(CudaKernels, CopyAndCrc32PlacesEveryPieceAndChecksumsTheWholeSpan) {
+  SKIP_WITHOUT_GPU();
+  Bucket b = MakeBucket();
+  auto src = DeviceBuffer::Create(0, b.source.size());
+  auto dst = DeviceBuffer::Create(0, b.span + 4096);
+  auto scratch = KernelScratch::Create(0);
+  ASSERT_TRUE(src.ok() && dst.ok() && scratch.ok());
+  ASSERT_EQ(cudaMemcpy((*src)->data(), b.source.data(), b.source.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<uint8_t> expected;
+  for (size_t i = 0; i < b.items.size(); ++i) {
+    b.items[i].src = static_cast<char*>((*src)->data()) + b.source_offsets[i];
+    expected.insert(expected.end(), b.source.begin() + b.source_offsets[i],
+                    b.source.begin() + b.source_offsets[i] + b.items[i].bytes);
+  }
+  std::reverse(b.items.begin(), b.items.end());
+  for (int round = 0; round < 2; ++round) {  // the second reuses the scratch
+    ASSERT_EQ(cudaMemset((*dst)->data(), 0xEE, b.span + 4096), cudaSuccess);
+    auto crc = CopyAndCrc32(b.items, (*dst)->data(), b.span, nullptr, scratch->get());
+    ASSERT_TRUE(crc.ok()) << crc.status();
+    EXPECT_EQ(*crc, Crc32(expected.data(), expected.size()));
+    std::vector<uint8_t> out(b.span + 4096);
+    ASSERT_EQ(cudaMemcpy(out.data(), (*dst)->data(), out.size(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(std::memcmp(out.data(), expected.data(), b.span), 0);
+    EXPECT_EQ(out[b.span], 0xEE) << "a byte past the span was written";
   }
 }
 
-TEST(CudaKernels, BatchedCopyMovesEveryRangeInOneLaunch) {
+TEST(CudaKernels, BatchedCopyMovesEveryRangeAndRefusesOverlaps) {
   SKIP_WITHOUT_GPU();
-  const uint64_t n = 5 << 20;
-  std::vector<uint8_t> host(n);
-  for (uint64_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>(i * 7 + 3);
-  auto src = DeviceBuffer::Create(0, n);
-  auto dst = DeviceBuffer::Create(0, n);
-  ASSERT_TRUE(src.ok() && dst.ok());
-  ASSERT_EQ(cudaMemcpy((*src)->data(), host.data(), n, cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemset((*dst)->data(), 0, n), cudaSuccess);
-  auto* s = static_cast<char*>((*src)->data());
-  auto* d = static_cast<char*>((*dst)->data());
-  // Unaligned, tiny and multi-chunk ranges, placed in reverse order.
-  std::vector<CopyItem> items = {{s, d + (3 << 20), (3 << 19) + 9},
-                                 {s + (3 << 20), d + 1, 1},
-                                 {s + (3 << 20) + 1, d + 2, (1 << 20) + 5}};
-  std::vector<uint8_t> scratch_host;
-  void* scratch = nullptr;
-  size_t capacity = 0;
-  ASSERT_TRUE(BatchedCopy(items, nullptr, &scratch_host, &scratch, &capacity).ok());
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint8_t> out(n);
-  ASSERT_EQ(cudaMemcpy(out.data(), d, n, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (const auto& it : items) {
-    const uint64_t so = static_cast<const char*>(it.src) - s;
-    const uint64_t dof = static_cast<char*>(it.dst) - d;
-    ASSERT_EQ(std::memcmp(out.data() + dof, host.data() + so, it.bytes), 0) << dof;
+  Bucket b = MakeBucket();
+  auto src = DeviceBuffer::Create(0, b.source.size());
+  auto dst = DeviceBuffer::Create(0, b.span);
+  auto scratch = KernelScratch::Create(0);
+  ASSERT_TRUE(src.ok() && dst.ok() && scratch.ok());
+  ASSERT_EQ(cudaMemcpy((*src)->data(), b.source.data(), b.source.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (size_t i = 0; i < b.items.size(); ++i) {
+    b.items[i].src = static_cast<char*>((*src)->data()) + b.source_offsets[i];
   }
-  cudaFree(scratch);
+  ASSERT_TRUE(BatchedCopy(b.items, (*dst)->data(), nullptr, scratch->get()).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint8_t> out(b.span);
+  ASSERT_EQ(cudaMemcpy(out.data(), (*dst)->data(), b.span, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (size_t i = 0; i < b.items.size(); ++i) {
+    ASSERT_EQ(std::memcmp(out.data() + b.items[i].offset, b.source.data() + b.source_offsets[i],
+                          b.items[i].bytes),
+              0)
+        << "piece " << i;
+  }
+  std::vector<CopyItem> overlapping = {b.items[2], b.items[2]};
+  overlapping[1].offset += 1;
+  EXPECT_EQ(BatchedCopy(overlapping, (*dst)->data(), nullptr, scratch->get()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {

@@ -15,14 +15,18 @@ mkdir -p "$OUT"
 # Logs go to one archive ($OUT/logs.tgz); the summaries that matter are copied beside it.
 LOGS=$(mktemp -d /tmp/wsync-gpu-logs.XXXXXX)
 collect() {
-  tar czf "$LOGS/logs.tgz" -C "$LOGS" . 2>/dev/null
-  cp "$LOGS/bench.txt" "$LOGS/bench/bench.json" "$LOGS/" 2>/dev/null
+  tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+  cp "$LOGS/bench.txt" "$LOGS/kernels.txt" "$OUT/" 2>/dev/null
+  for d in "$LOGS"/bench-*/; do
+    [[ -f $d/bench.json ]] && cp "$d/bench.json" "$OUT/$(basename "$d").json"
+  done
 }
 trap collect EXIT
 # STEPS=kernels,kill,per_tensor,memory,dtensor,mismatch,bench picks steps (default: all); the Qwen2
-# trainer test always runs. WSYNC_BENCH_ARGS adds benchmark flags (no quoted values);
-# WSYNC_BENCH_VARIANTS is its --variants value, e.g. 'no-checksum=--checksum none;4-slots=--slots 4'. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
-# benchmark also runs with 3 receiving ranks.
+# trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
+# benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
+# values); WSYNC_BENCH_VARIANTS is its --variants value, e.g.
+# 'no-checksum=--checksum none;4-slots=--slots 4'.
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 B=build/dev-bundle
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
@@ -167,5 +171,4 @@ if want bench; then
   sleep 2; for p in "${bench_pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait
 fi
 echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
-collect
 exit $fail

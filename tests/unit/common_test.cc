@@ -61,11 +61,11 @@ TEST(Checksum, ZeroByteOperatorCombinesLikeZlib) {
 }
 
 TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
-  // The kernel's scheme: 4 KiB chunks, pairs merged bottom-up in blocks of 256 chunks with the
-  // operator for the right part's length, a partial last block, then the blocks in order and a
-  // tail of under one chunk.
-  constexpr uint64_t kChunk = 4096, kPerBlock = 256;
-  std::vector<uint8_t> data(kChunk * (kPerBlock + 37) + 1000);
+  // The kernel's scheme: 1 KiB chunks, pairs merged bottom-up in blocks of 256 chunks with the
+  // operator for the right part's length, a partial last block, then the blocks in order (whole
+  // ones through the table form of the operator) and a tail of under one chunk.
+  constexpr uint64_t kChunk = 1024, kPerBlock = 256;
+  std::vector<uint8_t> data(kChunk * (3 * kPerBlock + 37) + 1000);
   std::mt19937_64 rng(5);
   for (auto& b : data) b = static_cast<uint8_t>(rng());
   const uint64_t full = data.size() / kChunk;
@@ -78,6 +78,7 @@ TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
     }
     return crc;
   };
+  const Crc32OperatorTable whole(Crc32Operator::ZeroBytes(kPerBlock * kChunk));
   uint32_t total = 0;
   for (uint64_t first = 0; first < full; first += kPerBlock) {
     const uint64_t m = std::min(kPerBlock, full - first);
@@ -89,33 +90,24 @@ TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
         crcs[i] = shift_chunks(right, crcs[i]) ^ crcs[i + stride];
       }
     }
-    total = first == 0 ? crcs[0] : Crc32Combine(total, crcs[0], m * kChunk);
+    total =
+        m == kPerBlock ? whole.Apply(total) ^ crcs[0] : Crc32Combine(total, crcs[0], m * kChunk);
   }
   const uint64_t tail = data.size() - full * kChunk;
   total = Crc32Combine(total, Crc32(&data[full * kChunk], tail), tail);
   EXPECT_EQ(total, Crc32(data.data(), data.size()));
 }
 
-TEST(Checksum, CoalescedSpanDecompositionAsTheGpuKernelComputesItEqualsTheSerialValue) {
-  // One 64 KiB span read 512 bytes at a time, lane j owning bytes [16j, 16j + 16) of each 512;
-  // R0 is the raw register from state 0 (zlib's value without its conditioning).
-  constexpr uint64_t kSpan = 64 << 10;
-  std::vector<uint8_t> span(kSpan);
-  std::mt19937_64 rng(9);
-  for (auto& b : span) b = static_cast<uint8_t>(rng());
-  const uint32_t cond16 = Crc32Operator::ZeroBytes(16).Apply(~0u) ^ ~0u;
-  auto raw16 = [&](const uint8_t* w) { return Crc32(w, 16) ^ cond16; };
-  const Crc32Operator op512 = Crc32Operator::ZeroBytes(512);
-  uint32_t raw = 0;
-  for (int lane = 0; lane < 32; ++lane) {
-    uint32_t acc = 0;
-    for (uint64_t seg = 0; seg < kSpan / 512; ++seg) {
-      acc = op512.Apply(acc) ^ raw16(&span[seg * 512 + 16 * lane]);
+TEST(Checksum, OperatorTableAppliesTheSameMapInFourLookups) {
+  std::mt19937_64 rng(3);
+  for (uint64_t n : {1ull, 512ull, 256ull << 10, (1ull << 30) + 3}) {
+    const Crc32Operator op = Crc32Operator::ZeroBytes(n);
+    const Crc32OperatorTable table(op);
+    for (int k = 0; k < 64; ++k) {
+      const uint32_t crc = static_cast<uint32_t>(rng());
+      EXPECT_EQ(table.Apply(crc), op.Apply(crc)) << n;
     }
-    raw ^= Crc32Operator::ZeroBytes(16 * (31 - lane)).Apply(acc);
   }
-  const uint32_t crc = raw ^ Crc32Operator::ZeroBytes(kSpan).Apply(~0u) ^ ~0u;
-  EXPECT_EQ(crc, Crc32(span.data(), span.size()));
 }
 
 TensorEntry T(std::string name, const char* dtype, std::vector<int64_t> shape, uint64_t offset,
