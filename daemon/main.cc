@@ -12,6 +12,7 @@
 #ifdef WSYNC_HAVE_CUDA
 #include "common/cuda/cuda_platform.h"
 #endif
+#include "common/gpu_sharing.h"
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/core/daemon_core.h"
@@ -133,6 +134,11 @@ int main(int argc, char** argv) {
     auto cuda = wsync::cuda::CreateCudaPlatform({nccl_lib}, &description);
     if (!cuda.ok()) return Fail(std::string(cuda.status().message()));
     WSYNC_LOG(Info, "cuda mode: ", description);
+    if (const wsync::GpuSharing sharing = wsync::DetectGpuSharing(); sharing.mps) {
+      WSYNC_LOG(Info, sharing.Describe());
+    } else {
+      WSYNC_LOG(Warning, sharing.Describe());
+    }
     platform = std::move(*cuda);
 #else
     return Fail(

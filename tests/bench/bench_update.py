@@ -203,6 +203,33 @@ def ceiling(args, pg, sizes, buf):
     return max(r["seconds"] for r in receive.join())
 
 
+def one_process(args, pg, model, buckets, bucket_sizes, bufs):
+    """Rank 0 itself copies each bucket into one of two buffers on a side stream while the previous
+    bucket is on the wire, receivers posted at once: the data plane when the copies and the
+    broadcasts share one CUDA context (two processes on one GPU take turns by time slice)."""
+    copy_stream = torch.cuda.Stream()
+    done = [None, None]
+    receive = Async(post_all, args.engines, "/bench/receive", {"sizes": bucket_sizes})
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for k, b in enumerate(buckets):
+        buf = bufs[k % 2][:bucket_sizes[k]]
+        with torch.cuda.stream(copy_stream):
+            if done[k % 2] is not None:
+                copy_stream.wait_event(done[k % 2])
+            torch.cat([model[i][1].view(-1).view(torch.uint8) for i in b], out=buf)
+            ready = torch.cuda.Event()
+            ready.record(copy_stream)
+        torch.cuda.current_stream().wait_event(ready)
+        dist.broadcast(buf, src=0, group=pg)
+        done[k % 2] = torch.cuda.Event()
+        done[k % 2].record()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    receive.join()
+    return seconds
+
+
 def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
     """Returns (end-to-end seconds, data-plane seconds, daemon timing of each measured push)."""
     note(f"{label}: starting wsyncd {' '.join(extra)}")
@@ -301,6 +328,13 @@ def main():
         row["ceiling_s"] = min(ceil[1:])
         note(f"{slot_text}: ceiling {[round(s, 4) for s in ceil]} s")
         del buf
+        bufs = [torch.empty(max(bucket_sizes), dtype=torch.uint8, device="cuda:0")
+                for _ in range(2)]
+        one = [one_process(args, pg, model, buckets, bucket_sizes, bufs)
+               for _ in range(args.runs + 1)]
+        row["one_process_s"] = statistics.median(one[1:])
+        note(f"{slot_text}: one-process pipelined copy+broadcast {[round(s, 4) for s in one]} s")
+        del bufs
         direct = [torch_direct(args, pg, model, buckets) for _ in range(args.runs + 1)]
         row["direct_s"] = statistics.median(direct[1:])
         note(f"{slot_text}: torch-direct {[round(s, 3) for s in direct]} s")
@@ -311,7 +345,8 @@ def main():
         destroy.join()
         torch.cuda.empty_cache()
 
-        gbps = {k: total / row[k + "_s"] / GIB for k in ("ceiling", "dataplane", "wsync", "direct")}
+        gbps = {k: total / row[k + "_s"] / GIB
+                for k in ("ceiling", "dataplane", "wsync", "direct", "one_process")}
         row["gib_per_s"] = gbps
         wire_rate = total / row["ceiling_s"]
         mid = timing[len(timing) // 2]
@@ -324,6 +359,8 @@ def main():
               f"{gbps['wsync']:10.1f} {gbps['direct']:13.1f} {gbps['dataplane'] / gbps['ceiling']:8.2f} "
               f"{gbps['wsync'] / gbps['ceiling']:9.2f} {gbps['wsync'] / gbps['direct']:11.2f} "
               f"{row['daemon_ms_per_bucket']:14.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
+        print(f"#   {slot_text:>7} one process, copy beside broadcast: {gbps['one_process']:6.1f} "
+              f"GiB/s ({gbps['one_process'] / gbps['ceiling']:.2f} of ceiling)", flush=True)
         for name, v in row["variants"].items():
             dp_g, e2e_g = total / v["dataplane_s"] / GIB, total / v["wsync_s"] / GIB
             print(f"#   {slot_text:>7} variant {name:<14} dataplane {dp_g:6.1f} GiB/s "

@@ -12,6 +12,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/wsync-gpu-out}
 mkdir -p "$OUT"
+# Everything printed also lands in $OUT at once, so a run cut off by the device's time limit still
+# brings back how far it got.
+exec > >(tee -a "$OUT/run.log") 2>&1
 # Logs go to one archive ($OUT/logs.tgz); the summaries that matter are copied beside it.
 LOGS=$(mktemp -d /tmp/wsync-gpu-logs.XXXXXX)
 collect() {
@@ -28,6 +31,17 @@ trap collect EXIT
 # values); WSYNC_BENCH_VARIANTS is its --variants value, e.g.
 # 'no-checksum=--checksum none;4-slots=--slots 4'.
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
+# WSYNC_GPU_MPS=1 runs everything under an MPS control daemon started (and stopped) here, with its
+# own pipe and log folders: processes sharing a GPU then run kernels side by side instead of taking
+# turns by time slice (see docs/PERFORMANCE.md).
+if [[ ${WSYNC_GPU_MPS:-0} == 1 ]]; then
+  export CUDA_MPS_PIPE_DIRECTORY=$LOGS/mps-pipe CUDA_MPS_LOG_DIRECTORY=$LOGS/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "nvidia-cuda-mps-control failed"; exit 1; }
+  stop_mps() { echo quit | nvidia-cuda-mps-control; collect; }
+  trap stop_mps EXIT
+  echo "MPS control daemon started (pipe $CUDA_MPS_PIPE_DIRECTORY)"
+fi
 B=build/dev-bundle
 export LD_LIBRARY_PATH=$PWD/$B/lib:${LD_LIBRARY_PATH:-}
 export WSYNC_CLIENT_LIB=$PWD/$B/bin/libwsync_client.so
@@ -89,7 +103,7 @@ regroup() {
   $B/bin/wsyncctl --socket $sock create-group policy "$@" "${spec[@]}" 2>&1 | tee -a "$LOGS/$log"
 }
 $B/bin/wsyncctl --socket $sock create-group policy "${spec[@]}" 2>&1 | tee "$LOGS/create-group.log"
-push trainer.log 300 --versions 3
+push trainer.log 150 --versions 3
 
 if want kill; then
 step "engine killed mid-update: the update fails within the deadline; a replacement recovers"
@@ -99,27 +113,27 @@ python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 --die-at-update 1
 for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
 # A restarted engine lost its group: re-create the group so the kill happens mid-update.
 regroup kill.log
-push kill.log 200 --versions 1 --version-prefix killed- --expect-failure "http://127.0.0.1:30001"
+push kill.log 120 --versions 1 --version-prefix killed- --expect-failure "http://127.0.0.1:30001"
 timeout 30 tail --pid=$dying -f /dev/null; kill -9 $dying 2>/dev/null
 wait $dying; echo "dying engine exit code: $? (17 = died as asked)" | tee -a "$LOGS/kill.log"
 python3 tests/gpu/sglang_torch_engine.py --port 30001 --gpus 1 >"$LOGS/engine1-new.log" 2>&1 & pids+=($!)
 for _ in $(seq 1 300); do curl -s localhost:30001/health >/dev/null && break; sleep 0.2; done
-push kill.log 200 --versions 1 --version-prefix after-kill-
+push kill.log 120 --versions 1 --version-prefix after-kill-
 fi
 if want per_tensor; then
 step "per-tensor format (load_format null): one typed broadcast per tensor"
 regroup per-tensor.log --load-format per_tensor
-push per-tensor.log 200 --versions 2 --version-prefix per-tensor-
+push per-tensor.log 120 --versions 2 --version-prefix per-tensor-
 fi
 if want memory; then
 step "20 consecutive updates: wsyncd's GPU memory stays flat"
 regroup memory.log
-push memory.log 300 --versions 20 --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5
+push memory.log 180 --versions 20 --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5
 fi
 if want dtensor; then
 step "DTensors: the Python client gathers each with full_tensor()"
 regroup dtensor.log
-push dtensor.log 200 --versions 1 --version-prefix dtensor- --dtensor
+push dtensor.log 120 --versions 1 --version-prefix dtensor- --dtensor
 fi
 $B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$LOGS/updates.txt"
 $B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$LOGS/updates.txt"
@@ -138,7 +152,7 @@ if [[ -n $sys_nccl ]]; then
   python3 tests/gpu/sglang_torch_engine.py --port 30003 --gpus 1 >"$LOGS/engine3.log" 2>&1 & e3=$!
   for _ in $(seq 1 300); do [[ -S $sock2 ]] && curl -s localhost:30003/health >/dev/null && break; sleep 0.2; done
   $B/bin/wsyncctl --socket $sock2 create-group policy --engine "http://127.0.0.1:30003#1" 2>&1 | tee "$LOGS/mismatch.log"
-  timeout 200 python3 tests/gpu/trainer_push.py --socket $sock2 --engines http://127.0.0.1:30003 \
+  timeout 120 python3 tests/gpu/trainer_push.py --socket $sock2 --engines http://127.0.0.1:30003 \
     --versions 1 --expect-failure "NCCL" --python-client client/python 2>&1 | tee -a "$LOGS/mismatch.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   kill $d2 $e3 2>/dev/null; sleep 2; kill -9 $d2 $e3 2>/dev/null; wait

@@ -1,3 +1,6 @@
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -6,6 +9,7 @@
 #include "common/bucket_planner.h"
 #include "common/checksum.h"
 #include "common/dtype.h"
+#include "common/gpu_sharing.h"
 #include "common/manifest.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -96,6 +100,25 @@ TEST(Checksum, ChunkTreeAsTheGpuKernelReducesItEqualsTheSerialValue) {
   const uint64_t tail = data.size() - full * kChunk;
   total = Crc32Combine(total, Crc32(&data[full * kChunk], tail), tail);
   EXPECT_EQ(total, Crc32(data.data(), data.size()));
+}
+
+TEST(GpuSharing, FindsTheMpsControlPipeWhereCudaClientsLook) {
+  char dir[] = "/tmp/wsync-mps-test.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_EQ(setenv("CUDA_MPS_PIPE_DIRECTORY", dir, 1), 0);
+  GpuSharing none = DetectGpuSharing();
+  EXPECT_FALSE(none.mps);
+  EXPECT_EQ(none.control_pipe, std::string(dir) + "/control");
+  EXPECT_NE(none.Describe().find("take turns by time slice"), std::string::npos);
+  const std::string pipe = std::string(dir) + "/control";
+  ASSERT_EQ(mkfifo(pipe.c_str(), 0600), 0);
+  GpuSharing found = DetectGpuSharing();
+  EXPECT_TRUE(found.mps);
+  EXPECT_NE(found.Describe().find("MPS is running"), std::string::npos);
+  unlink(pipe.c_str());
+  rmdir(dir);
+  unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+  EXPECT_EQ(DetectGpuSharing().control_pipe, "/tmp/nvidia-mps/control");
 }
 
 TEST(Checksum, OperatorTableAppliesTheSameMapInFourLookups) {
