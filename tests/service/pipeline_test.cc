@@ -10,6 +10,7 @@ namespace wsync {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Buckets of SmallModel (up to 1 MiB) count as large here, so each one that has left rank 0 lets
 // the next request go out before the engines answer.
@@ -47,6 +48,26 @@ TEST_F(ServiceFixture, SmallBucketsWaitForTheAnswersBeforeTheNextRequest) {
   ExpectHolds(*sim_a_.sim, model, "v1", 1);
   EXPECT_EQ(sim_a_.sim->max_open_updates(), 1);
   EXPECT_EQ(sim_b_.sim->max_open_updates(), 1);
+}
+
+TEST_F(ServiceFixture, FailedBucketKeepsTheNextBucketsQueuedBroadcastFromEverReachingAnEngine) {
+  // Below --pipeline-min-bytes the next bucket's broadcast is already queued on rank 0 while its
+  // request waits for the answers; when an answer is a failure that request must never go out
+  // (its engines would wait for bytes of an aborted collective), and the update fails naming the
+  // engine that failed, not the held request.
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  const int a_before = sim_a_.sim->updates_received();
+  const int b_before = sim_b_.sim->updates_received();
+  SetKnobs(sim_b_, absl::StrCat(R"({"answer_delay_ms": 100, "fail_update_at": )", b_before, "}"));
+  auto failed = client_->Push("policy", "v2", Refs(SmallModel(2)));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr(sim_b_.url));
+  EXPECT_THAT(std::string(failed.status().message()), Not(HasSubstr("request not sent")));
+  EXPECT_EQ(sim_a_.sim->updates_received(), a_before + 1) << "only the failed bucket's request";
+  EXPECT_EQ(sim_b_.sim->updates_received(), b_before + 1) << "only the failed bucket's request";
+  EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
+  PushAndExpectHeld("v3", SmallModel(3));
 }
 
 TEST_F(PipelinedFixture, PerTensorGroupReceivesEveryTensorAsItsOwnBroadcast) {
