@@ -18,6 +18,10 @@ GpuSharing DetectGpuSharing() {
   return sharing;
 }
 
+std::string GpuSharing::Summary() const {
+  return mps ? "mps" : absl::StrCat("time slices (no ", control_pipe, ")");
+}
+
 std::string GpuSharing::Describe() const {
   if (mps) {
     return absl::StrCat("MPS is running (", control_pipe,

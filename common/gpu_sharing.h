@@ -13,6 +13,8 @@ struct GpuSharing {
   std::string control_pipe;  // where it was looked for
   // One line for the daemon's log: what was found and what it means for speed.
   std::string Describe() const;
+  // A few words for `wsyncctl status`: "mps" or "time slices (no <pipe>)".
+  std::string Summary() const;
 };
 
 // Looks for the MPS control pipe where CUDA clients look for it: $CUDA_MPS_PIPE_DIRECTORY, else

@@ -134,11 +134,13 @@ int main(int argc, char** argv) {
     auto cuda = wsync::cuda::CreateCudaPlatform({nccl_lib}, &description);
     if (!cuda.ok()) return Fail(std::string(cuda.status().message()));
     WSYNC_LOG(Info, "cuda mode: ", description);
-    if (const wsync::GpuSharing sharing = wsync::DetectGpuSharing(); sharing.mps) {
+    const wsync::GpuSharing sharing = wsync::DetectGpuSharing();
+    if (sharing.mps) {
       WSYNC_LOG(Info, sharing.Describe());
     } else {
       WSYNC_LOG(Warning, sharing.Describe());
     }
+    config.daemon.gpu_sharing = sharing.Summary();
     platform = std::move(*cuda);
 #else
     return Fail(

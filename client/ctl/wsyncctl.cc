@@ -90,6 +90,7 @@ class Ctl {
     t.AddRow({"slots", absl::StrCat(st.slots(), " x ", HumanBytes(st.slot_bytes()))});
     t.AddRow({"checksum", st.checksum()});
     t.AddRow({"pipeline min bytes", HumanBytes(st.pipeline_min_bytes())});
+    t.AddRow({"gpu sharing", st.gpu_sharing()});
     t.AddRow({"updates committed", absl::StrCat(st.updates_committed())});
     t.AddRow({"updates failed", absl::StrCat(st.updates_failed())});
     t.AddRow({"bytes sent", HumanBytes(st.bytes_sent())});

@@ -32,6 +32,8 @@ struct DaemonOptions {
   // "crc32": trainers checksum every bucket and wsyncd verifies it before sending; "none": neither
   // (one pass less over every byte on both sides, no protection from a trainer-side copy bug).
   std::string checksum = "crc32";
+  // What wsyncd found about GPU sharing at startup (GpuSharing), shown by `wsyncctl status`.
+  std::string gpu_sharing = "n/a (host mode)";
   size_t history_limit = 256;
   GroupOptions group;
 };

@@ -157,6 +157,7 @@ TEST_F(ProcessTest, WsyncctlShowsEverythingAsTablesAndJson) {
   EXPECT_THAT(status, ::testing::ContainsRegex("updates committed +1\n"));
   EXPECT_THAT(status, ::testing::ContainsRegex("checksum +crc32\n"));
   EXPECT_THAT(status, ::testing::ContainsRegex("pipeline min bytes +64.0 MiB\n"));
+  EXPECT_THAT(status, ::testing::ContainsRegex("gpu sharing +n/a \\(host mode\\)\n"));
   for (const std::string cmd : {"status", "groups", "engines", "buffers", "updates"}) {
     auto [jrc, json] = Ctl({"--json", cmd});
     EXPECT_EQ(jrc, 0) << cmd;

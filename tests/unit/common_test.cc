@@ -110,11 +110,13 @@ TEST(GpuSharing, FindsTheMpsControlPipeWhereCudaClientsLook) {
   EXPECT_FALSE(none.mps);
   EXPECT_EQ(none.control_pipe, std::string(dir) + "/control");
   EXPECT_NE(none.Describe().find("take turns by time slice"), std::string::npos);
+  EXPECT_EQ(none.Summary(), "time slices (no " + std::string(dir) + "/control)");
   const std::string pipe = std::string(dir) + "/control";
   ASSERT_EQ(mkfifo(pipe.c_str(), 0600), 0);
   GpuSharing found = DetectGpuSharing();
   EXPECT_TRUE(found.mps);
   EXPECT_NE(found.Describe().find("MPS is running"), std::string::npos);
+  EXPECT_EQ(found.Summary(), "mps");
   unlink(pipe.c_str());
   rmdir(dir);
   unsetenv("CUDA_MPS_PIPE_DIRECTORY");
