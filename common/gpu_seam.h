@@ -21,6 +21,23 @@ enum class MemoryKind { kHostShm, kCudaIpc };
 
 absl::string_view MemoryKindName(MemoryKind kind);
 
+// Pull mode (docs/PULL_MODE.md): one allocation of the trainer's, holding tensors, mapped into
+// wsyncd, which copies buckets out of it itself. On a GPU shared without MPS all of an update's GPU
+// work then runs in wsyncd's one CUDA context, where copies overlap broadcasts.
+class SourceMemory {
+ public:
+  virtual ~SourceMemory() = default;
+  virtual const void* data() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// One tensor for SlotMemory::FillFrom: `bytes` from `src` to `offset` bytes into the slot.
+struct SourcePiece {
+  const void* src = nullptr;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 // A slot: memory the daemon allocates once, exports once and reuses for every bucket.
 class SlotMemory {
  public:
@@ -37,6 +54,10 @@ class SlotMemory {
   // CRC-32 of the slot's first `bytes` bytes (see common/checksum.h), computed after the
   // producer's writes (on GPUs the slot's stream waits on the producer's event first).
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+  // Pull mode: copies the pieces into the slot once the producer's signal says the trainer's
+  // tensors are ready, and returns the CRC-32 of the slot's first `span` bytes.
+  virtual absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces,
+                                            uint64_t span) = 0;
 };
 
 // One collective call: `count` elements of `dtype` starting `offset` bytes into the slot. The
@@ -96,6 +117,11 @@ class Platform {
   virtual absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) = 0;
   virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size) = 0;
+  // Maps a trainer allocation announced for pull mode: a cudaIpcMemHandle_t on GPUs, a
+  // shared-memory name in host mode. Fails unless it holds at least `bytes`.
+  virtual absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device,
+                                                                  const std::string& handle,
+                                                                  uint64_t bytes) = 0;
 };
 
 struct SlotCopy {
@@ -135,6 +161,29 @@ class MappedSlot {
   virtual absl::Status MarkWritten() = 0;
   // Returns once the writes published by MarkWritten are done (so their sources may be freed).
   virtual absl::Status WaitWritten() { return absl::OkStatus(); }
+  // Pull mode: tells the daemon the caller's tensors are ready to be read. On GPUs it records the
+  // slot's event only if the caller's stream still has work queued: an idle stream needs no
+  // signal, and any GPU operation of the trainer's may wait for a time slice beside wsyncd.
+  virtual absl::Status MarkReady() { return MarkWritten(); }
+};
+
+// The client's side of pull mode: where a tensor's allocation is and how wsyncd can map it.
+struct ExportedSource {
+  uint64_t allocation_id = 0;  // stable while the allocation lives
+  std::string handle;          // what Platform::MapSource takes
+  uint64_t allocation_bytes = 0;
+  uint64_t offset = 0;  // of the tensor's first byte
+};
+
+class SourceExporter {
+ public:
+  virtual ~SourceExporter() = default;
+  // Starts an update: every allocation's handle is checked afresh (a freed and re-made
+  // allocation at the same address gets a new id).
+  virtual void BeginUpdate() = 0;
+  // NOT_FOUND when the memory cannot be exported (host memory, virtual-memory allocations): the
+  // client then copies that bucket itself.
+  virtual absl::StatusOr<ExportedSource> Export(const void* data, uint64_t bytes) = 0;
 };
 
 }  // namespace wsync

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/bucket_planner.h"
+#include "common/host/host_source.h"
 #include "common/host/shm_slot.h"
 #include "common/status_macros.h"
 #ifdef WSYNC_HAVE_CUDA
@@ -78,6 +79,14 @@ absl::Status Client::OpenSession(int device, const std::string& client_name) {
   slots_ = std::move(slots);
   device_ = resp.device();
   checksums_ = resp.checksum() != "none";
+  exporter_.reset();
+  if (!resp.slots().empty() && resp.slots(0).kind() == v1::SLOT_MEMORY_HOST_SHM) {
+    exporter_ = std::make_unique<HostSourceExporter>();
+  } else {
+#ifdef WSYNC_HAVE_CUDA
+    exporter_ = cuda::CreateCudaSourceExporter(device_);
+#endif
+  }
   const absl::Duration period = absl::Seconds(std::max<uint32_t>(1, resp.lease_seconds() / 3));
   keepalive_stop_ = false;
   keepalive_ = std::thread([this, period, id = session_id_] {
@@ -125,6 +134,7 @@ absl::StatusOr<std::unique_ptr<PushStream>> Client::BeginPush(const std::string&
   std::vector<MappedSlot*> slots;
   for (auto& s : slots_) slots.push_back(s.get());
   options.checksums = checksums_;
+  options.exporter = options.pull ? exporter_.get() : nullptr;
   return PushStream::Begin(
       trainer_.get(), session_id_, group, version, std::move(slots),
       [this](uint64_t bytes) { return OversizeSlot(bytes); }, std::move(options));

@@ -71,7 +71,8 @@ class Client {
   std::string session_id_;
   std::vector<std::unique_ptr<MappedSlot>> slots_;
   int device_ = 0;
-  bool checksums_ = true;  // the daemon asks for CRC-32 per bucket
+  bool checksums_ = true;                     // the daemon asks for CRC-32 per bucket
+  std::unique_ptr<SourceExporter> exporter_;  // pull mode: finds the tensors' allocations
   std::unique_ptr<MappedSlot> oversize_;
   uint32_t oversize_index_ = 0;
   std::thread keepalive_;

@@ -23,6 +23,7 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
   auto push = std::unique_ptr<PushStream>(
       new PushStream(stub, std::move(slots), std::move(oversize), options));
   push->progress_.buckets_total = options.buckets_total;
+  if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
   WSYNC_RETURN_IF_ERROR(push->stream_.Begin(session_id, group, version).status());
   push->t0_ = absl::Now();
   for (uint32_t i = 0; i < push->slots_.size(); ++i) push->free_slots_.push_back(i);
@@ -45,6 +46,11 @@ void PushStream::ReadEvents() {
       } else {
         oversize_busy_ = false;
       }
+    } else if (event.has_sources_read()) {
+      for (Outstanding& o : outstanding_) {
+        if (o.sequence == event.sources_read().sequence()) o.finished = true;
+      }
+      ReleaseFinishedLocked();
     } else if (event.has_bucket_done()) {
       ++progress_.buckets_done;
       progress_.bytes_done += event.bucket_done().bytes();
@@ -70,9 +76,9 @@ absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
   for (const TensorRef& t : tensors) {
     auto closed = planner_.Add(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
     if (!closed.ok()) return Fail(closed.status());
-    pending_.push_back(t);
     {
       std::lock_guard<std::mutex> lock(mu_);
+      pending_.push_back(t);
       progress_.bytes_total += t.bytes;
     }
     for (const PlannedBucket& b : *closed) WSYNC_RETURN_IF_ERROR(SendBucket(b));
@@ -111,16 +117,55 @@ absl::StatusOr<std::pair<uint32_t, MappedSlot*>> PushStream::AcquireSlot(
   return std::make_pair(index, slots_[index]);
 }
 
+void PushStream::ReleaseFinishedLocked() {
+  while (!outstanding_.empty() && outstanding_.front().finished) {
+    for (size_t i = 0; i < outstanding_.front().tensors; ++i) pending_.pop_front();
+    released_ += outstanding_.front().tensors;
+    outstanding_.pop_front();
+  }
+}
+
+bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire) {
+  std::vector<ExportedSource> found;
+  for (const TensorRef& t : tensors) {
+    auto e = options_.exporter->Export(t.data, t.bytes);
+    if (!e.ok()) return false;
+    found.push_back(std::move(*e));
+  }
+  for (const ExportedSource& e : found) {
+    if (announced_.insert(e.allocation_id).second) {
+      v1::SourceAllocation* a = wire->add_allocations();
+      a->set_id(e.allocation_id);
+      a->set_handle(e.handle);
+      a->set_bytes(e.allocation_bytes);
+    }
+    v1::TensorSource* s = wire->add_sources();
+    s->set_allocation(e.allocation_id);
+    s->set_offset(e.offset);
+  }
+  return true;
+}
+
 absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
   WSYNC_ASSIGN_OR_RETURN(auto acquired, AcquireSlot(bucket));
   const uint32_t slot_index = acquired.first;
   MappedSlot& slot = *acquired.second;
   v1::Bucket wire;
   wire.set_slot(slot_index);
-  wire.set_sequence(sequence_++);
+  const uint64_t sequence = sequence_++;
+  wire.set_sequence(sequence);
+  std::vector<TensorRef> tensors;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const PlannedTensor& pt : bucket.tensors)
+      tensors.push_back(pending_[pt.index - released_]);
+  }
+  const bool pull =
+      options_.pull && options_.exporter != nullptr && DescribeSources(tensors, &wire);
   std::vector<SlotCopy> copies;
-  for (const PlannedTensor& pt : bucket.tensors) {
-    const TensorRef& t = pending_[pt.index - released_];
+  for (size_t i = 0; i < bucket.tensors.size(); ++i) {
+    const PlannedTensor& pt = bucket.tensors[i];
+    const TensorRef& t = tensors[i];
     copies.push_back(SlotCopy{pt.offset, t.data, t.bytes});
     v1::TensorSpec* spec = wire.add_tensors();
     spec->set_name(t.name);
@@ -129,21 +174,30 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
     spec->set_offset(pt.offset);
     spec->set_length(t.bytes);
   }
-  if (options_.checksums) {
-    // The checksum waits for the copies, so once it is known the caller's tensors are free.
-    auto crc = slot.CopyBatchAndChecksum(copies, bucket.bytes);
-    if (!crc.ok()) return Fail(crc.status());
-    wire.set_checksum(*crc);
-  } else if (absl::Status s = slot.CopyBatch(copies); !s.ok()) {
-    return Fail(s);
+  if (pull) {
+    // wsyncd copies; it waits for the caller's stream only if work is still queued there.
+    if (absl::Status s = slot.MarkReady(); !s.ok()) return Fail(s);
+    ++buckets_pulled_;
+  } else {
+    if (options_.checksums) {
+      // The checksum waits for the copies, so once it is known the caller's tensors are free.
+      auto crc = slot.CopyBatchAndChecksum(copies, bucket.bytes);
+      if (!crc.ok()) return Fail(crc.status());
+      wire.set_checksum(*crc);
+    } else if (absl::Status s = slot.CopyBatch(copies); !s.ok()) {
+      return Fail(s);
+    }
+    if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
+    // Without a checksum nothing has waited for the copies yet.
+    if (!options_.checksums) {
+      if (absl::Status s = slot.WaitWritten(); !s.ok()) return Fail(s);
+    }
   }
-  if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
-  // Without a checksum nothing has waited for the copies yet.
-  if (!options_.checksums) {
-    if (absl::Status s = slot.WaitWritten(); !s.ok()) return Fail(s);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_.push_back(Outstanding{sequence, bucket.tensors.size(), !pull});
+    ReleaseFinishedLocked();
   }
-  for (size_t i = 0; i < bucket.tensors.size(); ++i) pending_.pop_front();
-  released_ += bucket.tensors.size();
   if (!stream_.SendBucket(wire)) {
     // The daemon ended the stream; the next wait for a slot collects its status.
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,6 +256,7 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.broadcast_seconds = result_.broadcast_seconds();
   out.answer_seconds = result_.answer_seconds();
   out.request_late_seconds = result_.request_late_seconds();
+  out.buckets_pulled = buckets_pulled_;
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +57,7 @@ struct PushResult {
   double broadcast_seconds = 0;
   double answer_seconds = 0;
   double request_late_seconds = 0;
+  uint64_t buckets_pulled = 0;  // buckets wsyncd copied out of the trainer's memory itself
   double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
 };
 
@@ -69,6 +71,11 @@ struct PushOptions {
   bool checksums = true;
   // Shown in progress before the last bucket is known (0: unknown).
   uint64_t buckets_total = 0;
+  // Pull mode (docs/PULL_MODE.md): wsyncd copies each bucket out of the trainer's memory itself,
+  // so the trainer's process does no GPU work of its own; a bucket holding a tensor that cannot
+  // be exported is copied by the client as usual. Tensors are released once wsyncd has read them.
+  bool pull = false;
+  SourceExporter* exporter = nullptr;  // set by Client::BeginPush
 };
 
 // Gives the session's oversize slot with room for `bytes` (mapping it, or a larger one, on first
@@ -91,8 +98,12 @@ class PushStream {
 
   // Adds tensors in order. Their bytes must stay valid and unchanged until released() counts them.
   absl::Status Add(const std::vector<TensorRef>& tensors);
-  // How many tensors, counted from the first added, are copied into slots already.
-  uint64_t released() const { return released_; }
+  // How many tensors, counted from the first added, the caller may free or change: copied into
+  // slots, or (pull mode) read by wsyncd.
+  uint64_t released() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return released_;
+  }
   // Sends the last bucket, commits, and returns per-engine results.
   absl::StatusOr<PushResult> Commit();
   void Abort(const std::string& reason);
@@ -104,6 +115,11 @@ class PushStream {
   absl::StatusOr<std::pair<uint32_t, MappedSlot*>> AcquireSlot(const PlannedBucket& bucket);
   void ReadEvents();
   absl::Status SendBucket(const PlannedBucket& bucket);
+  // Pull mode: the bucket's sources, with announcements of allocations new to this update; false
+  // when a tensor cannot be exported.
+  bool DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire);
+  // Releases the tensors of finished buckets at the front of `outstanding_` (mu_ held).
+  void ReleaseFinishedLocked();
   absl::Status Fail(absl::Status status);
 
   UpdateStream stream_;
@@ -111,15 +127,23 @@ class PushStream {
   OversizeSlotFn oversize_;
   PushOptions options_;
   BucketPlanner planner_;
-  std::deque<TensorRef> pending_;  // added, not yet copied; pending_[0] has index released_
-  uint64_t released_ = 0;
   uint64_t sequence_ = 0;
+  std::set<uint64_t> announced_;  // pull mode: allocations announced in this update
+  uint64_t buckets_pulled_ = 0;
   absl::Time t0_;
   absl::Status send_status_;
   bool ended_by_us_ = false;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::deque<TensorRef> pending_;  // added, not yet released; pending_[0] has index released_
+  uint64_t released_ = 0;
+  struct Outstanding {
+    uint64_t sequence;
+    size_t tensors;
+    bool finished;  // copied by the client, or read by wsyncd (SourcesRead)
+  };
+  std::deque<Outstanding> outstanding_;  // sent buckets in order, not yet released
   std::deque<uint32_t> free_slots_;
   bool oversize_busy_ = false;  // the oversize slot holds a bucket not yet sent
   bool daemon_ended_ = false;

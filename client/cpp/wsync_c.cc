@@ -56,6 +56,7 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                       {"bytes", result.bytes},
                       {"seconds", result.seconds},
                       {"gib_per_second", result.gib_per_second()},
+                      {"buckets_pulled", result.buckets_pulled},
                       {"daemon_timing",
                        {{"verify_seconds", result.verify_seconds},
                         {"idle_before_seconds", result.idle_before_seconds},
@@ -118,10 +119,21 @@ int wsync_push(wsync_client* client, const char* group, const char* version,
 int wsync_push_begin(wsync_client* client, const char* group, const char* version,
                      void* cuda_stream, wsync_progress_fn progress, void* user,
                      wsync_push_stream** out, char* err, size_t err_len) {
+  return wsync_push_begin_flags(client, group, version, cuda_stream, 0, progress, user, out, err,
+                                err_len);
+}
+
+int wsync_push_begin_flags(wsync_client* client, const char* group, const char* version,
+                           void* cuda_stream, uint32_t flags, wsync_progress_fn progress,
+                           void* user, wsync_push_stream** out, char* err, size_t err_len) {
   if (out == nullptr) return Report(absl::InvalidArgumentError("out is required"), err, err_len);
+  if ((flags & ~WSYNC_PUSH_PULL) != 0) {
+    return Report(absl::InvalidArgumentError("unknown push flags"), err, err_len);
+  }
   wsync::PushOptions options;
   options.progress = ProgressFn(progress, user);
   options.cuda_stream = cuda_stream;
+  options.pull = (flags & WSYNC_PUSH_PULL) != 0;
   auto push =
       client->client->BeginPush(group ? group : "", version ? version : "", std::move(options));
   if (!push.ok()) return Report(push.status(), err, err_len);

@@ -48,6 +48,13 @@ WSYNC_EXPORT int wsync_push(wsync_client* client, const char* group, const char*
 WSYNC_EXPORT int wsync_push_begin(wsync_client* client, const char* group, const char* version,
                                   void* cuda_stream, wsync_progress_fn progress, void* user,
                                   wsync_push_stream** out, char* err, size_t err_len);
+/* wsync_push_begin with flags: WSYNC_PUSH_PULL has wsyncd copy the tensors out of the caller's
+ * memory itself (docs/PULL_MODE.md); tensors are then released once wsyncd has read them. */
+#define WSYNC_PUSH_PULL 1u
+WSYNC_EXPORT int wsync_push_begin_flags(wsync_client* client, const char* group,
+                                        const char* version, void* cuda_stream, uint32_t flags,
+                                        wsync_progress_fn progress, void* user,
+                                        wsync_push_stream** out, char* err, size_t err_len);
 WSYNC_EXPORT int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
                                 uint64_t* released, char* err, size_t err_len);
 WSYNC_EXPORT int wsync_push_commit(wsync_push_stream* push, char** result_json, char* err,

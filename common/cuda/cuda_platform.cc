@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda/cuda_slot.h"
+#include "common/cuda/cuda_source.h"
 #include "common/cuda/nccl_communicator.h"
 #include "common/cuda/nccl_library.h"
 #include "common/status_macros.h"
@@ -24,6 +25,11 @@ class CudaPlatform final : public Platform {
     WSYNC_ASSIGN_OR_RETURN(auto comm,
                            NcclRootCommunicator::Create(nccl_.get(), device, world_size));
     return std::unique_ptr<RootCommunicator>(std::move(comm));
+  }
+  absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
+                                                          uint64_t bytes) override {
+    WSYNC_ASSIGN_OR_RETURN(auto source, CudaSource::Open(device, handle, bytes));
+    return std::unique_ptr<SourceMemory>(std::move(source));
   }
 
  private:
@@ -48,6 +54,10 @@ absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformO
   *description = absl::StrCat(devices, " CUDA device(s), runtime ", runtime, ", driver ", driver,
                               ", NCCL ", nccl->version_string(), " from ", nccl->path());
   return std::unique_ptr<Platform>(new CudaPlatform(std::move(nccl)));
+}
+
+std::unique_ptr<SourceExporter> CreateCudaSourceExporter(int device) {
+  return std::make_unique<CudaSourceExporter>(device);
 }
 
 absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(int device,

@@ -20,6 +20,9 @@ struct CudaPlatformOptions {
 absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformOptions& options,
                                                              std::string* description);
 
+// The trainer's exporter of its tensors' allocations for pull mode.
+std::unique_ptr<SourceExporter> CreateCudaSourceExporter(int device);
+
 absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(int device,
                                                         const std::string& memory_handle,
                                                         const std::string& event_handle,

@@ -25,6 +25,22 @@ absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
   return DeviceCrc32(buffer_->data(), bytes, stream_->get(), scratch_.get());
 }
 
+absl::StatusOr<uint32_t> CudaSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
+  if (span > buffer_->bytes()) return absl::OutOfRangeError("checksum range exceeds the slot");
+  std::vector<CopyItem> items;
+  for (const SourcePiece& p : pieces) {
+    if (p.offset > span || p.bytes > span - p.offset) {
+      return absl::OutOfRangeError(absl::StrCat("piece of ", p.bytes, " bytes at ", p.offset,
+                                                " exceeds the bucket of ", span, " bytes"));
+    }
+    items.push_back(CopyItem{p.src, p.offset, p.bytes});
+  }
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  // The trainer's signal that its tensors are ready (recorded only when its stream had work).
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
+  return CopyAndCrc32(items, buffer_->data(), span, stream_->get(), scratch_.get());
+}
+
 absl::StatusOr<std::unique_ptr<CudaMappedSlot>> CudaMappedSlot::Open(
     int device, const std::string& memory_handle, const std::string& event_handle, uint64_t bytes) {
   WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, memory_handle));
@@ -86,6 +102,14 @@ absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
 absl::Status CudaMappedSlot::MarkWritten() {
   WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), active_stream()));
   return absl::OkStatus();
+}
+
+absl::Status CudaMappedSlot::MarkReady() {
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  const cudaError_t idle = cudaStreamQuery(active_stream());
+  if (idle == cudaSuccess) return absl::OkStatus();
+  if (idle != cudaErrorNotReady) return WSYNC_CUDA_STATUS(idle);
+  return MarkWritten();
 }
 
 absl::Status CudaMappedSlot::WaitWritten() {

@@ -23,6 +23,7 @@ class CudaSlot final : public SlotMemory {
   std::string memory_handle() const override { return buffer_->ipc_handle(); }
   std::string event_handle() const override { return event_->handle(); }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
   // The event the trainer records after filling the slot; the daemon's streams wait on it.
   cudaEvent_t producer_event() const { return event_->get(); }
 
@@ -58,6 +59,7 @@ class CudaMappedSlot final : public MappedSlot {
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
   absl::Status MarkWritten() override;
   absl::Status WaitWritten() override;
+  absl::Status MarkReady() override;
   void UseStream(void* stream) override { caller_stream_ = static_cast<cudaStream_t>(stream); }
 
  private:

@@ -1,9 +1,16 @@
 #include "common/host/host_platform.h"
 
 #include "common/host/host_collective.h"
+#include "common/host/host_source.h"
 #include "common/host/shm_slot.h"
 
 namespace wsync {
+
+absl::StatusOr<std::unique_ptr<SourceMemory>> HostPlatform::MapSource(int device,
+                                                                      const std::string& handle,
+                                                                      uint64_t bytes) {
+  return MapHostSource(handle, bytes);
+}
 
 absl::StatusOr<std::unique_ptr<SlotMemory>> HostPlatform::AllocateSlot(int device, uint64_t bytes) {
   auto slot = ShmSlot::Create(device, bytes);

@@ -17,6 +17,8 @@ class HostPlatform final : public Platform {
   absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override;
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(int device,
                                                                            int world_size) override;
+  absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
+                                                          uint64_t bytes) override;
 
  private:
   std::string bind_address_;

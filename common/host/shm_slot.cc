@@ -61,6 +61,18 @@ absl::StatusOr<uint32_t> ShmSlot::Checksum(uint64_t bytes) {
   return Crc32Parallel(data_, bytes, 2);
 }
 
+absl::StatusOr<uint32_t> ShmSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
+  for (const SourcePiece& p : pieces) {
+    if (p.offset > bytes_ || p.bytes > bytes_ - p.offset) {
+      return absl::OutOfRangeError(absl::StrCat("piece of ", p.bytes, " bytes at ", p.offset,
+                                                " exceeds the slot of ", bytes_, " bytes"));
+    }
+  }
+  for (const SourcePiece& p : pieces)
+    std::memcpy(static_cast<char*>(data_) + p.offset, p.src, p.bytes);
+  return Checksum(span);
+}
+
 absl::StatusOr<std::unique_ptr<ShmMappedSlot>> ShmMappedSlot::Open(const std::string& name,
                                                                    uint64_t bytes) {
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);

@@ -21,6 +21,7 @@ class ShmSlot final : public SlotMemory {
   std::string memory_handle() const override { return name_; }
   std::string event_handle() const override { return ""; }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
 
  private:
   ShmSlot(int device, uint64_t bytes, std::string name, void* data)

@@ -32,11 +32,13 @@ void DaemonCore::ReapLoop() {
   while (!stopping_) {
     cv_.wait_for(lock, std::chrono::seconds(1));
     lock.unlock();
-    for (const Session& s : sessions_.Expire(absl::Now())) {
+    std::vector<Session> expired = sessions_.Expire(absl::Now());
+    for (const Session& s : expired) {
       WSYNC_LOG(Info, "session ", s.id, " (", s.client_name, ") expired; its slots are free");
       pool_.Release(s.device, s.id);
     }
     lock.lock();
+    for (const Session& s : expired) source_tables_.erase(s.id);
   }
 }
 
@@ -60,8 +62,26 @@ absl::Status DaemonCore::KeepAlive(const std::string& session_id) {
 absl::Status DaemonCore::CloseSession(const std::string& session_id) {
   WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Remove(session_id));
   pool_.Release(s.device, s.id);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    source_tables_.erase(s.id);
+  }
   WSYNC_LOG(Info, "session ", s.id, " closed");
   return absl::OkStatus();
+}
+
+absl::StatusOr<PulledSources> DaemonCore::ResolveSources(
+    const std::string& session_id, const std::vector<AllocationAnnounce>& announced,
+    const std::vector<TensorSourceRef>& sources, const BucketManifest& manifest) {
+  WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Touch(session_id));
+  std::shared_ptr<SourceTable> table;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = source_tables_[session_id];
+    if (!slot) slot = std::make_shared<SourceTable>(platform_.get(), s.device);
+    table = slot;
+  }
+  return table->Resolve(announced, sources, manifest);
 }
 
 std::shared_ptr<WeightGroup> DaemonCore::FindGroup(const std::string& name) const {

@@ -84,6 +84,13 @@ class DaemonCore {
   absl::Status DestroyGroup(const std::string& name);
   std::vector<EngineRow> ListEngines();
 
+  // Pull mode: maps the allocations a bucket announces (kept for the session) and resolves its
+  // tensors to pieces of them.
+  absl::StatusOr<PulledSources> ResolveSources(const std::string& session_id,
+                                               const std::vector<AllocationAnnounce>& announced,
+                                               const std::vector<TensorSourceRef>& sources,
+                                               const BucketManifest& manifest);
+
   absl::StatusOr<std::unique_ptr<UpdateRun>> BeginUpdate(const std::string& session_id,
                                                          const std::string& group,
                                                          const std::string& version,
@@ -108,6 +115,8 @@ class DaemonCore {
   UpdateHistory history_;
 
   mutable std::mutex mu_;
+  // Pull mode's mappings of each session's trainer allocations (guarded by mu_).
+  std::map<std::string, std::shared_ptr<SourceTable>> source_tables_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<WeightGroup>> groups_;
   int running_updates_ = 0;

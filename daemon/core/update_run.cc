@@ -38,7 +38,7 @@ void UpdateRun::Fail(absl::Status status) {
 }
 
 absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                                     uint64_t sequence) {
+                                     uint64_t sequence, PulledSources pulled) {
   std::unique_lock<std::mutex> lock(mu_);
   if (finished_ || closing_) {
     return absl::FailedPreconditionError(
@@ -74,7 +74,8 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
     return failure_;
   }
   for (const TensorEntry& t : manifest.tensors) names_.insert(t.name);
-  queue_.push_back(Pending{slot, *memory, std::move(manifest), checksum, sequence});
+  queue_.push_back(
+      Pending{slot, *memory, std::move(manifest), checksum, sequence, std::move(pulled)});
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -115,6 +116,18 @@ absl::Status UpdateRun::Verify(const Pending& p) {
   return absl::OkStatus();
 }
 
+absl::Status UpdateRun::Fill(const Pending& p) {
+  auto crc = p.memory->FillFrom(p.pulled.pieces, p.manifest.span_bytes());
+  if (!crc.ok()) {
+    return absl::Status(
+        crc.status().code(),
+        absl::StrCat("bucket ", p.sequence, ": copying the trainer's tensors into slot ", p.slot,
+                     " failed: ", crc.status().message(), "; nothing was sent"));
+  }
+  events_->SourcesRead(p.sequence);
+  return absl::OkStatus();
+}
+
 void UpdateRun::SenderLoop() {
   // The first bucket's requests go out at once; each later one's when its predecessor opens it.
   auto gate = std::make_shared<RequestGate>();
@@ -136,9 +149,11 @@ void UpdateRun::SenderLoop() {
     (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
                             SlotState::kSending);
     const absl::Time turn = absl::Now();
-    absl::Status status = Verify(p);
+    const bool pull = !p.pulled.pieces.empty();
+    absl::Status status = pull ? Fill(p) : Verify(p);
     const double verify_seconds =
-        context_.verify_checksums ? absl::ToDoubleSeconds(absl::Now() - turn) : 0;
+        context_.verify_checksums || pull ? absl::ToDoubleSeconds(absl::Now() - turn) : 0;
+    p.pulled.keep.clear();  // the copy is done; the mappings stay in the session's table
     std::unique_ptr<BucketTransfer> transfer;
     std::shared_ptr<RequestGate> successor;
     if (status.ok()) {

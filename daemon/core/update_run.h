@@ -16,13 +16,14 @@
 #include "absl/time/time.h"
 #include "common/manifest.h"
 #include "daemon/core/buffer_pool.h"
+#include "daemon/core/source_table.h"
 #include "daemon/core/weight_group.h"
 
 namespace wsync {
 
 // Where one bucket's time went (all in seconds).
 struct BucketTiming {
-  double verify = 0;       // checksum of the slot before anything is sent
+  double verify = 0;       // checksum of the slot (pull mode: the copy into it) before sending
   double idle_before = 0;  // rank 0 had nothing queued before this bucket (daemon/trainer late)
   double active = 0;       // rank 0's broadcast: wire time plus waiting for the receivers
   double answer = 0;       // from the bytes leaving rank 0 to the engines' last answer
@@ -49,6 +50,8 @@ class UpdateEvents {
   virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
                           const BucketTiming& timing) = 0;
   virtual void SlotFree(uint32_t slot) = 0;
+  // Pull mode: the bucket's tensors have been copied out of the trainer's memory.
+  virtual void SourcesRead(uint64_t sequence) = 0;
   // The update failed while the trainer may be waiting for a SlotFree that will never come; the
   // stream tells it now instead of at its next message.
   virtual void Failed(const UpdateOutcome& outcome) = 0;
@@ -87,8 +90,10 @@ class UpdateRun {
   uint32_t world_size() const;
 
   // Refuses (and fails the update) on any problem with the bucket; the bucket's bytes go nowhere.
+  // With `pulled` pieces wsyncd fills the slot itself from the trainer's memory (pull mode) and
+  // the checksum is not compared; otherwise the trainer filled it and the checksum is verified.
   absl::Status SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                            uint64_t sequence);
+                            uint64_t sequence, PulledSources pulled = {});
   UpdateOutcome Commit();
   UpdateOutcome Abort(absl::Status reason);
   // The first failure, if any (a failed update still needs Abort to finish it).
@@ -101,6 +106,7 @@ class UpdateRun {
     BucketManifest manifest;
     uint32_t checksum;
     uint64_t sequence;
+    PulledSources pulled;
   };
   struct InFlight {
     Pending pending;
@@ -113,6 +119,8 @@ class UpdateRun {
   void SenderLoop();
   void CompletionLoop();
   absl::Status Verify(const Pending& p);
+  // Pull mode: copies the trainer's tensors into the slot (after the trainer's ready signal).
+  absl::Status Fill(const Pending& p);
   // Records the first failure and tells the trainer at once (once).
   void ReportFailure(absl::Status status);
   void ReleaseSlot(uint32_t slot, SlotState from);

@@ -38,6 +38,11 @@ class StreamEvents final : public UpdateEvents {
     e.mutable_slot_free()->set_slot(slot);
     Write(e);
   }
+  void SourcesRead(uint64_t sequence) override {
+    v1::UpdateEvent e;
+    e.mutable_sources_read()->set_sequence(sequence);
+    Write(e);
+  }
   void Failed(const UpdateOutcome& outcome) override { WriteResult(outcome); }
   // The result goes out once, whoever reaches it first (the sender on a failure, or the handler).
   void WriteResult(const UpdateOutcome& outcome);
@@ -170,6 +175,36 @@ grpc::Status TrainerService::CloseSession(grpc::ServerContext*, const v1::CloseS
   return ToGrpcStatus(core_->CloseSession(req->session_id()));
 }
 
+absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
+                                          UpdateRun& run) {
+  auto manifest = ManifestFromProto(bucket);
+  if (!manifest.ok()) {
+    return absl::Status(
+        manifest.status().code(),
+        absl::StrCat("bucket ", bucket.sequence(), " refused: ", manifest.status().message()));
+  }
+  PulledSources pulled;
+  if (bucket.sources_size() > 0) {
+    std::vector<AllocationAnnounce> announced;
+    for (const auto& a : bucket.allocations()) {
+      announced.push_back(AllocationAnnounce{a.id(), a.handle(), a.bytes()});
+    }
+    std::vector<TensorSourceRef> sources;
+    for (const auto& src : bucket.sources()) {
+      sources.push_back(TensorSourceRef{src.allocation(), src.offset()});
+    }
+    auto resolved = core_->ResolveSources(session_id, announced, sources, *manifest);
+    if (!resolved.ok()) {
+      return absl::Status(
+          resolved.status().code(),
+          absl::StrCat("bucket ", bucket.sequence(), " refused: ", resolved.status().message()));
+    }
+    pulled = std::move(*resolved);
+  }
+  return run.SubmitBucket(bucket.slot(), std::move(*manifest), bucket.checksum(), bucket.sequence(),
+                          std::move(pulled));
+}
+
 grpc::Status TrainerService::Update(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) {
@@ -182,7 +217,7 @@ grpc::Status TrainerService::Update(
                         "the first message of an update must be begin");
   }
   StreamEvents events(stream);
-  const v1::BeginUpdate& begin = request.begin();
+  const v1::BeginUpdate begin = request.begin();  // a copy: `request` is reused below
   auto run = core_->BeginUpdate(begin.session_id(), begin.group(), begin.version(), &events);
   if (!run.ok()) return ToGrpcStatus(run.status());
   {
@@ -211,15 +246,7 @@ grpc::Status TrainerService::Update(
     }
     switch (request.kind_case()) {
       case v1::UpdateRequest::kBucket: {
-        auto manifest = ManifestFromProto(request.bucket());
-        absl::Status s = manifest.status();
-        if (s.ok()) {
-          s = (*run)->SubmitBucket(request.bucket().slot(), std::move(*manifest),
-                                   request.bucket().checksum(), request.bucket().sequence());
-        } else {
-          s = absl::Status(s.code(), absl::StrCat("bucket ", request.bucket().sequence(),
-                                                  " refused: ", s.message()));
-        }
+        absl::Status s = SubmitBucket(begin.session_id(), request.bucket(), **run);
         if (!s.ok()) return finish((*run)->Abort(s));
         break;
       }

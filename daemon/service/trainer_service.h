@@ -24,6 +24,9 @@ class TrainerService final : public v1::Trainer::Service {
       grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) override;
 
  private:
+  // Validates one wire bucket (resolving a pull bucket's sources) and hands it to the update.
+  absl::Status SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
+                            UpdateRun& run);
   DaemonCore* core_;
 };
 

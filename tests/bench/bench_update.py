@@ -157,10 +157,10 @@ class Daemon:
         return died
 
 
-def wsync_push(client, model, version):
+def wsync_push(client, model, version, pull=False):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    result = client.push(model, version=version, group="bench")
+    result = client.push(model, version=version, group="bench", pull=pull)
     return time.perf_counter() - t0, result
 
 
@@ -232,20 +232,23 @@ def one_process(args, pg, model, buckets, bucket_sizes, bufs):
 
 def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
     """Returns (end-to-end seconds, data-plane seconds, daemon timing of each measured push)."""
-    note(f"{label}: starting wsyncd {' '.join(extra)}")
+    # "client:pull" in a variant's arguments is for the client (pull mode), not for wsyncd.
+    pull = "client:pull" in extra
+    extra = tuple(a for a in extra if a != "client:pull")
+    note(f"{label}: starting wsyncd {' '.join(extra)}{' (pull mode)' if pull else ''}")
     daemon = Daemon(args, slot, log, extra)
     tag = label.replace(" ", "-")
     try:
         with wsync.Client("unix:" + daemon.sock, device=0, name="bench") as client:
-            seconds, _ = wsync_push(client, model, f"{tag}-warm")
+            seconds, _ = wsync_push(client, model, f"{tag}-warm", pull)
             note(f"{label}: wsync warm-up push {seconds:.3f} s")
-            runs = [wsync_push(client, model, f"{tag}-{r}") for r in range(args.runs)]
+            runs = [wsync_push(client, model, f"{tag}-{r}", pull) for r in range(args.runs)]
             note(f"{label}: wsync pushes {[round(s, 3) for s, _ in runs]} s")
             post_all(args.engines, "/sim/mode", {"data_plane": True})
             dp = []
             for r in range(args.runs + 1):
                 receive = Async(post_all, args.engines, "/bench/receive", {"sizes": bucket_sizes})
-                seconds, result = wsync_push(client, model, f"{tag}-dp{r}")
+                seconds, result = wsync_push(client, model, f"{tag}-dp{r}", pull)
                 receive.join()
                 dp.append((seconds, result))
             post_all(args.engines, "/sim/mode", {"data_plane": False})
@@ -260,7 +263,8 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
              f"idle {t['idle_before_seconds'] / n * 1e3:.2f} ms, broadcast "
              f"{t['broadcast_seconds'] / n * 1e3:.2f} ms, request late "
              f"{t['request_late_seconds'] / n * 1e3:.2f} ms, answer "
-             f"{t['answer_seconds'] / n * 1e3:.2f} ms")
+             f"{t['answer_seconds'] / n * 1e3:.2f} ms; {result['buckets_pulled']}/{n} buckets "
+             f"pulled by wsyncd")
     return (statistics.median(s for s, _ in runs), statistics.median(s for s, _ in dp[1:]),
             [r["daemon_timing"] for _, r in runs])
 
@@ -277,7 +281,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--variants", default="",
                     help="extra wsyncd configurations to time, 'name=args;name=args', e.g. "
-                         "'no-checksum=--checksum none;4-slots=--slots 4'")
+                         "'no-checksum=--checksum none;4-slots=--slots 4;pull=client:pull' "
+                         "(client:pull: the client pushes in pull mode)")
     args = ap.parse_args()
     args.engines = args.engines.split(",")
     variants = [(v.split("=", 1)[0], tuple(v.split("=", 1)[1].split()))

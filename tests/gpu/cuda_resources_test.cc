@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/checksum.h"
+#include "common/cuda/cuda_slot.h"
+#include "common/cuda/cuda_source.h"
 #include "common/cuda/cuda_status.h"
 #include "common/cuda/kernels.h"
 #include "gtest/gtest.h"
@@ -159,6 +161,58 @@ TEST(CudaKernels, BatchedCopyMovesEveryRangeAndRefusesOverlaps) {
   overlapping[1].offset += 1;
   EXPECT_EQ(BatchedCopy(overlapping, (*dst)->data(), nullptr, scratch->get()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CudaPull, ExporterFindsTheAllocationAndRefusesWhatItCannotExport) {
+  SKIP_WITHOUT_GPU();
+  auto buffer = DeviceBuffer::Create(0, 1 << 20);
+  ASSERT_TRUE(buffer.ok());
+  auto* base = static_cast<char*>((*buffer)->data());
+  CudaSourceExporter exporter(0);
+  exporter.BeginUpdate();
+  auto first = exporter.Export(base + 100, 64);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->offset, 100u);
+  EXPECT_GE(first->allocation_bytes, 1u << 20);
+  EXPECT_EQ(first->handle.size(), sizeof(cudaIpcMemHandle_t));
+  auto second = exporter.Export(base + 4096, 4096);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->allocation_id, first->allocation_id);
+  exporter.BeginUpdate();  // re-checked: the same allocation keeps its id
+  auto again = exporter.Export(base, 16);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->allocation_id, first->allocation_id);
+  EXPECT_EQ(again->handle, first->handle);
+  EXPECT_EQ(exporter.Export(base + (1 << 20) - 8, 8 << 20).status().code(),
+            absl::StatusCode::kNotFound);
+  std::vector<char> host(64);
+  EXPECT_EQ(exporter.Export(host.data(), host.size()).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(CudaPull, SlotFillsItselfFromDevicePiecesAndChecksumsTheBucket) {
+  SKIP_WITHOUT_GPU();
+  Bucket b = MakeBucket();
+  auto src = DeviceBuffer::Create(0, b.source.size());
+  auto slot = CudaSlot::Create(0, b.span + 4096);
+  ASSERT_TRUE(src.ok() && slot.ok());
+  ASSERT_EQ(cudaMemcpy((*src)->data(), b.source.data(), b.source.size(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<SourcePiece> pieces;
+  std::vector<uint8_t> expected;
+  for (size_t i = 0; i < b.items.size(); ++i) {
+    pieces.push_back(SourcePiece{static_cast<char*>((*src)->data()) + b.source_offsets[i],
+                                 b.items[i].offset, b.items[i].bytes});
+    expected.insert(expected.end(), b.source.begin() + b.source_offsets[i],
+                    b.source.begin() + b.source_offsets[i] + b.items[i].bytes);
+  }
+  auto crc = (*slot)->FillFrom(pieces, b.span);
+  ASSERT_TRUE(crc.ok()) << crc.status();
+  EXPECT_EQ(*crc, Crc32(expected.data(), expected.size()));
+  std::vector<uint8_t> out(b.span);
+  ASSERT_EQ(cudaMemcpy(out.data(), (*slot)->data(), b.span, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(std::memcmp(out.data(), expected.data(), b.span), 0);
+  pieces.back().bytes += 1;
+  EXPECT_EQ((*slot)->FillFrom(pieces, b.span).status().code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {

@@ -25,7 +25,7 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,kill,per_tensor,memory,dtensor,mismatch,bench picks steps (default: all); the Qwen2
+# STEPS=kernels,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks steps (default: all); the Qwen2
 # trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
 # values); WSYNC_BENCH_VARIANTS is its --variants value, e.g.
@@ -129,6 +129,12 @@ if want memory; then
 step "20 consecutive updates: wsyncd's GPU memory stays flat"
 regroup memory.log
 push memory.log 180 --versions 20 --version-prefix flat- --watch-pid "${pids[0]}" --verify-every 5
+fi
+if want pull; then
+step "pull mode: wsyncd copies the trainer's tensors itself (CUDA IPC of torch's allocations)"
+regroup pull.log
+push pull.log 120 --versions 3 --version-prefix pull- --pull
+push pull.log 120 --versions 1 --version-prefix pull-dtensor- --pull --dtensor
 fi
 if want dtensor; then
 step "DTensors: the Python client gathers each with full_tensor()"

@@ -60,6 +60,9 @@ def main():
     ap.add_argument("--dtensor", action="store_true",
                     help="push the state as DTensors sharded on a 1-GPU mesh (the client calls "
                          "full_tensor() on each)")
+    ap.add_argument("--pull", action="store_true",
+                    help="pull mode: wsyncd copies the tensors out of this process's memory; "
+                         "every bucket must be pulled")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -93,11 +96,15 @@ def main():
                     sys.exit(0 if hit else 1)
                 print("TRAINER RESULT: FAIL (push succeeded)", flush=True)
                 sys.exit(1)
-            result = client.push(state, version=version, group=args.group)
+            result = client.push(state, version=version, group=args.group, pull=args.pull)
             total = sum(t.numel() * t.element_size() for t in state.values())
-            print(f"version {version}: {result['buckets']} buckets, {total / 2**30:.3f} GiB in "
+            print(f"version {version}: {result['buckets']} buckets "
+                  f"({result['buckets_pulled']} pulled by wsyncd), {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
                   f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
+            if args.pull and result["buckets_pulled"] != result["buckets"]:
+                print("  pull mode: some buckets were copied by the client", flush=True)
+                ok = False
             if args.watch_pid:
                 used = gpu_memory_mib(args.watch_pid)
                 memory.append(used)

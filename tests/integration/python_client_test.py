@@ -101,6 +101,11 @@ class PythonClientTest(unittest.TestCase):
         with wsync.Client("unix:" + self.sock, device=0) as client:
             result = client.push({"w": np.ones((4, 4), np.float16)}, version=2, group="policy")
             self.assertEqual(result["buckets"], 1)
+            self.assertEqual(result["buckets_pulled"], 0)
+            # Pull mode asked for memory wsyncd cannot map (a numpy array): copied as usual.
+            result = client.push({"w": np.ones((4, 4), np.float16)}, version=2, group="policy",
+                                 pull=True)
+            self.assertEqual((result["buckets"], result["buckets_pulled"]), (1, 0))
             with self.assertRaises(wsync.WsyncError) as e:
                 client.push({"w": np.ones(4, np.float32)}, version=3, group="nope")
             self.assertEqual(e.exception.code_name, "NOT_FOUND")

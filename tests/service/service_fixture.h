@@ -9,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/cpp/client.h"
+#include "client/cpp/update_stream.h"
 #include "common/checksum.h"
 #include "common/host/host_platform.h"
 #include "daemon/core/daemon_core.h"
@@ -65,6 +67,30 @@ inline std::vector<TensorRef> Refs(const std::vector<OwnedTensor>& ts) {
   std::vector<TensorRef> refs;
   for (const auto& t : ts) refs.push_back({t.name, t.dtype, t.shape, t.data.data(), t.data.size()});
   return refs;
+}
+
+// One raw update carrying one hand-made bucket; returns the stream's final status.
+inline absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket,
+                                  bool commit_first = false, const std::string& group = "policy") {
+  UpdateStream stream(client.trainer(), absl::Seconds(30));
+  auto started = stream.Begin(client.session_id(), group, "bad");
+  if (!started.ok()) return started.status();
+  // Reads and writes on separate threads, as any bidi client must: the daemon's result may be
+  // sent while the client is still writing.
+  std::thread writer([&] {
+    if (commit_first) {
+      v1::UpdateRequest commit;
+      commit.mutable_commit();
+      stream.Send(commit);
+    }
+    stream.SendBucket(bucket);
+    stream.Commit();
+  });
+  v1::UpdateEvent e;
+  while (stream.Next(&e)) {
+  }
+  writer.join();
+  return stream.Finish();
 }
 
 class ServiceFixture : public ::testing::Test {

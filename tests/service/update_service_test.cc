@@ -35,30 +35,6 @@ TEST_F(ServiceFixture, ThreeVersionsReachEveryRankByteForByte) {
   for (const auto& u : updates) EXPECT_EQ(u.state(), "committed");
 }
 
-// One raw update carrying one hand-made bucket; returns the stream's final status.
-absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket, bool commit_first = false,
-                           const std::string& group = "policy") {
-  UpdateStream stream(client.trainer(), absl::Seconds(30));
-  auto started = stream.Begin(client.session_id(), group, "bad");
-  if (!started.ok()) return started.status();
-  // Reads and writes on separate threads, as any bidi client must: the daemon's result may be
-  // sent while the client is still writing.
-  std::thread writer([&] {
-    if (commit_first) {
-      v1::UpdateRequest commit;
-      commit.mutable_commit();
-      stream.Send(commit);
-    }
-    stream.SendBucket(bucket);
-    stream.Commit();
-  });
-  v1::UpdateEvent e;
-  while (stream.Next(&e)) {
-  }
-  writer.join();
-  return stream.Finish();
-}
-
 struct BadBucket {
   std::string label;
   v1::Bucket bucket;

@@ -107,6 +107,9 @@ def _declare(lib):
     lib.wsync_push_begin.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                      ctypes.c_void_p, _PROGRESS, ctypes.c_void_p,
                                      ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_push_begin_flags.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.c_void_p, ctypes.c_uint32, _PROGRESS,
+                                           ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
     lib.wsync_push_add.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor), ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_uint64)] + err
     lib.wsync_push_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
@@ -156,11 +159,13 @@ class Client:
     def slot_bytes(self):
         return self._lib.wsync_slot_bytes(self._handle)
 
-    def push(self, named_tensors, version, group, progress=None):
+    def push(self, named_tensors, version, group, progress=None, pull=False):
         """Pushes (name, tensor) pairs, a state_dict or any iterable of pairs as one update.
 
         Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines).
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
+        pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
+        work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did.
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
 
@@ -183,9 +188,9 @@ class Client:
                 return
             if not stream:
                 cuda_stream = self._cuda_stream() if any(b[1] for b in batch) else None
-                rc = self._lib.wsync_push_begin(self._handle, group.encode(),
-                                                str(version).encode(), cuda_stream, callback,
-                                                None, ctypes.byref(stream), err, len(err))
+                rc = self._lib.wsync_push_begin_flags(
+                    self._handle, group.encode(), str(version).encode(), cuda_stream,
+                    1 if pull else 0, callback, None, ctypes.byref(stream), err, len(err))
                 if rc:
                     raise WsyncError(rc, err.value.decode())
             structs = [b[0] for b in batch]
