@@ -3,10 +3,12 @@
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "client/cpp/client.h"
+#include "common/host/host_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -212,6 +214,39 @@ TEST_F(ProcessTest, ConfigDeclaredGroupFormsAndSocketIsPrivateAndSigtermStopsCle
       dir_ + "/second.log");
   EXPECT_EQ(second->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(second->Log(), HasSubstr("another wsyncd is already serving"));
+}
+
+TEST_F(ProcessTest, PullModeWsyncdReadsTheTrainersMemoryFromItsOwnProcess) {
+  const int pa = FreePort();
+  auto sim_a = StartSim(pa, 1);
+  auto daemon = StartDaemon();
+  auto [rc, out] =
+      Ctl({"create-group", "policy", "--engine", absl::StrCat("http://127.0.0.1:", pa)});
+  ASSERT_EQ(rc, 0) << out;
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "pull test").ok());
+  auto model = SmallModel(5);
+  uint64_t total = 0;
+  for (const auto& t : model) total += t.data.size();
+  auto arena = HostSourceArena::Create(total);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  std::vector<TensorRef> refs;
+  uint64_t at = 0;
+  for (const auto& t : model) {
+    auto* dst = static_cast<uint8_t*>((*arena)->data()) + at;
+    std::memcpy(dst, t.data.data(), t.data.size());
+    refs.push_back({t.name, t.dtype, t.shape, dst, t.data.size()});
+    at += t.data.size();
+  }
+  PushOptions options;
+  options.pull = true;
+  auto push = client->BeginPush("policy", "v5", std::move(options));
+  ASSERT_TRUE(push.ok()) << push.status();
+  ASSERT_TRUE((*push)->Add(refs).ok());
+  auto result = (*push)->Commit();
+  ASSERT_TRUE(result.ok()) << result.status() << daemon->Log();
+  EXPECT_EQ(result->buckets_pulled, result->buckets);
+  ExpectEngineHolds(pa, model, "v5", 1);
 }
 
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
