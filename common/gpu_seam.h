@@ -71,6 +71,10 @@ struct BroadcastPiece {
 
 // OUT_OF_RANGE unless every piece lies inside the slot.
 absl::Status CheckPiecesFit(const SlotMemory& slot, const std::vector<BroadcastPiece>& pieces);
+// For SlotMemory::FillFrom: OUT_OF_RANGE unless the span fits the slot and every piece lies
+// inside the span.
+absl::Status CheckFillFits(const SlotMemory& slot, const std::vector<SourcePiece>& pieces,
+                           uint64_t span);
 
 // Where one broadcast's time went, seen from rank 0.
 struct BroadcastTiming {

@@ -26,15 +26,9 @@ absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
 }
 
 absl::StatusOr<uint32_t> CudaSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
-  if (span > buffer_->bytes()) return absl::OutOfRangeError("checksum range exceeds the slot");
+  WSYNC_RETURN_IF_ERROR(CheckFillFits(*this, pieces, span));
   std::vector<CopyItem> items;
-  for (const SourcePiece& p : pieces) {
-    if (p.offset > span || p.bytes > span - p.offset) {
-      return absl::OutOfRangeError(absl::StrCat("piece of ", p.bytes, " bytes at ", p.offset,
-                                                " exceeds the bucket of ", span, " bytes"));
-    }
-    items.push_back(CopyItem{p.src, p.offset, p.bytes});
-  }
+  for (const SourcePiece& p : pieces) items.push_back(CopyItem{p.src, p.offset, p.bytes});
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   // The trainer's signal that its tensors are ready (recorded only when its stream had work).
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));

@@ -1,16 +1,14 @@
 #include "common/host/host_source.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/host/shm_region.h"
+#include "common/status_macros.h"
 
 namespace wsync {
 namespace {
@@ -28,10 +26,6 @@ std::map<uintptr_t, Registered>& Arenas() {
   return *arenas;
 }
 std::atomic<uint64_t> g_next_id{1};
-
-absl::Status ErrnoStatus(absl::string_view what) {
-  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
 
 class ShmSource final : public SourceMemory {
  public:
@@ -51,18 +45,7 @@ absl::StatusOr<std::unique_ptr<HostSourceArena>> HostSourceArena::Create(uint64_
   if (bytes == 0) return absl::InvalidArgumentError("arena size must be positive");
   const uint64_t id = g_next_id.fetch_add(1);
   std::string name = absl::StrFormat("/wsync-src-%d-%u", static_cast<int>(::getpid()), id);
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("shm_open ", name));
-  void* data = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
-    data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  ::close(fd);
-  if (data == MAP_FAILED) {
-    absl::Status s = ErrnoStatus(absl::StrCat("shared memory ", name, " of ", bytes, " bytes"));
-    ::shm_unlink(name.c_str());
-    return s;
-  }
+  WSYNC_ASSIGN_OR_RETURN(void* data, CreateShm(name, bytes));
   {
     std::lock_guard<std::mutex> lock(g_arenas_mu);
     Arenas()[reinterpret_cast<uintptr_t>(data)] = Registered{bytes, name, id};
@@ -97,17 +80,8 @@ absl::StatusOr<std::unique_ptr<SourceMemory>> MapHostSource(const std::string& n
   if (name.empty() || name[0] != '/' || name.find('/', 1) != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a shared-memory name"));
   }
-  int fd = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("shm_open ", name));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes || bytes == 0) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("shared memory ", name, " holds ", st.st_size,
-                                                   " bytes, not the announced ", bytes));
-  }
-  void* data = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (data == MAP_FAILED) return ErrnoStatus(absl::StrCat("mmap ", name));
+  if (bytes == 0) return absl::InvalidArgumentError("an arena holds at least one byte");
+  WSYNC_ASSIGN_OR_RETURN(void* data, OpenShm(name, bytes, /*writable=*/false));
   return std::unique_ptr<SourceMemory>(new ShmSource(data, bytes));
 }
 
