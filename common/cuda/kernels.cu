@@ -335,8 +335,8 @@ class BucketKernels {
     WSYNC_CUDA_RETURN_IF_ERROR(cudaGetLastError());
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(scratch->last_use_, stream));
     if (!checksum) return 0u;
-    // One operation per bucket on the stream: on a GPU shared with another process every queued
-    // operation may wait for a time slice.
+    // The kernel wrote the results to pinned memory: no copy back is queued after it, since on a
+    // GPU shared with another process every queued operation may wait for a time slice.
     WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
     const Crc32OperatorTable& whole = WholeBlock(variant);
     uint32_t crc = 0;

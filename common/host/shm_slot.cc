@@ -23,6 +23,12 @@ std::string NewShmName(int device) {
                          counter.fetch_add(1), rd());
 }
 
+// Both sides of a slot checksum the same way (the daemon verifies what the trainer announced).
+absl::StatusOr<uint32_t> ChecksumOfRegion(const void* data, uint64_t size, uint64_t bytes) {
+  if (bytes > size) return absl::OutOfRangeError("checksum range exceeds the slot");
+  return Crc32Parallel(data, bytes, 2);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmSlot>> ShmSlot::Create(int device, uint64_t bytes) {
@@ -38,8 +44,7 @@ ShmSlot::~ShmSlot() {
 }
 
 absl::StatusOr<uint32_t> ShmSlot::Checksum(uint64_t bytes) {
-  if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
-  return Crc32Parallel(data_, bytes, 2);
+  return ChecksumOfRegion(data_, bytes_, bytes);
 }
 
 absl::StatusOr<uint32_t> ShmSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
@@ -67,8 +72,7 @@ absl::Status ShmMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t by
 }
 
 absl::StatusOr<uint32_t> ShmMappedSlot::Checksum(uint64_t bytes) {
-  if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
-  return Crc32Parallel(data_, bytes, 2);
+  return ChecksumOfRegion(data_, bytes_, bytes);
 }
 
 }  // namespace wsync
