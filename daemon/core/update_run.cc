@@ -165,6 +165,14 @@ void UpdateRun::SenderLoop() {
         gate = successor;
       } else {
         status = started.status();
+        // A failing earlier bucket breaks the group under this one ("not updating"): once the
+        // buckets in flight are settled, their failure is the one to report, not this echo.
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return transfers_settled_ == transfers_started_; });
+        if (!failure_.ok()) {
+          ReleaseSlot(p.slot, SlotState::kSending);
+          continue;
+        }
       }
     }
     if (!status.ok()) {
@@ -173,6 +181,7 @@ void UpdateRun::SenderLoop() {
       continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
+    ++transfers_started_;
     in_flight_.push_back(
         InFlight{std::move(p), std::move(transfer), std::move(successor), turn, verify_seconds});
     cv_.notify_all();
@@ -226,6 +235,8 @@ void UpdateRun::CompletionLoop() {
         Fail(status);
         for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
       }
+      ++transfers_settled_;
+      cv_.notify_all();
     }
     if (status.ok()) {
       f.successor->Open();

@@ -139,6 +139,8 @@ class UpdateRun {
   std::deque<Pending> queue_;
   std::deque<InFlight> in_flight_;
   absl::Time previous_answered_at_ = absl::InfinitePast();  // completion thread only
+  uint64_t transfers_started_ = 0;  // buckets handed to the completion thread
+  uint64_t transfers_settled_ = 0;  // of those, answered or failed (and recorded)
   bool sender_done_ = false;
   bool failure_reported_ = false;
   bool closing_ = false;
