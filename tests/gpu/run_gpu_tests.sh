@@ -14,6 +14,7 @@ OUT=${OUT:-/tmp/wsync-gpu-out}
 mkdir -p "$OUT"
 # Everything printed also lands in $OUT at once, so a run cut off by the device's time limit still
 # brings back how far it got.
+# A bare `wait` would also wait for this tee and hang: always wait on the pids started here.
 exec > >(tee -a "$OUT/run.log") 2>&1
 # Logs go to one archive ($OUT/logs.tgz); the summaries that matter are copied beside it.
 LOGS=$(mktemp -d /tmp/wsync-gpu-logs.XXXXXX)
@@ -145,7 +146,7 @@ $B/bin/wsyncctl --socket $sock updates 2>&1 | tee "$LOGS/updates.txt"
 $B/bin/wsyncctl --socket $sock engines 2>&1 | tee -a "$LOGS/updates.txt"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
 sleep 2; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-wait
+wait "${pids[@]}" 2>/dev/null
 
 if want mismatch; then
 step "NCCL version mismatch: wsyncd on the system NCCL, engine on torch's"
@@ -161,7 +162,7 @@ if [[ -n $sys_nccl ]]; then
   timeout 120 python3 tests/gpu/trainer_push.py --socket $sock2 --engines http://127.0.0.1:30003 \
     --versions 1 --expect-failure "NCCL" --python-client client/python 2>&1 | tee -a "$LOGS/mismatch.log"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
-  kill $d2 $e3 2>/dev/null; sleep 2; kill -9 $d2 $e3 2>/dev/null; wait
+  kill $d2 $e3 2>/dev/null; sleep 2; kill -9 $d2 $e3 2>/dev/null; wait $d2 $e3 2>/dev/null
 else
   echo "no system libnccl found; mismatch case not run" | tee "$LOGS/mismatch.log"
 fi
@@ -188,7 +189,8 @@ if want bench; then
     [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   done
   for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null; done
-  sleep 2; for p in "${bench_pids[@]}"; do kill -9 "$p" 2>/dev/null; done; wait
+  sleep 2; for p in "${bench_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait "${bench_pids[@]}" 2>/dev/null
 fi
 echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 exit $fail
