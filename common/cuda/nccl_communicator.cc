@@ -86,6 +86,8 @@ absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
 
 absl::Status NcclRootCommunicator::WaitFor(cudaEvent_t done, absl::Time deadline,
                                            absl::string_view what) {
+  const absl::Time slow_at = absl::Now() + absl::Seconds(2);
+  bool reported_slow = false;
   while (true) {
     if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
     ncclResult_t state = ncclInProgress;
@@ -102,6 +104,12 @@ absl::Status NcclRootCommunicator::WaitFor(cudaEvent_t done, absl::Time deadline
     if (state == ncclSuccess && event_state == cudaSuccess) return absl::OkStatus();
     if (state == ncclSuccess && event_state != cudaErrorNotReady) {
       return WSYNC_CUDA_STATUS(event_state);
+    }
+    if (!reported_slow && absl::Now() >= slow_at) {
+      reported_slow = true;
+      WSYNC_LOG(Debug, what, ": still waiting after 2 s (NCCL state ", static_cast<int>(state),
+                ", event ", state == ncclSuccess ? cudaGetErrorName(event_state) : "not queried",
+                ")");
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
@@ -175,6 +183,7 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcast(
   }
   last_end_ = ticket.end;
   const uint64_t id = next_ticket_++;
+  std::lock_guard<std::mutex> lock(tickets_mu_);
   tickets_.emplace(id, std::move(ticket));
   return id;
 }
@@ -183,7 +192,7 @@ absl::StatusOr<BroadcastTiming> NcclRootCommunicator::WaitBroadcast(uint64_t tic
                                                                     absl::Time deadline) {
   Ticket t;
   {
-    std::lock_guard<std::mutex> lock(broadcast_mu_);
+    std::lock_guard<std::mutex> lock(tickets_mu_);
     auto it = tickets_.find(ticket);
     if (it == tickets_.end()) return absl::InvalidArgumentError("no such broadcast ticket");
     t = it->second;

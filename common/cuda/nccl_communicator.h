@@ -55,10 +55,13 @@ class NcclRootCommunicator final : public RootCommunicator {
   bool ready_ = false;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
-  std::mutex broadcast_mu_;  // orders StartBroadcast calls; guards the ticket fields below
+  std::mutex broadcast_mu_;  // orders StartBroadcast calls; guards the two fields below
   uint64_t next_ticket_ = 0;
-  std::map<uint64_t, Ticket> tickets_;
   std::shared_ptr<TimingEvent> last_end_;
+  // Its own lock: WaitBroadcast must not queue behind a StartBroadcast that waits for the
+  // communicator's first connection (WaitReady), which can take until the deadline.
+  std::mutex tickets_mu_;
+  std::map<uint64_t, Ticket> tickets_;
 };
 
 }  // namespace wsync::cuda

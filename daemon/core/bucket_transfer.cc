@@ -144,6 +144,9 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
     // A rendezvous problem explains the rest (an engine waiting for a broadcast that never came).
     if (std::string report = diagnose_(); !report.empty()) errors.push_back(std::move(report));
   }
+  // Only cancelled requests and an aborted broadcast: no error code of its own to report, and an
+  // OK code here would pass the failure off as success.
+  if (first.ok()) first = sent_.ok() ? absl::CancelledError("") : sent_;
   absl::Status failed(first.code(), absl::StrJoin(errors, "; "));
   if (on_failure_) on_failure_(failed);
   return failed;

@@ -180,6 +180,8 @@ void UpdateRun::SenderLoop() {
       ReportFailure(status);
       continue;
     }
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
+              p.manifest.span_bytes(), " bytes", pull ? ", pulled" : "", "): broadcast queued");
     std::lock_guard<std::mutex> lock(mu_);
     ++transfers_started_;
     in_flight_.push_back(
@@ -214,6 +216,10 @@ void UpdateRun::CompletionLoop() {
     // request is fully written (so the next one cannot reach an engine first).
     const bool early_release = written && span >= context_.pipeline_min_bytes;
     if (early_release) f.successor->Open();
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot,
+              ", ", span, " bytes): broadcast ", sent.ok() ? "done" : "failed",
+              written ? ", requests written" : ", requests not written",
+              early_release ? ", next request released" : "");
     if (sent.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);
@@ -222,7 +228,11 @@ void UpdateRun::CompletionLoop() {
     if (sent.ok() && !failed_before) events_->SlotFree(p.slot);
     std::vector<EngineOutcome> outcomes;
     absl::Status status = f.transfer->WaitAnswered(&outcomes);
+    if (status.ok() && !sent.ok()) status = sent.status();
     const absl::Time answered_at = absl::Now();
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, ": sent ",
+              sent.ok() ? "ok" : sent.status().ToString(), ", requests written ", written,
+              ", answered: ", status.ToString());
     if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -132,7 +132,8 @@ class Daemon:
         self.ctl = os.path.join(os.path.dirname(args.wsyncd), "wsyncctl")
         self.proc = subprocess.Popen(
             [args.wsyncd, "--mode", "cuda", "--nccl-lib", args.nccl_lib, "--socket", self.sock,
-             "--slot-bytes", str(slot_bytes), "--bucket-timeout", "120", "--bind-address",
+             "--slot-bytes", str(slot_bytes), "--bucket-timeout", str(args.bucket_timeout),
+             "--bind-address",
              "127.0.0.1", "--advertise-address", "127.0.0.1", *extra], stdout=log, stderr=log)
         for _ in range(300):
             if os.path.exists(self.sock):
@@ -279,6 +280,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--slots", default="128MiB,256MiB,512MiB,1GiB,2GiB,4GiB")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bucket-timeout", type=int, default=120,
+                    help="wsyncd's --bucket-timeout (seconds): how long a stuck bucket holds a run")
     ap.add_argument("--variants", default="",
                     help="extra wsyncd configurations to time, 'name=args;name=args', e.g. "
                          "'no-checksum=--checksum none;4-slots=--slots 4;pull=client:pull' "

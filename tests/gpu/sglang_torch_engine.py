@@ -123,6 +123,9 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
             conn.send((False, f"{type(e).__name__}: {e}"))
 
 
+TRACE = os.environ.get("WSYNC_SIM_TRACE") == "1"
+
+
 class FifoLock:
     """A lock handed over in arrival order, as SGLang's asyncio lock is (threading.Lock is not)."""
 
@@ -224,8 +227,16 @@ class Handler(BaseHTTPRequestHandler):
             if ENGINE.data_plane:
                 # Data-plane benchmark: a /bench/receive request already posted every receive.
                 return self.reply(200, {"success": True, "message": "data plane"})
+            arrived = time.time()
             with ENGINE.lock:
+                entered = time.time()
                 res = ENGINE.all_ranks("update", body)
+            if TRACE:
+                # WSYNC_SIM_TRACE=1: one line per update request, to line up with wsyncd's debug log.
+                print(f"{time.strftime('%H:%M:%S', time.gmtime(arrived))}.{int(arrived * 1e3) % 1000:03d}"
+                      f" update: {len(body.get('names', []))} tensors, waited "
+                      f"{(entered - arrived) * 1e3:.1f} ms for the lock, handled in "
+                      f"{(time.time() - entered) * 1e3:.1f} ms: {res[0][0]}", flush=True)
             if body.get("weight_version"):
                 ENGINE.weight_version = body["weight_version"]
             return self.result(res, "Succeeded to update parameter online from distributed.")
