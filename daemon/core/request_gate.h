@@ -9,10 +9,10 @@
 
 namespace wsync {
 
-// Holds back one bucket's engine requests until the previous bucket says they may go. Engines
-// take update requests one at a time in arrival order, so request k+1 must not reach an engine
-// before it is inside request k; the bucket's broadcast, by contrast, is queued on rank 0 at once
-// (stream order keeps it behind bucket k), so the wire never waits for the daemon.
+// Holds back one bucket until the previous bucket says it may go. Engines take update requests
+// one at a time in arrival order, so request k+1 must not reach an engine before it is inside
+// request k. The bucket's broadcast waits for the same gate: queued earlier, it would sit on the
+// GPU waiting for engines that only host progress can send it (see UpdateRun::SenderLoop).
 class RequestGate {
  public:
   void Open();

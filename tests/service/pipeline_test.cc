@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <mutex>
+
 #include "tests/service/service_fixture.h"
 
 namespace wsync {
@@ -50,11 +52,91 @@ TEST_F(ServiceFixture, SmallBucketsWaitForTheAnswersBeforeTheNextRequest) {
   EXPECT_EQ(sim_b_.sim->max_open_updates(), 1);
 }
 
+// Host platform whose communicators note when each broadcast is handed to the collective.
+class BroadcastClockPlatform final : public Platform {
+ public:
+  explicit BroadcastClockPlatform(std::vector<absl::Time>* starts, std::mutex* mu)
+      : inner_("127.0.0.1", "127.0.0.1"), starts_(starts), mu_(mu) {}
+  absl::string_view name() const override { return inner_.name(); }
+  absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override {
+    return inner_.AllocateSlot(device, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
+      int device, int world_size) override {
+    auto comm = inner_.CreateRootCommunicator(device, world_size);
+    if (!comm.ok()) return comm.status();
+    return std::unique_ptr<RootCommunicator>(new Clocked(std::move(*comm), starts_, mu_));
+  }
+  absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
+                                                          uint64_t bytes) override {
+    return inner_.MapSource(device, handle, bytes);
+  }
+
+ private:
+  class Clocked final : public RootCommunicator {
+   public:
+    Clocked(std::unique_ptr<RootCommunicator> inner, std::vector<absl::Time>* starts,
+            std::mutex* mu)
+        : inner_(std::move(inner)), starts_(starts), mu_(mu) {}
+    const std::string& unique_id() const override { return inner_->unique_id(); }
+    int world_size() const override { return inner_->world_size(); }
+    absl::StatusOr<uint64_t> StartBroadcast(SlotMemory& slot,
+                                            const std::vector<BroadcastPiece>& pieces,
+                                            absl::Time deadline) override {
+      {
+        std::lock_guard<std::mutex> lock(*mu_);
+        starts_->push_back(absl::Now());
+      }
+      return inner_->StartBroadcast(slot, pieces, deadline);
+    }
+    absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override {
+      return inner_->WaitBroadcast(ticket, deadline);
+    }
+    void Abort(absl::string_view reason) override { inner_->Abort(reason); }
+    std::string Describe() const override { return inner_->Describe(); }
+
+   private:
+    std::unique_ptr<RootCommunicator> inner_;
+    std::vector<absl::Time>* starts_;
+    std::mutex* mu_;
+  };
+  HostPlatform inner_;
+  std::vector<absl::Time>* starts_;
+  std::mutex* mu_;
+};
+
+class BroadcastClockFixture : public ServiceFixture {
+ protected:
+  std::unique_ptr<Platform> MakePlatform() override {
+    return std::make_unique<BroadcastClockPlatform>(&starts_, &starts_mu_);
+  }
+  std::mutex starts_mu_;
+  std::vector<absl::Time> starts_;
+};
+
+TEST_F(BroadcastClockFixture, NoBroadcastIsQueuedBeforeItsRequestMayGo) {
+  // A broadcast queued before its request may go would wait on the GPU for engines only host
+  // progress can send it, and any device-synchronising CUDA call in wsyncd meanwhile stalls
+  // everything until the deadline (seen on H200). Small buckets wait for the answers, so with
+  // answers 100 ms late consecutive broadcasts are handed over at least that far apart.
+  CreatePolicyGroup();
+  SetKnobs(sim_a_, R"({"answer_delay_ms": 100})");
+  auto model = SmallModel(1);
+  auto result = client_->Push("policy", "v1", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectHolds(*sim_a_.sim, model, "v1", 1);
+  std::lock_guard<std::mutex> lock(starts_mu_);
+  ASSERT_GE(starts_.size(), 3u);
+  for (size_t i = 1; i < starts_.size(); ++i) {
+    EXPECT_GE(starts_[i] - starts_[i - 1], absl::Milliseconds(90)) << "broadcast " << i;
+  }
+}
+
 TEST_F(ServiceFixture, FailedBucketKeepsTheNextBucketsQueuedBroadcastFromEverReachingAnEngine) {
-  // Below --pipeline-min-bytes the next bucket's broadcast is already queued on rank 0 while its
-  // request waits for the answers; when an answer is a failure that request must never go out
-  // (its engines would wait for bytes of an aborted collective), and the update fails naming the
-  // engine that failed, not the held request.
+  // Below --pipeline-min-bytes the next bucket, already filled, waits for the answers; when an
+  // answer is a failure neither its request nor its broadcast may go out (its engines would wait
+  // for bytes of an aborted collective), and the update fails naming the engine that failed, not
+  // the held bucket.
   CreatePolicyGroup();
   ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
   const int a_before = sim_a_.sim->updates_received();

@@ -110,8 +110,7 @@ class ServiceFixture : public ::testing::Test {
     options.group.registration_timeout = absl::Seconds(5);
     options.group.timeouts.control = absl::Seconds(5);
     Configure(options);
-    core_ = std::make_unique<DaemonCore>(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"),
-                                         options);
+    core_ = std::make_unique<DaemonCore>(MakePlatform(), options);
     auto server = DaemonServer::Start(core_.get(), ServerOptions{});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -120,6 +119,9 @@ class ServiceFixture : public ::testing::Test {
   }
 
   virtual void Configure(DaemonOptions& options) {}
+  virtual std::unique_ptr<Platform> MakePlatform() {
+    return std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1");
+  }
 
   void TearDown() override {
     client_.reset();

@@ -29,7 +29,9 @@ class StalledCommunicator final : public RootCommunicator {
   }
   absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t, absl::Time deadline) override {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return !reason_.empty(); });
+    // Past the deadline only as a safety net: the gate's own deadline aborts first.
+    cv_.wait_until(lock, absl::ToChronoTime(deadline + absl::Seconds(10)),
+                   [&] { return !reason_.empty(); });
     if (reason_.empty()) return absl::DeadlineExceededError("broadcast deadline");
     return absl::AbortedError(absl::StrCat("communicator aborted: ", reason_));
   }
@@ -83,10 +85,9 @@ TEST(BucketTransfer, RequestHeldPastItsDeadlineFailsTheBucketWithAnErrorCodeNeve
   // The predecessor never reaches its engines, so this bucket's gate is never opened.
   auto gate = std::make_shared<RequestGate>();
   absl::Status hook;
-  auto transfer =
-      BucketTransfer::Start({&engine}, &comm, **slot, manifest, "g", "rank 1 = engine-a", gate,
-                            absl::Now() + absl::Milliseconds(200),
-                            [&](const absl::Status& s) { hook = s; });
+  auto transfer = BucketTransfer::Start(
+      {&engine}, &comm, **slot, manifest, "g", "rank 1 = engine-a", gate,
+      absl::Now() + absl::Milliseconds(200), [&](const absl::Status& s) { hook = s; });
   ASSERT_TRUE(transfer.ok()) << transfer.status();
   auto sent = (*transfer)->WaitSent();
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
