@@ -128,6 +128,9 @@ void PushStream::ReleaseFinishedLocked() {
 bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire) {
   std::vector<ExportedSource> found;
   for (const TensorRef& t : tensors) {
+    // wsyncd keeps what it maps until the session closes, and CUDA makes freeing memory another
+    // process still maps undefined: memory about to be freed is copied instead.
+    if (t.temporary) return false;
     auto e = options_.exporter->Export(t.data, t.bytes);
     if (!e.ok()) return false;
     found.push_back(std::move(*e));

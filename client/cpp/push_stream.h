@@ -28,6 +28,9 @@ struct TensorRef {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   uint64_t bytes = 0;
+  // Made by the caller for this push only (a gathered DTensor, a contiguous copy): in pull mode
+  // its bucket is copied by the client, never mapped by wsyncd, whose mappings outlive the push.
+  bool temporary = false;
 };
 
 struct PushProgress {

@@ -143,8 +143,17 @@ int wsync_push_begin_flags(wsync_client* client, const char* group, const char* 
 
 int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
                    uint64_t* released, char* err, size_t err_len) {
+  return wsync_push_add_flags(push, tensors, nullptr, count, released, err, err_len);
+}
+
+int wsync_push_add_flags(wsync_push_stream* push, const wsync_tensor* tensors,
+                         const uint32_t* flags, size_t count, uint64_t* released, char* err,
+                         size_t err_len) {
   std::vector<wsync::TensorRef> refs;
   absl::Status s = ToRefs(tensors, count, &refs);
+  if (s.ok() && flags != nullptr) {
+    for (size_t i = 0; i < count; ++i) refs[i].temporary = (flags[i] & WSYNC_TENSOR_TEMPORARY) != 0;
+  }
   if (s.ok()) s = push->push->Add(refs);
   if (released != nullptr) *released = push->push->released();
   return s.ok() ? 0 : Report(s, err, err_len);

@@ -57,6 +57,13 @@ WSYNC_EXPORT int wsync_push_begin_flags(wsync_client* client, const char* group,
                                         wsync_push_stream** out, char* err, size_t err_len);
 WSYNC_EXPORT int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
                                 uint64_t* released, char* err, size_t err_len);
+/* wsync_push_add with one flags word per tensor: WSYNC_TENSOR_TEMPORARY marks memory the caller
+ * made for this push and frees after it (a gathered DTensor, a contiguous copy); in pull mode its
+ * bucket is copied by the client instead of mapped by wsyncd. */
+#define WSYNC_TENSOR_TEMPORARY 1u
+WSYNC_EXPORT int wsync_push_add_flags(wsync_push_stream* push, const wsync_tensor* tensors,
+                                      const uint32_t* flags, size_t count, uint64_t* released,
+                                      char* err, size_t err_len);
 WSYNC_EXPORT int wsync_push_commit(wsync_push_stream* push, char** result_json, char* err,
                                    size_t err_len);
 WSYNC_EXPORT void wsync_push_abort(wsync_push_stream* push, const char* reason);

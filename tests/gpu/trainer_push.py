@@ -62,7 +62,8 @@ def main():
                          "full_tensor() on each)")
     ap.add_argument("--pull", action="store_true",
                     help="pull mode: wsyncd copies the tensors out of this process's memory; "
-                         "every bucket must be pulled")
+                         "every bucket must be pulled, except with --dtensor, where the "
+                         "gathered copies are temporaries the client must copy itself")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -102,8 +103,10 @@ def main():
                   f"({result['buckets_pulled']} pulled by wsyncd), {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
                   f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
-            if args.pull and result["buckets_pulled"] != result["buckets"]:
-                print("  pull mode: some buckets were copied by the client", flush=True)
+            want_pulled = 0 if args.dtensor else result["buckets"]
+            if args.pull and result["buckets_pulled"] != want_pulled:
+                print(f"  pull mode: {result['buckets_pulled']} buckets pulled, expected "
+                      f"{want_pulled}", flush=True)
                 ok = False
             if args.watch_pid:
                 used = gpu_memory_mib(args.watch_pid)

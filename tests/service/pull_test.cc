@@ -74,6 +74,22 @@ TEST_F(ServiceFixture, PullModeCopiesMemoryItCannotExportAsUsual) {
   ExpectHolds(*sim_b_.sim, model, "v3", 2);
 }
 
+TEST_F(ServiceFixture, PullModeCopiesTemporariesItselfSoWsyncdNeverMapsMemoryAboutToBeFreed) {
+  // wsyncd's mappings last the session, and freeing memory another process maps is undefined in
+  // CUDA: a bucket holding a tensor made for this push only goes through the client's copy.
+  CreatePolicyGroup();
+  auto model = SmallModel(4);
+  ArenaModel in_arena = InArena(model);
+  in_arena.refs.front().temporary = true;
+  uint64_t released = 0;
+  auto result = PullPush(*client_, "v4", in_arena.refs, &released);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GE(result->buckets, 3u);
+  EXPECT_EQ(result->buckets_pulled, result->buckets - 1) << "only the temporary's bucket copied";
+  ExpectHolds(*sim_a_.sim, model, "v4", 1);
+  ExpectHolds(*sim_b_.sim, model, "v4", 2);
+}
+
 TEST_F(ServiceFixture, PullBucketsNamingBadSourcesAreRefusedBeforeAnyByteMoves) {
   CreatePolicyGroup();
   auto arena = HostSourceArena::Create(4096);

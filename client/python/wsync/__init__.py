@@ -112,20 +112,33 @@ def _declare(lib):
                                            ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
     lib.wsync_push_add.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor), ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_uint64)] + err
+    lib.wsync_push_add_flags.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor),
+                                         ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t,
+                                         ctypes.POINTER(ctypes.c_uint64)] + err
     lib.wsync_push_commit.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
     lib.wsync_push_abort.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.wsync_free_string.argtypes = [ctypes.c_void_p]
 
 
+_TENSOR_TEMPORARY = 1  # WSYNC_TENSOR_TEMPORARY
+
+
 def _view(name, value, dtype=None):
-    """Returns (keepalive, pointer, nbytes, shape, torch dtype name, is_cuda) for a tensor."""
+    """Returns (keepalive, pointer, nbytes, shape, torch dtype name, is_cuda, flags) for a tensor.
+
+    flags has _TENSOR_TEMPORARY when the bytes are a copy made here (a gathered DTensor, a
+    contiguous copy): pull mode must not map memory freed right after the push.
+    """
     mod = type(value).__module__
     if mod.startswith("torch"):
-        if hasattr(value, "full_tensor"):
+        made = hasattr(value, "full_tensor")
+        if made:
             value = value.full_tensor()
         t = value.detach().contiguous()
+        made = made or t.data_ptr() != value.data_ptr()
         return (t, t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape),
-                dtype or str(t.dtype).replace("torch.", ""), t.device.type == "cuda")
+                dtype or str(t.dtype).replace("torch.", ""), t.device.type == "cuda",
+                _TENSOR_TEMPORARY if made else 0)
     import numpy as np
     a = np.ascontiguousarray(value)
     if dtype is None:
@@ -133,7 +146,7 @@ def _view(name, value, dtype=None):
         if dtype is None:
             raise WsyncError(3, f"tensor '{name}': numpy dtype {a.dtype} has no torch equivalent; "
                                 "pass (name, array, dtype) to reinterpret its bytes")
-    return a, a.ctypes.data, a.nbytes, a.shape, dtype, False
+    return a, a.ctypes.data, a.nbytes, a.shape, dtype, False, 0
 
 
 class Client:
@@ -166,6 +179,9 @@ class Client:
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
         pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
         work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did.
+        wsyncd keeps that memory mapped until the session closes, and CUDA forbids freeing memory
+        another process maps: keep pulled tensors allocated, or close() before freeing them.
+        Copies made here (gathered DTensors, contiguous copies) are never pulled.
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
 
@@ -195,9 +211,10 @@ class Client:
                     raise WsyncError(rc, err.value.decode())
             structs = [b[0] for b in batch]
             array = (_Tensor * len(structs))(*structs)
+            flags = (ctypes.c_uint32 * len(batch))(*[b[2] for b in batch])
             released = ctypes.c_uint64()
-            rc = self._lib.wsync_push_add(stream, array, len(structs), ctypes.byref(released),
-                                          err, len(err))
+            rc = self._lib.wsync_push_add_flags(stream, array, flags, len(structs),
+                                                ctypes.byref(released), err, len(err))
             batch, batch_bytes = [], 0
             while held and held[0][0] < released.value:
                 held.popleft()
@@ -208,12 +225,13 @@ class Client:
             for item in items:
                 name, value = item[0], item[1]
                 dtype = item[2] if len(item) > 2 else None
-                holder, ptr, nbytes, shape, dtype_name, is_cuda = _view(name, value, dtype)
+                holder, ptr, nbytes, shape, dtype_name, is_cuda, flags = _view(name, value,
+                                                                               dtype)
                 shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
                 name_b, dtype_b = name.encode(), dtype_name.encode()
                 held.append((added, holder, shape_arr, name_b, dtype_b))
                 batch.append((_Tensor(name_b, dtype_b, len(shape), shape_arr, ptr, nbytes),
-                              is_cuda))
+                              is_cuda, flags))
                 added += 1
                 batch_bytes += nbytes
                 if batch_bytes >= flush_at or len(batch) >= 256:
