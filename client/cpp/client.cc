@@ -125,6 +125,17 @@ absl::Status Client::CloseSession() {
   return FromGrpc(trainer_->CloseSession(&ctx, req, &resp));
 }
 
+absl::StatusOr<uint32_t> Client::ReleaseSources() {
+  if (session_id_.empty()) return absl::FailedPreconditionError("no session is open");
+  v1::ReleaseSourcesRequest req;
+  req.set_session_id(session_id_);
+  v1::ReleaseSourcesResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  WSYNC_RETURN_IF_ERROR(FromGrpc(trainer_->ReleaseSources(&ctx, req, &resp)));
+  return resp.closed();
+}
+
 uint64_t Client::slot_bytes() const { return slots_.empty() ? 0 : slots_[0]->bytes(); }
 
 absl::StatusOr<std::unique_ptr<PushStream>> Client::BeginPush(const std::string& group,

@@ -39,6 +39,9 @@ class Client {
   // Leases the device's slots and maps them; keeps the lease alive in the background.
   absl::Status OpenSession(int device, const std::string& client_name);
   absl::Status CloseSession();
+  // Pull mode: has wsyncd close its mappings of this process's memory, which otherwise last the
+  // session, so that memory may be freed. Returns how many allocations were mapped.
+  absl::StatusOr<uint32_t> ReleaseSources();
 
   // Starts an update fed tensor by tensor (see PushStream).
   absl::StatusOr<std::unique_ptr<PushStream>> BeginPush(const std::string& group,

@@ -102,6 +102,13 @@ int wsync_close_session(wsync_client* client, char* err, size_t err_len) {
   return Report(client->client->CloseSession(), err, err_len);
 }
 
+int wsync_release_sources(wsync_client* client, uint32_t* closed, char* err, size_t err_len) {
+  auto n = client->client->ReleaseSources();
+  if (!n.ok()) return Report(n.status(), err, err_len);
+  if (closed != nullptr) *closed = *n;
+  return 0;
+}
+
 uint64_t wsync_slot_bytes(const wsync_client* client) { return client->client->slot_bytes(); }
 
 int wsync_push(wsync_client* client, const char* group, const char* version,

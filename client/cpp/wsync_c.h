@@ -35,6 +35,10 @@ WSYNC_EXPORT void wsync_close(wsync_client* client);
 WSYNC_EXPORT int wsync_open_session(wsync_client* client, int32_t device, const char* client_name,
                                     char* err, size_t err_len);
 WSYNC_EXPORT int wsync_close_session(wsync_client* client, char* err, size_t err_len);
+/* Pull mode: wsyncd closes its mappings of this process's memory (they otherwise last the
+ * session), so that memory may be freed; *closed gets how many allocations were mapped. */
+WSYNC_EXPORT int wsync_release_sources(wsync_client* client, uint32_t* closed, char* err,
+                                       size_t err_len);
 WSYNC_EXPORT uint64_t wsync_slot_bytes(const wsync_client* client);
 /* On success *result_json holds {"update_id", "buckets", "bytes", "seconds", "engines": [...]};
  * free it with wsync_free_string. */

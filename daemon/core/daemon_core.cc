@@ -70,6 +70,26 @@ absl::Status DaemonCore::CloseSession(const std::string& session_id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<size_t> DaemonCore::ReleaseSources(const std::string& session_id) {
+  WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Touch(session_id));
+  if (s.update_running) {
+    // Its later buckets may name allocations it announced earlier, which must stay mapped.
+    return absl::FailedPreconditionError(
+        "an update of this session is running; release its sources after it ends");
+  }
+  std::shared_ptr<SourceTable> table;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = source_tables_.find(session_id);
+    if (it == source_tables_.end()) return 0;
+    table = std::move(it->second);
+    source_tables_.erase(it);
+  }
+  const size_t closed = table->mapped();
+  WSYNC_LOG(Info, "session ", session_id, ": released ", closed, " trainer allocation mapping(s)");
+  return closed;
+}
+
 absl::StatusOr<PulledSources> DaemonCore::ResolveSources(
     const std::string& session_id, const std::vector<AllocationAnnounce>& announced,
     const std::vector<TensorSourceRef>& sources, const BucketManifest& manifest) {

@@ -72,6 +72,9 @@ class DaemonCore {
   absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
   absl::Status KeepAlive(const std::string& session_id);
   absl::Status CloseSession(const std::string& session_id);
+  // Drops the session's pull-mode mappings (each closes once no bucket still copies from it);
+  // returns how many there were.
+  absl::StatusOr<size_t> ReleaseSources(const std::string& session_id);
   // Leases the oversize slot (see BufferPool::LeaseOversize); returns its index and memory.
   absl::StatusOr<std::pair<uint32_t, SlotMemory*>> ReserveOversizeSlot(
       const std::string& session_id, uint64_t bytes);

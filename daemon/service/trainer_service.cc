@@ -175,6 +175,15 @@ grpc::Status TrainerService::CloseSession(grpc::ServerContext*, const v1::CloseS
   return ToGrpcStatus(core_->CloseSession(req->session_id()));
 }
 
+grpc::Status TrainerService::ReleaseSources(grpc::ServerContext*,
+                                            const v1::ReleaseSourcesRequest* req,
+                                            v1::ReleaseSourcesResponse* resp) {
+  auto closed = core_->ReleaseSources(req->session_id());
+  if (!closed.ok()) return ToGrpcStatus(closed.status());
+  resp->set_closed(static_cast<uint32_t>(*closed));
+  return grpc::Status::OK;
+}
+
 absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
                                           UpdateRun& run) {
   auto manifest = ManifestFromProto(bucket);

@@ -19,6 +19,9 @@ class TrainerService final : public v1::Trainer::Service {
                          v1::KeepAliveResponse* response) override;
   grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                             v1::CloseSessionResponse* response) override;
+  grpc::Status ReleaseSources(grpc::ServerContext* context,
+                              const v1::ReleaseSourcesRequest* request,
+                              v1::ReleaseSourcesResponse* response) override;
   grpc::Status Update(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) override;

@@ -106,6 +106,7 @@ class PythonClientTest(unittest.TestCase):
             result = client.push({"w": np.ones((4, 4), np.float16)}, version=2, group="policy",
                                  pull=True)
             self.assertEqual((result["buckets"], result["buckets_pulled"]), (1, 0))
+            self.assertEqual(client.release_sources(), 0, "nothing of this process was mapped")
             with self.assertRaises(wsync.WsyncError) as e:
                 client.push({"w": np.ones(4, np.float32)}, version=3, group="nope")
             self.assertEqual(e.exception.code_name, "NOT_FOUND")

@@ -90,6 +90,45 @@ TEST_F(ServiceFixture, PullModeCopiesTemporariesItselfSoWsyncdNeverMapsMemoryAbo
   ExpectHolds(*sim_b_.sim, model, "v4", 2);
 }
 
+TEST_F(ServiceFixture, ReleaseSourcesClosesTheMappingsAndTheNextPullMapsAgain) {
+  CreatePolicyGroup();
+  auto model = SmallModel(5);
+  ArenaModel in_arena = InArena(model);
+  uint64_t released = 0;
+  ASSERT_TRUE(PullPush(*client_, "v5", in_arena.refs, &released).ok());
+  auto closed = client_->ReleaseSources();
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(*closed, 1u) << "the one arena every tensor lives in";
+  closed = client_->ReleaseSources();
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(*closed, 0u);
+  // The trainer may now free or reuse the memory; the next pull update maps what it names again.
+  auto next = SmallModel(6);
+  ArenaModel next_arena = InArena(next);
+  auto result = PullPush(*client_, "v6", next_arena.refs, &released);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->buckets_pulled, result->buckets);
+  ExpectHolds(*sim_a_.sim, next, "v6", 1);
+  ExpectHolds(*sim_b_.sim, next, "v6", 2);
+}
+
+TEST_F(ServiceFixture, ReleaseSourcesIsRefusedWhileAnUpdateOfTheSessionRuns) {
+  CreatePolicyGroup();
+  auto model = SmallModel(7);
+  ArenaModel in_arena = InArena(model);
+  PushOptions options;
+  options.pull = true;
+  auto push = client_->BeginPush("policy", "v7", std::move(options));
+  ASSERT_TRUE(push.ok()) << push.status();
+  ASSERT_TRUE((*push)->Add({in_arena.refs.front()}).ok());
+  auto closed = client_->ReleaseSources();
+  EXPECT_EQ(closed.status().code(), absl::StatusCode::kFailedPrecondition) << closed.status();
+  EXPECT_THAT(std::string(closed.status().message()), HasSubstr("update of this session"));
+  (*push)->Abort("test done");
+  closed = client_->ReleaseSources();
+  EXPECT_TRUE(closed.ok()) << closed.status();
+}
+
 TEST_F(ServiceFixture, PullBucketsNamingBadSourcesAreRefusedBeforeAnyByteMoves) {
   CreatePolicyGroup();
   auto arena = HostSourceArena::Create(4096);

@@ -99,6 +99,7 @@ def _declare(lib):
     lib.wsync_close.argtypes = [ctypes.c_void_p]
     lib.wsync_open_session.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p] + err
     lib.wsync_close_session.argtypes = [ctypes.c_void_p] + err
+    lib.wsync_release_sources.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)] + err
     lib.wsync_slot_bytes.argtypes = [ctypes.c_void_p]
     lib.wsync_slot_bytes.restype = ctypes.c_uint64
     lib.wsync_push.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
@@ -251,6 +252,17 @@ class Client:
             return json.loads(ctypes.string_at(out.value).decode())
         finally:
             self._lib.wsync_free_string(out)
+
+    def release_sources(self):
+        """Pull mode: wsyncd closes its mappings of this process's memory, which otherwise last
+        the session, so the trainer may free it (offload, empty_cache). Returns how many
+        allocations were mapped. Not while a push is running."""
+        closed = ctypes.c_uint32()
+        err = ctypes.create_string_buffer(4096)
+        rc = self._lib.wsync_release_sources(self._handle, ctypes.byref(closed), err, len(err))
+        if rc:
+            raise WsyncError(rc, err.value.decode())
+        return closed.value
 
     def _cuda_stream(self):
         torch = sys.modules.get("torch")
