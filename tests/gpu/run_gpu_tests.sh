@@ -136,6 +136,8 @@ if want pull; then
 step "pull mode: wsyncd copies the trainer's tensors itself (CUDA IPC of torch's allocations)"
 regroup pull.log
 push pull.log 120 --versions 3 --version-prefix pull- --pull
+# Released after each version and mapped again by the next (cudaIpcCloseMemHandle, then re-open).
+push pull.log 120 --versions 2 --version-prefix pull-release- --pull --release-sources
 # Gathered DTensors are temporaries: the client copies them, wsyncd maps nothing that is freed.
 push pull.log 120 --versions 1 --version-prefix pull-dtensor- --pull --dtensor
 fi

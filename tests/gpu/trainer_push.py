@@ -64,6 +64,9 @@ def main():
                     help="pull mode: wsyncd copies the tensors out of this process's memory; "
                          "every bucket must be pulled, except with --dtensor, where the "
                          "gathered copies are temporaries the client must copy itself")
+    ap.add_argument("--release-sources", action="store_true",
+                    help="after each version, have wsyncd close its mappings of this process "
+                         "(pull mode: there must be some); the next version maps them again")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -108,6 +111,11 @@ def main():
                 print(f"  pull mode: {result['buckets_pulled']} buckets pulled, expected "
                       f"{want_pulled}", flush=True)
                 ok = False
+            if args.release_sources:
+                closed = client.release_sources()
+                print(f"  release_sources: wsyncd closed {closed} mapping(s)", flush=True)
+                if args.pull and not args.dtensor and closed == 0:
+                    ok = False
             if args.watch_pid:
                 used = gpu_memory_mib(args.watch_pid)
                 memory.append(used)
