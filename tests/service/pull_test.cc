@@ -2,6 +2,7 @@
 // allocations, and wsyncd copies every bucket out of them itself.
 
 #include <cstring>
+#include <optional>
 
 #include "common/host/host_source.h"
 #include "gmock/gmock.h"
@@ -47,55 +48,66 @@ absl::StatusOr<PushResult> PullPush(Client& client, const std::string& version,
   return result;
 }
 
-TEST_F(ServiceFixture, PullModeCopiesTheTrainersTensorsInsideWsyncd) {
+class PullFixture : public ServiceFixture {
+ protected:
+  // Pushes `refs` (which hold `model`'s bytes) in pull mode and checks that both engines then
+  // hold `model`; nullopt after a failure, already reported.
+  std::optional<PushResult> PullAndCheck(const std::string& version,
+                                         const std::vector<TensorRef>& refs,
+                                         const std::vector<OwnedTensor>& model,
+                                         uint64_t* released = nullptr) {
+    uint64_t ignored = 0;
+    auto result = PullPush(*client_, version, refs, released ? released : &ignored);
+    if (!result.ok()) {
+      ADD_FAILURE() << version << ": " << result.status();
+      return std::nullopt;
+    }
+    ExpectHolds(*sim_a_.sim, model, version, 1);
+    ExpectHolds(*sim_b_.sim, model, version, 2);
+    return *result;
+  }
+};
+
+TEST_F(PullFixture, PullModeCopiesTheTrainersTensorsInsideWsyncd) {
   CreatePolicyGroup();
   for (uint32_t v = 1; v <= 2; ++v) {
     auto model = SmallModel(v);
     ArenaModel in_arena = InArena(model);
     uint64_t released = 0;
-    auto result = PullPush(*client_, absl::StrCat("v", v), in_arena.refs, &released);
-    ASSERT_TRUE(result.ok()) << result.status();
+    auto result = PullAndCheck(absl::StrCat("v", v), in_arena.refs, model, &released);
+    ASSERT_TRUE(result.has_value());
     EXPECT_GE(result->buckets, 3u);
     EXPECT_EQ(result->buckets_pulled, result->buckets) << "every bucket read by wsyncd";
     EXPECT_EQ(released, model.size());
-    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", v), 1);
-    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", v), 2);
   }
 }
 
-TEST_F(ServiceFixture, PullModeCopiesMemoryItCannotExportAsUsual) {
+TEST_F(PullFixture, PullModeCopiesMemoryItCannotExportAsUsual) {
   CreatePolicyGroup();
   auto model = SmallModel(3);  // ordinary heap memory: nothing to export
-  uint64_t released = 0;
-  auto result = PullPush(*client_, "v3", Refs(model), &released);
-  ASSERT_TRUE(result.ok()) << result.status();
+  auto result = PullAndCheck("v3", Refs(model), model);
+  ASSERT_TRUE(result.has_value());
   EXPECT_EQ(result->buckets_pulled, 0u);
-  ExpectHolds(*sim_a_.sim, model, "v3", 1);
-  ExpectHolds(*sim_b_.sim, model, "v3", 2);
 }
 
-TEST_F(ServiceFixture, PullModeCopiesTemporariesItselfSoWsyncdNeverMapsMemoryAboutToBeFreed) {
+TEST_F(PullFixture, PullModeCopiesTemporariesItselfSoWsyncdNeverMapsMemoryAboutToBeFreed) {
   // wsyncd's mappings last the session, and freeing memory another process maps is undefined in
   // CUDA: a bucket holding a tensor made for this push only goes through the client's copy.
   CreatePolicyGroup();
   auto model = SmallModel(4);
   ArenaModel in_arena = InArena(model);
   in_arena.refs.front().temporary = true;
-  uint64_t released = 0;
-  auto result = PullPush(*client_, "v4", in_arena.refs, &released);
-  ASSERT_TRUE(result.ok()) << result.status();
+  auto result = PullAndCheck("v4", in_arena.refs, model);
+  ASSERT_TRUE(result.has_value());
   EXPECT_GE(result->buckets, 3u);
   EXPECT_EQ(result->buckets_pulled, result->buckets - 1) << "only the temporary's bucket copied";
-  ExpectHolds(*sim_a_.sim, model, "v4", 1);
-  ExpectHolds(*sim_b_.sim, model, "v4", 2);
 }
 
-TEST_F(ServiceFixture, ReleaseSourcesClosesTheMappingsAndTheNextPullMapsAgain) {
+TEST_F(PullFixture, ReleaseSourcesClosesTheMappingsAndTheNextPullMapsAgain) {
   CreatePolicyGroup();
   auto model = SmallModel(5);
   ArenaModel in_arena = InArena(model);
-  uint64_t released = 0;
-  ASSERT_TRUE(PullPush(*client_, "v5", in_arena.refs, &released).ok());
+  ASSERT_TRUE(PullAndCheck("v5", in_arena.refs, model).has_value());
   auto closed = client_->ReleaseSources();
   ASSERT_TRUE(closed.ok()) << closed.status();
   EXPECT_EQ(*closed, 1u) << "the one arena every tensor lives in";
@@ -105,14 +117,12 @@ TEST_F(ServiceFixture, ReleaseSourcesClosesTheMappingsAndTheNextPullMapsAgain) {
   // The trainer may now free or reuse the memory; the next pull update maps what it names again.
   auto next = SmallModel(6);
   ArenaModel next_arena = InArena(next);
-  auto result = PullPush(*client_, "v6", next_arena.refs, &released);
-  ASSERT_TRUE(result.ok()) << result.status();
+  auto result = PullAndCheck("v6", next_arena.refs, next);
+  ASSERT_TRUE(result.has_value());
   EXPECT_EQ(result->buckets_pulled, result->buckets);
-  ExpectHolds(*sim_a_.sim, next, "v6", 1);
-  ExpectHolds(*sim_b_.sim, next, "v6", 2);
 }
 
-TEST_F(ServiceFixture, ReleaseSourcesIsRefusedWhileAnUpdateOfTheSessionRuns) {
+TEST_F(PullFixture, ReleaseSourcesIsRefusedWhileAnUpdateOfTheSessionRuns) {
   CreatePolicyGroup();
   auto model = SmallModel(7);
   ArenaModel in_arena = InArena(model);
@@ -129,7 +139,7 @@ TEST_F(ServiceFixture, ReleaseSourcesIsRefusedWhileAnUpdateOfTheSessionRuns) {
   EXPECT_TRUE(closed.ok()) << closed.status();
 }
 
-TEST_F(ServiceFixture, PullBucketsNamingBadSourcesAreRefusedBeforeAnyByteMoves) {
+TEST_F(PullFixture, PullBucketsNamingBadSourcesAreRefusedBeforeAnyByteMoves) {
   CreatePolicyGroup();
   auto arena = HostSourceArena::Create(4096);
   ASSERT_TRUE(arena.ok());
@@ -175,10 +185,7 @@ TEST_F(ServiceFixture, PullBucketsNamingBadSourcesAreRefusedBeforeAnyByteMoves) 
   // The daemon keeps serving pull updates.
   auto model = SmallModel(4);
   ArenaModel in_arena = InArena(model);
-  uint64_t released = 0;
-  auto result = PullPush(*client_, "v4", in_arena.refs, &released);
-  ASSERT_TRUE(result.ok()) << result.status();
-  ExpectHolds(*sim_b_.sim, model, "v4", 2);
+  EXPECT_TRUE(PullAndCheck("v4", in_arena.refs, model).has_value());
 }
 
 }  // namespace
