@@ -17,9 +17,11 @@ void SetLogLevel(LogLevel level) { g_level = static_cast<int>(level); }
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
 
 void LogLine(LogLevel level, absl::string_view message) {
-  std::string line =
-      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3S", absl::Now(), absl::UTCTimeZone()), " ",
-                   kNames[static_cast<int>(level)], " ", message, "\n");
+  // Debug traces follow buckets a fraction of a millisecond apart: microseconds then.
+  const char* format = g_level.load() == static_cast<int>(LogLevel::kDebug) ? "%Y-%m-%dT%H:%M:%E6S"
+                                                                            : "%Y-%m-%dT%H:%M:%E3S";
+  std::string line = absl::StrCat(absl::FormatTime(format, absl::Now(), absl::UTCTimeZone()), " ",
+                                  kNames[static_cast<int>(level)], " ", message, "\n");
   // One fwrite per line keeps lines from different threads whole.
   std::fwrite(line.data(), 1, line.size(), stderr);
 }

@@ -74,6 +74,8 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
     return failure_;
   }
   for (const TensorEntry& t : manifest.tensors) names_.insert(t.name);
+  WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", sequence, " (slot ", slot, ", ",
+            manifest.span_bytes(), " bytes", pulled.pieces.empty() ? "" : ", pull", "): received");
   queue_.push_back(
       Pending{slot, *memory, std::move(manifest), checksum, sequence, std::move(pulled)});
   cv_.notify_all();
@@ -196,7 +198,10 @@ void UpdateRun::SenderLoop() {
       continue;
     }
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes", pull ? ", pulled" : "", "): broadcast queued");
+              p.manifest.span_bytes(), " bytes", pull ? ", pulled" : "", "): broadcast queued; ",
+              pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
+              absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
+              " ms to its turn and the queueing");
     std::lock_guard<std::mutex> lock(mu_);
     ++transfers_started_;
     in_flight_.push_back(
