@@ -21,11 +21,13 @@ struct EngineOutcome {
   absl::Status status;
 };
 
-// One bucket on its way to a group's engines: the bucket's broadcast is queued on rank 0 at once,
-// and every engine's update request runs on its own thread, posted when the bucket's request gate
-// opens (see RequestGate). The engine answers only after it has received the bytes, so both must
-// run at once; a failed request, or one that can never be posted, aborts the collective at once
-// rather than letting the queued broadcast run into the deadline.
+// One bucket on its way to a group's engines: every engine's update request runs on its own
+// thread and the broadcast is queued on rank 0 beside them. UpdateRun starts a transfer once the
+// bucket's request gate is open (see RequestGate); the request threads still wait on the gate,
+// which also lets a transfer be started ahead of it. The engine answers only after it has
+// received the bytes, so both must run at once; a failed request, or one that can never be
+// posted, aborts the collective at once rather than letting the queued broadcast run into the
+// deadline.
 class BucketTransfer {
  public:
   // Called once with the combined error when the bucket fails.
