@@ -34,22 +34,33 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
   auto transfer = std::unique_ptr<BucketTransfer>(
       new BucketTransfer(adapters, comm, std::move(manifest), std::move(rank_map), std::move(gate),
                          deadline, std::move(on_failure), std::move(diagnose)));
-  // The request threads wait for the gate on their own: the first broadcast of a communicator
-  // returns only once the engines join it, which they do inside their requests.
+  // Requests first: the first broadcast of a communicator returns only once the engines join it,
+  // which they do inside their requests.
   transfer->PostRequests(group_name);
-  auto ticket = comm->StartBroadcast(slot, pieces, deadline);
-  if (!ticket.ok()) {
-    comm->Abort(ticket.status().message());
-    transfer->sent_ = ticket.status();
-    transfer->waited_sent_ = true;
-    transfer->Cancel();
-  } else {
-    transfer->ticket_ = *ticket;
-  }
+  SlotMemory* from = &slot;
+  transfer->gate_->OnDecided([launch = transfer->launch_, comm, from, pieces = std::move(pieces),
+                              deadline](const absl::Status& open) {
+    std::lock_guard<std::mutex> lock(launch->mu);
+    if (launch->dropped) return;
+    if (!open.ok()) {
+      launch->status = absl::Status(open.code(), absl::StrCat("not sent: ", open.message()));
+    } else if (auto ticket = comm->StartBroadcast(*from, pieces, deadline); ticket.ok()) {
+      launch->ticket = *ticket;
+    } else {
+      comm->Abort(ticket.status().message());
+      launch->status = ticket.status();
+    }
+    launch->done = true;
+    launch->cv.notify_all();
+  });
   return transfer;
 }
 
 BucketTransfer::~BucketTransfer() {
+  {
+    std::lock_guard<std::mutex> lock(launch_->mu);
+    launch_->dropped = true;
+  }
   if (!threads_.empty()) {
     // Requests whose broadcast may still go out cannot be dropped alone: the engines would read
     // the next bucket's bytes as this one's.
@@ -92,7 +103,20 @@ absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
     return absl::FailedPreconditionError("WaitSent called twice");
   }
   waited_sent_ = true;
-  auto timing = comm_->WaitBroadcast(ticket_, deadline_);
+  uint64_t ticket;
+  {
+    std::unique_lock<std::mutex> lock(launch_->mu);
+    launch_->cv.wait_until(lock, absl::ToChronoTime(deadline_), [&] { return launch_->done; });
+    if (!launch_->done) {
+      sent_ = absl::DeadlineExceededError(
+          "never sent: the previous bucket never reached its engines before this one's deadline");
+    } else {
+      sent_ = launch_->status;
+    }
+    ticket = launch_->ticket;
+  }
+  if (!sent_.ok()) return sent_;
+  auto timing = comm_->WaitBroadcast(ticket, deadline_);
   sent_ = timing.status();
   return timing;
 }

@@ -1,8 +1,10 @@
 #ifndef WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
 #define WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,12 +24,11 @@ struct EngineOutcome {
 };
 
 // One bucket on its way to a group's engines: every engine's update request runs on its own
-// thread and the broadcast is queued on rank 0 beside them. UpdateRun starts a transfer once the
-// bucket's request gate is open (see RequestGate); the request threads still wait on the gate,
-// which also lets a transfer be started ahead of it. The engine answers only after it has
-// received the bytes, so both must run at once; a failed request, or one that can never be
-// posted, aborts the collective at once rather than letting the queued broadcast run into the
-// deadline.
+// thread, and both they and the broadcast wait for the bucket's request gate (see RequestGate).
+// The broadcast is queued on rank 0 by whichever thread opens the gate, before Open returns, so
+// the wire does not wait for a thread to wake. The engine answers only after it has received the
+// bytes, so both must run at once; a failed request, or one that can never be posted, aborts the
+// collective at once rather than letting a queued broadcast run into the deadline.
 class BucketTransfer {
  public:
   // Called once with the combined error when the bucket fails.
@@ -63,6 +64,18 @@ class BucketTransfer {
   void PostRequests(const std::string& group_name);
   void JoinRequests();
 
+  // The broadcast's start, done by the thread that decides the gate. Shared with that callback,
+  // which may outlive a transfer dropped early (`dropped` then stops it).
+  struct Launch {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    bool dropped = false;
+    absl::Status status;  // why the broadcast was not queued
+    uint64_t ticket = 0;
+  };
+  std::shared_ptr<Launch> launch_ = std::make_shared<Launch>();
+
   const std::vector<EngineAdapter*> adapters_;
   RootCommunicator* comm_;
   const BucketManifest manifest_;
@@ -71,7 +84,6 @@ class BucketTransfer {
   const absl::Time deadline_;
   FailureHook on_failure_;
   Diagnosis diagnose_;
-  uint64_t ticket_ = 0;
   absl::Status sent_;
   bool waited_sent_ = false;
 

@@ -4,19 +4,35 @@
 
 namespace wsync {
 
-void RequestGate::Open() {
+std::vector<RequestGate::Decided> RequestGate::Decide(absl::Status outcome) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (decided_) return;
+  if (decided_) return {};
   decided_ = true;
+  outcome_ = std::move(outcome);
   cv_.notify_all();
+  return std::move(waiting_);
+}
+
+void RequestGate::Open() {
+  for (auto& then : Decide(absl::OkStatus())) then(absl::OkStatus());
 }
 
 void RequestGate::Close(absl::Status why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (decided_) return;
-  decided_ = true;
-  outcome_ = why.ok() ? absl::CancelledError("request gate closed") : std::move(why);
-  cv_.notify_all();
+  if (why.ok()) why = absl::CancelledError("request gate closed");
+  for (auto& then : Decide(why)) then(why);
+}
+
+void RequestGate::OnDecided(Decided then) {
+  absl::Status outcome;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!decided_) {
+      waiting_.push_back(std::move(then));
+      return;
+    }
+    outcome = outcome_;
+  }
+  then(outcome);
 }
 
 absl::Status RequestGate::Wait(absl::Time deadline) {

@@ -159,31 +159,20 @@ void UpdateRun::SenderLoop() {
     std::unique_ptr<BucketTransfer> transfer;
     std::shared_ptr<RequestGate> successor;
     if (status.ok()) {
-      const absl::Time deadline = absl::Now() + context_.bucket_timeout;
-      // The broadcast is queued only once its requests may go. A broadcast queued ahead would
-      // wait on the GPU for engines that only host progress can send it; any CUDA call that
-      // synchronises the device meanwhile (mapping a trainer allocation, allocating a slot)
-      // then stalls that progress and nothing moves until the deadline (seen on H200 with 4
-      // slots). Filling this slot while the previous bucket is on the wire is unaffected.
-      status = gate->Wait(deadline);
-      if (status.ok()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!failure_.ok()) status = failure_;  // aborted while this bucket waited its turn
-      }
-      if (status.ok()) {
-        auto started = group_->StartBucket(*p.memory, p.manifest, gate, deadline);
-        if (started.ok()) {
-          transfer = std::move(*started);
-          successor = std::make_shared<RequestGate>();
-          gate = successor;
-        } else {
-          status = started.status();
-        }
+      // The transfer queues its broadcast only once the previous bucket opens `gate` (see
+      // RequestGate), so this thread goes on to fill or verify the next slot meanwhile.
+      auto started =
+          group_->StartBucket(*p.memory, p.manifest, gate, absl::Now() + context_.bucket_timeout);
+      if (started.ok()) {
+        transfer = std::move(*started);
+        successor = std::make_shared<RequestGate>();
+        gate = successor;
+      } else {
+        status = started.status();
       }
       if (!status.ok()) {
-        // A failing earlier bucket closes this one's gate or breaks the group under it ("not
-        // updating"): once the buckets in flight are settled, their failure is the one to
-        // report, not this echo.
+        // A failing earlier bucket breaks the group under this one ("not updating"): once the
+        // buckets in flight are settled, their failure is the one to report, not this echo.
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return transfers_settled_ == transfers_started_; });
         if (!failure_.ok()) {
@@ -198,10 +187,10 @@ void UpdateRun::SenderLoop() {
       continue;
     }
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes", pull ? ", pulled" : "", "): broadcast queued; ",
+              p.manifest.span_bytes(), " bytes", pull ? ", pulled" : "", "): started; ",
               pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
               absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
-              " ms to its turn and the queueing");
+              " ms to start (its broadcast is queued when the previous bucket opens its gate)");
     std::lock_guard<std::mutex> lock(mu_);
     ++transfers_started_;
     in_flight_.push_back(

@@ -74,11 +74,11 @@ struct UpdateContext {
 
 // One update of one group from one session, as a pipeline: buckets are validated when they
 // arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
-// (or, in pull mode, fills it) while the previous bucket is on the wire, then, when the previous
-// bucket opens its RequestGate (its bytes have left rank 0 and its requests are written, or,
-// below pipeline_min_bytes, it was answered), posts the engine requests and queues the broadcast.
-// The completion thread frees each slot when its bytes have left rank 0 and collects the
-// engines' answers. The trainer fills the next slot meanwhile.
+// (or, in pull mode, fills it) and starts its transfer, whose engine requests and broadcast wait
+// for the bucket's RequestGate. The completion thread opens that gate when the previous bucket's
+// bytes have left rank 0 and its requests are written (below pipeline_min_bytes, once it was
+// answered), which queues the broadcast at once; it frees each slot when its bytes have left
+// rank 0 and collects the engines' answers. The trainer fills the next slot meanwhile.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;

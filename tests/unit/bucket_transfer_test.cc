@@ -1,5 +1,5 @@
-// BucketTransfer against a scripted communicator and engine: the status it reports when a
-// bucket's request never goes out.
+// BucketTransfer against a scripted communicator and engine: when its broadcast is queued, and
+// the status it reports when neither the broadcast nor the request can finish.
 #include "daemon/core/bucket_transfer.h"
 
 #include <condition_variable>
@@ -25,11 +25,12 @@ class StalledCommunicator final : public RootCommunicator {
   int world_size() const override { return 2; }
   absl::StatusOr<uint64_t> StartBroadcast(SlotMemory&, const std::vector<BroadcastPiece>&,
                                           absl::Time) override {
+    ++started;
     return 0;
   }
   absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t, absl::Time deadline) override {
     std::unique_lock<std::mutex> lock(mu_);
-    // Past the deadline only as a safety net: the gate's own deadline aborts first.
+    // Past the deadline only as a safety net: the tests abort first.
     cv_.wait_until(lock, absl::ToChronoTime(deadline + absl::Seconds(10)),
                    [&] { return !reason_.empty(); });
     if (reason_.empty()) return absl::DeadlineExceededError("broadcast deadline");
@@ -41,6 +42,7 @@ class StalledCommunicator final : public RootCommunicator {
     cv_.notify_all();
   }
   std::string Describe() const override { return "stalled"; }
+  std::atomic<int> started{0};
 
  private:
   std::string id_ = std::string(128, '\0');
@@ -49,7 +51,8 @@ class StalledCommunicator final : public RootCommunicator {
   std::string reason_;
 };
 
-class CountingEngine final : public EngineAdapter {
+// Its update requests wait for bytes that never come: they end only when cancelled.
+class WaitingEngine final : public EngineAdapter {
  public:
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   absl::Status Probe() override { return absl::OkStatus(); }
@@ -58,9 +61,11 @@ class CountingEngine final : public EngineAdapter {
   absl::Status PauseGeneration() override { return absl::OkStatus(); }
   absl::Status ResumeGeneration() override { return absl::OkStatus(); }
   absl::Status PostBucket(const BucketManifest&, const std::string&, absl::Time,
-                          HttpCallControl*) override {
+                          HttpCallControl* cancel) override {
     ++posts;
-    return absl::OkStatus();
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (!cancel->cancelled() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    return absl::CancelledError("POST cancelled");
   }
   absl::Status FinishUpdate(const std::string&) override { return absl::OkStatus(); }
   EngineHealth Health() override { return EngineHealth{true, "", "", ""}; }
@@ -74,31 +79,68 @@ class CountingEngine final : public EngineAdapter {
   EngineEndpoint endpoint_{"http://engine-a", 1, 1};
 };
 
-TEST(BucketTransfer, RequestHeldPastItsDeadlineFailsTheBucketWithAnErrorCodeNeverOk) {
-  HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto slot = platform.AllocateSlot(0, 4096);
-  ASSERT_TRUE(slot.ok()) << slot.status();
-  StalledCommunicator comm;
-  CountingEngine engine;
-  BucketManifest manifest;
-  manifest.tensors.push_back(TensorEntry{"w", DType::kUint8, {64}, 0, 64});
-  // The predecessor never reaches its engines, so this bucket's gate is never opened.
+class BucketTransferTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto slot = platform_.AllocateSlot(0, 4096);
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    slot_ = std::move(*slot);
+    manifest_.tensors.push_back(TensorEntry{"w", DType::kUint8, {64}, 0, 64});
+  }
+  std::unique_ptr<BucketTransfer> Start(std::shared_ptr<RequestGate> gate) {
+    auto transfer = BucketTransfer::Start(
+        {&engine_}, &comm_, *slot_, manifest_, "g", "rank 1 = engine-a", std::move(gate),
+        absl::Now() + absl::Seconds(5), [this](const absl::Status& s) { hook_ = s; });
+    EXPECT_TRUE(transfer.ok()) << transfer.status();
+    return transfer.ok() ? std::move(*transfer) : nullptr;
+  }
+  HostPlatform platform_{"127.0.0.1", "127.0.0.1"};
+  std::unique_ptr<SlotMemory> slot_;
+  BucketManifest manifest_;
+  StalledCommunicator comm_;
+  WaitingEngine engine_;
+  absl::Status hook_;
+};
+
+TEST_F(BucketTransferTest, BroadcastIsQueuedWhenTheGateOpensAndNeverWhenItCloses) {
   auto gate = std::make_shared<RequestGate>();
-  absl::Status hook;
-  auto transfer = BucketTransfer::Start(
-      {&engine}, &comm, **slot, manifest, "g", "rank 1 = engine-a", gate,
-      absl::Now() + absl::Milliseconds(200), [&](const absl::Status& s) { hook = s; });
-  ASSERT_TRUE(transfer.ok()) << transfer.status();
-  auto sent = (*transfer)->WaitSent();
+  auto opened = Start(gate);
+  ASSERT_NE(opened, nullptr);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(comm_.started.load(), 0) << "queued before its request may go";
+  EXPECT_EQ(engine_.posts.load(), 0);
+  gate->Open();
+  EXPECT_EQ(comm_.started.load(), 1) << "queued by the thread that opened the gate";
+
+  auto shut = std::make_shared<RequestGate>();
+  auto closed = Start(shut);
+  ASSERT_NE(closed, nullptr);
+  shut->Close(absl::AbortedError("an earlier bucket of this update failed"));
+  EXPECT_EQ(comm_.started.load(), 1) << "a closed gate never queues its broadcast";
+  auto sent = closed->WaitSent();
+  EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
+  EXPECT_THAT(sent.status().message(), HasSubstr("not sent: an earlier bucket"));
+  comm_.Abort("test done");  // ends the first transfer's broadcast and requests
+}
+
+TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucketNeverOk) {
+  auto gate = std::make_shared<RequestGate>();
+  gate->Open();
+  auto transfer = Start(gate);
+  ASSERT_NE(transfer, nullptr);
+  for (int i = 0; i < 1000 && engine_.posts.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(engine_.posts.load(), 1);
+  // Another bucket's failure aborts the collective under this one.
+  comm_.Abort("another bucket failed");
+  auto sent = transfer->WaitSent();
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
   std::vector<EngineOutcome> outcomes;
-  absl::Status answered = (*transfer)->WaitAnswered(&outcomes);
+  absl::Status answered = transfer->WaitAnswered(&outcomes);
   // Only a cancelled request and an aborted broadcast: this once came back as an OK status with
-  // an error message, which the update took for success.
+  // an error message, which the update took for success (and wsyncd crashed on).
   EXPECT_EQ(answered.code(), absl::StatusCode::kAborted) << answered;
   EXPECT_THAT(answered.message(), HasSubstr("no answer yet from http://engine-a"));
-  EXPECT_EQ(hook.code(), absl::StatusCode::kAborted);
-  EXPECT_EQ(engine.posts.load(), 0) << "a request behind a closed gate must never be posted";
+  EXPECT_EQ(hook_.code(), absl::StatusCode::kAborted);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].status.code(), absl::StatusCode::kCancelled);
 }

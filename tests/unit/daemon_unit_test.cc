@@ -206,6 +206,33 @@ TEST(RequestGate, ClosedGateGivesItsReasonAndAShutOneTimesOut) {
   EXPECT_THAT(s.message(), HasSubstr("was not sent"));
 }
 
+TEST(RequestGate, DecidedCallbacksRunOnceInTheDecidingThreadOrAtOnce) {
+  RequestGate gate;
+  std::vector<std::string> ran;
+  std::thread::id ran_in;
+  gate.OnDecided([&](const absl::Status& s) {
+    ran.push_back(s.ok() ? "open" : "closed");
+    ran_in = std::this_thread::get_id();
+  });
+  EXPECT_TRUE(ran.empty()) << "run before the gate was decided";
+  std::thread opener([&] { gate.Open(); });
+  const std::thread::id opener_id = opener.get_id();
+  opener.join();
+  ASSERT_EQ(ran, std::vector<std::string>{"open"});
+  EXPECT_EQ(ran_in, opener_id) << "not run by the thread that opened it";
+  gate.Close(absl::AbortedError("too late"));
+  gate.OnDecided([&](const absl::Status& s) { ran.push_back(s.ok() ? "open" : "closed"); });
+  EXPECT_EQ(ran, (std::vector<std::string>{"open", "open"})) << "decided: run at once";
+
+  RequestGate closed;
+  absl::Status why;
+  closed.OnDecided([&](const absl::Status& s) { why = s; });
+  closed.Close(absl::AbortedError("an earlier bucket of this update failed"));
+  closed.Open();
+  EXPECT_EQ(why.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(why.message(), HasSubstr("earlier bucket"));
+}
+
 TEST(SourceTable, KeepsAMappingWhileItsHandleStaysAndReplacesItWhenItChanges) {
   HostPlatform platform("127.0.0.1", "127.0.0.1");
   SourceTable table(&platform, 0);
