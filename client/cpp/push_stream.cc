@@ -260,6 +260,7 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.answer_seconds = result_.answer_seconds();
   out.request_late_seconds = result_.request_late_seconds();
   out.buckets_pulled = buckets_pulled_;
+  out.buckets_read_in_place = result_.buckets_read_in_place();
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});

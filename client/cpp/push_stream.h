@@ -61,6 +61,8 @@ struct PushResult {
   double answer_seconds = 0;
   double request_late_seconds = 0;
   uint64_t buckets_pulled = 0;  // buckets wsyncd copied out of the trainer's memory itself
+  // Of those, buckets wsyncd broadcast straight from the trainer's memory (laid out as sent).
+  uint64_t buckets_read_in_place = 0;
   double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
 };
 

@@ -57,6 +57,7 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                       {"seconds", result.seconds},
                       {"gib_per_second", result.gib_per_second()},
                       {"buckets_pulled", result.buckets_pulled},
+                      {"buckets_read_in_place", result.buckets_read_in_place},
                       {"daemon_timing",
                        {{"verify_seconds", result.verify_seconds},
                         {"idle_before_seconds", result.idle_before_seconds},

@@ -151,14 +151,16 @@ absl::Status NcclRootCommunicator::WaitReady(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcast(
-    SlotMemory& slot, const std::vector<BroadcastPiece>& pieces, absl::Time deadline) {
+absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcastFrom(
+    SlotMemory& slot, const void* base, const std::vector<BroadcastPiece>& pieces,
+    absl::Time deadline) {
   auto* cuda_slot = dynamic_cast<CudaSlot*>(&slot);
   if (cuda_slot == nullptr || slot.device() != device_) {
     return absl::FailedPreconditionError(
         absl::StrCat("NCCL broadcasts from a CUDA slot of device ", device_));
   }
-  WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
+  // A trainer allocation was checked against the bucket when it was resolved.
+  if (base == slot.data()) WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
   std::vector<ncclDataType_t> types;
   for (const BroadcastPiece& p : pieces) {
     WSYNC_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(p.dtype));
@@ -175,11 +177,13 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcast(
     std::lock_guard<std::mutex> lock(comm_mu_);
     if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
     cudaStream_t stream = stream_->get();
-    // The GPU, not the host, orders the broadcast after the trainer's writes to the slot.
+    // The GPU, not the host, orders the broadcast after the trainer's writes (to the slot, or in
+    // pull mode to its own tensors: the slot's event covers both).
     WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, cuda_slot->producer_event(), 0));
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(ticket.start->get(), stream));
     for (size_t i = 0; i < pieces.size(); ++i) {
-      void* p = static_cast<char*>(slot.data()) + pieces[i].offset;
+      // In place at the root: NCCL only reads from it.
+      void* p = const_cast<char*>(static_cast<const char*>(base)) + pieces[i].offset;
       ncclResult_t r = nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream);
       // A non-blocking communicator may still be connecting; the next call must wait for it.
       while (r == ncclInProgress) {

@@ -25,9 +25,9 @@ class NcclRootCommunicator final : public RootCommunicator {
 
   const std::string& unique_id() const override { return unique_id_; }
   int world_size() const override { return world_size_; }
-  absl::StatusOr<uint64_t> StartBroadcast(SlotMemory& slot,
-                                          const std::vector<BroadcastPiece>& pieces,
-                                          absl::Time deadline) override;
+  absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory& slot, const void* base,
+                                              const std::vector<BroadcastPiece>& pieces,
+                                              absl::Time deadline) override;
   absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;

@@ -186,15 +186,17 @@ absl::Status HostRootCommunicator::WaitForPeers(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcast(
-    SlotMemory& slot, const std::vector<BroadcastPiece>& pieces, absl::Time deadline) {
+absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcastFrom(
+    SlotMemory& slot, const void* base, const std::vector<BroadcastPiece>& pieces,
+    absl::Time deadline) {
   if (slot.kind() != MemoryKind::kHostShm) {
     return absl::FailedPreconditionError("the host collective can only send host-memory slots");
   }
-  WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
+  // A trainer allocation was checked against the bucket when it was resolved.
+  if (base == slot.data()) WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
   Job job{0, {}, deadline};
   for (const BroadcastPiece& p : pieces) {
-    job.pieces.emplace_back(static_cast<const char*>(slot.data()) + p.offset, p.bytes());
+    job.pieces.emplace_back(static_cast<const char*>(base) + p.offset, p.bytes());
   }
   WSYNC_RETURN_IF_ERROR(WaitForPeers(deadline));
   std::lock_guard<std::mutex> lock(mu_);

@@ -26,7 +26,7 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters, RootCommuni
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
-    BucketManifest manifest, const std::string& group_name, std::string rank_map,
+    const void* base, BucketManifest manifest, const std::string& group_name, std::string rank_map,
     std::shared_ptr<RequestGate> gate, absl::Time deadline, FailureHook on_failure,
     Diagnosis diagnose) {
   if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
@@ -38,13 +38,15 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
   // which they do inside their requests.
   transfer->PostRequests(group_name);
   SlotMemory* from = &slot;
-  transfer->gate_->OnDecided([launch = transfer->launch_, comm, from, pieces = std::move(pieces),
-                              deadline](const absl::Status& open) {
+  transfer->gate_->OnDecided([launch = transfer->launch_, comm, from, base,
+                              pieces = std::move(pieces), deadline](const absl::Status& open) {
     std::lock_guard<std::mutex> lock(launch->mu);
     if (launch->dropped) return;
     if (!open.ok()) {
       launch->status = absl::Status(open.code(), absl::StrCat("not sent: ", open.message()));
-    } else if (auto ticket = comm->StartBroadcast(*from, pieces, deadline); ticket.ok()) {
+    } else if (auto ticket =
+                   comm->StartBroadcastFrom(*from, base ? base : from->data(), pieces, deadline);
+               ticket.ok()) {
       launch->ticket = *ticket;
     } else {
       comm->Abort(ticket.status().message());

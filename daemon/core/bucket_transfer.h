@@ -38,9 +38,9 @@ class BucketTransfer {
 
   static absl::StatusOr<std::unique_ptr<BucketTransfer>> Start(
       const std::vector<EngineAdapter*>& adapters, RootCommunicator* comm, SlotMemory& slot,
-      BucketManifest manifest, const std::string& group_name, std::string rank_map,
-      std::shared_ptr<RequestGate> gate, absl::Time deadline, FailureHook on_failure,
-      Diagnosis diagnose = {});
+      const void* base, BucketManifest manifest, const std::string& group_name,
+      std::string rank_map, std::shared_ptr<RequestGate> gate, absl::Time deadline,
+      FailureHook on_failure, Diagnosis diagnose = {});
   ~BucketTransfer();
 
   // Waits until the bucket has left rank 0: its slot may be refilled.

@@ -130,6 +130,16 @@ absl::Status UpdateRun::Fill(const Pending& p) {
   return absl::OkStatus();
 }
 
+const void* UpdateRun::DirectSource(const Pending& p) {
+  const std::vector<SourcePiece>& pieces = p.pulled.pieces;
+  if (pieces.empty() || p.pulled.keep.size() != 1 || pieces.front().offset != 0) return nullptr;
+  const char* base = static_cast<const char*>(pieces.front().src);
+  for (const SourcePiece& piece : pieces) {
+    if (static_cast<const char*>(piece.src) != base + piece.offset) return nullptr;
+  }
+  return base;
+}
+
 void UpdateRun::SenderLoop() {
   // The first bucket's requests go out at once; each later one's when its predecessor opens it.
   auto gate = std::make_shared<RequestGate>();
@@ -152,17 +162,21 @@ void UpdateRun::SenderLoop() {
                             SlotState::kSending);
     const absl::Time turn = absl::Now();
     const bool pull = !p.pulled.pieces.empty();
-    absl::Status status = pull ? Fill(p) : Verify(p);
-    const double verify_seconds =
-        context_.verify_checksums || pull ? absl::ToDoubleSeconds(absl::Now() - turn) : 0;
-    p.pulled.keep.clear();  // the copy is done; the mappings stay in the session's table
+    p.direct = pull ? DirectSource(p) : nullptr;
+    absl::Status status = p.direct != nullptr ? absl::OkStatus() : pull ? Fill(p) : Verify(p);
+    const double verify_seconds = (context_.verify_checksums || pull) && p.direct == nullptr
+                                      ? absl::ToDoubleSeconds(absl::Now() - turn)
+                                      : 0;
+    // Once copied, the mappings stay in the session's table only; read in place, this bucket
+    // holds them until its broadcast is done.
+    if (p.direct == nullptr) p.pulled.keep.clear();
     std::unique_ptr<BucketTransfer> transfer;
     std::shared_ptr<RequestGate> successor;
     if (status.ok()) {
       // The transfer queues its broadcast only once the previous bucket opens `gate` (see
       // RequestGate), so this thread goes on to fill or verify the next slot meanwhile.
-      auto started =
-          group_->StartBucket(*p.memory, p.manifest, gate, absl::Now() + context_.bucket_timeout);
+      auto started = group_->StartBucket(*p.memory, p.direct, p.manifest, gate,
+                                         absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         transfer = std::move(*started);
         successor = std::make_shared<RequestGate>();
@@ -187,8 +201,11 @@ void UpdateRun::SenderLoop() {
       continue;
     }
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes", pull ? ", pulled" : "", "): started; ",
-              pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
+              p.manifest.span_bytes(), " bytes",
+              p.direct ? ", read in place"
+              : pull   ? ", pulled"
+                       : "",
+              "): started; ", pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
               absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
               " ms to start (its broadcast is queued when the previous bucket opens its gate)");
     std::lock_guard<std::mutex> lock(mu_);
@@ -235,6 +252,8 @@ void UpdateRun::CompletionLoop() {
       if (!failure_.ok()) failed_before = true;
     }
     if (sent.ok() && !failed_before) events_->SlotFree(p.slot);
+    // Read in place, the trainer's tensors were in use until now.
+    if (sent.ok() && p.direct != nullptr) events_->SourcesRead(p.sequence);
     std::vector<EngineOutcome> outcomes;
     absl::Status status = f.transfer->WaitAnswered(&outcomes);
     if (status.ok() && !sent.ok()) status = sent.status();
@@ -249,6 +268,7 @@ void UpdateRun::CompletionLoop() {
       // broken group (its queued broadcast is aborted instead).
       if (status.ok()) {
         ++buckets_;
+        if (p.direct != nullptr) ++buckets_read_in_place_;
         bytes_ += span;
       } else {
         Fail(status);
@@ -333,6 +353,7 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     outcome.status = failure_;
     outcome.engines = bucket_outcomes_;
     outcome.buckets = buckets_;
+    outcome.buckets_read_in_place = buckets_read_in_place_;
     outcome.bytes = bytes_;
     outcome.bucket_totals = totals_;
   }

@@ -40,7 +40,8 @@ struct UpdateOutcome {
   uint64_t buckets = 0;
   uint64_t bytes = 0;
   double seconds = 0;
-  BucketTiming bucket_totals;  // summed over the committed buckets
+  BucketTiming bucket_totals;          // summed over the committed buckets
+  uint64_t buckets_read_in_place = 0;  // pull mode, broadcast with no copy into a slot
 };
 
 // What the trainer hears while its update runs (the gRPC stream implements it).
@@ -107,6 +108,9 @@ class UpdateRun {
     uint32_t checksum;
     uint64_t sequence;
     PulledSources pulled;
+    // Pull mode, when one trainer allocation holds the bucket exactly as it is laid out: the
+    // broadcast reads it there, with no copy into the slot.
+    const void* direct = nullptr;
   };
   struct InFlight {
     Pending pending;
@@ -121,6 +125,9 @@ class UpdateRun {
   absl::Status Verify(const Pending& p);
   // Pull mode: copies the trainer's tensors into the slot (after the trainer's ready signal).
   absl::Status Fill(const Pending& p);
+  // Pull mode: where the bucket's bytes already lie as one run in one trainer allocation, in the
+  // bucket's layout; null when they must be copied.
+  static const void* DirectSource(const Pending& p);
   // Records the first failure and tells the trainer at once (once).
   void ReportFailure(absl::Status status);
   void ReleaseSlot(uint32_t slot, SlotState from);
@@ -149,6 +156,7 @@ class UpdateRun {
   std::set<std::string> names_;
   std::vector<EngineOutcome> bucket_outcomes_;
   uint64_t buckets_ = 0;
+  uint64_t buckets_read_in_place_ = 0;
   uint64_t bytes_ = 0;
   BucketTiming totals_;
   std::thread sender_;

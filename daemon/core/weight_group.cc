@@ -260,7 +260,7 @@ absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
 }
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
-    SlotMemory& slot, BucketManifest manifest, std::shared_ptr<RequestGate> gate,
+    SlotMemory& slot, const void* base, BucketManifest manifest, std::shared_ptr<RequestGate> gate,
     absl::Time deadline) {
   RootCommunicator* comm;
   {
@@ -272,7 +272,7 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
     comm = comm_.get();
   }
   return BucketTransfer::Start(
-      adapter_ptrs_, comm, slot, std::move(manifest), spec_.name, rank_map_, std::move(gate),
+      adapter_ptrs_, comm, slot, base, std::move(manifest), spec_.name, rank_map_, std::move(gate),
       deadline, [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
 }
 

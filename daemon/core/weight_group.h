@@ -75,10 +75,11 @@ class WeightGroup {
   // ready -> updating (re-forming a broken group first), then pauses generation.
   absl::Status BeginUpdate();
   absl::Status ValidateBucket(const BucketManifest& manifest) const;
-  // Queues the broadcast of the slot's bytes and posts every engine's update request once `gate`
-  // opens; returns at once. If the transfer fails the collective is aborted, the group is
+  // Queues the broadcast of the bucket's bytes (in the slot, or at `base` when a trainer
+  // allocation holds them laid out as the bucket) and posts every engine's update request once
+  // `gate` opens; returns at once. If the transfer fails the collective is aborted, the group is
   // broken, and the transfer's outcomes name the engines at fault.
-  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot,
+  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot, const void* base,
                                                               BucketManifest manifest,
                                                               std::shared_ptr<RequestGate> gate,
                                                               absl::Time deadline);

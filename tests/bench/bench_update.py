@@ -231,12 +231,37 @@ def one_process(args, pg, model, buckets, bucket_sizes, bufs):
     return seconds
 
 
+_FLAT = {}
+
+
+def flat_layout(model):
+    """The same tensors as views, in order, into one buffer, as Megatron's contiguous parameter
+    buffer holds them: every bucket then lies in one allocation exactly as it is sent."""
+    if "model" not in _FLAT:
+        total = sum(t.numel() * t.element_size() for _, t in model)
+        buf = torch.empty(total, dtype=torch.uint8, device="cuda:0")
+        out, at = [], 0
+        for name, t in model:
+            n = t.numel() * t.element_size()
+            view = buf[at:at + n].view(t.dtype).view(t.shape)
+            view.copy_(t)
+            out.append((name, view))
+            at += n
+        torch.cuda.synchronize()
+        _FLAT["model"], _FLAT["buffer"] = out, buf
+    return _FLAT["model"]
+
+
 def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
     """Returns (end-to-end seconds, data-plane seconds, daemon timing of each measured push)."""
-    # "client:pull" in a variant's arguments is for the client (pull mode), not for wsyncd.
+    # "client:..." in a variant's arguments is for the client, not for wsyncd: client:pull pushes
+    # in pull mode, client:flat pushes the model laid out in one flat buffer.
     pull = "client:pull" in extra
-    extra = tuple(a for a in extra if a != "client:pull")
-    note(f"{label}: starting wsyncd {' '.join(extra)}{' (pull mode)' if pull else ''}")
+    if "client:flat" in extra:
+        model = flat_layout(model)
+    extra = tuple(a for a in extra if not a.startswith("client:"))
+    note(f"{label}: starting wsyncd {' '.join(extra)}{' (pull mode)' if pull else ''}"
+         f"{' (flat model buffer)' if model is _FLAT.get('model') else ''}")
     daemon = Daemon(args, slot, log, extra)
     tag = label.replace(" ", "-")
     try:
@@ -265,7 +290,7 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
              f"{t['broadcast_seconds'] / n * 1e3:.2f} ms, request late "
              f"{t['request_late_seconds'] / n * 1e3:.2f} ms, answer "
              f"{t['answer_seconds'] / n * 1e3:.2f} ms; {result['buckets_pulled']}/{n} buckets "
-             f"pulled by wsyncd")
+             f"pulled by wsyncd, {result['buckets_read_in_place']} of them read in place")
     return (statistics.median(s for s, _ in runs), statistics.median(s for s, _ in dp[1:]),
             [r["daemon_timing"] for _, r in runs])
 
@@ -285,7 +310,8 @@ def main():
     ap.add_argument("--variants", default="",
                     help="extra wsyncd configurations to time, 'name=args;name=args', e.g. "
                          "'no-checksum=--checksum none;4-slots=--slots 4;pull=client:pull' "
-                         "(client:pull: the client pushes in pull mode)")
+                         "(client:pull: the client pushes in pull mode; client:flat: the model "
+                         "lies in one flat buffer, as in Megatron)")
     args = ap.parse_args()
     args.engines = args.engines.split(",")
     variants = [(v.split("=", 1)[0], tuple(v.split("=", 1)[1].split()))

@@ -29,8 +29,9 @@ trap collect EXIT
 # STEPS=kernels,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks steps (default: all); the Qwen2
 # trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
-# values); WSYNC_BENCH_VARIANTS is its --variants value (default: pull mode with 2 and 4 slots, and
-# push with 4 slots, the configurations that once stalled), e.g.
+# values); WSYNC_BENCH_VARIANTS is its --variants value (default: pull mode with 2 and 4 slots and
+# push with 4 slots, the configurations that once stalled, and pull from a flat parameter buffer,
+# read in place), e.g.
 # 'no-checksum=--checksum none;4-slots=--slots 4'.
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 # WSYNC_GPU_MPS=1 runs everything under an MPS control daemon started (and stopped) here, with its
@@ -138,6 +139,8 @@ regroup pull.log
 push pull.log 120 --versions 3 --version-prefix pull- --pull
 # Released after each version and mapped again by the next (cudaIpcCloseMemHandle, then re-open).
 push pull.log 120 --versions 2 --version-prefix pull-release- --pull --release-sources
+# Parameters in one flat buffer: every bucket is broadcast straight from it, with no copy.
+push pull.log 120 --versions 2 --version-prefix pull-flat- --pull --flat
 # Gathered DTensors are temporaries: the client copies them, wsyncd maps nothing that is freed.
 push pull.log 120 --versions 1 --version-prefix pull-dtensor- --pull --dtensor
 fi
@@ -189,7 +192,7 @@ if want bench; then
     urls=$(IFS=,; echo "${bench_engines[*]:0:$n}")
     timeout ${WSYNC_BENCH_TIMEOUT:-420} python3 tests/bench/bench_update.py --wsyncd $B/bin/wsyncd \
       --nccl-lib "$NCCL_LIB" --engines "$urls" --python-client client/python \
-      --out "$LOGS/bench-$n" --variants "${WSYNC_BENCH_VARIANTS-pull=client:pull;pull-4-slots=client:pull --slots 4;4-slots=--slots 4}" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee -a "$LOGS/bench.txt"
+      --out "$LOGS/bench-$n" --variants "${WSYNC_BENCH_VARIANTS-pull=client:pull;pull-4-slots=client:pull --slots 4;4-slots=--slots 4;pull-flat=client:pull client:flat}" ${WSYNC_BENCH_ARGS:-} 2>&1 | tee -a "$LOGS/bench.txt"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   done
   for p in "${bench_pids[@]}"; do kill "$p" 2>/dev/null; done

@@ -43,6 +43,19 @@ def as_dtensors(state):
     return out
 
 
+def flatten_parameters(model):
+    """Re-homes every parameter into one flat buffer, in order, as Megatron's contiguous parameter
+    buffer does; the parameters become views into it."""
+    params = list(model.parameters())
+    flat = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device="cuda:0")
+    at = 0
+    for p in params:
+        view = flat[at:at + p.numel()].view(p.shape)
+        view.copy_(p.data)
+        p.data = view
+        at += p.numel()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -64,6 +77,9 @@ def main():
                     help="pull mode: wsyncd copies the tensors out of this process's memory; "
                          "every bucket must be pulled, except with --dtensor, where the "
                          "gathered copies are temporaries the client must copy itself")
+    ap.add_argument("--flat", action="store_true",
+                    help="parameters live in one flat buffer (Megatron-style); with --pull every "
+                         "bucket must then be read in place, with no copy")
     ap.add_argument("--release-sources", action="store_true",
                     help="after each version, have wsyncd close its mappings of this process "
                          "(pull mode: there must be some); the next version maps them again")
@@ -76,6 +92,8 @@ def main():
                          num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,
                          tie_word_embeddings=False)
     model = Qwen2ForCausalLM(config).to("cuda:0", torch.bfloat16)
+    if args.flat:
+        flatten_parameters(model)  # the parameters' views keep the buffer alive
     ok = True
     memory = []
     with wsync.Client("unix:" + args.socket, device=0, name="gpu trainer") as client:
@@ -103,13 +121,18 @@ def main():
             result = client.push(state, version=version, group=args.group, pull=args.pull)
             total = sum(t.numel() * t.element_size() for t in state.values())
             print(f"version {version}: {result['buckets']} buckets "
-                  f"({result['buckets_pulled']} pulled by wsyncd), {total / 2**30:.3f} GiB in "
+                  f"({result['buckets_pulled']} pulled by wsyncd, "
+                  f"{result['buckets_read_in_place']} read in place), {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
                   f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
             want_pulled = 0 if args.dtensor else result["buckets"]
             if args.pull and result["buckets_pulled"] != want_pulled:
                 print(f"  pull mode: {result['buckets_pulled']} buckets pulled, expected "
                       f"{want_pulled}", flush=True)
+                ok = False
+            if args.pull and args.flat and result["buckets_read_in_place"] != result["buckets"]:
+                print(f"  flat buffer: only {result['buckets_read_in_place']} of "
+                      f"{result['buckets']} buckets read in place", flush=True)
                 ok = False
             if args.release_sources:
                 closed = client.release_sources()

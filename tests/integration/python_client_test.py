@@ -101,7 +101,7 @@ class PythonClientTest(unittest.TestCase):
         with wsync.Client("unix:" + self.sock, device=0) as client:
             result = client.push({"w": np.ones((4, 4), np.float16)}, version=2, group="policy")
             self.assertEqual(result["buckets"], 1)
-            self.assertEqual(result["buckets_pulled"], 0)
+            self.assertEqual((result["buckets_pulled"], result["buckets_read_in_place"]), (0, 0))
             # Pull mode asked for memory wsyncd cannot map (a numpy array): copied as usual.
             result = client.push({"w": np.ones((4, 4), np.float16)}, version=2, group="policy",
                                  pull=True)

@@ -13,15 +13,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A model laid out in one arena, each tensor at an odd offset after the previous one.
+// A model laid out in one arena.
 struct ArenaModel {
   std::unique_ptr<HostSourceArena> arena;
   std::vector<TensorRef> refs;
 };
 
-ArenaModel InArena(const std::vector<OwnedTensor>& model) {
+// gap = 2: each tensor at an odd offset after the previous one, so buckets of several tensors
+// must be copied; gap = 0: back to back, as in one flat parameter buffer, so every bucket lies in
+// the arena exactly as it is laid out and goes out with no copy.
+ArenaModel InArena(const std::vector<OwnedTensor>& model, uint64_t gap = 2) {
   uint64_t total = 0;
-  for (const auto& t : model) total += t.data.size() + 3;
+  for (const auto& t : model) total += t.data.size() + gap + 1;
   ArenaModel out;
   auto arena = HostSourceArena::Create(total);
   EXPECT_TRUE(arena.ok()) << arena.status();
@@ -31,7 +34,7 @@ ArenaModel InArena(const std::vector<OwnedTensor>& model) {
   for (const auto& t : model) {
     std::memcpy(base + at, t.data.data(), t.data.size());
     out.refs.push_back({t.name, t.dtype, t.shape, base + at, t.data.size()});
-    at += t.data.size() + 2;
+    at += t.data.size() + gap;
   }
   return out;
 }
@@ -80,6 +83,32 @@ TEST_F(PullFixture, PullModeCopiesTheTrainersTensorsInsideWsyncd) {
     EXPECT_EQ(result->buckets_pulled, result->buckets) << "every bucket read by wsyncd";
     EXPECT_EQ(released, model.size());
   }
+}
+
+TEST_F(PullFixture, BucketsLaidOutInOneAllocationAsTheyAreSentGoOutWithNoCopy) {
+  CreatePolicyGroup();
+  auto model = SmallModel(8);
+  ArenaModel flat = InArena(model, /*gap=*/0);
+  uint64_t released = 0;
+  auto result = PullAndCheck("v8", flat.refs, model, &released);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_GE(result->buckets, 3u);
+  EXPECT_EQ(result->buckets_pulled, result->buckets);
+  EXPECT_EQ(result->buckets_read_in_place, result->buckets);
+  EXPECT_EQ(released, model.size()) << "every tensor let go once its broadcast was done";
+  const std::vector<BroadcastRecord> sent = broadcasts_.records();
+  ASSERT_EQ(sent.size(), result->buckets);
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_FALSE(sent[i].from_slot) << "bucket " << i << " was copied into a slot first";
+  }
+  // With gaps between the tensors, buckets of several tensors are copied into the slot.
+  auto next = SmallModel(9);
+  ArenaModel gapped = InArena(next);
+  ASSERT_TRUE(PullAndCheck("v9", gapped.refs, next).has_value());
+  const std::vector<BroadcastRecord> all = broadcasts_.records();
+  size_t copied = 0;
+  for (size_t i = sent.size(); i < all.size(); ++i) copied += all[i].from_slot ? 1 : 0;
+  EXPECT_GT(copied, 0u);
 }
 
 TEST_F(PullFixture, PullModeCopiesMemoryItCannotExportAsUsual) {

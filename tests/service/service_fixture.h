@@ -16,10 +16,10 @@
 #include "client/cpp/client.h"
 #include "client/cpp/update_stream.h"
 #include "common/checksum.h"
-#include "common/host/host_platform.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/server.h"
 #include "gtest/gtest.h"
+#include "tests/service/recording_platform.h"
 #include "tests/sim/sglang_sim.h"
 
 namespace wsync {
@@ -110,7 +110,8 @@ class ServiceFixture : public ::testing::Test {
     options.group.registration_timeout = absl::Seconds(5);
     options.group.timeouts.control = absl::Seconds(5);
     Configure(options);
-    core_ = std::make_unique<DaemonCore>(MakePlatform(), options);
+    core_ =
+        std::make_unique<DaemonCore>(std::make_unique<RecordingPlatform>(&broadcasts_), options);
     auto server = DaemonServer::Start(core_.get(), ServerOptions{});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -119,9 +120,6 @@ class ServiceFixture : public ::testing::Test {
   }
 
   virtual void Configure(DaemonOptions& options) {}
-  virtual std::unique_ptr<Platform> MakePlatform() {
-    return std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1");
-  }
 
   void TearDown() override {
     client_.reset();
@@ -220,6 +218,7 @@ class ServiceFixture : public ::testing::Test {
   }
 
   RunningSim sim_a_, sim_b_;
+  BroadcastLog broadcasts_;  // every broadcast the daemon handed to its communicators
   std::unique_ptr<DaemonCore> core_;
   std::unique_ptr<DaemonServer> server_;
   std::unique_ptr<Client> client_;

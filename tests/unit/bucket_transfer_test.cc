@@ -23,8 +23,9 @@ class StalledCommunicator final : public RootCommunicator {
  public:
   const std::string& unique_id() const override { return id_; }
   int world_size() const override { return 2; }
-  absl::StatusOr<uint64_t> StartBroadcast(SlotMemory&, const std::vector<BroadcastPiece>&,
-                                          absl::Time) override {
+  absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory&, const void*,
+                                              const std::vector<BroadcastPiece>&,
+                                              absl::Time) override {
     ++started;
     return 0;
   }
@@ -89,7 +90,7 @@ class BucketTransferTest : public ::testing::Test {
   }
   std::unique_ptr<BucketTransfer> Start(std::shared_ptr<RequestGate> gate) {
     auto transfer = BucketTransfer::Start(
-        {&engine_}, &comm_, *slot_, manifest_, "g", "rank 1 = engine-a", std::move(gate),
+        {&engine_}, &comm_, *slot_, nullptr, manifest_, "g", "rank 1 = engine-a", std::move(gate),
         absl::Now() + absl::Seconds(5), [this](const absl::Status& s) { hook_ = s; });
     EXPECT_TRUE(transfer.ok()) << transfer.status();
     return transfer.ok() ? std::move(*transfer) : nullptr;

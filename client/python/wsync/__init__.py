@@ -179,9 +179,11 @@ class Client:
         Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines).
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
         pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
-        work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did.
+        work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did, and
+        buckets_read_in_place how many of those went out with no copy at all.
         wsyncd keeps that memory mapped until the session closes, and CUDA forbids freeing memory
-        another process maps: keep pulled tensors allocated, or close() before freeing them.
+        another process maps: keep pulled tensors allocated, or call release_sources() before
+        freeing them.
         Copies made here (gathered DTensors, contiguous copies) are never pulled.
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors

@@ -1,0 +1,85 @@
+#ifndef WSYNC_TESTS_SERVICE_RECORDING_PLATFORM_H_
+#define WSYNC_TESTS_SERVICE_RECORDING_PLATFORM_H_
+
+// The host platform, with a log of every broadcast handed to its communicators: when, and whether
+// it went out of the slot or straight out of a trainer allocation (pull mode, no copy).
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/host/host_platform.h"
+
+namespace wsync {
+
+struct BroadcastRecord {
+  absl::Time at;
+  bool from_slot;
+};
+
+class BroadcastLog {
+ public:
+  void Add(BroadcastRecord r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.push_back(r);
+  }
+  std::vector<BroadcastRecord> records() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<BroadcastRecord> records_;
+};
+
+class RecordingPlatform final : public Platform {
+ public:
+  explicit RecordingPlatform(BroadcastLog* log) : inner_("127.0.0.1", "127.0.0.1"), log_(log) {}
+  absl::string_view name() const override { return inner_.name(); }
+  absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override {
+    return inner_.AllocateSlot(device, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
+      int device, int world_size) override {
+    auto comm = inner_.CreateRootCommunicator(device, world_size);
+    if (!comm.ok()) return comm.status();
+    return std::unique_ptr<RootCommunicator>(new Recorded(std::move(*comm), log_));
+  }
+  absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
+                                                          uint64_t bytes) override {
+    return inner_.MapSource(device, handle, bytes);
+  }
+
+ private:
+  class Recorded final : public RootCommunicator {
+   public:
+    Recorded(std::unique_ptr<RootCommunicator> inner, BroadcastLog* log)
+        : inner_(std::move(inner)), log_(log) {}
+    const std::string& unique_id() const override { return inner_->unique_id(); }
+    int world_size() const override { return inner_->world_size(); }
+    absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory& slot, const void* base,
+                                                const std::vector<BroadcastPiece>& pieces,
+                                                absl::Time deadline) override {
+      log_->Add(BroadcastRecord{absl::Now(), base == slot.data()});
+      return inner_->StartBroadcastFrom(slot, base, pieces, deadline);
+    }
+    absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override {
+      return inner_->WaitBroadcast(ticket, deadline);
+    }
+    void Abort(absl::string_view reason) override { inner_->Abort(reason); }
+    std::string Describe() const override { return inner_->Describe(); }
+
+   private:
+    std::unique_ptr<RootCommunicator> inner_;
+    BroadcastLog* log_;
+  };
+  HostPlatform inner_;
+  BroadcastLog* log_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_TESTS_SERVICE_RECORDING_PLATFORM_H_
