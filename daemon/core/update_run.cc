@@ -163,7 +163,8 @@ void UpdateRun::SenderLoop() {
     const absl::Time turn = absl::Now();
     const bool pull = !p.pulled.pieces.empty();
     p.direct = pull ? DirectSource(p) : nullptr;
-    absl::Status status = p.direct != nullptr ? absl::OkStatus() : pull ? Fill(p) : Verify(p);
+    absl::Status status;
+    if (p.direct == nullptr) status = pull ? Fill(p) : Verify(p);
     const double verify_seconds = (context_.verify_checksums || pull) && p.direct == nullptr
                                       ? absl::ToDoubleSeconds(absl::Now() - turn)
                                       : 0;
