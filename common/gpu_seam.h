@@ -96,14 +96,16 @@ class RootCommunicator {
   // Queues the pieces' broadcasts, in order, after the producer's writes to the slot and after
   // every broadcast queued before; returns a ticket without waiting for the wire. The first call
   // waits (up to the deadline) for the peers to join, as NCCL's lazy connection does. The pieces'
-  // offsets are into `base`: the slot's own memory, or (pull mode) a trainer allocation laid out
-  // exactly as the bucket, which then goes out with no copy; the slot orders it either way.
+  // offsets are into `base`: (pull mode) a trainer allocation laid out exactly as the bucket and
+  // already checked against it, which then goes out with no copy; the slot orders it all the same.
   virtual absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory& slot, const void* base,
                                                       const std::vector<BroadcastPiece>& pieces,
                                                       absl::Time deadline) = 0;
+  // The same out of the slot's own memory, refused if a piece lies outside the slot.
   absl::StatusOr<uint64_t> StartBroadcast(SlotMemory& slot,
                                           const std::vector<BroadcastPiece>& pieces,
                                           absl::Time deadline) {
+    if (absl::Status fits = CheckPiecesFit(slot, pieces); !fits.ok()) return fits;
     return StartBroadcastFrom(slot, slot.data(), pieces, deadline);
   }
   // Waits until the ticket's broadcasts have left rank 0, so the slot may be refilled. Tickets are

@@ -159,8 +159,6 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcastFrom(
     return absl::FailedPreconditionError(
         absl::StrCat("NCCL broadcasts from a CUDA slot of device ", device_));
   }
-  // A trainer allocation was checked against the bucket when it was resolved.
-  if (base == slot.data()) WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
   std::vector<ncclDataType_t> types;
   for (const BroadcastPiece& p : pieces) {
     WSYNC_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(p.dtype));

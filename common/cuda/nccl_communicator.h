@@ -55,7 +55,7 @@ class NcclRootCommunicator final : public RootCommunicator {
   bool ready_ = false;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
-  std::mutex broadcast_mu_;  // orders StartBroadcast calls; guards the two fields below
+  std::mutex broadcast_mu_;  // orders StartBroadcastFrom calls; guards the two fields below
   uint64_t next_ticket_ = 0;
   std::shared_ptr<TimingEvent> last_end_;
   // Its own lock: WaitBroadcast must not queue behind a StartBroadcast that waits for the

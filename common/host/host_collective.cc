@@ -192,8 +192,6 @@ absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcastFrom(
   if (slot.kind() != MemoryKind::kHostShm) {
     return absl::FailedPreconditionError("the host collective can only send host-memory slots");
   }
-  // A trainer allocation was checked against the bucket when it was resolved.
-  if (base == slot.data()) WSYNC_RETURN_IF_ERROR(CheckPiecesFit(slot, pieces));
   Job job{0, {}, deadline};
   for (const BroadcastPiece& p : pieces) {
     job.pieces.emplace_back(static_cast<const char*>(base) + p.offset, p.bytes());

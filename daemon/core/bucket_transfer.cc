@@ -44,8 +44,9 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     if (launch->dropped) return;
     if (!open.ok()) {
       launch->status = absl::Status(open.code(), absl::StrCat("not sent: ", open.message()));
-    } else if (auto ticket =
-                   comm->StartBroadcastFrom(*from, base ? base : from->data(), pieces, deadline);
+    } else if (auto ticket = base != nullptr
+                                 ? comm->StartBroadcastFrom(*from, base, pieces, deadline)
+                                 : comm->StartBroadcast(*from, pieces, deadline);
                ticket.ok()) {
       launch->ticket = *ticket;
     } else {
@@ -76,7 +77,8 @@ void BucketTransfer::PostRequests(const std::string& group_name) {
   for (size_t i = 0; i < adapters_.size(); ++i) {
     threads_.emplace_back([this, i, group_name] {
       if (absl::Status open = gate_->Wait(deadline_); !open.ok()) {
-        // This bucket's broadcast is queued and no engine will ever join it.
+        // This bucket will never go out. Aborting also ends a predecessor that is stuck (the
+        // reason, when the gate was never decided).
         results_[i] = absl::CancelledError(absl::StrCat("request not sent: ", open.message()));
         controls_[i]->Cancel();
         comm_->Abort(results_[i].message());

@@ -51,7 +51,8 @@ class UpdateEvents {
   virtual void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
                           const BucketTiming& timing) = 0;
   virtual void SlotFree(uint32_t slot) = 0;
-  // Pull mode: the bucket's tensors have been copied out of the trainer's memory.
+  // Pull mode: wsyncd is done with the bucket's tensors (copied out of the trainer's memory, or,
+  // read in place, broadcast).
   virtual void SourcesRead(uint64_t sequence) = 0;
   // The update failed while the trainer may be waiting for a SlotFree that will never come; the
   // stream tells it now instead of at its next message.

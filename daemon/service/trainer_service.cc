@@ -187,12 +187,12 @@ grpc::Status TrainerService::ReleaseSources(grpc::ServerContext*,
 
 absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
                                           UpdateRun& run) {
+  const auto refused = [&](const absl::Status& s) {
+    return absl::Status(s.code(),
+                        absl::StrCat("bucket ", bucket.sequence(), " refused: ", s.message()));
+  };
   auto manifest = ManifestFromProto(bucket);
-  if (!manifest.ok()) {
-    return absl::Status(
-        manifest.status().code(),
-        absl::StrCat("bucket ", bucket.sequence(), " refused: ", manifest.status().message()));
-  }
+  if (!manifest.ok()) return refused(manifest.status());
   PulledSources pulled;
   if (bucket.sources_size() > 0) {
     std::vector<AllocationAnnounce> announced;
@@ -204,11 +204,7 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
       sources.push_back(TensorSourceRef{src.allocation(), src.offset()});
     }
     auto resolved = core_->ResolveSources(session_id, announced, sources, *manifest);
-    if (!resolved.ok()) {
-      return absl::Status(
-          resolved.status().code(),
-          absl::StrCat("bucket ", bucket.sequence(), " refused: ", resolved.status().message()));
-    }
+    if (!resolved.ok()) return refused(resolved.status());
     pulled = std::move(*resolved);
   }
   return run.SubmitBucket(bucket.slot(), std::move(*manifest), bucket.checksum(), bucket.sequence(),

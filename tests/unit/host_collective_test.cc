@@ -112,6 +112,17 @@ TEST(HostCollective, QueuedTicketsGoOutInOrderOnePiecePerCollective) {
       << "a ticket is waited once";
 }
 
+TEST(HostCollective, PieceOutsideTheSlotIsRefusedBeforeAnythingIsQueued) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto slot = ShmSlot::Create(0, 1 << 16);
+  ASSERT_TRUE(slot.ok());
+  // No peer joins: a refused range must not wait for one.
+  auto ticket = (*root)->StartBroadcast(**slot, {{(1 << 16) - 8, 16, DType::kUint8}},
+                                        absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(ticket.status().code(), absl::StatusCode::kOutOfRange) << ticket.status();
+}
+
 TEST(HostCollective, MissingRanksAreNamedAtTheDeadline) {
   auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 4);
   ASSERT_TRUE(root.ok());

@@ -121,6 +121,7 @@ def _declare(lib):
     lib.wsync_free_string.argtypes = [ctypes.c_void_p]
 
 
+_PUSH_PULL = 1  # WSYNC_PUSH_PULL
 _TENSOR_TEMPORARY = 1  # WSYNC_TENSOR_TEMPORARY
 
 
@@ -209,7 +210,7 @@ class Client:
                 cuda_stream = self._cuda_stream() if any(b[1] for b in batch) else None
                 rc = self._lib.wsync_push_begin_flags(
                     self._handle, group.encode(), str(version).encode(), cuda_stream,
-                    1 if pull else 0, callback, None, ctypes.byref(stream), err, len(err))
+                    _PUSH_PULL if pull else 0, callback, None, ctypes.byref(stream), err, len(err))
                 if rc:
                     raise WsyncError(rc, err.value.decode())
             structs = [b[0] for b in batch]
