@@ -66,10 +66,6 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     if (j.contains("bucket_timeout_s")) {
       config->daemon.bucket_timeout = absl::Seconds(j["bucket_timeout_s"].get<double>());
     }
-    if (j.contains("pipeline_min_bytes")) {
-      WSYNC_ASSIGN_OR_RETURN(config->daemon.pipeline_min_bytes,
-                             ByteSizeValue(j["pipeline_min_bytes"]));
-    }
     if (j.contains("checksum")) {
       config->daemon.checksum = j["checksum"].get<std::string>();
       if (config->daemon.checksum != "crc32" && config->daemon.checksum != "none") {

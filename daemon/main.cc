@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   config.daemon.mode = "cuda";
 
   CLI::App app{"wsyncd: moves trainer weights into inference engines (SGLang, vLLM, LMDeploy)"};
-  std::string config_path, slot_bytes = "512MiB", log_level = "info", pipeline_min = "64MiB";
+  std::string config_path, slot_bytes = "512MiB", log_level = "info";
   double bucket_timeout = 120, lease = 60, control_timeout = 30;
   app.add_option("--config", config_path, "JSON config file (may predeclare groups)");
   auto* socket_opt = app.add_option("--socket", config.server.unix_socket,
@@ -50,10 +50,6 @@ int main(int argc, char** argv) {
   auto* bytes_opt = app.add_option("--slot-bytes", slot_bytes, "size of each slot, e.g. 512MiB");
   auto* bt_opt = app.add_option("--bucket-timeout", bucket_timeout,
                                 "seconds a bucket may take end to end before the update fails");
-  auto* pipe_opt = app.add_option(
-      "--pipeline-min-bytes", pipeline_min,
-      "buckets at least this large let the next engine request go out as soon as they have left "
-      "rank 0 (keep it above NCCL's and TCP's buffering: the engines must already be receiving)");
   auto* checksum_opt =
       app.add_option("--checksum", config.daemon.checksum,
                      "crc32: trainers checksum each bucket and wsyncd verifies it before sending; "
@@ -90,7 +86,6 @@ int main(int argc, char** argv) {
       bucket_timeout = absl::ToDoubleSeconds(from_file.daemon.bucket_timeout);
     }
     if (checksum_opt->count() == 0) config.daemon.checksum = from_file.daemon.checksum;
-    if (pipe_opt->count() == 0) pipeline_min = std::to_string(from_file.daemon.pipeline_min_bytes);
     if (lease_opt->count() == 0) lease = absl::ToDoubleSeconds(from_file.daemon.lease);
     if (ct_opt->count() == 0) {
       control_timeout = absl::ToDoubleSeconds(from_file.daemon.group.timeouts.control);
@@ -109,9 +104,6 @@ int main(int argc, char** argv) {
   auto bytes = wsync::ParseByteSize(slot_bytes);
   if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
   config.daemon.slot_bytes = *bytes;
-  auto pipe_bytes = wsync::ParseByteSize(pipeline_min);
-  if (!pipe_bytes.ok()) return Fail(std::string(pipe_bytes.status().message()));
-  config.daemon.pipeline_min_bytes = *pipe_bytes;
   config.daemon.bucket_timeout = absl::Seconds(bucket_timeout);
   config.daemon.lease = absl::Seconds(lease);
   config.daemon.group.timeouts.control = absl::Seconds(control_timeout);

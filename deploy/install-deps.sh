@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libcli11-dev libcpp-httplib-dev nlohmann-json3-dev zlib1g-dev
+  libabsl-dev libcli11-dev libcpp-httplib-dev libboost-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev
   python3 python3-numpy
   curl procps

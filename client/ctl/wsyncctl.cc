@@ -89,7 +89,6 @@ class Ctl {
     t.AddRow({"groups", absl::StrCat(st.groups())});
     t.AddRow({"slots", absl::StrCat(st.slots(), " x ", HumanBytes(st.slot_bytes()))});
     t.AddRow({"checksum", st.checksum()});
-    t.AddRow({"pipeline min bytes", HumanBytes(st.pipeline_min_bytes())});
     t.AddRow({"gpu sharing", st.gpu_sharing()});
     t.AddRow({"updates committed", absl::StrCat(st.updates_committed())});
     t.AddRow({"updates failed", absl::StrCat(st.updates_failed())});

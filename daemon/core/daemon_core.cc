@@ -220,7 +220,6 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   context.device = session.device;
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
-  context.pipeline_min_bytes = options_.pipeline_min_bytes;
   context.verify_checksums = options_.checksum != "none";
 
   UpdateRecord record;

@@ -28,7 +28,6 @@ struct DaemonOptions {
   int max_device = 15;
   absl::Duration lease = absl::Seconds(60);
   absl::Duration bucket_timeout = absl::Seconds(120);
-  uint64_t pipeline_min_bytes = 64ull << 20;  // see UpdateContext
   // "crc32": trainers checksum every bucket and wsyncd verifies it before sending; "none": neither
   // (one pass less over every byte on both sides, no protection from a trainer-side copy bug).
   std::string checksum = "crc32";

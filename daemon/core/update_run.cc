@@ -174,13 +174,13 @@ void UpdateRun::SenderLoop() {
     std::unique_ptr<BucketTransfer> transfer;
     std::shared_ptr<RequestGate> successor;
     if (status.ok()) {
-      // The transfer queues its broadcast only once the previous bucket opens `gate` (see
-      // RequestGate), so this thread goes on to fill or verify the next slot meanwhile.
-      auto started = group_->StartBucket(*p.memory, p.direct, p.manifest, gate,
+      // Launched when `gate` opens: at once when the previous bucket is already launched, so this
+      // thread writes the requests and queues the broadcast before it fills the next slot.
+      successor = std::make_shared<RequestGate>();
+      auto started = group_->StartBucket(*p.memory, p.direct, p.manifest, gate, successor,
                                          absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         transfer = std::move(*started);
-        successor = std::make_shared<RequestGate>();
         gate = successor;
       } else {
         status = started.status();
@@ -201,14 +201,15 @@ void UpdateRun::SenderLoop() {
       ReportFailure(status);
       continue;
     }
-    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes",
-              p.direct ? ", read in place"
-              : pull   ? ", pulled"
-                       : "",
-              "): started; ", pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
-              absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
-              " ms to start (its broadcast is queued when the previous bucket opens its gate)");
+    WSYNC_LOG(
+        Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
+        p.manifest.span_bytes(), " bytes",
+        p.direct ? ", read in place"
+        : pull   ? ", pulled"
+                 : "",
+        "): started; ", pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
+        absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
+        " ms to launch (requests written and broadcast queued once the previous bucket's are)");
     std::lock_guard<std::mutex> lock(mu_);
     ++transfers_started_;
     in_flight_.push_back(
@@ -238,15 +239,8 @@ void UpdateRun::CompletionLoop() {
     const uint64_t span = p.manifest.span_bytes();
     auto sent = f.transfer->WaitSent();
     const absl::Time sent_at = absl::Now();
-    const bool written = sent.ok() && f.transfer->WaitRequestsWritten();
-    // Early only if the bytes have left rank 0 (so the engines are inside this request) and this
-    // request is fully written (so the next one cannot reach an engine first).
-    const bool early_release = written && span >= context_.pipeline_min_bytes;
-    if (early_release) f.successor->Open();
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              span, " bytes): broadcast ", sent.ok() ? "done" : "failed",
-              written ? ", requests written" : ", requests not written",
-              early_release ? ", next request released" : "");
+              span, " bytes): broadcast ", sent.ok() ? "done" : "failed");
     if (sent.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);
@@ -260,13 +254,10 @@ void UpdateRun::CompletionLoop() {
     if (status.ok() && !sent.ok()) status = sent.status();
     const absl::Time answered_at = absl::Now();
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, ": sent ",
-              sent.ok() ? "ok" : sent.status().ToString(), ", requests written ", written,
-              ", answered: ", status.ToString());
+              sent.ok() ? "ok" : sent.status().ToString(), ", answered: ", status.ToString());
     if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      // The failure is recorded before the successor's requests may go, so none is posted to the
-      // broken group (its queued broadcast is aborted instead).
       if (status.ok()) {
         ++buckets_;
         if (p.direct != nullptr) ++buckets_read_in_place_;
@@ -278,16 +269,16 @@ void UpdateRun::CompletionLoop() {
       ++transfers_settled_;
       cv_.notify_all();
     }
-    if (status.ok()) {
-      f.successor->Open();
-    } else {
+    // Normally opened long ago, when this bucket was launched; a failure keeps any bucket not yet
+    // launched from going out.
+    if (!status.ok()) {
       f.successor->Close(absl::AbortedError("an earlier bucket of this update failed"));
     }
     // How long the engines, done with the previous bucket, waited for this one's request.
+    const absl::Time written_at = f.transfer->requests_written_at();
     const double request_late =
-        written && previous_answered_at_ != absl::InfinitePast()
-            ? std::max(0.0, absl::ToDoubleSeconds(f.transfer->requests_written_at() -
-                                                  previous_answered_at_))
+        written_at != absl::InfinitePast() && previous_answered_at_ != absl::InfinitePast()
+            ? std::max(0.0, absl::ToDoubleSeconds(written_at - previous_answered_at_))
             : 0.0;
     previous_answered_at_ = f.transfer->answered_at();
     if (!status.ok()) {

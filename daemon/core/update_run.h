@@ -65,22 +65,16 @@ struct UpdateContext {
   int device = 0;
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
-  // Once a bucket at least this large has left rank 0 and its requests are fully written, the
-  // next bucket's request goes out before the engines answer: engines take update requests one at
-  // a time in arrival order, and a large bucket leaving rank 0 means the engines are receiving it
-  // (NCCL and TCP buffer only some MiB), so at most one request waits behind it. Smaller buckets
-  // wait for the answers.
-  uint64_t pipeline_min_bytes = 64ull << 20;
   bool verify_checksums = true;
 };
 
 // One update of one group from one session, as a pipeline: buckets are validated when they
 // arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
-// (or, in pull mode, fills it) and starts its transfer, whose engine requests and broadcast wait
-// for the bucket's RequestGate. The completion thread opens that gate when the previous bucket's
-// bytes have left rank 0 and its requests are written (below pipeline_min_bytes, once it was
-// answered), which queues the broadcast at once; it frees each slot when its bytes have left
-// rank 0 and collects the engines' answers. The trainer fills the next slot meanwhile.
+// (or, in pull mode, fills it) and starts its transfer, which writes the engines' requests and
+// queues the broadcast once the previous bucket's are (see BucketTransfer): request k+1 waits at
+// the engine and broadcast k+1 on rank 0's stream while bucket k is on the wire. The completion
+// thread frees each slot when its bytes have left rank 0 and collects the engines' answers; a
+// failure there closes the next bucket's gate. The trainer fills the next slot meanwhile.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;

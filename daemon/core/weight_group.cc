@@ -118,7 +118,14 @@ void WeightGroup::DestroyOnEnginesLocked() {
   }
 }
 
+void WeightGroup::CloseChannelsLocked(absl::string_view why) {
+  for (const auto& channel : channels_) channel->Cancel(why);
+  channels_.clear();
+}
+
 void WeightGroup::TearDownLocked() {
+  // Before the communicator goes: an answer arriving later would abort it.
+  CloseChannelsLocked("group torn down");
   if (comm_) comm_->Abort("group torn down");
   comm_.reset();
   if (store_) store_->ErasePrefix(absl::StrCat("/", spec_.name, "/"));
@@ -250,6 +257,10 @@ absl::Status WeightGroup::BeginUpdate() {
       return s;
     }
   }
+  CloseChannelsLocked("a new update began");
+  for (EngineAdapter* a : adapter_ptrs_) {
+    channels_.push_back(std::make_shared<UpdateChannel>(a->endpoint().url));
+  }
   state_ = GroupState::kUpdating;
   return absl::OkStatus();
 }
@@ -261,8 +272,9 @@ absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
     SlotMemory& slot, const void* base, BucketManifest manifest, std::shared_ptr<RequestGate> gate,
-    absl::Time deadline) {
+    std::shared_ptr<RequestGate> successor, absl::Time deadline) {
   RootCommunicator* comm;
+  std::vector<std::shared_ptr<UpdateChannel>> channels;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != GroupState::kUpdating || !comm_) {
@@ -270,10 +282,12 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
           absl::StrCat("group '", spec_.name, "' is ", GroupStateName(state_), ", not updating"));
     }
     comm = comm_.get();
+    channels = channels_;
   }
   return BucketTransfer::Start(
-      adapter_ptrs_, comm, slot, base, std::move(manifest), spec_.name, rank_map_, std::move(gate),
-      deadline, [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
+      adapter_ptrs_, channels, comm, slot, base, std::move(manifest), spec_.name, rank_map_,
+      std::move(gate), std::move(successor), deadline,
+      [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
 }
 
 std::string WeightGroup::StoreReport() const {
@@ -328,6 +342,7 @@ absl::Status WeightGroup::FinishUpdate(const std::string& version,
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  CloseChannelsLocked("the update finished");
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   ++updates_;
   if (!errors.empty()) {
@@ -340,6 +355,10 @@ absl::Status WeightGroup::FinishUpdate(const std::string& version,
 
 void WeightGroup::AbortUpdate(const std::string& reason) {
   WSYNC_LOG(Info, "group ", spec_.name, ": update aborted: ", reason);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CloseChannelsLocked(absl::StrCat("update aborted: ", reason));
+  }
   OnEngines([](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;

@@ -75,14 +75,15 @@ class WeightGroup {
   // ready -> updating (re-forming a broken group first), then pauses generation.
   absl::Status BeginUpdate();
   absl::Status ValidateBucket(const BucketManifest& manifest) const;
-  // Queues the broadcast of the bucket's bytes (in the slot, or at `base` when a trainer
-  // allocation holds them laid out as the bucket) and posts every engine's update request once
-  // `gate` opens; returns at once. If the transfer fails the collective is aborted, the group is
-  // broken, and the transfer's outcomes name the engines at fault.
-  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot, const void* base,
-                                                              BucketManifest manifest,
-                                                              std::shared_ptr<RequestGate> gate,
-                                                              absl::Time deadline);
+  // Once `gate` opens, writes every engine's update request for the bucket and queues the
+  // broadcast of its bytes (in the slot, or at `base` when a trainer allocation holds them laid
+  // out as the bucket), then opens `successor` (see BucketTransfer); returns at once. If the
+  // transfer fails the collective is aborted, the group is broken, and the transfer's outcomes
+  // name the engines at fault.
+  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(
+      SlotMemory& slot, const void* base, BucketManifest manifest,
+      std::shared_ptr<RequestGate> gate, std::shared_ptr<RequestGate> successor,
+      absl::Time deadline);
   // updating -> ready: records the version on every engine and resumes generation.
   absl::Status FinishUpdate(const std::string& version, std::vector<EngineOutcome>* outcomes);
   // updating -> ready (or broken): resumes generation, best effort.
@@ -102,6 +103,8 @@ class WeightGroup {
   std::vector<absl::Status> OnEngines(const std::function<absl::Status(EngineAdapter&)>& fn);
   absl::Status WaitForRegistration();
   void MarkBroken(const absl::Status& status);
+  // Cancels the update's channels (mu_ held; their callbacks take no group lock).
+  void CloseChannelsLocked(absl::string_view why);
   // What the group's rendezvous store saw (which engine processes connected and fetched the id),
   // or "" when it saw nothing wrong.
   std::string StoreReport() const;
@@ -118,6 +121,10 @@ class WeightGroup {
   GroupState state_ = GroupState::kForming;
   std::unique_ptr<TcpStoreServer> store_;
   std::unique_ptr<RootCommunicator> comm_;
+  // The update's bucket requests, one keep-alive connection per engine (adapters_ order); made by
+  // BeginUpdate, cancelled when the update ends or the communicator goes (their answers may abort
+  // it).
+  std::vector<std::shared_ptr<UpdateChannel>> channels_;
   std::string last_version_;
   std::string error_;
   uint64_t updates_ = 0;

@@ -46,6 +46,12 @@ struct EngineHealth {
   std::string error;
 };
 
+// One HTTP POST with a JSON body.
+struct EngineRequest {
+  std::string path;
+  std::string json_body;
+};
+
 struct AdapterTimeouts {
   absl::Duration control = absl::Seconds(30);  // init, pause, resume, version, destroy
   absl::Duration probe = absl::Seconds(5);     // health
@@ -64,11 +70,12 @@ class EngineAdapter {
   virtual absl::Status DestroyGroup(const std::string& group_name) = 0;
   virtual absl::Status PauseGeneration() = 0;
   virtual absl::Status ResumeGeneration() = 0;
-  // Posts the bucket's metadata; returns once the engine has received and loaded it, which needs
-  // the daemon's broadcast of the same bucket to run concurrently.
-  // `cancel` ends the request early when the bucket can no longer arrive.
-  virtual absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
-                                  absl::Time deadline, HttpCallControl* cancel) = 0;
+  // The bucket's update request, sent on the update's UpdateChannel. The engine answers once it
+  // has received and loaded the bucket, which needs the daemon's broadcast of it meanwhile.
+  virtual EngineRequest BucketRequest(const BucketManifest& manifest,
+                                      const std::string& group_name) const = 0;
+  // OK when the engine's answer to BucketRequest says it loaded the bucket.
+  virtual absl::Status CheckBucketReply(const HttpReply& reply) const = 0;
   // Records the version, flushes caches computed with old weights, resumes generation.
   virtual absl::Status FinishUpdate(const std::string& version) = 0;
   virtual EngineHealth Health() = 0;

@@ -24,52 +24,6 @@ std::string Truncated(const std::string& s) {
 
 }  // namespace
 
-void HttpCallControl::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
-  cancelled_ = true;
-  if (client_ != nullptr) client_->stop();
-}
-
-bool HttpCallControl::cancelled() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return cancelled_;
-}
-
-bool HttpCallControl::Attach(httplib::Client* client) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (cancelled_) return false;
-  client_ = client;
-  return true;
-}
-
-void HttpCallControl::Detach() {
-  std::lock_guard<std::mutex> lock(mu_);
-  client_ = nullptr;
-  ended_ = true;
-  cv_.notify_all();
-}
-
-void HttpCallControl::MarkWritten() {
-  std::lock_guard<std::mutex> lock(mu_);
-  written_ = true;
-  written_at_ = absl::Now();
-  cv_.notify_all();
-}
-
-absl::Time HttpCallControl::written_at() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return written_at_;
-}
-
-bool HttpCallControl::WaitWritten(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!written_ && !ended_ && !cancelled_) {
-    if (absl::Now() >= deadline) return false;
-    cv_.wait_for(lock, std::chrono::milliseconds(10));
-  }
-  return written_;
-}
-
 EngineHttp::EngineHttp(std::string base_url)
     : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {}
 
@@ -101,31 +55,11 @@ absl::StatusOr<HttpReply> ToReply(const std::string& base, const std::string& me
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohmann::json& body,
-                                           absl::Duration timeout, HttpCallControl* cancel) const {
+                                           absl::Duration timeout) const {
   httplib::Client client(base_url_);
   SetTimeouts(client, timeout);
   const absl::Time started = absl::Now();
-  const std::string payload = body.dump();
-  if (cancel != nullptr && !cancel->Attach(&client)) {
-    return absl::CancelledError(absl::StrCat("POST ", base_url_, path, " cancelled"));
-  }
-  httplib::Result result =
-      cancel == nullptr
-          ? client.Post(path, payload, "application/json")
-          : client.Post(
-                path, payload.size(),
-                [&payload, cancel](size_t offset, size_t length, httplib::DataSink& sink) {
-                  sink.write(payload.data() + offset, length);
-                  if (offset + length == payload.size()) cancel->MarkWritten();
-                  return true;
-                },
-                "application/json");
-  if (cancel != nullptr) {
-    cancel->Detach();
-    if (!result && cancel->cancelled()) {
-      return absl::CancelledError(absl::StrCat("POST ", base_url_, path, " cancelled"));
-    }
-  }
+  httplib::Result result = client.Post(path, body.dump(), "application/json");
   return ToReply(base_url_, "POST", path, timeout, started, result);
 }
 
@@ -148,18 +82,22 @@ absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& re
 
 absl::StatusOr<nlohmann::json> EngineHttp::PostExpectSuccess(const std::string& path,
                                                              const nlohmann::json& body,
-                                                             absl::Duration timeout,
-                                                             HttpCallControl* cancel) const {
-  auto reply = Post(path, body, timeout, cancel);
+                                                             absl::Duration timeout) const {
+  auto reply = Post(path, body, timeout);
   if (!reply.ok()) return reply.status();
-  nlohmann::json parsed = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  return ExpectSuccess(path, *reply);
+}
+
+absl::StatusOr<nlohmann::json> EngineHttp::ExpectSuccess(const std::string& path,
+                                                         const HttpReply& reply) const {
+  nlohmann::json parsed = nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_object() && parsed.contains("success") && parsed["success"].is_boolean() &&
       !parsed["success"].get<bool>()) {
     std::string message = parsed.value("message", std::string("(no message)"));
     return absl::FailedPreconditionError(absl::StrCat(base_url_, path, " answered success=false",
-                                                      " (HTTP ", reply->status, "): ", message));
+                                                      " (HTTP ", reply.status, "): ", message));
   }
-  if (absl::Status s = CheckReply(path, *reply); !s.ok()) return s;
+  if (absl::Status s = CheckReply(path, reply); !s.ok()) return s;
   return parsed.is_discarded() ? nlohmann::json() : parsed;
 }
 

@@ -5,6 +5,11 @@
 #include "common/status_macros.h"
 
 namespace wsync {
+namespace {
+
+constexpr char kBucketPath[] = "/update_weights_from_distributed";
+
+}  // namespace
 
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
@@ -79,14 +84,13 @@ nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
                                                              : nlohmann::json(nullptr)}};
 }
 
-absl::Status SglangAdapter::PostBucket(const BucketManifest& manifest,
-                                       const std::string& group_name, absl::Time deadline,
-                                       HttpCallControl* cancel) {
-  absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
-  return http_
-      .PostExpectSuccess("/update_weights_from_distributed",
-                         BucketBody(manifest, group_name, format_), left, cancel)
-      .status();
+EngineRequest SglangAdapter::BucketRequest(const BucketManifest& manifest,
+                                           const std::string& group_name) const {
+  return {kBucketPath, BucketBody(manifest, group_name, format_).dump()};
+}
+
+absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
+  return http_.ExpectSuccess(kBucketPath, reply).status();
 }
 
 absl::Status SglangAdapter::FinishUpdate(const std::string& version) {

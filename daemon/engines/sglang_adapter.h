@@ -25,8 +25,9 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status DestroyGroup(const std::string& group_name) override;
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;
-  absl::Status PostBucket(const BucketManifest& manifest, const std::string& group_name,
-                          absl::Time deadline, HttpCallControl* cancel) override;
+  EngineRequest BucketRequest(const BucketManifest& manifest,
+                              const std::string& group_name) const override;
+  absl::Status CheckBucketReply(const HttpReply& reply) const override;
   absl::Status FinishUpdate(const std::string& version) override;
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;

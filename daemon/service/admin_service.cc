@@ -179,7 +179,6 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   resp->set_bytes_sent(v.bytes_sent);
   resp->set_listen(listen_);
   resp->set_checksum(core_->options().checksum);
-  resp->set_pipeline_min_bytes(core_->options().pipeline_min_bytes);
   resp->set_gpu_sharing(core_->options().gpu_sharing);
   return grpc::Status::OK;
 }

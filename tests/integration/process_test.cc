@@ -158,7 +158,6 @@ TEST_F(ProcessTest, WsyncctlShowsEverythingAsTablesAndJson) {
   const std::string status = Ctl({"status"}).second;
   EXPECT_THAT(status, ::testing::ContainsRegex("updates committed +1\n"));
   EXPECT_THAT(status, ::testing::ContainsRegex("checksum +crc32\n"));
-  EXPECT_THAT(status, ::testing::ContainsRegex("pipeline min bytes +64.0 MiB\n"));
   EXPECT_THAT(status, ::testing::ContainsRegex("gpu sharing +n/a \\(host mode\\)\n"));
   for (const std::string cmd : {"status", "groups", "engines", "buffers", "updates"}) {
     auto [jrc, json] = Ctl({"--json", cmd});

@@ -1,5 +1,6 @@
-// The update pipeline: when the next engine request may go out, what per-tensor groups send, and
-// that a failure with a second bucket already posted leaves the engines in step.
+// The update pipeline: requests pipelined at the engine and broadcasts queued back to back, what
+// per-tensor groups send, and that a failure with a second bucket already posted leaves the
+// engines in step.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,14 +13,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Buckets of SmallModel (up to 1 MiB) count as large here, so each one that has left rank 0 lets
-// the next request go out before the engines answer.
-class PipelinedFixture : public ServiceFixture {
- protected:
-  void Configure(DaemonOptions& options) override { options.pipeline_min_bytes = 256 << 10; }
-};
-
-TEST_F(PipelinedFixture, NextRequestGoesOutWhileTheEngineFinishesTheLastAndBytesStayExact) {
+TEST_F(ServiceFixture, NextRequestWaitsAtTheEngineWhileItFinishesTheLastAndBytesStayExact) {
   CreatePolicyGroup();
   SetKnobs(sim_a_, R"({"answer_delay_ms": 150})");
   SetKnobs(sim_b_, R"({"answer_delay_ms": 150})");
@@ -31,39 +25,32 @@ TEST_F(PipelinedFixture, NextRequestGoesOutWhileTheEngineFinishesTheLastAndBytes
     ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", v), 1);
     ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", v), 2);
   }
-  // Requests were posted while the engine still worked on the last one. (Here the threshold is
-  // below what TCP buffers, so more than one may wait; the engine takes them in arrival order.)
-  EXPECT_GE(sim_a_.sim->max_open_updates(), 2);
-  EXPECT_GE(sim_b_.sim->max_open_updates(), 2);
+  // Requests were written while the engine still worked on the last one, and waited for it on
+  // the same connection.
+  EXPECT_GE(sim_a_.sim->max_waiting_requests(), 2);
+  EXPECT_GE(sim_b_.sim->max_waiting_requests(), 2);
 }
 
-TEST_F(ServiceFixture, SmallBucketsWaitForTheAnswersBeforeTheNextRequestAndBroadcast) {
-  // Below --pipeline-min-bytes a bucket leaving rank 0 proves nothing (it may sit in buffers), so
-  // the next request must wait for the engines' answers. So must the next broadcast: queued
-  // before its request may go, it would wait on the GPU for engines only host progress can send
-  // it, and any device-synchronising CUDA call in wsyncd meanwhile stalls everything until the
-  // deadline (seen on H200). With answers 100 ms late, consecutive broadcasts are handed over at
-  // least that far apart.
+TEST_F(ServiceFixture, BroadcastsQueueBackToBackWithoutWaitingForAnswers) {
+  // With answers 100 ms late, waiting for them would hand broadcasts over at least that far
+  // apart; pipelined, the next one is queued as soon as its slot is filled and its requests are
+  // written.
   CreatePolicyGroup();
   SetKnobs(sim_a_, R"({"answer_delay_ms": 100})");
+  SetKnobs(sim_b_, R"({"answer_delay_ms": 100})");
   auto model = SmallModel(1);
   auto result = client_->Push("policy", "v1", Refs(model));
   ASSERT_TRUE(result.ok()) << result.status();
   ExpectHolds(*sim_a_.sim, model, "v1", 1);
-  EXPECT_EQ(sim_a_.sim->max_open_updates(), 1);
-  EXPECT_EQ(sim_b_.sim->max_open_updates(), 1);
   const std::vector<BroadcastRecord> starts = broadcasts_.records();
   ASSERT_GE(starts.size(), 3u);
-  for (size_t i = 1; i < starts.size(); ++i) {
-    EXPECT_GE(starts[i].at - starts[i - 1].at, absl::Milliseconds(90)) << "broadcast " << i;
-  }
+  EXPECT_LT(starts[1].at - starts[0].at, absl::Milliseconds(90));
 }
 
-TEST_F(ServiceFixture, FailedBucketKeepsTheNextBucketsQueuedBroadcastFromEverReachingAnEngine) {
-  // Below --pipeline-min-bytes the next bucket, already filled, waits for the answers; when an
-  // answer is a failure neither its request nor its broadcast may go out (its engines would wait
-  // for bytes of an aborted collective), and the update fails naming the engine that failed, not
-  // the held bucket.
+TEST_F(ServiceFixture, FailedBucketStopsEveryLaterBucketAndTheGroupReforms) {
+  // An engine fails a bucket after receiving it (an error in its load_weights). At most the one
+  // request already pipelined behind it also reached the engines (2 slots); nothing launched
+  // after the failure does, and the update fails naming the engine that failed.
   CreatePolicyGroup();
   ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
   const int a_before = sim_a_.sim->updates_received();
@@ -73,19 +60,19 @@ TEST_F(ServiceFixture, FailedBucketKeepsTheNextBucketsQueuedBroadcastFromEverRea
   ASSERT_FALSE(failed.ok());
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr(sim_b_.url));
   EXPECT_THAT(std::string(failed.status().message()), Not(HasSubstr("request not sent")));
-  EXPECT_EQ(sim_a_.sim->updates_received(), a_before + 1) << "only the failed bucket's request";
-  EXPECT_EQ(sim_b_.sim->updates_received(), b_before + 1) << "only the failed bucket's request";
+  EXPECT_LE(sim_a_.sim->updates_received(), a_before + 2);
+  EXPECT_LE(sim_b_.sim->updates_received(), b_before + 2);
   EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
   PushAndExpectHeld("v3", SmallModel(3));
 }
 
-TEST_F(PipelinedFixture, PerTensorGroupReceivesEveryTensorAsItsOwnBroadcast) {
+TEST_F(ServiceFixture, PerTensorGroupReceivesEveryTensorAsItsOwnBroadcast) {
   CreatePolicyGroup("per_tensor");
   EXPECT_EQ(GetGroup("policy").load_format(), "per_tensor");
   for (uint32_t v = 1; v <= 2; ++v) PushAndExpectHeld(absl::StrCat("v", v), SmallModel(v));
 }
 
-TEST_F(PipelinedFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) {
+TEST_F(ServiceFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) {
   CreatePolicyGroup();
   ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
   // Engine b fails the first bucket of the next update after receiving it (an error in its
@@ -101,7 +88,7 @@ TEST_F(PipelinedFixture, FailureWithTheNextBucketPostedLeavesNoEngineOutOfStep) 
   PushAndExpectHeld("v3", SmallModel(3));
 }
 
-TEST_F(PipelinedFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot) {
+TEST_F(ServiceFixture, TensorsLargerThanASlotTravelAloneThroughTheOversizeSlot) {
   CreatePolicyGroup();
   auto make = [](uint32_t version, int64_t embed_rows) {
     std::vector<OwnedTensor> model = SmallModel(version);

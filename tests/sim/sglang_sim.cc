@@ -1,6 +1,5 @@
 #include "tests/sim/sglang_sim.h"
 
-#include <httplib.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -22,12 +21,12 @@ using json = nlohmann::json;
 constexpr absl::Duration kIdTimeout = absl::Seconds(60);
 constexpr absl::Duration kReceiveTimeout = absl::Seconds(300);
 
-void Reply(httplib::Response& res, int status, const json& body) {
+void Reply(SimHttpResponse& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(), "application/json");
 }
 
-void SuccessReply(httplib::Response& res, bool ok, const std::string& message) {
+void SuccessReply(SimHttpResponse& res, bool ok, const std::string& message) {
   Reply(res, ok ? 200 : 400, {{"success", ok}, {"message", message}});
 }
 
@@ -38,20 +37,19 @@ SglangSim::SglangSim(int tp_size, SimKnobs knobs) : tp_size_(tp_size), knobs_(st
 SglangSim::~SglangSim() { Stop(); }
 
 absl::StatusOr<int> SglangSim::Start(const std::string& host, int port) {
-  server_ = std::make_unique<httplib::Server>();
-  server_->new_task_queue = [] { return new httplib::ThreadPool(8); };
+  server_ = std::make_unique<SimHttpServer>();
   Routes();
-  int bound =
-      port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
-  if (bound < 0) return absl::UnavailableError(absl::StrCat("cannot bind ", host, ":", port));
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  return bound;
+  auto bound = server_->Start(host, port);
+  if (!bound.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve on ", host, ":", port, ": ", bound.status().message()));
+  }
+  return *bound;
 }
 
 void SglangSim::Stop() {
   stopping_ = true;
-  if (server_) server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (server_) server_->Stop();
 }
 
 absl::Status SglangSim::InitGroup(const json& body) {
@@ -158,8 +156,8 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
 
 void SglangSim::Routes() {
   server_->Get("/health",
-               [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-  server_->Get("/get_server_info", [this](const httplib::Request&, httplib::Response& res) {
+               [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 200; });
+  server_->Get("/get_server_info", [this](const SimHttpRequest&, SimHttpResponse& res) {
     std::lock_guard<std::mutex> lock(mu_);
     Reply(res, 200,
           {{"version", knobs_.version},
@@ -170,7 +168,7 @@ void SglangSim::Routes() {
            {"simulator", true}});
   });
   server_->Post(
-      "/init_weights_update_group", [this](const httplib::Request& req, httplib::Response& res) {
+      "/init_weights_update_group", [this](const SimHttpRequest& req, SimHttpResponse& res) {
         json body = json::parse(req.body, nullptr, false);
         if (body.is_discarded()) return SuccessReply(res, false, "invalid JSON");
         if (knobs_.fail_init) return SuccessReply(res, false, "Failed to init group: simulated");
@@ -190,16 +188,8 @@ void SglangSim::Routes() {
         if (!s.ok()) return SuccessReply(res, false, std::string(s.message()));
         SuccessReply(res, true, "Succeeded to initialize custom process group.");
       });
-  server_->Post("/update_weights_from_distributed", [this](const httplib::Request& req,
-                                                           httplib::Response& res) {
-    const int open = open_updates_.fetch_add(1) + 1;
-    int seen = max_open_updates_.load();
-    while (open > seen && !max_open_updates_.compare_exchange_weak(seen, open)) {
-    }
-    struct Closer {
-      std::atomic<int>* open;
-      ~Closer() { open->fetch_sub(1); }
-    } closer{&open_updates_};
+  server_->Post("/update_weights_from_distributed", [this](const SimHttpRequest& req,
+                                                           SimHttpResponse& res) {
     // SGLang serialises weight updates behind an asyncio lock, which hands over in arrival order;
     // a plain mutex would not, so requests take a ticket.
     std::unique_lock<std::mutex> serial(update_mu_);
@@ -262,7 +252,7 @@ void SglangSim::Routes() {
     SuccessReply(res, true, "Succeeded to update parameter online from distributed.");
   });
   server_->Post(
-      "/destroy_weights_update_group", [this](const httplib::Request& req, httplib::Response& res) {
+      "/destroy_weights_update_group", [this](const SimHttpRequest& req, SimHttpResponse& res) {
         json body = json::parse(req.body, nullptr, false);
         const std::string name = body.is_object()
                                      ? body.value("group_name", std::string("weight_update_group"))
@@ -277,18 +267,18 @@ void SglangSim::Routes() {
         }
         SuccessReply(res, true, "Succeeded to destroy custom process group.");
       });
-  server_->Post("/pause_generation", [this](const httplib::Request&, httplib::Response& res) {
+  server_->Post("/pause_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
     std::lock_guard<std::mutex> lock(mu_);
     paused_ = true;
     Reply(res, 200, {{"message", "Generation paused successfully."}, {"status", "ok"}});
   });
-  server_->Post("/continue_generation", [this](const httplib::Request&, httplib::Response& res) {
+  server_->Post("/continue_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
     std::lock_guard<std::mutex> lock(mu_);
     paused_ = false;
     Reply(res, 200, {{"message", "Generation continued successfully."}, {"status", "ok"}});
   });
   server_->Post("/update_weight_version",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const SimHttpRequest& req, SimHttpResponse& res) {
                   json body = json::parse(req.body, nullptr, false);
                   if (body.is_discarded() || !body.contains("new_version")) {
                     return SuccessReply(res, false, "new_version is required");
@@ -300,7 +290,7 @@ void SglangSim::Routes() {
                          {"message", "Weight version updated successfully"},
                          {"new_version", weight_version_}});
                 });
-  auto flush = [](const httplib::Request&, httplib::Response& res) {
+  auto flush = [](const SimHttpRequest&, SimHttpResponse& res) {
     res.status = 200;
     res.set_content(
         "Cache flushed.\nPlease check backend logs for more details. (When there are "
@@ -309,10 +299,10 @@ void SglangSim::Routes() {
   };
   server_->Post("/flush_cache", flush);
   server_->Get("/flush_cache", flush);
-  server_->Get("/sim/checksums", [this](const httplib::Request&, httplib::Response& res) {
+  server_->Get("/sim/checksums", [this](const SimHttpRequest&, SimHttpResponse& res) {
     Reply(res, 200, Checksums());
   });
-  server_->Post("/sim/knobs", [this](const httplib::Request& req, httplib::Response& res) {
+  server_->Post("/sim/knobs", [this](const SimHttpRequest& req, SimHttpResponse& res) {
     json body = json::parse(req.body, nullptr, false);
     if (!body.is_object()) return Reply(res, 400, {{"error", "JSON object expected"}});
     std::lock_guard<std::mutex> lock(mu_);

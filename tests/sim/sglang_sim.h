@@ -18,10 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-
-namespace httplib {
-class Server;
-}
+#include "tests/sim/sim_http_server.h"
 
 namespace wsync {
 
@@ -49,9 +46,10 @@ class SglangSim {
 
   nlohmann::json Checksums() const;
   int updates_received() const { return updates_.load(); }
-  // The most update requests ever open at once (arrived, not yet answered): 1 when the daemon
-  // waits for each answer, 2 when it posts the next request while the engine finishes the last.
-  int max_open_updates() const { return max_open_updates_.load(); }
+  // The most requests that ever waited at once on one connection (arrived, not yet answered): 1
+  // when the daemon waits for each answer, 2 or more when it pipelines the next update request
+  // while the engine still works on the last.
+  int max_waiting_requests() const { return server_ ? server_->max_waiting() : 0; }
 
  private:
   struct Rank {
@@ -76,12 +74,9 @@ class SglangSim {
 
   const int tp_size_;
   SimKnobs knobs_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<SimHttpServer> server_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> updates_{0};
-  std::atomic<int> open_updates_{0};
-  std::atomic<int> max_open_updates_{0};
 
   mutable std::mutex mu_;  // state below
   std::mutex update_mu_;   // SGLang serialises weight updates, in arrival order:

@@ -1,5 +1,6 @@
-// BucketTransfer against a scripted communicator and engine: when its broadcast is queued, and
-// the status it reports when neither the broadcast nor the request can finish.
+// BucketTransfer against a scripted communicator and a real HTTP engine endpoint: what its launch
+// writes and queues, in which order, and the status it reports when neither the broadcast nor
+// the request can finish.
 #include "daemon/core/bucket_transfer.h"
 
 #include <condition_variable>
@@ -11,6 +12,7 @@
 #include "daemon/core/request_gate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/sim/sim_http_server.h"
 
 namespace wsync {
 namespace {
@@ -26,8 +28,9 @@ class StalledCommunicator final : public RootCommunicator {
   absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory&, const void*,
                                               const std::vector<BroadcastPiece>&,
                                               absl::Time) override {
-    ++started;
-    return 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    queued_at.push_back(absl::Now());
+    return queued_at.size() - 1;
   }
   absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t, absl::Time deadline) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -43,30 +46,85 @@ class StalledCommunicator final : public RootCommunicator {
     cv_.notify_all();
   }
   std::string Describe() const override { return "stalled"; }
-  std::atomic<int> started{0};
+  size_t started() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queued_at.size();
+  }
+  absl::Time queued(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queued_at.at(i);
+  }
 
  private:
   std::string id_ = std::string(128, '\0');
   std::mutex mu_;
   std::condition_variable cv_;
   std::string reason_;
+  std::vector<absl::Time> queued_at;
 };
 
-// Its update requests wait for bytes that never come: they end only when cancelled.
-class WaitingEngine final : public EngineAdapter {
+// An engine whose update route answers only when the test lets it, with the status it is given.
+class HeldEngine {
  public:
+  HeldEngine() {
+    server_.Post("/update", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+      std::unique_lock<std::mutex> lock(mu_);
+      bodies_.push_back(req.body);
+      cv_.notify_all();
+      cv_.wait_for(lock, std::chrono::seconds(10), [&] { return released_; });
+      res.status = status_;
+      res.set_content(status_ == 200 ? R"({"success": true})"
+                                     : R"({"success": false, "message": "load_weights failed"})",
+                      "application/json");
+    });
+    auto port = server_.Start("127.0.0.1", 0);
+    EXPECT_TRUE(port.ok()) << port.status();
+    url_ = absl::StrCat("http://127.0.0.1:", port.ok() ? *port : 0);
+  }
+  ~HeldEngine() {
+    Release(200);
+    server_.Stop();
+  }
+  void Release(int status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = status;
+    released_ = true;
+    cv_.notify_all();
+  }
+  // Waits until `n` requests have reached the handler; returns their bodies.
+  std::vector<std::string> Received(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return bodies_.size() >= n; });
+    return bodies_;
+  }
+  const std::string& url() const { return url_; }
+  int max_waiting() const { return server_.max_waiting(); }
+
+ private:
+  SimHttpServer server_;
+  std::string url_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+  int status_ = 200;
+  std::vector<std::string> bodies_;
+};
+
+class HeldEngineAdapter final : public EngineAdapter {
+ public:
+  explicit HeldEngineAdapter(std::string url) : endpoint_{std::move(url), 1, 1} {}
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   absl::Status Probe() override { return absl::OkStatus(); }
   absl::Status InitGroup(const Rendezvous&) override { return absl::OkStatus(); }
   absl::Status DestroyGroup(const std::string&) override { return absl::OkStatus(); }
   absl::Status PauseGeneration() override { return absl::OkStatus(); }
   absl::Status ResumeGeneration() override { return absl::OkStatus(); }
-  absl::Status PostBucket(const BucketManifest&, const std::string&, absl::Time,
-                          HttpCallControl* cancel) override {
-    ++posts;
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (!cancel->cancelled() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
-    return absl::CancelledError("POST cancelled");
+  EngineRequest BucketRequest(const BucketManifest& m, const std::string&) const override {
+    return {"/update", absl::StrCat(R"({"first": ")", m.tensors.front().name, R"("})")};
+  }
+  absl::Status CheckBucketReply(const HttpReply& reply) const override {
+    if (reply.status == 200) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat("HTTP ", reply.status, ": ", reply.body));
   }
   absl::Status FinishUpdate(const std::string&) override { return absl::OkStatus(); }
   EngineHealth Health() override { return EngineHealth{true, "", "", ""}; }
@@ -74,10 +132,9 @@ class WaitingEngine final : public EngineAdapter {
   std::vector<BroadcastPiece> BroadcastPieces(const BucketManifest& m) const override {
     return {BroadcastPiece{0, m.span_bytes(), DType::kUint8}};
   }
-  std::atomic<int> posts{0};
 
  private:
-  EngineEndpoint endpoint_{"http://engine-a", 1, 1};
+  EngineEndpoint endpoint_;
 };
 
 class BucketTransferTest : public ::testing::Test {
@@ -86,51 +143,109 @@ class BucketTransferTest : public ::testing::Test {
     auto slot = platform_.AllocateSlot(0, 4096);
     ASSERT_TRUE(slot.ok()) << slot.status();
     slot_ = std::move(*slot);
-    manifest_.tensors.push_back(TensorEntry{"w", DType::kUint8, {64}, 0, 64});
   }
-  std::unique_ptr<BucketTransfer> Start(std::shared_ptr<RequestGate> gate) {
-    auto transfer = BucketTransfer::Start(
-        {&engine_}, &comm_, *slot_, nullptr, manifest_, "g", "rank 1 = engine-a", std::move(gate),
-        absl::Now() + absl::Seconds(5), [this](const absl::Status& s) { hook_ = s; });
+  std::unique_ptr<BucketTransfer> Start(const std::string& first_tensor,
+                                        std::shared_ptr<RequestGate> gate,
+                                        std::shared_ptr<RequestGate> successor) {
+    BucketManifest manifest;
+    manifest.tensors.push_back(TensorEntry{first_tensor, DType::kUint8, {64}, 0, 64});
+    auto transfer = BucketTransfer::Start({&adapter_}, {channel_}, &comm_, *slot_, nullptr,
+                                          manifest, "g", "rank 1 = engine", std::move(gate),
+                                          std::move(successor), absl::Now() + absl::Seconds(5),
+                                          [this](const absl::Status& s) { hook_ = s; });
     EXPECT_TRUE(transfer.ok()) << transfer.status();
     return transfer.ok() ? std::move(*transfer) : nullptr;
   }
   HostPlatform platform_{"127.0.0.1", "127.0.0.1"};
   std::unique_ptr<SlotMemory> slot_;
-  BucketManifest manifest_;
+  HeldEngine engine_;
+  HeldEngineAdapter adapter_{engine_.url()};
+  std::shared_ptr<UpdateChannel> channel_ = std::make_shared<UpdateChannel>(engine_.url());
   StalledCommunicator comm_;
-  WaitingEngine engine_;
   absl::Status hook_;
 };
 
-TEST_F(BucketTransferTest, BroadcastIsQueuedWhenTheGateOpensAndNeverWhenItCloses) {
+TEST_F(BucketTransferTest, GateOpensRequestThenBroadcastThenTheSuccessor) {
   auto gate = std::make_shared<RequestGate>();
-  auto opened = Start(gate);
-  ASSERT_NE(opened, nullptr);
+  auto successor = std::make_shared<RequestGate>();
+  auto transfer = Start("a", gate, successor);
+  ASSERT_NE(transfer, nullptr);
   absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(comm_.started.load(), 0) << "queued before its request may go";
-  EXPECT_EQ(engine_.posts.load(), 0);
+  EXPECT_EQ(comm_.started(), 0u) << "queued before the gate opened";
+  EXPECT_EQ(transfer->requests_written_at(), absl::InfinitePast());
+  EXPECT_TRUE(successor->Wait(absl::Now()).code() == absl::StatusCode::kDeadlineExceeded);
   gate->Open();
-  EXPECT_EQ(comm_.started.load(), 1) << "queued by the thread that opened the gate";
+  // All in the opening thread, before Open returns.
+  ASSERT_EQ(comm_.started(), 1u);
+  EXPECT_LE(transfer->requests_written_at(), comm_.queued(0))
+      << "a broadcast is queued only once its requests are written";
+  EXPECT_TRUE(successor->Wait(absl::Now()).ok()) << "the next bucket may launch";
+  EXPECT_THAT(engine_.Received(1), ::testing::ElementsAre(R"({"first": "a"})"));
+  comm_.Abort("test done");
+}
 
-  auto shut = std::make_shared<RequestGate>();
-  auto closed = Start(shut);
-  ASSERT_NE(closed, nullptr);
-  shut->Close(absl::AbortedError("an earlier bucket of this update failed"));
-  EXPECT_EQ(comm_.started.load(), 1) << "a closed gate never queues its broadcast";
-  auto sent = closed->WaitSent();
+TEST_F(BucketTransferTest, ClosedGateWritesAndQueuesNothingAndClosesTheSuccessor) {
+  auto gate = std::make_shared<RequestGate>();
+  auto successor = std::make_shared<RequestGate>();
+  auto transfer = Start("a", gate, successor);
+  ASSERT_NE(transfer, nullptr);
+  gate->Close(absl::AbortedError("an earlier bucket of this update failed"));
+  EXPECT_EQ(comm_.started(), 0u) << "a closed gate never queues its broadcast";
+  auto sent = transfer->WaitSent();
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
   EXPECT_THAT(sent.status().message(), HasSubstr("not sent: an earlier bucket"));
-  comm_.Abort("test done");  // ends the first transfer's broadcast and requests
+  EXPECT_EQ(successor->Wait(absl::Now()).code(), absl::StatusCode::kAborted);
+  std::vector<EngineOutcome> outcomes;
+  EXPECT_FALSE(transfer->WaitAnswered(&outcomes).ok());
+  EXPECT_EQ(engine_.max_waiting(), 0) << "no request reached the engine";
+}
+
+TEST_F(BucketTransferTest, NextRequestWaitsAtTheEngineBehindTheLastOnOneConnection) {
+  auto first_gate = std::make_shared<RequestGate>();
+  auto second_gate = std::make_shared<RequestGate>();
+  auto third_gate = std::make_shared<RequestGate>();
+  auto first = Start("a", first_gate, second_gate);
+  auto second = Start("b", second_gate, third_gate);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  first_gate->Open();
+  ASSERT_EQ(comm_.started(), 2u) << "both broadcasts queued back to back, no answer awaited";
+  // The engine holds the first request; the second arrived behind it on the same connection.
+  ASSERT_EQ(engine_.Received(1).size(), 1u);
+  for (int i = 0; i < 500 && engine_.max_waiting() < 2; ++i) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_EQ(engine_.max_waiting(), 2);
+  EXPECT_EQ(engine_.Received(1).size(), 1u) << "taken one at a time";
+  engine_.Release(200);
+  EXPECT_THAT(engine_.Received(2),
+              ::testing::ElementsAre(R"({"first": "a"})", R"({"first": "b"})"));
+  comm_.Abort("test done");
+}
+
+TEST_F(BucketTransferTest, EngineErrorAbortsTheBroadcastAtOnceAndNamesTheEngine) {
+  auto gate = std::make_shared<RequestGate>();
+  gate->Open();
+  auto transfer = Start("a", gate, std::make_shared<RequestGate>());
+  ASSERT_NE(transfer, nullptr);
+  ASSERT_EQ(engine_.Received(1).size(), 1u);
+  const absl::Time failed_at = absl::Now();
+  engine_.Release(400);
+  auto sent = transfer->WaitSent();
+  EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
+  EXPECT_LT(absl::Now() - failed_at, absl::Seconds(2)) << "not at the 5 s deadline";
+  std::vector<EngineOutcome> outcomes;
+  absl::Status answered = transfer->WaitAnswered(&outcomes);
+  EXPECT_EQ(answered.code(), absl::StatusCode::kFailedPrecondition) << answered;
+  EXPECT_THAT(answered.message(), HasSubstr(engine_.url()));
+  EXPECT_THAT(answered.message(), HasSubstr("load_weights failed"));
+  EXPECT_EQ(hook_.code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucketNeverOk) {
   auto gate = std::make_shared<RequestGate>();
   gate->Open();
-  auto transfer = Start(gate);
+  auto transfer = Start("a", gate, std::make_shared<RequestGate>());
   ASSERT_NE(transfer, nullptr);
-  for (int i = 0; i < 1000 && engine_.posts.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
-  ASSERT_EQ(engine_.posts.load(), 1);
+  ASSERT_EQ(engine_.Received(1).size(), 1u);
   // Another bucket's failure aborts the collective under this one.
   comm_.Abort("another bucket failed");
   auto sent = transfer->WaitSent();
@@ -140,7 +255,7 @@ TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucke
   // Only a cancelled request and an aborted broadcast: this once came back as an OK status with
   // an error message, which the update took for success (and wsyncd crashed on).
   EXPECT_EQ(answered.code(), absl::StatusCode::kAborted) << answered;
-  EXPECT_THAT(answered.message(), HasSubstr("no answer yet from http://engine-a"));
+  EXPECT_THAT(answered.message(), HasSubstr("no answer yet from " + engine_.url()));
   EXPECT_EQ(hook_.code(), absl::StatusCode::kAborted);
   ASSERT_EQ(outcomes.size(), 1u);
   EXPECT_EQ(outcomes[0].status.code(), absl::StatusCode::kCancelled);

@@ -77,7 +77,6 @@ TEST(Config, TheShippedExampleConfigLoads) {
   EXPECT_EQ(config.groups[0].engines[0].ranks, 4u);
   EXPECT_EQ(config.groups[0].format, BucketFormat::kFlattened);
   EXPECT_EQ(config.daemon.checksum, "crc32");
-  EXPECT_EQ(config.daemon.pipeline_min_bytes, 64ull << 20);
   EXPECT_TRUE(ValidateGroupSpec(config.groups[0]).ok());
 }
 
@@ -86,12 +85,11 @@ TEST(Config, ChecksumAndLoadFormatAreChecked) {
   std::ofstream(path) << R"({"checksum": "md5"})";
   DaemonConfig bad;
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("checksum must be"));
-  std::ofstream(path) << R"({"checksum": "none", "pipeline_min_bytes": "1GiB", "groups": [
+  std::ofstream(path) << R"({"checksum": "none", "groups": [
       {"name": "g", "load_format": "per_tensor", "engines": [{"url": "http://e:1"}]}]})";
   DaemonConfig good;
   ASSERT_TRUE(LoadConfigFile(path, &good).ok());
   EXPECT_EQ(good.daemon.checksum, "none");
-  EXPECT_EQ(good.daemon.pipeline_min_bytes, 1ull << 30);
   EXPECT_EQ(good.groups[0].format, BucketFormat::kPerTensor);
   std::ofstream(path) << R"({"groups": [{"name": "g", "load_format": "bytes",
       "engines": [{"url": "http://e:1"}]}]})";

@@ -1,0 +1,268 @@
+#include "daemon/engines/update_channel.h"
+
+#include <sys/socket.h>
+
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cerrno>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+namespace {
+
+namespace http = boost::beast::http;
+using Parser = http::response_parser<http::string_body>;
+
+std::unique_ptr<Parser> NewParser() {
+  auto parser = std::make_unique<Parser>();
+  parser->eager(true);
+  parser->body_limit(64ull << 20);
+  return parser;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpReply> ChannelCall::Wait(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return done_; })) {
+    return absl::DeadlineExceededError("no answer before the deadline");
+  }
+  return outcome_;
+}
+
+void ChannelCall::OnDone(Done then) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!done_) {
+    then_ = std::move(then);
+    return;
+  }
+  absl::StatusOr<HttpReply> outcome = outcome_;
+  lock.unlock();
+  then(outcome);
+}
+
+absl::Time ChannelCall::ended_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ended_at_;
+}
+
+void ChannelCall::Finish(absl::StatusOr<HttpReply> outcome) {
+  Done then;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    done_ = true;
+    outcome_ = std::move(outcome);
+    ended_at_ = absl::Now();
+    then = std::move(then_);
+    cv_.notify_all();
+  }
+  if (then) then(outcome_);
+}
+
+UpdateChannel::UpdateChannel(std::string base_url)
+    : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {
+  absl::string_view rest = base_url_;
+  if (!absl::ConsumePrefix(&rest, "http://")) {
+    url_status_ = absl::InvalidArgumentError(
+        absl::StrCat("engine URL '", base_url_, "' must start with http://"));
+    return;
+  }
+  std::string authority(rest.substr(0, rest.find('/')));
+  if (authority.find(':') == std::string::npos || absl::EndsWith(authority, "]")) {
+    authority += ":80";
+  }
+  auto split = SplitHostPort(authority);
+  if (!split.ok()) {
+    url_status_ = absl::InvalidArgumentError(
+        absl::StrCat("engine URL '", base_url_, "': ", split.status().message()));
+    return;
+  }
+  host_ = split->first;
+  port_ = split->second;
+}
+
+UpdateChannel::~UpdateChannel() { Cancel("the update's engine connection was closed"); }
+
+absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::string& path,
+                                                                 const std::string& json_body,
+                                                                 absl::Time deadline) {
+  std::lock_guard<std::mutex> write(write_mu_);
+  if (!cancelled_.ok()) return cancelled_;
+  if (!url_status_.ok()) return url_status_;
+  bool reopen = !fd_.valid();
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    // A connection that failed a request stays failed: the update it carries is over.
+    if (!broken_.ok()) return broken_;
+    if (!ended_.ok()) reopen = true;
+    if (open_.empty() && absl::Now() - last_activity_ >= kReopenAfterIdle) reopen = true;
+  }
+  if (reopen) {
+    CloseLocked(absl::UnavailableError("connection reopened"));
+    WSYNC_RETURN_IF_ERROR(ConnectLocked());
+  }
+  const std::string request =
+      absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_, ":", port_,
+                   "\r\nContent-Type: application/json\r\nContent-Length: ", json_body.size(),
+                   "\r\n\r\n", json_body);
+  // Queued before its bytes go: the answer may come before this thread returns from the write.
+  auto call = std::shared_ptr<ChannelCall>(new ChannelCall());
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    open_.push_back(call);
+  }
+  absl::Status written = WriteAll(fd_.get(), request.data(), request.size(), deadline);
+  if (!written.ok()) {
+    // Half a request leaves the connection unusable for the ones behind it.
+    absl::Status failed =
+        written.code() == absl::StatusCode::kDeadlineExceeded
+            ? absl::DeadlineExceededError(absl::StrCat("POST ", path,
+                                                       ": the engine did not take the request "
+                                                       "before the deadline (engine hung?)"))
+            : absl::UnavailableError(
+                  absl::StrCat("POST ", path, ": writing the request failed: ", written.message(),
+                               " (engine process died or restarted?)"));
+    {
+      std::lock_guard<std::mutex> lock(open_mu_);
+      broken_ = failed;
+    }
+    CloseLocked(failed);
+    return failed;
+  }
+  call->written_at_ = absl::Now();
+  std::lock_guard<std::mutex> lock(open_mu_);
+  last_activity_ = call->written_at_;
+  return call;
+}
+
+void UpdateChannel::Cancel(absl::string_view why) {
+  std::lock_guard<std::mutex> write(write_mu_);
+  if (cancelled_.ok()) cancelled_ = absl::CancelledError(why);
+  CloseLocked(cancelled_);
+}
+
+absl::Status UpdateChannel::ConnectLocked() {
+  // One attempt: a refused connection means the engine is down, not starting.
+  auto fd = ConnectTcp(host_, port_, absl::Now());
+  if (!fd.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect for the update requests: ", fd.status().message()));
+  }
+  fd_ = std::move(*fd);
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    ended_ = absl::OkStatus();
+    last_activity_ = absl::Now();
+  }
+  reader_ = std::thread([this, fd = fd_.get()] { ReadLoop(fd); });
+  return absl::OkStatus();
+}
+
+void UpdateChannel::CloseLocked(absl::Status why) {
+  if (fd_.valid()) {
+    {
+      std::lock_guard<std::mutex> lock(open_mu_);
+      if (ended_.ok()) ended_ = why;
+    }
+    ::shutdown(fd_.get(), SHUT_RDWR);
+  }
+  if (reader_.joinable()) reader_.join();
+  fd_.reset();
+  FailOpen(why);
+}
+
+void UpdateChannel::FailOpen(const absl::Status& why) {
+  std::deque<std::shared_ptr<ChannelCall>> failing;
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    failing.swap(open_);
+  }
+  for (auto& call : failing) call->Finish(why);
+}
+
+void UpdateChannel::ReadLoop(int fd) {
+  std::string pending;
+  std::unique_ptr<Parser> parser = NewParser();
+  char chunk[64 << 10];
+  // Ends the connection from the reader's side; later requests go on a new one unless `sticky`.
+  auto end = [&](absl::Status why, bool sticky) {
+    {
+      std::lock_guard<std::mutex> lock(open_mu_);
+      if (ended_.ok()) ended_ = why;
+      why = ended_;
+      if (sticky && broken_.ok()) broken_ = why;
+    }
+    FailOpen(why);
+    ::shutdown(fd, SHUT_RDWR);
+  };
+  while (true) {
+    ssize_t n = ::recv(fd, chunk, sizeof(chunk), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      size_t unanswered;
+      {
+        std::lock_guard<std::mutex> lock(open_mu_);
+        unanswered = open_.size();
+      }
+      end(absl::UnavailableError(
+              absl::StrCat("the engine closed the connection with ", unanswered,
+                           " update request(s) unanswered (engine process died or restarted?)")),
+          unanswered > 0);
+      return;
+    }
+    pending.append(chunk, static_cast<size_t>(n));
+    while (!pending.empty()) {
+      boost::beast::error_code ec;
+      const size_t used = parser->put(boost::asio::buffer(pending.data(), pending.size()), ec);
+      pending.erase(0, used);
+      if (ec == http::error::need_more) break;
+      if (ec) {
+        end(absl::InternalError(absl::StrCat("unreadable HTTP answer: ", ec.message())), true);
+        return;
+      }
+      if (!parser->is_done()) {
+        if (used == 0) break;
+        continue;
+      }
+      http::response<http::string_body> res = parser->release();
+      parser = NewParser();
+      std::shared_ptr<ChannelCall> call;
+      {
+        std::lock_guard<std::mutex> lock(open_mu_);
+        if (!open_.empty()) {
+          call = std::move(open_.front());
+          open_.pop_front();
+        }
+        last_activity_ = absl::Now();
+      }
+      if (call == nullptr) {
+        end(absl::InternalError("answered a request that was never sent"), true);
+        return;
+      }
+      call->Finish(HttpReply{static_cast<int>(res.result_int()), std::move(res.body()),
+                             std::string(res[http::field::content_type])});
+      if (!res.keep_alive()) {
+        // The server drops whatever was pipelined behind this answer.
+        size_t behind;
+        {
+          std::lock_guard<std::mutex> lock(open_mu_);
+          behind = open_.size();
+        }
+        end(absl::UnavailableError(absl::StrCat(
+                "the engine closes its connection after each answer (Connection: close), so the ",
+                behind, " update request(s) pipelined behind it were dropped")),
+            behind > 0);
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace wsync

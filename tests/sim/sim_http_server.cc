@@ -1,0 +1,184 @@
+#include "tests/sim/sim_http_server.h"
+
+#include <sys/socket.h>
+
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace wsync {
+namespace {
+
+namespace http = boost::beast::http;
+using Parser = http::request_parser<http::string_body>;
+
+std::unique_ptr<Parser> NewParser() {
+  auto parser = std::make_unique<Parser>();
+  parser->eager(true);
+  parser->body_limit(256ull << 20);
+  return parser;
+}
+
+}  // namespace
+
+SimHttpServer::~SimHttpServer() { Stop(); }
+
+void SimHttpServer::Get(const std::string& path, Handler handler) {
+  routes_[{"GET", path}] = std::move(handler);
+}
+
+void SimHttpServer::Post(const std::string& path, Handler handler) {
+  routes_[{"POST", path}] = std::move(handler);
+}
+
+absl::StatusOr<int> SimHttpServer::Start(const std::string& host, int port) {
+  auto fd = ListenTcp(host, static_cast<uint16_t>(port));
+  if (!fd.ok()) return fd.status();
+  auto bound = LocalPort(fd->get());
+  if (!bound.ok()) return bound.status();
+  listener_ = std::move(*fd);
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return *bound;
+}
+
+void SimHttpServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (listener_.valid()) ::shutdown(listener_.get(), SHUT_RDWR);
+  if (acceptor_.joinable()) acceptor_.join();
+  std::vector<std::unique_ptr<Connection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connections.swap(connections_);
+  }
+  for (auto& c : connections) {
+    ::shutdown(c->fd.get(), SHUT_RDWR);
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->closed = true;
+    }
+    c->cv.notify_all();
+  }
+  for (auto& c : connections) {
+    c->reader.join();
+    c->worker.join();
+  }
+  listener_.reset();
+}
+
+void SimHttpServer::AcceptLoop() {
+  while (!stopping_) {
+    int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // the listener was shut down
+    }
+    auto c = std::make_unique<Connection>();
+    c->fd.reset(fd);
+    Connection* raw = c.get();
+    std::lock_guard<std::mutex> lock(mu_);
+    // Connections whose client has gone are joined here, so a long test does not pile them up.
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if ((*it)->done) {
+        (*it)->reader.join();
+        (*it)->worker.join();
+        it = connections_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    raw->reader = std::thread([this, raw] { Read(raw); });
+    raw->worker = std::thread([this, raw] { Work(raw); });
+    connections_.push_back(std::move(c));
+  }
+}
+
+void SimHttpServer::Read(Connection* c) {
+  std::string pending;
+  std::unique_ptr<Parser> parser = NewParser();
+  char chunk[64 << 10];
+  bool bad = false;
+  while (!bad) {
+    ssize_t n = ::recv(c->fd.get(), chunk, sizeof(chunk), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(chunk, static_cast<size_t>(n));
+    while (!pending.empty()) {
+      boost::beast::error_code ec;
+      const size_t used = parser->put(boost::asio::buffer(pending.data(), pending.size()), ec);
+      pending.erase(0, used);
+      if (ec == http::error::need_more) break;
+      if (ec) {
+        bad = true;
+        break;
+      }
+      if (!parser->is_done()) {
+        if (used == 0) break;
+        continue;
+      }
+      http::request<http::string_body> req = parser->release();
+      parser = NewParser();
+      std::lock_guard<std::mutex> lock(c->mu);
+      std::string target(req.target());
+      c->requests.push_back(SimHttpRequest{std::string(req.method_string()),
+                                           target.substr(0, target.find('?')),
+                                           std::move(req.body())});
+      if (!req.keep_alive()) c->close_after = true;
+      const int waiting = static_cast<int>(c->requests.size()) + c->handling;
+      int seen = max_waiting_.load();
+      while (waiting > seen && !max_waiting_.compare_exchange_weak(seen, waiting)) {
+      }
+      c->cv.notify_all();
+    }
+  }
+  std::lock_guard<std::mutex> lock(c->mu);
+  c->closed = true;
+  c->cv.notify_all();
+}
+
+void SimHttpServer::Work(Connection* c) {
+  while (true) {
+    SimHttpRequest request;
+    bool last;
+    {
+      std::unique_lock<std::mutex> lock(c->mu);
+      c->cv.wait(lock, [&] { return !c->requests.empty() || c->closed; });
+      if (c->requests.empty()) break;
+      request = std::move(c->requests.front());
+      c->requests.pop_front();
+      c->handling = 1;
+      last = c->close_after && c->requests.empty();
+    }
+    SimHttpResponse response = Dispatch(request);
+    const std::string text = absl::StrCat(
+        "HTTP/1.1 ", response.status, " ",
+        std::string(http::obsolete_reason(static_cast<http::status>(response.status))),
+        "\r\nContent-Type: ", response.content_type, "\r\nContent-Length: ", response.body.size(),
+        last ? "\r\nConnection: close" : "", "\r\n\r\n", response.body);
+    const bool written =
+        WriteAll(c->fd.get(), text.data(), text.size(), absl::Now() + absl::Seconds(30)).ok();
+    {
+      std::lock_guard<std::mutex> lock(c->mu);
+      c->handling = 0;
+    }
+    if (!written || last) break;
+  }
+  ::shutdown(c->fd.get(), SHUT_RDWR);
+  c->done = true;
+}
+
+SimHttpResponse SimHttpServer::Dispatch(const SimHttpRequest& request) {
+  SimHttpResponse response;
+  auto it = routes_.find({request.method, request.path});
+  if (it == routes_.end()) {
+    response.status = 404;
+    response.set_content("Not Found", "text/plain");
+    return response;
+  }
+  it->second(request, response);
+  return response;
+}
+
+}  // namespace wsync
