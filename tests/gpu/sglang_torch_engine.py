@@ -175,7 +175,11 @@ ENGINE = None
 
 
 class Handler(BaseHTTPRequestHandler):
+    # Keep-alive, as uvicorn serves SGLang: wsyncd pipelines a bucket's update request behind the
+    # last one on one connection. uvicorn (asyncio) sends with TCP_NODELAY; without it the body
+    # written after the headers would wait for the client's delayed ACK (40 ms per answer).
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt, *args):
         pass
