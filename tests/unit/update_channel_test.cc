@@ -1,0 +1,172 @@
+// UpdateChannel against real sockets: pipelined requests answered in order, a connection the
+// server closed between requests reopened, and every way a connection ends with requests open.
+#include "daemon/engines/update_channel.h"
+
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/sim/sim_http_server.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
+
+// A server scripted at the socket level: on each accepted connection it reads `requests`
+// requests (bodies "{}"), then writes `answer` and closes.
+class ScriptedServer {
+ public:
+  ScriptedServer(int requests, std::string answer) {
+    auto fd = ListenTcp("127.0.0.1", 0);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    listener_ = std::move(*fd);
+    url_ = absl::StrCat("http://127.0.0.1:", *LocalPort(listener_.get()));
+    thread_ = std::thread([this, requests, answer = std::move(answer)] {
+      while (true) {
+        UniqueFd c(::accept(listener_.get(), nullptr, nullptr));
+        if (!c.valid()) return;
+        std::string got;
+        char buf[4096];
+        while (CountRequests(got) < requests) {
+          ssize_t n = ::recv(c.get(), buf, sizeof(buf), 0);
+          if (n <= 0) break;
+          got.append(buf, static_cast<size_t>(n));
+        }
+        (void)WriteAll(c.get(), answer.data(), answer.size(), Soon());
+        ++connections_;
+      }
+    });
+  }
+  ~ScriptedServer() {
+    ::shutdown(listener_.get(), SHUT_RDWR);
+    thread_.join();
+  }
+  const std::string& url() const { return url_; }
+  int connections() const { return connections_.load(); }
+
+ private:
+  static int CountRequests(const std::string& s) {
+    int n = 0;
+    for (size_t at = s.find("\r\n\r\n{}"); at != std::string::npos;
+         at = s.find("\r\n\r\n{}", at + 1)) {
+      ++n;
+    }
+    return n;
+  }
+  UniqueFd listener_;
+  std::string url_;
+  std::thread thread_;
+  std::atomic<int> connections_{0};
+};
+
+constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+TEST(UpdateChannel, PipelinedRequestsAreAnsweredInOrderOnOneConnection) {
+  SimHttpServer server;
+  server.Post("/update", [](const SimHttpRequest& req, SimHttpResponse& res) {
+    absl::SleepFor(absl::Milliseconds(20));
+    res.set_content(req.body, "application/json");
+  });
+  auto port = server.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  UpdateChannel channel(absl::StrCat("http://127.0.0.1:", *port));
+  std::vector<std::shared_ptr<ChannelCall>> calls;
+  for (int i = 0; i < 3; ++i) {
+    auto call = channel.Post("/update", absl::StrCat("{\"bucket\": ", i, "}"), Soon());
+    ASSERT_TRUE(call.ok()) << call.status();
+    EXPECT_NE((*call)->written_at(), absl::InfinitePast());
+    calls.push_back(*call);
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto reply = calls[i]->Wait(Soon());
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status, 200);
+    EXPECT_EQ(reply->body, absl::StrCat("{\"bucket\": ", i, "}"));
+    EXPECT_EQ(reply->content_type, "application/json");
+  }
+  EXPECT_GE(server.max_waiting(), 2) << "written without waiting for answers";
+}
+
+TEST(UpdateChannel, AConnectionTheServerClosedBetweenRequestsIsReopened) {
+  // Answers each connection's first request, then closes it (as a keep-alive timeout would).
+  ScriptedServer server(1, kOk);
+  UpdateChannel channel(server.url());
+  for (int i = 0; i < 3; ++i) {
+    auto call = channel.Post("/update", "{}", Soon());
+    ASSERT_TRUE(call.ok()) << call.status();
+    auto reply = (*call)->Wait(Soon());
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->body, "ok");
+    // Long enough for the reader to see the close; a request written into a connection the
+    // server is closing at that moment cannot be told from one the engine dropped.
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(server.connections(), 3);
+}
+
+TEST(UpdateChannel, ConnectionCloseFailsTheRequestsPipelinedBehindTheAnswer) {
+  ScriptedServer server(2, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+  UpdateChannel channel(server.url());
+  auto first = channel.Post("/update", "{}", Soon());
+  auto second = channel.Post("/update", "{}", Soon());
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE((*first)->Wait(Soon()).ok());
+  auto dropped = (*second)->Wait(Soon());
+  EXPECT_EQ(dropped.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(dropped.status().message(), HasSubstr("Connection: close"));
+  // The update lost a request: later ones fail too, rather than reach the engine out of step.
+  EXPECT_EQ(channel.Post("/update", "{}", Soon()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(UpdateChannel, AnEngineThatDiesWithRequestsOpenFailsThemUnavailable) {
+  ScriptedServer server(1, "");  // reads the request, closes without answering
+  UpdateChannel channel(server.url());
+  auto call = channel.Post("/update", "{}", Soon());
+  ASSERT_TRUE(call.ok()) << call.status();
+  auto reply = (*call)->Wait(Soon());
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(reply.status().message(), HasSubstr("1 update request(s) unanswered"));
+}
+
+TEST(UpdateChannel, RefusedConnectionAndBadUrlFailAtOnce) {
+  auto fd = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(fd.ok());
+  const uint16_t port = *LocalPort(fd->get());
+  fd->reset();  // nobody listens there now
+  UpdateChannel refused(absl::StrCat("http://127.0.0.1:", port));
+  EXPECT_EQ(refused.Post("/update", "{}", Soon()).status().code(), absl::StatusCode::kUnavailable);
+  UpdateChannel bad("127.0.0.1:80");
+  EXPECT_EQ(bad.Post("/update", "{}", Soon()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UpdateChannel, CancelEndsOpenRequestsAndRefusesLaterOnes) {
+  SimHttpServer server;
+  std::atomic<bool> release{false};
+  server.Post("/update", [&](const SimHttpRequest&, SimHttpResponse& res) {
+    while (!release) absl::SleepFor(absl::Milliseconds(1));
+    res.set_content("{}", "application/json");
+  });
+  auto port = server.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  UpdateChannel channel(absl::StrCat("http://127.0.0.1:", *port));
+  auto call = channel.Post("/update", "{}", Soon());
+  ASSERT_TRUE(call.ok()) << call.status();
+  EXPECT_EQ((*call)->Wait(absl::Now() + absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  channel.Cancel("the bucket's broadcast failed");
+  auto ended = (*call)->Wait(Soon());
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(ended.status().message(), HasSubstr("broadcast failed"));
+  EXPECT_EQ(channel.Post("/update", "{}", Soon()).status().code(), absl::StatusCode::kCancelled);
+  release = true;
+}
+
+}  // namespace
+}  // namespace wsync
