@@ -4,8 +4,6 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
 #include <cerrno>
 #include <utility>
 
@@ -14,22 +12,9 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "daemon/engines/http_message_reader.h"
 
 namespace wsync {
-namespace {
-
-namespace http = boost::beast::http;
-using Parser = http::response_parser<http::string_body>;
-
-std::unique_ptr<Parser> NewParser() {
-  auto parser = std::make_unique<Parser>();
-  parser->eager(true);
-  parser->body_limit(64ull << 20);
-  return parser;
-}
-
-}  // namespace
-
 absl::StatusOr<HttpReply> ChannelCall::Wait(absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return done_; })) {
@@ -190,8 +175,8 @@ void UpdateChannel::FailOpen(const absl::Status& why) {
 }
 
 void UpdateChannel::ReadLoop(int fd) {
-  std::string pending;
-  std::unique_ptr<Parser> parser = NewParser();
+  HttpMessageReader</*kRequest=*/false> reader(64ull << 20);
+  std::vector<HttpMessageReader<false>::Message> answers;
   char chunk[64 << 10];
   // Ends the connection from the reader's side; later requests go on a new one unless `sticky`.
   auto end = [&](absl::Status why, bool sticky) {
@@ -224,22 +209,12 @@ void UpdateChannel::ReadLoop(int fd) {
           unanswered > 0);
       return;
     }
-    pending.append(chunk, static_cast<size_t>(n));
-    while (!pending.empty()) {
-      boost::beast::error_code ec;
-      const size_t used = parser->put(boost::asio::buffer(pending.data(), pending.size()), ec);
-      pending.erase(0, used);
-      if (ec == http::error::need_more) break;
-      if (ec) {
-        end(absl::InternalError(absl::StrCat("unreadable HTTP answer: ", ec.message())), true);
-        return;
-      }
-      if (!parser->is_done()) {
-        if (used == 0) break;
-        continue;
-      }
-      http::response<http::string_body> res = parser->release();
-      parser = NewParser();
+    answers.clear();
+    if (absl::Status read = reader.Feed(chunk, static_cast<size_t>(n), &answers); !read.ok()) {
+      end(absl::InternalError(absl::StrCat("unreadable HTTP answer: ", read.message())), true);
+      return;
+    }
+    for (auto& res : answers) {
       std::shared_ptr<ChannelCall> call;
       {
         std::lock_guard<std::mutex> lock(open_mu_);
@@ -254,7 +229,7 @@ void UpdateChannel::ReadLoop(int fd) {
         return;
       }
       call->Finish(HttpReply{static_cast<int>(res.result_int()), std::move(res.body()),
-                             std::string(res[http::field::content_type])});
+                             std::string(res[boost::beast::http::field::content_type])});
       if (!res.keep_alive()) {
         // The server drops whatever was pipelined behind this answer.
         size_t behind;

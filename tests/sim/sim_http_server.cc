@@ -2,25 +2,17 @@
 
 #include <sys/socket.h>
 
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/status.hpp>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/engines/http_message_reader.h"
 
 namespace wsync {
 namespace {
 
 namespace http = boost::beast::http;
-using Parser = http::request_parser<http::string_body>;
-
-std::unique_ptr<Parser> NewParser() {
-  auto parser = std::make_unique<Parser>();
-  parser->eager(true);
-  parser->body_limit(256ull << 20);
-  return parser;
-}
 
 }  // namespace
 
@@ -96,30 +88,16 @@ void SimHttpServer::AcceptLoop() {
 }
 
 void SimHttpServer::Read(Connection* c) {
-  std::string pending;
-  std::unique_ptr<Parser> parser = NewParser();
+  HttpMessageReader</*kRequest=*/true> reader(256ull << 20);
+  std::vector<HttpMessageReader<true>::Message> requests;
   char chunk[64 << 10];
-  bool bad = false;
-  while (!bad) {
+  while (true) {
     ssize_t n = ::recv(c->fd.get(), chunk, sizeof(chunk), 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    pending.append(chunk, static_cast<size_t>(n));
-    while (!pending.empty()) {
-      boost::beast::error_code ec;
-      const size_t used = parser->put(boost::asio::buffer(pending.data(), pending.size()), ec);
-      pending.erase(0, used);
-      if (ec == http::error::need_more) break;
-      if (ec) {
-        bad = true;
-        break;
-      }
-      if (!parser->is_done()) {
-        if (used == 0) break;
-        continue;
-      }
-      http::request<http::string_body> req = parser->release();
-      parser = NewParser();
+    requests.clear();
+    if (!reader.Feed(chunk, static_cast<size_t>(n), &requests).ok()) break;
+    for (auto& req : requests) {
       std::lock_guard<std::mutex> lock(c->mu);
       std::string target(req.target());
       c->requests.push_back(SimHttpRequest{std::string(req.method_string()),

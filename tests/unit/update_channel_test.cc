@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/engines/http_message_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_http_server.h"
@@ -67,6 +68,27 @@ class ScriptedServer {
 };
 
 constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+TEST(HttpMessageReader, PipelinedAnswersSplitAtAnyByteComeOutWholeAndInOrder) {
+  const std::string stream =
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirstHTTP/1.1 400 Bad Request\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n3\r\nsec\r\n3\r\nond\r\n0\r\n\r\n";
+  for (size_t step : {size_t{1}, size_t{7}, stream.size()}) {
+    HttpMessageReader<false> reader(1 << 20);
+    std::vector<HttpMessageReader<false>::Message> out;
+    for (size_t at = 0; at < stream.size(); at += step) {
+      ASSERT_TRUE(reader.Feed(stream.data() + at, std::min(step, stream.size() - at), &out).ok());
+    }
+    ASSERT_EQ(out.size(), 2u) << "step " << step;
+    EXPECT_EQ(out[0].result_int(), 200u);
+    EXPECT_EQ(out[0].body(), "first");
+    EXPECT_EQ(out[1].result_int(), 400u);
+    EXPECT_EQ(out[1].body(), "second");
+  }
+  HttpMessageReader<false> reader(1 << 20);
+  std::vector<HttpMessageReader<false>::Message> out;
+  EXPECT_FALSE(reader.Feed("SSH-2.0-OpenSSH\r\n\r\n", 21, &out).ok());
+}
 
 TEST(UpdateChannel, PipelinedRequestsAreAnsweredInOrderOnOneConnection) {
   SimHttpServer server;

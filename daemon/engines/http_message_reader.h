@@ -1,0 +1,59 @@
+#ifndef WSYNC_DAEMON_ENGINES_HTTP_MESSAGE_READER_H_
+#define WSYNC_DAEMON_ENGINES_HTTP_MESSAGE_READER_H_
+
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace wsync {
+
+// Turns the bytes of one HTTP/1.1 connection, as they arrive, into whole messages (requests when
+// kRequest, else responses), any number per read: pipelined messages share reads. Boost.Beast
+// parses; this keeps the bytes a message has not consumed for the next one.
+template <bool kRequest>
+class HttpMessageReader {
+ public:
+  using Message = boost::beast::http::message<kRequest, boost::beast::http::string_body>;
+
+  explicit HttpMessageReader(uint64_t body_limit) : body_limit_(body_limit) { Reset(); }
+
+  // Appends every message the bytes complete to `out`; an error when they are not HTTP.
+  absl::Status Feed(const char* data, size_t size, std::vector<Message>* out) {
+    pending_.append(data, size);
+    while (!pending_.empty()) {
+      boost::beast::error_code ec;
+      const size_t used = parser_->put(boost::asio::buffer(pending_.data(), pending_.size()), ec);
+      pending_.erase(0, used);
+      if (ec == boost::beast::http::error::need_more) break;
+      if (ec) return absl::InvalidArgumentError(absl::StrCat("malformed HTTP: ", ec.message()));
+      if (!parser_->is_done()) {
+        if (used == 0) break;
+        continue;
+      }
+      out->push_back(parser_->release());
+      Reset();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  using Parser = boost::beast::http::parser<kRequest, boost::beast::http::string_body>;
+  void Reset() {
+    parser_ = std::make_unique<Parser>();
+    parser_->eager(true);
+    parser_->body_limit(body_limit_);
+  }
+  const uint64_t body_limit_;
+  std::string pending_;
+  std::unique_ptr<Parser> parser_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_HTTP_MESSAGE_READER_H_
