@@ -109,7 +109,8 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
   if (!written.ok()) {
     // Half a request leaves the connection unusable for the ones behind it.
     absl::Status failed =
-        written.code() == absl::StatusCode::kDeadlineExceeded
+        cancelling_ ? absl::CancelledError("cancelled while the request was being written")
+        : written.code() == absl::StatusCode::kDeadlineExceeded
             ? absl::DeadlineExceededError(absl::StrCat("POST ", path,
                                                        ": the engine did not take the request "
                                                        "before the deadline (engine hung?)"))
@@ -130,6 +131,13 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
 }
 
 void UpdateChannel::Cancel(absl::string_view why) {
+  {
+    // A Post blocked writing to an engine that stopped reading holds write_mu_ until its
+    // deadline; shutting the socket first ends that write now.
+    std::lock_guard<std::mutex> lock(fd_mu_);
+    cancelling_ = true;
+    if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+  }
   std::lock_guard<std::mutex> write(write_mu_);
   if (cancelled_.ok()) cancelled_ = absl::CancelledError(why);
   CloseLocked(cancelled_);
@@ -142,7 +150,10 @@ absl::Status UpdateChannel::ConnectLocked() {
     return absl::UnavailableError(
         absl::StrCat("cannot connect for the update requests: ", fd.status().message()));
   }
-  fd_ = std::move(*fd);
+  {
+    std::lock_guard<std::mutex> lock(fd_mu_);
+    fd_ = std::move(*fd);
+  }
   {
     std::lock_guard<std::mutex> lock(open_mu_);
     ended_ = absl::OkStatus();
@@ -161,7 +172,10 @@ void UpdateChannel::CloseLocked(absl::Status why) {
     ::shutdown(fd_.get(), SHUT_RDWR);
   }
   if (reader_.joinable()) reader_.join();
-  fd_.reset();
+  {
+    std::lock_guard<std::mutex> lock(fd_mu_);
+    fd_.reset();
+  }
   FailOpen(why);
 }
 

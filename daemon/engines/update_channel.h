@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
 #define WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -91,8 +92,10 @@ class UpdateChannel {
   uint16_t port_ = 0;
   absl::Status url_status_;
 
-  std::mutex write_mu_;  // one writer; guards fd_, reader_ and cancelled_
+  std::mutex write_mu_;  // one writer; guards reader_, cancelled_ and which connection fd_ holds
+  std::mutex fd_mu_;     // guards fd_ against Cancel's shutdown (taken without write_mu_)
   UniqueFd fd_;
+  std::atomic<bool> cancelling_{false};
   std::thread reader_;
   absl::Status cancelled_;
 

@@ -190,5 +190,23 @@ TEST(UpdateChannel, CancelEndsOpenRequestsAndRefusesLaterOnes) {
   release = true;
 }
 
+TEST(UpdateChannel, CancelEndsAWriteBlockedOnAnEngineThatStoppedReading) {
+  auto listener = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  UpdateChannel channel(absl::StrCat("http://127.0.0.1:", *LocalPort(listener->get())));
+  // The connection is accepted by the kernel's backlog and never read: the request's bytes fill
+  // the socket buffers and the write blocks.
+  const std::string body(256 << 20, ' ');
+  absl::StatusOr<std::shared_ptr<ChannelCall>> posted;
+  std::thread writer(
+      [&] { posted = channel.Post("/update", body, absl::Now() + absl::Seconds(60)); });
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time cancelled_at = absl::Now();
+  channel.Cancel("the bucket's broadcast failed");
+  writer.join();
+  EXPECT_LT(absl::Now() - cancelled_at, absl::Seconds(5)) << "not at the write's deadline";
+  EXPECT_EQ(posted.status().code(), absl::StatusCode::kCancelled) << posted.status();
+}
+
 }  // namespace
 }  // namespace wsync
