@@ -1,7 +1,5 @@
 #include "daemon/core/request_gate.h"
 
-#include "absl/time/clock.h"
-
 namespace wsync {
 
 std::vector<RequestGate::Decided> RequestGate::Decide(absl::Status outcome) {
@@ -9,7 +7,6 @@ std::vector<RequestGate::Decided> RequestGate::Decide(absl::Status outcome) {
   if (decided_) return {};
   decided_ = true;
   outcome_ = std::move(outcome);
-  cv_.notify_all();
   return std::move(waiting_);
 }
 
@@ -33,19 +30,6 @@ void RequestGate::OnDecided(Decided then) {
     outcome = outcome_;
   }
   then(outcome);
-}
-
-absl::Status RequestGate::Wait(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!decided_) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(
-          "the previous bucket never reached its engines, so this bucket's request was not sent");
-    }
-    cv_.wait_for(lock, absl::ToChronoMicroseconds(left));
-  }
-  return outcome_;
 }
 
 }  // namespace wsync

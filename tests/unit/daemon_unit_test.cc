@@ -176,34 +176,6 @@ TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
   EXPECT_FALSE(a.Health().healthy);
 }
 
-TEST(RequestGate, WaitersGoWhenOpenedAndTheFirstDecisionStands) {
-  RequestGate gate;
-  absl::Status seen = absl::UnknownError("not yet");
-  std::thread waiter([&] { seen = gate.Wait(absl::Now() + absl::Seconds(10)); });
-  absl::SleepFor(absl::Milliseconds(20));
-  gate.Open();
-  waiter.join();
-  EXPECT_TRUE(seen.ok());
-  gate.Close(absl::AbortedError("too late"));
-  EXPECT_TRUE(gate.Wait(absl::Now()).ok());
-}
-
-TEST(RequestGate, ClosedGateGivesItsReasonAndAShutOneTimesOut) {
-  RequestGate closed;
-  closed.Close(absl::AbortedError("an earlier bucket of this update failed"));
-  closed.Open();
-  absl::Status s = closed.Wait(absl::Now() + absl::Seconds(10));
-  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(s.message(), HasSubstr("earlier bucket"));
-
-  RequestGate shut;
-  const absl::Time start = absl::Now();
-  s = shut.Wait(start + absl::Milliseconds(50));
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
-  EXPECT_THAT(s.message(), HasSubstr("was not sent"));
-}
-
 TEST(RequestGate, DecidedCallbacksRunOnceInTheDecidingThreadOrAtOnce) {
   RequestGate gate;
   std::vector<std::string> ran;
