@@ -259,6 +259,8 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.broadcast_seconds = result_.broadcast_seconds();
   out.answer_seconds = result_.answer_seconds();
   out.request_late_seconds = result_.request_late_seconds();
+  out.first_launch_seconds = result_.first_launch_seconds();
+  out.finish_seconds = result_.finish_seconds();
   out.buckets_pulled = buckets_pulled_;
   out.buckets_read_in_place = result_.buckets_read_in_place();
   for (const auto& e : result_.engines()) {

@@ -60,6 +60,9 @@ struct PushResult {
   double broadcast_seconds = 0;
   double answer_seconds = 0;
   double request_late_seconds = 0;
+  // Per update: Begin to the first bucket's launch, and the engines' commit after the last bucket.
+  double first_launch_seconds = 0;
+  double finish_seconds = 0;
   uint64_t buckets_pulled = 0;  // buckets wsyncd copied out of the trainer's memory itself
   // Of those, buckets wsyncd broadcast straight from the trainer's memory (laid out as sent).
   uint64_t buckets_read_in_place = 0;

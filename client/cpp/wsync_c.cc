@@ -63,7 +63,9 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                         {"idle_before_seconds", result.idle_before_seconds},
                         {"broadcast_seconds", result.broadcast_seconds},
                         {"answer_seconds", result.answer_seconds},
-                        {"request_late_seconds", result.request_late_seconds}}}};
+                        {"request_late_seconds", result.request_late_seconds},
+                        {"first_launch_seconds", result.first_launch_seconds},
+                        {"finish_seconds", result.finish_seconds}}}};
   j["engines"] = nlohmann::json::array();
   for (const auto& e : result.engines) {
     j["engines"].push_back({{"engine", e.engine},

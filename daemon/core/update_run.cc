@@ -211,6 +211,7 @@ void UpdateRun::SenderLoop() {
         absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
         " ms to launch (requests written and broadcast queued once the previous bucket's are)");
     std::lock_guard<std::mutex> lock(mu_);
+    if (first_launch_ == absl::InfinitePast()) first_launch_ = absl::Now();
     ++transfers_started_;
     in_flight_.push_back(
         InFlight{std::move(p), std::move(transfer), std::move(successor), turn, verify_seconds});
@@ -288,7 +289,9 @@ void UpdateRun::CompletionLoop() {
     if (failed_before) continue;
     BucketTiming timing;
     timing.verify = f.verify_seconds;
-    timing.idle_before = sent->idle_before_seconds;
+    // The first bucket's "idle" is the time since the previous update's last broadcast.
+    timing.idle_before = first_done_ ? sent->idle_before_seconds : 0;
+    first_done_ = true;
     timing.active = sent->active_seconds;
     timing.answer = absl::ToDoubleSeconds(answered_at - sent_at);
     timing.request_late = request_late;
@@ -348,13 +351,18 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     outcome.buckets_read_in_place = buckets_read_in_place_;
     outcome.bytes = bytes_;
     outcome.bucket_totals = totals_;
+    if (first_launch_ != absl::InfinitePast()) {
+      outcome.first_launch_seconds = absl::ToDoubleSeconds(first_launch_ - started_);
+    }
   }
   if (outcome.status.ok() && commit && outcome.buckets == 0) {
     outcome.status = absl::FailedPreconditionError("commit of an update with no bucket");
   }
   if (outcome.status.ok()) {
     outcome.engines.clear();
+    const absl::Time finishing = absl::Now();
     outcome.status = group_->FinishUpdate(context_.version, &outcome.engines);
+    outcome.finish_seconds = absl::ToDoubleSeconds(absl::Now() - finishing);
   } else {
     group_->AbortUpdate(std::string(outcome.status.message()));
   }

@@ -23,10 +23,12 @@ namespace wsync {
 
 // Where one bucket's time went (all in seconds).
 struct BucketTiming {
-  double verify = 0;       // checksum of the slot (pull mode: the copy into it) before sending
-  double idle_before = 0;  // rank 0 had nothing queued before this bucket (daemon/trainer late)
-  double active = 0;       // rank 0's broadcast: wire time plus waiting for the receivers
-  double answer = 0;       // from the bytes leaving rank 0 to the engines' last answer
+  double verify = 0;  // checksum of the slot (pull mode: the copy into it) before sending
+  // Rank 0 had nothing queued before this bucket (daemon/trainer late); 0 for an update's first
+  // bucket, whose wait is UpdateOutcome::first_launch_seconds instead.
+  double idle_before = 0;
+  double active = 0;  // rank 0's broadcast: wire time plus waiting for the receivers
+  double answer = 0;  // from the bytes leaving rank 0 to the engines' last answer
   // The engines had answered the previous bucket but this bucket's request was not yet written:
   // the daemon's share of the engines' wait (the rest of `active` beyond the wire is theirs).
   double request_late = 0;
@@ -42,6 +44,11 @@ struct UpdateOutcome {
   double seconds = 0;
   BucketTiming bucket_totals;          // summed over the committed buckets
   uint64_t buckets_read_in_place = 0;  // pull mode, broadcast with no copy into a slot
+  // From the update's start to its first bucket's launch (requests written, broadcast queued):
+  // the trainer's first bucket plus the daemon's checks, before anything is on the wire.
+  double first_launch_seconds = 0;
+  // The engines' commit after the last answer (version, cache flush, resume).
+  double finish_seconds = 0;
 };
 
 // What the trainer hears while its update runs (the gRPC stream implements it).
@@ -141,6 +148,8 @@ class UpdateRun {
   std::deque<Pending> queue_;
   std::deque<InFlight> in_flight_;
   absl::Time previous_answered_at_ = absl::InfinitePast();  // completion thread only
+  bool first_done_ = false;                                 // completion thread only
+  absl::Time first_launch_ = absl::InfinitePast();          // sender thread, then under mu_
   uint64_t transfers_started_ = 0;  // buckets handed to the completion thread
   uint64_t transfers_settled_ = 0;  // of those, answered or failed (and recorded)
   bool sender_done_ = false;

@@ -71,6 +71,8 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
   r->set_broadcast_seconds(outcome.bucket_totals.active);
   r->set_answer_seconds(outcome.bucket_totals.answer);
   r->set_request_late_seconds(outcome.bucket_totals.request_late);
+  r->set_first_launch_seconds(outcome.first_launch_seconds);
+  r->set_finish_seconds(outcome.finish_seconds);
   r->set_buckets_read_in_place(outcome.buckets_read_in_place);
   for (const EngineOutcome& o : outcome.engines) {
     auto* er = r->add_engines();

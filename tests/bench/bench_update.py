@@ -285,12 +285,16 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
     data_plane = sorted(dp[1:], key=lambda r: r[0])[len(dp[1:]) // 2]
     for what, (_, result) in (("e2e", e2e), ("data plane", data_plane)):
         t, n = result["daemon_timing"], result["buckets"]
+        gaps = max(n - 1, 1)
         note(f"{label} {what}: daemon per bucket: verify {t['verify_seconds'] / n * 1e3:.2f} ms, "
-             f"idle {t['idle_before_seconds'] / n * 1e3:.2f} ms, broadcast "
+             f"idle between buckets {t['idle_before_seconds'] / gaps * 1e3:.2f} ms, broadcast "
              f"{t['broadcast_seconds'] / n * 1e3:.2f} ms, request late "
              f"{t['request_late_seconds'] / n * 1e3:.2f} ms, answer "
-             f"{t['answer_seconds'] / n * 1e3:.2f} ms; {result['buckets_pulled']}/{n} buckets "
-             f"pulled by wsyncd, {result['buckets_read_in_place']} of them read in place")
+             f"{t['answer_seconds'] / n * 1e3:.2f} ms; per update: first bucket launched "
+             f"{t.get('first_launch_seconds', 0) * 1e3:.2f} ms after Begin, engines' commit "
+             f"{t.get('finish_seconds', 0) * 1e3:.2f} ms, {result['seconds'] * 1e3:.1f} ms in all; "
+             f"{result['buckets_pulled']}/{n} buckets pulled by wsyncd, "
+             f"{result['buckets_read_in_place']} of them read in place")
     return (statistics.median(s for s, _ in runs), statistics.median(s for s, _ in dp[1:]),
             [r["daemon_timing"] for _, r in runs])
 

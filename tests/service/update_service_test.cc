@@ -168,6 +168,21 @@ TEST_F(ServiceFixture, TrainerDisconnectAbortsTheUpdateAndFreesItsSlots) {
   ExpectHolds(*sim_a_.sim, model, "after-disconnect", 1, /*only_these=*/false);
 }
 
+TEST_F(ServiceFixture, TimingGivesTheFirstLaunchAndCommitAndNoIdleFromBeforeTheUpdate) {
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  auto result = client_->Push("policy", "v2", Refs(SmallModel(2)));
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_GE(result->buckets, 3u);
+  // The 300 ms since the last update's broadcast is no gap between this update's buckets.
+  EXPECT_LT(result->idle_before_seconds, 0.25);
+  EXPECT_GT(result->first_launch_seconds, 0);
+  EXPECT_LT(result->first_launch_seconds, result->seconds);
+  EXPECT_GT(result->finish_seconds, 0);
+  EXPECT_LT(result->finish_seconds, result->seconds);
+}
+
 TEST_F(ServiceFixture, EngineAnswering500FailsTheUpdateNamingItThenTheGroupReforms) {
   CreatePolicyGroup();
   ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());

@@ -177,7 +177,9 @@ class Client:
     def push(self, named_tensors, version, group, progress=None, pull=False):
         """Pushes (name, tensor) pairs, a state_dict or any iterable of pairs as one update.
 
-        Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines).
+        Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines, and
+        daemon_timing: the daemon's per-bucket parts summed, the first bucket's launch after Begin
+        and the engines' commit).
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
         pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
         work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did, and
