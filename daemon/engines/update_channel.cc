@@ -136,6 +136,14 @@ void UpdateChannel::Cancel(absl::string_view why) {
     // deadline; shutting the socket first ends that write now.
     std::lock_guard<std::mutex> lock(fd_mu_);
     cancelling_ = true;
+    {
+      // Before the shutdown: the reader, seeing the connection end, reports this reason and not
+      // an engine that closed it.
+      std::lock_guard<std::mutex> open(open_mu_);
+      const absl::Status cancelled = absl::CancelledError(why);
+      if (ended_.ok()) ended_ = cancelled;
+      if (broken_.ok()) broken_ = cancelled;
+    }
     if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
   }
   std::lock_guard<std::mutex> write(write_mu_);
