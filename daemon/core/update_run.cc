@@ -17,7 +17,8 @@ UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, 
       on_done_(std::move(on_done)),
       started_(absl::Now()) {
   sender_ = std::thread([this] { SenderLoop(); });
-  completer_ = std::thread([this] { CompletionLoop(); });
+  sent_thread_ = std::thread([this] { SentLoop(); });
+  answer_thread_ = std::thread([this] { AnswerLoop(); });
 }
 
 UpdateRun::~UpdateRun() {
@@ -28,7 +29,8 @@ UpdateRun::~UpdateRun() {
   }
   if (!finished) Abort(absl::AbortedError("update dropped without commit or abort"));
   if (sender_.joinable()) sender_.join();
-  if (completer_.joinable()) completer_.join();
+  if (sent_thread_.joinable()) sent_thread_.join();
+  if (answer_thread_.joinable()) answer_thread_.join();
 }
 
 uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
@@ -213,8 +215,13 @@ void UpdateRun::SenderLoop() {
     std::lock_guard<std::mutex> lock(mu_);
     if (first_launch_ == absl::InfinitePast()) first_launch_ = absl::Now();
     ++transfers_started_;
-    in_flight_.push_back(
-        InFlight{std::move(p), std::move(transfer), std::move(successor), turn, verify_seconds});
+    InFlight f;
+    f.pending = std::move(p);
+    f.transfer = std::move(transfer);
+    f.successor = std::move(successor);
+    f.turn = turn;
+    f.verify_seconds = verify_seconds;
+    in_flight_.push_back(std::move(f));
     cv_.notify_all();
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -222,38 +229,62 @@ void UpdateRun::SenderLoop() {
   cv_.notify_all();
 }
 
-void UpdateRun::CompletionLoop() {
+void UpdateRun::SentLoop() {
   while (true) {
     InFlight f;
-    bool failed_before;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return !in_flight_.empty() || sender_done_; });
-      if (in_flight_.empty()) return;
+      if (in_flight_.empty()) break;
       f = std::move(in_flight_.front());
       in_flight_.pop_front();
-      failed_before = !failure_.ok();
+      f.failed_before = !failure_.ok();
     }
     // A bucket started before an earlier one failed still completes (its broadcast is queued and
     // its engines expect it) unless the collective was aborted, which ends it at once.
     const Pending& p = f.pending;
-    const uint64_t span = p.manifest.span_bytes();
-    auto sent = f.transfer->WaitSent();
-    const absl::Time sent_at = absl::Now();
+    f.sent = f.transfer->WaitSent();
+    f.sent_at = absl::Now();
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              span, " bytes): broadcast ", sent.ok() ? "done" : "failed");
-    if (sent.ok()) {
+              p.manifest.span_bytes(), " bytes): broadcast ", f.sent.ok() ? "done" : "failed");
+    if (f.sent.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);
-      if (!failure_.ok()) failed_before = true;
+      if (!failure_.ok()) f.failed_before = true;
     }
-    if (sent.ok() && !failed_before) events_->SlotFree(p.slot);
+    if (f.sent.ok() && !f.failed_before) events_->SlotFree(p.slot);
     // Read in place, the trainer's tensors were in use until now.
-    if (sent.ok() && p.direct != nullptr) events_->SourcesRead(p.sequence);
+    if (f.sent.ok() && p.direct != nullptr) events_->SourcesRead(p.sequence);
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_.push_back(std::move(f));
+    cv_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  sent_loop_done_ = true;
+  cv_.notify_all();
+}
+
+void UpdateRun::AnswerLoop() {
+  while (true) {
+    InFlight f;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !sent_.empty() || sent_loop_done_; });
+      if (sent_.empty()) return;
+      f = std::move(sent_.front());
+      sent_.pop_front();
+    }
+    const Pending& p = f.pending;
+    const uint64_t span = p.manifest.span_bytes();
+    const absl::StatusOr<BroadcastTiming>& sent = f.sent;
+    const absl::Time sent_at = f.sent_at;
+    const bool failed_before = f.failed_before;
     std::vector<EngineOutcome> outcomes;
     absl::Status status = f.transfer->WaitAnswered(&outcomes);
     if (status.ok() && !sent.ok()) status = sent.status();
-    const absl::Time answered_at = absl::Now();
+    // The engines' own answer time: this thread may reach a bucket after its answer came.
+    const absl::Time answered_at =
+        f.transfer->answered_at() != absl::InfinitePast() ? f.transfer->answered_at() : absl::Now();
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, ": sent ",
               sent.ok() ? "ok" : sent.status().ToString(), ", answered: ", status.ToString());
     if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
@@ -338,7 +369,8 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     cv_.notify_all();
   }
   if (sender_.joinable()) sender_.join();
-  if (completer_.joinable()) completer_.join();
+  if (sent_thread_.joinable()) sent_thread_.join();
+  if (answer_thread_.joinable()) answer_thread_.join();
 
   UpdateOutcome outcome;
   outcome.update_id = context_.update_id;

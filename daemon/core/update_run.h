@@ -79,9 +79,10 @@ struct UpdateContext {
 // arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
 // (or, in pull mode, fills it) and starts its transfer, which writes the engines' requests and
 // queues the broadcast once the previous bucket's are (see BucketTransfer): request k+1 waits at
-// the engine and broadcast k+1 on rank 0's stream while bucket k is on the wire. The completion
-// thread frees each slot when its bytes have left rank 0 and collects the engines' answers; a
-// failure there closes the next bucket's gate. The trainer fills the next slot meanwhile.
+// the engine and broadcast k+1 on rank 0's stream while bucket k is on the wire. The sent thread
+// frees each slot when its bytes have left rank 0, and the answer thread collects the engines'
+// answers, so no slot waits for an answer; a failed answer closes the next bucket's gate. The
+// trainer fills the next slot meanwhile.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;
@@ -120,10 +121,18 @@ class UpdateRun {
     // The next bucket's requests wait on it; opened once this bucket lets them go.
     std::shared_ptr<RequestGate> successor;
     absl::Time turn;
-    double verify_seconds;
+    double verify_seconds = 0;
+    // Filled by the sent thread.
+    absl::StatusOr<BroadcastTiming> sent = absl::UnknownError("not sent yet");
+    absl::Time sent_at;
+    bool failed_before = false;  // an earlier bucket had failed: no SlotFree, no BucketDone
   };
   void SenderLoop();
-  void CompletionLoop();
+  // Frees each slot as soon as its bytes have left rank 0, in order, whatever the engines'
+  // answers: slots recycle at the pace of the wire, not of the engines' HTTP handling.
+  void SentLoop();
+  // Collects the engines' answers, in order, and records each bucket's outcome.
+  void AnswerLoop();
   absl::Status Verify(const Pending& p);
   // Pull mode: copies the trainer's tensors into the slot (after the trainer's ready signal).
   absl::Status Fill(const Pending& p);
@@ -146,13 +155,15 @@ class UpdateRun {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
-  std::deque<InFlight> in_flight_;
-  absl::Time previous_answered_at_ = absl::InfinitePast();  // completion thread only
-  bool first_done_ = false;                                 // completion thread only
+  std::deque<InFlight> in_flight_;  // started, not yet sent
+  std::deque<InFlight> sent_;       // sent (or failed to), answers not yet collected
+  absl::Time previous_answered_at_ = absl::InfinitePast();  // answer thread only
+  bool first_done_ = false;                                 // answer thread only
   absl::Time first_launch_ = absl::InfinitePast();          // sender thread, then under mu_
-  uint64_t transfers_started_ = 0;  // buckets handed to the completion thread
+  uint64_t transfers_started_ = 0;                          // buckets handed to the sent thread
   uint64_t transfers_settled_ = 0;  // of those, answered or failed (and recorded)
   bool sender_done_ = false;
+  bool sent_loop_done_ = false;
   bool failure_reported_ = false;
   bool closing_ = false;
   bool finished_ = false;
@@ -164,7 +175,8 @@ class UpdateRun {
   uint64_t bytes_ = 0;
   BucketTiming totals_;
   std::thread sender_;
-  std::thread completer_;
+  std::thread sent_thread_;
+  std::thread answer_thread_;
 };
 
 }  // namespace wsync

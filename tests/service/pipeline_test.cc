@@ -47,6 +47,64 @@ TEST_F(ServiceFixture, BroadcastsQueueBackToBackWithoutWaitingForAnswers) {
   EXPECT_LT(starts[1].at - starts[0].at, absl::Milliseconds(90));
 }
 
+TEST_F(ServiceFixture, SlotsRecycleAtTheWiresPaceNotTheAnswers) {
+  // Data-plane mode (the benchmark's): every receive is posted ahead and the engines answer 300 ms
+  // after each request. A slot is free once its bytes have left rank 0, so with 2 slots and 4+
+  // buckets no broadcast waits for an answer. (Freeing bucket k+1's slot only after bucket k's
+  // answer once held the fourth bucket about 250 ms here.)
+  CreatePolicyGroup();
+  auto model = SmallModel(2);
+  PushAndExpectHeld("v1", SmallModel(1));  // the engine ranks join the collective
+  std::vector<uint64_t> sizes;
+  for (const BroadcastRecord& r : broadcasts_.records()) sizes.push_back(r.bytes);
+  ASSERT_GE(sizes.size(), 4u);
+  const size_t before = sizes.size();
+  for (const RunningSim* sim : {&sim_a_, &sim_b_}) {
+    SetKnobs(*sim, R"({"data_plane": true, "answer_delay_ms": 300})");
+    httplib::Client http(sim->url);
+    auto posted = http.Post("/sim/receive_ahead", nlohmann::json({{"sizes", sizes}}).dump(),
+                            "application/json");
+    ASSERT_TRUE(posted && posted->status == 200) << (posted ? posted->body : "no answer");
+  }
+  auto result = client_->Push("policy", "v2", Refs(model));
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<BroadcastRecord> all = broadcasts_.records();
+  ASSERT_EQ(all.size(), 2 * before);
+  for (size_t i = before + 1; i < all.size(); ++i) {
+    EXPECT_LT(all[i].at - all[i - 1].at, absl::Milliseconds(200)) << "broadcast " << i - before;
+  }
+  // The bytes the ranks received ahead are the model's buckets, in order.
+  std::vector<std::string> expected;
+  std::vector<uint8_t> bucket;
+  size_t k = 0;
+  for (const OwnedTensor& t : model) {
+    bucket.insert(bucket.end(), t.data.begin(), t.data.end());
+    if (k < sizes.size() && bucket.size() == sizes[k]) {
+      expected.push_back(Crc32Hex(Crc32(bucket.data(), bucket.size())));
+      bucket.clear();
+      ++k;
+    }
+  }
+  ASSERT_EQ(expected.size(), sizes.size()) << "buckets hold whole tensors back to back";
+  for (const auto& [sim, ranks] :
+       {std::pair{&sim_a_, std::vector<std::string>{"1"}}, {&sim_b_, {"2", "3"}}}) {
+    httplib::Client http(sim->url);
+    nlohmann::json received;
+    for (int i = 0; i < 200; ++i) {
+      auto r = http.Get("/sim/received");
+      ASSERT_TRUE(r && r->status == 200);
+      received = nlohmann::json::parse(r->body)["ranks"];
+      bool all_in = true;
+      for (const auto& rank : ranks) all_in = all_in && received[rank].size() == expected.size();
+      if (all_in) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    for (const auto& rank : ranks) {
+      EXPECT_EQ(received[rank].get<std::vector<std::string>>(), expected) << "rank " << rank;
+    }
+  }
+}
+
 TEST_F(ServiceFixture, FailedBucketStopsEveryLaterBucketAndTheGroupReforms) {
   // An engine fails a bucket after receiving it (an error in its load_weights). At most the one
   // request already pipelined behind it also reached the engines (2 slots); nothing launched

@@ -17,6 +17,7 @@ namespace wsync {
 struct BroadcastRecord {
   absl::Time at;
   bool from_slot;
+  uint64_t bytes = 0;
 };
 
 class BroadcastLog {
@@ -63,7 +64,9 @@ class RecordingPlatform final : public Platform {
     absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory& slot, const void* base,
                                                 const std::vector<BroadcastPiece>& pieces,
                                                 absl::Time deadline) override {
-      log_->Add(BroadcastRecord{absl::Now(), base == slot.data()});
+      uint64_t bytes = 0;
+      for (const BroadcastPiece& p : pieces) bytes += p.bytes();
+      log_->Add(BroadcastRecord{absl::Now(), base == slot.data(), bytes});
       return inner_->StartBroadcastFrom(slot, base, pieces, deadline);
     }
     absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override {

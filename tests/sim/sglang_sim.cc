@@ -36,6 +36,10 @@ SglangSim::SglangSim(int tp_size, SimKnobs knobs) : tp_size_(tp_size), knobs_(st
 
 SglangSim::~SglangSim() { Stop(); }
 
+SglangSim::Rank::~Rank() {
+  if (ahead.joinable()) ahead.join();
+}
+
 absl::StatusOr<int> SglangSim::Start(const std::string& host, int port) {
   server_ = std::make_unique<SimHttpServer>();
   Routes();
@@ -155,8 +159,7 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
 }
 
 void SglangSim::Routes() {
-  server_->Get("/health",
-               [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 200; });
+  server_->Get("/health", [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 200; });
   server_->Get("/get_server_info", [this](const SimHttpRequest&, SimHttpResponse& res) {
     std::lock_guard<std::mutex> lock(mu_);
     Reply(res, 200,
@@ -211,6 +214,11 @@ void SglangSim::Routes() {
         !body.contains("shapes") || body["names"].size() != body["dtypes"].size() ||
         body["names"].size() != body["shapes"].size()) {
       return SuccessReply(res, false, "names, dtypes and shapes must have equal lengths");
+    }
+    if (knobs_.data_plane) {
+      // The bytes were (or will be) taken by the receives /sim/receive_ahead posted.
+      if (knobs_.answer_delay_ms > 0) absl::SleepFor(absl::Milliseconds(knobs_.answer_delay_ms));
+      return SuccessReply(res, true, "data plane");
     }
     if (index == knobs_.fail_update_at) {
       res.status = 500;
@@ -277,19 +285,18 @@ void SglangSim::Routes() {
     paused_ = false;
     Reply(res, 200, {{"message", "Generation continued successfully."}, {"status", "ok"}});
   });
-  server_->Post("/update_weight_version",
-                [this](const SimHttpRequest& req, SimHttpResponse& res) {
-                  json body = json::parse(req.body, nullptr, false);
-                  if (body.is_discarded() || !body.contains("new_version")) {
-                    return SuccessReply(res, false, "new_version is required");
-                  }
-                  std::lock_guard<std::mutex> lock(mu_);
-                  weight_version_ = body["new_version"].get<std::string>();
-                  Reply(res, 200,
-                        {{"success", true},
-                         {"message", "Weight version updated successfully"},
-                         {"new_version", weight_version_}});
-                });
+  server_->Post("/update_weight_version", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.contains("new_version")) {
+      return SuccessReply(res, false, "new_version is required");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    weight_version_ = body["new_version"].get<std::string>();
+    Reply(res, 200,
+          {{"success", true},
+           {"message", "Weight version updated successfully"},
+           {"new_version", weight_version_}});
+  });
   auto flush = [](const SimHttpRequest&, SimHttpResponse& res) {
     res.status = 200;
     res.set_content(
@@ -302,6 +309,41 @@ void SglangSim::Routes() {
   server_->Get("/sim/checksums", [this](const SimHttpRequest&, SimHttpResponse& res) {
     Reply(res, 200, Checksums());
   });
+  server_->Post("/sim/receive_ahead", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object() || !body.contains("sizes")) {
+      return Reply(res, 400, {{"error", "sizes expected"}});
+    }
+    const std::vector<uint64_t> sizes = body["sizes"].get<std::vector<uint64_t>>();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!group_) return Reply(res, 400, {{"error", "no group"}});
+    for (auto& r : group_->ranks) {
+      if (!r->peer) return Reply(res, 400, {{"error", "rank has not joined the collective yet"}});
+      if (r->ahead.joinable()) r->ahead.join();
+      r->ahead_crcs.clear();
+      r->ahead = std::thread([this, rank = r.get(), sizes] {
+        for (uint64_t n : sizes) {
+          std::vector<uint8_t> flat(n);
+          if (!rank->peer->Receive(flat.data(), n, absl::Now() + absl::Seconds(30)).ok()) return;
+          std::lock_guard<std::mutex> lock(mu_);
+          rank->ahead_crcs.push_back(Crc32(flat.data(), n));
+        }
+      });
+    }
+    Reply(res, 200, {{"posted", sizes.size()}});
+  });
+  server_->Get("/sim/received", [this](const SimHttpRequest&, SimHttpResponse& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    json ranks = json::object();
+    if (group_) {
+      for (const auto& r : group_->ranks) {
+        json crcs = json::array();
+        for (uint32_t c : r->ahead_crcs) crcs.push_back(Crc32Hex(c));
+        ranks[std::to_string(group_->rank_offset + r->tp_rank)] = crcs;
+      }
+    }
+    Reply(res, 200, {{"ranks", ranks}});
+  });
   server_->Post("/sim/knobs", [this](const SimHttpRequest& req, SimHttpResponse& res) {
     json body = json::parse(req.body, nullptr, false);
     if (!body.is_object()) return Reply(res, 400, {{"error", "JSON object expected"}});
@@ -312,6 +354,7 @@ void SglangSim::Routes() {
     knobs_.die_at_update = body.value("die_at_update", knobs_.die_at_update);
     knobs_.answer_delay_ms = body.value("answer_delay_ms", knobs_.answer_delay_ms);
     knobs_.never_fetch_id = body.value("never_fetch_id", knobs_.never_fetch_id);
+    knobs_.data_plane = body.value("data_plane", knobs_.data_plane);
     Reply(res, 200, {{"updates_received", updates_.load()}});
   });
 }

@@ -32,6 +32,9 @@ struct SimKnobs {
   int die_at_update = -1;       // the process exits halfway through receiving the Nth bucket
   int answer_delay_ms = 0;      // time spent after receiving, as load_weights takes
   bool never_fetch_id = false;  // joins the store but never reads the id (the device_id hazard)
+  // Benchmark data-plane mode, as the torch simulator's: update requests are answered (after
+  // answer_delay_ms) without receiving; POST /sim/receive_ahead posted the receives beforehand.
+  bool data_plane = false;
   std::string version = "0.5.6";
 };
 
@@ -53,11 +56,14 @@ class SglangSim {
 
  private:
   struct Rank {
+    ~Rank();  // waits for the receives posted ahead
     int tp_rank = 0;
     std::unique_ptr<TcpStoreClient> store;
     std::unique_ptr<HostCollectivePeer> peer;
     std::map<std::string, std::vector<uint8_t>> tensors;
     std::map<std::string, uint32_t> crcs;
+    std::thread ahead;                 // data-plane receives posted by /sim/receive_ahead
+    std::vector<uint32_t> ahead_crcs;  // one per bucket received ahead (guarded by mu_)
   };
   struct Group {
     std::string name;
