@@ -229,17 +229,19 @@ void UpdateRun::SenderLoop() {
   cv_.notify_all();
 }
 
+bool UpdateRun::TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !queue.empty() || done; });
+  if (queue.empty()) return false;
+  *out = std::move(queue.front());
+  queue.pop_front();
+  out->failed_before = out->failed_before || !failure_.ok();
+  return true;
+}
+
 void UpdateRun::SentLoop() {
-  while (true) {
-    InFlight f;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !in_flight_.empty() || sender_done_; });
-      if (in_flight_.empty()) break;
-      f = std::move(in_flight_.front());
-      in_flight_.pop_front();
-      f.failed_before = !failure_.ok();
-    }
+  InFlight f;
+  while (TakeNext(in_flight_, sender_done_, &f)) {
     // A bucket started before an earlier one failed still completes (its broadcast is queued and
     // its engines expect it) unless the collective was aborted, which ends it at once.
     const Pending& p = f.pending;
@@ -265,15 +267,8 @@ void UpdateRun::SentLoop() {
 }
 
 void UpdateRun::AnswerLoop() {
-  while (true) {
-    InFlight f;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !sent_.empty() || sent_loop_done_; });
-      if (sent_.empty()) return;
-      f = std::move(sent_.front());
-      sent_.pop_front();
-    }
+  InFlight f;
+  while (TakeNext(sent_, sent_loop_done_, &f)) {
     const Pending& p = f.pending;
     const uint64_t span = p.manifest.span_bytes();
     const absl::StatusOr<BroadcastTiming>& sent = f.sent;

@@ -133,6 +133,9 @@ class UpdateRun {
   void SentLoop();
   // Collects the engines' answers, in order, and records each bucket's outcome.
   void AnswerLoop();
+  // Takes the next item of `queue` once there is one (marking it failed_before if the update has
+  // failed); false once `done` is set and the queue is empty.
+  bool TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight* out);
   absl::Status Verify(const Pending& p);
   // Pull mode: copies the trainer's tensors into the slot (after the trainer's ready signal).
   absl::Status Fill(const Pending& p);
