@@ -10,104 +10,71 @@ namespace wsync {
 
 BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters,
                                std::vector<std::shared_ptr<UpdateChannel>> channels,
-                               RootCommunicator* comm, BucketManifest manifest,
-                               std::string rank_map, std::shared_ptr<RequestGate> gate,
-                               absl::Time deadline, FailureHook on_failure, Diagnosis diagnose)
+                               RootCommunicator* comm, std::string rank_map, absl::Time deadline,
+                               FailureHook on_failure, Diagnosis diagnose)
     : adapters_(std::move(adapters)),
       channels_(std::move(channels)),
       comm_(comm),
-      manifest_(std::move(manifest)),
       rank_map_(std::move(rank_map)),
-      gate_(std::move(gate)),
       deadline_(deadline),
       on_failure_(std::move(on_failure)),
-      diagnose_(std::move(diagnose)) {
-  launch_->calls.resize(adapters_.size());
-  launch_->not_written.resize(adapters_.size());
-}
+      diagnose_(std::move(diagnose)),
+      calls_(adapters_.size()),
+      not_written_(adapters_.size()) {}
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     const std::vector<EngineAdapter*>& adapters,
     const std::vector<std::shared_ptr<UpdateChannel>>& channels, RootCommunicator* comm,
-    SlotMemory& slot, const void* base, BucketManifest manifest, const std::string& group_name,
-    std::string rank_map, std::shared_ptr<RequestGate> gate, std::shared_ptr<RequestGate> successor,
-    absl::Time deadline, FailureHook on_failure, Diagnosis diagnose) {
+    SlotMemory& slot, const void* base, const BucketManifest& manifest,
+    const std::string& group_name, std::string rank_map, absl::Time deadline,
+    FailureHook on_failure, Diagnosis diagnose) {
   if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
   if (channels.size() != adapters.size()) {
     return absl::InternalError("one update channel per engine expected");
   }
-  std::vector<BroadcastPiece> pieces = adapters.front()->BroadcastPieces(manifest);
   std::vector<EngineRequest> requests;
   for (EngineAdapter* a : adapters) requests.push_back(a->BucketRequest(manifest, group_name));
   auto transfer = std::unique_ptr<BucketTransfer>(
-      new BucketTransfer(adapters, channels, comm, std::move(manifest), std::move(rank_map),
-                         std::move(gate), deadline, std::move(on_failure), std::move(diagnose)));
-  SlotMemory* from = &slot;
-  transfer->gate_->OnDecided([launch = transfer->launch_, adapters, channels, comm, from, base,
-                              pieces = std::move(pieces), requests = std::move(requests),
-                              successor = std::move(successor),
-                              deadline](const absl::Status& open) {
-    absl::Status outcome;
-    {
-      std::lock_guard<std::mutex> lock(launch->mu);
-      if (launch->dropped) {
-        outcome = absl::CancelledError("the previous bucket's transfer was dropped");
-      } else if (!open.ok()) {
-        outcome = absl::Status(open.code(), absl::StrCat("not sent: ", open.message()));
-      }
-      // Requests first: the first broadcast of a communicator returns only once the engines join
-      // it, which they do inside their requests.
-      for (size_t i = 0; outcome.ok() && i < channels.size(); ++i) {
-        auto call = channels[i]->Post(requests[i].path, requests[i].json_body, deadline);
-        if (!call.ok()) {
-          launch->not_written[i] = call.status();
-          outcome = call.status();
-          break;
-        }
-        launch->calls[i] = *call;
-        (*call)->OnDone([comm, adapter = adapters[i]](const absl::StatusOr<HttpReply>& reply) {
-          absl::Status s = reply.ok() ? adapter->CheckBucketReply(*reply) : reply.status();
-          // This engine will never take the bucket's bytes: end the broadcast now rather than at
-          // the deadline. (Cancelled calls belong to an update that already failed.)
-          if (!s.ok() && s.code() != absl::StatusCode::kCancelled) comm->Abort(s.message());
-        });
-      }
-      if (outcome.ok()) {
-        auto ticket = base != nullptr ? comm->StartBroadcastFrom(*from, base, pieces, deadline)
-                                      : comm->StartBroadcast(*from, pieces, deadline);
-        if (ticket.ok()) {
-          launch->ticket = *ticket;
-        } else {
-          outcome = ticket.status();
-        }
-      }
-      // Engines that took a request would wait for bytes that never come.
-      if (!outcome.ok() && open.ok() && !launch->dropped) comm->Abort(outcome.message());
-      launch->status = outcome;
-      launch->done = true;
-      launch->cv.notify_all();
-    }
-    // Outside the lock: opening may launch the next bucket at once, in this thread.
-    if (outcome.ok()) {
-      successor->Open();
-    } else {
-      successor->Close(absl::AbortedError("an earlier bucket of this update failed"));
-    }
-  });
+      new BucketTransfer(adapters, channels, comm, std::move(rank_map), deadline,
+                         std::move(on_failure), std::move(diagnose)));
+  transfer->launch_status_ =
+      transfer->Launch(slot, base, adapters.front()->BroadcastPieces(manifest), requests);
+  // Engines that took a request would wait for bytes that never come.
+  if (!transfer->launch_status_.ok()) comm->Abort(transfer->launch_status_.message());
   return transfer;
 }
 
-BucketTransfer::~BucketTransfer() {
-  bool launched;
-  {
-    std::lock_guard<std::mutex> lock(launch_->mu);
-    launch_->dropped = true;
-    launched = launch_->done && launch_->status.ok();
+absl::Status BucketTransfer::Launch(SlotMemory& slot, const void* base,
+                                    const std::vector<BroadcastPiece>& pieces,
+                                    const std::vector<EngineRequest>& requests) {
+  // Requests first: the first broadcast of a communicator returns only once the engines join it,
+  // which they do inside their requests.
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    auto call = channels_[i]->Post(requests[i].path, requests[i].json_body, deadline_);
+    if (!call.ok()) {
+      not_written_[i] = call.status();
+      return call.status();
+    }
+    calls_[i] = *call;
+    (*call)->OnDone([comm = comm_, adapter = adapters_[i]](const absl::StatusOr<HttpReply>& reply) {
+      absl::Status s = reply.ok() ? adapter->CheckBucketReply(*reply) : reply.status();
+      // This engine will never take the bucket's bytes: end the broadcast now rather than at the
+      // deadline. (Cancelled calls belong to an update that already failed.)
+      if (!s.ok() && s.code() != absl::StatusCode::kCancelled) comm->Abort(s.message());
+    });
   }
+  auto ticket = base != nullptr ? comm_->StartBroadcastFrom(slot, base, pieces, deadline_)
+                                : comm_->StartBroadcast(slot, pieces, deadline_);
+  if (!ticket.ok()) return ticket.status();
+  ticket_ = *ticket;
+  return absl::OkStatus();
+}
+
+BucketTransfer::~BucketTransfer() {
   if (!waited_answers_) {
     // Requests whose broadcast may still go out cannot be dropped alone: the engines would read
     // the next bucket's bytes as this one's.
-    if (launched && !waited_sent_) {
+    if (launched() && !waited_sent_) {
       comm_->Abort("bucket transfer dropped before its broadcast completed");
     }
     Cancel();
@@ -115,7 +82,6 @@ BucketTransfer::~BucketTransfer() {
 }
 
 void BucketTransfer::Cancel() {
-  gate_->Close(absl::CancelledError("the bucket's broadcast failed"));
   for (const auto& channel : channels_) channel->Cancel("the bucket's broadcast failed");
 }
 
@@ -125,20 +91,9 @@ absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
     return absl::FailedPreconditionError("WaitSent called twice");
   }
   waited_sent_ = true;
-  uint64_t ticket;
-  {
-    std::unique_lock<std::mutex> lock(launch_->mu);
-    launch_->cv.wait_until(lock, absl::ToChronoTime(deadline_), [&] { return launch_->done; });
-    if (!launch_->done) {
-      sent_ = absl::DeadlineExceededError(
-          "never sent: the previous bucket never reached its engines before this one's deadline");
-    } else {
-      sent_ = launch_->status;
-    }
-    ticket = launch_->ticket;
-  }
+  sent_ = launch_status_;
   if (sent_.ok()) {
-    auto timing = comm_->WaitBroadcast(ticket, deadline_);
+    auto timing = comm_->WaitBroadcast(ticket_, deadline_);
     sent_ = timing.status();
     if (sent_.ok()) return timing;
   }
@@ -148,9 +103,8 @@ absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
 }
 
 absl::Time BucketTransfer::requests_written_at() const {
-  std::lock_guard<std::mutex> lock(launch_->mu);
   absl::Time last = absl::InfinitePast();
-  for (const auto& call : launch_->calls) {
+  for (const auto& call : calls_) {
     if (call == nullptr) return absl::InfinitePast();
     last = std::max(last, call->written_at());
   }
@@ -162,15 +116,8 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
   if (!waited_sent_) (void)WaitSent();
   // Without the broadcast the engines wait for bytes that never come.
   if (!sent_.ok()) Cancel();
-  std::vector<std::shared_ptr<ChannelCall>> calls;
-  std::vector<absl::Status> results;
-  absl::Status launch_status;
-  {
-    std::lock_guard<std::mutex> lock(launch_->mu);
-    calls = launch_->calls;
-    results = launch_->not_written;
-    launch_status = launch_->status;
-  }
+  const std::vector<std::shared_ptr<ChannelCall>>& calls = calls_;
+  std::vector<absl::Status> results = not_written_;
   // When each engine failed: its answer, or the deadline it never answered by. A request that
   // was never written failed first, at the launch.
   std::vector<absl::Time> failed_at(calls.size(), absl::InfinitePast());
@@ -178,7 +125,7 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
     if (!results[i].ok()) continue;
     if (calls[i] == nullptr) {
       results[i] =
-          absl::CancelledError(absl::StrCat("request not sent: ", launch_status.message()));
+          absl::CancelledError(absl::StrCat("request not sent: ", launch_status_.message()));
       continue;
     }
     auto reply = calls[i]->Wait(deadline_);

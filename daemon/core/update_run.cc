@@ -143,9 +143,8 @@ const void* UpdateRun::DirectSource(const Pending& p) {
 }
 
 void UpdateRun::SenderLoop() {
-  // The first bucket's requests go out at once; each later one's when its predecessor opens it.
-  auto gate = std::make_shared<RequestGate>();
-  gate->Open();
+  // A bucket whose launch failed fails the update; none after it may reach an engine.
+  bool previous_launched = true;
   while (true) {
     Pending p;
     {
@@ -154,7 +153,7 @@ void UpdateRun::SenderLoop() {
       if (queue_.empty()) break;
       p = std::move(queue_.front());
       queue_.pop_front();
-      if (!failure_.ok()) {
+      if (!failure_.ok() || !previous_launched) {
         // After a failure queued buckets are dropped: the trainer gets the failure, not SlotFree.
         ReleaseSlot(p.slot, SlotState::kQueued);
         continue;
@@ -174,16 +173,13 @@ void UpdateRun::SenderLoop() {
     // holds them until its broadcast is done.
     if (p.direct == nullptr) p.pulled.keep.clear();
     std::unique_ptr<BucketTransfer> transfer;
-    std::shared_ptr<RequestGate> successor;
     if (status.ok()) {
-      // Launched when `gate` opens: at once when the previous bucket is already launched, so this
-      // thread writes the requests and queues the broadcast before it fills the next slot.
-      successor = std::make_shared<RequestGate>();
-      auto started = group_->StartBucket(*p.memory, p.direct, p.manifest, gate, successor,
+      // This thread writes the requests and queues the broadcast before it fills the next slot.
+      auto started = group_->StartBucket(*p.memory, p.direct, p.manifest,
                                          absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         transfer = std::move(*started);
-        gate = successor;
+        previous_launched = transfer->launched();
       } else {
         status = started.status();
       }
@@ -203,22 +199,20 @@ void UpdateRun::SenderLoop() {
       ReportFailure(status);
       continue;
     }
-    WSYNC_LOG(
-        Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-        p.manifest.span_bytes(), " bytes",
-        p.direct ? ", read in place"
-        : pull   ? ", pulled"
-                 : "",
-        "): started; ", pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
-        absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
-        " ms to launch (requests written and broadcast queued once the previous bucket's are)");
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
+              p.manifest.span_bytes(), " bytes",
+              p.direct ? ", read in place"
+              : pull   ? ", pulled"
+                       : "",
+              "): started; ", pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
+              absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
+              " ms to launch (requests written, broadcast queued)");
     std::lock_guard<std::mutex> lock(mu_);
     if (first_launch_ == absl::InfinitePast()) first_launch_ = absl::Now();
     ++transfers_started_;
     InFlight f;
     f.pending = std::move(p);
     f.transfer = std::move(transfer);
-    f.successor = std::move(successor);
     f.turn = turn;
     f.verify_seconds = verify_seconds;
     in_flight_.push_back(std::move(f));
@@ -295,11 +289,6 @@ void UpdateRun::AnswerLoop() {
       }
       ++transfers_settled_;
       cv_.notify_all();
-    }
-    // Normally opened long ago, when this bucket was launched; a failure keeps any bucket not yet
-    // launched from going out.
-    if (!status.ok()) {
-      f.successor->Close(absl::AbortedError("an earlier bucket of this update failed"));
     }
     // How long the engines, done with the previous bucket, waited for this one's request.
     const absl::Time written_at = f.transfer->requests_written_at();

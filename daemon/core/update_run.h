@@ -78,10 +78,10 @@ struct UpdateContext {
 // One update of one group from one session, as a pipeline: buckets are validated when they
 // arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
 // (or, in pull mode, fills it) and starts its transfer, which writes the engines' requests and
-// queues the broadcast once the previous bucket's are (see BucketTransfer): request k+1 waits at
+// queues the broadcast behind the previous bucket's (see BucketTransfer): request k+1 waits at
 // the engine and broadcast k+1 on rank 0's stream while bucket k is on the wire. The sent thread
 // frees each slot when its bytes have left rank 0, and the answer thread collects the engines'
-// answers, so no slot waits for an answer; a failed answer closes the next bucket's gate. The
+// answers, so no slot waits for an answer. After a failure no later bucket is started. The
 // trainer fills the next slot meanwhile.
 class UpdateRun {
  public:
@@ -118,8 +118,6 @@ class UpdateRun {
   struct InFlight {
     Pending pending;
     std::unique_ptr<BucketTransfer> transfer;
-    // The next bucket's requests wait on it; opened once this bucket lets them go.
-    std::shared_ptr<RequestGate> successor;
     absl::Time turn;
     double verify_seconds = 0;
     // Filled by the sent thread.
@@ -162,7 +160,7 @@ class UpdateRun {
   std::deque<InFlight> sent_;       // sent (or failed to), answers not yet collected
   absl::Time previous_answered_at_ = absl::InfinitePast();  // answer thread only
   bool first_done_ = false;                                 // answer thread only
-  absl::Time first_launch_ = absl::InfinitePast();          // sender thread, then under mu_
+  absl::Time first_launch_ = absl::InfinitePast();          // guarded by mu_
   uint64_t transfers_started_ = 0;                          // buckets handed to the sent thread
   uint64_t transfers_settled_ = 0;  // of those, answered or failed (and recorded)
   bool sender_done_ = false;

@@ -271,8 +271,7 @@ absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
 }
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
-    SlotMemory& slot, const void* base, BucketManifest manifest, std::shared_ptr<RequestGate> gate,
-    std::shared_ptr<RequestGate> successor, absl::Time deadline) {
+    SlotMemory& slot, const void* base, const BucketManifest& manifest, absl::Time deadline) {
   RootCommunicator* comm;
   std::vector<std::shared_ptr<UpdateChannel>> channels;
   {
@@ -285,8 +284,7 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> WeightGroup::StartBucket(
     channels = channels_;
   }
   return BucketTransfer::Start(
-      adapter_ptrs_, channels, comm, slot, base, std::move(manifest), spec_.name, rank_map_,
-      std::move(gate), std::move(successor), deadline,
+      adapter_ptrs_, channels, comm, slot, base, manifest, spec_.name, rank_map_, deadline,
       [this](const absl::Status& s) { MarkBroken(s); }, [this] { return StoreReport(); });
 }
 

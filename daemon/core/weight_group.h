@@ -75,15 +75,13 @@ class WeightGroup {
   // ready -> updating (re-forming a broken group first), then pauses generation.
   absl::Status BeginUpdate();
   absl::Status ValidateBucket(const BucketManifest& manifest) const;
-  // Once `gate` opens, writes every engine's update request for the bucket and queues the
-  // broadcast of its bytes (in the slot, or at `base` when a trainer allocation holds them laid
-  // out as the bucket), then opens `successor` (see BucketTransfer); returns at once. If the
-  // transfer fails the collective is aborted, the group is broken, and the transfer's outcomes
-  // name the engines at fault.
-  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(
-      SlotMemory& slot, const void* base, BucketManifest manifest,
-      std::shared_ptr<RequestGate> gate, std::shared_ptr<RequestGate> successor,
-      absl::Time deadline);
+  // Writes every engine's update request for the bucket and queues the broadcast of its bytes
+  // (in the slot, or at `base` when a trainer allocation holds them laid out as the bucket); see
+  // BucketTransfer. If the transfer fails the collective is aborted, the group is broken, and the
+  // transfer's outcomes name the engines at fault.
+  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot, const void* base,
+                                                              const BucketManifest& manifest,
+                                                              absl::Time deadline);
   // updating -> ready: records the version on every engine and resumes generation.
   absl::Status FinishUpdate(const std::string& version, std::vector<EngineOutcome>* outcomes);
   // updating -> ready (or broken): resumes generation, best effort.

@@ -5,12 +5,10 @@
 
 #include <condition_variable>
 #include <mutex>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/host/host_platform.h"
-#include "daemon/core/request_gate.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_http_server.h"
@@ -47,6 +45,10 @@ class StalledCommunicator final : public RootCommunicator {
     cv_.notify_all();
   }
   std::string Describe() const override { return "stalled"; }
+  std::string aborted_reason() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
   size_t started() {
     std::lock_guard<std::mutex> lock(mu_);
     return queued_at.size();
@@ -138,13 +140,6 @@ class HeldEngineAdapter final : public EngineAdapter {
   EngineEndpoint endpoint_;
 };
 
-// The gate's decision so far: nullopt while undecided.
-std::optional<absl::Status> Decision(RequestGate& gate) {
-  std::optional<absl::Status> seen;
-  gate.OnDecided([&](const absl::Status& s) { seen = s; });
-  return seen;
-}
-
 class BucketTransferTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -152,15 +147,16 @@ class BucketTransferTest : public ::testing::Test {
     ASSERT_TRUE(slot.ok()) << slot.status();
     slot_ = std::move(*slot);
   }
-  std::unique_ptr<BucketTransfer> Start(const std::string& first_tensor,
-                                        std::shared_ptr<RequestGate> gate,
-                                        std::shared_ptr<RequestGate> successor) {
+  std::unique_ptr<BucketTransfer> Start(const std::string& first_tensor) {
+    return Start(first_tensor, &adapter_, channel_);
+  }
+  std::unique_ptr<BucketTransfer> Start(const std::string& first_tensor, EngineAdapter* adapter,
+                                        std::shared_ptr<UpdateChannel> channel) {
     BucketManifest manifest;
     manifest.tensors.push_back(TensorEntry{first_tensor, DType::kUint8, {64}, 0, 64});
-    auto transfer = BucketTransfer::Start({&adapter_}, {channel_}, &comm_, *slot_, nullptr,
-                                          manifest, "g", "rank 1 = engine", std::move(gate),
-                                          std::move(successor), absl::Now() + absl::Seconds(5),
-                                          [this](const absl::Status& s) { hook_ = s; });
+    auto transfer = BucketTransfer::Start(
+        {adapter}, {std::move(channel)}, &comm_, *slot_, nullptr, manifest, "g", "rank 1 = engine",
+        absl::Now() + absl::Seconds(5), [this](const absl::Status& s) { hook_ = s; });
     EXPECT_TRUE(transfer.ok()) << transfer.status();
     return transfer.ok() ? std::move(*transfer) : nullptr;
   }
@@ -173,52 +169,43 @@ class BucketTransferTest : public ::testing::Test {
   absl::Status hook_;
 };
 
-TEST_F(BucketTransferTest, GateOpensRequestThenBroadcastThenTheSuccessor) {
-  auto gate = std::make_shared<RequestGate>();
-  auto successor = std::make_shared<RequestGate>();
-  auto transfer = Start("a", gate, successor);
+TEST_F(BucketTransferTest, LaunchWritesTheRequestThenQueuesTheBroadcast) {
+  auto transfer = Start("a");
   ASSERT_NE(transfer, nullptr);
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_EQ(comm_.started(), 0u) << "queued before the gate opened";
-  EXPECT_EQ(transfer->requests_written_at(), absl::InfinitePast());
-  EXPECT_FALSE(Decision(*successor).has_value());
-  gate->Open();
-  // All in the opening thread, before Open returns.
+  // All in the calling thread, before Start returns.
+  EXPECT_TRUE(transfer->launched());
   ASSERT_EQ(comm_.started(), 1u);
+  EXPECT_NE(transfer->requests_written_at(), absl::InfinitePast());
   EXPECT_LE(transfer->requests_written_at(), comm_.queued(0))
       << "a broadcast is queued only once its requests are written";
-  ASSERT_TRUE(Decision(*successor).has_value());
-  EXPECT_TRUE(Decision(*successor)->ok()) << "the next bucket may launch";
   EXPECT_THAT(engine_.Received(1), ::testing::ElementsAre(R"({"first": "a"})"));
   comm_.Abort("test done");
 }
 
-TEST_F(BucketTransferTest, ClosedGateWritesAndQueuesNothingAndClosesTheSuccessor) {
-  auto gate = std::make_shared<RequestGate>();
-  auto successor = std::make_shared<RequestGate>();
-  auto transfer = Start("a", gate, successor);
+TEST_F(BucketTransferTest, ARequestThatCannotBeWrittenQueuesNoBroadcastAndAbortsTheCollective) {
+  auto fd = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(fd.ok());
+  const std::string refused = absl::StrCat("http://127.0.0.1:", *LocalPort(fd->get()));
+  fd->reset();  // nobody listens there now
+  HeldEngineAdapter gone(refused);
+  auto transfer = Start("a", &gone, std::make_shared<UpdateChannel>(refused));
   ASSERT_NE(transfer, nullptr);
-  gate->Close(absl::AbortedError("an earlier bucket of this update failed"));
-  EXPECT_EQ(comm_.started(), 0u) << "a closed gate never queues its broadcast";
+  EXPECT_FALSE(transfer->launched());
+  EXPECT_EQ(comm_.started(), 0u) << "a broadcast no engine will join";
+  EXPECT_FALSE(comm_.aborted_reason().empty()) << "the collective is aborted at once";
   auto sent = transfer->WaitSent();
-  EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
-  EXPECT_THAT(sent.status().message(), HasSubstr("not sent: an earlier bucket"));
-  ASSERT_TRUE(Decision(*successor).has_value());
-  EXPECT_EQ(Decision(*successor)->code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(sent.status().code(), absl::StatusCode::kUnavailable) << sent.status();
   std::vector<EngineOutcome> outcomes;
-  EXPECT_FALSE(transfer->WaitAnswered(&outcomes).ok());
-  EXPECT_EQ(engine_.max_waiting(), 0) << "no request reached the engine";
+  absl::Status answered = transfer->WaitAnswered(&outcomes);
+  EXPECT_EQ(answered.code(), absl::StatusCode::kUnavailable) << answered;
+  EXPECT_THAT(answered.message(), HasSubstr("engine " + refused));
 }
 
 TEST_F(BucketTransferTest, NextRequestWaitsAtTheEngineBehindTheLastOnOneConnection) {
-  auto first_gate = std::make_shared<RequestGate>();
-  auto second_gate = std::make_shared<RequestGate>();
-  auto third_gate = std::make_shared<RequestGate>();
-  auto first = Start("a", first_gate, second_gate);
-  auto second = Start("b", second_gate, third_gate);
+  auto first = Start("a");
+  auto second = Start("b");
   ASSERT_NE(first, nullptr);
   ASSERT_NE(second, nullptr);
-  first_gate->Open();
   ASSERT_EQ(comm_.started(), 2u) << "both broadcasts queued back to back, no answer awaited";
   // The engine holds the first request; the second arrived behind it on the same connection.
   ASSERT_EQ(engine_.Received(1).size(), 1u);
@@ -232,9 +219,7 @@ TEST_F(BucketTransferTest, NextRequestWaitsAtTheEngineBehindTheLastOnOneConnecti
 }
 
 TEST_F(BucketTransferTest, EngineErrorAbortsTheBroadcastAtOnceAndNamesTheEngine) {
-  auto gate = std::make_shared<RequestGate>();
-  gate->Open();
-  auto transfer = Start("a", gate, std::make_shared<RequestGate>());
+  auto transfer = Start("a");
   ASSERT_NE(transfer, nullptr);
   ASSERT_EQ(engine_.Received(1).size(), 1u);
   const absl::Time failed_at = absl::Now();
@@ -251,9 +236,7 @@ TEST_F(BucketTransferTest, EngineErrorAbortsTheBroadcastAtOnceAndNamesTheEngine)
 }
 
 TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucketNeverOk) {
-  auto gate = std::make_shared<RequestGate>();
-  gate->Open();
-  auto transfer = Start("a", gate, std::make_shared<RequestGate>());
+  auto transfer = Start("a");
   ASSERT_NE(transfer, nullptr);
   ASSERT_EQ(engine_.Received(1).size(), 1u);
   // Another bucket's failure aborts the collective under this one.

@@ -8,7 +8,6 @@
 #include "common/host/host_source.h"
 #include "daemon/config.h"
 #include "daemon/core/buffer_pool.h"
-#include "daemon/core/request_gate.h"
 #include "daemon/core/source_table.h"
 #include "daemon/core/weight_group.h"
 #include "daemon/engines/sglang_adapter.h"
@@ -174,33 +173,6 @@ TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("http://127.0.0.1:1/get_server_info"));
   EXPECT_FALSE(a.Health().healthy);
-}
-
-TEST(RequestGate, DecidedCallbacksRunOnceInTheDecidingThreadOrAtOnce) {
-  RequestGate gate;
-  std::vector<std::string> ran;
-  std::thread::id ran_in;
-  gate.OnDecided([&](const absl::Status& s) {
-    ran.push_back(s.ok() ? "open" : "closed");
-    ran_in = std::this_thread::get_id();
-  });
-  EXPECT_TRUE(ran.empty()) << "run before the gate was decided";
-  std::thread opener([&] { gate.Open(); });
-  const std::thread::id opener_id = opener.get_id();
-  opener.join();
-  ASSERT_EQ(ran, std::vector<std::string>{"open"});
-  EXPECT_EQ(ran_in, opener_id) << "not run by the thread that opened it";
-  gate.Close(absl::AbortedError("too late"));
-  gate.OnDecided([&](const absl::Status& s) { ran.push_back(s.ok() ? "open" : "closed"); });
-  EXPECT_EQ(ran, (std::vector<std::string>{"open", "open"})) << "decided: run at once";
-
-  RequestGate closed;
-  absl::Status why;
-  closed.OnDecided([&](const absl::Status& s) { why = s; });
-  closed.Close(absl::AbortedError("an earlier bucket of this update failed"));
-  closed.Open();
-  EXPECT_EQ(why.code(), absl::StatusCode::kAborted);
-  EXPECT_THAT(why.message(), HasSubstr("earlier bucket"));
 }
 
 TEST(SourceTable, KeepsAMappingWhileItsHandleStaysAndReplacesItWhenItChanges) {
