@@ -81,12 +81,12 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
                                                                  const std::string& json_body,
                                                                  absl::Time deadline) {
   std::lock_guard<std::mutex> write(write_mu_);
-  if (!cancelled_.ok()) return cancelled_;
   if (!url_status_.ok()) return url_status_;
   bool reopen = !fd_.valid();
   {
     std::lock_guard<std::mutex> lock(open_mu_);
-    // A connection that failed a request stays failed: the update it carries is over.
+    // A connection that failed a request, or was cancelled, stays failed: the update it carries
+    // is over.
     if (!broken_.ok()) return broken_;
     if (!ended_.ok()) reopen = true;
     if (open_.empty() && absl::Now() - last_activity_ >= kReopenAfterIdle) reopen = true;
@@ -109,8 +109,7 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
   if (!written.ok()) {
     // Half a request leaves the connection unusable for the ones behind it.
     absl::Status failed =
-        cancelling_ ? absl::CancelledError("cancelled while the request was being written")
-        : written.code() == absl::StatusCode::kDeadlineExceeded
+        written.code() == absl::StatusCode::kDeadlineExceeded
             ? absl::DeadlineExceededError(absl::StrCat("POST ", path,
                                                        ": the engine did not take the request "
                                                        "before the deadline (engine hung?)"))
@@ -118,8 +117,10 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
                   absl::StrCat("POST ", path, ": writing the request failed: ", written.message(),
                                " (engine process died or restarted?)"));
     {
+      // A Cancel that shut the socket under this write has already said why.
       std::lock_guard<std::mutex> lock(open_mu_);
-      broken_ = failed;
+      if (broken_.ok()) broken_ = failed;
+      failed = broken_;
     }
     CloseLocked(failed);
     return failed;
@@ -135,7 +136,6 @@ void UpdateChannel::Cancel(absl::string_view why) {
     // A Post blocked writing to an engine that stopped reading holds write_mu_ until its
     // deadline; shutting the socket first ends that write now.
     std::lock_guard<std::mutex> lock(fd_mu_);
-    cancelling_ = true;
     {
       // Before the shutdown: the reader, seeing the connection end, reports this reason and not
       // an engine that closed it.
@@ -147,8 +147,7 @@ void UpdateChannel::Cancel(absl::string_view why) {
     if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
   }
   std::lock_guard<std::mutex> write(write_mu_);
-  if (cancelled_.ok()) cancelled_ = absl::CancelledError(why);
-  CloseLocked(cancelled_);
+  CloseLocked(absl::CancelledError(why));
 }
 
 absl::Status UpdateChannel::ConnectLocked() {

@@ -1,7 +1,6 @@
 #ifndef WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
 #define WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
 
-#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -92,17 +91,15 @@ class UpdateChannel {
   uint16_t port_ = 0;
   absl::Status url_status_;
 
-  std::mutex write_mu_;  // one writer; guards reader_, cancelled_ and which connection fd_ holds
+  std::mutex write_mu_;  // one writer; guards reader_ and which connection fd_ holds
   std::mutex fd_mu_;     // guards fd_ against Cancel's shutdown (taken without write_mu_)
   UniqueFd fd_;
-  std::atomic<bool> cancelling_{false};
   std::thread reader_;
-  absl::Status cancelled_;
 
   std::mutex open_mu_;                             // guards the members below
   std::deque<std::shared_ptr<ChannelCall>> open_;  // written, not yet answered, in order
   absl::Status ended_;   // why the current connection can take no more requests
-  absl::Status broken_;  // set when a request failed: later ones fail with it
+  absl::Status broken_;  // set when a request failed or on Cancel: later ones fail with it
   absl::Time last_activity_ = absl::InfinitePast();  // last request written or answer read
 };
 
