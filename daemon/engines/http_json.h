@@ -17,9 +17,9 @@ struct HttpReply {
 
 // A small JSON-over-HTTP client for engine admin routes (bucket requests go through an
 // UpdateChannel). Each call opens its own connection, so calls to one engine may run concurrently
-// (an update request and a health probe, say). Errors name
-// the engine and say what failed: connection refused -> UNAVAILABLE, no answer in time ->
-// DEADLINE_EXCEEDED, an HTTP error status -> INTERNAL (5xx) or FAILED_PRECONDITION (4xx).
+// (a control request and a health probe, say). Errors name the engine and say what failed:
+// connection refused -> UNAVAILABLE, no answer in time -> DEADLINE_EXCEEDED, an HTTP error status
+// -> INTERNAL (5xx) or FAILED_PRECONDITION (4xx).
 class EngineHttp {
  public:
   // base_url: "http://host:port" (an optional trailing slash is ignored).
