@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -249,6 +250,234 @@ TEST(BucketPlanner, ExactSlotSizedTensorFitsAlone) {
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ(plan->size(), 3u);
   EXPECT_EQ((*plan)[1].bytes, 64u);
+}
+
+// Bucket rules: what an engine protocol demands of a bucket beyond fitting a slot.
+
+std::vector<std::vector<size_t>> Indices(const std::vector<PlannedBucket>& plan) {
+  std::vector<std::vector<size_t>> out;
+  for (const PlannedBucket& b : plan) {
+    out.emplace_back();
+    for (const PlannedTensor& t : b.tensors) out.back().push_back(t.index);
+  }
+  return out;
+}
+
+// vLLM's packed producer, written as plainly as it is there: append the tensor, add
+// numel * itemsize to the running total, and close the chunk once the total exceeds its size.
+std::vector<std::vector<size_t>> VllmChunks(const std::vector<TensorDesc>& ts, uint64_t chunk) {
+  std::vector<std::vector<size_t>> out;
+  std::vector<size_t> open;
+  uint64_t total = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    uint64_t numel = 1;
+    for (int64_t d : ts[i].shape) numel *= d;
+    open.push_back(i);
+    total += numel * DTypeSize(ts[i].dtype);
+    if (total > chunk) {
+      out.push_back(std::exchange(open, {}));
+      total = 0;
+    }
+  }
+  if (!open.empty()) out.push_back(open);
+  return out;
+}
+
+// Each planned bucket as the manifest its Bucket message would carry.
+BucketManifest ManifestOf(const PlannedBucket& b, const std::vector<TensorDesc>& ts) {
+  BucketManifest m;
+  for (const PlannedTensor& t : b.tensors) {
+    const TensorDesc& d = ts[t.index];
+    m.tensors.push_back(TensorEntry{d.name, d.dtype, d.shape, t.offset, d.bytes});
+  }
+  return m;
+}
+
+TEST(BucketRules, OneDtypeSplitsAtEachDtypeChangeKeepingOrder) {
+  // 8 bytes each, so without the rule every offset is aligned and all fit one bucket.
+  std::vector<TensorDesc> ts = {D("a", "bfloat16", 4), D("b", "bfloat16", 4),
+                                D("c", "float32", 2),  D("d", "float32", 2),
+                                D("e", "int64", 1),    D("f", "bfloat16", 4)};
+  auto free_plan = PlanBuckets(ts, 1024);
+  ASSERT_TRUE(free_plan.ok()) << free_plan.status();
+  EXPECT_EQ(free_plan->size(), 1u);
+
+  auto plan = PlanBuckets(ts, 1024, /*oversize_alone=*/false, BucketRules{.one_dtype = true});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  using Idx = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(Indices(*plan), (Idx{{0, 1}, {2, 3}, {4}, {5}}));
+  for (const PlannedBucket& b : *plan) {
+    EXPECT_EQ(b.tensors.front().offset, 0u);
+    EXPECT_TRUE(CheckBucketRules(BucketRules{.one_dtype = true}, ManifestOf(b, ts)).ok());
+  }
+  EXPECT_EQ((*plan)[0].tensors[1].offset, 8u);
+  EXPECT_EQ((*plan)[0].bytes, 16u);
+}
+
+TEST(BucketRules, OneDtypeStillClosesAFullSlot) {
+  std::vector<TensorDesc> ts = {D("a", "float32", 10), D("b", "float32", 10),
+                                D("c", "float32", 10), D("d", "bfloat16", 2)};
+  auto plan = PlanBuckets(ts, 80, /*oversize_alone=*/false, BucketRules{.one_dtype = true});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  using Idx = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(Indices(*plan), (Idx{{0, 1}, {2}, {3}}));
+}
+
+TEST(BucketRules, CloseAfterBytesClosesRightAfterTheTensorThatExceedsIt) {
+  const BucketRules rules{.close_after_bytes = 100};
+  // 60 + 40 = 100 is not past 100; the 1-byte tensor takes it past and stays in the bucket.
+  std::vector<TensorDesc> ts = {D("a", "uint8", 60), D("b", "uint8", 40), D("c", "uint8", 1),
+                                D("d", "uint8", 60), D("e", "uint8", 50), D("f", "uint8", 7)};
+  auto plan = PlanBuckets(ts, 1024, /*oversize_alone=*/false, rules);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  using Idx = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(Indices(*plan), (Idx{{0, 1, 2}, {3, 4}, {5}}));
+  EXPECT_EQ((*plan)[0].bytes, 101u);
+  EXPECT_EQ((*plan)[1].bytes, 110u);
+  EXPECT_EQ(Indices(*plan), VllmChunks(ts, 100));
+}
+
+TEST(BucketRules, CloseAfterBytesMatchesVllmsChunkWalkOnARandomModel) {
+  // Mixed dtypes whose sizes are multiples of 8 bytes, so alignment never closes a bucket, and a
+  // slot that holds a chunk plus its largest tensor, so neither does the slot: the cut is vLLM's.
+  std::mt19937 rng(20240611);
+  const char* dtypes[] = {"bfloat16", "float32", "int64", "uint8", "float16"};
+  std::vector<TensorDesc> ts;
+  for (int i = 0; i < 500; ++i) {
+    const bool large = rng() % 4 == 0;
+    const int64_t numel = 8 * (1 + static_cast<int64_t>(rng() % (large ? 4000 : 60)));
+    ts.push_back(D(absl::StrCat("t", i), dtypes[rng() % 5], numel));
+  }
+  constexpr uint64_t kLargest = 8 * 4000 * 8;
+  for (uint64_t chunk : {1ull, 64ull, 1000ull, 4096ull, 65536ull}) {
+    const BucketRules rules{.close_after_bytes = chunk};
+    auto plan = PlanBuckets(ts, chunk + kLargest, /*oversize_alone=*/false, rules);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(Indices(*plan), VllmChunks(ts, chunk)) << "chunk " << chunk;
+    for (const PlannedBucket& b : *plan) {
+      EXPECT_TRUE(CheckBucketRules(rules, ManifestOf(b, ts)).ok()) << "chunk " << chunk;
+    }
+  }
+}
+
+TEST(BucketRules, CloseAfterBytesYieldsToTheSlot) {
+  // The slot closes a bucket before a tensor that would not fit, whatever the chunk says.
+  const BucketRules rules{.close_after_bytes = 80};
+  std::vector<TensorDesc> ts = {D("a", "uint8", 50), D("b", "uint8", 40), D("c", "uint8", 50),
+                                D("d", "uint8", 60), D("e", "uint8", 30)};
+  auto plan = PlanBuckets(ts, 100, /*oversize_alone=*/false, rules);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  using Idx = std::vector<std::vector<size_t>>;
+  // a+b = 90 > 80: closed after b. c alone would take 110 with d: the slot closes it first.
+  // d+e = 90 > 80: closed after e.
+  EXPECT_EQ(Indices(*plan), (Idx{{0, 1}, {2}, {3, 4}}));
+  for (const PlannedBucket& b : *plan) EXPECT_LE(b.bytes, 100u);
+}
+
+TEST(BucketRules, CloseAfterBytesKeepsTheAlignmentRule) {
+  // 3 bf16 = 6 bytes: a float32 right after would sit at offset 6, so that bucket closes early.
+  const BucketRules rules{.close_after_bytes = 100};
+  std::vector<TensorDesc> ts = {D("bias", "bfloat16", 3), D("norm", "float32", 2),
+                                D("w", "uint8", 200), D("next", "uint8", 1)};
+  auto plan = PlanBuckets(ts, 1024, /*oversize_alone=*/false, rules);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  using Idx = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(Indices(*plan), (Idx{{0}, {1, 2}, {3}}));
+}
+
+TEST(BucketRules, BothRulesWithTheSlotLimit) {
+  const BucketRules rules{.one_dtype = true, .close_after_bytes = 64};
+  std::vector<TensorDesc> ts = {
+      D("a", "bfloat16", 16),  // 32
+      D("b", "bfloat16", 8),   // 16 -> 48
+      D("c", "bfloat16", 16),  // 32 -> 80 > 64: closes after c
+      D("d", "float32", 4),    // 16, new dtype
+      D("e", "bfloat16", 2),   // 4, new dtype closes d's bucket
+      D("f", "bfloat16", 40),  // 80 -> 84: fits the 96-byte slot, past 64: closes after f
+      D("g", "int64", 6),      // 48
+      D("h", "int64", 8),      // 64 -> 112 would not fit the slot: g's bucket closes before h
+  };
+  auto plan = PlanBuckets(ts, 96, /*oversize_alone=*/false, rules);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  using Idx = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(Indices(*plan), (Idx{{0, 1, 2}, {3}, {4, 5}, {6}, {7}}));
+  for (const PlannedBucket& b : *plan) {
+    EXPECT_LE(b.bytes, 96u);
+    EXPECT_TRUE(CheckBucketRules(rules, ManifestOf(b, ts)).ok());
+  }
+}
+
+TEST(BucketRules, OversizeTensorStillTravelsAlone) {
+  const BucketRules rules{.one_dtype = true, .close_after_bytes = 500};
+  std::vector<TensorDesc> ts = {D("a", "float32", 10), D("huge", "float32", 1000),
+                                D("b", "float32", 10)};
+  auto plan = PlanBuckets(ts, 1000, /*oversize_alone=*/true, rules);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->size(), 3u);
+  EXPECT_TRUE((*plan)[1].oversize);
+  EXPECT_EQ((*plan)[1].tensors.size(), 1u);
+  auto refused = PlanBuckets(ts, 1000, /*oversize_alone=*/false, rules);
+  EXPECT_THAT(refused.status().message(), HasSubstr("larger than a slot"));
+}
+
+TEST(BucketRules, DefaultRulesPlanAsBefore) {
+  std::vector<TensorDesc> ts = {D("bias", "bfloat16", 3), D("norm", "float32", 2),
+                                D("next", "bfloat16", 1), D("w", "uint8", 1000)};
+  auto before = PlanBuckets(ts, 1024);
+  auto with_none = PlanBuckets(ts, 1024, /*oversize_alone=*/false, BucketRules{});
+  ASSERT_TRUE(before.ok() && with_none.ok());
+  EXPECT_EQ(Indices(*before), Indices(*with_none));
+}
+
+TEST(BucketRules, MergeIsTheUnion) {
+  BucketRules r;
+  r.Merge(BucketRules{});
+  EXPECT_EQ(r, BucketRules{});
+  r.Merge(BucketRules{.one_dtype = true});
+  EXPECT_EQ(r, (BucketRules{.one_dtype = true}));
+  r.Merge(BucketRules{.close_after_bytes = 64 << 20});
+  EXPECT_EQ(r, (BucketRules{.one_dtype = true, .close_after_bytes = 64 << 20}));
+  r.Merge(BucketRules{.close_after_bytes = 32 << 20});
+  EXPECT_EQ(r.close_after_bytes, 32u << 20);
+  r.Merge(BucketRules{.close_after_bytes = 128 << 20});
+  EXPECT_EQ(r.close_after_bytes, 32u << 20);
+  r.Merge(BucketRules{});
+  EXPECT_EQ(r, (BucketRules{.one_dtype = true, .close_after_bytes = 32 << 20}));
+}
+
+TEST(BucketRules, DescribeNamesEachRule) {
+  EXPECT_EQ(BucketRules{}.Describe(), "none");
+  EXPECT_EQ(BucketRules{.one_dtype = true}.Describe(), "one dtype per bucket");
+  EXPECT_EQ((BucketRules{.close_after_bytes = 64 << 20}).Describe(), "close after 64 MiB");
+  EXPECT_EQ((BucketRules{.one_dtype = true, .close_after_bytes = 64 << 20}).Describe(),
+            "one dtype per bucket, close after 64 MiB");
+  EXPECT_EQ((BucketRules{.close_after_bytes = 1ull << 30}).Describe(), "close after 1 GiB");
+  EXPECT_EQ((BucketRules{.close_after_bytes = 3072}).Describe(), "close after 3 KiB");
+  EXPECT_EQ((BucketRules{.close_after_bytes = 1000}).Describe(), "close after 1000 bytes");
+}
+
+TEST(BucketRules, CheckNamesTheFirstTensorOfAnotherDtype) {
+  BucketManifest m{{T("a", "bfloat16", {4}, 0, 8), T("b", "bfloat16", {4}, 8, 8),
+                    T("c", "float32", {2}, 16, 8), T("d", "int64", {1}, 24, 8)}};
+  EXPECT_TRUE(CheckBucketRules(BucketRules{}, m).ok());
+  absl::Status s = CheckBucketRules(BucketRules{.one_dtype = true}, m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'c' is float32 but the bucket's first tensor 'a' "
+                                     "is bfloat16"));
+  EXPECT_THAT(s.message(), HasSubstr("one dtype per bucket"));
+  EXPECT_TRUE(CheckBucketRules(BucketRules{.one_dtype = true}, BucketManifest{}).ok());
+}
+
+TEST(BucketRules, CheckNamesATensorThatFollowsTheChunksEnd) {
+  BucketManifest m{{T("a", "uint8", {60}, 0, 60), T("b", "uint8", {50}, 60, 50),
+                    T("c", "uint8", {1}, 110, 1)}};
+  // 60 + 50 = 110 is past 100, so the bucket should have ended with b.
+  absl::Status s = CheckBucketRules(BucketRules{.close_after_bytes = 100}, m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'c' follows 'b', which took the bucket to 110 bytes"));
+  // 110 is not past 110; a bucket closed early is not something one bucket can show.
+  EXPECT_TRUE(CheckBucketRules(BucketRules{.close_after_bytes = 110}, m).ok());
+  EXPECT_TRUE(CheckBucketRules(BucketRules{.close_after_bytes = 1000}, m).ok());
 }
 
 TEST(BucketPlanner, RefusesInconsistentByteCounts) {
