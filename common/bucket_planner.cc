@@ -46,10 +46,10 @@ absl::Status CheckBucketRules(const BucketRules& rules, const BucketManifest& ma
   for (size_t i = 0; i < manifest.tensors.size(); ++i) {
     const TensorEntry& t = manifest.tensors[i];
     if (rules.one_dtype && t.dtype != first.dtype) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.name, "' is ", DTypeName(t.dtype), " but the bucket's first tensor '",
-          first.name, "' is ", DTypeName(first.dtype),
-          "; the group's engines need one dtype per bucket"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "' is ", DTypeName(t.dtype),
+                       " but the bucket's first tensor '", first.name, "' is ",
+                       DTypeName(first.dtype), "; the group's engines need one dtype per bucket"));
     }
     if (rules.close_after_bytes != 0 && running > rules.close_after_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -315,8 +315,8 @@ TEST(BucketRules, OneDtypeSplitsAtEachDtypeChangeKeepingOrder) {
 }
 
 TEST(BucketRules, OneDtypeStillClosesAFullSlot) {
-  std::vector<TensorDesc> ts = {D("a", "float32", 10), D("b", "float32", 10),
-                                D("c", "float32", 10), D("d", "bfloat16", 2)};
+  std::vector<TensorDesc> ts = {D("a", "float32", 10), D("b", "float32", 10), D("c", "float32", 10),
+                                D("d", "bfloat16", 2)};
   auto plan = PlanBuckets(ts, 80, /*oversize_alone=*/false, BucketRules{.one_dtype = true});
   ASSERT_TRUE(plan.ok()) << plan.status();
   using Idx = std::vector<std::vector<size_t>>;
@@ -469,8 +469,8 @@ TEST(BucketRules, CheckNamesTheFirstTensorOfAnotherDtype) {
 }
 
 TEST(BucketRules, CheckNamesATensorThatFollowsTheChunksEnd) {
-  BucketManifest m{{T("a", "uint8", {60}, 0, 60), T("b", "uint8", {50}, 60, 50),
-                    T("c", "uint8", {1}, 110, 1)}};
+  BucketManifest m{
+      {T("a", "uint8", {60}, 0, 60), T("b", "uint8", {50}, 60, 50), T("c", "uint8", {1}, 110, 1)}};
   // 60 + 50 = 110 is past 100, so the bucket should have ended with b.
   absl::Status s = CheckBucketRules(BucketRules{.close_after_bytes = 100}, m);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
