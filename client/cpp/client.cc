@@ -174,6 +174,8 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
                                         const std::function<void(const PushProgress&)>& progress) {
   if (session_id_.empty()) return absl::FailedPreconditionError("open a session before pushing");
   // Planned whole first, so an oversized or malformed tensor is refused before anything is sent.
+  // The group's bucket rules arrive only with UpdateStarted, but they close buckets earlier and
+  // never refuse a tensor, so this plan refuses exactly what the one sent would.
   std::vector<TensorDesc> descs;
   for (const TensorRef& t : tensors) descs.push_back(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
   WSYNC_ASSIGN_OR_RETURN(std::vector<PlannedBucket> plan,
@@ -182,7 +184,18 @@ absl::StatusOr<PushResult> Client::Push(const std::string& group, const std::str
   PushOptions options;
   options.progress = progress;
   options.buckets_total = plan.size();
+  // The whole list is known, so the bucket holding its last tensor is sent marked last.
+  options.tensors_total = tensors.size();
   WSYNC_ASSIGN_OR_RETURN(auto push, BeginPush(group, version, std::move(options)));
+  // The buckets sent are the stream's, planned under the rules; count them the same way.
+  if (push->bucket_rules() != BucketRules{}) {
+    auto ruled = PlanBuckets(descs, slot_bytes(), /*oversize_alone=*/true, push->bucket_rules());
+    if (!ruled.ok()) {
+      push->Abort(std::string(ruled.status().message()));
+      return ruled.status();
+    }
+    push->SetBucketsTotal(ruled->size());
+  }
   WSYNC_RETURN_IF_ERROR(push->Add(tensors));
   return push->Commit();
 }

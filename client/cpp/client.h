@@ -47,9 +47,9 @@ class Client {
   absl::StatusOr<std::unique_ptr<PushStream>> BeginPush(const std::string& group,
                                                         const std::string& version,
                                                         PushOptions options = {});
-  // Plans buckets (order kept; a tensor larger than a slot is refused before anything is sent),
-  // fills free slots while earlier buckets are on the wire, commits, and returns per-engine
-  // results.
+  // Plans buckets (order kept; a tensor larger than a slot is refused before anything is sent;
+  // the group's bucket rules from UpdateStarted obeyed; the final bucket marked last), fills free
+  // slots while earlier buckets are on the wire, commits, and returns per-engine results.
   absl::StatusOr<PushResult> Push(const std::string& group, const std::string& version,
                                   const std::vector<TensorRef>& tensors,
                                   const std::function<void(const PushProgress&)>& progress = {});

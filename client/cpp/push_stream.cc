@@ -6,6 +6,13 @@
 
 namespace wsync {
 
+BucketRules BucketRulesFromProto(const v1::BucketRules& proto) {
+  BucketRules rules;
+  rules.one_dtype = proto.one_dtype();
+  rules.close_after_bytes = proto.close_after_bytes();
+  return rules;
+}
+
 PushStream::PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots,
                        OversizeSlotFn oversize, PushOptions options)
     : stream_(stub, absl::Hours(24)),
@@ -24,7 +31,12 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
       new PushStream(stub, std::move(slots), std::move(oversize), options));
   push->progress_.buckets_total = options.buckets_total;
   if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
-  WSYNC_RETURN_IF_ERROR(push->stream_.Begin(session_id, group, version).status());
+  WSYNC_ASSIGN_OR_RETURN(v1::UpdateStarted started,
+                         push->stream_.Begin(session_id, group, version));
+  // The group's engines shape every bucket of this update; no tensor has been planned yet.
+  push->planner_ = BucketPlanner(push->slots_.front()->bytes(),
+                                 /*oversize_alone=*/push->oversize_ != nullptr,
+                                 BucketRulesFromProto(started.bucket_rules()));
   push->t0_ = absl::Now();
   for (uint32_t i = 0; i < push->slots_.size(); ++i) push->free_slots_.push_back(i);
   push->reader_ = std::thread([p = push.get()] { p->ReadEvents(); });
@@ -70,18 +82,29 @@ void PushStream::ReadEvents() {
   cv_.notify_all();
 }
 
+void PushStream::SetBucketsTotal(uint64_t buckets_total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_.buckets_total = buckets_total;
+}
+
 absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
   if (!send_status_.ok()) return send_status_;
   if (ended_by_us_) return absl::FailedPreconditionError("the update was already committed");
+  if (options_.tensors_total != 0 && added_ + tensors.size() > options_.tensors_total) {
+    return absl::FailedPreconditionError(absl::StrCat("the push was declared to hold ",
+                                                      options_.tensors_total, " tensors; ",
+                                                      added_ + tensors.size(), " were added"));
+  }
   for (const TensorRef& t : tensors) {
     auto closed = planner_.Add(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
     if (!closed.ok()) return Fail(closed.status());
+    ++added_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       pending_.push_back(t);
       progress_.bytes_total += t.bytes;
     }
-    for (const PlannedBucket& b : *closed) WSYNC_RETURN_IF_ERROR(SendBucket(b));
+    for (const PlannedBucket& b : *closed) WSYNC_RETURN_IF_ERROR(SendBucket(b, /*last=*/false));
   }
   return absl::OkStatus();
 }
@@ -149,7 +172,7 @@ bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Buck
   return true;
 }
 
-absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
+absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
   WSYNC_ASSIGN_OR_RETURN(auto acquired, AcquireSlot(bucket));
   const uint32_t slot_index = acquired.first;
   MappedSlot& slot = *acquired.second;
@@ -157,6 +180,10 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket) {
   wire.set_slot(slot_index);
   const uint64_t sequence = sequence_++;
   wire.set_sequence(sequence);
+  // Planned tensors are numbered from the update's first, so the declared count tells whether
+  // this bucket holds the final one.
+  wire.set_last(last || (options_.tensors_total != 0 &&
+                         bucket.tensors.back().index + 1 == options_.tensors_total));
   std::vector<TensorRef> tensors;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,7 +254,7 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   if (!send_status_.ok()) return send_status_;
   if (ended_by_us_) return absl::FailedPreconditionError("the update was already committed");
   if (auto last = planner_.Finish()) {
-    WSYNC_RETURN_IF_ERROR(SendBucket(*last));
+    WSYNC_RETURN_IF_ERROR(SendBucket(*last, /*last=*/true));
   }
   if (sequence_ == 0) {
     absl::Status empty = absl::InvalidArgumentError("nothing to push: no tensors");
@@ -263,6 +290,7 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.finish_seconds = result_.finish_seconds();
   out.buckets_pulled = buckets_pulled_;
   out.buckets_read_in_place = result_.buckets_read_in_place();
+  out.bucket_rules = planner_.rules().Describe();
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});

@@ -66,6 +66,9 @@ struct PushResult {
   uint64_t buckets_pulled = 0;  // buckets wsyncd copied out of the trainer's memory itself
   // Of those, buckets wsyncd broadcast straight from the trainer's memory (laid out as sent).
   uint64_t buckets_read_in_place = 0;
+  // The group's bucket rules the push's buckets followed (BucketRules::Describe: "none", "one
+  // dtype per bucket", "close after 64 MiB", ...), as wsyncd announced them in UpdateStarted.
+  std::string bucket_rules;
   double gib_per_second() const { return seconds > 0 ? bytes / seconds / (1ull << 30) : 0; }
 };
 
@@ -79,12 +82,19 @@ struct PushOptions {
   bool checksums = true;
   // Shown in progress before the last bucket is known (0: unknown).
   uint64_t buckets_total = 0;
+  // How many tensors the caller will add, when it knows (0: unknown). The bucket holding the last
+  // of them is then sent marked last (Bucket.last) even when it closes before Commit; adding more
+  // is refused, since a bucket already marked last cannot be taken back.
+  uint64_t tensors_total = 0;
   // Pull mode (docs/PULL_MODE.md): wsyncd copies each bucket out of the trainer's memory itself,
   // so the trainer's process does no GPU work of its own; a bucket holding a tensor that cannot
   // be exported is copied by the client as usual. Tensors are released once wsyncd has read them.
   bool pull = false;
   SourceExporter* exporter = nullptr;  // set by Client::BeginPush
 };
+
+// The planner's form of the rules wsyncd sends in UpdateStarted; an unset message is no rule.
+BucketRules BucketRulesFromProto(const v1::BucketRules& proto);
 
 // Gives the session's oversize slot with room for `bytes` (mapping it, or a larger one, on first
 // need): its index and mapping.
@@ -94,6 +104,10 @@ using OversizeSlotFn =
 // One update fed tensor by tensor: each bucket is copied into a free slot and sent as soon as it
 // is full, so the caller never holds more than one slot's worth of tensors it could otherwise free
 // (a generator that gathers DTensors one at a time stays at one tensor plus one bucket).
+// Buckets follow the group's bucket rules from UpdateStarted. The bucket sent by Commit is marked
+// last; a bucket that closed while tensors were still being added is marked last only when
+// options.tensors_total says no tensor follows it; otherwise the update's final bucket may go out
+// unmarked (Bucket.last false: unknown), and Commit alone ends the update.
 class PushStream {
  public:
   // Starts the update; `slots` are the session's mapped slots.
@@ -115,6 +129,11 @@ class PushStream {
   // Sends the last bucket, commits, and returns per-engine results.
   absl::StatusOr<PushResult> Commit();
   void Abort(const std::string& reason);
+  // The rules this update's buckets follow (the group's, from UpdateStarted).
+  const BucketRules& bucket_rules() const { return planner_.rules(); }
+  // Replaces the bucket count shown in progress (e.g. once a whole list is planned under the
+  // rules).
+  void SetBucketsTotal(uint64_t buckets_total);
 
  private:
   PushStream(v1::Trainer::Stub* stub, std::vector<MappedSlot*> slots, OversizeSlotFn oversize,
@@ -122,7 +141,8 @@ class PushStream {
   // Waits for a free slot for the bucket (the oversize slot for an oversize bucket).
   absl::StatusOr<std::pair<uint32_t, MappedSlot*>> AcquireSlot(const PlannedBucket& bucket);
   void ReadEvents();
-  absl::Status SendBucket(const PlannedBucket& bucket);
+  // last: the caller knows no bucket follows (also set when options_.tensors_total says so).
+  absl::Status SendBucket(const PlannedBucket& bucket, bool last);
   // Pull mode: the bucket's sources, with announcements of allocations new to this update; false
   // when a tensor cannot be exported.
   bool DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire);
@@ -134,7 +154,8 @@ class PushStream {
   std::vector<MappedSlot*> slots_;
   OversizeSlotFn oversize_;
   PushOptions options_;
-  BucketPlanner planner_;
+  BucketPlanner planner_;  // replaced at Begin by one that follows the group's rules
+  uint64_t added_ = 0;     // tensors added so far
   uint64_t sequence_ = 0;
   std::set<uint64_t> announced_;  // pull mode: allocations announced in this update
   uint64_t buckets_pulled_ = 0;

@@ -58,6 +58,7 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                       {"gib_per_second", result.gib_per_second()},
                       {"buckets_pulled", result.buckets_pulled},
                       {"buckets_read_in_place", result.buckets_read_in_place},
+                      {"bucket_rules", result.bucket_rules},
                       {"daemon_timing",
                        {{"verify_seconds", result.verify_seconds},
                         {"idle_before_seconds", result.idle_before_seconds},

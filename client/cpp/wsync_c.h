@@ -40,8 +40,9 @@ WSYNC_EXPORT int wsync_close_session(wsync_client* client, char* err, size_t err
 WSYNC_EXPORT int wsync_release_sources(wsync_client* client, uint32_t* closed, char* err,
                                        size_t err_len);
 WSYNC_EXPORT uint64_t wsync_slot_bytes(const wsync_client* client);
-/* On success *result_json holds {"update_id", "buckets", "bytes", "seconds", "engines": [...]};
- * free it with wsync_free_string. */
+/* On success *result_json holds {"update_id", "buckets", "bytes", "seconds", "engines": [...],
+ * "bucket_rules": the group's rules the buckets followed, e.g. "one dtype per bucket" or "none",
+ * ...}; free it with wsync_free_string. Pushes plan their buckets under the group's rules. */
 WSYNC_EXPORT int wsync_push(wsync_client* client, const char* group, const char* version,
                             const wsync_tensor* tensors, size_t count, wsync_progress_fn progress,
                             void* user, char** result_json, char* err, size_t err_len);

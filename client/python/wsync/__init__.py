@@ -177,9 +177,12 @@ class Client:
     def push(self, named_tensors, version, group, progress=None, pull=False):
         """Pushes (name, tensor) pairs, a state_dict or any iterable of pairs as one update.
 
-        Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines, and
+        Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines,
         daemon_timing: the daemon's per-bucket parts summed, the first bucket's launch after Begin
-        and the engines' commit).
+        and the engines' commit, and bucket_rules: what the group's engines demand of a bucket,
+        e.g. "one dtype per bucket, close after 64 MiB" or "none").
+        Buckets are planned by the C++ client under those rules, which wsyncd announces when the
+        update starts, so a model of mixed dtypes simply travels in more buckets.
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
         pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
         work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did, and
