@@ -7,7 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
+#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/sglang/sglang_options.h"
 
 namespace wsync {
 
@@ -46,6 +47,36 @@ absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value) {
 
 }  // namespace
 
+absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
+  GroupSpec spec;
+  spec.name = g.at("name").get<std::string>();
+  WSYNC_ASSIGN_OR_RETURN(spec.kind, ParseEngineKind(g.value("kind", std::string("sglang"))));
+  WSYNC_ASSIGN_OR_RETURN(spec.transport,
+                         ParseTransportKind(g.value("transport", std::string("broadcast"))));
+  spec.device = g.value("device", 0);
+  for (const auto& e : g.at("engines")) {
+    spec.engines.push_back(EngineSpec{e.at("url").get<std::string>(), e.value("ranks", 1u)});
+  }
+  // The engine's own options sit under its kind's name: {"sglang": {"load_format": ...}}.
+  for (const char* kind : {"sglang", "vllm", "lmdeploy"}) {
+    if (g.contains(kind) && kind != EngineKindName(spec.kind)) {
+      return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
+                                                     EngineKindName(spec.kind), " but has \"", kind,
+                                                     "\" options"));
+    }
+  }
+  if (spec.kind == EngineKind::kSglang && g.contains("sglang")) {
+    const nlohmann::json& o = g["sglang"];
+    WSYNC_ASSIGN_OR_RETURN(
+        BucketFormat format,
+        ParseBucketFormat(o.value("load_format", std::string("flattened_bucket"))));
+    spec.engine_options = std::make_shared<const SglangOptions>(format);
+  } else {
+    WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
+  }
+  return spec;
+}
+
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
@@ -78,26 +109,15 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       config->daemon.group.timeouts.control = absl::Seconds(j["control_timeout_s"].get<double>());
     }
     if (j.contains("advertise_address")) {
-      config->daemon.group.advertise_address = j["advertise_address"].get<std::string>();
+      config->daemon.group.transport.advertise_address = j["advertise_address"].get<std::string>();
     }
     if (j.contains("bind_address")) {
-      config->daemon.group.bind_address = j["bind_address"].get<std::string>();
+      config->daemon.group.transport.bind_address = j["bind_address"].get<std::string>();
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
     if (j.contains("groups")) {
       for (const auto& g : j["groups"]) {
-        GroupSpec spec;
-        spec.name = g.at("name").get<std::string>();
-        auto kind = ParseEngineKind(g.value("kind", std::string("sglang")));
-        if (!kind.ok()) return kind.status();
-        spec.kind = *kind;
-        spec.device = g.value("device", 0);
-        auto format = ParseBucketFormat(g.value("load_format", std::string("flattened_bucket")));
-        if (!format.ok()) return format.status();
-        spec.format = *format;
-        for (const auto& e : g.at("engines")) {
-          spec.engines.push_back(EngineSpec{e.at("url").get<std::string>(), e.value("ranks", 1u)});
-        }
+        WSYNC_ASSIGN_OR_RETURN(GroupSpec spec, GroupSpecFromJson(g));
         config->groups.push_back(std::move(spec));
       }
     }

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/server.h"
+#include "nlohmann/json.hpp"
 
 namespace wsync {
 
@@ -20,10 +21,16 @@ struct DaemonConfig {
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 
+// One "groups" entry of a config file: {"name", "kind" (default sglang), "transport" (default
+// broadcast), "device", "engines": [{"url", "ranks"}], and the engine's own options under its
+// kind's name, e.g. "sglang": {"load_format": "per_tensor"}}. Maps to the same GroupSpec as the
+// admin API; ValidateGroupSpec checks it when the group is declared.
+absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& group);
+
 // Reads a JSON config file. Its keys mirror the flags (socket, listen, mode, slots, slot_bytes,
 // bucket_timeout_s, lease_s, control_timeout_s, advertise_address, bind_address, log_level) plus
-// "groups": [{"name", "kind", "device", "engines": [{"url", "ranks"}]}]. Fields absent from the
-// file keep the values already in `config`.
+// "groups": [GroupSpecFromJson entries]. Fields absent from the file keep the values already in
+// `config`.
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 
 }  // namespace wsync

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "daemon/config.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/group_factories.h"
 #include "daemon/service/server.h"
 
 namespace {
@@ -58,9 +59,10 @@ int main(int argc, char** argv) {
   auto* lease_opt = app.add_option("--lease", lease, "seconds an idle session lives");
   auto* ct_opt = app.add_option("--control-timeout", control_timeout,
                                 "seconds for engine control calls (init, pause, version)");
-  auto* adv_opt = app.add_option("--advertise-address", config.daemon.group.advertise_address,
-                                 "address engines use to reach this daemon's rendezvous store");
-  auto* bind_opt = app.add_option("--bind-address", config.daemon.group.bind_address,
+  auto* adv_opt =
+      app.add_option("--advertise-address", config.daemon.group.transport.advertise_address,
+                     "address engines use to reach this daemon's rendezvous store");
+  auto* bind_opt = app.add_option("--bind-address", config.daemon.group.transport.bind_address,
                                   "address the rendezvous stores and collectives listen on");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
   std::string nccl_lib = "libnccl.so.2";
@@ -91,10 +93,11 @@ int main(int argc, char** argv) {
       control_timeout = absl::ToDoubleSeconds(from_file.daemon.group.timeouts.control);
     }
     if (adv_opt->count() == 0) {
-      config.daemon.group.advertise_address = from_file.daemon.group.advertise_address;
+      config.daemon.group.transport.advertise_address =
+          from_file.daemon.group.transport.advertise_address;
     }
     if (bind_opt->count() == 0)
-      config.daemon.group.bind_address = from_file.daemon.group.bind_address;
+      config.daemon.group.transport.bind_address = from_file.daemon.group.transport.bind_address;
     if (log_opt->count() == 0) log_level = from_file.log_level;
     config.groups = from_file.groups;
   }
@@ -116,8 +119,9 @@ int main(int argc, char** argv) {
     WSYNC_LOG(Warning,
               "host mode: shared-memory slots and a TCP collective stand in for CUDA "
               "IPC and NCCL; for development, CI and the demo only");
-    platform = std::make_unique<wsync::HostPlatform>(config.daemon.group.bind_address,
-                                                     config.daemon.group.advertise_address);
+    platform =
+        std::make_unique<wsync::HostPlatform>(config.daemon.group.transport.bind_address,
+                                              config.daemon.group.transport.advertise_address);
   } else {
     // Never fall back to host mode on its own: engines would wait for an NCCL peer that is not
     // there.
@@ -149,7 +153,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  wsync::DaemonCore core(std::move(platform), config.daemon);
+  wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories());
   auto server = wsync::DaemonServer::Start(&core, config.server);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   for (const wsync::GroupSpec& g : config.groups) {

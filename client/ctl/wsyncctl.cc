@@ -37,6 +37,19 @@ std::string KindName(v1::EngineKind k) {
   return absl::AsciiStrToLower(name.substr(std::string("ENGINE_KIND_").size()));
 }
 
+std::string TransportName(v1::Transport t) {
+  return t == v1::TRANSPORT_UNSPECIFIED || t == v1::TRANSPORT_BROADCAST ? "broadcast" : "unknown";
+}
+
+// The engine's own options, as ", load_format per_tensor" (empty when it has none).
+std::string OptionsText(const v1::GroupSpec& spec) {
+  if (spec.has_sglang()) {
+    return spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR ? ", per_tensor"
+                                                                            : ", flattened_bucket";
+  }
+  return "";
+}
+
 int PrintJson(const google::protobuf::Message& m) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
@@ -105,9 +118,10 @@ class Ctl {
     Table t({"NAME", "KIND", "STATE", "WORLD", "ENGINES", "DEVICE", "VERSION", "UPDATES",
              "RENDEZVOUS"});
     for (const auto& g : resp.groups()) {
-      t.AddRow({g.name(), KindName(g.kind()), StateName(g.state()), absl::StrCat(g.world_size()),
-                absl::StrCat(g.engines_size()), absl::StrCat(g.device()), g.last_version(),
-                absl::StrCat(g.updates()), g.rendezvous()});
+      t.AddRow({g.spec().name(), KindName(g.spec().kind()), StateName(g.state()),
+                absl::StrCat(g.world_size()), absl::StrCat(g.engines_size()),
+                absl::StrCat(g.spec().device()), g.last_version(), absl::StrCat(g.updates()),
+                g.rendezvous()});
     }
     t.Print(std::cout);
     return 0;
@@ -120,10 +134,13 @@ class Ctl {
     auto s = admin()->GetGroup(Context().get(), req, &g);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(g);
-    std::cout << "group " << g.name() << ": " << KindName(g.kind()) << ", " << StateName(g.state())
-              << ", world " << g.world_size() << ", device " << g.device() << ", "
-              << g.load_format() << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous())
-              << ", last version " << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
+    const v1::GroupSpec& spec = g.spec();
+    std::cout << "group " << spec.name() << ": " << KindName(spec.kind()) << ", "
+              << StateName(g.state()) << ", world " << g.world_size() << ", device "
+              << spec.device() << ", " << TransportName(spec.transport()) << OptionsText(spec)
+              << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
+              << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
+    std::cout << "bucket rules: " << g.bucket_rules() << "\n";
     if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
     Table t({"ENGINE", "RANKS", "RANK OFFSET"});
     for (const auto& e : g.engines()) {
@@ -185,17 +202,27 @@ class Ctl {
                   const std::vector<std::string>& engines, int device,
                   const std::string& load_format) {
     v1::CreateGroupRequest req;
-    req.set_name(name);
+    v1::GroupSpec* group = req.mutable_spec();
+    group->set_name(name);
     v1::EngineKind k;
     if (!v1::EngineKind_Parse("ENGINE_KIND_" + absl::AsciiStrToUpper(kind), &k)) {
       std::cerr << "wsyncctl: unknown engine kind '" << kind << "' (sglang, vllm, lmdeploy)\n";
       return 2;
     }
-    req.set_kind(k);
-    req.set_device(device);
-    req.set_load_format(load_format);
+    group->set_kind(k);
+    group->set_device(device);
+    group->set_transport(v1::TRANSPORT_BROADCAST);
+    if (!load_format.empty()) {
+      if (k != v1::ENGINE_KIND_SGLANG) {
+        std::cerr << "wsyncctl: --load-format is an sglang option\n";
+        return 2;
+      }
+      group->mutable_sglang()->set_load_format(load_format == "per_tensor"
+                                                   ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
+                                                   : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
+    }
     for (const std::string& e : engines) {
-      auto* spec = req.add_engines();
+      auto* spec = group->add_engines();
       size_t hash = e.find('#');
       spec->set_url(e.substr(0, hash));
       uint32_t ranks = 1;
@@ -211,8 +238,8 @@ class Ctl {
     auto s = admin()->CreateGroup(ctx.get(), req, &g);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(g);
-    std::cout << "group " << g.name() << " " << StateName(g.state()) << ", world " << g.world_size()
-              << ", store " << g.rendezvous() << "\n";
+    std::cout << "group " << g.spec().name() << " " << StateName(g.state()) << ", world "
+              << g.world_size() << ", store " << g.rendezvous() << "\n";
     return 0;
   }
 
@@ -281,10 +308,10 @@ int main(int argc, char** argv) {
   create->add_option("--engine", engine_urls, "engine URL, with '#N' for N ranks (TP size)")
       ->required();
   create->add_option("--device", device, "GPU whose slots feed the group");
-  std::string load_format = "flattened_bucket";
+  std::string load_format;
   create
       ->add_option("--load-format", load_format,
-                   "flattened_bucket (one broadcast per bucket) or per_tensor")
+                   "sglang: flattened_bucket (default; one broadcast per bucket) or per_tensor")
       ->check(CLI::IsMember({"flattened_bucket", "per_tensor"}));
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();

@@ -8,9 +8,11 @@
 
 namespace wsync {
 
-DaemonCore::DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options)
+DaemonCore::DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options,
+                       GroupFactories factories)
     : platform_(std::move(platform)),
       options_(std::move(options)),
+      factories_(std::move(factories)),
       started_(absl::Now()),
       pool_(platform_.get(), options_.slots_per_device, options_.slot_bytes),
       sessions_(options_.lease),
@@ -116,7 +118,8 @@ absl::Status DaemonCore::DeclareGroup(const GroupSpec& spec) {
   if (groups_.count(spec.name) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("group '", spec.name, "' exists"));
   }
-  auto group = std::make_shared<WeightGroup>(spec, platform_.get(), options_.group);
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<WeightGroup> group,
+                         WeightGroup::Create(spec, platform_.get(), options_.group, factories_));
   groups_[spec.name] = group;
   formers_.emplace_back([group] { (void)group->Form(); });
   return absl::OkStatus();
@@ -133,7 +136,8 @@ absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
       return absl::AlreadyExistsError(absl::StrCat(
           "group '", spec.name, "' exists with other engines or device; destroy it first"));
     }
-    group = std::make_shared<WeightGroup>(spec, platform_.get(), options_.group);
+    WSYNC_ASSIGN_OR_RETURN(group,
+                           WeightGroup::Create(spec, platform_.get(), options_.group, factories_));
     groups_[spec.name] = group;
   }
   absl::Status formed = group->Form();
@@ -206,14 +210,17 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
                      " but session ", session_id, " holds slots of device ", session.device));
   }
   WSYNC_RETURN_IF_ERROR(sessions_.StartUpdate(session_id));
-  if (absl::Status s = group->BeginUpdate(); !s.ok()) {
-    sessions_.EndUpdate(session_id);
-    return s;
-  }
   UpdateContext context;
   {
     std::lock_guard<std::mutex> lock(mu_);
     context.update_id = absl::StrFormat("u%llu", static_cast<unsigned long long>(next_update_++));
+  }
+  if (absl::Status s = group->BeginUpdate(UpdateInfo{context.update_id, version}); !s.ok()) {
+    sessions_.EndUpdate(session_id);
+    return s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     ++running_updates_;
   }
   context.session_id = session_id;

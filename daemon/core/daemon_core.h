@@ -15,6 +15,7 @@
 #include "common/gpu_seam.h"
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/session_registry.h"
+#include "daemon/core/transport.h"
 #include "daemon/core/update_history.h"
 #include "daemon/core/update_run.h"
 #include "daemon/core/weight_group.h"
@@ -65,7 +66,8 @@ struct DrainResult {
 // Everything the gRPC services call into. Thread-safe.
 class DaemonCore {
  public:
-  DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options);
+  // `factories` make each group's engine adapters and transport.
+  DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options, GroupFactories factories);
   ~DaemonCore();
 
   absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
@@ -111,6 +113,7 @@ class DaemonCore {
 
   std::unique_ptr<Platform> platform_;
   const DaemonOptions options_;
+  const GroupFactories factories_;
   const absl::Time started_;
   BufferPool pool_;
   SessionRegistry sessions_;

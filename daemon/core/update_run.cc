@@ -17,7 +17,7 @@ UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, 
       on_done_(std::move(on_done)),
       started_(absl::Now()) {
   sender_ = std::thread([this] { SenderLoop(); });
-  sent_thread_ = std::thread([this] { SentLoop(); });
+  reuse_thread_ = std::thread([this] { ReuseLoop(); });
   answer_thread_ = std::thread([this] { AnswerLoop(); });
 }
 
@@ -29,7 +29,7 @@ UpdateRun::~UpdateRun() {
   }
   if (!finished) Abort(absl::AbortedError("update dropped without commit or abort"));
   if (sender_.joinable()) sender_.join();
-  if (sent_thread_.joinable()) sent_thread_.join();
+  if (reuse_thread_.joinable()) reuse_thread_.join();
   if (answer_thread_.joinable()) answer_thread_.join();
 }
 
@@ -40,7 +40,7 @@ void UpdateRun::Fail(absl::Status status) {
 }
 
 absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                                     uint64_t sequence, PulledSources pulled) {
+                                     uint64_t sequence, PulledSources pulled, bool last) {
   std::unique_lock<std::mutex> lock(mu_);
   if (finished_ || closing_) {
     return absl::FailedPreconditionError(
@@ -79,7 +79,7 @@ absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uin
   WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", sequence, " (slot ", slot, ", ",
             manifest.span_bytes(), " bytes", pulled.pieces.empty() ? "" : ", pull", "): received");
   queue_.push_back(
-      Pending{slot, *memory, std::move(manifest), checksum, sequence, std::move(pulled)});
+      Pending{slot, *memory, std::move(manifest), checksum, sequence, last, std::move(pulled)});
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -172,14 +172,23 @@ void UpdateRun::SenderLoop() {
     // Once copied, the mappings stay in the session's table only; read in place, this bucket
     // holds them until its broadcast is done.
     if (p.direct == nullptr) p.pulled.keep.clear();
-    std::unique_ptr<BucketTransfer> transfer;
+    std::unique_ptr<BucketHandle> handle;
     if (status.ok()) {
-      // This thread writes the requests and queues the broadcast before it fills the next slot.
-      auto started = group_->StartBucket(*p.memory, p.direct, p.manifest,
-                                         absl::Now() + context_.bucket_timeout);
+      // This thread launches the bucket (a broadcast: writes the requests and queues the
+      // broadcast) before it fills the next slot.
+      BucketContext bucket;
+      bucket.update_id = context_.update_id;
+      bucket.version = context_.version;
+      bucket.last = p.last;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        bucket.index = transfers_started_;
+      }
+      auto started = group_->StartBucket({BucketSource{context_.device, p.memory, p.direct}},
+                                         p.manifest, bucket, absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
-        transfer = std::move(*started);
-        previous_launched = transfer->launched();
+        handle = std::move(*started);
+        previous_launched = handle->launched();
       } else {
         status = started.status();
       }
@@ -212,7 +221,7 @@ void UpdateRun::SenderLoop() {
     ++transfers_started_;
     InFlight f;
     f.pending = std::move(p);
-    f.transfer = std::move(transfer);
+    f.handle = std::move(handle);
     f.turn = turn;
     f.verify_seconds = verify_seconds;
     in_flight_.push_back(std::move(f));
@@ -233,16 +242,16 @@ bool UpdateRun::TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight
   return true;
 }
 
-void UpdateRun::SentLoop() {
+void UpdateRun::ReuseLoop() {
   InFlight f;
   while (TakeNext(in_flight_, sender_done_, &f)) {
-    // A bucket started before an earlier one failed still completes (its broadcast is queued and
-    // its engines expect it) unless the collective was aborted, which ends it at once.
+    // A bucket started before an earlier one failed still completes (its data movement is queued
+    // and its engines expect it) unless the transport was aborted, which ends it at once.
     const Pending& p = f.pending;
-    f.sent = f.transfer->WaitSent();
+    f.sent = f.handle->WaitReusable();
     f.sent_at = absl::Now();
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes): broadcast ", f.sent.ok() ? "done" : "failed");
+              p.manifest.span_bytes(), " bytes): sources ", f.sent.ok() ? "reusable" : "failed");
     if (f.sent.ok()) {
       ReleaseSlot(p.slot, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);
@@ -269,11 +278,11 @@ void UpdateRun::AnswerLoop() {
     const absl::Time sent_at = f.sent_at;
     const bool failed_before = f.failed_before;
     std::vector<EngineOutcome> outcomes;
-    absl::Status status = f.transfer->WaitAnswered(&outcomes);
+    absl::Status status = f.handle->WaitAnswered(&outcomes);
     if (status.ok() && !sent.ok()) status = sent.status();
     // The engines' own answer time: this thread may reach a bucket after its answer came.
     const absl::Time answered_at =
-        f.transfer->answered_at() != absl::InfinitePast() ? f.transfer->answered_at() : absl::Now();
+        f.handle->answered_at() != absl::InfinitePast() ? f.handle->answered_at() : absl::Now();
     WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, ": sent ",
               sent.ok() ? "ok" : sent.status().ToString(), ", answered: ", status.ToString());
     if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
@@ -291,12 +300,12 @@ void UpdateRun::AnswerLoop() {
       cv_.notify_all();
     }
     // How long the engines, done with the previous bucket, waited for this one's request.
-    const absl::Time written_at = f.transfer->requests_written_at();
+    const absl::Time written_at = f.handle->requests_written_at();
     const double request_late =
         written_at != absl::InfinitePast() && previous_answered_at_ != absl::InfinitePast()
             ? std::max(0.0, absl::ToDoubleSeconds(written_at - previous_answered_at_))
             : 0.0;
-    previous_answered_at_ = f.transfer->answered_at();
+    previous_answered_at_ = f.handle->answered_at();
     if (!status.ok()) {
       ReportFailure(status);
       continue;
@@ -353,7 +362,7 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     cv_.notify_all();
   }
   if (sender_.joinable()) sender_.join();
-  if (sent_thread_.joinable()) sent_thread_.join();
+  if (reuse_thread_.joinable()) reuse_thread_.join();
   if (answer_thread_.joinable()) answer_thread_.join();
 
   UpdateOutcome outcome;
@@ -377,7 +386,8 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
   if (outcome.status.ok()) {
     outcome.engines.clear();
     const absl::Time finishing = absl::Now();
-    outcome.status = group_->FinishUpdate(context_.version, &outcome.engines);
+    outcome.status =
+        group_->FinishUpdate(UpdateInfo{context_.update_id, context_.version}, &outcome.engines);
     outcome.finish_seconds = absl::ToDoubleSeconds(absl::Now() - finishing);
   } else {
     group_->AbortUpdate(std::string(outcome.status.message()));

@@ -17,6 +17,7 @@
 #include "common/manifest.h"
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/source_table.h"
+#include "daemon/core/transport.h"
 #include "daemon/core/weight_group.h"
 
 namespace wsync {
@@ -28,7 +29,7 @@ struct BucketTiming {
   // bucket, whose wait is UpdateOutcome::first_launch_seconds instead.
   double idle_before = 0;
   double active = 0;  // rank 0's broadcast: wire time plus waiting for the receivers
-  double answer = 0;  // from the bytes leaving rank 0 to the engines' last answer
+  double answer = 0;  // from the sources becoming reusable to the engines' last answer
   // The engines had answered the previous bucket but this bucket's request was not yet written:
   // the daemon's share of the engines' wait (the rest of `active` beyond the wire is theirs).
   double request_late = 0;
@@ -77,12 +78,12 @@ struct UpdateContext {
 
 // One update of one group from one session, as a pipeline: buckets are validated when they
 // arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
-// (or, in pull mode, fills it) and starts its transfer, which writes the engines' requests and
-// queues the broadcast behind the previous bucket's (see BucketTransfer): request k+1 waits at
-// the engine and broadcast k+1 on rank 0's stream while bucket k is on the wire. The sent thread
-// frees each slot when its bytes have left rank 0, and the answer thread collects the engines'
-// answers, so no slot waits for an answer. After a failure no later bucket is started. The
-// trainer fills the next slot meanwhile.
+// (or, in pull mode, fills it) and hands the bucket to the group's transport, which launches it
+// behind the previous one (a broadcast transport writes the engines' requests and queues the
+// broadcast, so request k+1 waits at the engine while bucket k is on the wire). The reuse thread
+// frees each slot as soon as the transport says its sources may be reused, and the answer thread
+// collects the engines' answers, so a slot waits for an answer only where the transport needs it.
+// After a failure no later bucket is started. The trainer fills the next slot meanwhile.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;
@@ -92,12 +93,15 @@ class UpdateRun {
 
   const std::string& id() const { return context_.update_id; }
   uint32_t world_size() const;
+  // What the trainer's planner must obey (the group's engines' union).
+  const BucketRules& bucket_rules() const { return group_->bucket_rules(); }
 
   // Refuses (and fails the update) on any problem with the bucket; the bucket's bytes go nowhere.
   // With `pulled` pieces wsyncd fills the slot itself from the trainer's memory (pull mode) and
   // the checksum is not compared; otherwise the trainer filled it and the checksum is verified.
+  // `last`: the trainer says this is its last bucket of the update.
   absl::Status SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                            uint64_t sequence, PulledSources pulled = {});
+                            uint64_t sequence, PulledSources pulled = {}, bool last = false);
   UpdateOutcome Commit();
   UpdateOutcome Abort(absl::Status reason);
   // The first failure, if any (a failed update still needs Abort to finish it).
@@ -110,6 +114,7 @@ class UpdateRun {
     BucketManifest manifest;
     uint32_t checksum;
     uint64_t sequence;
+    bool last = false;
     PulledSources pulled;
     // Pull mode, when one trainer allocation holds the bucket exactly as it is laid out: the
     // broadcast reads it there, with no copy into the slot.
@@ -117,18 +122,19 @@ class UpdateRun {
   };
   struct InFlight {
     Pending pending;
-    std::unique_ptr<BucketTransfer> transfer;
+    std::unique_ptr<BucketHandle> handle;
     absl::Time turn;
     double verify_seconds = 0;
-    // Filled by the sent thread.
+    // Filled by the reuse thread.
     absl::StatusOr<BroadcastTiming> sent = absl::UnknownError("not sent yet");
     absl::Time sent_at;
     bool failed_before = false;  // an earlier bucket had failed: no SlotFree, no BucketDone
   };
   void SenderLoop();
-  // Frees each slot as soon as its bytes have left rank 0, in order, whatever the engines'
-  // answers: slots recycle at the pace of the wire, not of the engines' HTTP handling.
-  void SentLoop();
+  // Frees each slot, in order, as soon as the transport says its sources may be reused: with a
+  // broadcast, once its bytes have left rank 0, whatever the engines' answers, so slots recycle
+  // at the pace of the wire, not of the engines' HTTP handling.
+  void ReuseLoop();
   // Collects the engines' answers, in order, and records each bucket's outcome.
   void AnswerLoop();
   // Takes the next item of `queue` once there is one (marking it failed_before if the update has
@@ -156,12 +162,12 @@ class UpdateRun {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
-  std::deque<InFlight> in_flight_;  // started, not yet sent
-  std::deque<InFlight> sent_;       // sent (or failed to), answers not yet collected
+  std::deque<InFlight> in_flight_;  // started, sources not yet reusable
+  std::deque<InFlight> sent_;       // sources reusable (or failed), answers not yet collected
   absl::Time previous_answered_at_ = absl::InfinitePast();  // answer thread only
   bool first_done_ = false;                                 // answer thread only
   absl::Time first_launch_ = absl::InfinitePast();          // guarded by mu_
-  uint64_t transfers_started_ = 0;                          // buckets handed to the sent thread
+  uint64_t transfers_started_ = 0;                          // buckets handed to the reuse thread
   uint64_t transfers_settled_ = 0;  // of those, answered or failed (and recorded)
   bool sender_done_ = false;
   bool sent_loop_done_ = false;
@@ -176,7 +182,7 @@ class UpdateRun {
   uint64_t bytes_ = 0;
   BucketTiming totals_;
   std::thread sender_;
-  std::thread sent_thread_;
+  std::thread reuse_thread_;
   std::thread answer_thread_;
 };
 

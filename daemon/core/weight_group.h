@@ -1,46 +1,30 @@
 #ifndef WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
 #define WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
 
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/bucket_planner.h"
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
-#include "daemon/core/bucket_transfer.h"
-#include "daemon/engines/engine_adapter.h"
-#include "daemon/rendezvous/tcp_store_server.h"
+#include "daemon/core/engine_adapter.h"
+#include "daemon/core/group_spec.h"
+#include "daemon/core/transport.h"
 
 namespace wsync {
 
-// forming -> ready <-> updating; any failure of the collective -> broken (re-formed on the next
+// forming -> ready <-> updating; any failure of the transport -> broken (re-formed on the next
 // update); destroy -> destroyed.
 enum class GroupState { kForming, kReady, kUpdating, kBroken, kDestroyed };
 absl::string_view GroupStateName(GroupState state);
 
-struct EngineSpec {
-  std::string url;
-  uint32_t ranks = 1;
-  bool operator==(const EngineSpec&) const = default;
-};
-
-struct GroupSpec {
-  std::string name;
-  EngineKind kind = EngineKind::kSglang;
-  std::vector<EngineSpec> engines;
-  int device = 0;
-  BucketFormat format = BucketFormat::kFlattened;
-  bool operator==(const GroupSpec&) const = default;
-};
-
 struct GroupOptions {
-  std::string bind_address = "0.0.0.0";
-  std::string advertise_address = "127.0.0.1";
-  absl::Duration registration_timeout = absl::Seconds(10);
+  TransportOptions transport;
   AdapterTimeouts timeouts;
 };
 
@@ -59,70 +43,61 @@ struct GroupSnapshot {
   std::string last_version;
   std::string error;
   uint64_t updates = 0;
+  BucketRules bucket_rules;
 };
 
-absl::Status ValidateGroupSpec(const GroupSpec& spec);
+// The data path a transport needs every engine of its group to support.
+DataPath DataPathOf(TransportKind transport);
 
+// One weight group: its state machine, its engines' adapters (the lifecycle calls go to all of
+// them at once) and its transport, which moves the buckets. Thread-safe.
 class WeightGroup {
  public:
-  WeightGroup(GroupSpec spec, Platform* platform, GroupOptions options);
+  // Makes the adapters and the transport; refuses engines that lack the transport's data path.
+  static absl::StatusOr<std::shared_ptr<WeightGroup>> Create(GroupSpec spec, Platform* platform,
+                                                             GroupOptions options,
+                                                             const GroupFactories& factories);
   ~WeightGroup();
 
-  // Starts a fresh store and communicator, publishes the unique id and asks every engine to join.
+  // Probes every engine, then forms the transport.
   absl::Status Form();
   absl::Status Destroy();
 
-  // ready -> updating (re-forming a broken group first), then pauses generation.
-  absl::Status BeginUpdate();
+  // ready -> updating (re-forming a broken group first), then pauses generation and opens the
+  // update on every engine and on the transport.
+  absl::Status BeginUpdate(const UpdateInfo& update);
+  // Checks a bucket against the group's bucket rules and every engine's limits.
   absl::Status ValidateBucket(const BucketManifest& manifest) const;
-  // Writes every engine's update request for the bucket and queues the broadcast of its bytes
-  // (in the slot, or at `base` when a trainer allocation holds them laid out as the bucket); see
-  // BucketTransfer. If the transfer fails the collective is aborted, the group is broken, and the
-  // transfer's outcomes name the engines at fault.
-  absl::StatusOr<std::unique_ptr<BucketTransfer>> StartBucket(SlotMemory& slot, const void* base,
-                                                              const BucketManifest& manifest,
-                                                              absl::Time deadline);
+  // Hands the bucket to the transport. If it fails, the group is broken and the handle's
+  // outcomes name the engines at fault.
+  absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
+      const std::vector<BucketSource>& sources, const BucketManifest& manifest,
+      const BucketContext& context, absl::Time deadline);
   // updating -> ready: records the version on every engine and resumes generation.
-  absl::Status FinishUpdate(const std::string& version, std::vector<EngineOutcome>* outcomes);
+  absl::Status FinishUpdate(const UpdateInfo& update, std::vector<EngineOutcome>* outcomes);
   // updating -> ready (or broken): resumes generation, best effort.
   void AbortUpdate(const std::string& reason);
 
+  // The union of the engines' bucket rules: what the client's planner must obey.
+  const BucketRules& bucket_rules() const { return bucket_rules_; }
   GroupSnapshot Snapshot() const;
   std::vector<EngineRow> ProbeEngines();
   const GroupSpec& spec() const { return spec_; }
-  // The store key engines' ProcessGroupNCCL reads the id from ("/G/G//cuda//0").
-  static std::string UniqueIdKey(const std::string& group_name);
 
  private:
+  WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters);
   absl::Status FormLocked();
-  void TearDownLocked();
-  // Asks every engine to drop the group while rank 0's communicator is finalized.
-  void DestroyOnEnginesLocked();
-  std::vector<absl::Status> OnEngines(const std::function<absl::Status(EngineAdapter&)>& fn);
-  absl::Status WaitForRegistration();
   void MarkBroken(const absl::Status& status);
-  // Cancels the update's channels (mu_ held; their callbacks take no group lock).
-  void CloseChannelsLocked(absl::string_view why);
-  // What the group's rendezvous store saw (which engine processes connected and fetched the id),
-  // or "" when it saw nothing wrong.
-  std::string StoreReport() const;
 
   const GroupSpec spec_;
-  Platform* platform_;
-  const GroupOptions options_;
-  uint32_t world_size_ = 1;
-  std::vector<std::unique_ptr<EngineAdapter>> adapters_;
-  std::vector<EngineAdapter*> adapter_ptrs_;
-  std::string rank_map_;  // "rank 1 = URL, ranks 2-3 = URL"
+  const std::vector<std::unique_ptr<EngineAdapter>> adapters_;
+  const std::vector<EngineAdapter*> adapter_ptrs_;
+  BucketRules bucket_rules_;
+  // Set once by Create; its failure hook calls back into this group.
+  std::unique_ptr<Transport> transport_;
 
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;
-  std::unique_ptr<TcpStoreServer> store_;
-  std::unique_ptr<RootCommunicator> comm_;
-  // The update's bucket requests, one keep-alive connection per engine (adapters_ order); made by
-  // BeginUpdate, cancelled when the update ends or the communicator goes (their answers may abort
-  // it).
-  std::vector<std::shared_ptr<UpdateChannel>> channels_;
   std::string last_version_;
   std::string error_;
   uint64_t updates_ = 0;

@@ -5,15 +5,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/core/http_reply.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
-
-struct HttpReply {
-  int status = 0;
-  std::string body;
-  std::string content_type;
-};
 
 // A small JSON-over-HTTP client for engine admin routes (bucket requests go through an
 // UpdateChannel). Each call opens its own connection, so calls to one engine may run concurrently

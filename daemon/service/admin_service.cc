@@ -1,92 +1,14 @@
 #include "daemon/service/admin_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/service/group_spec_proto.h"
 #include "daemon/service/status_mapping.h"
 
 namespace wsync {
-namespace {
-
-v1::EngineKind KindToProto(EngineKind kind) {
-  switch (kind) {
-    case EngineKind::kSglang:
-      return v1::ENGINE_KIND_SGLANG;
-    case EngineKind::kVllm:
-      return v1::ENGINE_KIND_VLLM;
-    case EngineKind::kLmdeploy:
-      return v1::ENGINE_KIND_LMDEPLOY;
-  }
-  return v1::ENGINE_KIND_UNSPECIFIED;
-}
-
-v1::GroupState StateToProto(GroupState state) {
-  switch (state) {
-    case GroupState::kForming:
-      return v1::GROUP_STATE_FORMING;
-    case GroupState::kReady:
-      return v1::GROUP_STATE_READY;
-    case GroupState::kUpdating:
-      return v1::GROUP_STATE_UPDATING;
-    case GroupState::kBroken:
-      return v1::GROUP_STATE_BROKEN;
-    case GroupState::kDestroyed:
-      return v1::GROUP_STATE_DESTROYED;
-  }
-  return v1::GROUP_STATE_UNSPECIFIED;
-}
-
-}  // namespace
-
-absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::CreateGroupRequest& request) {
-  GroupSpec spec;
-  spec.name = request.name();
-  switch (request.kind()) {
-    case v1::ENGINE_KIND_SGLANG:
-      spec.kind = EngineKind::kSglang;
-      break;
-    case v1::ENGINE_KIND_VLLM:
-      spec.kind = EngineKind::kVllm;
-      break;
-    case v1::ENGINE_KIND_LMDEPLOY:
-      spec.kind = EngineKind::kLmdeploy;
-      break;
-    default:
-      return absl::InvalidArgumentError("engine kind is required (sglang, vllm, lmdeploy)");
-  }
-  spec.device = request.device();
-  if (!request.load_format().empty()) {
-    auto format = ParseBucketFormat(request.load_format());
-    if (!format.ok()) return format.status();
-    spec.format = *format;
-  }
-  for (const v1::EngineSpec& e : request.engines()) {
-    spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks()});
-  }
-  return spec;
-}
-
-void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out) {
-  out->set_name(group.spec.name);
-  out->set_kind(KindToProto(group.spec.kind));
-  out->set_state(StateToProto(group.state));
-  out->set_world_size(group.world_size);
-  out->set_rendezvous(group.rendezvous);
-  out->set_last_version(group.last_version);
-  out->set_error(group.error);
-  out->set_device(group.spec.device);
-  out->set_updates(group.updates);
-  out->set_load_format(std::string(BucketFormatName(group.spec.format)));
-  for (const EngineEndpoint& e : group.endpoints) {
-    auto* info = out->add_engines();
-    info->set_url(e.url);
-    info->set_ranks(e.ranks);
-    info->set_rank_offset(e.rank_offset);
-    info->set_group(group.spec.name);
-  }
-}
 
 grpc::Status AdminService::CreateGroup(grpc::ServerContext*, const v1::CreateGroupRequest* req,
                                        v1::GroupInfo* resp) {
-  auto spec = GroupSpecFromProto(*req);
+  auto spec = GroupSpecFromProto(req->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   auto group = core_->CreateGroup(*spec);
   if (!group.ok()) return ToGrpcStatus(group.status());

@@ -35,9 +35,6 @@ class AdminService final : public v1::Admin::Service {
   std::string listen_;
 };
 
-absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::CreateGroupRequest& request);
-void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out);
-
 }  // namespace wsync
 
 #endif  // WSYNC_DAEMON_SERVICE_ADMIN_SERVICE_H_

@@ -210,7 +210,7 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
     pulled = std::move(*resolved);
   }
   return run.SubmitBucket(bucket.slot(), std::move(*manifest), bucket.checksum(), bucket.sequence(),
-                          std::move(pulled));
+                          std::move(pulled), bucket.last());
 }
 
 grpc::Status TrainerService::Update(
@@ -232,6 +232,10 @@ grpc::Status TrainerService::Update(
     v1::UpdateEvent started;
     started.mutable_started()->set_update_id((*run)->id());
     started.mutable_started()->set_world_size((*run)->world_size());
+    const BucketRules& rules = (*run)->bucket_rules();
+    started.mutable_started()->mutable_bucket_rules()->set_one_dtype(rules.one_dtype);
+    started.mutable_started()->mutable_bucket_rules()->set_close_after_bytes(
+        rules.close_after_bytes);
     events.Write(started);
   }
   auto finish = [&](const UpdateOutcome& outcome) {

@@ -126,7 +126,7 @@ TEST_F(ServiceFixture, FailedBucketStopsEveryLaterBucketAndTheGroupReforms) {
 
 TEST_F(ServiceFixture, PerTensorGroupReceivesEveryTensorAsItsOwnBroadcast) {
   CreatePolicyGroup("per_tensor");
-  EXPECT_EQ(GetGroup("policy").load_format(), "per_tensor");
+  EXPECT_EQ(GetGroup("policy").spec().sglang().load_format(), v1::SGLANG_LOAD_FORMAT_PER_TENSOR);
   for (uint32_t v = 1; v <= 2; ++v) PushAndExpectHeld(absl::StrCat("v", v), SmallModel(v));
 }
 

@@ -17,6 +17,7 @@
 #include "client/cpp/update_stream.h"
 #include "common/checksum.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/group_factories.h"
 #include "daemon/service/server.h"
 #include "gtest/gtest.h"
 #include "tests/service/recording_platform.h"
@@ -105,13 +106,13 @@ class ServiceFixture : public ::testing::Test {
     options.slot_bytes = kSlotBytes;
     options.slots_per_device = 2;
     options.bucket_timeout = absl::Seconds(3);
-    options.group.bind_address = "127.0.0.1";
-    options.group.advertise_address = "127.0.0.1";
-    options.group.registration_timeout = absl::Seconds(5);
+    options.group.transport.bind_address = "127.0.0.1";
+    options.group.transport.advertise_address = "127.0.0.1";
+    options.group.transport.registration_timeout = absl::Seconds(5);
     options.group.timeouts.control = absl::Seconds(5);
     Configure(options);
-    core_ =
-        std::make_unique<DaemonCore>(std::make_unique<RecordingPlatform>(&broadcasts_), options);
+    core_ = std::make_unique<DaemonCore>(std::make_unique<RecordingPlatform>(&broadcasts_), options,
+                                         DefaultGroupFactories());
     auto server = DaemonServer::Start(core_.get(), ServerOptions{});
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -143,11 +144,14 @@ class ServiceFixture : public ::testing::Test {
                            const std::vector<uint32_t>& ranks, v1::GroupInfo* info,
                            const std::string& load_format = "") {
     v1::CreateGroupRequest req;
-    req.set_name(name);
-    req.set_load_format(load_format);
-    req.set_kind(v1::ENGINE_KIND_SGLANG);
+    v1::GroupSpec* spec = req.mutable_spec();
+    spec->set_name(name);
+    spec->set_kind(v1::ENGINE_KIND_SGLANG);
+    if (load_format == "per_tensor") {
+      spec->mutable_sglang()->set_load_format(v1::SGLANG_LOAD_FORMAT_PER_TENSOR);
+    }
     for (size_t i = 0; i < urls.size(); ++i) {
-      auto* e = req.add_engines();
+      auto* e = spec->add_engines();
       e->set_url(urls[i]);
       e->set_ranks(ranks[i]);
     }

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/engines/http_message_reader.h"
+#include "daemon/transport/http/http_message_reader.h"
 
 namespace wsync {
 namespace {

@@ -1,7 +1,7 @@
 // BucketTransfer against a scripted communicator and a real HTTP engine endpoint: what its launch
 // writes and queues, in which order, and the status it reports when neither the broadcast nor
 // the request can finish.
-#include "daemon/core/bucket_transfer.h"
+#include "daemon/transport/broadcast/bucket_transfer.h"
 
 #include <condition_variable>
 #include <mutex>
@@ -117,23 +117,29 @@ class HeldEngineAdapter final : public EngineAdapter {
  public:
   explicit HeldEngineAdapter(std::string url) : endpoint_{std::move(url), 1, 1} {}
   const EngineEndpoint& endpoint() const override { return endpoint_; }
+  AdapterCapabilities Capabilities() const override {
+    return AdapterCapabilities{{RendezvousMode::kTorchStore}, {DataPath::kBroadcast}, {}};
+  }
   absl::Status Probe() override { return absl::OkStatus(); }
-  absl::Status InitGroup(const Rendezvous&) override { return absl::OkStatus(); }
-  absl::Status DestroyGroup(const std::string&) override { return absl::OkStatus(); }
+  absl::Status InitBroadcastGroup(const Rendezvous&) override { return absl::OkStatus(); }
+  absl::Status DestroyBroadcastGroup(const std::string&) override { return absl::OkStatus(); }
   absl::Status PauseGeneration() override { return absl::OkStatus(); }
   absl::Status ResumeGeneration() override { return absl::OkStatus(); }
-  EngineRequest BucketRequest(const BucketManifest& m, const std::string&) const override {
-    return {"/update", absl::StrCat(R"({"first": ")", m.tensors.front().name, R"("})")};
+  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& m, const std::string&,
+                                                       const BucketContext&) const override {
+    return EngineRequest{"/update",
+                         absl::StrCat(R"({"first": ")", m.tensors.front().name, R"("})")};
   }
   absl::Status CheckBucketReply(const HttpReply& reply) const override {
     if (reply.status == 200) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat("HTTP ", reply.status, ": ", reply.body));
   }
-  absl::Status FinishUpdate(const std::string&) override { return absl::OkStatus(); }
+  absl::Status FinishUpdate(const UpdateInfo&) override { return absl::OkStatus(); }
   EngineHealth Health() override { return EngineHealth{true, "", "", ""}; }
   absl::Status ValidateBucket(const BucketManifest&) const override { return absl::OkStatus(); }
-  std::vector<BroadcastPiece> BroadcastPieces(const BucketManifest& m) const override {
-    return {BroadcastPiece{0, m.span_bytes(), DType::kUint8}};
+  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
+      const BucketManifest& m) const override {
+    return std::vector<BroadcastPiece>{BroadcastPiece{0, m.span_bytes(), DType::kUint8}};
   }
 
  private:
@@ -155,8 +161,9 @@ class BucketTransferTest : public ::testing::Test {
     BucketManifest manifest;
     manifest.tensors.push_back(TensorEntry{first_tensor, DType::kUint8, {64}, 0, 64});
     auto transfer = BucketTransfer::Start(
-        {adapter}, {std::move(channel)}, &comm_, *slot_, nullptr, manifest, "g", "rank 1 = engine",
-        absl::Now() + absl::Seconds(5), [this](const absl::Status& s) { hook_ = s; });
+        {adapter}, {std::move(channel)}, &comm_, BucketSource{0, slot_.get(), nullptr}, manifest,
+        BucketContext{}, "g", "rank 1 = engine", absl::Now() + absl::Seconds(5),
+        [this](const absl::Status& s) { hook_ = s; });
     EXPECT_TRUE(transfer.ok()) << transfer.status();
     return transfer.ok() ? std::move(*transfer) : nullptr;
   }
@@ -193,7 +200,7 @@ TEST_F(BucketTransferTest, ARequestThatCannotBeWrittenQueuesNoBroadcastAndAborts
   EXPECT_FALSE(transfer->launched());
   EXPECT_EQ(comm_.started(), 0u) << "a broadcast no engine will join";
   EXPECT_FALSE(comm_.aborted_reason().empty()) << "the collective is aborted at once";
-  auto sent = transfer->WaitSent();
+  auto sent = transfer->WaitReusable();
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kUnavailable) << sent.status();
   std::vector<EngineOutcome> outcomes;
   absl::Status answered = transfer->WaitAnswered(&outcomes);
@@ -224,7 +231,7 @@ TEST_F(BucketTransferTest, EngineErrorAbortsTheBroadcastAtOnceAndNamesTheEngine)
   ASSERT_EQ(engine_.Received(1).size(), 1u);
   const absl::Time failed_at = absl::Now();
   engine_.Release(400);
-  auto sent = transfer->WaitSent();
+  auto sent = transfer->WaitReusable();
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
   EXPECT_LT(absl::Now() - failed_at, absl::Seconds(2)) << "not at the 5 s deadline";
   std::vector<EngineOutcome> outcomes;
@@ -241,7 +248,7 @@ TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucke
   ASSERT_EQ(engine_.Received(1).size(), 1u);
   // Another bucket's failure aborts the collective under this one.
   comm_.Abort("another bucket failed");
-  auto sent = transfer->WaitSent();
+  auto sent = transfer->WaitReusable();
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
   std::vector<EngineOutcome> outcomes;
   absl::Status answered = transfer->WaitAnswered(&outcomes);

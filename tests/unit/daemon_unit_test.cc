@@ -10,8 +10,10 @@
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/source_table.h"
 #include "daemon/core/weight_group.h"
-#include "daemon/engines/sglang_adapter.h"
+#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/service/status_mapping.h"
+#include "daemon/transport/broadcast/torch_store_rendezvous.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -31,6 +33,12 @@ TEST(StatusMapping, KeepsCodeAndMessageBothWays) {
     EXPECT_EQ(FromGrpcStatus(g), s);
   }
   EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+}
+
+BucketFormat LoadFormat(const GroupSpec& spec) {
+  const auto* options = dynamic_cast<const SglangOptions*>(spec.engine_options.get());
+  EXPECT_NE(options, nullptr) << "an sglang group carries SglangOptions";
+  return options == nullptr ? BucketFormat::kFlattened : options->load_format();
 }
 
 TEST(Config, ParsesByteSizes) {
@@ -56,7 +64,7 @@ TEST(Config, LoadsFlagsAndPredeclaredGroups) {
   EXPECT_EQ(config.daemon.slots_per_device, 3u);
   EXPECT_EQ(config.daemon.slot_bytes, 64ull << 20);
   EXPECT_EQ(config.daemon.bucket_timeout, absl::Seconds(7));
-  EXPECT_EQ(config.daemon.group.advertise_address, "10.1.2.3");
+  EXPECT_EQ(config.daemon.group.transport.advertise_address, "10.1.2.3");
   ASSERT_EQ(config.groups.size(), 1u);
   EXPECT_EQ(config.groups[0].device, 1);
   EXPECT_EQ(config.groups[0].engines[1], (EngineSpec{"http://b:2", 4}));
@@ -74,7 +82,7 @@ TEST(Config, TheShippedExampleConfigLoads) {
   ASSERT_EQ(config.groups.size(), 1u);
   EXPECT_EQ(config.groups[0].engines.size(), 2u);
   EXPECT_EQ(config.groups[0].engines[0].ranks, 4u);
-  EXPECT_EQ(config.groups[0].format, BucketFormat::kFlattened);
+  EXPECT_EQ(LoadFormat(config.groups[0]), BucketFormat::kFlattened);
   EXPECT_EQ(config.daemon.checksum, "crc32");
   EXPECT_TRUE(ValidateGroupSpec(config.groups[0]).ok());
 }
@@ -85,18 +93,21 @@ TEST(Config, ChecksumAndLoadFormatAreChecked) {
   DaemonConfig bad;
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("checksum must be"));
   std::ofstream(path) << R"({"checksum": "none", "groups": [
-      {"name": "g", "load_format": "per_tensor", "engines": [{"url": "http://e:1"}]}]})";
+      {"name": "g", "sglang": {"load_format": "per_tensor"}, "engines": [{"url": "http://e:1"}]}]})";
   DaemonConfig good;
   ASSERT_TRUE(LoadConfigFile(path, &good).ok());
   EXPECT_EQ(good.daemon.checksum, "none");
-  EXPECT_EQ(good.groups[0].format, BucketFormat::kPerTensor);
-  std::ofstream(path) << R"({"groups": [{"name": "g", "load_format": "bytes",
+  EXPECT_EQ(LoadFormat(good.groups[0]), BucketFormat::kPerTensor);
+  std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"load_format": "bytes"},
       "engines": [{"url": "http://e:1"}]}]})";
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown bucket format 'bytes'"));
 }
 
 TEST(GroupSpec, ValidationNamesTheProblem) {
-  GroupSpec ok{"policy", EngineKind::kSglang, {{"http://a:1", 2}}, 0};
+  GroupSpec ok;
+  ok.name = "policy";
+  ok.engines = {{"http://a:1", 2}};
+  ok.engine_options = std::make_shared<const SglangOptions>();
   EXPECT_TRUE(ValidateGroupSpec(ok).ok());
   GroupSpec bad_name = ok;
   bad_name.name = "a/b";
@@ -107,17 +118,36 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   GroupSpec bad_url = ok;
   bad_url.engines[0].url = "a:1";
   EXPECT_THAT(ValidateGroupSpec(bad_url).message(), HasSubstr("must start with http://"));
+  // A kind wsyncd cannot serve yet is refused where its options are made, on every path.
+  EXPECT_EQ(DefaultEngineOptions(EngineKind::kVllm).status().code(),
+            absl::StatusCode::kUnimplemented);
   GroupSpec vllm = ok;
   vllm.kind = EngineKind::kVllm;
-  EXPECT_EQ(ValidateGroupSpec(vllm).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(ValidateGroupSpec(vllm).message(), HasSubstr("carries sglang options"));
+  GroupSpec no_options = ok;
+  no_options.engine_options = nullptr;
+  EXPECT_THAT(ValidateGroupSpec(no_options).message(), HasSubstr("carries no sglang options"));
   GroupSpec huge = ok;
   huge.engines[0].ranks = 200;
   EXPECT_THAT(ValidateGroupSpec(huge).message(), HasSubstr("above 128"));
 }
 
-TEST(WeightGroup, UniqueIdKeyMatchesTheHelpersPrefixChain) {
-  EXPECT_EQ(WeightGroup::UniqueIdKey("weight_sync"), "/weight_sync/weight_sync//cuda//0");
-  EXPECT_EQ(WeightGroup::UniqueIdKey("weight_update_group").size(), 49u);
+TEST(Config, AVllmGroupIsRefusedAsNotYetSupported) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-vllm.json";
+  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "vllm",
+      "engines": [{"url": "http://e:1"}]}]})";
+  DaemonConfig config;
+  absl::Status s = LoadConfigFile(path, &config);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(s.message(), HasSubstr("vllm is not supported yet"));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "sglang", "vllm": {},
+      "engines": [{"url": "http://e:1"}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &config).message(), HasSubstr("has \"vllm\" options"));
+}
+
+TEST(TorchStoreRendezvous, UniqueIdKeyMatchesTheHelpersPrefixChain) {
+  EXPECT_EQ(TorchStoreRendezvous::UniqueIdKey("weight_sync"), "/weight_sync/weight_sync//cuda//0");
+  EXPECT_EQ(TorchStoreRendezvous::UniqueIdKey("weight_update_group").size(), 49u);
 }
 
 TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
@@ -134,8 +164,8 @@ TEST(SglangAdapter, BucketBodyListsTensorsInLayoutOrderAsAFlattenedBucket) {
       "shapes": [[2, 3], [3]], "group_name": "policy", "flush_cache": false,
       "abort_all_requests": false, "load_format": "flattened_bucket"})"));
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                  BucketFormat::kFlattened);
-  std::vector<BroadcastPiece> pieces = a.BroadcastPieces(m);
+                  SglangOptions(BucketFormat::kFlattened));
+  std::vector<BroadcastPiece> pieces = *a.BroadcastPieces(m);
   ASSERT_EQ(pieces.size(), 1u);
   EXPECT_EQ(pieces[0].offset, 0u);
   EXPECT_EQ(pieces[0].count, 24u);
@@ -149,9 +179,9 @@ TEST(SglangAdapter, PerTensorBucketHasNullLoadFormatAndOneTypedBroadcastPerTenso
   EXPECT_TRUE(body["load_format"].is_null());
   EXPECT_EQ(body["names"], nlohmann::json::parse(R"(["w", "n"])"));
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                  BucketFormat::kPerTensor);
+                  SglangOptions(BucketFormat::kPerTensor));
   EXPECT_TRUE(a.ValidateBucket(m).ok()) << "a gap is fine when each tensor has its own broadcast";
-  std::vector<BroadcastPiece> pieces = a.BroadcastPieces(m);
+  std::vector<BroadcastPiece> pieces = *a.BroadcastPieces(m);
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[0].offset, 0u);
   EXPECT_EQ(pieces[0].count, 6u);
@@ -162,13 +192,13 @@ TEST(SglangAdapter, PerTensorBucketHasNullLoadFormatAndOneTypedBroadcastPerTenso
   BucketManifest shorts{{TensorEntry{"s", DType::kInt16, {4}, 0, 8}}};
   EXPECT_THAT(a.ValidateBucket(shorts).message(), HasSubstr("int16"));
   SglangAdapter flat(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                     BucketFormat::kFlattened);
+                     SglangOptions(BucketFormat::kFlattened));
   EXPECT_THAT(flat.ValidateBucket(m).message(), HasSubstr("back to back"));
 }
 
 TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                  BucketFormat::kFlattened);
+                  SglangOptions(BucketFormat::kFlattened));
   absl::Status s = a.Probe();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("http://127.0.0.1:1/get_server_info"));

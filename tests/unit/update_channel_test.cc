@@ -1,6 +1,6 @@
 // UpdateChannel against real sockets: pipelined requests answered in order, a connection the
 // server closed between requests reopened, and every way a connection ends with requests open.
-#include "daemon/engines/update_channel.h"
+#include "daemon/transport/http/update_channel.h"
 
 #include <sys/socket.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/engines/http_message_reader.h"
+#include "daemon/transport/http/http_message_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_http_server.h"

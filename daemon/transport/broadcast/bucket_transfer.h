@@ -1,5 +1,5 @@
-#ifndef WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
-#define WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
+#ifndef WSYNC_DAEMON_TRANSPORT_BROADCAST_BUCKET_TRANSFER_H_
+#define WSYNC_DAEMON_TRANSPORT_BROADCAST_BUCKET_TRANSFER_H_
 
 #include <functional>
 #include <memory>
@@ -10,15 +10,11 @@
 #include "absl/time/time.h"
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
-#include "daemon/engines/engine_adapter.h"
-#include "daemon/engines/update_channel.h"
+#include "daemon/core/engine_adapter.h"
+#include "daemon/core/transport.h"
+#include "daemon/transport/http/update_channel.h"
 
 namespace wsync {
-
-struct EngineOutcome {
-  std::string engine;
-  absl::Status status;
-};
 
 // One bucket on its way to a group's engines. Start launches it at once, in the caller's thread:
 // it writes the bucket's update request to every engine's UpdateChannel, then queues the
@@ -35,7 +31,7 @@ struct EngineOutcome {
 // The engine answers only after it has received the bytes. A failed answer, or a request that
 // cannot be written, aborts the collective at once rather than letting a queued broadcast run
 // into the deadline.
-class BucketTransfer {
+class BucketTransfer final : public BucketHandle {
  public:
   // Called once with the combined error when the bucket fails.
   using FailureHook = std::function<void(const absl::Status&)>;
@@ -43,26 +39,25 @@ class BucketTransfer {
   using Diagnosis = std::function<std::string()>;
 
   // `channels` holds one channel per adapter, in the same order. A launch that fails (a request
-  // not written, a broadcast not queued) aborts the collective and is reported by WaitSent; see
+  // not written, a broadcast not queued) aborts the collective and is reported by WaitReusable; see
   // launched().
+  // `source` is the bucket's one source: its slot (ordering the broadcast after the producer's
+  // writes), and `base`, when not null, the memory the broadcast reads instead.
   static absl::StatusOr<std::unique_ptr<BucketTransfer>> Start(
       const std::vector<EngineAdapter*>& adapters,
       const std::vector<std::shared_ptr<UpdateChannel>>& channels, RootCommunicator* comm,
-      SlotMemory& slot, const void* base, const BucketManifest& manifest,
+      const BucketSource& source, const BucketManifest& manifest, const BucketContext& context,
       const std::string& group_name, std::string rank_map, absl::Time deadline,
       FailureHook on_failure, Diagnosis diagnose = {});
-  ~BucketTransfer();
+  ~BucketTransfer() override;
 
   // True when every request was written and the broadcast queued.
-  bool launched() const { return launch_status_.ok(); }
+  bool launched() const override { return launch_status_.ok(); }
   // Waits until the bucket has left rank 0: its slot may be refilled.
-  absl::StatusOr<BroadcastTiming> WaitSent();
-  // When the last engine request was fully written (InfinitePast unless all were).
-  absl::Time requests_written_at() const;
-  // When the last engine answered (after WaitAnswered).
-  absl::Time answered_at() const { return answered_at_; }
-  // Waits for every engine's answer. The error names the engines (or ranks) at fault.
-  absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes);
+  absl::StatusOr<BroadcastTiming> WaitReusable() override;
+  absl::Time requests_written_at() const override;
+  absl::Time answered_at() const override { return answered_at_; }
+  absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override;
 
  private:
   BucketTransfer(std::vector<EngineAdapter*> adapters,
@@ -70,7 +65,7 @@ class BucketTransfer {
                  std::string rank_map, absl::Time deadline, FailureHook on_failure,
                  Diagnosis diagnose);
   // Writes every engine's request, then queues the broadcast; the first failure stops it.
-  absl::Status Launch(SlotMemory& slot, const void* base, const std::vector<BroadcastPiece>& pieces,
+  absl::Status Launch(const BucketSource& source, const std::vector<BroadcastPiece>& pieces,
                       const std::vector<EngineRequest>& requests);
   // Ends the update's requests early; only once the broadcast has failed (the bytes will never
   // arrive), which fails the update anyway.
@@ -97,4 +92,4 @@ class BucketTransfer {
 
 }  // namespace wsync
 
-#endif  // WSYNC_DAEMON_CORE_BUCKET_TRANSFER_H_
+#endif  // WSYNC_DAEMON_TRANSPORT_BROADCAST_BUCKET_TRANSFER_H_

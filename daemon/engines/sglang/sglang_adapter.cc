@@ -1,4 +1,4 @@
-#include "daemon/engines/sglang_adapter.h"
+#include "daemon/engines/sglang/sglang_adapter.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -10,6 +10,15 @@ namespace {
 constexpr char kBucketPath[] = "/update_weights_from_distributed";
 
 }  // namespace
+
+AdapterCapabilities SglangAdapter::Capabilities() const {
+  AdapterCapabilities caps;
+  caps.rendezvous = {RendezvousMode::kTorchStore};
+  caps.data_paths = {DataPath::kBroadcast};
+  // The flattened receiver since PR #13413 takes mixed dtypes as uint8 bytes; per tensor, every
+  // tensor has its own typed broadcast. Alignment is the planner's own rule.
+  return caps;
+}
 
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
@@ -37,14 +46,14 @@ nlohmann::json SglangAdapter::InitGroupBody(const Rendezvous& rendezvous, uint32
           {"backend", "nccl"}};
 }
 
-absl::Status SglangAdapter::InitGroup(const Rendezvous& rendezvous) {
+absl::Status SglangAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
   return http_
       .PostExpectSuccess("/init_weights_update_group",
                          InitGroupBody(rendezvous, endpoint_.rank_offset), timeouts_.control)
       .status();
 }
 
-absl::Status SglangAdapter::DestroyGroup(const std::string& group_name) {
+absl::Status SglangAdapter::DestroyBroadcastGroup(const std::string& group_name) {
   return http_
       .PostExpectSuccess("/destroy_weights_update_group", {{"group_name", group_name}},
                          timeouts_.control)
@@ -84,20 +93,22 @@ nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
                                                              : nlohmann::json(nullptr)}};
 }
 
-EngineRequest SglangAdapter::BucketRequest(const BucketManifest& manifest,
-                                           const std::string& group_name) const {
-  return {kBucketPath, BucketBody(manifest, group_name, format_).dump()};
+absl::StatusOr<EngineRequest> SglangAdapter::BroadcastBucketRequest(
+    const BucketManifest& manifest, const std::string& group_name,
+    const BucketContext& /*context*/) const {
+  // The version is recorded once, at commit (/update_weight_version), not on a bucket.
+  return EngineRequest{kBucketPath, BucketBody(manifest, group_name, format_).dump()};
 }
 
 absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
   return http_.ExpectSuccess(kBucketPath, reply).status();
 }
 
-absl::Status SglangAdapter::FinishUpdate(const std::string& version) {
+absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
   WSYNC_RETURN_IF_ERROR(
       http_
           .PostExpectSuccess("/update_weight_version",
-                             {{"new_version", version}, {"abort_all_requests", false}},
+                             {{"new_version", update.version}, {"abort_all_requests", false}},
                              timeouts_.control)
           .status());
   auto flushed = http_.Post("/flush_cache", nlohmann::json::object(), timeouts_.control);
@@ -139,9 +150,10 @@ absl::Status SglangAdapter::ValidateBucket(const BucketManifest& manifest) const
   return absl::OkStatus();
 }
 
-std::vector<BroadcastPiece> SglangAdapter::BroadcastPieces(const BucketManifest& manifest) const {
+absl::StatusOr<std::vector<BroadcastPiece>> SglangAdapter::BroadcastPieces(
+    const BucketManifest& manifest) const {
   if (format_ == BucketFormat::kFlattened) {
-    return {BroadcastPiece{0, manifest.span_bytes(), DType::kUint8}};
+    return std::vector<BroadcastPiece>{BroadcastPiece{0, manifest.span_bytes(), DType::kUint8}};
   }
   std::vector<BroadcastPiece> pieces;
   for (const TensorEntry& t : manifest.tensors) {

@@ -1,5 +1,5 @@
-#ifndef WSYNC_DAEMON_ENGINES_HTTP_MESSAGE_READER_H_
-#define WSYNC_DAEMON_ENGINES_HTTP_MESSAGE_READER_H_
+#ifndef WSYNC_DAEMON_TRANSPORT_HTTP_HTTP_MESSAGE_READER_H_
+#define WSYNC_DAEMON_TRANSPORT_HTTP_HTTP_MESSAGE_READER_H_
 
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
@@ -56,4 +56,4 @@ class HttpMessageReader {
 
 }  // namespace wsync
 
-#endif  // WSYNC_DAEMON_ENGINES_HTTP_MESSAGE_READER_H_
+#endif  // WSYNC_DAEMON_TRANSPORT_HTTP_HTTP_MESSAGE_READER_H_

@@ -1,8 +1,9 @@
-#ifndef WSYNC_DAEMON_ENGINES_SGLANG_ADAPTER_H_
-#define WSYNC_DAEMON_ENGINES_SGLANG_ADAPTER_H_
+#ifndef WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
+#define WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
 
-#include "daemon/engines/engine_adapter.h"
+#include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
+#include "daemon/engines/sglang/sglang_options.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -10,28 +11,32 @@ namespace wsync {
 // SGLang's disaggregated weight-update API (shared/docs/engine-protocols.md section 3): ranks are
 // rank_offset + tp_rank; a bucket goes as load_format "flattened_bucket" (one uint8 broadcast of
 // the tensors' bytes back to back in `names` order) or null (one broadcast per tensor, typed); the
-// version is recorded at commit.
+// version is recorded at commit. Its engines join through torch's TCPStore.
 class SglangAdapter final : public EngineAdapter {
  public:
-  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, BucketFormat format)
+  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, SglangOptions options)
       : endpoint_(std::move(endpoint)),
         timeouts_(timeouts),
-        format_(format),
+        format_(options.load_format()),
         http_(endpoint_.url) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
+  AdapterCapabilities Capabilities() const override;
   absl::Status Probe() override;
-  absl::Status InitGroup(const Rendezvous& rendezvous) override;
-  absl::Status DestroyGroup(const std::string& group_name) override;
-  absl::Status PauseGeneration() override;
-  absl::Status ResumeGeneration() override;
-  EngineRequest BucketRequest(const BucketManifest& manifest,
-                              const std::string& group_name) const override;
-  absl::Status CheckBucketReply(const HttpReply& reply) const override;
-  absl::Status FinishUpdate(const std::string& version) override;
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
-  std::vector<BroadcastPiece> BroadcastPieces(const BucketManifest& manifest) const override;
+  absl::Status PauseGeneration() override;
+  absl::Status ResumeGeneration() override;
+  absl::Status FinishUpdate(const UpdateInfo& update) override;
+  absl::Status CheckBucketReply(const HttpReply& reply) const override;
+
+  absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
+  absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
+  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
+                                                       const std::string& group_name,
+                                                       const BucketContext& context) const override;
+  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
+      const BucketManifest& manifest) const override;
 
   // The request bodies, exposed for tests that pin them to SGLang's schema.
   static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
@@ -47,4 +52,4 @@ class SglangAdapter final : public EngineAdapter {
 
 }  // namespace wsync
 
-#endif  // WSYNC_DAEMON_ENGINES_SGLANG_ADAPTER_H_
+#endif  // WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_

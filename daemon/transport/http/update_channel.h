@@ -1,5 +1,5 @@
-#ifndef WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
-#define WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
+#ifndef WSYNC_DAEMON_TRANSPORT_HTTP_UPDATE_CHANNEL_H_
+#define WSYNC_DAEMON_TRANSPORT_HTTP_UPDATE_CHANNEL_H_
 
 #include <condition_variable>
 #include <deque>
@@ -13,7 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/net.h"
-#include "daemon/engines/http_json.h"
+#include "daemon/core/http_reply.h"
 
 namespace wsync {
 
@@ -105,4 +105,4 @@ class UpdateChannel {
 
 }  // namespace wsync
 
-#endif  // WSYNC_DAEMON_ENGINES_UPDATE_CHANNEL_H_
+#endif  // WSYNC_DAEMON_TRANSPORT_HTTP_UPDATE_CHANNEL_H_

@@ -1,4 +1,4 @@
-#include "daemon/engines/update_channel.h"
+#include "daemon/transport/http/update_channel.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -12,7 +12,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "daemon/engines/http_message_reader.h"
+#include "daemon/transport/http/http_message_reader.h"
 
 namespace wsync {
 absl::StatusOr<HttpReply> ChannelCall::Wait(absl::Time deadline) {

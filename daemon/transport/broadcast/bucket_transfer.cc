@@ -1,4 +1,4 @@
-#include "daemon/core/bucket_transfer.h"
+#include "daemon/transport/broadcast/bucket_transfer.h"
 
 #include <algorithm>
 
@@ -25,26 +25,33 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters,
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     const std::vector<EngineAdapter*>& adapters,
     const std::vector<std::shared_ptr<UpdateChannel>>& channels, RootCommunicator* comm,
-    SlotMemory& slot, const void* base, const BucketManifest& manifest,
+    const BucketSource& source, const BucketManifest& manifest, const BucketContext& context,
     const std::string& group_name, std::string rank_map, absl::Time deadline,
     FailureHook on_failure, Diagnosis diagnose) {
   if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
   if (channels.size() != adapters.size()) {
     return absl::InternalError("one update channel per engine expected");
   }
+  if (source.slot == nullptr) return absl::InternalError("a bucket source without a slot");
+  // Built before anything is written: a bucket an adapter cannot describe reaches no engine.
   std::vector<EngineRequest> requests;
-  for (EngineAdapter* a : adapters) requests.push_back(a->BucketRequest(manifest, group_name));
+  for (EngineAdapter* a : adapters) {
+    auto request = a->BroadcastBucketRequest(manifest, group_name, context);
+    if (!request.ok()) return request.status();
+    requests.push_back(std::move(*request));
+  }
+  auto pieces = adapters.front()->BroadcastPieces(manifest);
+  if (!pieces.ok()) return pieces.status();
   auto transfer = std::unique_ptr<BucketTransfer>(
       new BucketTransfer(adapters, channels, comm, std::move(rank_map), deadline,
                          std::move(on_failure), std::move(diagnose)));
-  transfer->launch_status_ =
-      transfer->Launch(slot, base, adapters.front()->BroadcastPieces(manifest), requests);
+  transfer->launch_status_ = transfer->Launch(source, *pieces, requests);
   // Engines that took a request would wait for bytes that never come.
   if (!transfer->launch_status_.ok()) comm->Abort(transfer->launch_status_.message());
   return transfer;
 }
 
-absl::Status BucketTransfer::Launch(SlotMemory& slot, const void* base,
+absl::Status BucketTransfer::Launch(const BucketSource& source,
                                     const std::vector<BroadcastPiece>& pieces,
                                     const std::vector<EngineRequest>& requests) {
   // Requests first: the first broadcast of a communicator returns only once the engines join it,
@@ -63,8 +70,9 @@ absl::Status BucketTransfer::Launch(SlotMemory& slot, const void* base,
       if (!s.ok() && s.code() != absl::StatusCode::kCancelled) comm->Abort(s.message());
     });
   }
-  auto ticket = base != nullptr ? comm_->StartBroadcastFrom(slot, base, pieces, deadline_)
-                                : comm_->StartBroadcast(slot, pieces, deadline_);
+  auto ticket = source.base != nullptr
+                    ? comm_->StartBroadcastFrom(*source.slot, source.base, pieces, deadline_)
+                    : comm_->StartBroadcast(*source.slot, pieces, deadline_);
   if (!ticket.ok()) return ticket.status();
   ticket_ = *ticket;
   return absl::OkStatus();
@@ -85,10 +93,10 @@ void BucketTransfer::Cancel() {
   for (const auto& channel : channels_) channel->Cancel("the bucket's broadcast failed");
 }
 
-absl::StatusOr<BroadcastTiming> BucketTransfer::WaitSent() {
+absl::StatusOr<BroadcastTiming> BucketTransfer::WaitReusable() {
   if (waited_sent_) {
     if (!sent_.ok()) return sent_;
-    return absl::FailedPreconditionError("WaitSent called twice");
+    return absl::FailedPreconditionError("WaitReusable called twice");
   }
   waited_sent_ = true;
   sent_ = launch_status_;
@@ -113,7 +121,7 @@ absl::Time BucketTransfer::requests_written_at() const {
 
 absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) {
   waited_answers_ = true;
-  if (!waited_sent_) (void)WaitSent();
+  if (!waited_sent_) (void)WaitReusable();
   // Without the broadcast the engines wait for bytes that never come.
   if (!sent_.ok()) Cancel();
   const std::vector<std::shared_ptr<ChannelCall>>& calls = calls_;

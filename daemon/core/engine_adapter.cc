@@ -1,0 +1,79 @@
+#include "daemon/core/engine_adapter.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace wsync {
+namespace {
+
+absl::Status NotOnThisPath(const EngineAdapter& adapter, absl::string_view hook) {
+  return absl::UnimplementedError(absl::StrCat("engine ", adapter.endpoint().url, ": ", hook,
+                                               " is not supported by this engine's adapter"));
+}
+
+}  // namespace
+
+absl::string_view RendezvousModeName(RendezvousMode mode) {
+  switch (mode) {
+    case RendezvousMode::kTorchStore:
+      return "torch-store";
+    case RendezvousMode::kVllmUniqueId:
+      return "vllm-unique-id";
+    case RendezvousMode::kVllmStatelessStore:
+      return "vllm-stateless-store";
+  }
+  return "unknown";
+}
+
+absl::string_view DataPathName(DataPath path) {
+  switch (path) {
+    case DataPath::kBroadcast:
+      return "broadcast";
+    case DataPath::kCudaIpc:
+      return "cuda-ipc";
+  }
+  return "unknown";
+}
+
+bool AdapterCapabilities::Supports(DataPath path) const {
+  return std::find(data_paths.begin(), data_paths.end(), path) != data_paths.end();
+}
+
+bool AdapterCapabilities::Supports(RendezvousMode mode) const {
+  return std::find(rendezvous.begin(), rendezvous.end(), mode) != rendezvous.end();
+}
+
+absl::Status EngineAdapter::InitBroadcastGroup(const Rendezvous&) {
+  return NotOnThisPath(*this, "joining a broadcast group");
+}
+
+absl::Status EngineAdapter::DestroyBroadcastGroup(const std::string&) {
+  return NotOnThisPath(*this, "leaving a broadcast group");
+}
+
+absl::StatusOr<EngineRequest> EngineAdapter::BroadcastBucketRequest(const BucketManifest&,
+                                                                    const std::string&,
+                                                                    const BucketContext&) const {
+  return NotOnThisPath(*this, "a broadcast bucket request");
+}
+
+absl::StatusOr<std::vector<BroadcastPiece>> EngineAdapter::BroadcastPieces(
+    const BucketManifest&) const {
+  return NotOnThisPath(*this, "broadcast pieces");
+}
+
+std::vector<absl::Status> OnEachEngine(const std::vector<EngineAdapter*>& adapters,
+                                       const std::function<absl::Status(EngineAdapter&)>& fn) {
+  std::vector<absl::Status> results(adapters.size());
+  std::vector<std::thread> threads;
+  threads.reserve(adapters.size());
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = fn(*adapters[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+}  // namespace wsync

@@ -1,0 +1,150 @@
+#ifndef WSYNC_DAEMON_CORE_ENGINE_ADAPTER_H_
+#define WSYNC_DAEMON_CORE_ENGINE_ADAPTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/bucket_planner.h"
+#include "common/gpu_seam.h"
+#include "common/manifest.h"
+#include "daemon/core/group_spec.h"
+#include "daemon/core/http_reply.h"
+
+namespace wsync {
+
+struct EngineEndpoint {
+  std::string url;
+  uint32_t ranks = 1;        // ranks this engine adds to the group (its TP size)
+  uint32_t rank_offset = 1;  // its first rank in the group
+};
+
+// Where engines meet wsyncd to join one instance of a group's collective.
+struct Rendezvous {
+  std::string master_address;
+  uint16_t master_port = 0;
+  uint32_t world_size = 0;
+  std::string group_name;
+};
+
+struct EngineHealth {
+  bool healthy = false;
+  std::string engine_version;
+  std::string weight_version;
+  std::string error;
+};
+
+// One HTTP POST with a JSON body.
+struct EngineRequest {
+  std::string path;
+  std::string json_body;
+};
+
+struct EngineOutcome {
+  std::string engine;
+  absl::Status status;
+};
+
+struct AdapterTimeouts {
+  absl::Duration control = absl::Seconds(30);  // init, pause, resume, version, destroy
+  absl::Duration probe = absl::Seconds(5);     // health
+};
+
+// The update an engine is taking part in.
+struct UpdateInfo {
+  std::string update_id;
+  std::string version;
+};
+
+// What every bucket request knows of its update.
+struct BucketContext {
+  std::string update_id;
+  std::string version;
+  uint64_t index = 0;  // 0-based, in the order the buckets reach the engines
+  // The trainer's last bucket of the update, when its client said so; false when unknown.
+  bool last = false;
+};
+
+// How an engine's ranks can join a collective with wsyncd.
+enum class RendezvousMode {
+  kTorchStore,          // torch's TCPStore + ProcessGroupNCCL (SGLang, LMDeploy)
+  kVllmUniqueId,        // vLLM: the base64 ncclUniqueId in the init request
+  kVllmStatelessStore,  // vLLM: StatelessProcessGroup over a TCPStore
+};
+// How a bucket's bytes can reach an engine.
+enum class DataPath {
+  kBroadcast,  // NCCL broadcast from wsyncd as rank 0 (disaggregated)
+  kCudaIpc,    // IPC handles of wsyncd's buffers or the trainer's memory (colocated)
+};
+
+absl::string_view RendezvousModeName(RendezvousMode mode);
+absl::string_view DataPathName(DataPath path);
+
+// What an adapter can do, asked before a group forms (in the manner of NIXL's backends).
+struct AdapterCapabilities {
+  std::vector<RendezvousMode> rendezvous;
+  std::vector<DataPath> data_paths;
+  // What the engine demands of a bucket; the group's union goes to the client's planner.
+  BucketRules bucket_rules;
+
+  bool Supports(DataPath path) const;
+  bool Supports(RendezvousMode mode) const;
+};
+
+// One engine endpoint of one weight group, speaking that engine's own HTTP API. Calls are
+// thread-safe; the group runs them concurrently across its engines.
+//
+// The lifecycle calls are required of every engine. The data-path hooks are optional: each
+// defaults to UNIMPLEMENTED, and an adapter overrides those of the data paths its Capabilities
+// name; a transport calls only hooks of its own data path.
+class EngineAdapter {
+ public:
+  virtual ~EngineAdapter() = default;
+  virtual const EngineEndpoint& endpoint() const = 0;
+  virtual AdapterCapabilities Capabilities() const = 0;
+
+  // Checks version, parallel sizes and anything else that would make the group fail later.
+  virtual absl::Status Probe() = 0;
+  virtual EngineHealth Health() = 0;
+  // Checks a bucket against what this engine can receive, before any byte moves.
+  virtual absl::Status ValidateBucket(const BucketManifest& manifest) const = 0;
+  virtual absl::Status PauseGeneration() = 0;
+  virtual absl::Status ResumeGeneration() = 0;
+  // Called once generation is paused, before the update's first bucket (an engine that needs
+  // its updates opened, or memory back, does it here). Most engines need nothing.
+  virtual absl::Status BeginUpdate(const UpdateInfo& update) { return absl::OkStatus(); }
+  // Records the version, flushes caches computed with old weights, resumes generation.
+  virtual absl::Status FinishUpdate(const UpdateInfo& update) = 0;
+  // OK when the engine's answer to one of its bucket requests says it loaded the bucket.
+  virtual absl::Status CheckBucketReply(const HttpReply& reply) const = 0;
+
+  // --- DataPath::kBroadcast (optional) ---
+  // Asks the engine's ranks to join the group's collective; returns once they have (or failed).
+  virtual absl::Status InitBroadcastGroup(const Rendezvous& rendezvous);
+  virtual absl::Status DestroyBroadcastGroup(const std::string& group_name);
+  // The bucket's update request; the engine answers once it has received (through the
+  // broadcast, meanwhile) and loaded the bucket.
+  virtual absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
+                                                               const std::string& group_name,
+                                                               const BucketContext& context) const;
+  // The collective calls the engine's receive expects for the bucket, in order.
+  virtual absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
+      const BucketManifest& manifest) const;
+};
+
+// Runs `fn` on every adapter at once and returns each one's status, in adapter order.
+std::vector<absl::Status> OnEachEngine(const std::vector<EngineAdapter*>& adapters,
+                                       const std::function<absl::Status(EngineAdapter&)>& fn);
+
+// Makes the adapter of one engine of a group (the engine kind is the spec's).
+using AdapterFactory = std::function<absl::StatusOr<std::unique_ptr<EngineAdapter>>(
+    const GroupSpec& spec, const EngineEndpoint& endpoint, const AdapterTimeouts& timeouts)>;
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_ENGINE_ADAPTER_H_

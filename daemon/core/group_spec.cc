@@ -1,0 +1,103 @@
+#include "daemon/core/group_spec.h"
+
+#include <cctype>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace wsync {
+
+absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name) {
+  if (name == "sglang") return EngineKind::kSglang;
+  if (name == "vllm") return EngineKind::kVllm;
+  if (name == "lmdeploy") return EngineKind::kLmdeploy;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown engine kind '", name, "' (sglang, vllm, lmdeploy)"));
+}
+
+absl::string_view EngineKindName(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::kSglang:
+      return "sglang";
+    case EngineKind::kVllm:
+      return "vllm";
+    case EngineKind::kLmdeploy:
+      return "lmdeploy";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name) {
+  if (name == "broadcast" || name == "nccl") return TransportKind::kBroadcast;
+  return absl::InvalidArgumentError(absl::StrCat("unknown transport '", name, "' (broadcast)"));
+}
+
+absl::string_view TransportKindName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kBroadcast:
+      return "broadcast";
+  }
+  return "unknown";
+}
+
+bool GroupSpec::operator==(const GroupSpec& other) const {
+  if (name != other.name || kind != other.kind || transport != other.transport ||
+      engines != other.engines || device != other.device) {
+    return false;
+  }
+  if (engine_options == nullptr || other.engine_options == nullptr) {
+    return engine_options == other.engine_options;
+  }
+  return engine_options->Equals(*other.engine_options);
+}
+
+absl::Status ValidateGroupSpec(const GroupSpec& spec) {
+  if (spec.name.empty() || spec.name.size() > 64) {
+    return absl::InvalidArgumentError("group name must be 1..64 characters");
+  }
+  for (char c : spec.name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group name '", spec.name, "' may only contain letters, digits, '_', '-' and '.'"));
+    }
+  }
+  if (spec.device < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "': device ", spec.device, " is negative"));
+  }
+  if (spec.engines.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine"));
+  }
+  uint32_t ranks = 0;
+  for (const EngineSpec& e : spec.engines) {
+    if (e.url.rfind("http://", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine url '", e.url, "' must start with http://"));
+    }
+    if (e.ranks == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("engine ", e.url, " declares 0 ranks"));
+    }
+    ranks += e.ranks;
+  }
+  if (ranks + 1 > 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "' has ", ranks + 1,
+                     " ranks; torch switches to scalable NCCL init above 128, which is not "
+                     "supported"));
+  }
+  if (spec.engine_options == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "' carries no ", EngineKindName(spec.kind), " options"));
+  }
+  if (spec.engine_options->kind() != spec.kind) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "' is of kind ", EngineKindName(spec.kind),
+                     " but carries ", EngineKindName(spec.engine_options->kind()), " options"));
+  }
+  if (absl::Status s = spec.engine_options->Validate(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("group '", spec.name, "': ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync

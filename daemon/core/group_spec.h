@@ -1,0 +1,64 @@
+#ifndef WSYNC_DAEMON_CORE_GROUP_SPEC_H_
+#define WSYNC_DAEMON_CORE_GROUP_SPEC_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace wsync {
+
+enum class EngineKind { kSglang, kVllm, kLmdeploy };
+
+absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name);
+absl::string_view EngineKindName(EngineKind kind);
+
+// How a group's buckets reach its engines. The NCCL broadcast (wsyncd as rank 0 of the engines'
+// weight-update group) is the only one so far; CUDA IPC for colocated engines comes next.
+enum class TransportKind { kBroadcast };
+
+absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name);
+absl::string_view TransportKindName(TransportKind kind);
+
+struct EngineSpec {
+  std::string url;
+  uint32_t ranks = 1;  // ranks this engine adds to the group (its TP size)
+  bool operator==(const EngineSpec&) const = default;
+};
+
+// Options only one engine kind understands. Each engine defines its own (daemon/engines) and
+// validates them; the core holds them without reading them, so a new option never touches it.
+class EngineOptions {
+ public:
+  virtual ~EngineOptions() = default;
+  virtual EngineKind kind() const = 0;
+  virtual absl::Status Validate() const = 0;
+  virtual bool Equals(const EngineOptions& other) const = 0;
+  // "load_format=flattened_bucket", for logs and tables.
+  virtual std::string Describe() const = 0;
+};
+
+// Everything that defines a weight group. The config file, the admin API and wsyncctl all map to
+// this one struct, and ValidateGroupSpec is the one check every path goes through.
+struct GroupSpec {
+  std::string name;
+  EngineKind kind = EngineKind::kSglang;
+  TransportKind transport = TransportKind::kBroadcast;
+  std::vector<EngineSpec> engines;
+  int device = 0;  // the GPU whose slots feed the group (rank 0 of a broadcast)
+  // Never null in a validated spec; of the same kind as `kind`.
+  std::shared_ptr<const EngineOptions> engine_options;
+
+  bool operator==(const GroupSpec& other) const;
+};
+
+// Checks the name, engines, rank count and the engine's own options.
+absl::Status ValidateGroupSpec(const GroupSpec& spec);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_GROUP_SPEC_H_

@@ -1,0 +1,15 @@
+#include "daemon/group_factories.h"
+
+#include "daemon/engines/adapter_factory.h"
+#include "daemon/transport/transport_factory.h"
+
+namespace wsync {
+
+GroupFactories DefaultGroupFactories() {
+  GroupFactories factories;
+  factories.adapter = MakeEngineAdapter;
+  factories.transport = MakeTransport;
+  return factories;
+}
+
+}  // namespace wsync

@@ -1,0 +1,140 @@
+#include "daemon/service/group_spec_proto.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/sglang/sglang_options.h"
+
+namespace wsync {
+namespace {
+
+v1::EngineKind KindToProto(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::kSglang:
+      return v1::ENGINE_KIND_SGLANG;
+    case EngineKind::kVllm:
+      return v1::ENGINE_KIND_VLLM;
+    case EngineKind::kLmdeploy:
+      return v1::ENGINE_KIND_LMDEPLOY;
+  }
+  return v1::ENGINE_KIND_UNSPECIFIED;
+}
+
+absl::StatusOr<EngineKind> KindFromProto(v1::EngineKind kind) {
+  switch (kind) {
+    case v1::ENGINE_KIND_SGLANG:
+      return EngineKind::kSglang;
+    case v1::ENGINE_KIND_VLLM:
+      return EngineKind::kVllm;
+    case v1::ENGINE_KIND_LMDEPLOY:
+      return EngineKind::kLmdeploy;
+    default:
+      return absl::InvalidArgumentError("engine kind is required (sglang, vllm, lmdeploy)");
+  }
+}
+
+v1::GroupState StateToProto(GroupState state) {
+  switch (state) {
+    case GroupState::kForming:
+      return v1::GROUP_STATE_FORMING;
+    case GroupState::kReady:
+      return v1::GROUP_STATE_READY;
+    case GroupState::kUpdating:
+      return v1::GROUP_STATE_UPDATING;
+    case GroupState::kBroken:
+      return v1::GROUP_STATE_BROKEN;
+    case GroupState::kDestroyed:
+      return v1::GROUP_STATE_DESTROYED;
+  }
+  return v1::GROUP_STATE_UNSPECIFIED;
+}
+
+absl::StatusOr<std::shared_ptr<const EngineOptions>> SglangFromProto(
+    const v1::SglangOptions& proto) {
+  switch (proto.load_format()) {
+    case v1::SGLANG_LOAD_FORMAT_UNSPECIFIED:
+    case v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET:
+      return std::make_shared<const SglangOptions>(BucketFormat::kFlattened);
+    case v1::SGLANG_LOAD_FORMAT_PER_TENSOR:
+      return std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown sglang load_format ", static_cast<int>(proto.load_format())));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
+  GroupSpec spec;
+  spec.name = proto.name();
+  WSYNC_ASSIGN_OR_RETURN(spec.kind, KindFromProto(proto.kind()));
+  switch (proto.transport()) {
+    case v1::TRANSPORT_UNSPECIFIED:
+    case v1::TRANSPORT_BROADCAST:
+      spec.transport = TransportKind::kBroadcast;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown transport ", static_cast<int>(proto.transport())));
+  }
+  spec.device = proto.device();
+  for (const v1::EngineSpec& e : proto.engines()) {
+    spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks()});
+  }
+  switch (proto.engine_options_case()) {
+    case v1::GroupSpec::kSglang: {
+      if (spec.kind != EngineKind::kSglang) {
+        return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
+                                                       EngineKindName(spec.kind),
+                                                       " but carries sglang options"));
+      }
+      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, SglangFromProto(proto.sglang()));
+      break;
+    }
+    case v1::GroupSpec::ENGINE_OPTIONS_NOT_SET: {
+      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
+      break;
+    }
+  }
+  return spec;
+}
+
+void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
+  out->set_name(spec.name);
+  out->set_kind(KindToProto(spec.kind));
+  out->set_device(spec.device);
+  out->set_transport(v1::TRANSPORT_BROADCAST);
+  for (const EngineSpec& e : spec.engines) {
+    auto* engine = out->add_engines();
+    engine->set_url(e.url);
+    engine->set_ranks(e.ranks);
+  }
+  if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
+    out->mutable_sglang()->set_load_format(sglang->load_format() == BucketFormat::kPerTensor
+                                               ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
+                                               : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
+  }
+}
+
+void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out) {
+  GroupSpecToProto(group.spec, out->mutable_spec());
+  out->set_state(StateToProto(group.state));
+  out->set_world_size(group.world_size);
+  out->set_rendezvous(group.rendezvous);
+  out->set_last_version(group.last_version);
+  out->set_error(group.error);
+  out->set_updates(group.updates);
+  out->set_bucket_rules(group.bucket_rules.Describe());
+  for (const EngineEndpoint& e : group.endpoints) {
+    auto* info = out->add_engines();
+    info->set_url(e.url);
+    info->set_ranks(e.ranks);
+    info->set_rank_offset(e.rank_offset);
+    info->set_group(group.spec.name);
+  }
+}
+
+}  // namespace wsync

@@ -1,0 +1,164 @@
+#include "daemon/transport/broadcast/broadcast_transport.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "daemon/transport/broadcast/bucket_transfer.h"
+
+namespace wsync {
+
+BroadcastTransport::BroadcastTransport(TransportEnv env,
+                                       std::unique_ptr<RendezvousStrategy> rendezvous)
+    : env_(std::move(env)), rendezvous_(std::move(rendezvous)) {
+  std::vector<std::string> parts;
+  for (EngineAdapter* a : env_.adapters) {
+    const EngineEndpoint& e = a->endpoint();
+    urls_.push_back(e.url);
+    parts.push_back(e.ranks == 1 ? absl::StrCat("rank ", e.rank_offset, " = ", e.url)
+                                 : absl::StrCat("ranks ", e.rank_offset, "-",
+                                                e.rank_offset + e.ranks - 1, " = ", e.url));
+    world_size_ += e.ranks;
+  }
+  rank_map_ = absl::StrJoin(parts, ", ");
+}
+
+BroadcastTransport::~BroadcastTransport() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReleaseLocked("group torn down");
+}
+
+absl::Status BroadcastTransport::Form() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReleaseLocked("forming afresh");
+  auto fail = [&](absl::Status s) {
+    ReleaseLocked("formation failed");
+    return s;
+  };
+  auto comm =
+      env_.platform->CreateRootCommunicator(env_.spec.device, static_cast<int>(world_size_));
+  if (!comm.ok()) return fail(comm.status());
+  comm_ = std::move(*comm);
+  auto rdv = rendezvous_->Open(env_.spec.name, comm_->unique_id(), world_size_);
+  if (!rdv.ok()) return fail(rdv.status());
+  std::vector<absl::Status> inits =
+      OnEachEngine(env_.adapters, [&](EngineAdapter& a) { return a.InitBroadcastGroup(*rdv); });
+  std::vector<std::string> errors;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  for (const absl::Status& s : inits) {
+    if (s.ok()) continue;
+    errors.push_back(std::string(s.message()));
+    if (code == absl::StatusCode::kOk) code = s.code();
+  }
+  if (!errors.empty()) {
+    // Engines that did join must drop the group, or they refuse the next init under this name.
+    for (size_t i = 0; i < inits.size(); ++i) {
+      if (inits[i].ok()) (void)env_.adapters[i]->DestroyBroadcastGroup(env_.spec.name);
+    }
+    return fail(absl::Status(
+        code, absl::StrCat("group '", env_.spec.name,
+                           "': engines failed to join: ", absl::StrJoin(errors, "; "))));
+  }
+  if (absl::Status s = rendezvous_->WaitJoined(absl::Now() + env_.options.registration_timeout);
+      !s.ok()) {
+    return fail(s);
+  }
+  return absl::OkStatus();
+}
+
+void BroadcastTransport::Disband() {
+  std::unique_ptr<RootCommunicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm = std::move(comm_);
+  }
+  // torch finalizes an engine's NCCL communicator together with its peers, so the engines'
+  // destroy calls block until rank 0 finalizes too: both run at once.
+  std::thread finalize([&comm] { comm.reset(); });
+  std::vector<absl::Status> results = OnEachEngine(
+      env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(env_.spec.name); });
+  finalize.join();
+  for (const absl::Status& s : results) {
+    if (!s.ok()) WSYNC_LOG(Warning, "group ", env_.spec.name, ": destroy: ", s.message());
+  }
+}
+
+void BroadcastTransport::Release(absl::string_view why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ReleaseLocked(why);
+}
+
+void BroadcastTransport::ReleaseLocked(absl::string_view why) {
+  // Before the communicator goes: an answer arriving later would abort it.
+  channels_.CancelAll(why);
+  if (comm_) comm_->Abort(why);
+  comm_.reset();
+  rendezvous_->Close();
+}
+
+bool BroadcastTransport::StillFormed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return comm_ != nullptr && rendezvous_->StillJoined();
+}
+
+absl::Status BroadcastTransport::BeginUpdate(const UpdateInfo&) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!comm_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", env_.spec.name, "' has no communicator; form it first"));
+  }
+  channels_.Open(urls_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<BucketHandle>> BroadcastTransport::StartBucket(
+    const std::vector<BucketSource>& sources, const BucketManifest& manifest,
+    const BucketContext& context, absl::Time deadline) {
+  if (sources.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", env_.spec.name,
+                                                   "': the broadcast transport sends a bucket from "
+                                                   "one source (rank 0's slot), not ",
+                                                   sources.size()));
+  }
+  RootCommunicator* comm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!comm_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group '", env_.spec.name, "' has no communicator"));
+    }
+    comm = comm_.get();
+  }
+  std::vector<std::shared_ptr<UpdateChannel>> channels = channels_.Current();
+  if (channels.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", env_.spec.name, "': no update is open on the transport"));
+  }
+  auto transfer = BucketTransfer::Start(env_.adapters, channels, comm, sources.front(), manifest,
+                                        context, env_.spec.name, rank_map_, deadline,
+                                        env_.on_bucket_failed, [this] { return Diagnose(); });
+  if (!transfer.ok()) return transfer.status();
+  return std::unique_ptr<BucketHandle>(std::move(*transfer));
+}
+
+void BroadcastTransport::EndUpdate(absl::string_view why) { channels_.CancelAll(why); }
+
+std::string BroadcastTransport::Diagnose() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rendezvous_->Diagnose();
+}
+
+std::string BroadcastTransport::rendezvous() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rendezvous_->address();
+}
+
+std::string BroadcastTransport::Describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return absl::StrCat("broadcast, world ", world_size_, ", store ", rendezvous_->address(), ", ",
+                      comm_ ? comm_->Describe() : std::string("no communicator"), ", ", rank_map_);
+}
+
+}  // namespace wsync

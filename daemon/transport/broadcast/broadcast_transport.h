@@ -1,0 +1,57 @@
+#ifndef WSYNC_DAEMON_TRANSPORT_BROADCAST_BROADCAST_TRANSPORT_H_
+#define WSYNC_DAEMON_TRANSPORT_BROADCAST_BROADCAST_TRANSPORT_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/transport.h"
+#include "daemon/transport/broadcast/rendezvous_strategy.h"
+#include "daemon/transport/http/engine_channels.h"
+
+namespace wsync {
+
+// The disaggregated path: wsyncd is rank 0 of the engines' weight-update collective (NCCL on GPU
+// nodes, the host collective in host mode, both behind the GPU seam's RootCommunicator) and
+// broadcasts each bucket from its slot, paired with each engine's update request (see
+// BucketTransfer). Engine ranks are numbered in the group's engine order from 1. A bucket's slot
+// is reusable once its bytes have left rank 0.
+class BroadcastTransport final : public Transport {
+ public:
+  BroadcastTransport(TransportEnv env, std::unique_ptr<RendezvousStrategy> rendezvous);
+  ~BroadcastTransport() override;
+
+  absl::Status Form() override;
+  void Disband() override;
+  void Release(absl::string_view why) override;
+  bool StillFormed() const override;
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
+      const std::vector<BucketSource>& sources, const BucketManifest& manifest,
+      const BucketContext& context, absl::Time deadline) override;
+  void EndUpdate(absl::string_view why) override;
+  uint32_t world_size() const override { return world_size_; }
+  std::string rendezvous() const override;
+  std::string Describe() const override;
+
+ private:
+  void ReleaseLocked(absl::string_view why);
+  // The rendezvous' explanation of a failed bucket, or "".
+  std::string Diagnose() const;
+
+  const TransportEnv env_;
+  uint32_t world_size_ = 1;
+  std::string rank_map_;  // "rank 1 = URL, ranks 2-3 = URL"
+  std::vector<std::string> urls_;
+  // Shared with every transport kind's requests; cancelled when an update ends.
+  EngineChannels channels_;
+
+  mutable std::mutex mu_;
+  std::unique_ptr<RendezvousStrategy> rendezvous_;
+  std::unique_ptr<RootCommunicator> comm_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_TRANSPORT_BROADCAST_BROADCAST_TRANSPORT_H_

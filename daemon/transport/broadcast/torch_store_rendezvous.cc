@@ -1,0 +1,91 @@
+#include "daemon/transport/broadcast/torch_store_rendezvous.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+
+namespace wsync {
+
+std::string TorchStoreRendezvous::UniqueIdKey(const std::string& group_name) {
+  return absl::StrCat("/", group_name, "/", group_name, "//cuda//0");
+}
+
+absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_name,
+                                                      const std::string& unique_id,
+                                                      uint32_t world_size) {
+  Close();
+  auto store = TcpStoreServer::Start(bind_address_, 0);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  group_name_ = group_name;
+  world_size_ = world_size;
+  // Published before any engine is asked to join: engines fetch it at their first collective.
+  store_->Set(UniqueIdKey(group_name_), unique_id);
+  return Rendezvous{advertise_address_, store_->port(), world_size_, group_name_};
+}
+
+absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
+  // Fewer than world-1 "init/" adds means an engine answered its init route without all of its
+  // ranks reaching the store.
+  const int64_t engine_ranks = static_cast<int64_t>(world_size_) - 1;
+  while (store_->InitCount() < engine_ranks) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("group '", group_name_, "': only ", store_->InitCount(), " of ",
+                       engine_ranks, " engine ranks registered with the store at ", address(),
+                       " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+bool TorchStoreRendezvous::StillJoined() const {
+  // Every engine rank keeps its store connection for the life of its process group; one that
+  // closed means its engine restarted (or died), and a replacement does not hold the group.
+  if (!store_) return false;
+  return store_->ConnectedPids().size() + 1 >= world_size_;
+}
+
+std::string TorchStoreRendezvous::Diagnose() const {
+  if (!store_) return "the group's store is gone";
+  const std::string key = UniqueIdKey(group_name_);
+  std::vector<uint32_t> connected = store_->ConnectedPids();
+  std::vector<uint32_t> fetched = store_->FetchersOf(key);
+  std::vector<uint32_t> never;
+  for (uint32_t pid : connected) {
+    if (std::find(fetched.begin(), fetched.end(), pid) == fetched.end()) never.push_back(pid);
+  }
+  std::vector<std::string> unpublished = store_->UnpublishedWaits();
+  if (never.empty() && unpublished.empty() && connected.size() + 1 >= world_size_) return "";
+  std::string report =
+      absl::StrCat("store ", address(), ": ", connected.size(), " of ", world_size_ - 1,
+                   " engine ranks connected (pids ", absl::StrJoin(connected, ","), "), ",
+                   fetched.size(), " fetched the NCCL id ", key);
+  if (!never.empty()) {
+    absl::StrAppend(&report, "; pids ", absl::StrJoin(never, ","),
+                    " joined the store but never fetched the id: an engine whose default process "
+                    "group is bound to a device (device_id) builds this group with ncclCommSplit "
+                    "and cannot join an external rank 0; restart it without device_id");
+  }
+  if (!unpublished.empty()) {
+    absl::StrAppend(&report, "; ranks waited for keys never published (",
+                    absl::StrJoin(unpublished, ", "), "): a group name or store prefix mismatch");
+  }
+  return report;
+}
+
+std::string TorchStoreRendezvous::address() const {
+  if (!store_) return "";
+  return absl::StrCat(advertise_address_, ":", store_->port());
+}
+
+void TorchStoreRendezvous::Close() {
+  if (!store_) return;
+  store_->ErasePrefix(absl::StrCat("/", group_name_, "/"));
+  store_.reset();
+}
+
+}  // namespace wsync

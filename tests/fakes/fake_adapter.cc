@@ -1,0 +1,102 @@
+#include "tests/fakes/fake_adapter.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace wsync {
+
+void FakeEngine::Record(std::string event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(std::move(event));
+}
+
+std::vector<std::string> FakeEngine::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
+void FakeEngine::AddBucket(FakeBucket bucket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  buckets_.push_back(std::move(bucket));
+}
+
+std::vector<FakeBucket> FakeEngine::buckets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return buckets_;
+}
+
+void FakeEngine::HoldAnswers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ = true;
+}
+
+void FakeEngine::ReleaseAnswers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ = false;
+  cv_.notify_all();
+}
+
+absl::Status FakeEngine::NextAnswer() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !held_; });
+  return std::exchange(next_failure_, absl::OkStatus());
+}
+
+void FakeEngine::FailNextAnswer(absl::Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  next_failure_ = std::move(status);
+}
+
+std::shared_ptr<FakeEngine> FakeCluster::Engine(const std::string& url) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& engine = engines_[url];
+  if (engine == nullptr) engine = std::make_shared<FakeEngine>();
+  return engine;
+}
+
+absl::Status FakeAdapter::Probe() {
+  engine_->Record("probe");
+  return absl::OkStatus();
+}
+
+absl::Status FakeAdapter::PauseGeneration() {
+  engine_->Record("pause");
+  return absl::OkStatus();
+}
+
+absl::Status FakeAdapter::ResumeGeneration() {
+  engine_->Record("resume");
+  return absl::OkStatus();
+}
+
+absl::Status FakeAdapter::BeginUpdate(const UpdateInfo& update) {
+  engine_->Record(absl::StrCat("begin ", update.update_id, " ", update.version));
+  return absl::OkStatus();
+}
+
+absl::Status FakeAdapter::FinishUpdate(const UpdateInfo& update) {
+  engine_->Record(absl::StrCat("finish ", update.update_id, " ", update.version));
+  return absl::OkStatus();
+}
+
+absl::Status FakeAdapter::CheckBucketReply(const HttpReply& reply) const {
+  if (reply.status == 200) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("HTTP ", reply.status, ": ", reply.body));
+}
+
+AdapterCapabilities FakeCapabilities(DataPath path, BucketRules rules) {
+  AdapterCapabilities caps;
+  caps.rendezvous = {RendezvousMode::kTorchStore};
+  caps.data_paths = {path};
+  caps.bucket_rules = rules;
+  return caps;
+}
+
+GroupSpec FakeGroupSpec(const std::string& name, const std::vector<std::string>& urls) {
+  GroupSpec spec;
+  spec.name = name;
+  for (const std::string& url : urls) spec.engines.push_back(EngineSpec{url, 1});
+  spec.engine_options = std::make_shared<const FakeEngineOptions>();
+  return spec;
+}
+
+}  // namespace wsync

@@ -1,0 +1,107 @@
+#ifndef WSYNC_TESTS_FAKES_FAKE_ADAPTER_H_
+#define WSYNC_TESTS_FAKES_FAKE_ADAPTER_H_
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/engine_adapter.h"
+#include "daemon/core/group_spec.h"
+
+namespace wsync {
+
+// One bucket as a fake engine received it: one payload per source, in source order.
+struct FakeBucket {
+  BucketContext context;
+  std::vector<std::string> names;
+  std::vector<DType> dtypes;
+  std::vector<std::string> payloads;
+};
+
+// What one fake engine saw: its lifecycle calls (from its adapter) and its buckets (from the fake
+// transport). Its answers to buckets can be held back, or made to fail.
+class FakeEngine {
+ public:
+  void Record(std::string event);
+  std::vector<std::string> events() const;
+  void AddBucket(FakeBucket bucket);
+  std::vector<FakeBucket> buckets() const;
+
+  // While held, no bucket is answered.
+  void HoldAnswers();
+  void ReleaseAnswers();
+  // Blocks until answers are not held; returns what the engine answers (then OK again).
+  absl::Status NextAnswer();
+  void FailNextAnswer(absl::Status status);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> events_;
+  std::vector<FakeBucket> buckets_;
+  bool held_ = false;
+  absl::Status next_failure_;
+};
+
+// The fake engines of one test, by URL.
+class FakeCluster {
+ public:
+  std::shared_ptr<FakeEngine> Engine(const std::string& url);
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<FakeEngine>> engines_;
+};
+
+// Options of no real engine; the fake groups carry them.
+class FakeEngineOptions final : public EngineOptions {
+ public:
+  EngineKind kind() const override { return EngineKind::kSglang; }
+  absl::Status Validate() const override { return absl::OkStatus(); }
+  bool Equals(const EngineOptions& other) const override {
+    return dynamic_cast<const FakeEngineOptions*>(&other) != nullptr;
+  }
+  std::string Describe() const override { return "fake"; }
+};
+
+// An adapter that records every lifecycle call in its engine and implements no data-path hook
+// (those stay UNIMPLEMENTED: the fake transport needs none).
+class FakeAdapter final : public EngineAdapter {
+ public:
+  FakeAdapter(EngineEndpoint endpoint, std::shared_ptr<FakeEngine> engine,
+              AdapterCapabilities capabilities)
+      : endpoint_(std::move(endpoint)),
+        engine_(std::move(engine)),
+        capabilities_(std::move(capabilities)) {}
+
+  const EngineEndpoint& endpoint() const override { return endpoint_; }
+  AdapterCapabilities Capabilities() const override { return capabilities_; }
+  absl::Status Probe() override;
+  EngineHealth Health() override { return EngineHealth{true, "fake", "", ""}; }
+  absl::Status ValidateBucket(const BucketManifest&) const override { return absl::OkStatus(); }
+  absl::Status PauseGeneration() override;
+  absl::Status ResumeGeneration() override;
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  absl::Status FinishUpdate(const UpdateInfo& update) override;
+  absl::Status CheckBucketReply(const HttpReply& reply) const override;
+
+  FakeEngine& engine() { return *engine_; }
+
+ private:
+  EngineEndpoint endpoint_;
+  std::shared_ptr<FakeEngine> engine_;
+  AdapterCapabilities capabilities_;
+};
+
+// Capabilities of an engine that receives over `path` with `rules`.
+AdapterCapabilities FakeCapabilities(DataPath path = DataPath::kBroadcast, BucketRules rules = {});
+
+// A group spec of fake engines at `urls` (one rank each).
+GroupSpec FakeGroupSpec(const std::string& name, const std::vector<std::string>& urls);
+
+}  // namespace wsync
+
+#endif  // WSYNC_TESTS_FAKES_FAKE_ADAPTER_H_

@@ -1,0 +1,321 @@
+// The core alone, with a fake engine adapter and a fake transport: the group's state machine and
+// lifecycle fan-out, the update pipeline's slot reuse as the transport reports it, buckets with
+// several sources, bucket rules and capabilities. This binary links no transport, engine or
+// service library (tests/CMakeLists.txt), which is what keeps the core free of them.
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checksum.h"
+#include "common/host/host_platform.h"
+#include "daemon/core/daemon_core.h"
+#include "daemon/core/weight_group.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fakes/fake_adapter.h"
+#include "tests/fakes/fake_transport.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kSlotBytes = 4096;
+
+std::string Pattern(uint64_t bytes, int seed) {
+  std::string out(bytes, '\0');
+  for (uint64_t i = 0; i < bytes; ++i) out[i] = static_cast<char>((i * 31 + seed * 7) & 0xFF);
+  return out;
+}
+
+BucketManifest OneTensor(const std::string& name, uint64_t bytes, DType dtype = DType::kUint8) {
+  BucketManifest m;
+  m.tensors.push_back(
+      TensorEntry{name, dtype, {static_cast<int64_t>(bytes / DTypeSize(dtype))}, 0, bytes});
+  return m;
+}
+
+class FakeGroupTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<WeightGroup> MakeGroup(AdapterCapabilities caps = FakeCapabilities(),
+                                         FakeTransportOptions options = {}) {
+    auto group =
+        WeightGroup::Create(FakeGroupSpec("policy", {"http://a:1", "http://b:2"}), &platform_,
+                            GroupOptions{}, FakeGroupFactories(cluster_, caps, options, log_));
+    EXPECT_TRUE(group.ok()) << group.status();
+    return group.ok() ? *group : nullptr;
+  }
+  std::unique_ptr<SlotMemory> Slot(int device, const std::string& bytes) {
+    auto slot = platform_.AllocateSlot(device, kSlotBytes);
+    EXPECT_TRUE(slot.ok()) << slot.status();
+    std::memcpy((*slot)->data(), bytes.data(), bytes.size());
+    return std::move(*slot);
+  }
+  FakeEngine& engine(const std::string& url) { return *cluster_->Engine(url); }
+
+  HostPlatform platform_{"127.0.0.1", "127.0.0.1"};
+  std::shared_ptr<FakeCluster> cluster_ = std::make_shared<FakeCluster>();
+  std::shared_ptr<FakeTransportLog> log_ = std::make_shared<FakeTransportLog>();
+};
+
+TEST_F(FakeGroupTest, AFullUpdateRunsEveryEnginesLifecycleInOrder) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  EXPECT_EQ(group->Snapshot().state, GroupState::kReady);
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  const std::string a = Pattern(1000, 1), b = Pattern(500, 2);
+  auto slot_a = Slot(0, a), slot_b = Slot(0, b);
+  for (int i = 0; i < 2; ++i) {
+    SlotMemory* slot = i == 0 ? slot_a.get() : slot_b.get();
+    auto handle = group->StartBucket({BucketSource{0, slot, nullptr}},
+                                     OneTensor(absl::StrCat("t", i), i == 0 ? 1000 : 500),
+                                     BucketContext{"u1", "v1", static_cast<uint64_t>(i), i == 1},
+                                     absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    ASSERT_TRUE((*handle)->WaitReusable().ok());
+    std::vector<EngineOutcome> outcomes;
+    ASSERT_TRUE((*handle)->WaitAnswered(&outcomes).ok());
+    EXPECT_EQ(outcomes.size(), 2u);
+  }
+  std::vector<EngineOutcome> finished;
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, &finished).ok());
+  for (const char* url : {"http://a:1", "http://b:2"}) {
+    EXPECT_THAT(engine(url).events(), ElementsAre("probe", "pause", "begin u1 v1", "finish u1 v1"))
+        << url;
+    std::vector<FakeBucket> got = engine(url).buckets();
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].payloads, std::vector<std::string>{a});
+    EXPECT_EQ(got[1].payloads, std::vector<std::string>{b});
+    EXPECT_EQ(got[0].context.index, 0u);
+    EXPECT_FALSE(got[0].context.last);
+    EXPECT_EQ(got[1].context.index, 1u);
+    EXPECT_TRUE(got[1].context.last);
+    EXPECT_EQ(got[1].context.update_id, "u1");
+    EXPECT_EQ(got[1].context.version, "v1");
+  }
+  GroupSnapshot snap = group->Snapshot();
+  EXPECT_EQ(snap.state, GroupState::kReady);
+  EXPECT_EQ(snap.last_version, "v1");
+  EXPECT_EQ(snap.world_size, 3u);
+  EXPECT_EQ(snap.rendezvous, "fake");
+}
+
+TEST_F(FakeGroupTest, ABucketWithTwoSourcesReachesEachEngineAsOnePayloadPerSource) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  // Two trainer ranks on two GPUs, each holding its shard of the same bucket (colocated TP=2).
+  const std::string rank0 = Pattern(256, 3), rank1 = Pattern(256, 4);
+  auto slot0 = Slot(0, rank0), slot1 = Slot(1, rank1);
+  auto handle = group->StartBucket(
+      {BucketSource{0, slot0.get(), nullptr}, BucketSource{1, slot1.get(), nullptr}},
+      OneTensor("w", 256), BucketContext{"u1", "v1", 0, true}, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  std::vector<EngineOutcome> outcomes;
+  ASSERT_TRUE((*handle)->WaitAnswered(&outcomes).ok());
+  for (const char* url : {"http://a:1", "http://b:2"}) {
+    std::vector<FakeBucket> got = engine(url).buckets();
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].payloads, (std::vector<std::string>{rank0, rank1})) << url;
+  }
+}
+
+TEST_F(FakeGroupTest, AFailedBucketBreaksTheGroupAndTheNextUpdateFormsItAgain) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  engine("http://b:2").FailNextAnswer(absl::InternalError("load_weights failed"));
+  auto slot = Slot(0, Pattern(64, 5));
+  auto handle =
+      group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w", 64),
+                         BucketContext{"u1", "v1", 0, false}, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(handle.ok());
+  std::vector<EngineOutcome> outcomes;
+  absl::Status answered = (*handle)->WaitAnswered(&outcomes);
+  EXPECT_EQ(answered.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(answered.message(), HasSubstr("engine http://b:2: load_weights failed"));
+  EXPECT_EQ(group->Snapshot().state, GroupState::kBroken) << "the transport's failure hook";
+  group->AbortUpdate("bucket failed");
+  EXPECT_EQ(group->Snapshot().state, GroupState::kBroken);
+  EXPECT_THAT(engine("http://a:1").events().back(), "resume");
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "v1"}).ok());
+  EXPECT_EQ(log_->formed, 2) << "re-formed before the next update";
+  EXPECT_EQ(log_->disbanded, 1) << "the engines were asked to drop the broken group first";
+}
+
+TEST_F(FakeGroupTest, AGroupWhoseEnginesLostItIsFormedAgainBeforeTheUpdate) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  log_->engines_lost = true;  // an engine restarted since the group formed
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  EXPECT_EQ(log_->formed, 2);
+  EXPECT_EQ(group->Snapshot().state, GroupState::kUpdating);
+}
+
+TEST_F(FakeGroupTest, EnginesWithoutTheTransportsDataPathAreRefusedAtCreation) {
+  auto group =
+      WeightGroup::Create(FakeGroupSpec("policy", {"http://a:1"}), &platform_, GroupOptions{},
+                          FakeGroupFactories(cluster_, FakeCapabilities(DataPath::kCudaIpc)));
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(group.status().message(),
+              HasSubstr("http://a:1 cannot receive over the broadcast data path"));
+}
+
+TEST_F(FakeGroupTest, TheEnginesBucketRulesAreTheGroupsAndABucketBreakingOneIsRefused) {
+  BucketRules one_dtype;
+  one_dtype.one_dtype = true;
+  auto group = MakeGroup(FakeCapabilities(DataPath::kBroadcast, one_dtype));
+  ASSERT_NE(group, nullptr);
+  EXPECT_TRUE(group->bucket_rules().one_dtype);
+  EXPECT_TRUE(group->Snapshot().bucket_rules.one_dtype);
+  BucketManifest mixed;
+  mixed.tensors.push_back(TensorEntry{"w", DType::kBfloat16, {4}, 0, 8});
+  mixed.tensors.push_back(TensorEntry{"b", DType::kFloat32, {2}, 8, 8});
+  absl::Status s = group->ValidateBucket(mixed);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("'b'"));
+  EXPECT_TRUE(group->ValidateBucket(OneTensor("w", 64, DType::kBfloat16)).ok());
+}
+
+TEST(EngineAdapterHooks, DataPathHooksDefaultToUnimplemented) {
+  FakeAdapter adapter(EngineEndpoint{"http://a:1", 1, 1}, std::make_shared<FakeEngine>(),
+                      FakeCapabilities());
+  EXPECT_EQ(adapter.InitBroadcastGroup(Rendezvous{}).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(adapter.DestroyBroadcastGroup("g").code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(adapter.BroadcastBucketRequest(BucketManifest{}, "g", BucketContext{}).status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(adapter.BroadcastPieces(BucketManifest{}).status().message(),
+              HasSubstr("engine http://a:1"));
+  EXPECT_TRUE(adapter.BeginUpdate(UpdateInfo{}).ok()) << "most engines need nothing there";
+}
+
+// What the trainer's stream would hear.
+class RecordingEvents final : public UpdateEvents {
+ public:
+  void BucketDone(uint64_t sequence, uint64_t, uint32_t, const BucketTiming&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.push_back(sequence);
+    cv_.notify_all();
+  }
+  void SlotFree(uint32_t slot) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    freed_.push_back(slot);
+    cv_.notify_all();
+  }
+  void SourcesRead(uint64_t) override {}
+  void Failed(const UpdateOutcome&) override {}
+  // True once `slot` was freed `times` times, false at the deadline.
+  bool WaitFreed(uint32_t slot, size_t times, absl::Duration within) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, absl::ToChronoNanoseconds(within), [&] {
+      return static_cast<size_t>(std::count(freed_.begin(), freed_.end(), slot)) >= times;
+    });
+  }
+  std::vector<uint64_t> done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint32_t> freed_;
+  std::vector<uint64_t> done_;
+};
+
+class FakeDaemonTest : public ::testing::Test {
+ protected:
+  void Start(FakeTransportOptions options) {
+    DaemonOptions daemon;
+    daemon.slots_per_device = 2;
+    daemon.slot_bytes = kSlotBytes;
+    daemon.bucket_timeout = absl::Seconds(10);
+    core_ = std::make_unique<DaemonCore>(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"),
+                                         daemon,
+                                         FakeGroupFactories(cluster_, FakeCapabilities(), options));
+    auto created = core_->CreateGroup(FakeGroupSpec("policy", {"http://a:1"}));
+    ASSERT_TRUE(created.ok()) << created.status();
+    auto session = core_->OpenSession(0, "core test");
+    ASSERT_TRUE(session.ok()) << session.status();
+    session_ = *session;
+  }
+  // Fills slot `slot` as a trainer would and submits it.
+  absl::Status Submit(UpdateRun& run, uint32_t slot, const std::string& bytes, uint64_t sequence,
+                      bool last) {
+    std::memcpy(session_.slots[slot]->data(), bytes.data(), bytes.size());
+    return run.SubmitBucket(slot, OneTensor(absl::StrCat("t", sequence), bytes.size()),
+                            Crc32(bytes.data(), bytes.size()), sequence, {}, last);
+  }
+  FakeEngine& engine() { return *cluster_->Engine("http://a:1"); }
+
+  std::shared_ptr<FakeCluster> cluster_ = std::make_shared<FakeCluster>();
+  std::unique_ptr<DaemonCore> core_;
+  SessionView session_;
+};
+
+TEST_F(FakeDaemonTest, AFullUpdateFromASessionReachesTheEngineByteForByte) {
+  Start({});
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v7", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::string a = Pattern(kSlotBytes, 1), b = Pattern(100, 2), c = Pattern(kSlotBytes, 3);
+  ASSERT_TRUE(Submit(**run, 0, a, 0, false).ok());
+  ASSERT_TRUE(Submit(**run, 1, b, 1, false).ok());
+  ASSERT_TRUE(events.WaitFreed(0, 1, absl::Seconds(5)));
+  ASSERT_TRUE(Submit(**run, 0, c, 2, true).ok());
+  UpdateOutcome outcome = (*run)->Commit();
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  EXPECT_EQ(outcome.buckets, 3u);
+  EXPECT_EQ(outcome.bytes, 2 * kSlotBytes + 100);
+  EXPECT_THAT(events.done(), ElementsAre(0, 1, 2));
+  std::vector<FakeBucket> got = engine().buckets();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].payloads[0], a);
+  EXPECT_EQ(got[1].payloads[0], b);
+  EXPECT_EQ(got[2].payloads[0], c);
+  EXPECT_EQ(got[2].context.index, 2u);
+  EXPECT_TRUE(got[2].context.last);
+  EXPECT_FALSE(got[1].context.last);
+  EXPECT_EQ(got[0].context.version, "v7");
+  const std::string id = got[0].context.update_id;
+  EXPECT_THAT(engine().events(), ElementsAre("probe", "pause", absl::StrCat("begin ", id, " v7"),
+                                             absl::StrCat("finish ", id, " v7")));
+}
+
+TEST_F(FakeDaemonTest, ASlotWaitsForTheAnswerWhenTheTransportReusesItOnlyThen) {
+  Start(FakeTransportOptions{FakeReuse::kOnceAnswered});
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  engine().HoldAnswers();
+  ASSERT_TRUE(Submit(**run, 0, Pattern(512, 1), 0, true).ok());
+  EXPECT_FALSE(events.WaitFreed(0, 1, absl::Milliseconds(300)))
+      << "the engine still reads the slot until it answers";
+  engine().ReleaseAnswers();
+  EXPECT_TRUE(events.WaitFreed(0, 1, absl::Seconds(5)));
+  EXPECT_TRUE((*run)->Commit().status.ok());
+}
+
+TEST_F(FakeDaemonTest, ASlotIsFreedBeforeTheAnswerWhenTheTransportIsDoneWithItSooner) {
+  Start(FakeTransportOptions{FakeReuse::kOnceCopied});
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  engine().HoldAnswers();
+  ASSERT_TRUE(Submit(**run, 0, Pattern(512, 1), 0, true).ok());
+  EXPECT_TRUE(events.WaitFreed(0, 1, absl::Seconds(5))) << "freed while the answer is held";
+  EXPECT_TRUE(events.done().empty());
+  engine().ReleaseAnswers();
+  EXPECT_TRUE((*run)->Commit().status.ok());
+  EXPECT_THAT(events.done(), ElementsAre(0));
+}
+
+}  // namespace
+}  // namespace wsync
