@@ -252,8 +252,8 @@ TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucke
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted) << sent.status();
   std::vector<EngineOutcome> outcomes;
   absl::Status answered = transfer->WaitAnswered(&outcomes);
-  // Only a cancelled request and an aborted broadcast: this once came back as an OK status with
-  // an error message, which the update took for success (and wsyncd crashed on).
+  // Only a cancelled request and an aborted broadcast: still a failure with an error code, never
+  // an OK status carrying an error message (which the update would take for success).
   EXPECT_EQ(answered.code(), absl::StatusCode::kAborted) << answered;
   EXPECT_THAT(answered.message(), HasSubstr("no answer yet from " + engine_.url()));
   EXPECT_EQ(hook_.code(), absl::StatusCode::kAborted);

@@ -24,9 +24,9 @@ namespace wsync {
 // while bucket k is on the wire, and broadcasts queue back to back.
 //
 // A broadcast is queued only once its requests are written: a queued broadcast then waits for
-// nothing but the engines' own progress. (Queued earlier, it would sit on the GPU waiting for
-// engines that only wsyncd's host progress can send it, and a device-synchronising CUDA call in
-// wsyncd meanwhile would stall everything until the deadline, as seen on H200.)
+// nothing but the engines' own progress. Queued earlier, it would sit on the GPU waiting for
+// engines that only wsyncd's host progress can send it, and any device-synchronising CUDA call in
+// wsyncd would then stall everything until the deadline.
 //
 // The engine answers only after it has received the bytes. A failed answer, or a request that
 // cannot be written, aborts the collective at once rather than letting a queued broadcast run
