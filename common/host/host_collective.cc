@@ -279,38 +279,49 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
   }
   const uint64_t total = sizeof(header) + bytes;
   constexpr uint64_t kChunk = 4u << 20;
-  size_t done = 0;
-  std::vector<pollfd> pfds;
-  while (done < streams.size()) {
+  // Poll only sockets whose buffer is full (their last send said EAGAIN): POLLOUT then wakes the
+  // loop as soon as a peer drains. When nothing is left to send the loop returns at once; it never
+  // polls an empty set (that would only sleep out the timeout). The timeout bounds how late the
+  // deadline and the abort flag are noticed; Abort also shuts the sockets down, which wakes poll.
+  constexpr absl::Duration kPollCap = absl::Milliseconds(100);
+  std::vector<pollfd> blocked;
+  while (true) {
     if (aborted_) {
       return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
     }
-    done = 0;
+    blocked.clear();
     for (Stream& s : streams) {
-      if (s.sent == total) {
-        ++done;
-        continue;
-      }
-      const char* p;
-      uint64_t n;
-      if (s.sent < sizeof(header)) {
-        p = header + s.sent;
-        n = sizeof(header) - s.sent;
-      } else {
-        p = data + (s.sent - sizeof(header));
-        n = std::min(kChunk, total - s.sent);
-      }
-      ssize_t w = ::send(s.fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        s.sent += static_cast<uint64_t>(w);
-      } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        return absl::UnavailableError(absl::StrCat("rank ", s.rank,
-                                                   " failed during a broadcast of ", bytes,
-                                                   " bytes: ", std::strerror(errno)));
+      while (s.sent < total) {
+        const char* p;
+        uint64_t n;
+        if (s.sent < sizeof(header)) {
+          p = header + s.sent;
+          n = sizeof(header) - s.sent;
+        } else {
+          p = data + (s.sent - sizeof(header));
+          n = std::min(kChunk, total - s.sent);
+        }
+        ssize_t w = ::send(s.fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+          s.sent += static_cast<uint64_t>(w);
+          continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+          if (aborted_) {
+            return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+          }
+          return absl::UnavailableError(absl::StrCat("rank ", s.rank,
+                                                     " failed during a broadcast of ", bytes,
+                                                     " bytes: ", std::strerror(errno)));
+        }
+        blocked.push_back(pollfd{s.fd, POLLOUT, 0});
+        break;
       }
     }
-    if (done == streams.size()) break;
-    if (absl::Now() >= deadline) {
+    if (blocked.empty()) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
       std::vector<std::string> stuck;
       for (const Stream& s : streams) {
         if (s.sent < total)
@@ -320,13 +331,10 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
           "broadcast of ", bytes, " bytes did not finish before its deadline; not received by: ",
           absl::StrJoin(stuck, ", ")));
     }
-    pfds.clear();
-    for (const Stream& s : streams) {
-      if (s.sent < total) pfds.push_back(pollfd{s.fd, POLLOUT, 0});
-    }
-    ::poll(pfds.data(), pfds.size(), 50);
+    const absl::Duration wait = std::min(deadline - now, kPollCap);
+    ::poll(blocked.data(), blocked.size(),
+           static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
   }
-  return absl::OkStatus();
 }
 
 void HostRootCommunicator::Abort(absl::string_view reason) {

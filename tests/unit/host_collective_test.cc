@@ -174,6 +174,56 @@ TEST(HostCollective, AbortStopsABroadcastThatAPeerDoesNotDrain) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
+TEST(HostCollective, BroadcastDeadlineNamesTheRanksThatDidNotDrain) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok());
+  auto slot = ShmSlot::Create(0, 64 << 20);
+  auto peer = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(peer.ok());  // never reads
+  const absl::Time t0 = absl::Now();
+  absl::Status s = (*root)->Broadcast(**slot, 0, 64 << 20, absl::Now() + absl::Milliseconds(300));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("not received by: rank 1 at "));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
+// The sender waits on POLLOUT of full sockets only, never on a timer: a broadcast ends as soon as
+// its last byte is written, so a hundred small ones take milliseconds, not a poll timeout each.
+TEST(HostCollective, SmallBroadcastsEndWithoutWaitingOnATimer) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 3);
+  ASSERT_TRUE(root.ok());
+  auto slot = ShmSlot::Create(0, 1 << 20);
+  ASSERT_TRUE(slot.ok());
+  constexpr int kRounds = 100;
+  constexpr uint64_t kBytes = 4096;
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> peers;
+  for (int r = 1; r <= 2; ++r) {
+    peers.emplace_back([&, r] {
+      auto peer =
+          HostCollectivePeer::Join((*root)->unique_id(), r, 3, absl::Now() + absl::Seconds(5));
+      if (!peer.ok()) {
+        results[r - 1] = peer.status();
+        return;
+      }
+      std::vector<char> buf(kBytes);
+      for (int i = 0; i < kRounds && results[r - 1].ok(); ++i) {
+        results[r - 1] = (*peer)->Receive(buf.data(), kBytes, absl::Now() + absl::Seconds(10));
+      }
+    });
+  }
+  ASSERT_TRUE((*root)->Broadcast(**slot, 0, kBytes, absl::Now() + absl::Seconds(10)).ok());
+  const absl::Time t0 = absl::Now();
+  for (int i = 1; i < kRounds; ++i) {
+    ASSERT_TRUE((*root)->Broadcast(**slot, 0, kBytes, absl::Now() + absl::Seconds(10)).ok());
+  }
+  const absl::Duration took = absl::Now() - t0;
+  for (auto& t : peers) t.join();
+  for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_LT(took, absl::Milliseconds(1500))
+      << kRounds - 1 << " broadcasts of " << kBytes << " bytes";
+}
+
 TEST(HostCollective, ReceiverReportsACountMismatch) {
   auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
   auto slot = ShmSlot::Create(0, 4096);
