@@ -1,5 +1,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstring>
 #include <random>
@@ -40,6 +41,61 @@ TEST(Checksum, MatchesTheStandardCrc32CheckValue) {
   const char* s = "123456789";
   EXPECT_EQ(Crc32(s, 9), 0xCBF43926u);
   EXPECT_EQ(Crc32Hex(0xCBF43926u), "cbf43926");
+}
+
+uint32_t ZlibCrc32(const uint8_t* p, size_t n, uint32_t crc) {
+  return static_cast<uint32_t>(crc32_z(crc, p, n));
+}
+
+// Crc32 takes a carry-less-multiply path on CPUs that have one; it must equal zlib exactly.
+TEST(Checksum, EqualsZlibForEveryShortLengthAndAlignment) {
+  std::vector<uint8_t> data(1024 + 64);
+  std::mt19937_64 rng(3);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  for (size_t offset = 0; offset < 16; ++offset) {
+    for (size_t n = 0; n <= 1024; ++n) {
+      const uint32_t seed = n % 3 == 0 ? 0 : static_cast<uint32_t>(rng());
+      ASSERT_EQ(Crc32(data.data() + offset, n, seed), ZlibCrc32(data.data() + offset, n, seed))
+          << "offset " << offset << ", " << n << " bytes, crc " << seed;
+    }
+  }
+}
+
+TEST(Checksum, EqualsZlibForLongRandomSpans) {
+  std::vector<uint8_t> data(9u << 20);
+  std::mt19937_64 rng(5);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  for (int i = 0; i < 48; ++i) {
+    const size_t offset = rng() % 4096;
+    const size_t n = rng() % (data.size() - offset + 1);
+    const uint32_t seed = static_cast<uint32_t>(rng());
+    ASSERT_EQ(Crc32(data.data() + offset, n, seed), ZlibCrc32(data.data() + offset, n, seed))
+        << "offset " << offset << ", " << n << " bytes";
+  }
+  // All-zero and all-ones bytes, where a mistake in the initial register would show.
+  std::vector<uint8_t> zeros(1 << 20, 0), ones(1 << 20, 0xFF);
+  EXPECT_EQ(Crc32(zeros.data(), zeros.size()), ZlibCrc32(zeros.data(), zeros.size(), 0));
+  EXPECT_EQ(Crc32(ones.data(), ones.size()), ZlibCrc32(ones.data(), ones.size(), 0));
+}
+
+TEST(Checksum, ChainedCallsEqualOneCall) {
+  std::vector<uint8_t> data(3u << 20);
+  std::mt19937_64 rng(9);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const uint32_t whole = ZlibCrc32(data.data(), data.size(), 0);
+  ASSERT_EQ(Crc32(data.data(), data.size()), whole);
+  for (int round = 0; round < 20; ++round) {
+    // Pieces of every size class: short (zlib on every path), around the 64-byte threshold, long.
+    uint32_t crc = 0;
+    size_t at = 0;
+    while (at < data.size()) {
+      const size_t limits[] = {16, 200, 1u << 20};
+      const size_t n = std::min(data.size() - at, rng() % (limits[rng() % 3] + 1));
+      crc = Crc32(data.data() + at, n, crc);
+      at += n;
+    }
+    ASSERT_EQ(crc, whole) << "round " << round;
+  }
 }
 
 TEST(Checksum, ChunksCombineToTheSerialValue) {
