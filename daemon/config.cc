@@ -1,13 +1,14 @@
 #include "daemon/config.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_options.h"
 
 namespace wsync {
@@ -48,8 +49,19 @@ absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value) {
 }  // namespace
 
 absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
+  if (!g.is_object()) return absl::InvalidArgumentError("a \"groups\" entry is not an object");
   GroupSpec spec;
   spec.name = g.at("name").get<std::string>();
+  // A misspelt key would otherwise leave an option at its default without a word.
+  static const std::set<std::string> kKeys = {"name",   "kind",     "transport",
+                                              "device", "engines",  "sglang",
+                                              "vllm",   "lmdeploy", "load_format"};
+  for (const auto& [key, value] : g.items()) {
+    if (kKeys.count(key) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': unknown key \"", key, "\""));
+    }
+  }
   WSYNC_ASSIGN_OR_RETURN(spec.kind, ParseEngineKind(g.value("kind", std::string("sglang"))));
   WSYNC_ASSIGN_OR_RETURN(spec.transport,
                          ParseTransportKind(g.value("transport", std::string("broadcast"))));
@@ -65,15 +77,36 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
                                                      "\" options"));
     }
   }
-  if (spec.kind == EngineKind::kSglang && g.contains("sglang")) {
-    const nlohmann::json& o = g["sglang"];
-    WSYNC_ASSIGN_OR_RETURN(
-        BucketFormat format,
-        ParseBucketFormat(o.value("load_format", std::string("flattened_bucket"))));
-    spec.engine_options = std::make_shared<const SglangOptions>(format);
-  } else {
+  if (spec.kind != EngineKind::kSglang) {
+    if (g.contains("load_format")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': load_format is an sglang option"));
+    }
     WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
+    return spec;
   }
+  // SGLang's load_format may also be given at the group's top level, where config files before
+  // the per-engine options put it; not both.
+  if (g.contains("load_format") && g.contains("sglang") && g["sglang"].contains("load_format")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", spec.name, "': load_format is given twice (top level and under \"sglang\")"));
+  }
+  nlohmann::json options = g.value("sglang", nlohmann::json::object());
+  if (!options.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "': \"sglang\" must be an object"));
+  }
+  for (const auto& [key, value] : options.items()) {
+    if (key != "load_format") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': unknown sglang option \"", key, "\""));
+    }
+  }
+  const std::string format_name =
+      g.contains("load_format") ? g["load_format"].get<std::string>()
+                                : options.value("load_format", std::string("flattened_bucket"));
+  WSYNC_ASSIGN_OR_RETURN(BucketFormat format, ParseBucketFormat(format_name));
+  spec.engine_options = std::make_shared<const SglangOptions>(format);
   return spec;
 }
 

@@ -23,8 +23,9 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 
 // One "groups" entry of a config file: {"name", "kind" (default sglang), "transport" (default
 // broadcast), "device", "engines": [{"url", "ranks"}], and the engine's own options under its
-// kind's name, e.g. "sglang": {"load_format": "per_tensor"}}. Maps to the same GroupSpec as the
-// admin API; ValidateGroupSpec checks it when the group is declared.
+// kind's name, e.g. "sglang": {"load_format": "per_tensor"}; SGLang's load_format is also read
+// at the top level, where older config files have it}. Unknown keys are refused. Maps to the same
+// GroupSpec as the admin API; ValidateGroupSpec checks it when the group is declared.
 absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& group);
 
 // Reads a JSON config file. Its keys mirror the flags (socket, listen, mode, slots, slot_bytes,

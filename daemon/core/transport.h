@@ -60,9 +60,9 @@ class Transport {
   virtual void Disband() = 0;
   // Frees what Form made without asking the engines (they are gone, or never joined).
   virtual void Release(absl::string_view why) = 0;
-  // False when an engine lost what Form made (it restarted or died since), so the next update
-  // must form again.
-  virtual bool StillFormed() const = 0;
+  // FAILED_PRECONDITION saying what was lost when an engine lost what Form made (it restarted or
+  // died since), so the next update must form again.
+  virtual absl::Status CheckFormed() const = 0;
   // Opens what an update's buckets need (the engines' request channels).
   virtual absl::Status BeginUpdate(const UpdateInfo& update) = 0;
   // Launches one bucket: every engine's request, then the data movement. A bucket that fails

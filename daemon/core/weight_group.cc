@@ -112,7 +112,7 @@ absl::Status WeightGroup::FormLocked() {
 
 absl::Status WeightGroup::Destroy() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (state_ == GroupState::kUpdating) {
+  if (update_open_) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is being updated; abort the update first"));
   }
@@ -131,14 +131,17 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
   if (state_ == GroupState::kDestroyed) {
     return absl::NotFoundError(absl::StrCat("group '", spec_.name, "' was destroyed"));
   }
-  if (state_ == GroupState::kUpdating) {
+  if (update_open_) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is already being updated"));
   }
-  if (state_ == GroupState::kReady && !transport_->StillFormed()) {
-    // Re-forming now spares the update a failure.
-    state_ = GroupState::kBroken;
-    error_ = "an engine lost the group since it formed (engine restarted or died)";
+  if (state_ == GroupState::kReady) {
+    if (absl::Status formed = transport_->CheckFormed(); !formed.ok()) {
+      // Re-forming now spares the update a failure.
+      WSYNC_LOG(Info, "group ", spec_.name, ": ", formed.message());
+      state_ = GroupState::kBroken;
+      error_ = std::string(formed.message());
+    }
   }
   if (state_ == GroupState::kBroken || state_ == GroupState::kForming) {
     WSYNC_LOG(Info, "group ", spec_.name, " is ", GroupStateName(state_),
@@ -176,6 +179,7 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     return s;
   }
   state_ = GroupState::kUpdating;
+  update_open_ = true;
   return absl::OkStatus();
 }
 
@@ -223,6 +227,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update,
   }
   std::lock_guard<std::mutex> lock(mu_);
   transport_->EndUpdate("the update finished");
+  update_open_ = false;
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   ++updates_;
   if (!errors.empty()) {
@@ -241,6 +246,7 @@ void WeightGroup::AbortUpdate(const std::string& reason) {
   }
   OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
+  update_open_ = false;
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
 }
 

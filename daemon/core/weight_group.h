@@ -98,6 +98,10 @@ class WeightGroup {
 
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;
+  // From BeginUpdate until FinishUpdate or AbortUpdate, whatever the state: a bucket that failed
+  // breaks the group while the update's threads still hold its transport, which must stay formed
+  // under them until the update ends.
+  bool update_open_ = false;
   std::string last_version_;
   std::string error_;
   uint64_t updates_ = 0;

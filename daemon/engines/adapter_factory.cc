@@ -1,28 +1,16 @@
 #include "daemon/engines/adapter_factory.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/engines/sglang/sglang_options.h"
 
 namespace wsync {
-namespace {
-
-absl::Status NotYet(EngineKind kind) {
-  return absl::UnimplementedError(
-      absl::StrCat("engine kind ", EngineKindName(kind), " is not supported yet (sglang is)"));
-}
-
-}  // namespace
-
-absl::StatusOr<std::shared_ptr<const EngineOptions>> DefaultEngineOptions(EngineKind kind) {
-  if (kind == EngineKind::kSglang) return std::make_shared<const SglangOptions>();
-  return NotYet(kind);
-}
 
 absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeEngineAdapter(const GroupSpec& spec,
                                                                  const EngineEndpoint& endpoint,
                                                                  const AdapterTimeouts& timeouts) {
-  if (spec.kind != EngineKind::kSglang) return NotYet(spec.kind);
+  if (spec.kind != EngineKind::kSglang) return EngineKindNotSupported(spec.kind);
   const auto* options = dynamic_cast<const SglangOptions*>(spec.engine_options.get());
   if (options == nullptr) {
     return absl::InvalidArgumentError(

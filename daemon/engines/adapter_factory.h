@@ -14,10 +14,6 @@ absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeEngineAdapter(const GroupSpec
                                                                  const EngineEndpoint& endpoint,
                                                                  const AdapterTimeouts& timeouts);
 
-// The options a group of `kind` has when its spec sets none; UNIMPLEMENTED for a kind wsyncd
-// cannot serve yet, so every way of naming a group refuses it in the same words.
-absl::StatusOr<std::shared_ptr<const EngineOptions>> DefaultEngineOptions(EngineKind kind);
-
 }  // namespace wsync
 
 #endif  // WSYNC_DAEMON_ENGINES_ADAPTER_FACTORY_H_

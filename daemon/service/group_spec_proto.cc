@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_options.h"
 
 namespace wsync {

@@ -14,9 +14,10 @@ std::vector<std::string> FakeEngine::events() const {
   return events_;
 }
 
-void FakeEngine::AddBucket(FakeBucket bucket) {
+uint64_t FakeEngine::AddBucket(FakeBucket bucket) {
   std::lock_guard<std::mutex> lock(mu_);
   buckets_.push_back(std::move(bucket));
+  return buckets_.size() - 1;
 }
 
 std::vector<FakeBucket> FakeEngine::buckets() const {
@@ -35,9 +36,13 @@ void FakeEngine::ReleaseAnswers() {
   cv_.notify_all();
 }
 
-absl::Status FakeEngine::NextAnswer() {
+absl::Status FakeEngine::Answer(uint64_t ticket, absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !held_; });
+  const bool turn = cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline - absl::Now()),
+                                 [&] { return !held_ && answered_ == ticket; });
+  if (!turn) return absl::DeadlineExceededError("the fake engine did not answer in time");
+  ++answered_;
+  cv_.notify_all();
   return std::exchange(next_failure_, absl::OkStatus());
 }
 

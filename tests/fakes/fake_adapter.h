@@ -22,19 +22,22 @@ struct FakeBucket {
 };
 
 // What one fake engine saw: its lifecycle calls (from its adapter) and its buckets (from the fake
-// transport). Its answers to buckets can be held back, or made to fail.
+// transport). It answers its buckets one at a time in the order they came, as an engine answers
+// the requests of one connection; the answers can be held back, or the next one made to fail.
 class FakeEngine {
  public:
   void Record(std::string event);
   std::vector<std::string> events() const;
-  void AddBucket(FakeBucket bucket);
+  // Returns the bucket's place in the answer order.
+  uint64_t AddBucket(FakeBucket bucket);
   std::vector<FakeBucket> buckets() const;
 
   // While held, no bucket is answered.
   void HoldAnswers();
   void ReleaseAnswers();
-  // Blocks until answers are not held; returns what the engine answers (then OK again).
-  absl::Status NextAnswer();
+  // Blocks until the answers before `ticket` were given and answers are not held, then returns
+  // this one: OK, or the failure set by FailNextAnswer. DEADLINE_EXCEEDED at the deadline.
+  absl::Status Answer(uint64_t ticket, absl::Time deadline);
   void FailNextAnswer(absl::Status status);
 
  private:
@@ -42,6 +45,7 @@ class FakeEngine {
   std::condition_variable cv_;
   std::vector<std::string> events_;
   std::vector<FakeBucket> buckets_;
+  uint64_t answered_ = 0;  // tickets answered so far
   bool held_ = false;
   absl::Status next_failure_;
 };

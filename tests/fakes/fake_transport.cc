@@ -13,8 +13,9 @@ namespace {
 // One fake bucket: every engine answers in its own thread.
 class FakeHandle final : public BucketHandle {
  public:
-  FakeHandle(std::vector<EngineAdapter*> adapters, FakeReuse reuse,
-             std::function<void(const absl::Status&)> on_failed)
+  // `tickets`: the bucket's place in each engine's answer order.
+  FakeHandle(std::vector<EngineAdapter*> adapters, std::vector<uint64_t> tickets, FakeReuse reuse,
+             absl::Time deadline, std::function<void(const absl::Status&)> on_failed)
       : adapters_(std::move(adapters)),
         reuse_(reuse),
         on_failed_(std::move(on_failed)),
@@ -23,8 +24,8 @@ class FakeHandle final : public BucketHandle {
         written_at_(absl::Now()) {
     for (size_t i = 0; i < adapters_.size(); ++i) {
       auto* fake = static_cast<FakeAdapter*>(adapters_[i]);
-      threads_.emplace_back([this, i, fake] {
-        absl::Status answer = fake->engine().NextAnswer();
+      threads_.emplace_back([this, i, fake, ticket = tickets[i], deadline] {
+        absl::Status answer = fake->engine().Answer(ticket, deadline);
         std::lock_guard<std::mutex> lock(mu_);
         results_[i] = answer;
         answered_[i] = true;
@@ -117,9 +118,10 @@ void FakeTransport::Release(absl::string_view) {
   open_ = false;
 }
 
-bool FakeTransport::StillFormed() const {
+absl::Status FakeTransport::CheckFormed() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return formed_ && !log_->engines_lost;
+  if (formed_ && !log_->engines_lost) return absl::OkStatus();
+  return absl::FailedPreconditionError("a fake engine lost the group");
 }
 
 absl::Status FakeTransport::BeginUpdate(const UpdateInfo&) {
@@ -131,7 +133,7 @@ absl::Status FakeTransport::BeginUpdate(const UpdateInfo&) {
 
 absl::StatusOr<std::unique_ptr<BucketHandle>> FakeTransport::StartBucket(
     const std::vector<BucketSource>& sources, const BucketManifest& manifest,
-    const BucketContext& context, absl::Time) {
+    const BucketContext& context, absl::Time deadline) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!open_) return absl::FailedPreconditionError("no update is open on the fake transport");
@@ -147,9 +149,12 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> FakeTransport::StartBucket(
         static_cast<const char*>(source.base != nullptr ? source.base : source.slot->data());
     bucket.payloads.emplace_back(base, manifest.span_bytes());
   }
-  for (EngineAdapter* a : env_.adapters) static_cast<FakeAdapter*>(a)->engine().AddBucket(bucket);
-  return std::unique_ptr<BucketHandle>(
-      new FakeHandle(env_.adapters, options_.reuse, env_.on_bucket_failed));
+  std::vector<uint64_t> tickets;
+  for (EngineAdapter* a : env_.adapters) {
+    tickets.push_back(static_cast<FakeAdapter*>(a)->engine().AddBucket(bucket));
+  }
+  return std::unique_ptr<BucketHandle>(new FakeHandle(
+      env_.adapters, std::move(tickets), options_.reuse, deadline, env_.on_bucket_failed));
 }
 
 void FakeTransport::EndUpdate(absl::string_view) {

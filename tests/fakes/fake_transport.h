@@ -25,7 +25,7 @@ struct FakeTransportOptions {
 struct FakeTransportLog {
   std::atomic<int> formed{0};
   std::atomic<int> disbanded{0};
-  std::atomic<bool> engines_lost{false};  // StillFormed answers false while set
+  std::atomic<bool> engines_lost{false};  // CheckFormed fails while set
 };
 
 // A transport with no wire: StartBucket copies each source's bytes straight into every fake
@@ -39,7 +39,7 @@ class FakeTransport final : public Transport {
   absl::Status Form() override;
   void Disband() override;
   void Release(absl::string_view why) override;
-  bool StillFormed() const override;
+  absl::Status CheckFormed() const override;
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,

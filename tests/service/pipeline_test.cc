@@ -106,11 +106,15 @@ TEST_F(ServiceFixture, SlotsRecycleAtTheWiresPaceNotTheAnswers) {
 }
 
 TEST_F(ServiceFixture, FailedBucketStopsEveryLaterBucketAndTheGroupReforms) {
-  // An engine fails a bucket after receiving it (an error in its load_weights). At most the one
-  // request already pipelined behind it also reached the engines (2 slots); nothing launched
-  // after the failure does, and the update fails naming the engine that failed.
+  // An engine fails a bucket (an error in its load_weights). At most the one request already
+  // pipelined behind it also reached the engines (2 slots); nothing launched after the failure
+  // does, and the update fails naming the engine that failed. Broadcasts are held 200 ms, as a
+  // wire slower than loopback TCP would hold them, so that no slot is refilled before the
+  // engine's error is in: on loopback, a small bucket leaves rank 0 into the socket buffers at
+  // once, and a refill could race the error.
   CreatePolicyGroup();
   ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  broadcasts_.set_hold(absl::Milliseconds(200));
   const int a_before = sim_a_.sim->updates_received();
   const int b_before = sim_b_.sim->updates_received();
   SetKnobs(sim_b_, absl::StrCat(R"({"answer_delay_ms": 100, "fail_update_at": )", b_before, "}"));

@@ -2,8 +2,11 @@
 #define WSYNC_TESTS_SERVICE_RECORDING_PLATFORM_H_
 
 // The host platform, with a log of every broadcast handed to its communicators: when, and whether
-// it went out of the slot or straight out of a trainer allocation (pull mode, no copy).
+// it went out of the slot or straight out of a trainer allocation (pull mode, no copy). A test may
+// also hold every broadcast's completion back (BroadcastLog::set_hold), as a slow wire would, so
+// that a slot is not reusable before then.
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,10 +33,20 @@ class BroadcastLog {
     std::lock_guard<std::mutex> lock(mu_);
     return records_;
   }
+  // A broadcast completes no sooner than `hold` after it started.
+  void set_hold(absl::Duration hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_ = hold;
+  }
+  absl::Duration hold() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hold_;
+  }
 
  private:
   mutable std::mutex mu_;
   std::vector<BroadcastRecord> records_;
+  absl::Duration hold_ = absl::ZeroDuration();
 };
 
 class RecordingPlatform final : public Platform {
@@ -66,11 +79,25 @@ class RecordingPlatform final : public Platform {
                                                 absl::Time deadline) override {
       uint64_t bytes = 0;
       for (const BroadcastPiece& p : pieces) bytes += p.bytes();
-      log_->Add(BroadcastRecord{absl::Now(), base == slot.data(), bytes});
-      return inner_->StartBroadcastFrom(slot, base, pieces, deadline);
+      const absl::Time now = absl::Now();
+      log_->Add(BroadcastRecord{now, base == slot.data(), bytes});
+      auto ticket = inner_->StartBroadcastFrom(slot, base, pieces, deadline);
+      if (ticket.ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        started_[*ticket] = now;
+      }
+      return ticket;
     }
     absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override {
-      return inner_->WaitBroadcast(ticket, deadline);
+      auto done = inner_->WaitBroadcast(ticket, deadline);
+      absl::Time started;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        started = started_[ticket];
+        started_.erase(ticket);
+      }
+      if (done.ok()) absl::SleepFor(started + log_->hold() - absl::Now());
+      return done;
     }
     void Abort(absl::string_view reason) override { inner_->Abort(reason); }
     std::string Describe() const override { return inner_->Describe(); }
@@ -78,6 +105,8 @@ class RecordingPlatform final : public Platform {
    private:
     std::unique_ptr<RootCommunicator> inner_;
     BroadcastLog* log_;
+    std::mutex mu_;
+    std::map<uint64_t, absl::Time> started_;  // ticket -> when it was handed over
   };
   HostPlatform inner_;
   BroadcastLog* log_;

@@ -161,8 +161,8 @@ class BucketTransferTest : public ::testing::Test {
     BucketManifest manifest;
     manifest.tensors.push_back(TensorEntry{first_tensor, DType::kUint8, {64}, 0, 64});
     auto transfer = BucketTransfer::Start(
-        {adapter}, {std::move(channel)}, &comm_, BucketSource{0, slot_.get(), nullptr}, manifest,
-        BucketContext{}, "g", "rank 1 = engine", absl::Now() + absl::Seconds(5),
+        {adapter}, {std::move(channel)}, collective_, BucketSource{0, slot_.get(), nullptr},
+        manifest, BucketContext{}, "g", "rank 1 = engine", absl::Now() + absl::Seconds(5),
         [this](const absl::Status& s) { hook_ = s; });
     EXPECT_TRUE(transfer.ok()) << transfer.status();
     return transfer.ok() ? std::move(*transfer) : nullptr;
@@ -173,6 +173,9 @@ class BucketTransferTest : public ::testing::Test {
   HeldEngineAdapter adapter_{engine_.url()};
   std::shared_ptr<UpdateChannel> channel_ = std::make_shared<UpdateChannel>(engine_.url());
   StalledCommunicator comm_;
+  // The group's formation, shared by its buckets (the communicator is the fixture's).
+  std::shared_ptr<FormedCollective> collective_ = std::make_shared<FormedCollective>(
+      std::shared_ptr<RootCommunicator>(&comm_, [](RootCommunicator*) {}));
   absl::Status hook_;
 };
 
@@ -240,6 +243,25 @@ TEST_F(BucketTransferTest, EngineErrorAbortsTheBroadcastAtOnceAndNamesTheEngine)
   EXPECT_THAT(answered.message(), HasSubstr(engine_.url()));
   EXPECT_THAT(answered.message(), HasSubstr("load_weights failed"));
   EXPECT_EQ(hook_.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(BucketTransferTest, ABucketLaunchedAfterAnEnginesErrorReachesNoEngine) {
+  auto failed = Start("a");
+  ASSERT_NE(failed, nullptr);
+  ASSERT_EQ(engine_.Received(1).size(), 1u);
+  engine_.Release(400);  // the engine's error: the group's engines are out of step from here on
+  auto sent = failed->WaitReusable();
+  EXPECT_EQ(sent.status().code(), absl::StatusCode::kAborted);
+  auto later = Start("b");
+  ASSERT_NE(later, nullptr);
+  EXPECT_FALSE(later->launched());
+  EXPECT_EQ(comm_.started(), 1u) << "no broadcast after the failure";
+  std::vector<EngineOutcome> outcomes;
+  absl::Status answered = later->WaitAnswered(&outcomes);
+  EXPECT_EQ(answered.code(), absl::StatusCode::kAborted) << answered;
+  EXPECT_THAT(answered.message(), HasSubstr("an earlier bucket of this group failed"));
+  absl::SleepFor(absl::Milliseconds(200));  // time for a request, had one been written, to arrive
+  EXPECT_EQ(engine_.Received(1).size(), 1u) << "the later bucket's request was never written";
 }
 
 TEST_F(BucketTransferTest, RequestsCancelledBehindAnAbortedBroadcastFailTheBucketNeverOk) {

@@ -141,6 +141,11 @@ TEST_F(FakeGroupTest, AFailedBucketBreaksTheGroupAndTheNextUpdateFormsItAgain) {
   EXPECT_EQ(answered.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(answered.message(), HasSubstr("engine http://b:2: load_weights failed"));
   EXPECT_EQ(group->Snapshot().state, GroupState::kBroken) << "the transport's failure hook";
+  // Broken, but the update's threads still hold its transport until the update ends.
+  EXPECT_EQ(group->Destroy().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(group->BeginUpdate(UpdateInfo{"u9", "v9"}).message(),
+              HasSubstr("already being updated"));
+  EXPECT_EQ(log_->formed, 1) << "not re-formed under the open update";
   group->AbortUpdate("bucket failed");
   EXPECT_EQ(group->Snapshot().state, GroupState::kBroken);
   EXPECT_THAT(engine("http://a:1").events().back(), "resume");

@@ -10,7 +10,7 @@
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/source_table.h"
 #include "daemon/core/weight_group.h"
-#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/service/status_mapping.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
@@ -93,12 +93,12 @@ TEST(Config, ChecksumAndLoadFormatAreChecked) {
   DaemonConfig bad;
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("checksum must be"));
   std::ofstream(path) << R"({"checksum": "none", "groups": [
-      {"name": "g", "sglang": {"load_format": "per_tensor"}, "engines": [{"url": "http://e:1"}]}]})";
+      {"name": "g", "load_format": "per_tensor", "engines": [{"url": "http://e:1"}]}]})";
   DaemonConfig good;
   ASSERT_TRUE(LoadConfigFile(path, &good).ok());
   EXPECT_EQ(good.daemon.checksum, "none");
   EXPECT_EQ(LoadFormat(good.groups[0]), BucketFormat::kPerTensor);
-  std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"load_format": "bytes"},
+  std::ofstream(path) << R"({"groups": [{"name": "g", "load_format": "bytes",
       "engines": [{"url": "http://e:1"}]}]})";
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown bucket format 'bytes'"));
 }
@@ -130,6 +130,25 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   GroupSpec huge = ok;
   huge.engines[0].ranks = 200;
   EXPECT_THAT(ValidateGroupSpec(huge).message(), HasSubstr("above 128"));
+}
+
+TEST(Config, SglangOptionsSitUnderTheirKindAndUnknownKeysAreRefused) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-options.json";
+  std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"load_format": "per_tensor"},
+      "engines": [{"url": "http://e:1"}]}]})";
+  DaemonConfig nested;
+  ASSERT_TRUE(LoadConfigFile(path, &nested).ok());
+  EXPECT_EQ(LoadFormat(nested.groups[0]), BucketFormat::kPerTensor);
+  std::ofstream(path) << R"({"groups": [{"name": "g", "load_fromat": "per_tensor",
+      "engines": [{"url": "http://e:1"}]}]})";
+  DaemonConfig bad;
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown key \"load_fromat\""));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"format": "per_tensor"},
+      "engines": [{"url": "http://e:1"}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown sglang option"));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "load_format": "per_tensor",
+      "sglang": {"load_format": "flattened_bucket"}, "engines": [{"url": "http://e:1"}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("given twice"));
 }
 
 TEST(Config, AVllmGroupIsRefusedAsNotYetSupported) {

@@ -40,8 +40,8 @@ absl::Status BroadcastTransport::Form() {
   auto comm =
       env_.platform->CreateRootCommunicator(env_.spec.device, static_cast<int>(world_size_));
   if (!comm.ok()) return fail(comm.status());
-  comm_ = std::move(*comm);
-  auto rdv = rendezvous_->Open(env_.spec.name, comm_->unique_id(), world_size_);
+  collective_ = std::make_shared<FormedCollective>(std::move(*comm));
+  auto rdv = rendezvous_->Open(env_.spec.name, collective_->comm->unique_id(), world_size_);
   if (!rdv.ok()) return fail(rdv.status());
   std::vector<absl::Status> inits =
       OnEachEngine(env_.adapters, [&](EngineAdapter& a) { return a.InitBroadcastGroup(*rdv); });
@@ -69,14 +69,17 @@ absl::Status BroadcastTransport::Form() {
 }
 
 void BroadcastTransport::Disband() {
-  std::unique_ptr<RootCommunicator> comm;
+  // Before the communicator goes: an answer arriving later would abort it.
+  channels_.CancelAll("the group is disbanded");
+  std::shared_ptr<FormedCollective> collective;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    comm = std::move(comm_);
+    collective = std::move(collective_);
   }
   // torch finalizes an engine's NCCL communicator together with its peers, so the engines'
-  // destroy calls block until rank 0 finalizes too: both run at once.
-  std::thread finalize([&comm] { comm.reset(); });
+  // destroy calls block until rank 0 finalizes too: both run at once. (No bucket holds the
+  // formation here: the group disbands only between updates.)
+  std::thread finalize([&collective] { collective.reset(); });
   std::vector<absl::Status> results = OnEachEngine(
       env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(env_.spec.name); });
   finalize.join();
@@ -93,19 +96,20 @@ void BroadcastTransport::Release(absl::string_view why) {
 void BroadcastTransport::ReleaseLocked(absl::string_view why) {
   // Before the communicator goes: an answer arriving later would abort it.
   channels_.CancelAll(why);
-  if (comm_) comm_->Abort(why);
-  comm_.reset();
+  if (collective_) collective_->Fail(why);
+  collective_.reset();
   rendezvous_->Close();
 }
 
-bool BroadcastTransport::StillFormed() const {
+absl::Status BroadcastTransport::CheckFormed() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return comm_ != nullptr && rendezvous_->StillJoined();
+  if (!collective_) return absl::FailedPreconditionError("the group has no communicator");
+  return rendezvous_->CheckJoined();
 }
 
 absl::Status BroadcastTransport::BeginUpdate(const UpdateInfo&) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!comm_) {
+  if (!collective_) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", env_.spec.name, "' has no communicator; form it first"));
   }
@@ -122,23 +126,23 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> BroadcastTransport::StartBucket(
                                                    "one source (rank 0's slot), not ",
                                                    sources.size()));
   }
-  RootCommunicator* comm;
+  std::shared_ptr<FormedCollective> collective;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!comm_) {
+    if (!collective_) {
       return absl::FailedPreconditionError(
           absl::StrCat("group '", env_.spec.name, "' has no communicator"));
     }
-    comm = comm_.get();
+    collective = collective_;
   }
   std::vector<std::shared_ptr<UpdateChannel>> channels = channels_.Current();
   if (channels.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", env_.spec.name, "': no update is open on the transport"));
   }
-  auto transfer = BucketTransfer::Start(env_.adapters, channels, comm, sources.front(), manifest,
-                                        context, env_.spec.name, rank_map_, deadline,
-                                        env_.on_bucket_failed, [this] { return Diagnose(); });
+  auto transfer = BucketTransfer::Start(
+      env_.adapters, channels, std::move(collective), sources.front(), manifest, context,
+      env_.spec.name, rank_map_, deadline, env_.on_bucket_failed, [this] { return Diagnose(); });
   if (!transfer.ok()) return transfer.status();
   return std::unique_ptr<BucketHandle>(std::move(*transfer));
 }
@@ -158,7 +162,8 @@ std::string BroadcastTransport::rendezvous() const {
 std::string BroadcastTransport::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   return absl::StrCat("broadcast, world ", world_size_, ", store ", rendezvous_->address(), ", ",
-                      comm_ ? comm_->Describe() : std::string("no communicator"), ", ", rank_map_);
+                      collective_ ? collective_->comm->Describe() : std::string("no communicator"),
+                      ", ", rank_map_);
 }
 
 }  // namespace wsync

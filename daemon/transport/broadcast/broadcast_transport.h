@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon/core/transport.h"
+#include "daemon/transport/broadcast/bucket_transfer.h"
 #include "daemon/transport/broadcast/rendezvous_strategy.h"
 #include "daemon/transport/http/engine_channels.h"
 
@@ -25,7 +26,7 @@ class BroadcastTransport final : public Transport {
   absl::Status Form() override;
   void Disband() override;
   void Release(absl::string_view why) override;
-  bool StillFormed() const override;
+  absl::Status CheckFormed() const override;
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,
@@ -49,7 +50,8 @@ class BroadcastTransport final : public Transport {
 
   mutable std::mutex mu_;
   std::unique_ptr<RendezvousStrategy> rendezvous_;
-  std::unique_ptr<RootCommunicator> comm_;
+  // The current formation; buckets in flight share it, so it outlives them.
+  std::shared_ptr<FormedCollective> collective_;
 };
 
 }  // namespace wsync

@@ -10,11 +10,12 @@ namespace wsync {
 
 BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters,
                                std::vector<std::shared_ptr<UpdateChannel>> channels,
-                               RootCommunicator* comm, std::string rank_map, absl::Time deadline,
-                               FailureHook on_failure, Diagnosis diagnose)
+                               std::shared_ptr<FormedCollective> collective, std::string rank_map,
+                               absl::Time deadline, FailureHook on_failure, Diagnosis diagnose)
     : adapters_(std::move(adapters)),
       channels_(std::move(channels)),
-      comm_(comm),
+      collective_(std::move(collective)),
+      comm_(collective_->comm.get()),
       rank_map_(std::move(rank_map)),
       deadline_(deadline),
       on_failure_(std::move(on_failure)),
@@ -24,10 +25,10 @@ BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters,
 
 absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
     const std::vector<EngineAdapter*>& adapters,
-    const std::vector<std::shared_ptr<UpdateChannel>>& channels, RootCommunicator* comm,
-    const BucketSource& source, const BucketManifest& manifest, const BucketContext& context,
-    const std::string& group_name, std::string rank_map, absl::Time deadline,
-    FailureHook on_failure, Diagnosis diagnose) {
+    const std::vector<std::shared_ptr<UpdateChannel>>& channels,
+    std::shared_ptr<FormedCollective> collective, const BucketSource& source,
+    const BucketManifest& manifest, const BucketContext& context, const std::string& group_name,
+    std::string rank_map, absl::Time deadline, FailureHook on_failure, Diagnosis diagnose) {
   if (adapters.empty()) return absl::FailedPreconditionError("group has no engine");
   if (channels.size() != adapters.size()) {
     return absl::InternalError("one update channel per engine expected");
@@ -43,17 +44,24 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
   auto pieces = adapters.front()->BroadcastPieces(manifest);
   if (!pieces.ok()) return pieces.status();
   auto transfer = std::unique_ptr<BucketTransfer>(
-      new BucketTransfer(adapters, channels, comm, std::move(rank_map), deadline,
+      new BucketTransfer(adapters, channels, std::move(collective), std::move(rank_map), deadline,
                          std::move(on_failure), std::move(diagnose)));
   transfer->launch_status_ = transfer->Launch(source, *pieces, requests);
   // Engines that took a request would wait for bytes that never come.
-  if (!transfer->launch_status_.ok()) comm->Abort(transfer->launch_status_.message());
+  if (!transfer->launch_status_.ok()) {
+    transfer->collective_->Fail(transfer->launch_status_.message());
+  }
   return transfer;
 }
 
 absl::Status BucketTransfer::Launch(const BucketSource& source,
                                     const std::vector<BroadcastPiece>& pieces,
                                     const std::vector<EngineRequest>& requests) {
+  if (collective_->failed) {
+    return absl::AbortedError(
+        "an earlier bucket of this group failed; no bucket reaches its engines until it forms "
+        "again");
+  }
   // Requests first: the first broadcast of a communicator returns only once the engines join it,
   // which they do inside their requests.
   for (size_t i = 0; i < channels_.size(); ++i) {
@@ -63,11 +71,15 @@ absl::Status BucketTransfer::Launch(const BucketSource& source,
       return call.status();
     }
     calls_[i] = *call;
-    (*call)->OnDone([comm = comm_, adapter = adapters_[i]](const absl::StatusOr<HttpReply>& reply) {
+    // Weak: a call's callback may outlive the group's formation.
+    (*call)->OnDone([weak = std::weak_ptr<FormedCollective>(collective_),
+                     adapter = adapters_[i]](const absl::StatusOr<HttpReply>& reply) {
       absl::Status s = reply.ok() ? adapter->CheckBucketReply(*reply) : reply.status();
       // This engine will never take the bucket's bytes: end the broadcast now rather than at the
-      // deadline. (Cancelled calls belong to an update that already failed.)
-      if (!s.ok() && s.code() != absl::StatusCode::kCancelled) comm->Abort(s.message());
+      // deadline, and launch nothing more. (Cancelled calls belong to an update that already
+      // failed.)
+      if (s.ok() || s.code() == absl::StatusCode::kCancelled) return;
+      if (auto collective = weak.lock()) collective->Fail(s.message());
     });
   }
   auto ticket = source.base != nullptr
@@ -192,6 +204,7 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
   // the failure off as success.
   absl::Status first = causes.empty() ? absl::CancelledError("") : causes.front().status;
   absl::Status failed(first.code(), absl::StrJoin(errors, "; "));
+  collective_->failed = true;
   if (on_failure_) on_failure_(failed);
   return failed;
 }

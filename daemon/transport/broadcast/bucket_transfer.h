@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_TRANSPORT_BROADCAST_BUCKET_TRANSFER_H_
 #define WSYNC_DAEMON_TRANSPORT_BROADCAST_BUCKET_TRANSFER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,21 @@ namespace wsync {
 // The engine answers only after it has received the bytes. A failed answer, or a request that
 // cannot be written, aborts the collective at once rather than letting a queued broadcast run
 // into the deadline.
+// One formation of a broadcast group, as its buckets share it: rank 0's communicator, and whether
+// any of its buckets has failed. After a failure no later bucket may reach an engine: the engines
+// that took the failed bucket's request are out of step until the group forms again. Buckets hold
+// it, so the communicator outlives every bucket that may still touch it.
+struct FormedCollective {
+  explicit FormedCollective(std::shared_ptr<RootCommunicator> c) : comm(std::move(c)) {}
+  // Closes the group to later buckets and aborts what runs on the communicator.
+  void Fail(absl::string_view why) {
+    failed = true;
+    comm->Abort(why);
+  }
+  const std::shared_ptr<RootCommunicator> comm;
+  std::atomic<bool> failed{false};
+};
+
 class BucketTransfer final : public BucketHandle {
  public:
   // Called once with the combined error when the bucket fails.
@@ -45,10 +61,10 @@ class BucketTransfer final : public BucketHandle {
   // writes), and `base`, when not null, the memory the broadcast reads instead.
   static absl::StatusOr<std::unique_ptr<BucketTransfer>> Start(
       const std::vector<EngineAdapter*>& adapters,
-      const std::vector<std::shared_ptr<UpdateChannel>>& channels, RootCommunicator* comm,
-      const BucketSource& source, const BucketManifest& manifest, const BucketContext& context,
-      const std::string& group_name, std::string rank_map, absl::Time deadline,
-      FailureHook on_failure, Diagnosis diagnose = {});
+      const std::vector<std::shared_ptr<UpdateChannel>>& channels,
+      std::shared_ptr<FormedCollective> collective, const BucketSource& source,
+      const BucketManifest& manifest, const BucketContext& context, const std::string& group_name,
+      std::string rank_map, absl::Time deadline, FailureHook on_failure, Diagnosis diagnose = {});
   ~BucketTransfer() override;
 
   // True when every request was written and the broadcast queued.
@@ -61,9 +77,9 @@ class BucketTransfer final : public BucketHandle {
 
  private:
   BucketTransfer(std::vector<EngineAdapter*> adapters,
-                 std::vector<std::shared_ptr<UpdateChannel>> channels, RootCommunicator* comm,
-                 std::string rank_map, absl::Time deadline, FailureHook on_failure,
-                 Diagnosis diagnose);
+                 std::vector<std::shared_ptr<UpdateChannel>> channels,
+                 std::shared_ptr<FormedCollective> collective, std::string rank_map,
+                 absl::Time deadline, FailureHook on_failure, Diagnosis diagnose);
   // Writes every engine's request, then queues the broadcast; the first failure stops it.
   absl::Status Launch(const BucketSource& source, const std::vector<BroadcastPiece>& pieces,
                       const std::vector<EngineRequest>& requests);
@@ -73,7 +89,8 @@ class BucketTransfer final : public BucketHandle {
 
   const std::vector<EngineAdapter*> adapters_;
   const std::vector<std::shared_ptr<UpdateChannel>> channels_;
-  RootCommunicator* comm_;
+  const std::shared_ptr<FormedCollective> collective_;
+  RootCommunicator* const comm_;  // collective_->comm
   const std::string rank_map_;
   const absl::Time deadline_;
   FailureHook on_failure_;

@@ -25,8 +25,9 @@ class RendezvousStrategy {
   // What the meeting point saw that explains a failed bucket (ranks that never fetched the id,
   // keys waited for under another name), or "" when it saw nothing wrong.
   virtual std::string Diagnose() const = 0;
-  // False when an engine rank that joined has left since (its engine restarted or died).
-  virtual bool StillJoined() const = 0;
+  // FAILED_PRECONDITION saying who left when an engine rank that joined has left since (its
+  // engine restarted or died).
+  virtual absl::Status CheckJoined() const = 0;
   // "host:port" engines connect to, or "" while closed.
   virtual std::string address() const = 0;
   virtual void Close() = 0;

@@ -42,11 +42,15 @@ absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-bool TorchStoreRendezvous::StillJoined() const {
+absl::Status TorchStoreRendezvous::CheckJoined() const {
   // Every engine rank keeps its store connection for the life of its process group; one that
   // closed means its engine restarted (or died), and a replacement does not hold the group.
-  if (!store_) return false;
-  return store_->ConnectedPids().size() + 1 >= world_size_;
+  if (!store_) return absl::FailedPreconditionError("the group's store is gone");
+  const size_t holding = store_->ConnectedPids().size();
+  if (holding + 1 >= world_size_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("only ", holding, " of ", world_size_ - 1,
+                   " engine ranks still hold their store connection (engine restarted or died)"));
 }
 
 std::string TorchStoreRendezvous::Diagnose() const {

@@ -23,7 +23,7 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
                                   uint32_t world_size) override;
   absl::Status WaitJoined(absl::Time deadline) override;
   std::string Diagnose() const override;
-  bool StillJoined() const override;
+  absl::Status CheckJoined() const override;
   std::string address() const override;
   void Close() override;
 

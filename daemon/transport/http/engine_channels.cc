@@ -3,9 +3,13 @@
 namespace wsync {
 
 void EngineChannels::Open(const std::vector<std::string>& urls) {
-  CancelAll("a new update began");
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& url : urls) channels_.push_back(std::make_shared<UpdateChannel>(url));
+  std::vector<std::shared_ptr<UpdateChannel>> fresh;
+  for (const std::string& url : urls) fresh.push_back(std::make_shared<UpdateChannel>(url));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channels_.swap(fresh);
+  }
+  for (const auto& channel : fresh) channel->Cancel("a new update began");
 }
 
 std::vector<std::shared_ptr<UpdateChannel>> EngineChannels::Current() const {

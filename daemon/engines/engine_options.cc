@@ -1,0 +1,18 @@
+#include "daemon/engines/engine_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/engines/sglang/sglang_options.h"
+
+namespace wsync {
+
+absl::Status EngineKindNotSupported(EngineKind kind) {
+  return absl::UnimplementedError(
+      absl::StrCat("engine kind ", EngineKindName(kind), " is not supported yet (sglang is)"));
+}
+
+absl::StatusOr<std::shared_ptr<const EngineOptions>> DefaultEngineOptions(EngineKind kind) {
+  if (kind == EngineKind::kSglang) return std::make_shared<const SglangOptions>();
+  return EngineKindNotSupported(kind);
+}
+
+}  // namespace wsync
