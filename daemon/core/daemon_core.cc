@@ -5,6 +5,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
 
 namespace wsync {
 
@@ -50,10 +51,12 @@ absl::StatusOr<SessionView> DaemonCore::OpenSession(int device, const std::strin
     return absl::InvalidArgumentError(
         absl::StrCat("device ", device, " is outside 0..", options_.max_device));
   }
+  const std::string name = client_name.empty() ? "unnamed" : client_name;
+  WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the client name", name, kMaxNameBytes));
   const std::string id = sessions_.NewId();
   WSYNC_ASSIGN_OR_RETURN(std::vector<SlotMemory*> slots, pool_.Lease(device, id));
-  sessions_.Add(id, device, client_name, slots);
-  WSYNC_LOG(Info, "session ", id, " opened by '", client_name, "' on device ", device);
+  sessions_.Add(id, device, name, slots);
+  WSYNC_LOG(Info, "session ", id, " opened by '", name, "' on device ", device);
   return SessionView{id, device, std::move(slots), options_.lease};
 }
 
@@ -201,6 +204,10 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
                                                                    const std::string& version,
                                                                    UpdateEvents* events) {
   if (draining_) return absl::UnavailableError("wsyncd is draining; no new updates");
+  // Checked before any of them is looked up, logged or kept in the history.
+  WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the session id", session_id, kMaxNameBytes));
+  WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the group name", group_name, kMaxNameBytes));
+  WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the version", version, kMaxVersionBytes));
   WSYNC_ASSIGN_OR_RETURN(Session session, sessions_.Touch(session_id));
   auto group = FindGroup(group_name);
   if (!group) return absl::NotFoundError(absl::StrCat("unknown group '", group_name, "'"));

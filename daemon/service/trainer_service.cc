@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
 #include "daemon/service/status_mapping.h"
 
 namespace wsync {
@@ -275,7 +276,7 @@ grpc::Status TrainerService::Update(
       }
       case v1::UpdateRequest::kAbort:
         return finish((*run)->Abort(absl::AbortedError(
-            absl::StrCat("aborted by the trainer: ", request.abort().reason()))));
+            absl::StrCat("aborted by the trainer: ", SanitizePeerText(request.abort().reason())))));
       case v1::UpdateRequest::kBegin:
         return finish(
             (*run)->Abort(absl::FailedPreconditionError("begin sent twice in one update stream")));

@@ -11,6 +11,7 @@
 #include "common/checksum.h"
 #include "common/host/host_platform.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/core/peer_text.h"
 #include "daemon/core/weight_group.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -292,6 +293,35 @@ TEST_F(FakeDaemonTest, AFullUpdateFromASessionReachesTheEngineByteForByte) {
   const std::string id = got[0].context.update_id;
   EXPECT_THAT(engine().events(), ElementsAre("probe", "pause", absl::StrCat("begin ", id, " v7"),
                                              absl::StrCat("finish ", id, " v7")));
+}
+
+TEST_F(FakeDaemonTest, OversizedOrUnprintableNamesAreRefusedBeforeAnythingIsKept) {
+  Start({});
+  RecordingEvents events;
+  const std::string huge(1 << 20, 'v');
+  for (const std::string& version : {huge, std::string("v1\n2026-11-23 I forged line")}) {
+    auto run = core_->BeginUpdate(session_.id, "policy", version, &events);
+    EXPECT_EQ(run.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(run.status().message(), HasSubstr("the version"));
+    EXPECT_LT(run.status().message().size(), 200u) << "the error does not echo the text";
+  }
+  auto bad_group = core_->BeginUpdate(session_.id, std::string(4096, 'g'), "v1", &events);
+  EXPECT_THAT(bad_group.status().message(), HasSubstr("the group name is 4096 bytes"));
+  EXPECT_TRUE(core_->ListUpdates(10).empty()) << "nothing of a refused update is kept";
+  EXPECT_THAT(core_->OpenSession(0, "rank\r0").status().message(),
+              HasSubstr("the client name has a control character (0x0d)"));
+  EXPECT_TRUE(engine().events() == std::vector<std::string>{"probe"}) << "no engine was paused";
+  // A name at the limit is fine.
+  auto run = core_->BeginUpdate(session_.id, "policy", std::string(kMaxVersionBytes, 'v'), &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE((*run)->Abort(absl::AbortedError("done")).status.code() ==
+              absl::StatusCode::kAborted);
+}
+
+TEST(PeerText, IsCutAndEscapedForLogsAndErrors) {
+  EXPECT_EQ(SanitizePeerText("a\nb\x7f"), "a\\x0ab\\x7f");
+  EXPECT_EQ(SanitizePeerText(std::string(10, 'x'), 4), "xxxx...");
+  EXPECT_EQ(SanitizePeerText("fine"), "fine");
 }
 
 TEST_F(FakeDaemonTest, ASlotWaitsForTheAnswerWhenTheTransportReusesItOnlyThen) {

@@ -1,0 +1,28 @@
+#ifndef WSYNC_DAEMON_CORE_PEER_TEXT_H_
+#define WSYNC_DAEMON_CORE_PEER_TEXT_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace wsync {
+
+// Text a trainer names things with (versions, client names, group and session names) is kept,
+// logged and shown to operators, so it is bounded and printable: a 60 MiB version kept in the
+// update history, or a newline that forges a log line, is refused before anything is recorded.
+inline constexpr size_t kMaxVersionBytes = 256;
+inline constexpr size_t kMaxNameBytes = 128;
+// Free text from a trainer (an abort reason) is cut to this and its control characters escaped.
+inline constexpr size_t kMaxReasonBytes = 1024;
+
+// INVALID_ARGUMENT naming `what` unless `text` is 1..max bytes of printable ASCII or UTF-8
+// (no control characters).
+absl::Status CheckPeerLabel(absl::string_view what, absl::string_view text, size_t max_bytes);
+// `text` cut to `max_bytes` (marked "...") with control characters written as \xNN.
+std::string SanitizePeerText(absl::string_view text, size_t max_bytes = kMaxReasonBytes);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_CORE_PEER_TEXT_H_
