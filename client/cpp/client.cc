@@ -89,31 +89,62 @@ absl::Status Client::OpenSession(int device, const std::string& client_name) {
   }
   const absl::Duration period = absl::Seconds(std::max<uint32_t>(1, resp.lease_seconds() / 3));
   keepalive_stop_ = false;
-  keepalive_ = std::thread([this, period, id = session_id_] {
-    absl::Time next = absl::Now() + period;
-    while (!keepalive_stop_) {
-      absl::SleepFor(absl::Milliseconds(100));
-      if (absl::Now() < next) continue;
-      next = absl::Now() + period;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-      v1::KeepAliveRequest req;
-      req.set_session_id(id);
-      v1::KeepAliveResponse resp;
-      (void)trainer_->KeepAlive(&ctx, req, &resp);
-    }
-  });
+  keepalive_ = std::thread([this, period, id = session_id_] { KeepSessionAlive(id, period); });
   return absl::OkStatus();
 }
 
+void Client::KeepSessionAlive(std::string session_id, absl::Duration period) {
+  bool hold = true;
+  absl::Time next = absl::Now();
+  while (!keepalive_stop_) {
+    if (hold) {
+      grpc::ClientContext ctx;
+      {
+        std::lock_guard<std::mutex> lock(hold_mu_);
+        if (keepalive_stop_) break;
+        hold_ = &ctx;
+      }
+      v1::HoldSessionRequest req;
+      req.set_session_id(session_id);
+      auto reader = trainer_->HoldSession(&ctx, req);
+      v1::HoldSessionEvent event;
+      while (reader->Read(&event)) {
+      }
+      grpc::Status status = reader->Finish();
+      {
+        std::lock_guard<std::mutex> lock(hold_mu_);
+        hold_ = nullptr;
+      }
+      if (keepalive_stop_ || status.error_code() == grpc::StatusCode::NOT_FOUND) break;
+      // A daemon without holds: renew the lease by hand.
+      if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) hold = false;
+      // Otherwise the connection blinked: hold again after a pause.
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+    if (absl::Now() < next) continue;
+    next = absl::Now() + period;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    v1::KeepAliveRequest req;
+    req.set_session_id(session_id);
+    v1::KeepAliveResponse resp;
+    (void)trainer_->KeepAlive(&ctx, req, &resp);
+  }
+}
+
 void Client::StopKeepAlive() {
-  keepalive_stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    keepalive_stop_ = true;
+    if (hold_ != nullptr) hold_->TryCancel();
+  }
   if (keepalive_.joinable()) keepalive_.join();
 }
 
 absl::Status Client::CloseSession() {
   if (session_id_.empty()) return absl::FailedPreconditionError("no session is open");
-  StopKeepAlive();
   slots_.clear();
   oversize_.reset();
   v1::CloseSessionRequest req;
@@ -122,7 +153,10 @@ absl::Status Client::CloseSession() {
   v1::CloseSessionResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  return FromGrpc(trainer_->CloseSession(&ctx, req, &resp));
+  // Closed first, then the hold let go: a hold cancelled first would read as a dead trainer.
+  absl::Status closed = FromGrpc(trainer_->CloseSession(&ctx, req, &resp));
+  StopKeepAlive();
+  return closed;
 }
 
 absl::StatusOr<uint32_t> Client::ReleaseSources() {

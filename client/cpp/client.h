@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,8 +79,13 @@ class Client {
   std::unique_ptr<SourceExporter> exporter_;  // pull mode: finds the tensors' allocations
   std::unique_ptr<MappedSlot> oversize_;
   uint32_t oversize_index_ = 0;
+  // Holds the session open (HoldSession) for the session's life, so that wsyncd frees its slots
+  // at once if this process dies; renews the lease with KeepAlive where the daemon has no hold.
   std::thread keepalive_;
   std::atomic<bool> keepalive_stop_{false};
+  std::mutex hold_mu_;
+  grpc::ClientContext* hold_ = nullptr;  // the open hold call, cancelled by StopKeepAlive
+  void KeepSessionAlive(std::string session_id, absl::Duration period);
 };
 
 // Maps a slot the daemon announced (shared memory now; CUDA IPC in CUDA builds).

@@ -75,6 +75,21 @@ absl::Status DaemonCore::CloseSession(const std::string& session_id) {
   return absl::OkStatus();
 }
 
+void DaemonCore::CloseDisconnectedSession(const std::string& session_id) {
+  const absl::Time deadline = absl::Now() + options_.lease;
+  while (absl::Now() < deadline && !stopping_) {
+    auto session = sessions_.Touch(session_id);
+    if (!session.ok()) return;  // already closed
+    if (!session->update_running) {
+      WSYNC_LOG(Info, "session ", session_id, " (", session->client_name,
+                "): its trainer went away; closing it");
+      (void)CloseSession(session_id);
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 absl::StatusOr<size_t> DaemonCore::ReleaseSources(const std::string& session_id) {
   WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Touch(session_id));
   if (s.update_running) {

@@ -73,6 +73,9 @@ class DaemonCore {
   absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
   absl::Status KeepAlive(const std::string& session_id);
   absl::Status CloseSession(const std::string& session_id);
+  // The session's trainer is gone (its hold call ended without CloseSession): closes the session
+  // as soon as no update of it runs (its update stream ends too and aborts it), within the lease.
+  void CloseDisconnectedSession(const std::string& session_id);
   // Drops the session's pull-mode mappings (each closes once no bucket still copies from it);
   // returns how many there were.
   absl::StatusOr<size_t> ReleaseSources(const std::string& session_id);

@@ -174,6 +174,21 @@ grpc::Status TrainerService::KeepAlive(grpc::ServerContext*, const v1::KeepAlive
   return ToGrpcStatus(core_->KeepAlive(req->session_id()));
 }
 
+grpc::Status TrainerService::HoldSession(grpc::ServerContext* context,
+                                         const v1::HoldSessionRequest* req,
+                                         grpc::ServerWriter<v1::HoldSessionEvent>*) {
+  const std::string& id = req->session_id();
+  if (absl::Status s = core_->KeepAlive(id); !s.ok()) return ToGrpcStatus(s);
+  // gRPC cancels the call when the trainer's connection goes: that is how a dead trainer is seen.
+  while (!context->IsCancelled()) {
+    // Closed by CloseSession (or its lease expired): the hold ends with it.
+    if (!core_->KeepAlive(id).ok()) return grpc::Status::OK;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  core_->CloseDisconnectedSession(id);
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the trainer went away");
+}
+
 grpc::Status TrainerService::CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest* req,
                                           v1::CloseSessionResponse*) {
   return ToGrpcStatus(core_->CloseSession(req->session_id()));

@@ -17,6 +17,8 @@ class TrainerService final : public v1::Trainer::Service {
                                    v1::SlotInfo* response) override;
   grpc::Status KeepAlive(grpc::ServerContext* context, const v1::KeepAliveRequest* request,
                          v1::KeepAliveResponse* response) override;
+  grpc::Status HoldSession(grpc::ServerContext* context, const v1::HoldSessionRequest* request,
+                           grpc::ServerWriter<v1::HoldSessionEvent>* writer) override;
   grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
                             v1::CloseSessionResponse* response) override;
   grpc::Status ReleaseSources(grpc::ServerContext* context,

@@ -160,6 +160,33 @@ class PythonClientTest(unittest.TestCase):
                                  capture_output=True, text=True).stdout
         self.assertIn("the Python caller raised", listing)
 
+    def test_a_trainer_killed_with_its_session_open_gives_its_slots_back_at_once(self):
+        trainer = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time; sys.path.insert(0, sys.argv[1]); import wsync;"
+             "c = wsync.Client('unix:' + sys.argv[2], name='doomed'); print('open', flush=True);"
+             "time.sleep(60)", PKG, self.sock],
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, WSYNC_CLIENT_LIB=LIB))
+        self.assertEqual(trainer.stdout.readline().strip(), "open")
+
+        def owners():
+            out = subprocess.run([CTL, "--socket", self.sock, "--json", "buffers"], check=True,
+                                 capture_output=True, text=True).stdout
+            return [b.get("owner_session", "") for b in json.loads(out).get("buffers", [])]
+
+        self.assertTrue(any(owners()), "the session holds the device's slots")
+        trainer.kill()  # no CloseSession: as a crash or an OOM kill ends a trainer
+        trainer.wait()
+        killed = time.time()
+        while any(owners()) and time.time() - killed < 10:
+            time.sleep(0.1)
+        freed_after = time.time() - killed
+        self.assertFalse(any(owners()), "slots still held 10 s after the trainer died")
+        self.assertLess(freed_after, 5, "freed by the lease (60 s), not by the disconnect")
+        # And another trainer can take them.
+        with wsync.Client("unix:" + self.sock) as c:
+            self.assertEqual(c.slot_bytes, 1 << 20)
+
     def test_no_daemon_is_a_clear_error(self):
         with self.assertRaises(wsync.WsyncError) as e:
             wsync.Client("unix:" + os.path.join(self.dir, "none.sock"), timeout=0.5)
