@@ -270,6 +270,17 @@ class Ctl {
     return resp.drained() ? 0 : 1;
   }
 
+  int Undrain() {
+    v1::UndrainResponse resp;
+    auto s = admin()->Undrain(Context().get(), v1::UndrainRequest(), &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    std::cout << (resp.was_draining() ? "undrained: new sessions and updates are taken again"
+                                      : "was not draining")
+              << "\n";
+    return 0;
+  }
+
  private:
   Globals g_;
   std::unique_ptr<Client> client_;
@@ -318,6 +329,7 @@ int main(int argc, char** argv) {
   uint32_t drain_timeout = 60;
   auto* drain = app.add_subcommand("drain", "refuse new updates and wait for running ones");
   drain->add_option("--timeout", drain_timeout, "seconds to wait");
+  auto* undrain = app.add_subcommand("undrain", "take new sessions and updates again");
   CLI11_PARSE(app, argc, argv);
 
   wsync::Ctl ctl(g);
@@ -331,5 +343,6 @@ int main(int argc, char** argv) {
   if (*create) return ctl.CreateGroup(name, kind, engine_urls, device, load_format);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
+  if (*undrain) return ctl.Undrain();
   return 2;
 }

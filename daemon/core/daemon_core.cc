@@ -306,6 +306,12 @@ DaemonStatusView DaemonCore::Status() const {
   return v;
 }
 
+bool DaemonCore::Undrain() {
+  const bool was = draining_.exchange(false);
+  if (was) WSYNC_LOG(Info, "drain ended: new sessions and updates are taken again");
+  return was;
+}
+
 DrainResult DaemonCore::Drain(absl::Duration timeout) {
   draining_ = true;
   DrainResult result;

@@ -107,6 +107,8 @@ class DaemonCore {
   std::vector<UpdateRecord> ListUpdates(size_t limit) const { return history_.Latest(limit); }
   DaemonStatusView Status() const;
   DrainResult Drain(absl::Duration timeout);
+  // Ends a drain: sessions and updates are taken again. Returns whether wsyncd was draining.
+  bool Undrain();
   const DaemonOptions& options() const { return options_; }
 
  private:

@@ -114,4 +114,10 @@ grpc::Status AdminService::Drain(grpc::ServerContext*, const v1::DrainRequest* r
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::Undrain(grpc::ServerContext*, const v1::UndrainRequest*,
+                                   v1::UndrainResponse* resp) {
+  resp->set_was_draining(core_->Undrain());
+  return grpc::Status::OK;
+}
+
 }  // namespace wsync

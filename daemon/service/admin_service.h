@@ -29,6 +29,8 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::DaemonStatus*) override;
   grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*, v1::DrainResponse*) override;
+  grpc::Status Undrain(grpc::ServerContext*, const v1::UndrainRequest*,
+                       v1::UndrainResponse*) override;
 
  private:
   DaemonCore* core_;

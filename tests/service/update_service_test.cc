@@ -299,6 +299,14 @@ TEST_F(ServiceFixture, AdminViewsAndDrain) {
   auto refused = client_->Push("policy", "v2", Refs(SmallModel(2)));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(refused.status().message()), HasSubstr("draining"));
+  // A drain can be undone, and the daemon serves as before.
+  v1::UndrainResponse undrained;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(client_->admin()->Undrain(&ctx, v1::UndrainRequest(), &undrained).ok());
+  }
+  EXPECT_TRUE(undrained.was_draining());
+  PushAndExpectHeld("v3", SmallModel(3));
 }
 
 }  // namespace
