@@ -49,6 +49,7 @@ struct TcpStoreServer::Connection {
   UniqueFd fd;
   std::mutex write_mu;
   bool validated = false;
+  uint64_t serial = 0;  // unique for the server's life: PING nonces (pids) may repeat across hosts
   uint32_t pid = 0;
   std::optional<std::vector<std::string>> pending_wait;  // guarded by the server's mu_
   bool closed = false;
@@ -133,6 +134,7 @@ void TcpStoreServer::AcceptLoop() {
     conn->fd.reset(fd);
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) break;
+    conn->serial = next_serial_++;
     connections_.push_back(conn);
     threads_.emplace_back([this, conn] { Serve(conn); });
   }
@@ -251,6 +253,7 @@ bool TcpStoreServer::HandleRequest(Connection& conn, uint8_t command) {
       if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) return false;
       current += delta;
       SetLocked(key, std::to_string(current));
+      adders_[key][conn.serial] = conn.pid;
       WSYNC_LOG(Debug, "store :", port_, ": ADD ", key, " ", delta, " -> ", current, " by pid ",
                 conn.pid);
       WakeWaitersLocked();
@@ -388,6 +391,23 @@ std::vector<uint32_t> TcpStoreServer::FetchersOf(const std::string& key) const {
   auto it = fetchers_.find(key);
   if (it == fetchers_.end()) return {};
   return std::vector<uint32_t>(it->second.begin(), it->second.end());
+}
+
+std::vector<TcpStoreServer::Adder> TcpStoreServer::AddersOf(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Adder> out;
+  auto it = adders_.find(key);
+  if (it == adders_.end()) return out;
+  for (const auto& [serial, pid] : it->second) out.push_back(Adder{serial, pid});
+  return out;
+}
+
+bool TcpStoreServer::ConnectionOpen(uint64_t connection) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& c : connections_) {
+    if (c->serial == connection) return !c->closed;
+  }
+  return false;
 }
 
 std::vector<std::string> TcpStoreServer::UnpublishedWaits() const {

@@ -48,6 +48,15 @@ class TcpStoreServer {
   std::vector<uint32_t> ConnectedPids() const;
   // PING nonces of connections that have GET the key.
   std::vector<uint32_t> FetchersOf(const std::string& key) const;
+  // A connection that ADDed to a key: its serial (unique for the server's life) and PING nonce.
+  struct Adder {
+    uint64_t connection = 0;
+    uint32_t pid = 0;
+  };
+  // Connections that have ADDed to the key, open or not.
+  std::vector<Adder> AddersOf(const std::string& key) const;
+  // Whether the connection with this serial is still open.
+  bool ConnectionOpen(uint64_t connection) const;
   // Keys clients waited for that were never published (a mismatched group name, ...).
   std::vector<std::string> UnpublishedWaits() const;
   int connections_open() const;
@@ -73,6 +82,8 @@ class TcpStoreServer {
   std::map<std::string, std::string> data_;
   std::list<std::shared_ptr<Connection>> connections_;
   std::map<std::string, std::set<uint32_t>> fetchers_;
+  std::map<std::string, std::map<uint64_t, uint32_t>> adders_;  // key -> serial -> pid
+  uint64_t next_serial_ = 1;
   std::set<std::string> unpublished_waits_;
   std::list<std::thread> threads_;
 };

@@ -4,9 +4,11 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "tests/service/service_fixture.h"
+#include "tests/sim/tcp_store_client.h"
 
 namespace wsync {
 namespace {
@@ -247,6 +249,31 @@ TEST_F(ServiceFixture, EngineThatNeverFetchesTheIdIsNamedByTheStoreWithinTheDead
                                               " joined the store but never "
                                               "fetched the id")));
   EXPECT_THAT(message, HasSubstr("device_id"));
+}
+
+TEST_F(ServiceFixture, AnEngineRestartIsSeenThoughAnotherStoreClientStaysConnected) {
+  CreatePolicyGroup();
+  ASSERT_TRUE(client_->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  // An idle client of the group's store (a probe, a stray process): counting connections would
+  // take it for the engine rank that leaves below.
+  const std::string rendezvous = GetGroup("policy").rendezvous();
+  int store_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(rendezvous.substr(rendezvous.rfind(':') + 1), &store_port));
+  auto idle = TcpStoreClient::Connect("127.0.0.1", static_cast<uint16_t>(store_port), 4242,
+                                      absl::Now() + absl::Seconds(5), /*register_init=*/false);
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  // Engine a restarts at the same address; the new process does not hold the group.
+  int engine_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(sim_a_.url.substr(sim_a_.url.rfind(':') + 1), &engine_port));
+  sim_a_.sim.reset();  // the process ends: its ranks' store connections close
+  auto restarted = std::make_unique<SglangSim>(1, SimKnobs{});
+  ASSERT_TRUE(restarted->Start("127.0.0.1", engine_port).ok());
+  auto model = SmallModel(2);
+  auto pushed = client_->Push("policy", "v2", Refs(model));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  ExpectHolds(*restarted, model, "v2", 1);
+  ExpectHolds(*sim_b_.sim, model, "v2", 2);
+  restarted->Stop();
 }
 
 TEST_F(ServiceFixture, GroupFormationFailureNamesTheEngine) {

@@ -39,18 +39,25 @@ absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+  members_ = store_->AddersOf("init/");
   return absl::OkStatus();
 }
 
 absl::Status TorchStoreRendezvous::CheckJoined() const {
   // Every engine rank keeps its store connection for the life of its process group; one that
   // closed means its engine restarted (or died), and a replacement does not hold the group.
+  // Judged by the connections that registered, not by how many are open (another client of the
+  // store, a probe or a stray process, must not stand in for a rank that left), nor by pid (pids
+  // repeat across hosts and containers).
   if (!store_) return absl::FailedPreconditionError("the group's store is gone");
-  const size_t holding = store_->ConnectedPids().size();
-  if (holding + 1 >= world_size_) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat("only ", holding, " of ", world_size_ - 1,
-                   " engine ranks still hold their store connection (engine restarted or died)"));
+  std::vector<uint32_t> gone;
+  for (const TcpStoreServer::Adder& member : members_) {
+    if (!store_->ConnectionOpen(member.connection)) gone.push_back(member.pid);
+  }
+  if (gone.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      gone.size(), " of ", members_.size(), " engine ranks (pids ", absl::StrJoin(gone, ","),
+      ") closed their store connection since the group formed (engine restarted or died)"));
 }
 
 std::string TorchStoreRendezvous::Diagnose() const {
@@ -90,6 +97,7 @@ void TorchStoreRendezvous::Close() {
   if (!store_) return;
   store_->ErasePrefix(absl::StrCat("/", group_name_, "/"));
   store_.reset();
+  members_.clear();
 }
 
 }  // namespace wsync

@@ -36,6 +36,8 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
   std::string group_name_;
   uint32_t world_size_ = 0;
   std::unique_ptr<TcpStoreServer> store_;
+  // The engine ranks' store connections that registered ("init/") when the group formed.
+  std::vector<TcpStoreServer::Adder> members_;
 };
 
 }  // namespace wsync
