@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <thread>
 
@@ -170,6 +172,35 @@ absl::Status ReadExact(int fd, void* data, size_t bytes, absl::Time deadline) {
     }
     if (n == 0) return absl::UnavailableError("peer closed the connection");
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Errno("recv");
+    if (absl::Now() >= deadline) return absl::DeadlineExceededError("receive deadline passed");
+    pollfd pfd{fd, POLLIN, 0};
+    ::poll(&pfd, 1, MillisUntil(deadline));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadExactV(int fd, std::vector<iovec> pieces, absl::Time deadline) {
+  size_t next = 0;  // first piece not yet full
+  while (next < pieces.size() && pieces[next].iov_len == 0) ++next;
+  while (next < pieces.size()) {
+    msghdr msg{};
+    msg.msg_iov = &pieces[next];
+    msg.msg_iovlen = std::min<size_t>(pieces.size() - next, IOV_MAX);
+    ssize_t n = ::recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (n > 0) {
+      size_t got = static_cast<size_t>(n);
+      while (got > 0) {
+        const size_t take = std::min(got, pieces[next].iov_len);
+        pieces[next].iov_base = static_cast<char*>(pieces[next].iov_base) + take;
+        pieces[next].iov_len -= take;
+        got -= take;
+        if (pieces[next].iov_len == 0) ++next;
+      }
+      while (next < pieces.size() && pieces[next].iov_len == 0) ++next;
+      continue;
+    }
+    if (n == 0) return absl::UnavailableError("peer closed the connection");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return Errno("recvmsg");
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("receive deadline passed");
     pollfd pfd{fd, POLLIN, 0};
     ::poll(&pfd, 1, MillisUntil(deadline));

@@ -1,8 +1,11 @@
 #ifndef WSYNC_COMMON_NET_H_
 #define WSYNC_COMMON_NET_H_
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -41,6 +44,9 @@ void TuneSocket(int fd);
 // UnavailableError("peer closed") on EOF.
 absl::Status WriteAll(int fd, const void* data, size_t bytes, absl::Time deadline);
 absl::Status ReadExact(int fd, void* data, size_t bytes, absl::Time deadline);
+// ReadExact into several buffers in order: the stream's next bytes fill pieces[0], then
+// pieces[1], and so on, with no staging copy in between.
+absl::Status ReadExactV(int fd, std::vector<iovec> pieces, absl::Time deadline);
 
 // Splits "host:port" (with [v6]:port allowed).
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);

@@ -394,6 +394,14 @@ absl::Status HostCollectivePeer::Receive(void* dst, uint64_t bytes, absl::Time d
   return ReadExact(fd_.get(), dst, bytes, deadline);
 }
 
+absl::Status HostCollectivePeer::ReceiveScattered(const std::vector<iovec>& pieces,
+                                                  absl::Time deadline) {
+  uint64_t bytes = 0;
+  for (const iovec& piece : pieces) bytes += piece.iov_len;
+  WSYNC_RETURN_IF_ERROR(ReadHeader(bytes, deadline));
+  return ReadExactV(fd_.get(), pieces, deadline);
+}
+
 absl::Status HostCollectivePeer::ReceivePartial(void* dst, uint64_t bytes, uint64_t partial,
                                                 absl::Time deadline) {
   WSYNC_RETURN_IF_ERROR(ReadHeader(bytes, deadline));

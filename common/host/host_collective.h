@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/gpu_seam.h"
 #include "common/net.h"
@@ -100,6 +101,9 @@ class HostCollectivePeer {
                                                                   absl::Time deadline);
   // Receives one broadcast of exactly `bytes` bytes.
   absl::Status Receive(void* dst, uint64_t bytes, absl::Time deadline);
+  // Receives one broadcast whose bytes fill `pieces` back to back, in order (a flattened bucket
+  // landing in its tensors' own storage); its byte count must be the pieces' total.
+  absl::Status ReceiveScattered(const std::vector<iovec>& pieces, absl::Time deadline);
   // Receives the first `partial` bytes of a broadcast of `bytes` and stops (fault injection).
   absl::Status ReceivePartial(void* dst, uint64_t bytes, uint64_t partial, absl::Time deadline);
   int rank() const { return rank_; }

@@ -1,7 +1,10 @@
 #include "common/host/host_collective.h"
 
+#include <sys/uio.h>
+
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "common/host/shm_slot.h"
@@ -222,6 +225,41 @@ TEST(HostCollective, SmallBroadcastsEndWithoutWaitingOnATimer) {
   for (const absl::Status& s : results) EXPECT_TRUE(s.ok()) << s;
   EXPECT_LT(took, absl::Milliseconds(1500))
       << kRounds - 1 << " broadcasts of " << kBytes << " bytes";
+}
+
+// A flattened bucket lands straight in its tensors' storage: one broadcast, scattered in order
+// over more pieces than one recvmsg takes (IOV_MAX), empty pieces included.
+TEST(HostCollective, ScatteredReceiveFillsThePiecesBackToBack) {
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok());
+  auto slot = ShmSlot::Create(0, 1 << 20);
+  ASSERT_TRUE(slot.ok());
+  auto* bytes = static_cast<uint8_t*>((*slot)->data());
+  for (int i = 0; i < (1 << 20); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + 5);
+  std::vector<std::vector<uint8_t>> pieces;
+  uint64_t total = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const uint64_t n = i % 7 == 0 ? 0 : 1 + (i * 37) % 500;
+    pieces.emplace_back(n);
+    total += n;
+  }
+  pieces.emplace_back((1 << 20) - 4096 - total);  // a large last piece: many reads land in it
+  total += pieces.back().size();
+  std::vector<iovec> iov;
+  for (auto& p : pieces) iov.push_back(iovec{p.data(), p.size()});
+  absl::Status received;
+  std::thread peer([&] {
+    auto p = HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+    received = p.ok() ? (*p)->ReceiveScattered(iov, absl::Now() + absl::Seconds(10)) : p.status();
+  });
+  ASSERT_TRUE((*root)->Broadcast(**slot, 4096, total, absl::Now() + absl::Seconds(10)).ok());
+  peer.join();
+  ASSERT_TRUE(received.ok()) << received;
+  uint64_t at = 4096;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    ASSERT_EQ(0, std::memcmp(pieces[k].data(), bytes + at, pieces[k].size())) << "piece " << k;
+    at += pieces[k].size();
+  }
 }
 
 TEST(HostCollective, ReceiverReportsACountMismatch) {
