@@ -1,7 +1,9 @@
 #include "tests/sim/sglang_sim.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +37,20 @@ void SuccessReply(SimHttpResponse& res, bool ok, const std::string& message) {
 SglangSim::SglangSim(int tp_size, SimKnobs knobs) : tp_size_(tp_size), knobs_(std::move(knobs)) {}
 
 SglangSim::~SglangSim() { Stop(); }
+
+void SglangSim::Bytes::Resize(uint64_t n) {
+  if (n > capacity_) {
+    data_.reset(new uint8_t[n]);  // default-initialised: no zeroing pass over pages about to fill
+    capacity_ = n;
+  }
+  size_ = n;
+}
+
+void SglangSim::Bytes::Swap(Bytes& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(size_, other.size_);
+  std::swap(capacity_, other.capacity_);
+}
 
 SglangSim::Rank::~Rank() {
   if (ahead.joinable()) ahead.join();
@@ -126,34 +142,73 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
   const bool flattened = body.value("load_format", json()).is_string() &&
                          body["load_format"].get<std::string>() == "flattened_bucket";
   const absl::Time deadline = absl::Now() + kReceiveTimeout;
+  if (flattened && update_index == knobs_.die_at_update) {
+    // Fault injection: receive half the bucket, then die like a crashed engine process.
+    rank.scratch.Resize(total);
+    (void)rank.peer->ReceivePartial(rank.scratch.data(), total, total / 2, deadline);
+    std::fprintf(stderr, "sglang_sim: dying mid-bucket (update %d) as asked\n", update_index);
+    std::fflush(stderr);
+    ::_exit(17);
+  }
   if (flattened) {
-    std::vector<uint8_t> flat(total);
-    if (update_index == knobs_.die_at_update) {
-      // Fault injection: receive half the bucket, then die like a crashed engine process.
-      (void)rank.peer->ReceivePartial(flat.data(), total, total / 2, deadline);
-      std::fprintf(stderr, "sglang_sim: dying mid-bucket (update %d) as asked\n", update_index);
-      std::fflush(stderr);
-      ::_exit(17);
-    }
-    WSYNC_RETURN_IF_ERROR(rank.peer->Receive(flat.data(), total, deadline));
+    // flat[start:end].view(dtype) needs the start aligned to the dtype's size. The broadcast
+    // happens regardless (every rank takes part), so a misaligned bucket is received, then refused.
     for (const TensorEntry& e : entries) {
-      // flat[start:end].view(dtype) needs the start aligned to the dtype's size.
       if (e.offset % DTypeSize(e.dtype) != 0) {
+        rank.scratch.Resize(total);
+        WSYNC_RETURN_IF_ERROR(rank.peer->Receive(rank.scratch.data(), total, deadline));
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor ", e.name, " starts at byte ", e.offset,
             ", not a multiple of its element size: the view to ", DTypeName(e.dtype), " fails"));
       }
-      std::vector<uint8_t> bytes(flat.begin() + e.offset, flat.begin() + e.offset + e.length);
-      rank.crcs[e.name] = Crc32(bytes.data(), bytes.size());
-      rank.tensors[e.name] = std::move(bytes);
     }
+  }
+  // Each entry lands in its tensor's incoming buffer, except one whose name comes again later in
+  // the request: the last occurrence is what load_weights keeps, the earlier ones go to scratch.
+  std::vector<Tensor*> targets(entries.size(), nullptr);
+  {
+    std::map<std::string, size_t> last;
+    for (size_t i = 0; i < entries.size(); ++i) last[entries[i].name] = i;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (last[entries[i].name] == i) targets[i] = &rank.tensors[entries[i].name];
+    }
+  }
+  uint64_t discarded = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (targets[i] != nullptr) {
+      targets[i]->incoming.Resize(entries[i].length);
+    } else if (flattened) {
+      discarded += entries[i].length;  // laid out back to back
+    } else {
+      discarded = std::max(discarded, entries[i].length);  // one at a time
+    }
+  }
+  rank.scratch.Resize(discarded);
+  if (flattened) {
+    // The bucket's bytes go straight to where the tensors live: the receive and load_weights'
+    // copy out of the flat buffer become one pass, with the same bytes in the same places.
+    std::vector<iovec> pieces;
+    uint64_t scratch_used = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      uint8_t* dst =
+          targets[i] != nullptr ? targets[i]->incoming.data() : rank.scratch.data() + scratch_used;
+      if (targets[i] == nullptr) scratch_used += entries[i].length;
+      pieces.push_back(iovec{dst, entries[i].length});
+    }
+    WSYNC_RETURN_IF_ERROR(rank.peer->ReceiveScattered(pieces, deadline));
   } else {
-    for (const TensorEntry& e : entries) {
-      std::vector<uint8_t> bytes(e.length);
-      WSYNC_RETURN_IF_ERROR(rank.peer->Receive(bytes.data(), e.length, deadline));
-      rank.crcs[e.name] = Crc32(bytes.data(), bytes.size());
-      rank.tensors[e.name] = std::move(bytes);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      uint8_t* dst = targets[i] != nullptr ? targets[i]->incoming.data() : rank.scratch.data();
+      WSYNC_RETURN_IF_ERROR(rank.peer->Receive(dst, entries[i].length, deadline));
     }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Tensor* t : targets) {
+    if (t == nullptr) continue;
+    t->held.Swap(t->incoming);
+    t->present = true;
+    t->crc_valid = false;
   }
   return absl::OkStatus();
 }
@@ -322,8 +377,9 @@ void SglangSim::Routes() {
       if (r->ahead.joinable()) r->ahead.join();
       r->ahead_crcs.clear();
       r->ahead = std::thread([this, rank = r.get(), sizes] {
+        Bytes flat;
         for (uint64_t n : sizes) {
-          std::vector<uint8_t> flat(n);
+          flat.Resize(n);
           if (!rank->peer->Receive(flat.data(), n, absl::Now() + absl::Seconds(30)).ok()) return;
           std::lock_guard<std::mutex> lock(mu_);
           rank->ahead_crcs.push_back(Crc32(flat.data(), n));
@@ -365,7 +421,14 @@ json SglangSim::Checksums() const {
   if (group_) {
     for (const auto& r : group_->ranks) {
       json tensors = json::object();
-      for (const auto& [name, crc] : r->crcs) tensors[name] = Crc32Hex(crc);
+      for (const auto& [name, t] : r->tensors) {
+        if (!t.present) continue;
+        if (!t.crc_valid) {
+          t.crc = Crc32(t.held.data(), t.held.size());
+          t.crc_valid = true;
+        }
+        tensors[name] = Crc32Hex(t.crc);
+      }
       ranks[std::to_string(group_->rank_offset + r->tp_rank)] = tensors;
     }
   }

@@ -4,7 +4,8 @@
 // An SGLang server as wsyncd sees it: the weight-update HTTP routes with SGLang's JSON and status
 // codes, one receiver per TP rank (rank = rank_offset + tp_rank) that joins through the daemon's
 // TCPStore exactly as torch does, and the flattened-bucket receive (one uint8 broadcast of the
-// tensors' bytes back to back in `names` order, rebuilt by byte-offset views). Knobs inject faults.
+// tensors' bytes back to back in `names` order, each tensor's byte range landing in that tensor's
+// storage). Knobs inject faults.
 
 #include <atomic>
 #include <condition_variable>
@@ -55,15 +56,42 @@ class SglangSim {
   int max_waiting_requests() const { return server_ ? server_->max_waiting() : 0; }
 
  private:
+  // Bytes that are not zeroed when allocated; capacity only grows, so a buffer reused for the
+  // same tensor every update touches no fresh pages.
+  class Bytes {
+   public:
+    uint8_t* data() { return data_.get(); }
+    const uint8_t* data() const { return data_.get(); }
+    uint64_t size() const { return size_; }
+    void Resize(uint64_t n);
+    void Swap(Bytes& other) noexcept;
+
+   private:
+    std::unique_ptr<uint8_t[]> data_;
+    uint64_t size_ = 0;
+    uint64_t capacity_ = 0;
+  };
+  // One tensor of a rank. A request's bytes land in `incoming` and become `held` only when the
+  // whole request has arrived, so a failed request leaves the previous bytes, as SGLang loads
+  // nothing from a failed broadcast. Both buffers persist: an update writes into mapped memory.
+  // The checksum is the test's view, not engine work: it is taken from `held` when first asked
+  // for, off the update's path, and describes the bytes the rank holds at that moment.
+  struct Tensor {
+    Bytes held;
+    Bytes incoming;
+    bool present = false;            // `held` was loaded by some request; guarded by mu_
+    mutable bool crc_valid = false;  // `crc` matches `held`; guarded by mu_
+    mutable uint32_t crc = 0;
+  };
   struct Rank {
     ~Rank();  // waits for the receives posted ahead
     int tp_rank = 0;
     std::unique_ptr<TcpStoreClient> store;
     std::unique_ptr<HostCollectivePeer> peer;
-    std::map<std::string, std::vector<uint8_t>> tensors;
-    std::map<std::string, uint32_t> crcs;
-    std::thread ahead;                 // data-plane receives posted by /sim/receive_ahead
-    std::vector<uint32_t> ahead_crcs;  // one per bucket received ahead (guarded by mu_)
+    std::map<std::string, Tensor> tensors;  // insertion guarded by mu_
+    Bytes scratch;                          // bytes a request must receive but does not keep
+    std::thread ahead;                      // data-plane receives posted by /sim/receive_ahead
+    std::vector<uint32_t> ahead_crcs;       // one per bucket received ahead (guarded by mu_)
   };
   struct Group {
     std::string name;
