@@ -22,12 +22,16 @@ void Fill(std::vector<uint8_t>& data, uint64_t seed) {
   for (; i < data.size(); ++i) data[i] = static_cast<uint8_t>(x >> (8 * (i % 8)));
 }
 
+uint64_t Seed(uint32_t version, size_t index) {
+  return (static_cast<uint64_t>(version) << 32) ^ (index * 0x100000001B3ull);
+}
+
 void Add(std::vector<SyntheticTensor>& out, std::string name, DType dtype,
          std::vector<int64_t> shape, uint32_t version) {
   uint64_t n = DTypeSize(dtype);
   for (int64_t d : shape) n *= static_cast<uint64_t>(d);
   SyntheticTensor t{std::move(name), dtype, std::move(shape), std::vector<uint8_t>(n)};
-  Fill(t.data, (static_cast<uint64_t>(version) << 32) ^ (out.size() * 0x100000001B3ull));
+  Fill(t.data, Seed(version, out.size()));
   out.push_back(std::move(t));
 }
 
@@ -64,6 +68,10 @@ std::vector<SyntheticTensor> MakeSyntheticModel(uint64_t target_bytes, uint64_t 
   Add(out, "model.norm.weight", DType::kFloat32, {hidden}, version);
   Add(out, "lm_head.weight", DType::kBfloat16, {vocab, hidden}, version);
   return out;
+}
+
+void FillSyntheticModel(std::vector<SyntheticTensor>& model, uint32_t version) {
+  for (size_t i = 0; i < model.size(); ++i) Fill(model[i].data, Seed(version, i));
 }
 
 }  // namespace wsync

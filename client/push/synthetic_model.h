@@ -22,6 +22,9 @@ struct SyntheticTensor {
 // Contents are a deterministic function of (version, tensor index).
 std::vector<SyntheticTensor> MakeSyntheticModel(uint64_t target_bytes, uint64_t slot_bytes,
                                                 uint32_t version);
+// Rewrites a model made by MakeSyntheticModel with the contents of `version`, in place: the bytes
+// MakeSyntheticModel would make for that version, without allocating (and faulting in) them again.
+void FillSyntheticModel(std::vector<SyntheticTensor>& model, uint32_t version);
 
 }  // namespace wsync
 

@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-sim", verify,
                "after each version, compare every engine rank's tensors (engine simulators only)");
   CLI11_PARSE(app, argc, argv);
+  // Progress is read as it happens, also through a pipe (the demo's output, a CI log).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
   const std::string target = address.empty() ? absl::StrCat("unix:", socket) : address;
   auto client = wsync::Client::Connect(target);
@@ -103,10 +105,16 @@ int main(int argc, char** argv) {
   }
 
   bool all_ok = true;
+  // One allocation serves every version; each version rewrites the contents before its update.
+  std::vector<wsync::SyntheticTensor> model;
   for (int v = 1; v <= versions; ++v) {
     const std::string version = absl::StrCat(prefix, v);
-    auto model = wsync::MakeSyntheticModel(static_cast<uint64_t>(model_gib * (1ull << 30)),
-                                           (*client)->slot_bytes(), static_cast<uint32_t>(v));
+    if (model.empty()) {
+      model = wsync::MakeSyntheticModel(static_cast<uint64_t>(model_gib * (1ull << 30)),
+                                        (*client)->slot_bytes(), static_cast<uint32_t>(v));
+    } else {
+      wsync::FillSyntheticModel(model, static_cast<uint32_t>(v));
+    }
     std::vector<wsync::TensorRef> refs;
     std::map<std::string, std::string> expected;
     uint64_t total = 0;
