@@ -76,4 +76,11 @@ std::vector<absl::Status> OnEachEngine(const std::vector<EngineAdapter*>& adapte
   return results;
 }
 
+absl::Status FirstError(const std::vector<absl::Status>& results) {
+  for (const absl::Status& s : results) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace wsync

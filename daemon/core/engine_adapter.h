@@ -140,6 +140,8 @@ class EngineAdapter {
 // Runs `fn` on every adapter at once and returns each one's status, in adapter order.
 std::vector<absl::Status> OnEachEngine(const std::vector<EngineAdapter*>& adapters,
                                        const std::function<absl::Status(EngineAdapter&)>& fn);
+// The first error of OnEachEngine's results, in adapter order; OK when every engine succeeded.
+absl::Status FirstError(const std::vector<absl::Status>& results);
 
 // Makes the adapter of one engine of a group (the engine kind is the spec's).
 using AdapterFactory = std::function<absl::StatusOr<std::unique_ptr<EngineAdapter>>(

@@ -99,10 +99,10 @@ absl::Status WeightGroup::FormLocked() {
     WSYNC_LOG(Warning, "group ", spec_.name, ": formation failed: ", s.message());
     return s;
   };
-  std::vector<absl::Status> probes =
-      OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.Probe(); });
-  for (const absl::Status& s : probes) {
-    if (!s.ok()) return fail(s);
+  if (absl::Status s =
+          FirstError(OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.Probe(); }));
+      !s.ok()) {
+    return fail(s);
   }
   if (absl::Status s = transport_->Form(); !s.ok()) return fail(s);
   state_ = GroupState::kReady;
@@ -149,8 +149,8 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     // The engines may still hold the old group; they refuse to init one of the same name.
     transport_->Disband();
     transport_->Release("re-forming the group");
+    // A formation that fails leaves nothing formed (the transport releases what it made).
     if (absl::Status s = FormLocked(); !s.ok()) {
-      transport_->Release("formation failed");
       return absl::UnavailableError(absl::StrCat(
           "group '", spec_.name, "' is broken and re-forming it failed: ", s.message()));
     }
@@ -158,21 +158,17 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
   auto resume_all = [&] {
     OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   };
-  std::vector<absl::Status> paused =
-      OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.PauseGeneration(); });
-  for (const absl::Status& s : paused) {
-    if (!s.ok()) {
-      resume_all();
-      return s;
-    }
+  if (absl::Status s = FirstError(
+          OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.PauseGeneration(); }));
+      !s.ok()) {
+    resume_all();
+    return s;
   }
-  std::vector<absl::Status> begun =
-      OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.BeginUpdate(update); });
-  for (const absl::Status& s : begun) {
-    if (!s.ok()) {
-      resume_all();
-      return s;
-    }
+  if (absl::Status s = FirstError(
+          OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.BeginUpdate(update); }));
+      !s.ok()) {
+    resume_all();
+    return s;
   }
   if (absl::Status s = transport_->BeginUpdate(update); !s.ok()) {
     resume_all();
