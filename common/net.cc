@@ -224,4 +224,54 @@ absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
+namespace {
+
+std::string NumericIp(const sockaddr* sa) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (sa->sa_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, text, sizeof(text));
+    return text;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const in6_addr& a6 = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&a6)) {
+      ::inet_ntop(AF_INET, &a6.s6_addr[12], text, sizeof(text));
+    } else {
+      ::inet_ntop(AF_INET6, &a6, text, sizeof(text));
+    }
+    return text;
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PeerIp(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return Errno("getpeername");
+  std::string ip = NumericIp(reinterpret_cast<sockaddr*>(&addr));
+  if (ip.empty()) return absl::InvalidArgumentError("peer is not an IP socket");
+  return ip;
+}
+
+absl::StatusOr<std::vector<std::string>> ResolveHostIps(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  std::vector<std::string> ips;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    std::string ip = NumericIp(ai->ai_addr);
+    if (!ip.empty() && std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
+  }
+  freeaddrinfo(res);
+  return ips;
+}
+
 }  // namespace wsync

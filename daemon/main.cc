@@ -1,6 +1,7 @@
 // wsyncd: the per-node weight-sync daemon.
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <memory>
@@ -29,6 +30,12 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Take the whole descriptor allowance: a daemon that runs out stops accepting on its gRPC
+  // listener, and the rendezvous stores budget a quarter of whatever the limit is.
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   wsync::DaemonConfig config;
   config.server.unix_socket = "/run/wsync/wsyncd.sock";
   config.daemon.mode = "cuda";
@@ -62,8 +69,10 @@ int main(int argc, char** argv) {
   auto* adv_opt =
       app.add_option("--advertise-address", config.daemon.group.transport.advertise_address,
                      "address engines use to reach this daemon's rendezvous store");
-  auto* bind_opt = app.add_option("--bind-address", config.daemon.group.transport.bind_address,
-                                  "address the rendezvous stores and collectives listen on");
+  auto* bind_opt =
+      app.add_option("--bind-address", config.daemon.group.transport.bind_address,
+                     "address the rendezvous stores and collectives listen on (default: the "
+                     "advertise address)");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
   std::string nccl_lib = "libnccl.so.2";
   app.add_option("--nccl-lib", nccl_lib,
@@ -110,6 +119,9 @@ int main(int argc, char** argv) {
   config.daemon.bucket_timeout = absl::Seconds(bucket_timeout);
   config.daemon.lease = absl::Seconds(lease);
   config.daemon.group.timeouts.control = absl::Seconds(control_timeout);
+  if (config.daemon.group.transport.bind_address.empty()) {
+    config.daemon.group.transport.bind_address = config.daemon.group.transport.advertise_address;
+  }
   if (config.server.unix_socket.empty() && config.server.tcp_listen.empty()) {
     return Fail("nothing to serve on: give --socket and/or --listen");
   }

@@ -82,7 +82,8 @@ class Transport {
 
 // Where a group's transport listens and how long it waits for engines to join.
 struct TransportOptions {
-  std::string bind_address = "0.0.0.0";
+  // "" binds to the advertise address, so the stores and collectives are not on every interface.
+  std::string bind_address;
   std::string advertise_address = "127.0.0.1";
   absl::Duration registration_timeout = absl::Seconds(10);
 };

@@ -3,12 +3,15 @@
 
 // A server for PyTorch c10d's TCPStore wire protocol (shared/docs/tcpstore-protocol.md), so that
 // unmodified torch engine ranks rendezvous with wsyncd as if it were a torch rank 0. It follows the
-// libuv server's semantics: VALIDATE first, GET of a missing key answers empty bytes, protocol
-// errors close the connection, idle connections are never closed.
+// libuv server's semantics (VALIDATE first, GET of a missing key answers empty bytes, protocol
+// errors close the connection) within bounds a daemon shared by every job on the node needs: one
+// event-loop thread for all connections, non-blocking I/O that never runs under a lock the daemon
+// takes, a connection limit, handshake/frame/idle deadlines, size caps on every frame, reply and
+// the data held, no buffer larger than the bytes that arrived, and only the engines' addresses
+// let in.
 
 #include <atomic>
 #include <cstdint>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,73 +22,103 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/net.h"
+#include "daemon/rendezvous/store_protocol.h"
+#include "daemon/rendezvous/store_state.h"
 
 namespace wsync {
 
 class TcpStoreServer {
  public:
-  static constexpr uint32_t kValidationMagic = 0x3C85F7CE;
-  static constexpr size_t kMaxKeyBytes = 8 << 10;
-  static constexpr size_t kMaxValueBytes = 8 << 20;
-  static constexpr uint64_t kMaxKeysPerRequest = 128 << 10;
+  static constexpr uint32_t kValidationMagic = StoreState::kValidationMagic;
+
+  struct Options {
+    StoreLimits limits;
+    // Peer IPs (numeric, as PeerIp gives them) allowed to connect; empty lets any peer in.
+    std::set<std::string> allowed_peers;
+  };
+
+  // Why connections were turned away or closed, for diagnosis and tests.
+  struct Counters {
+    uint64_t refused_peer = 0;     // address not allowed
+    uint64_t refused_full = 0;     // connection limit reached
+    uint64_t refused_no_fds = 0;   // the process ran out of file descriptors
+    uint64_t closed_protocol = 0;  // a malformed frame or a broken limit
+    uint64_t closed_deadline = 0;  // handshake, frame, reply or idle deadline passed
+  };
 
   // Listens on bind_address:port (port 0 picks one). One server per group instance, so that the
   // shared "init/" counter counts that group's ranks only.
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(const std::string& bind_address,
-                                                               uint16_t port);
+                                                               uint16_t port, Options options = {});
   ~TcpStoreServer();
 
   uint16_t port() const { return port_; }
 
-  // Hooks for the daemon.
-  void Set(const std::string& key, std::string value);
+  // Hooks for the daemon; none of them waits on a client.
+  absl::Status Set(const std::string& key, std::string value);
   std::optional<std::string> Get(const std::string& key) const;
   size_t ErasePrefix(absl::string_view prefix);
   // The value of the "init/" counter: how many clients have registered.
   int64_t InitCount() const;
-  // PING nonces (client pids) of connections that are open now.
+  // PING nonces (client pids) of validated connections that are open now.
   std::vector<uint32_t> ConnectedPids() const;
-  // PING nonces of connections that have GET the key.
+  // PING nonces of connections that have fetched the key.
   std::vector<uint32_t> FetchersOf(const std::string& key) const;
-  // A connection that ADDed to a key: its serial (unique for the server's life) and PING nonce.
-  struct Adder {
-    uint64_t connection = 0;
-    uint32_t pid = 0;
-  };
-  // Connections that have ADDed to the key, open or not.
+  using Adder = StoreState::Adder;
+  // Open connections that ADDed to the key; each is identified by a serial unique for the
+  // server's life, since PING nonces (pids) may repeat across hosts.
   std::vector<Adder> AddersOf(const std::string& key) const;
-  // Whether the connection with this serial is still open.
   bool ConnectionOpen(uint64_t connection) const;
   // Keys clients waited for that were never published (a mismatched group name, ...).
   std::vector<std::string> UnpublishedWaits() const;
   int connections_open() const;
+  Counters counters() const;
 
  private:
   struct Connection;
-  explicit TcpStoreServer(UniqueFd listen_fd, uint16_t port)
-      : listen_fd_(std::move(listen_fd)), port_(port) {}
-  void AcceptLoop();
-  void Serve(std::shared_ptr<Connection> conn);
-  // Runs one request; false closes the connection.
-  bool HandleRequest(Connection& conn, uint8_t command);
-  void SetLocked(const std::string& key, std::string value);
-  void WakeWaitersLocked();
-  bool AllExistLocked(const std::vector<std::string>& keys) const;
+  TcpStoreServer(UniqueFd listen_fd, uint16_t port, Options options);
 
+  void Loop();
+  void AcceptAll();
+  // Turns one accepted socket away, counting and (at most every few seconds) logging why.
+  void Refuse(UniqueFd fd, uint64_t Counters::*counter, const std::string& why);
+  // Why a connection is to be closed: `why` is logged ("" for a client that just left) and
+  // `counter` counted, when set.
+  struct Verdict {
+    std::string why;
+    uint64_t Counters::*counter = nullptr;
+  };
+  // Each step returns a verdict when the connection must close.
+  std::optional<Verdict> Receive(Connection& conn);
+  // Runs the whole requests buffered, as long as the client reads its replies.
+  std::optional<Verdict> ServeBuffered(Connection& conn);
+  std::optional<Verdict> WritePending(Connection& conn);
+  // Queues STOP_WAITING for every connection whose WAIT was satisfied (under mu_).
+  void QueueWokenLocked();
+  void CloseConnection(uint64_t serial, const std::string& why, uint64_t Counters::*counter);
+  // The earliest deadline of any connection, closing those already past it.
+  absl::Time EnforceDeadlines(absl::Time now);
+  void Wake();
+
+  const Options options_;
   UniqueFd listen_fd_;
+  UniqueFd wake_fd_;   // eventfd: the daemon's hooks woke a waiter, or the server is stopping
+  UniqueFd spare_fd_;  // given up to accept-and-close when the process is out of descriptors
   uint16_t port_;
   std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
+  std::thread loop_thread_;
 
-  mutable std::mutex mu_;
-  std::map<std::string, std::string> data_;
-  std::list<std::shared_ptr<Connection>> connections_;
-  std::map<std::string, std::set<uint32_t>> fetchers_;
-  std::map<std::string, std::map<uint64_t, uint32_t>> adders_;  // key -> serial -> pid
+  // Owned by the loop thread.
+  std::map<uint64_t, std::unique_ptr<Connection>> connections_;
   uint64_t next_serial_ = 1;
-  std::set<std::string> unpublished_waits_;
-  std::list<std::thread> threads_;
+  absl::Time last_refusal_log_ = absl::InfinitePast();
+  absl::Time accept_paused_until_ = absl::InfinitePast();
+
+  mutable std::mutex mu_;  // guards state_ and counters_; never held across I/O
+  StoreState state_;
+  Counters counters_;
 };
 
 }  // namespace wsync

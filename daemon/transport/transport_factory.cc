@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/transport/broadcast/broadcast_transport.h"
+#include "daemon/transport/broadcast/store_peers.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
 
 namespace wsync {
@@ -17,8 +18,15 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
               " cannot join through torch's TCPStore, the only rendezvous built so far"));
         }
       }
-      auto rendezvous = std::make_unique<TorchStoreRendezvous>(env.options.bind_address,
-                                                               env.options.advertise_address);
+      std::vector<std::string> urls;
+      for (EngineAdapter* a : env.adapters) urls.push_back(a->endpoint().url);
+      auto peers = StorePeersFor(urls, env.options.advertise_address);
+      if (!peers.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("group '", env.spec.name, "': ", peers.status().message()));
+      }
+      auto rendezvous = std::make_unique<TorchStoreRendezvous>(
+          env.options.bind_address, env.options.advertise_address, std::move(*peers));
       return std::make_unique<BroadcastTransport>(std::move(env), std::move(rendezvous));
     }
   }

@@ -13,6 +13,7 @@
 #include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/service/status_mapping.h"
+#include "daemon/transport/broadcast/store_peers.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -162,6 +163,22 @@ TEST(Config, AVllmGroupIsRefusedAsNotYetSupported) {
   std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "sglang", "vllm": {},
       "engines": [{"url": "http://e:1"}]}]})";
   EXPECT_THAT(LoadConfigFile(path, &config).message(), HasSubstr("has \"vllm\" options"));
+}
+
+TEST(StorePeers, OnlyTheEnginesAddressesAndLocalOnesForALocalEngineGetIn) {
+  auto remote =
+      StorePeersFor({"http://10.123.45.67:30000", "http://10.123.45.68:30000/"}, "127.0.0.1");
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ(*remote, (std::set<std::string>{"10.123.45.67", "10.123.45.68"}));
+  auto local = StorePeersFor({"http://127.0.0.1:30000"}, "127.0.0.1");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->count("127.0.0.1"), 1u);
+  EXPECT_EQ(local->count("::1"), 1u);
+  EXPECT_EQ(*UrlHost("http://[::1]:8000"), "::1");
+  EXPECT_EQ(StorePeersFor({"https://10.0.0.1:1"}, "127.0.0.1").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StorePeersFor({"http://no-such-host.invalid:1"}, "127.0.0.1").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TorchStoreRendezvous, UniqueIdKeyMatchesTheHelpersPrefixChain) {

@@ -11,59 +11,10 @@
 #include "common/net.h"
 #include "gtest/gtest.h"
 #include "tests/sim/tcp_store_client.h"
+#include "tests/unit/store_wire.h"
 
 namespace wsync {
 namespace {
-
-std::string Hex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size();) {
-    if (hex[i] == ' ') {
-      ++i;
-      continue;
-    }
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-    i += 2;
-  }
-  return out;
-}
-
-std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
-std::string Str(const std::string& s) { return U64(s.size()) + s; }
-
-class RawConn {
- public:
-  explicit RawConn(uint16_t port) {
-    auto fd = ConnectTcp("127.0.0.1", port, absl::Now() + absl::Seconds(5));
-    EXPECT_TRUE(fd.ok());
-    fd_ = std::move(*fd);
-  }
-  void Send(const std::string& bytes) {
-    ASSERT_TRUE(
-        WriteAll(fd_.get(), bytes.data(), bytes.size(), absl::Now() + absl::Seconds(5)).ok());
-  }
-  void SendBytewise(const std::string& bytes) {
-    for (char c : bytes) {
-      Send(std::string(1, c));
-      absl::SleepFor(absl::Microseconds(200));
-    }
-  }
-  std::string Read(size_t n, absl::Duration timeout = absl::Seconds(5)) {
-    std::string out(n, '\0');
-    absl::Status s = ReadExact(fd_.get(), out.data(), n, absl::Now() + timeout);
-    return s.ok() ? out : absl::StrCat("<", s.ToString(), ">");
-  }
-  // True if the server closed the connection (EOF) within the timeout.
-  bool Closed(absl::Duration timeout = absl::Seconds(3)) {
-    char c;
-    absl::Status s = ReadExact(fd_.get(), &c, 1, absl::Now() + timeout);
-    return s.code() == absl::StatusCode::kUnavailable;
-  }
-  void Validate() { Send(Hex("00 ce f7 85 3c")); }
-
- private:
-  UniqueFd fd_;
-};
 
 class TcpStoreServerTest : public ::testing::Test {
  protected:
@@ -88,7 +39,7 @@ TEST_F(TcpStoreServerTest, HandshakeAndIdFetchMatchTheTorchWireTrace) {
   // row 4: WAIT before the id exists; the reply comes once the daemon publishes it.
   c.Send(Hex("06 01 00 00 00 00 00 00 00 21 00 00 00 00 00 00 00") + key);
   EXPECT_EQ(c.Read(1, absl::Milliseconds(200)).substr(0, 1), "<");
-  server_->Set(key, id);
+  ASSERT_TRUE(server_->Set(key, id).ok());
   EXPECT_EQ(c.Read(1), Hex("00"));
   c.Send(Hex("03 21 00 00 00 00 00 00 00") + key);  // row 5: GET
   EXPECT_EQ(c.Read(8 + 128), Hex("80 00 00 00 00 00 00 00") + id);
@@ -154,7 +105,7 @@ TEST_F(TcpStoreServerTest, EveryCommandAnswersAsTorchDoes) {
   EXPECT_EQ(c.Read(1, absl::Milliseconds(100)).substr(0, 1), "<");
   c.Send("\x0c");
   EXPECT_EQ(c.Read(1), Hex("01"));
-  server_->Set("/later", "x");  // must not produce a stray STOP_WAITING
+  ASSERT_TRUE(server_->Set("/later", "x").ok());  // must not produce a stray STOP_WAITING
   c.Send("\x0d" + std::string("\x01\x02\x03\x04", 4));
   EXPECT_EQ(c.Read(4), std::string("\x01\x02\x03\x04", 4));
 }
@@ -207,7 +158,7 @@ TEST_F(TcpStoreServerTest, ProtocolViolationsCloseTheConnectionAndTheServerSurvi
   {
     RawConn c(server_->port());
     c.Validate();
-    c.Send("\x03" + U64(TcpStoreServer::kMaxKeyBytes + 1));  // oversize key
+    c.Send("\x03" + U64(StoreLimits{}.max_key_bytes + 1));  // oversize key
     EXPECT_TRUE(c.Closed());
   }
   {
@@ -224,12 +175,12 @@ TEST_F(TcpStoreServerTest, ProtocolViolationsCloseTheConnectionAndTheServerSurvi
 TEST_F(TcpStoreServerTest, LargeValuesRoundTripAndErasePrefixDropsAGroupsKeys) {
   RawConn c(server_->port());
   c.Validate();
-  std::string big(8 << 20, 'q');
+  std::string big(StoreLimits{}.max_value_bytes, 'q');
   c.Send("\x01" + Str("/G/big") + Str(big));
   c.Send("\x03" + Str("/G/big"));
   EXPECT_EQ(c.Read(8 + big.size(), absl::Seconds(20)), Str(big));
-  server_->Set("/G/G//cuda//0", "id");
-  server_->Set("/H/keep", "x");
+  ASSERT_TRUE(server_->Set("/G/G//cuda//0", "id").ok());
+  ASSERT_TRUE(server_->Set("/H/keep", "x").ok());
   EXPECT_EQ(server_->ErasePrefix("/G/"), 2u);
   EXPECT_FALSE(server_->Get("/G/G//cuda//0").has_value());
   EXPECT_TRUE(server_->Get("/H/keep").has_value());

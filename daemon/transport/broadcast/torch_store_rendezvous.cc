@@ -16,13 +16,18 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
                                                       const std::string& unique_id,
                                                       uint32_t world_size) {
   Close();
-  auto store = TcpStoreServer::Start(bind_address_, 0);
+  TcpStoreServer::Options options;
+  options.allowed_peers = allowed_peers_;
+  // One store connection per engine rank, room for each to reconnect once, and a margin.
+  options.limits.max_connections = std::max<int>(16, 2 * static_cast<int>(world_size) + 8);
+  auto store = TcpStoreServer::Start(bind_address_.empty() ? advertise_address_ : bind_address_, 0,
+                                     std::move(options));
   if (!store.ok()) return store.status();
   store_ = std::move(*store);
   group_name_ = group_name;
   world_size_ = world_size;
   // Published before any engine is asked to join: engines fetch it at their first collective.
-  store_->Set(UniqueIdKey(group_name_), unique_id);
+  if (absl::Status s = store_->Set(UniqueIdKey(group_name_), unique_id); !s.ok()) return s;
   return Rendezvous{advertise_address_, store_->port(), world_size_, group_name_};
 }
 

@@ -2,6 +2,7 @@
 #define WSYNC_DAEMON_TRANSPORT_BROADCAST_TORCH_STORE_RENDEZVOUS_H_
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "daemon/rendezvous/tcp_store_server.h"
@@ -15,8 +16,13 @@ namespace wsync {
 // ADDs "init/" when it connects.
 class TorchStoreRendezvous final : public RendezvousStrategy {
  public:
-  TorchStoreRendezvous(std::string bind_address, std::string advertise_address)
-      : bind_address_(std::move(bind_address)), advertise_address_(std::move(advertise_address)) {}
+  // The store listens on bind_address ("" = the advertise address) and lets in only
+  // `allowed_peers` (numeric IPs; empty = anyone).
+  TorchStoreRendezvous(std::string bind_address, std::string advertise_address,
+                       std::set<std::string> allowed_peers)
+      : bind_address_(std::move(bind_address)),
+        advertise_address_(std::move(advertise_address)),
+        allowed_peers_(std::move(allowed_peers)) {}
   ~TorchStoreRendezvous() override { Close(); }
 
   absl::StatusOr<Rendezvous> Open(const std::string& group_name, const std::string& unique_id,
@@ -33,6 +39,7 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
  private:
   const std::string bind_address_;
   const std::string advertise_address_;
+  const std::set<std::string> allowed_peers_;
   std::string group_name_;
   uint32_t world_size_ = 0;
   std::unique_ptr<TcpStoreServer> store_;

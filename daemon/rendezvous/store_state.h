@@ -1,0 +1,96 @@
+#ifndef WSYNC_DAEMON_RENDEZVOUS_STORE_STATE_H_
+#define WSYNC_DAEMON_RENDEZVOUS_STORE_STATE_H_
+
+// What a TCPStore holds and what it knows of its clients, with torch's semantics for every
+// command (shared/docs/tcpstore-protocol.md). It does no I/O: the server feeds it parsed requests
+// and sends what it returns, so it is tested and fuzzed without sockets. Not thread-safe.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "daemon/rendezvous/store_protocol.h"
+
+namespace wsync {
+
+class StoreState {
+ public:
+  static constexpr uint32_t kValidationMagic = 0x3C85F7CE;
+  // The key every torch store client ADDs to once when it connects.
+  static constexpr char kInitKey[] = "init/";
+
+  explicit StoreState(StoreLimits limits) : limits_(std::move(limits)) {}
+
+  struct Outcome {
+    std::string reply;  // may be empty: SET, APPEND, MULTI_SET and a pending WAIT answer nothing
+    // Set when the request broke the protocol or a limit: the connection is closed.
+    std::string error;
+  };
+
+  // Connection lifecycle; `connection` is a serial unique for the store's life.
+  void Open(uint64_t connection);
+  void Close(uint64_t connection);
+  // Runs one request of an open connection. The first must be VALIDATE with torch's magic.
+  Outcome Apply(uint64_t connection, const StoreRequest& request);
+  // Connections whose pending WAIT was satisfied since the last call; each is owed STOP_WAITING.
+  std::vector<uint64_t> TakeWoken();
+
+  // The daemon's side.
+  absl::Status Set(const std::string& key, std::string value);
+  std::optional<std::string> Get(const std::string& key) const;
+  size_t ErasePrefix(absl::string_view prefix);
+  int64_t InitCount() const;
+
+  // What the daemon asks about clients.
+  std::vector<uint32_t> ConnectedPids() const;
+  std::vector<uint32_t> FetchersOf(const std::string& key) const;
+  struct Adder {
+    uint64_t connection = 0;
+    uint32_t pid = 0;
+  };
+  std::vector<Adder> AddersOf(const std::string& key) const;
+  bool ConnectionOpen(uint64_t connection) const;
+  // Whether the connection ADDed to "init/" (an engine rank) or has a WAIT pending: connections
+  // that are not idle however long they stay silent.
+  bool Busy(uint64_t connection) const;
+  std::vector<std::string> UnpublishedWaits() const;
+  int connections_open() const { return static_cast<int>(clients_.size()); }
+  size_t data_bytes() const { return data_bytes_; }
+
+ private:
+  struct Client {
+    bool validated = false;
+    uint32_t pid = 0;
+    std::optional<std::vector<std::string>> pending_wait;
+    // Keys this connection ADDed to (a few: torch adds "init/" once).
+    std::set<std::string> added;
+  };
+  // Caps on what the store remembers about clients for diagnosis, so that a client looping over
+  // keys or reconnecting cannot grow it.
+  static constexpr size_t kMaxAddedKeysPerClient = 64;
+  static constexpr size_t kMaxFetchersPerKey = 1024;
+  static constexpr size_t kMaxUnpublishedWaits = 64;
+
+  Outcome Run(uint64_t connection, Client& client, const StoreRequest& request);
+  // Stores key=value within max_data_bytes; the error names the limit.
+  absl::Status Put(const std::string& key, std::string value);
+  bool AllExist(const std::vector<std::string>& keys) const;
+  void WakeWaiters();
+
+  const StoreLimits limits_;
+  std::map<std::string, std::string> data_;
+  size_t data_bytes_ = 0;
+  std::map<uint64_t, Client> clients_;
+  std::vector<uint64_t> woken_;
+  std::map<std::string, std::set<uint32_t>> fetchers_;
+  std::set<std::string> unpublished_waits_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_RENDEZVOUS_STORE_STATE_H_

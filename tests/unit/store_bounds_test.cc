@@ -1,0 +1,259 @@
+// The store's bounds: what one client, or many, can make wsyncd spend (threads, mappings,
+// memory, descriptors, CPU, time under the daemon's locks), and who may connect at all.
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "daemon/rendezvous/store_protocol.h"
+#include "daemon/rendezvous/tcp_store_server.h"
+#include "gtest/gtest.h"
+#include "tests/unit/store_wire.h"
+
+namespace wsync {
+namespace {
+
+int CountLines(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) ++n;
+  return n;
+}
+
+int64_t ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  in >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+std::unique_ptr<TcpStoreServer> StartStore(TcpStoreServer::Options options = {}) {
+  auto s = TcpStoreServer::Start("127.0.0.1", 0, std::move(options));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+bool Eventually(const std::function<bool()>& done, absl::Duration within = absl::Seconds(5)) {
+  const absl::Time deadline = absl::Now() + within;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+TEST(StoreParseTest, AnOversizeLengthIsRefusedBeforeItsBytesArrive) {
+  StoreLimits limits;
+  // SET announcing a value one byte over the limit: malformed with only the header buffered.
+  std::string frame = "\x01" + Str("/k") + U64(limits.max_value_bytes + 1);
+  StoreParse p = ParseStoreRequest(frame, limits);
+  EXPECT_EQ(p.kind, StoreParse::kMalformed);
+  EXPECT_NE(p.error.find("value of"), std::string::npos) << p.error;
+  // Within the limit: the parser asks for exactly the rest of the frame.
+  frame = "\x01" + Str("/k") + U64(1000);
+  p = ParseStoreRequest(frame, limits);
+  EXPECT_EQ(p.kind, StoreParse::kNeedMore);
+  EXPECT_EQ(p.need, frame.size() + 1000);
+  // A MULTI_GET naming more keys than allowed.
+  p = ParseStoreRequest("\x0a" + U64(limits.max_keys_per_request + 1), limits);
+  EXPECT_EQ(p.kind, StoreParse::kMalformed);
+  // A frame whose parts are each legal but whose sum is over the frame limit.
+  limits.max_request_bytes = 64;
+  p = ParseStoreRequest(
+      "\x0b" + U64(3) + Str("/a") + Str(std::string(30, 'x')) + Str("/b") + U64(30), limits);
+  EXPECT_EQ(p.kind, StoreParse::kMalformed);
+  EXPECT_NE(p.error.find("request frame exceeds"), std::string::npos) << p.error;
+}
+
+TEST(StoreBoundsTest, ShortConnectionsLeaveNoThreadOrMappingBehind) {
+  auto store = StartStore();
+  const int maps_before = CountLines("/proc/self/maps");
+  for (int i = 0; i < 1500; ++i) {
+    RawConn c(store->port());
+    c.Validate();
+    c.Send("\x0d" + std::string(4, '\x01'));
+    ASSERT_EQ(c.Read(4), std::string(4, '\x01'));
+  }
+  ASSERT_TRUE(Eventually([&] { return store->connections_open() == 0; }));
+  // A thread per connection that is never joined keeps its stack mapped: 1500 of them here.
+  EXPECT_LT(CountLines("/proc/self/maps") - maps_before, 50);
+}
+
+TEST(StoreBoundsTest, AMultiGetWhoseReplyWouldExceedTheCapClosesOnlyThatConnection) {
+  auto store = StartStore();
+  const StoreLimits limits;
+  ASSERT_TRUE(store->Set("/big", std::string(limits.max_value_bytes, 'b')).ok());
+  const int64_t rss_before = ResidentBytes();
+  RawConn bad(store->port());
+  bad.Validate();
+  std::string frame = "\x0a" + U64(limits.max_keys_per_request);
+  for (uint64_t i = 0; i < limits.max_keys_per_request; ++i) frame += Str("/big");
+  bad.Send(frame);
+  EXPECT_TRUE(bad.Closed());
+  EXPECT_EQ(store->counters().closed_protocol, 1u);
+  EXPECT_LT(ResidentBytes() - rss_before, 64 << 20);
+  RawConn ok(store->port());
+  ok.Validate();
+  ok.Send("\x03" + Str("/big"));
+  EXPECT_EQ(ok.Read(8 + limits.max_value_bytes).size(), 8 + limits.max_value_bytes);
+}
+
+TEST(StoreBoundsTest, AnnouncedLengthsAreNotAllocatedBeforeTheBytesArrive) {
+  auto store = StartStore();
+  const StoreLimits limits;
+  const int64_t rss_before = ResidentBytes();
+  std::vector<RawConn> conns(48);
+  for (auto& c : conns) {
+    c = RawConn(store->port());
+    c.Validate();
+    c.Send("\x01" + Str("/k") + U64(limits.max_value_bytes) + "x");  // 1 byte of 1 MiB
+  }
+  ASSERT_TRUE(Eventually([&] { return store->connections_open() == 48; }));
+  absl::SleepFor(absl::Milliseconds(200));
+  // Zero-filling every announced value would add 48 MiB.
+  EXPECT_LT(ResidentBytes() - rss_before, 16 << 20);
+}
+
+TEST(StoreBoundsTest, AClientThatNeverReadsNeitherBlocksTheDaemonNorStaysForever) {
+  TcpStoreServer::Options options;
+  options.limits.frame_timeout = absl::Milliseconds(500);
+  auto store = StartStore(options);
+  ASSERT_TRUE(store->Set("/v", std::string(options.limits.max_value_bytes, 'v')).ok());
+  RawConn stuck(store->port());
+  int small = 4096;
+  ::setsockopt(stuck.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  stuck.Validate();
+  std::string gets;
+  for (int i = 0; i < 64; ++i) gets += "\x03" + Str("/v");
+  stuck.Send(gets);  // 64 MiB of replies it never reads
+  absl::SleepFor(absl::Milliseconds(100));
+  // The daemon's hooks take the store's lock; they must not wait on that client.
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(store->Set("/id", "x").ok());
+  (void)store->ConnectedPids();
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));
+  // And the client is closed once its replies stop moving for the frame timeout.
+  ASSERT_TRUE(Eventually([&] { return store->counters().closed_deadline == 1; }));
+  EXPECT_EQ(store->connections_open(), 0);
+}
+
+TEST(StoreBoundsTest, ConnectionsOverTheLimitAreClosedAtOnceAndRoomReturns) {
+  TcpStoreServer::Options options;
+  options.limits.max_connections = 4;
+  auto store = StartStore(options);
+  std::vector<RawConn> held(4);
+  for (auto& c : held) {
+    c = RawConn(store->port());
+    c.Validate();
+  }
+  ASSERT_TRUE(Eventually([&] { return store->connections_open() == 4; }));
+  RawConn extra(store->port());
+  EXPECT_TRUE(extra.Closed(absl::Seconds(2)));
+  EXPECT_EQ(store->counters().refused_full, 1u);
+  held.clear();
+  ASSERT_TRUE(Eventually([&] { return store->connections_open() == 0; }));
+  RawConn later(store->port());
+  later.Validate();
+  later.Send("\x0d" + std::string(4, '\x02'));
+  EXPECT_EQ(later.Read(4), std::string(4, '\x02'));
+}
+
+TEST(StoreBoundsTest, HandshakeFrameAndIdleDeadlinesCloseConnectionsButNotEngineRanks) {
+  TcpStoreServer::Options options;
+  options.limits.handshake_timeout = absl::Milliseconds(300);
+  options.limits.frame_timeout = absl::Milliseconds(300);
+  options.limits.idle_timeout = absl::Milliseconds(300);
+  auto store = StartStore(options);
+  RawConn silent(store->port());  // never validates
+  RawConn partial(store->port());
+  partial.Validate();
+  partial.Send("\x01" + Str("/k") + U64(100) + "only-part");
+  RawConn idle(store->port());
+  idle.Validate();
+  RawConn rank(store->port());  // registers like a torch rank, then stays quiet
+  rank.Validate();
+  rank.Send("\x04" + Str("init/") + U64(1));
+  ASSERT_EQ(rank.Read(8), U64(1));
+  RawConn waiter(store->port());  // a WAIT pending is not idle either
+  waiter.Validate();
+  waiter.Send("\x06" + U64(1) + Str("/later"));
+  EXPECT_TRUE(silent.Closed());
+  EXPECT_TRUE(partial.Closed());
+  EXPECT_TRUE(idle.Closed());
+  EXPECT_EQ(store->counters().closed_deadline, 3u);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(store->connections_open(), 2);
+  ASSERT_TRUE(store->Set("/later", "1").ok());
+  EXPECT_EQ(waiter.Read(1), Hex("00"));
+  rank.Send("\x03" + Str("init/"));
+  EXPECT_EQ(rank.Read(9), Str("1"));
+}
+
+TEST(StoreBoundsTest, OnlyAllowedPeersGetIn) {
+  TcpStoreServer::Options options;
+  options.allowed_peers = {"10.255.255.1"};
+  auto store = StartStore(options);
+  RawConn stranger(store->port());
+  EXPECT_TRUE(stranger.Closed(absl::Seconds(2)));
+  EXPECT_EQ(store->counters().refused_peer, 1u);
+  EXPECT_EQ(store->connections_open(), 0);
+
+  options.allowed_peers = {"127.0.0.1"};
+  auto open_store = StartStore(options);
+  RawConn engine(open_store->port());
+  engine.Validate();
+  engine.Send("\x0d" + std::string(4, '\x03'));
+  EXPECT_EQ(engine.Read(4), std::string(4, '\x03'));
+}
+
+// Out of descriptors, a listener with a pending connection is readable forever; accept must not
+// spin on EMFILE. Run in a child so the descriptor limit and the busy loop stay there.
+TEST(StoreBoundsTest, OutOfDescriptorsTheStoreShedsConnectionsWithoutSpinning) {
+  int ready[2], port_pipe[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(port_pipe), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto s = TcpStoreServer::Start("127.0.0.1", 0);
+    if (!s.ok()) ::_exit(10);
+    uint16_t port = (*s)->port();
+    (void)!::write(port_pipe[1], &port, sizeof(port));
+    std::vector<int> hogs;
+    for (int fd; (fd = ::dup(0)) >= 0;) hogs.push_back(fd);
+    char c;
+    (void)!::read(ready[0], &c, 1);  // the parent connected
+    rusage before{}, after{};
+    ::getrusage(RUSAGE_SELF, &before);
+    absl::SleepFor(absl::Milliseconds(1500));
+    ::getrusage(RUSAGE_SELF, &after);
+    const double cpu = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) +
+                       (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+                       1e-6 * ((after.ru_utime.tv_usec - before.ru_utime.tv_usec) +
+                               (after.ru_stime.tv_usec - before.ru_stime.tv_usec));
+    const bool shed = (*s)->counters().refused_no_fds >= 1;
+    ::_exit(cpu < 0.5 && shed ? 0 : (shed ? 11 : 12));
+  }
+  uint16_t port = 0;
+  ASSERT_EQ(::read(port_pipe[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  absl::SleepFor(absl::Milliseconds(300));  // the child fills its descriptor table
+  std::vector<RawConn> conns;
+  for (int i = 0; i < 3; ++i) conns.emplace_back(port);
+  (void)!::write(ready[1], "x", 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  // 11: it spun (over 0.5 s of CPU in 1.5 s); 12: it never shed the pending connections.
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (int fd : {ready[0], ready[1], port_pipe[0], port_pipe[1]}) ::close(fd);
+}
+
+}  // namespace
+}  // namespace wsync
