@@ -122,6 +122,17 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   try {
     if (j.contains("socket")) config->server.unix_socket = j["socket"].get<std::string>();
     if (j.contains("listen")) config->server.tcp_listen = j["listen"].get<std::string>();
+    for (auto [key, field] : {std::pair{"socket_group", &config->server.socket_group},
+                              std::pair{"admin_group", &config->server.admin_group},
+                              std::pair{"tls_cert", &config->server.tls_cert_file},
+                              std::pair{"tls_key", &config->server.tls_key_file},
+                              std::pair{"token_file", &config->server.token_file},
+                              std::pair{"admin_token_file", &config->server.admin_token_file}}) {
+      if (j.contains(key)) *field = j[key].get<std::string>();
+    }
+    if (j.contains("insecure_listen")) {
+      config->server.insecure_listen = j["insecure_listen"].get<bool>();
+    }
     if (j.contains("mode")) config->daemon.mode = j["mode"].get<std::string>();
     if (j.contains("slots")) config->daemon.slots_per_device = j["slots"].get<uint32_t>();
     if (j.contains("slot_bytes")) {

@@ -44,10 +44,30 @@ int main(int argc, char** argv) {
   std::string config_path, slot_bytes = "512MiB", log_level = "info";
   double bucket_timeout = 120, lease = 60, control_timeout = 30;
   app.add_option("--config", config_path, "JSON config file (may predeclare groups)");
-  auto* socket_opt = app.add_option("--socket", config.server.unix_socket,
-                                    "unix socket for the gRPC API (created 0600); '' for none");
-  auto* listen_opt = app.add_option("--listen", config.server.tcp_listen,
-                                    "also serve gRPC on this TCP host:port (unauthenticated)");
+  auto* socket_opt = app.add_option(
+      "--socket", config.server.unix_socket,
+      "unix socket for the gRPC API: 0660 with group --socket-group when that group exists, "
+      "else 0600; '' for none");
+  auto* socket_group_opt = app.add_option("--socket-group", config.server.socket_group,
+                                          "group whose members may connect to the socket");
+  auto* admin_group_opt =
+      app.add_option("--admin-group", config.server.admin_group,
+                     "group whose members are admins on the socket (root and wsyncd's own "
+                     "user always are)");
+  auto* listen_opt =
+      app.add_option("--listen", config.server.tcp_listen,
+                     "also serve gRPC on this TCP host:port, with TLS and tokens (see --tls-cert)");
+  auto* cert_opt = app.add_option("--tls-cert", config.server.tls_cert_file,
+                                  "PEM certificate chain for --listen");
+  auto* key_opt =
+      app.add_option("--tls-key", config.server.tls_key_file, "PEM private key for --listen");
+  auto* token_opt = app.add_option("--token-file", config.server.token_file,
+                                   "file holding the token TCP trainers present");
+  auto* admin_token_opt = app.add_option("--admin-token-file", config.server.admin_token_file,
+                                         "file holding the token TCP admins present");
+  auto* insecure_opt = app.add_flag(
+      "--insecure-listen", config.server.insecure_listen,
+      "serve --listen as plain TCP without tokens, every caller a trainer (trusted networks only)");
   auto* mode_opt = app.add_option("--mode", config.daemon.mode,
                                   "cuda: CUDA IPC slots + NCCL; host: shared memory + TCP "
                                   "collective, for development, CI and the demo")
@@ -88,6 +108,16 @@ int main(int argc, char** argv) {
     // Flags given on the command line win over the file.
     if (socket_opt->count() == 0) config.server.unix_socket = from_file.server.unix_socket;
     if (listen_opt->count() == 0) config.server.tcp_listen = from_file.server.tcp_listen;
+    if (socket_group_opt->count() == 0) config.server.socket_group = from_file.server.socket_group;
+    if (admin_group_opt->count() == 0) config.server.admin_group = from_file.server.admin_group;
+    if (cert_opt->count() == 0) config.server.tls_cert_file = from_file.server.tls_cert_file;
+    if (key_opt->count() == 0) config.server.tls_key_file = from_file.server.tls_key_file;
+    if (token_opt->count() == 0) config.server.token_file = from_file.server.token_file;
+    if (admin_token_opt->count() == 0) {
+      config.server.admin_token_file = from_file.server.admin_token_file;
+    }
+    if (insecure_opt->count() == 0)
+      config.server.insecure_listen = from_file.server.insecure_listen;
     if (mode_opt->count() == 0) config.daemon.mode = from_file.daemon.mode;
     if (slots_opt->count() == 0) config.daemon.slots_per_device = from_file.daemon.slots_per_device;
     if (bytes_opt->count() == 0 && from_file.daemon.slot_bytes != config.daemon.slot_bytes) {

@@ -1,5 +1,11 @@
 #include "client/cpp/client.h"
 
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/bucket_planner.h"
@@ -36,11 +42,61 @@ Client::~Client() {
   StopKeepAlive();
 }
 
+namespace {
+
+absl::StatusOr<std::string> ReadTrimmed(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(text.str()));
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+}  // namespace
+
+ConnectOptions ConnectOptions::FromEnvironment(absl::Duration timeout) {
+  ConnectOptions options;
+  options.timeout = timeout;
+  options.tls_ca_file = Env("WSYNC_TLS_CA");
+  options.token_file = Env("WSYNC_TOKEN_FILE");
+  options.tls_server_name = Env("WSYNC_TLS_SERVER_NAME");
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         absl::Duration timeout) {
+  return Connect(target, ConnectOptions::FromEnvironment(timeout));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
+                                                        const ConnectOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!absl::StartsWith(target, "unix:") && !options.tls_ca_file.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    WSYNC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTrimmed(options.tls_ca_file, "TLS CA"));
+    ssl.pem_root_certs += "\n";
+    credentials = grpc::SslCredentials(ssl);
+    if (!options.token_file.empty()) {
+      WSYNC_ASSIGN_OR_RETURN(std::string token, ReadTrimmed(options.token_file, "token file"));
+      credentials =
+          grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(token));
+    }
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
+  } else if (!absl::StartsWith(target, "unix:") && !options.token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a token is only sent over TLS: give the CA file too (WSYNC_TLS_CA, --tls-ca)");
+  }
+  auto channel = grpc::CreateCustomChannel(target, credentials, args);
+  const absl::Duration timeout = options.timeout;
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
     return absl::UnavailableError(absl::StrCat("wsyncd is not answering at ", target,
                                                " (is it running? start it with `wsyncd`, or pass "

@@ -29,11 +29,30 @@
 
 namespace wsync {
 
+// How to reach wsyncd over TCP, which it serves with TLS and tokens (the unix socket needs
+// neither: the kernel tells wsyncd who connected).
+struct ConnectOptions {
+  absl::Duration timeout = absl::Seconds(5);
+  // PEM file of the CA that signed wsyncd's certificate; empty: plain TCP (a daemon started
+  // with --insecure-listen).
+  std::string tls_ca_file;
+  // File holding the trainer or admin token, sent as "authorization: Bearer <token>".
+  std::string token_file;
+  // Overrides the name the certificate is checked against (default: the target's host).
+  std::string tls_server_name;
+
+  // WSYNC_TLS_CA, WSYNC_TOKEN_FILE and WSYNC_TLS_SERVER_NAME from the environment.
+  static ConnectOptions FromEnvironment(absl::Duration timeout = absl::Seconds(5));
+};
+
 class Client {
  public:
   // target: "unix:/path/to.sock" or "host:port". Fails with a clear message if no daemon answers.
+  // TCP targets take their TLS and token settings from the environment (ConnectOptions).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
                                                          absl::Duration timeout = absl::Seconds(5));
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& target,
+                                                         const ConnectOptions& options);
   static std::unique_ptr<Client> FromChannel(std::shared_ptr<grpc::Channel> channel);
   ~Client();
 

@@ -23,6 +23,7 @@ namespace {
 struct Globals {
   std::string socket;
   std::string address;
+  ConnectOptions connect;
   bool json = false;
   double timeout = 10;
 };
@@ -72,7 +73,9 @@ class Ctl {
 
   int Connect() {
     std::string target = g_.address.empty() ? absl::StrCat("unix:", g_.socket) : g_.address;
-    auto client = Client::Connect(target, absl::Seconds(std::min(g_.timeout, 5.0)));
+    ConnectOptions options = g_.connect;
+    options.timeout = absl::Seconds(std::min(g_.timeout, 5.0));
+    auto client = Client::Connect(target, options);
     if (!client.ok()) {
       std::cerr << "wsyncctl: " << client.status().message() << "\n";
       return 2;
@@ -270,6 +273,17 @@ class Ctl {
     return resp.drained() ? 0 : 1;
   }
 
+  // Ends another connection's session (an admin's call; a trainer may end only its own).
+  int CloseSession(const std::string& id) {
+    v1::CloseSessionRequest req;
+    req.set_session_id(id);
+    v1::CloseSessionResponse resp;
+    auto s = client_->trainer()->CloseSession(Context().get(), req, &resp);
+    if (!s.ok()) return Error(s);
+    std::cout << "closed session " << id << "\n";
+    return 0;
+  }
+
   int Undrain() {
     v1::UndrainResponse resp;
     auto s = admin()->Undrain(Context().get(), v1::UndrainRequest(), &resp);
@@ -297,6 +311,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.add_option("--socket", g.socket, "wsyncd's unix socket (env WSYNC_SOCKET)");
   app.add_option("--address", g.address, "wsyncd's TCP host:port instead of the socket");
+  g.connect = wsync::ConnectOptions::FromEnvironment();
+  app.add_option("--tls-ca", g.connect.tls_ca_file,
+                 "CA certificate (PEM) that signed wsyncd's TLS certificate (env WSYNC_TLS_CA)");
+  app.add_option("--token-file", g.connect.token_file,
+                 "file with the trainer or admin token for --address (env WSYNC_TOKEN_FILE)");
   app.add_flag("--json", g.json, "print JSON instead of tables");
   app.add_option("--timeout", g.timeout, "seconds to wait for an answer");
 
@@ -330,6 +349,11 @@ int main(int argc, char** argv) {
   auto* drain = app.add_subcommand("drain", "refuse new updates and wait for running ones");
   drain->add_option("--timeout", drain_timeout, "seconds to wait");
   auto* undrain = app.add_subcommand("undrain", "take new sessions and updates again");
+  std::string session_id;
+  auto* close_session =
+      app.add_subcommand("close-session", "end a trainer's session and free its slots (admin)");
+  close_session->add_option("id", session_id, "session id (wsyncctl buffers shows holders)")
+      ->required();
   CLI11_PARSE(app, argc, argv);
 
   wsync::Ctl ctl(g);
@@ -344,5 +368,6 @@ int main(int argc, char** argv) {
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();
+  if (*close_session) return ctl.CloseSession(session_id);
   return 2;
 }

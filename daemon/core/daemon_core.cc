@@ -64,6 +64,12 @@ absl::Status DaemonCore::KeepAlive(const std::string& session_id) {
   return sessions_.Touch(session_id).status();
 }
 
+std::vector<std::string> DaemonCore::SessionIds() const {
+  std::vector<std::string> ids;
+  for (const Session& s : sessions_.List()) ids.push_back(s.id);
+  return ids;
+}
+
 absl::Status DaemonCore::CloseSession(const std::string& session_id) {
   WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Remove(session_id));
   pool_.Release(s.device, s.id);

@@ -73,6 +73,8 @@ class DaemonCore {
   absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
   absl::Status KeepAlive(const std::string& session_id);
   absl::Status CloseSession(const std::string& session_id);
+  // Ids of the sessions open now.
+  std::vector<std::string> SessionIds() const;
   // The session's trainer is gone (its hold call ended without CloseSession): closes the session
   // as soon as no update of it runs (its update stream ends too and aborts it), within the lease.
   void CloseDisconnectedSession(const std::string& session_id);

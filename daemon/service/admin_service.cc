@@ -6,8 +6,9 @@
 
 namespace wsync {
 
-grpc::Status AdminService::CreateGroup(grpc::ServerContext*, const v1::CreateGroupRequest* req,
-                                       v1::GroupInfo* resp) {
+grpc::Status AdminService::CreateGroup(grpc::ServerContext* context,
+                                       const v1::CreateGroupRequest* req, v1::GroupInfo* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "CreateGroup");
   auto spec = GroupSpecFromProto(req->spec());
   if (!spec.ok()) return ToGrpcStatus(spec.status());
   auto group = core_->CreateGroup(*spec);
@@ -16,27 +17,32 @@ grpc::Status AdminService::CreateGroup(grpc::ServerContext*, const v1::CreateGro
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListGroups(grpc::ServerContext*, const v1::ListGroupsRequest*,
+grpc::Status AdminService::ListGroups(grpc::ServerContext* context, const v1::ListGroupsRequest*,
                                       v1::ListGroupsResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "ListGroups");
   for (const GroupSnapshot& g : core_->ListGroups()) GroupToProto(g, resp->add_groups());
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::GetGroup(grpc::ServerContext*, const v1::GetGroupRequest* req,
+grpc::Status AdminService::GetGroup(grpc::ServerContext* context, const v1::GetGroupRequest* req,
                                     v1::GroupInfo* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "GetGroup");
   auto group = core_->GetGroup(req->name());
   if (!group.ok()) return ToGrpcStatus(group.status());
   GroupToProto(*group, resp);
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::DestroyGroup(grpc::ServerContext*, const v1::DestroyGroupRequest* req,
+grpc::Status AdminService::DestroyGroup(grpc::ServerContext* context,
+                                        const v1::DestroyGroupRequest* req,
                                         v1::DestroyGroupResponse*) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "DestroyGroup");
   return ToGrpcStatus(core_->DestroyGroup(req->name()));
 }
 
-grpc::Status AdminService::ListEngines(grpc::ServerContext*, const v1::ListEnginesRequest*,
+grpc::Status AdminService::ListEngines(grpc::ServerContext* context, const v1::ListEnginesRequest*,
                                        v1::ListEnginesResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "ListEngines");
   for (const EngineRow& row : core_->ListEngines()) {
     auto* e = resp->add_engines();
     e->set_url(row.endpoint.url);
@@ -51,8 +57,9 @@ grpc::Status AdminService::ListEngines(grpc::ServerContext*, const v1::ListEngin
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListBuffers(grpc::ServerContext*, const v1::ListBuffersRequest*,
+grpc::Status AdminService::ListBuffers(grpc::ServerContext* context, const v1::ListBuffersRequest*,
                                        v1::ListBuffersResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "ListBuffers");
   for (const SlotRow& row : core_->ListBuffers()) {
     auto* b = resp->add_buffers();
     b->set_device(row.device);
@@ -65,8 +72,10 @@ grpc::Status AdminService::ListBuffers(grpc::ServerContext*, const v1::ListBuffe
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ListUpdates(grpc::ServerContext*, const v1::ListUpdatesRequest* req,
+grpc::Status AdminService::ListUpdates(grpc::ServerContext* context,
+                                       const v1::ListUpdatesRequest* req,
                                        v1::ListUpdatesResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "ListUpdates");
   for (const UpdateRecord& r : core_->ListUpdates(req->limit() == 0 ? 20 : req->limit())) {
     auto* u = resp->add_updates();
     u->set_update_id(r.update_id);
@@ -85,8 +94,9 @@ grpc::Status AdminService::ListUpdates(grpc::ServerContext*, const v1::ListUpdat
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+grpc::Status AdminService::GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest*,
                                      v1::DaemonStatus* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "GetStatus");
   DaemonStatusView v = core_->Status();
   resp->set_version(WSYNC_VERSION);
   resp->set_mode(v.mode);
@@ -105,8 +115,9 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::Drain(grpc::ServerContext*, const v1::DrainRequest* req,
+grpc::Status AdminService::Drain(grpc::ServerContext* context, const v1::DrainRequest* req,
                                  v1::DrainResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "Drain");
   DrainResult r =
       core_->Drain(absl::Seconds(req->timeout_seconds() == 0 ? 60 : req->timeout_seconds()));
   resp->set_updates_waited(r.waited);
@@ -114,8 +125,9 @@ grpc::Status AdminService::Drain(grpc::ServerContext*, const v1::DrainRequest* r
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::Undrain(grpc::ServerContext*, const v1::UndrainRequest*,
+grpc::Status AdminService::Undrain(grpc::ServerContext* context, const v1::UndrainRequest*,
                                    v1::UndrainResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "Undrain");
   resp->set_was_draining(core_->Undrain());
   return grpc::Status::OK;
 }

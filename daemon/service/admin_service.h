@@ -4,14 +4,16 @@
 #include <string>
 
 #include "daemon/core/daemon_core.h"
+#include "daemon/service/authorizer.h"
 #include "wsync/v1/admin.grpc.pb.h"
 
 namespace wsync {
 
 class AdminService final : public v1::Admin::Service {
  public:
-  AdminService(DaemonCore* core, std::string listen_description)
-      : core_(core), listen_(std::move(listen_description)) {}
+  // Reading state needs a trainer's role; changing it (groups, drain) an admin's.
+  AdminService(DaemonCore* core, const Authorizer* auth, std::string listen_description)
+      : core_(core), auth_(auth), listen_(std::move(listen_description)) {}
 
   grpc::Status CreateGroup(grpc::ServerContext*, const v1::CreateGroupRequest*,
                            v1::GroupInfo*) override;
@@ -34,6 +36,7 @@ class AdminService final : public v1::Admin::Service {
 
  private:
   DaemonCore* core_;
+  const Authorizer* auth_;
   std::string listen_;
 };
 

@@ -1,79 +1,114 @@
 #include "daemon/service/server.h"
 
 #include <grpcpp/health_check_service_interface.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
-#include <cstring>
-#include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace wsync {
 namespace {
 
-// A socket file left by a crashed daemon blocks bind; one that still answers belongs to a live
-// daemon and must not be taken over.
-absl::Status PrepareSocketPath(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  if (!std::filesystem::exists(path)) return absl::OkStatus();
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  bool live = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  if (live) {
-    return absl::AlreadyExistsError(absl::StrCat("another wsyncd is already serving ", path));
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string value(absl::StripAsciiWhitespace(text.str()));
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is empty"));
+  return value;
+}
+
+// What TCP serving needs: TLS and tokens, unless the operator said the network is trusted.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const ServerOptions& options, AuthOptions* auth) {
+  const bool tls = !options.tls_cert_file.empty() || !options.tls_key_file.empty();
+  if (options.insecure_listen) {
+    if (tls || !options.token_file.empty() || !options.admin_token_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--insecure-listen serves plain TCP: it takes no TLS files or tokens");
+    }
+    auth->tcp_is_trainer_without_token = true;
+    return grpc::InsecureServerCredentials();
   }
-  std::filesystem::remove(path, ec);
-  return absl::OkStatus();
+  if (options.tls_cert_file.empty() || options.tls_key_file.empty() || options.token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", options.tcp_listen,
+        " would let anyone who reaches the port push weights: give --tls-cert, --tls-key and "
+        "--token-file (and --admin-token-file for admin calls over TCP), or --insecure-listen "
+        "on a trusted network"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::string cert, ReadSecretFile(options.tls_cert_file, "TLS cert"));
+  WSYNC_ASSIGN_OR_RETURN(std::string key, ReadSecretFile(options.tls_key_file, "TLS key"));
+  WSYNC_ASSIGN_OR_RETURN(auth->trainer_token, ReadSecretFile(options.token_file, "token file"));
+  if (!options.admin_token_file.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(auth->admin_token,
+                           ReadSecretFile(options.admin_token_file, "admin token file"));
+    if (auth->admin_token == auth->trainer_token) {
+      return absl::InvalidArgumentError("the admin token must differ from the trainer token");
+    }
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({key + "\n", cert + "\n"});
+  return grpc::SslServerCredentials(ssl);
 }
 
 }  // namespace
 
-DaemonServer::DaemonServer(DaemonCore* core, std::string listen)
-    : listen_(listen), trainer_(core), admin_(core, listen) {}
+DaemonServer::DaemonServer(DaemonCore* core, std::string listen, AuthOptions auth,
+                           std::unique_ptr<UnixListener> unix_listener)
+    : listen_(std::move(listen)),
+      unix_listener_(std::move(unix_listener)),
+      auth_(std::move(auth), unix_listener_.get()),
+      trainer_(core, &auth_),
+      admin_(core, &auth_, listen_) {}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* core,
                                                                   const ServerOptions& options) {
+  AuthOptions auth;
+  auth.admin_group = options.admin_group;
   std::vector<std::string> listens;
-  if (!options.unix_socket.empty()) listens.push_back(absl::StrCat("unix:", options.unix_socket));
-  if (!options.tcp_listen.empty()) listens.push_back(options.tcp_listen);
-  auto server = std::unique_ptr<DaemonServer>(new DaemonServer(core, absl::StrJoin(listens, ",")));
-  server->unix_socket_ = options.unix_socket;
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+  if (!options.tcp_listen.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(tcp_credentials, TcpCredentials(options, &auth));
+  }
+  std::unique_ptr<UnixListener> unix_listener;
+  if (!options.unix_socket.empty()) {
+    WSYNC_ASSIGN_OR_RETURN(unix_listener,
+                           UnixListener::Listen(options.unix_socket, options.socket_group));
+    listens.push_back(
+        absl::StrCat("unix:", options.unix_socket, " (", unix_listener->mode_description(), ")"));
+  }
+  if (!options.tcp_listen.empty()) {
+    listens.push_back(absl::StrCat(options.tcp_listen,
+                                   options.insecure_listen ? " (insecure)" : " (TLS + token)"));
+  }
+  auto server = std::unique_ptr<DaemonServer>(new DaemonServer(
+      core, absl::StrJoin(listens, ","), std::move(auth), std::move(unix_listener)));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(64 << 20);
-  if (!options.unix_socket.empty()) {
-    if (absl::Status s = PrepareSocketPath(options.unix_socket); !s.ok()) return s;
-    builder.AddListeningPort(absl::StrCat("unix:", options.unix_socket),
-                             grpc::InsecureServerCredentials());
-  }
   int tcp_port = 0;
   if (!options.tcp_listen.empty()) {
-    builder.AddListeningPort(options.tcp_listen, grpc::InsecureServerCredentials(), &tcp_port);
+    builder.AddListeningPort(options.tcp_listen, tcp_credentials, &tcp_port);
   }
   builder.RegisterService(&server->trainer_);
   builder.RegisterService(&server->admin_);
-  // The socket is created by BuildAndStart; a private umask makes it 0600 from the first moment.
-  mode_t old = ::umask(0177);
   server->server_ = builder.BuildAndStart();
-  ::umask(old);
   if (!server->server_) {
-    return absl::UnavailableError(absl::StrCat("could not listen on ", server->listen_,
-                                               " (path not writable, or address in use?)"));
+    return absl::UnavailableError(
+        absl::StrCat("could not listen on ", server->listen_, " (address in use?)"));
   }
   if (!options.tcp_listen.empty() && tcp_port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on TCP ", options.tcp_listen));
   }
-  if (!options.unix_socket.empty()) ::chmod(options.unix_socket.c_str(), 0600);
+  if (server->unix_listener_) server->unix_listener_->Serve(server->server_.get());
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;
 }
@@ -82,14 +117,12 @@ DaemonServer::~DaemonServer() { Shutdown(absl::Seconds(1)); }
 
 void DaemonServer::Shutdown(absl::Duration grace) {
   if (!server_) return;
+  // No new connections are handed to a server that is shutting down.
+  if (unix_listener_) unix_listener_->Stop();
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
   server_.reset();
-  if (!unix_socket_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(unix_socket_, ec);
-  }
 }
 
 std::shared_ptr<grpc::Channel> DaemonServer::InProcessChannel() {

@@ -1,5 +1,6 @@
 #include "daemon/service/trainer_service.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -146,10 +147,27 @@ void SlotToProto(uint32_t index, SlotMemory& slot, v1::SlotInfo* info) {
 
 }  // namespace
 
-grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSessionRequest* req,
+grpc::Status TrainerService::AuthorizeSession(const grpc::ServerContext& context, const char* call,
+                                              const std::string& session_id, bool admin_may) const {
+  Caller caller;
+  if (grpc::Status s = auth_->Require(context, Role::kTrainer, call, &caller); !s.ok()) return s;
+  return ToGrpcStatus(owners_.Check(session_id, caller, admin_may));
+}
+
+grpc::Status TrainerService::OpenSession(grpc::ServerContext* context,
+                                         const v1::OpenSessionRequest* req,
                                          v1::OpenSessionResponse* resp) {
+  Caller caller;
+  if (grpc::Status s = auth_->Require(*context, Role::kTrainer, "OpenSession", &caller); !s.ok()) {
+    return s;
+  }
   auto session = core_->OpenSession(req->device(), req->client_name());
   if (!session.ok()) return ToGrpcStatus(session.status());
+  // Sessions the core ended on its own (leases) are forgotten here as new ones open.
+  const std::vector<std::string> open = core_->SessionIds();
+  owners_.Prune(
+      [&](const std::string& id) { return std::find(open.begin(), open.end(), id) != open.end(); });
+  owners_.Record(session->id, caller);
   resp->set_session_id(session->id);
   resp->set_device(session->device);
   resp->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session->lease)));
@@ -160,17 +178,24 @@ grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSes
   return grpc::Status::OK;
 }
 
-grpc::Status TrainerService::ReserveOversizeSlot(grpc::ServerContext*,
+grpc::Status TrainerService::ReserveOversizeSlot(grpc::ServerContext* context,
                                                  const v1::ReserveOversizeSlotRequest* req,
                                                  v1::SlotInfo* resp) {
+  if (grpc::Status s = AuthorizeSession(*context, "ReserveOversizeSlot", req->session_id(), false);
+      !s.ok()) {
+    return s;
+  }
   auto slot = core_->ReserveOversizeSlot(req->session_id(), req->bytes());
   if (!slot.ok()) return ToGrpcStatus(slot.status());
   SlotToProto(slot->first, *slot->second, resp);
   return grpc::Status::OK;
 }
 
-grpc::Status TrainerService::KeepAlive(grpc::ServerContext*, const v1::KeepAliveRequest* req,
-                                       v1::KeepAliveResponse*) {
+grpc::Status TrainerService::KeepAlive(grpc::ServerContext* context,
+                                       const v1::KeepAliveRequest* req, v1::KeepAliveResponse*) {
+  if (grpc::Status s = AuthorizeSession(*context, "KeepAlive", req->session_id(), false); !s.ok()) {
+    return s;
+  }
   return ToGrpcStatus(core_->KeepAlive(req->session_id()));
 }
 
@@ -178,6 +203,7 @@ grpc::Status TrainerService::HoldSession(grpc::ServerContext* context,
                                          const v1::HoldSessionRequest* req,
                                          grpc::ServerWriter<v1::HoldSessionEvent>*) {
   const std::string& id = req->session_id();
+  if (grpc::Status s = AuthorizeSession(*context, "HoldSession", id, false); !s.ok()) return s;
   if (absl::Status s = core_->KeepAlive(id); !s.ok()) return ToGrpcStatus(s);
   // gRPC cancels the call when the trainer's connection goes: that is how a dead trainer is seen.
   while (!context->IsCancelled()) {
@@ -186,17 +212,29 @@ grpc::Status TrainerService::HoldSession(grpc::ServerContext* context,
     absl::SleepFor(absl::Milliseconds(100));
   }
   core_->CloseDisconnectedSession(id);
+  owners_.Forget(id);
   return grpc::Status(grpc::StatusCode::CANCELLED, "the trainer went away");
 }
 
-grpc::Status TrainerService::CloseSession(grpc::ServerContext*, const v1::CloseSessionRequest* req,
+grpc::Status TrainerService::CloseSession(grpc::ServerContext* context,
+                                          const v1::CloseSessionRequest* req,
                                           v1::CloseSessionResponse*) {
-  return ToGrpcStatus(core_->CloseSession(req->session_id()));
+  if (grpc::Status s = AuthorizeSession(*context, "CloseSession", req->session_id(), true);
+      !s.ok()) {
+    return s;
+  }
+  absl::Status closed = core_->CloseSession(req->session_id());
+  if (closed.ok()) owners_.Forget(req->session_id());
+  return ToGrpcStatus(closed);
 }
 
-grpc::Status TrainerService::ReleaseSources(grpc::ServerContext*,
+grpc::Status TrainerService::ReleaseSources(grpc::ServerContext* context,
                                             const v1::ReleaseSourcesRequest* req,
                                             v1::ReleaseSourcesResponse* resp) {
+  if (grpc::Status s = AuthorizeSession(*context, "ReleaseSources", req->session_id(), false);
+      !s.ok()) {
+    return s;
+  }
   auto closed = core_->ReleaseSources(req->session_id());
   if (!closed.ok()) return ToGrpcStatus(closed.status());
   resp->set_closed(static_cast<uint32_t>(*closed));
@@ -242,6 +280,9 @@ grpc::Status TrainerService::Update(
   }
   StreamEvents events(stream);
   const v1::BeginUpdate begin = request.begin();  // a copy: `request` is reused below
+  if (grpc::Status s = AuthorizeSession(*context, "Update", begin.session_id(), false); !s.ok()) {
+    return s;
+  }
   auto run = core_->BeginUpdate(begin.session_id(), begin.group(), begin.version(), &events);
   if (!run.ok()) return ToGrpcStatus(run.status());
   {

@@ -2,13 +2,15 @@
 #define WSYNC_DAEMON_SERVICE_TRAINER_SERVICE_H_
 
 #include "daemon/core/daemon_core.h"
+#include "daemon/service/authorizer.h"
+#include "daemon/service/session_owners.h"
 #include "wsync/v1/trainer.grpc.pb.h"
 
 namespace wsync {
 
 class TrainerService final : public v1::Trainer::Service {
  public:
-  explicit TrainerService(DaemonCore* core) : core_(core) {}
+  TrainerService(DaemonCore* core, const Authorizer* auth) : core_(core), auth_(auth) {}
 
   grpc::Status OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
                            v1::OpenSessionResponse* response) override;
@@ -32,7 +34,13 @@ class TrainerService final : public v1::Trainer::Service {
   // Validates one wire bucket (resolving a pull bucket's sources) and hands it to the update.
   absl::Status SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
                             UpdateRun& run);
+  // OK when the caller is a trainer (or admin) on the connection that opened `session_id`, or
+  // an admin when `admin_may`.
+  grpc::Status AuthorizeSession(const grpc::ServerContext& context, const char* call,
+                                const std::string& session_id, bool admin_may) const;
   DaemonCore* core_;
+  const Authorizer* auth_;
+  SessionOwners owners_;
 };
 
 // Converts a wire bucket into a manifest; unknown dtypes are refused here.
