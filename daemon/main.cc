@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/host/fault_guard.h"
 #include "common/host/host_platform.h"
 #ifdef WSYNC_HAVE_CUDA
 #include "common/cuda/cuda_platform.h"
@@ -119,6 +120,9 @@ int main(int argc, char** argv) {
     WSYNC_LOG(Warning,
               "host mode: shared-memory slots and a TCP collective stand in for CUDA "
               "IPC and NCCL; for development, CI and the demo only");
+    // Trainers can truncate the shared memory wsyncd maps; its reads of it are guarded, and the
+    // guard's SIGBUS handler goes in before any thread starts.
+    wsync::InstallFaultGuard();
     platform =
         std::make_unique<wsync::HostPlatform>(config.daemon.group.transport.bind_address,
                                               config.daemon.group.transport.advertise_address);

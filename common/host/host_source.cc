@@ -27,15 +27,28 @@ std::map<uintptr_t, Registered>& Arenas() {
 }
 std::atomic<uint64_t> g_next_id{1};
 
+// The trainer made the segment and can truncate it under wsyncd: wsyncd keeps the descriptor to
+// see that (fstat) before the kernel reads the mapping, and reads it itself only under a guard.
 class ShmSource final : public SourceMemory {
  public:
-  ShmSource(void* data, uint64_t bytes) : data_(data), bytes_(bytes) {}
+  ShmSource(std::string name, ShmSegment segment, uint64_t bytes)
+      : name_(std::move(name)), data_(segment.data), fd_(std::move(segment.fd)), bytes_(bytes) {}
   ~ShmSource() override { ::munmap(data_, bytes_); }
   const void* data() const override { return data_; }
   uint64_t bytes() const override { return bytes_; }
+  std::string Describe() const override { return absl::StrCat("pull source ", name_); }
+  absl::Status CheckIntact() const override {
+    WSYNC_ASSIGN_OR_RETURN(uint64_t size, ShmSize(fd_.get()));
+    if (size >= bytes_) return absl::OkStatus();
+    return absl::DataLossError(
+        absl::StrCat(Describe(), " shrank under wsyncd to ", size, " of the ", bytes_,
+                     " bytes it was mapped with (the trainer truncated it)"));
+  }
 
  private:
+  std::string name_;
   void* data_;
+  UniqueFd fd_;
   uint64_t bytes_;
 };
 
@@ -45,7 +58,8 @@ absl::StatusOr<std::unique_ptr<HostSourceArena>> HostSourceArena::Create(uint64_
   if (bytes == 0) return absl::InvalidArgumentError("arena size must be positive");
   const uint64_t id = g_next_id.fetch_add(1);
   std::string name = absl::StrFormat("/wsync-src-%d-%u", static_cast<int>(::getpid()), id);
-  WSYNC_ASSIGN_OR_RETURN(void* data, CreateShm(name, bytes));
+  WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, CreateShm(name, bytes));
+  void* data = segment.data;
   {
     std::lock_guard<std::mutex> lock(g_arenas_mu);
     Arenas()[reinterpret_cast<uintptr_t>(data)] = Registered{bytes, name, id};
@@ -81,8 +95,8 @@ absl::StatusOr<std::unique_ptr<SourceMemory>> MapHostSource(const std::string& n
     return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a shared-memory name"));
   }
   if (bytes == 0) return absl::InvalidArgumentError("an arena holds at least one byte");
-  WSYNC_ASSIGN_OR_RETURN(void* data, OpenShm(name, bytes, /*writable=*/false));
-  return std::unique_ptr<SourceMemory>(new ShmSource(data, bytes));
+  WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, OpenShm(name, bytes, /*writable=*/false));
+  return std::unique_ptr<SourceMemory>(new ShmSource(name, std::move(segment), bytes));
 }
 
 }  // namespace wsync

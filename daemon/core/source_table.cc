@@ -42,7 +42,7 @@ absl::StatusOr<PulledSources> SourceTable::Resolve(const std::vector<AllocationA
           sources[i].allocation, " of ", it->second.bytes, " bytes"));
     }
     out.pieces.push_back(SourcePiece{static_cast<const char*>(it->second.memory->data()) + offset,
-                                     t.offset, t.length});
+                                     t.offset, t.length, it->second.memory.get()});
     if (out.keep.empty() || out.keep.back() != it->second.memory) {
       out.keep.push_back(it->second.memory);
     }

@@ -1,6 +1,10 @@
 // Pull mode end to end in host mode: shared-memory arenas stand in for the trainer's GPU
 // allocations, and wsyncd copies every bucket out of them itself.
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <optional>
 
@@ -166,6 +170,51 @@ TEST_F(PullFixture, ReleaseSourcesIsRefusedWhileAnUpdateOfTheSessionRuns) {
   (*push)->Abort("test done");
   closed = client_->ReleaseSources();
   EXPECT_TRUE(closed.ok()) << closed.status();
+}
+
+// A trainer that truncates a pull source after wsyncd mapped it. wsyncd's copy out of it runs under
+// a fault guard; read in place, wsyncd checks its size before the broadcast would read it. Either
+// way the update fails with DATA_LOSS naming the source, nothing reaches an engine, and the next
+// update works.
+TEST_F(PullFixture, ATrainerThatTruncatesAPullSourceFailsItsUpdateAndTheNextOneWorks) {
+  CreatePolicyGroup();
+  uint32_t version = 1;
+  for (const uint64_t gap : {uint64_t{2}, uint64_t{0}}) {
+    SCOPED_TRACE(gap == 0 ? "read in place" : "copied");
+    auto model = SmallModel(version);
+    ArenaModel in_arena = InArena(model, gap);
+    ASSERT_TRUE(PullAndCheck(absl::StrCat("v", version), in_arena.refs, model).has_value());
+    const std::string name = in_arena.arena->name();
+    const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 0), 0);
+    ::close(fd);
+    const int received = TotalUpdatesReceived();
+    const size_t broadcasts = broadcasts_.records().size();
+
+    uint64_t released = 0;
+    auto result = PullPush(*client_, "bad", in_arena.refs, &released);
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
+    EXPECT_THAT(std::string(result.status().message()),
+                HasSubstr(absl::StrCat("pull source ", name, " shrank under wsyncd to 0 of the ",
+                                       in_arena.arena->bytes(), " bytes")));
+    EXPECT_THAT(std::string(result.status().message()),
+                HasSubstr(absl::StrCat("of session ", client_->session_id())));
+    if (gap != 0) {
+      EXPECT_THAT(std::string(result.status().message()),
+                  HasSubstr("copying the trainer's tensors into slot"));
+    }
+    EXPECT_EQ(TotalUpdatesReceived(), received) << "bytes of the bad bucket reached an engine";
+    EXPECT_EQ(broadcasts_.records().size(), broadcasts) << "the bad bucket was handed to the wire";
+    ExpectHolds(*sim_a_.sim, model, absl::StrCat("v", version), 1);
+    ExpectHolds(*sim_b_.sim, model, absl::StrCat("v", version), 2);
+
+    ++version;
+    auto next = SmallModel(version);
+    ArenaModel fresh = InArena(next, gap);
+    ASSERT_TRUE(PullAndCheck(absl::StrCat("v", version), fresh.refs, next).has_value());
+    ++version;
+  }
 }
 
 TEST_F(PullFixture, PullBucketsNamingBadSourcesAreRefusedBeforeAnyByteMoves) {
