@@ -144,10 +144,12 @@ class Platform {
   virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size) = 0;
   // Maps a trainer allocation announced for pull mode: a cudaIpcMemHandle_t on GPUs, a
-  // shared-memory name in host mode. Fails unless it holds at least `bytes`.
-  virtual absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device,
-                                                                  const std::string& handle,
-                                                                  uint64_t bytes) = 0;
+  // shared-memory name in host mode. Fails unless it holds at least `bytes`. `session_tag` is the
+  // announcing session's (OpenSession reply): in host mode only a segment that session's client
+  // made is mapped (PERMISSION_DENIED otherwise), since a name could point at any file wsyncd can
+  // read, a slot included.
+  virtual absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(
+      int device, const std::string& handle, uint64_t bytes, const std::string& session_tag) = 0;
 };
 
 struct SlotCopy {

@@ -51,6 +51,35 @@ absl::StatusOr<ShmSegment> OpenShm(const std::string& name, uint64_t bytes, bool
   return ShmSegment{data, std::move(fd)};
 }
 
+absl::StatusOr<ShmSegment> OpenTrainerShm(const std::string& name, uint64_t bytes) {
+  UniqueFd fd(::shm_open(name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0));
+  if (!fd.valid() && errno == ELOOP) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(name, " is a symbolic link; wsyncd does not follow it"));
+  }
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("shm_open ", name));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("fstat ", name));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::PermissionDeniedError(absl::StrCat(name, " is not a regular file"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(name, " is owned by uid ", st.st_uid, ", not by wsyncd's uid ", ::geteuid()));
+  }
+  if (st.st_nlink != 1) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        name, " has ", st.st_nlink, " names; a source must be a segment of its own, not a link"));
+  }
+  if (static_cast<uint64_t>(st.st_size) < bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory ", name, " is smaller than the announced ", bytes, " bytes"));
+  }
+  void* data = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (data == MAP_FAILED) return ErrnoStatus(absl::StrCat("mmap ", name));
+  return ShmSegment{data, std::move(fd)};
+}
+
 absl::StatusOr<uint64_t> ShmSize(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoStatus("fstat of a shared-memory segment");

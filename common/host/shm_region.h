@@ -27,6 +27,13 @@ absl::StatusOr<ShmSegment> CreateShm(const std::string& name, uint64_t bytes);
 // Maps the first `bytes` of an existing segment; FAILED_PRECONDITION when it holds fewer.
 absl::StatusOr<ShmSegment> OpenShm(const std::string& name, uint64_t bytes, bool writable);
 
+// wsyncd's read-only mapping of a segment a trainer made (a pull source), named by the trainer.
+// PERMISSION_DENIED, naming the segment, unless it is a regular file (opened without following a
+// symbolic link, and without blocking on a FIFO), owned by wsyncd's own uid, with a single name (a
+// hard link would give another segment, such as a slot, a name the trainer chose);
+// FAILED_PRECONDITION when it holds fewer than `bytes`.
+absl::StatusOr<ShmSegment> OpenTrainerShm(const std::string& name, uint64_t bytes);
+
 // The segment's size now (a trainer may have truncated it since it was mapped).
 absl::StatusOr<uint64_t> ShmSize(int fd);
 

@@ -3,25 +3,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/checksum.h"
 #include "common/host/guarded_copy.h"
+#include "common/host/shm_names.h"
 #include "common/status_macros.h"
 
 namespace wsync {
 namespace {
-
-std::string NewShmName(int device) {
-  static std::atomic<uint32_t> counter{0};
-  std::random_device rd;
-  return absl::StrFormat("/wsync-%d-d%d-%u-%08x", static_cast<int>(::getpid()), device,
-                         counter.fetch_add(1), rd());
-}
 
 uint64_t OffsetIn(const void* address, const void* base) {
   return reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(base);
@@ -43,7 +34,7 @@ absl::Status SourceFault(const SourcePiece& piece, const void* address) {
 
 absl::StatusOr<std::unique_ptr<ShmSlot>> ShmSlot::Create(int device, uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("slot size must be positive");
-  std::string name = NewShmName(device);
+  std::string name = SlotShmName(device);
   WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, CreateShm(name, bytes));
   return std::unique_ptr<ShmSlot>(new ShmSlot(device, bytes, std::move(name), std::move(segment)));
 }

@@ -151,6 +151,7 @@ grpc::Status TrainerService::OpenSession(grpc::ServerContext*, const v1::OpenSes
   auto session = core_->OpenSession(req->device(), req->client_name());
   if (!session.ok()) return ToGrpcStatus(session.status());
   resp->set_session_id(session->id);
+  resp->set_source_tag(session->source_tag);
   resp->set_device(session->device);
   resp->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session->lease)));
   resp->set_checksum(core_->options().checksum == "none" ? "none" : kChecksumName);

@@ -227,7 +227,7 @@ TEST_F(ProcessTest, PullModeWsyncdReadsTheTrainersMemoryFromItsOwnProcess) {
   auto model = SmallModel(5);
   uint64_t total = 0;
   for (const auto& t : model) total += t.data.size();
-  auto arena = HostSourceArena::Create(total);
+  auto arena = client->NewSourceArena(total);
   ASSERT_TRUE(arena.ok()) << arena.status();
   std::vector<TensorRef> refs;
   uint64_t at = 0;

@@ -239,10 +239,10 @@ TEST(ShmSlotTruncated, ItsChecksumIsDataLossAndTheSlotIsGrownBackForTheNextBucke
 }
 
 TEST(ShmSlotTruncated, FillingFromAShrunkPullSourceOrIntoAShrunkSlotIsDataLoss) {
-  auto arena = HostSourceArena::Create(64 * kPage);
+  auto arena = HostSourceArena::Create("guardtest", 64 * kPage);
   ASSERT_TRUE(arena.ok()) << arena.status();
   std::memset((*arena)->data(), 5, 64 * kPage);
-  auto source = MapHostSource((*arena)->name(), 64 * kPage);
+  auto source = MapHostSource((*arena)->name(), 64 * kPage, "guardtest");
   ASSERT_TRUE(source.ok()) << source.status();
   auto slot = ShmSlot::Create(0, 64 * kPage);
   ASSERT_TRUE(slot.ok());
