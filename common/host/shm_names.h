@@ -2,7 +2,7 @@
 #define WSYNC_COMMON_HOST_SHM_NAMES_H_
 
 // Names of host mode's shared-memory segments. Every one starts /wsync-<pid>-, <pid> being the
-// process that made it:
+// process that made it (shm_sweep.h removes those whose maker is gone):
 //   slots (wsyncd):              /wsync-<pid>-d<device>-<n>-<random>
 //   pull sources (the trainer):  /wsync-<pid>-src-<session tag>-<n>
 // The session tag is what wsyncd hands a session in its OpenSession reply; wsyncd maps as a pull
