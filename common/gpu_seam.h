@@ -29,6 +29,13 @@ class SourceMemory {
   virtual ~SourceMemory() = default;
   virtual const void* data() const = 0;
   virtual uint64_t bytes() const = 0;
+  // How errors name it (host mode: the shared-memory name).
+  virtual std::string Describe() const { return "a trainer allocation"; }
+  // DATA_LOSS when the allocation no longer holds the mapped bytes: in host mode the trainer can
+  // truncate its segment, and reading past the new end would raise SIGBUS. Checked before a
+  // bucket is broadcast straight out of it, since the kernel then reads it, not wsyncd's guarded
+  // copy (common/host/fault_guard.h).
+  virtual absl::Status CheckIntact() const { return absl::OkStatus(); }
 };
 
 // One tensor for SlotMemory::FillFrom: `bytes` from `src` to `offset` bytes into the slot.
@@ -36,6 +43,8 @@ struct SourcePiece {
   const void* src = nullptr;
   uint64_t offset = 0;
   uint64_t bytes = 0;
+  // The mapping `src` lies in, to name it when reading it fails; may be null.
+  const SourceMemory* memory = nullptr;
 };
 
 // A slot: memory the daemon allocates once, exports once and reuses for every bucket.
@@ -58,6 +67,10 @@ class SlotMemory {
   // tensors are ready, and returns the CRC-32 of the slot's first `span` bytes.
   virtual absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces,
                                             uint64_t span) = 0;
+  // DATA_LOSS when the slot no longer holds its bytes (a host-mode trainer truncated it), after
+  // restoring its size for later buckets. Checked before a bucket is broadcast out of a slot that
+  // wsyncd did not read first (no checksum), since the kernel's read is not guarded.
+  virtual absl::Status CheckIntact() { return absl::OkStatus(); }
 };
 
 // One collective call: `count` elements of `dtype` starting `offset` bytes into the slot. The
@@ -131,10 +144,12 @@ class Platform {
   virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size) = 0;
   // Maps a trainer allocation announced for pull mode: a cudaIpcMemHandle_t on GPUs, a
-  // shared-memory name in host mode. Fails unless it holds at least `bytes`.
-  virtual absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device,
-                                                                  const std::string& handle,
-                                                                  uint64_t bytes) = 0;
+  // shared-memory name in host mode. Fails unless it holds at least `bytes`. `session_tag` is the
+  // announcing session's (OpenSession reply): in host mode only a segment that session's client
+  // made is mapped (PERMISSION_DENIED otherwise), since a name could point at any file wsyncd can
+  // read, a slot included.
+  virtual absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(
+      int device, const std::string& handle, uint64_t bytes, const std::string& session_tag) = 0;
 };
 
 struct SlotCopy {

@@ -9,7 +9,9 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/host/fault_guard.h"
 #include "common/host/host_platform.h"
+#include "common/host/shm_sweep.h"
 #ifdef WSYNC_HAVE_CUDA
 #include "common/cuda/cuda_platform.h"
 #endif
@@ -161,6 +163,20 @@ int main(int argc, char** argv) {
     WSYNC_LOG(Warning,
               "host mode: shared-memory slots and a TCP collective stand in for CUDA "
               "IPC and NCCL; for development, CI and the demo only");
+    // Trainers can truncate the shared memory wsyncd maps; its reads of it are guarded, and the
+    // guard's SIGBUS handler goes in before any thread starts.
+    wsync::InstallFaultGuard();
+    // Shared memory left by host-mode processes that died (this daemon's predecessor killed, a
+    // trainer crashed) holds its full size until removed; live processes' segments are kept.
+    auto swept = wsync::SweepDeadShm("/dev/shm");
+    if (!swept.ok()) {
+      WSYNC_LOG(Warning, "could not sweep /dev/shm for leftovers: ", swept.status().message());
+    } else {
+      for (const wsync::SweptShm& s : *swept) {
+        WSYNC_LOG(Info, "removed /dev/shm/", s.entry, " (", s.bytes, " bytes), left by pid ", s.pid,
+                  ", which is gone");
+      }
+    }
     platform =
         std::make_unique<wsync::HostPlatform>(config.daemon.group.transport.bind_address,
                                               config.daemon.group.transport.advertise_address);

@@ -132,12 +132,13 @@ absl::Status Client::OpenSession(int device, const std::string& client_name) {
     slots.push_back(std::move(*mapped));
   }
   session_id_ = resp.session_id();
+  source_tag_ = resp.source_tag();
   slots_ = std::move(slots);
   device_ = resp.device();
   checksums_ = resp.checksum() != "none";
   exporter_.reset();
   if (!resp.slots().empty() && resp.slots(0).kind() == v1::SLOT_MEMORY_HOST_SHM) {
-    exporter_ = std::make_unique<HostSourceExporter>();
+    exporter_ = std::make_unique<HostSourceExporter>(source_tag_);
   } else {
 #ifdef WSYNC_HAVE_CUDA
     exporter_ = cuda::CreateCudaSourceExporter(device_);
@@ -206,6 +207,7 @@ absl::Status Client::CloseSession() {
   v1::CloseSessionRequest req;
   req.set_session_id(session_id_);
   session_id_.clear();
+  source_tag_.clear();
   v1::CloseSessionResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -224,6 +226,13 @@ absl::StatusOr<uint32_t> Client::ReleaseSources() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   WSYNC_RETURN_IF_ERROR(FromGrpc(trainer_->ReleaseSources(&ctx, req, &resp)));
   return resp.closed();
+}
+
+absl::StatusOr<std::unique_ptr<HostSourceArena>> Client::NewSourceArena(uint64_t bytes) const {
+  if (session_id_.empty()) {
+    return absl::FailedPreconditionError("open a session first: its sources carry its tag");
+  }
+  return HostSourceArena::Create(source_tag_, bytes);
 }
 
 uint64_t Client::slot_bytes() const { return slots_.empty() ? 0 : slots_[0]->bytes(); }

@@ -24,6 +24,7 @@
 #include "client/cpp/update_stream.h"
 #include "common/dtype.h"
 #include "common/gpu_seam.h"
+#include "common/host/host_source.h"
 #include "wsync/v1/admin.grpc.pb.h"
 #include "wsync/v1/trainer.grpc.pb.h"
 
@@ -74,7 +75,14 @@ class Client {
                                   const std::vector<TensorRef>& tensors,
                                   const std::function<void(const PushProgress&)>& progress = {});
 
+  // Host mode, pull mode: a shared-memory arena for tensors that wsyncd may read for this session
+  // (named with the tag wsyncd gave it; wsyncd reads no other segment for it). Place tensors in it
+  // and push them with PushOptions.pull. FAILED_PRECONDITION without an open session.
+  absl::StatusOr<std::unique_ptr<HostSourceArena>> NewSourceArena(uint64_t bytes) const;
+
   const std::string& session_id() const { return session_id_; }
+  // What names this session's pull sources (OpenSessionResponse.source_tag).
+  const std::string& source_tag() const { return source_tag_; }
   uint64_t slot_bytes() const;
   size_t slot_count() const { return slots_.size(); }
   MappedSlot* slot(size_t i) { return slots_[i].get(); }
@@ -92,6 +100,7 @@ class Client {
   std::unique_ptr<v1::Trainer::Stub> trainer_;
   std::unique_ptr<v1::Admin::Stub> admin_;
   std::string session_id_;
+  std::string source_tag_;
   std::vector<std::unique_ptr<MappedSlot>> slots_;
   int device_ = 0;
   bool checksums_ = true;                     // the daemon asks for CRC-32 per bucket

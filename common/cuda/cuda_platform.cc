@@ -26,8 +26,10 @@ class CudaPlatform final : public Platform {
                            NcclRootCommunicator::Create(nccl_.get(), device, world_size));
     return std::unique_ptr<RootCommunicator>(std::move(comm));
   }
+  // A CUDA IPC handle is the exporting process's to give: the session tag names nothing here.
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
-                                                          uint64_t bytes) override {
+                                                          uint64_t bytes,
+                                                          const std::string& session_tag) override {
     WSYNC_ASSIGN_OR_RETURN(auto source, CudaSource::Open(device, handle, bytes));
     return std::unique_ptr<SourceMemory>(std::move(source));
   }

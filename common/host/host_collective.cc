@@ -307,6 +307,18 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
           continue;
         }
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EFAULT) {
+          // The kernel could not read the bytes: host mode's memory is a trainer's to truncate
+          // (a slot, or a pull source read in place), and a read past its new end fails here,
+          // where wsyncd's own reads would raise SIGBUS. The peers got part of a broadcast, so
+          // the collective is out of step for good.
+          const std::string what = absl::StrCat(
+              "a broadcast of ", bytes, " bytes could not read its memory after ",
+              s.sent > sizeof(header) ? s.sent - sizeof(header) : 0, " bytes went to rank ", s.rank,
+              ": it shrank under wsyncd (a trainer truncated its shared memory)");
+          Abort(what);
+          return absl::DataLossError(what);
+        }
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
           if (aborted_) {
             return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));

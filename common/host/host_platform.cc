@@ -6,10 +6,9 @@
 
 namespace wsync {
 
-absl::StatusOr<std::unique_ptr<SourceMemory>> HostPlatform::MapSource(int device,
-                                                                      const std::string& handle,
-                                                                      uint64_t bytes) {
-  return MapHostSource(handle, bytes);
+absl::StatusOr<std::unique_ptr<SourceMemory>> HostPlatform::MapSource(
+    int device, const std::string& handle, uint64_t bytes, const std::string& session_tag) {
+  return MapHostSource(handle, bytes, session_tag);
 }
 
 absl::StatusOr<std::unique_ptr<SlotMemory>> HostPlatform::AllocateSlot(int device, uint64_t bytes) {

@@ -18,7 +18,8 @@ class HostPlatform final : public Platform {
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(int device,
                                                                            int world_size) override;
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
-                                                          uint64_t bytes) override;
+                                                          uint64_t bytes,
+                                                          const std::string& session_tag) override;
 
  private:
   std::string bind_address_;

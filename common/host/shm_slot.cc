@@ -3,39 +3,40 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/checksum.h"
-#include "common/host/shm_region.h"
+#include "common/host/guarded_copy.h"
+#include "common/host/shm_names.h"
 #include "common/status_macros.h"
 
 namespace wsync {
 namespace {
 
-std::string NewShmName(int device) {
-  static std::atomic<uint32_t> counter{0};
-  std::random_device rd;
-  return absl::StrFormat("/wsync-%d-d%d-%u-%08x", static_cast<int>(::getpid()), device,
-                         counter.fetch_add(1), rd());
+uint64_t OffsetIn(const void* address, const void* base) {
+  return reinterpret_cast<uintptr_t>(address) - reinterpret_cast<uintptr_t>(base);
 }
 
-// Both sides of a slot checksum the same way (the daemon verifies what the trainer announced).
-absl::StatusOr<uint32_t> ChecksumOfRegion(const void* data, uint64_t size, uint64_t bytes) {
-  if (bytes > size) return absl::OutOfRangeError("checksum range exceeds the slot");
-  return Crc32Parallel(data, bytes, 2);
+// A pull source that faulted at `address` (inside piece.src's range).
+absl::Status SourceFault(const SourcePiece& piece, const void* address) {
+  if (piece.memory != nullptr) {
+    absl::Status intact = piece.memory->CheckIntact();
+    if (!intact.ok()) return intact;
+  }
+  return absl::DataLossError(absl::StrCat(
+      "reading ", piece.memory != nullptr ? piece.memory->Describe() : "a trainer allocation",
+      " faulted (SIGBUS) ", OffsetIn(address, piece.src),
+      " bytes into a tensor: it shrank under wsyncd (the trainer truncated it)"));
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShmSlot>> ShmSlot::Create(int device, uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("slot size must be positive");
-  std::string name = NewShmName(device);
-  WSYNC_ASSIGN_OR_RETURN(void* data, CreateShm(name, bytes));
-  return std::unique_ptr<ShmSlot>(new ShmSlot(device, bytes, std::move(name), data));
+  std::string name = SlotShmName(device);
+  WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, CreateShm(name, bytes));
+  return std::unique_ptr<ShmSlot>(new ShmSlot(device, bytes, std::move(name), std::move(segment)));
 }
 
 ShmSlot::~ShmSlot() {
@@ -43,21 +44,57 @@ ShmSlot::~ShmSlot() {
   ::shm_unlink(name_.c_str());
 }
 
+absl::Status ShmSlot::CheckIntact() {
+  WSYNC_ASSIGN_OR_RETURN(uint64_t size, ShmSize(fd_.get()));
+  if (size >= bytes_) return absl::OkStatus();
+  // Grown back (zeros past the cut), so the slot serves later buckets; the trainer rewrites it.
+  const bool restored = ::ftruncate(fd_.get(), static_cast<off_t>(bytes_)) == 0;
+  return absl::DataLossError(
+      absl::StrCat("its shared memory ", name_, " shrank under wsyncd to ", size, " of ", bytes_,
+                   " bytes (the trainer truncated it); ",
+                   restored ? "wsyncd grew it back for later buckets" : "growing it back failed"));
+}
+
+absl::Status ShmSlot::SlotFault(const void* address) {
+  absl::Status intact = CheckIntact();
+  if (!intact.ok()) return intact;
+  return absl::DataLossError(absl::StrCat("accessing its shared memory ", name_,
+                                          " faulted (SIGBUS) at byte ", OffsetIn(address, data_),
+                                          ": it shrank under wsyncd and grew back meanwhile"));
+}
+
 absl::StatusOr<uint32_t> ShmSlot::Checksum(uint64_t bytes) {
-  return ChecksumOfRegion(data_, bytes_, bytes);
+  if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  const GuardedCrc crc = GuardedCrc32({GuardedRange{data_, bytes_}}, data_, bytes, 2);
+  if (crc.fault != nullptr) return SlotFault(crc.fault);
+  return crc.crc;
 }
 
 absl::StatusOr<uint32_t> ShmSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
   WSYNC_RETURN_IF_ERROR(CheckFillFits(*this, pieces, span));
-  for (const SourcePiece& p : pieces)
-    std::memcpy(static_cast<char*>(data_) + p.offset, p.src, p.bytes);
+  // Both ends are the trainer's to truncate: the slot, and the sources it made.
+  std::vector<GuardedRange> ranges = {GuardedRange{data_, bytes_}};
+  std::vector<GuardedCopyPiece> copies;
+  ranges.reserve(pieces.size() + 1);
+  copies.reserve(pieces.size());
+  for (const SourcePiece& p : pieces) {
+    ranges.push_back(GuardedRange{p.src, p.bytes});
+    copies.push_back(GuardedCopyPiece{static_cast<char*>(data_) + p.offset, p.src, p.bytes});
+  }
+  if (const void* fault = GuardedCopy(ranges, copies); fault != nullptr) {
+    if (ranges[0].Contains(fault)) return SlotFault(fault);
+    for (const SourcePiece& p : pieces) {
+      if (GuardedRange{p.src, p.bytes}.Contains(fault)) return SourceFault(p, fault);
+    }
+    return absl::DataLossError("a guarded copy faulted outside its ranges");  // unreachable
+  }
   return Checksum(span);
 }
 
 absl::StatusOr<std::unique_ptr<ShmMappedSlot>> ShmMappedSlot::Open(const std::string& name,
                                                                    uint64_t bytes) {
-  WSYNC_ASSIGN_OR_RETURN(void* data, OpenShm(name, bytes, /*writable=*/true));
-  return std::unique_ptr<ShmMappedSlot>(new ShmMappedSlot(bytes, data));
+  WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, OpenShm(name, bytes, /*writable=*/true));
+  return std::unique_ptr<ShmMappedSlot>(new ShmMappedSlot(bytes, segment.data));
 }
 
 ShmMappedSlot::~ShmMappedSlot() { ::munmap(data_, bytes_); }
@@ -71,8 +108,10 @@ absl::Status ShmMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t by
   return absl::OkStatus();
 }
 
+// The trainer's side reads the daemon's slot, which only wsyncd could shrink: no guard.
 absl::StatusOr<uint32_t> ShmMappedSlot::Checksum(uint64_t bytes) {
-  return ChecksumOfRegion(data_, bytes_, bytes);
+  if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  return Crc32Parallel(data_, bytes, 2);
 }
 
 }  // namespace wsync

@@ -54,10 +54,11 @@ absl::StatusOr<SessionView> DaemonCore::OpenSession(int device, const std::strin
   const std::string name = client_name.empty() ? "unnamed" : client_name;
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the client name", name, kMaxNameBytes));
   const std::string id = sessions_.NewId();
+  const std::string tag = SessionRegistry::NewSourceTag();
   WSYNC_ASSIGN_OR_RETURN(std::vector<SlotMemory*> slots, pool_.Lease(device, id));
-  sessions_.Add(id, device, name, slots);
+  sessions_.Add(id, tag, device, name, slots);
   WSYNC_LOG(Info, "session ", id, " opened by '", name, "' on device ", device);
-  return SessionView{id, device, std::move(slots), options_.lease};
+  return SessionView{id, tag, device, std::move(slots), options_.lease};
 }
 
 absl::Status DaemonCore::KeepAlive(const std::string& session_id) {
@@ -124,7 +125,7 @@ absl::StatusOr<PulledSources> DaemonCore::ResolveSources(
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& slot = source_tables_[session_id];
-    if (!slot) slot = std::make_shared<SourceTable>(platform_.get(), s.device);
+    if (!slot) slot = std::make_shared<SourceTable>(platform_.get(), s.device, s.source_tag);
     table = slot;
   }
   return table->Resolve(announced, sources, manifest);

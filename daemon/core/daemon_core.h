@@ -40,6 +40,7 @@ struct DaemonOptions {
 
 struct SessionView {
   std::string id;
+  std::string source_tag;  // see Session::source_tag
   int device = 0;
   std::vector<SlotMemory*> slots;
   absl::Duration lease;

@@ -14,10 +14,17 @@ std::string SessionRegistry::NewId() {
   return absl::StrFormat("s%llu-%06x", static_cast<unsigned long long>(next_++), rd() & 0xffffff);
 }
 
-void SessionRegistry::Add(const std::string& id, int device, std::string client_name,
-                          std::vector<SlotMemory*> slots) {
+std::string SessionRegistry::NewSourceTag() {
+  std::random_device rd;
+  return absl::StrFormat("%08x%08x", rd(), rd());
+}
+
+void SessionRegistry::Add(const std::string& id, std::string source_tag, int device,
+                          std::string client_name, std::vector<SlotMemory*> slots) {
   std::lock_guard<std::mutex> lock(mu_);
-  sessions_[id] = Session{id, device, std::move(client_name), std::move(slots), absl::Now(), false};
+  sessions_[id] = Session{
+      id,   std::move(source_tag), device, std::move(client_name), std::move(slots), absl::Now(),
+      false};
 }
 
 absl::StatusOr<Session> SessionRegistry::Touch(const std::string& id) {

@@ -14,6 +14,10 @@ namespace wsync {
 
 struct Session {
   std::string id;
+  // Names the session's pull-mode sources (host mode: /wsync-<pid>-src-<tag>-<n>). Not the id:
+  // shared-memory names are visible to every user of the host, and the id is what the session's
+  // calls carry.
+  std::string source_tag;
   int device = 0;
   std::string client_name;
   std::vector<SlotMemory*> slots;
@@ -28,7 +32,9 @@ class SessionRegistry {
   explicit SessionRegistry(absl::Duration lease) : lease_(lease) {}
 
   std::string NewId();
-  void Add(const std::string& id, int device, std::string client_name,
+  // A fresh random source tag (32 bits would collide among a few ten thousand sessions; 64 do not).
+  static std::string NewSourceTag();
+  void Add(const std::string& id, std::string source_tag, int device, std::string client_name,
            std::vector<SlotMemory*> slots);
   absl::StatusOr<Session> Touch(const std::string& id);
   absl::StatusOr<Session> Remove(const std::string& id);

@@ -18,7 +18,12 @@ absl::StatusOr<PulledSources> SourceTable::Resolve(const std::vector<AllocationA
     if (it != entries_.end() && it->second.handle == a.handle && it->second.bytes == a.bytes) {
       continue;
     }
-    auto memory = platform_->MapSource(device_, a.handle, a.bytes);
+    auto memory = platform_->MapSource(device_, a.handle, a.bytes, session_tag_);
+    if (!memory.ok() && memory.status().code() == absl::StatusCode::kPermissionDenied) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("trainer allocation ", a.id, " (", a.bytes,
+                       " bytes) refused: ", memory.status().message()));
+    }
     if (!memory.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("trainer allocation ", a.id, " (", a.bytes,
@@ -42,7 +47,7 @@ absl::StatusOr<PulledSources> SourceTable::Resolve(const std::vector<AllocationA
           sources[i].allocation, " of ", it->second.bytes, " bytes"));
     }
     out.pieces.push_back(SourcePiece{static_cast<const char*>(it->second.memory->data()) + offset,
-                                     t.offset, t.length});
+                                     t.offset, t.length, it->second.memory.get()});
     if (out.keep.empty() || out.keep.back() != it->second.memory) {
       out.keep.push_back(it->second.memory);
     }

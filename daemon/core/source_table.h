@@ -33,13 +33,16 @@ struct PulledSources {
 
 // One session's trainer allocations mapped into wsyncd, by the client's id. Mappings live as long
 // as the session: an announcement with the same handle reuses the mapping (opening one costs a
-// driver call and address space), a different handle replaces it.
+// driver call and address space), a different handle replaces it. Only allocations the session's
+// own client made are mapped (Platform::MapSource, with the session's tag).
 class SourceTable {
  public:
-  SourceTable(Platform* platform, int device) : platform_(platform), device_(device) {}
+  SourceTable(Platform* platform, int device, std::string session_tag)
+      : platform_(platform), device_(device), session_tag_(std::move(session_tag)) {}
 
   // Maps what is announced, then resolves each tensor of the manifest (in order) to a piece of
-  // that allocation. INVALID_ARGUMENT names the tensor or allocation at fault; nothing is copied.
+  // that allocation. INVALID_ARGUMENT names the tensor or allocation at fault, PERMISSION_DENIED an
+  // allocation the session's client did not make; nothing is copied.
   absl::StatusOr<PulledSources> Resolve(const std::vector<AllocationAnnounce>& announced,
                                         const std::vector<TensorSourceRef>& sources,
                                         const BucketManifest& manifest);
@@ -53,6 +56,7 @@ class SourceTable {
   };
   Platform* platform_;
   int device_;
+  const std::string session_tag_;
   mutable std::mutex mu_;
   std::map<uint64_t, Entry> entries_;
 };

@@ -107,10 +107,22 @@ void UpdateRun::ReportFailure(absl::Status status) {
 }
 
 absl::Status UpdateRun::Verify(const Pending& p) {
-  if (!context_.verify_checksums) return absl::OkStatus();
+  const auto refused = [&](const absl::Status& s) {
+    return absl::Status(s.code(),
+                        absl::StrCat("bucket ", p.sequence, ": slot ", p.slot, " of session ",
+                                     context_.session_id, ": ", s.message(), "; nothing was sent"));
+  };
+  if (!context_.verify_checksums) {
+    // Unread here, the slot is first read by the broadcast, where a host-mode slot the trainer
+    // truncated fails mid-way: make sure it still holds its bytes.
+    absl::Status intact = p.memory->CheckIntact();
+    return intact.ok() ? intact : refused(intact);
+  }
   // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
   const uint64_t span = p.manifest.span_bytes();
-  WSYNC_ASSIGN_OR_RETURN(uint32_t crc, p.memory->Checksum(span));
+  absl::StatusOr<uint32_t> checked = p.memory->Checksum(span);
+  if (!checked.ok()) return refused(checked.status());
+  const uint32_t crc = *checked;
   if (crc != p.checksum) {
     return absl::DataLossError(
         absl::StrCat("bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
@@ -126,9 +138,22 @@ absl::Status UpdateRun::Fill(const Pending& p) {
     return absl::Status(
         crc.status().code(),
         absl::StrCat("bucket ", p.sequence, ": copying the trainer's tensors into slot ", p.slot,
-                     " failed: ", crc.status().message(), "; nothing was sent"));
+                     " of session ", context_.session_id, " failed: ", crc.status().message(),
+                     "; nothing was sent"));
   }
   events_->SourcesRead(p.sequence);
+  return absl::OkStatus();
+}
+
+absl::Status UpdateRun::CheckInPlace(const Pending& p) {
+  for (const std::shared_ptr<SourceMemory>& source : p.pulled.keep) {
+    absl::Status intact = source->CheckIntact();
+    if (!intact.ok()) {
+      return absl::Status(intact.code(),
+                          absl::StrCat("bucket ", p.sequence, " of session ", context_.session_id,
+                                       ": ", intact.message(), "; nothing was sent"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -164,8 +189,7 @@ void UpdateRun::SenderLoop() {
     const absl::Time turn = absl::Now();
     const bool pull = !p.pulled.pieces.empty();
     p.direct = pull ? DirectSource(p) : nullptr;
-    absl::Status status;
-    if (p.direct == nullptr) status = pull ? Fill(p) : Verify(p);
+    absl::Status status = p.direct != nullptr ? CheckInPlace(p) : pull ? Fill(p) : Verify(p);
     const double verify_seconds = (context_.verify_checksums || pull) && p.direct == nullptr
                                       ? absl::ToDoubleSeconds(absl::Now() - turn)
                                       : 0;

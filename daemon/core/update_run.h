@@ -140,9 +140,14 @@ class UpdateRun {
   // Takes the next item of `queue` once there is one (marking it failed_before if the update has
   // failed); false once `done` is set and the queue is empty.
   bool TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight* out);
+  // Push mode: compares the slot's checksum with the trainer's (with checksums off, only checks
+  // that the slot still holds its bytes).
   absl::Status Verify(const Pending& p);
   // Pull mode: copies the trainer's tensors into the slot (after the trainer's ready signal).
   absl::Status Fill(const Pending& p);
+  // Pull mode, read in place: the broadcast reads the trainer's allocation with no read of
+  // wsyncd's before it (the kernel's is not guarded), so first check it still holds its bytes.
+  absl::Status CheckInPlace(const Pending& p);
   // Pull mode: where the bucket's bytes already lie as one run in one trainer allocation, in the
   // bucket's layout; null when they must be copied.
   static const void* DirectSource(const Pending& p);

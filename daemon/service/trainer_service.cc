@@ -169,6 +169,7 @@ grpc::Status TrainerService::OpenSession(grpc::ServerContext* context,
       [&](const std::string& id) { return std::find(open.begin(), open.end(), id) != open.end(); });
   owners_.Record(session->id, caller);
   resp->set_session_id(session->id);
+  resp->set_source_tag(session->source_tag);
   resp->set_device(session->device);
   resp->set_lease_seconds(static_cast<uint32_t>(absl::ToInt64Seconds(session->lease)));
   resp->set_checksum(core_->options().checksum == "none" ? "none" : kChecksumName);

@@ -1,6 +1,8 @@
 // Real wsyncd and simulator processes on loopback, driven through the C++ client and wsyncctl.
 
+#include <fcntl.h>
 #include <httplib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -227,7 +229,7 @@ TEST_F(ProcessTest, PullModeWsyncdReadsTheTrainersMemoryFromItsOwnProcess) {
   auto model = SmallModel(5);
   uint64_t total = 0;
   for (const auto& t : model) total += t.data.size();
-  auto arena = HostSourceArena::Create(total);
+  auto arena = client->NewSourceArena(total);
   ASSERT_TRUE(arena.ok()) << arena.status();
   std::vector<TensorRef> refs;
   uint64_t at = 0;
@@ -246,6 +248,58 @@ TEST_F(ProcessTest, PullModeWsyncdReadsTheTrainersMemoryFromItsOwnProcess) {
   ASSERT_TRUE(result.ok()) << result.status() << daemon->Log();
   EXPECT_EQ(result->buckets_pulled, result->buckets);
   ExpectEngineHolds(pa, model, "v5", 1);
+}
+
+// The /dev/shm entries of process `pid` (host mode names every segment wsync-<pid>-...).
+std::vector<std::string> SegmentsOf(int pid) {
+  std::vector<std::string> out;
+  const std::string prefix = absl::StrCat("wsync-", pid, "-");
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
+
+TEST_F(ProcessTest, WsyncdRemovesItsSharedMemoryWhenItStopsAndSweepsWhatAKilledOneLeft) {
+  // A clean stop removes every segment wsyncd made.
+  auto daemon = StartDaemon();
+  {
+    auto client = Connect();
+    ASSERT_TRUE(client->OpenSession(0, "shm test").ok());
+    EXPECT_EQ(SegmentsOf(daemon->pid()).size(), 2u) << "its two slots";
+  }
+  daemon->Signal(SIGTERM);
+  ASSERT_EQ(daemon->Wait(absl::Seconds(15)), 0) << daemon->Log();
+  EXPECT_THAT(SegmentsOf(daemon->pid()), ::testing::IsEmpty());
+
+  // A killed one leaves its slots behind...
+  daemon = StartDaemon();
+  {
+    auto client = Connect();
+    ASSERT_TRUE(client->OpenSession(0, "shm test").ok());
+  }
+  const int killed = daemon->pid();
+  daemon->Signal(SIGKILL);
+  ASSERT_EQ(daemon->Wait(absl::Seconds(15)), 128 + SIGKILL);
+  const std::vector<std::string> leftovers = SegmentsOf(killed);
+  ASSERT_EQ(leftovers.size(), 2u);
+  std::filesystem::remove(socket_);
+  // ...which the next one removes when it starts, keeping those of a live process (this test's).
+  const std::string live = absl::StrCat("/wsync-", ::getpid(), "-d0-0-1ea5e001");
+  const int fd = ::shm_open(live.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  daemon = StartDaemon();
+  auto client = Connect();
+  ASSERT_NE(client, nullptr) << daemon->Log();
+  EXPECT_THAT(SegmentsOf(killed), ::testing::IsEmpty());
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live));
+  ::shm_unlink(live.c_str());
+  for (const std::string& name : leftovers) {
+    EXPECT_THAT(daemon->Log(), HasSubstr(absl::StrCat("removed /dev/shm/", name)));
+  }
+  EXPECT_THAT(daemon->Log(), HasSubstr(absl::StrCat("left by pid ", killed, ", which is gone")));
 }
 
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {

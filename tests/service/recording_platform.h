@@ -63,8 +63,9 @@ class RecordingPlatform final : public Platform {
     return std::unique_ptr<RootCommunicator>(new Recorded(std::move(*comm), log_));
   }
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
-                                                          uint64_t bytes) override {
-    return inner_.MapSource(device, handle, bytes);
+                                                          uint64_t bytes,
+                                                          const std::string& session_tag) override {
+    return inner_.MapSource(device, handle, bytes, session_tag);
   }
 
  private:

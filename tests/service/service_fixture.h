@@ -70,11 +70,13 @@ inline std::vector<TensorRef> Refs(const std::vector<OwnedTensor>& ts) {
   return refs;
 }
 
-// One raw update carrying one hand-made bucket; returns the stream's final status.
-inline absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket,
-                                  bool commit_first = false, const std::string& group = "policy") {
-  UpdateStream stream(client.trainer(), absl::Seconds(30));
-  auto started = stream.Begin(client.session_id(), group, "bad");
+// One raw update of session `session_id` carrying one hand-made bucket; returns the stream's final
+// status.
+inline absl::Status SendRawBucketAs(v1::Trainer::Stub* trainer, const std::string& session_id,
+                                    const v1::Bucket& bucket, bool commit_first = false,
+                                    const std::string& group = "policy") {
+  UpdateStream stream(trainer, absl::Seconds(30));
+  auto started = stream.Begin(session_id, group, "bad");
   if (!started.ok()) return started.status();
   // Reads and writes on separate threads, as any bidi client must: the daemon's result may be
   // sent while the client is still writing.
@@ -92,6 +94,12 @@ inline absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket,
   }
   writer.join();
   return stream.Finish();
+}
+
+// The same from the client's session.
+inline absl::Status SendRawBucket(Client& client, const v1::Bucket& bucket,
+                                  bool commit_first = false, const std::string& group = "policy") {
+  return SendRawBucketAs(client.trainer(), client.session_id(), bucket, commit_first, group);
 }
 
 class ServiceFixture : public ::testing::Test {

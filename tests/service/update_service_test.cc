@@ -1,11 +1,16 @@
 // The trainer and admin services end to end in one process: client -> in-process gRPC -> daemon
 // core -> host collective + HTTP -> SGLang simulators.
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "common/host/shm_slot.h"
 #include "gmock/gmock.h"
 #include "tests/service/service_fixture.h"
 #include "tests/sim/tcp_store_client.h"
@@ -101,6 +106,73 @@ TEST_F(ServiceFixture, BadBucketsAreRefusedBeforeAnyByteReachesAnEngine) {
     }
   }
 }
+
+// A trainer that fills its slot, then truncates the slot's shared memory before announcing the
+// bucket. wsyncd reads the slot under a fault guard for its checksum (with checksums off, it checks
+// the slot's size before the broadcast would read it): the update fails with DATA_LOSS naming the
+// slot and session, nothing reaches an engine, wsyncd grows the slot back and stays up.
+class TruncatedSlotTest : public ServiceFixture, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void Configure(DaemonOptions& options) override { options.checksum = GetParam(); }
+};
+
+TEST_P(TruncatedSlotTest, ATrainerThatTruncatesItsSlotFailsItsUpdateAndTheNextOneWorks) {
+  CreatePolicyGroup();
+  const auto first = SmallModel(1);
+  PushAndExpectHeld("v1", first);
+  // The trainer's own session, as the wire shows it: the reply names each slot's shared memory.
+  ASSERT_TRUE(client_->CloseSession().ok());
+  v1::OpenSessionRequest open;
+  open.set_device(0);
+  open.set_client_name("truncating trainer");
+  v1::OpenSessionResponse session;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(client_->trainer()->OpenSession(&ctx, open, &session).ok());
+  }
+  const v1::SlotInfo& info = session.slots(0);
+  const std::vector<uint8_t> bytes(64, 0x5a);
+  {
+    auto slot = ShmMappedSlot::Open(info.memory_handle(), info.bytes());
+    ASSERT_TRUE(slot.ok()) << slot.status();
+    ASSERT_TRUE((*slot)->CopyIn(0, bytes.data(), bytes.size()).ok());
+  }
+  const int fd = ::shm_open(info.memory_handle().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 0), 0);
+  ::close(fd);
+  v1::Bucket bucket;
+  bucket.set_slot(0);
+  bucket.set_checksum(Crc32(bytes.data(), bytes.size()));
+  *bucket.add_tensors() = Spec("a", "uint8", {64}, 0, 64);
+  const int received = TotalUpdatesReceived();
+  const size_t broadcasts = broadcasts_.records().size();
+
+  absl::Status s = SendRawBucketAs(client_->trainer(), session.session_id(), bucket);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("slot 0 of session ", session.session_id())));
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat(info.memory_handle(), " shrank under wsyncd to 0 of ",
+                                     info.bytes(), " bytes (the trainer truncated it)")));
+  EXPECT_THAT(s.message(), HasSubstr("nothing was sent"));
+  EXPECT_EQ(TotalUpdatesReceived(), received) << "bytes of the bad bucket reached an engine";
+  EXPECT_EQ(broadcasts_.records().size(), broadcasts) << "the bad bucket was handed to the wire";
+  ExpectHolds(*sim_a_.sim, first, "v1", 1);
+  ExpectHolds(*sim_b_.sim, first, "v1", 2);
+
+  // wsyncd is up; the next trainer's session gets the same slots, grown back, and updates.
+  {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest close;
+    close.set_session_id(session.session_id());
+    v1::CloseSessionResponse closed;
+    ASSERT_TRUE(client_->trainer()->CloseSession(&ctx, close, &closed).ok());
+  }
+  ASSERT_TRUE(client_->OpenSession(0, "next trainer").ok());
+  PushAndExpectHeld("v2", SmallModel(2));
+}
+
+INSTANTIATE_TEST_SUITE_P(Checksums, TruncatedSlotTest, ::testing::Values("crc32", "none"));
 
 TEST_F(ServiceFixture, UnknownGroupAndSecondSessionAreRefused) {
   CreatePolicyGroup();

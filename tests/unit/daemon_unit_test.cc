@@ -243,9 +243,9 @@ TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
 
 TEST(SourceTable, KeepsAMappingWhileItsHandleStaysAndReplacesItWhenItChanges) {
   HostPlatform platform("127.0.0.1", "127.0.0.1");
-  SourceTable table(&platform, 0);
-  auto first = HostSourceArena::Create(4096);
-  auto second = HostSourceArena::Create(4096);
+  SourceTable table(&platform, 0, "t1");
+  auto first = HostSourceArena::Create("t1", 4096);
+  auto second = HostSourceArena::Create("t1", 4096);
   ASSERT_TRUE(first.ok() && second.ok());
   static_cast<uint8_t*>((*first)->data())[100] = 1;
   static_cast<uint8_t*>((*second)->data())[100] = 2;

@@ -1,6 +1,9 @@
 #include "common/host/host_collective.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -273,6 +276,37 @@ TEST(HostCollective, ReceiverReportsACountMismatch) {
   t.join();
   EXPECT_THAT(s.message(),
               HasSubstr("root broadcast 100 bytes but this rank posted a receive of 200"));
+}
+
+TEST(HostCollective, ABroadcastOfMemoryATrainerTruncatedIsDataLossNotACrash) {
+  // The kernel reads the slot for send(), so a cut slot is EFAULT there, not SIGBUS: the root
+  // names the cause and aborts the collective, which its peers saw only part of.
+  auto root = HostRootCommunicator::Create("127.0.0.1", "127.0.0.1", 2);
+  ASSERT_TRUE(root.ok()) << root.status();
+  auto slot = ShmSlot::Create(0, 1 << 20);
+  ASSERT_TRUE(slot.ok());
+  int fd = ::shm_open((*slot)->memory_handle().c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 0), 0);
+  ::close(fd);
+  absl::Status received;
+  std::thread peer_thread([&] {
+    auto peer =
+        HostCollectivePeer::Join((*root)->unique_id(), 1, 2, absl::Now() + absl::Seconds(5));
+    if (!peer.ok()) {
+      received = peer.status();
+      return;
+    }
+    std::vector<uint8_t> buf(1 << 20);
+    received = (*peer)->Receive(buf.data(), buf.size(), absl::Now() + absl::Seconds(5));
+  });
+  absl::Status sent = (*root)->Broadcast(**slot, 0, 1 << 20, absl::Now() + absl::Seconds(5));
+  peer_thread.join();
+  EXPECT_EQ(sent.code(), absl::StatusCode::kDataLoss) << sent;
+  EXPECT_THAT(sent.message(), HasSubstr("shrank under wsyncd"));
+  EXPECT_FALSE(received.ok());
+  EXPECT_EQ((*root)->Broadcast(**slot, 0, 10, absl::Now() + absl::Seconds(1)).code(),
+            absl::StatusCode::kAborted);
 }
 
 TEST(ShmSlot, ClientMappingSeesTheDaemonsBytes) {
