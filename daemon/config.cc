@@ -119,7 +119,38 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
   }
+  static const std::set<std::string> kKeys = {"socket",
+                                              "listen",
+                                              "mode",
+                                              "slots",
+                                              "slot_bytes",
+                                              "bucket_timeout_s",
+                                              "checksum",
+                                              "lease_s",
+                                              "control_timeout_s",
+                                              "advertise_address",
+                                              "bind_address",
+                                              "log_level",
+                                              "groups",
+                                              "engine_networks"};
+  for (const auto& [key, value] : j.items()) {
+    if (kKeys.count(key) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", key, "\""));
+    }
+  }
   try {
+    if (j.contains("engine_networks")) {
+      if (!j["engine_networks"].is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": engine_networks must be a list of hosts and networks"));
+      }
+      std::vector<std::string> entries = j["engine_networks"].get<std::vector<std::string>>();
+      if (auto parsed = NetworkAllowList::Parse(entries); !parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": engine_networks: ", parsed.status().message()));
+      }
+      config->engine_networks = std::move(entries);
+    }
     if (j.contains("socket")) config->server.unix_socket = j["socket"].get<std::string>();
     if (j.contains("listen")) config->server.tcp_listen = j["listen"].get<std::string>();
     if (j.contains("mode")) config->daemon.mode = j["mode"].get<std::string>();
@@ -158,6 +189,28 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<NetworkAllowList> EngineNetworksFor(const DaemonConfig& config) {
+  if (config.engine_networks.has_value()) {
+    auto list = NetworkAllowList::Parse(*config.engine_networks);
+    if (!list.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("engine_networks: ", list.status().message()));
+    }
+    return list;
+  }
+  // The operator named these hosts in the config: they are engines.
+  NetworkAllowList list = NetworkAllowList::Loopback();
+  for (const GroupSpec& g : config.groups) {
+    for (const EngineSpec& e : g.engines) {
+      WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
+      if (absl::Status s = list.Add(url.host); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("group '", g.name, "': engine ", e.url, ": ", s.message()));
+      }
+    }
+  }
+  return list;
 }
 
 }  // namespace wsync

@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
   auto* bind_opt = app.add_option("--bind-address", config.daemon.group.transport.bind_address,
                                   "address the rendezvous stores and collectives listen on");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
+  std::vector<std::string> engine_networks;
+  auto* networks_opt =
+      app.add_option("--engine-networks", engine_networks,
+                     "comma-separated hosts, addresses and networks (CIDR) engines may be at "
+                     "(default: loopback and the config's groups' hosts)")
+          ->delimiter(',');
   std::string nccl_lib = "libnccl.so.2";
   app.add_option("--nccl-lib", nccl_lib,
                  "libnccl to load: use the engines' own (torch's site-packages/nvidia/nccl/lib), "
@@ -100,7 +106,9 @@ int main(int argc, char** argv) {
       config.daemon.group.transport.bind_address = from_file.daemon.group.transport.bind_address;
     if (log_opt->count() == 0) log_level = from_file.log_level;
     config.groups = from_file.groups;
+    config.engine_networks = from_file.engine_networks;
   }
+  if (networks_opt->count() > 0) config.engine_networks = engine_networks;
   auto level = wsync::ParseLogLevel(log_level);
   if (!level.ok()) return Fail(std::string(level.status().message()));
   wsync::SetLogLevel(*level);
@@ -113,6 +121,11 @@ int main(int argc, char** argv) {
   if (config.server.unix_socket.empty() && config.server.tcp_listen.empty()) {
     return Fail("nothing to serve on: give --socket and/or --listen");
   }
+  auto networks = wsync::EngineNetworksFor(config);
+  if (!networks.ok()) return Fail(std::string(networks.status().message()));
+  config.daemon.engine_networks = *networks;
+  WSYNC_LOG(Info, "engines may be at: ", config.daemon.engine_networks.Describe(),
+            config.engine_networks.has_value() ? "" : " (the default; set engine_networks)");
 
   std::unique_ptr<wsync::Platform> platform;
   if (config.daemon.mode == "host") {

@@ -130,8 +130,22 @@ std::shared_ptr<WeightGroup> DaemonCore::FindGroup(const std::string& name) cons
   return it == groups_.end() ? nullptr : it->second;
 }
 
+absl::Status DaemonCore::CheckEngineNetworks(const GroupSpec& spec) const {
+  for (const EngineSpec& e : spec.engines) {
+    WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
+    absl::Status allowed = options_.engine_networks.Check(url.host, options_.resolve_host);
+    if (!allowed.ok()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("group '", spec.name, "': engine ", e.url,
+                       " is not allowed by engine_networks: ", allowed.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DaemonCore::DeclareGroup(const GroupSpec& spec) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  WSYNC_RETURN_IF_ERROR(CheckEngineNetworks(spec));
   std::lock_guard<std::mutex> lock(mu_);
   if (groups_.count(spec.name) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("group '", spec.name, "' exists"));
@@ -145,6 +159,7 @@ absl::Status DaemonCore::DeclareGroup(const GroupSpec& spec) {
 
 absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  WSYNC_RETURN_IF_ERROR(CheckEngineNetworks(spec));
   std::shared_ptr<WeightGroup> group;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/gpu_seam.h"
+#include "common/network_allow_list.h"
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/session_registry.h"
 #include "daemon/core/transport.h"
@@ -36,6 +37,11 @@ struct DaemonOptions {
   std::string gpu_sharing = "n/a (host mode)";
   size_t history_limit = 256;
   GroupOptions group;
+  // The hosts a group's engines may be at (config "engine_networks"): wsyncd sends requests to
+  // whatever URL a group names, so a group elsewhere is refused before any request is made.
+  NetworkAllowList engine_networks = NetworkAllowList::Loopback();
+  // How engine host names are resolved for that check.
+  HostResolver resolve_host = ResolveHost;
 };
 
 struct SessionView {
@@ -113,7 +119,8 @@ class DaemonCore {
 
  private:
   void ReapLoop();
-  void FormDeclaredGroups();
+  // PERMISSION_DENIED naming the engine and engine_networks unless every engine's host is in it.
+  absl::Status CheckEngineNetworks(const GroupSpec& spec) const;
   std::shared_ptr<WeightGroup> FindGroup(const std::string& name) const;
 
   std::unique_ptr<Platform> platform_;

@@ -248,6 +248,40 @@ TEST_F(ProcessTest, PullModeWsyncdReadsTheTrainersMemoryFromItsOwnProcess) {
   ExpectEngineHolds(pa, model, "v5", 1);
 }
 
+TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
+  // Default: loopback and the config's own hosts (none here), so wsyncctl's group elsewhere is
+  // refused, naming the engine and the rule.
+  {
+    auto daemon = StartDaemon();
+    auto [rc, out] = Ctl({"create-group", "policy", "--engine", "http://10.255.0.1:30000",
+                          "--engine", "http://127.0.0.1:30000"});
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_THAT(out, HasSubstr("engine http://10.255.0.1:30000 is not allowed by engine_networks: "
+                               "10.255.0.1 is not in 127.0.0.0/8, ::1, localhost (7)"));
+  }
+  std::filesystem::remove(socket_);  // the killed daemon's
+  // Given with the flag: it replaces the default.
+  {
+    auto daemon = StartDaemon({"--engine-networks", "10.255.0.0/16,fd00::/8"});
+    auto [rc, out] = Ctl({"create-group", "policy", "--engine", "http://127.0.0.1:30000"});
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_THAT(out, HasSubstr("127.0.0.1 is not in 10.255.0.0/16, fd00::/8"));
+  }
+  std::filesystem::remove(socket_);
+  // A config group outside the config's own list stops the daemon at start.
+  const std::string config = dir_ + "/wsyncd.json";
+  std::ofstream(config) << R"({"engine_networks": ["127.0.0.1"], "groups": [{"name": "policy",
+      "engines": [{"url": "http://10.255.0.1:30000"}]}]})";
+  auto refused = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_, "--config",
+                               config},
+      dir_ + "/refused.log");
+  EXPECT_EQ(refused->Wait(absl::Seconds(10)), 1);
+  EXPECT_THAT(refused->Log(),
+              HasSubstr("config group 'policy': group 'policy': engine http://10.255.0.1:30000 is "
+                        "not allowed by engine_networks"));
+}
+
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
   auto p = std::make_unique<ChildProcess>(std::vector<std::string>{WSYNCD_BIN, "--socket", socket_},
                                           dir_ + "/cuda.log");
