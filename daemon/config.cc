@@ -110,6 +110,20 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   return spec;
 }
 
+nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
+  nlohmann::json engines = nlohmann::json::array();
+  for (const EngineSpec& e : spec.engines) engines.push_back({{"url", e.url}, {"ranks", e.ranks}});
+  nlohmann::json j = {{"name", spec.name},
+                      {"kind", std::string(EngineKindName(spec.kind))},
+                      {"transport", std::string(TransportKindName(spec.transport))},
+                      {"device", spec.device},
+                      {"engines", std::move(engines)}};
+  if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
+    j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
+  }
+  return j;
+}
+
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
@@ -132,7 +146,8 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
                                               "bind_address",
                                               "log_level",
                                               "groups",
-                                              "engine_networks"};
+                                              "engine_networks",
+                                              "state_dir"};
   for (const auto& [key, value] : j.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", key, "\""));
@@ -179,6 +194,7 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       config->daemon.group.transport.bind_address = j["bind_address"].get<std::string>();
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
+    if (j.contains("state_dir")) config->state_dir = j["state_dir"].get<std::string>();
     if (j.contains("groups")) {
       for (const auto& g : j["groups"]) {
         WSYNC_ASSIGN_OR_RETURN(GroupSpec spec, GroupSpecFromJson(g));
@@ -201,9 +217,13 @@ absl::StatusOr<NetworkAllowList> EngineNetworksFor(const DaemonConfig& config) {
   }
   // The operator named these hosts in the config: they are engines.
   NetworkAllowList list = NetworkAllowList::Loopback();
+  const HostResolver no_lookup = [](const std::string&) -> absl::StatusOr<std::vector<IpAddress>> {
+    return absl::UnavailableError("not looked up");
+  };
   for (const GroupSpec& g : config.groups) {
     for (const EngineSpec& e : g.engines) {
       WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
+      if (list.Check(url.host, no_lookup).ok()) continue;  // 127.0.0.1, say: already in
       if (absl::Status s = list.Add(url.host); !s.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("group '", g.name, "': engine ", e.url, ": ", s.message()));

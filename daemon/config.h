@@ -20,6 +20,8 @@ struct DaemonConfig {
   std::vector<GroupSpec> groups;
   // "engine_networks" as given; absent: the default EngineNetworksFor makes.
   std::optional<std::vector<std::string>> engine_networks;
+  // Where group records are kept (StateDir); empty: nowhere.
+  std::string state_dir;
 };
 
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.
@@ -31,12 +33,14 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 // at the top level, where older config files have it}. Unknown keys are refused. Maps to the same
 // GroupSpec as the admin API; ValidateGroupSpec checks it when the group is declared.
 absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& group);
+// The "groups" entry GroupSpecFromJson reads back as `spec`.
+nlohmann::json GroupSpecToJson(const GroupSpec& spec);
 
 // Reads a JSON config file. Its keys mirror the flags (socket, listen, mode, slots, slot_bytes,
 // bucket_timeout_s, lease_s, control_timeout_s, advertise_address, bind_address, log_level,
-// engine_networks) plus "groups": [GroupSpecFromJson entries]. Fields absent from the file keep
-// the values already in `config`. Unknown keys are refused: a misspelt key would leave a setting
-// (engine_networks, say) at its default without a word.
+// engine_networks, state_dir) plus "groups": [GroupSpecFromJson entries]. Fields absent from the
+// file keep the values already in `config`. Unknown keys are refused: a misspelt key would leave a
+// setting (engine_networks, say) at its default without a word.
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 
 // The hosts engines may be at: `config.engine_networks` when given (hosts, addresses, networks),

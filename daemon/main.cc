@@ -18,6 +18,7 @@
 #include "daemon/core/daemon_core.h"
 #include "daemon/group_factories.h"
 #include "daemon/service/server.h"
+#include "daemon/state_dir.h"
 
 namespace {
 
@@ -71,6 +72,11 @@ int main(int argc, char** argv) {
                      "comma-separated hosts, addresses and networks (CIDR) engines may be at "
                      "(default: loopback and the config's groups' hosts)")
           ->delimiter(',');
+  auto* state_opt = app.add_option(
+      "--state-dir", config.state_dir,
+      "directory where wsyncd records the groups it has open at the engines, so that after a "
+      "crash the next wsyncd drops their stale groups and keeps engines left paused mid-update "
+      "paused until a full version ('' for none)");
   std::string nccl_lib = "libnccl.so.2";
   app.add_option("--nccl-lib", nccl_lib,
                  "libnccl to load: use the engines' own (torch's site-packages/nvidia/nccl/lib), "
@@ -107,6 +113,7 @@ int main(int argc, char** argv) {
     if (log_opt->count() == 0) log_level = from_file.log_level;
     config.groups = from_file.groups;
     config.engine_networks = from_file.engine_networks;
+    if (state_opt->count() == 0) config.state_dir = from_file.state_dir;
   }
   if (networks_opt->count() > 0) config.engine_networks = engine_networks;
   auto level = wsync::ParseLogLevel(log_level);
@@ -166,13 +173,28 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories());
+  std::unique_ptr<wsync::StateDir> state;
+  std::vector<wsync::GroupRecord> records;
+  if (!config.state_dir.empty()) {
+    auto opened = wsync::StateDir::Open(config.state_dir);
+    if (!opened.ok()) return Fail(std::string(opened.status().message()));
+    state = std::move(*opened);
+    std::vector<std::string> problems;
+    records = state->LoadAll(&problems);
+    for (const std::string& p : problems) WSYNC_LOG(Error, "state directory: ", p);
+    WSYNC_LOG(Info, "state directory ", state->path(), ": ", records.size(), " group record(s)");
+  } else {
+    WSYNC_LOG(Warning,
+              "no --state-dir: if wsyncd dies, the next one cannot drop the groups it left at "
+              "the engines, nor tell which engines it left paused in the middle of an update");
+  }
+
+  wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories(),
+                         std::move(state));
   auto server = wsync::DaemonServer::Start(&core, config.server);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  for (const wsync::GroupSpec& g : config.groups) {
-    if (auto s = core.DeclareGroup(g); !s.ok()) {
-      return Fail(absl::StrCat("config group '", g.name, "': ", s.message()));
-    }
+  if (auto s = core.Recover(config.groups, records); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
             " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",

@@ -1,9 +1,11 @@
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/service/status_mapping.h"
+#include "daemon/state_dir.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
 #include "daemon/transport/http/update_channel.h"
 #include "gmock/gmock.h"
@@ -313,6 +316,90 @@ TEST(UpdateChannel, ARefusedConnectionSaysUnreachableAndNoMore) {
   absl::Status s = refused.Post("/update", "{}", absl::Now() + absl::Seconds(5)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(s.message(), "engine unreachable: cannot connect for the update requests");
+}
+
+GroupRecord ARecord(const std::string& name) {
+  GroupRecord r;
+  r.spec.name = name;
+  r.spec.device = 1;
+  r.spec.engines = {{"http://e:1", 2}, {"http://[fd00::1]:30000", 1}};
+  r.spec.engine_options = std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
+  r.engine_group = name;
+  r.open_update_id = "u3";
+  r.open_version = "step-3";
+  r.last_version = "step-2";
+  r.needs_full_version = {{"http://e:1", "left paused"}};
+  return r;
+}
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/wsync-state-", ::getpid(), "-", name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(StateDir, RecordsSurviveAsWrittenAndAreReplacedWhole) {
+  const std::string dir = FreshDir("roundtrip");
+  auto state = StateDir::Open(dir + "/nested/");
+  ASSERT_TRUE(state.ok()) << state.status();
+  GroupRecord policy = ARecord("policy");
+  ASSERT_TRUE((*state)->Save(policy).ok());
+  ASSERT_TRUE((*state)->Save(ARecord("other.group")).ok());
+  policy.open_version.clear();
+  policy.open_update_id.clear();
+  policy.needs_full_version.clear();
+  ASSERT_TRUE((*state)->Save(policy).ok());  // replaces the first
+  std::vector<std::string> problems;
+  std::vector<GroupRecord> loaded = (*state)->LoadAll(&problems);
+  EXPECT_THAT(problems, ::testing::IsEmpty());
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded[0], ARecord("other.group"));
+  EXPECT_EQ(loaded[1], policy);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/nested/groups/policy.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((dir + "/nested").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/nested/groups")) {
+    ++files;
+    EXPECT_EQ(e.path().extension(), ".json") << "no temporary file is left: " << e.path();
+  }
+  EXPECT_EQ(files, 2);
+  ASSERT_TRUE((*state)->Remove("other.group").ok());
+  ASSERT_TRUE((*state)->Remove("never-saved").ok());
+  EXPECT_EQ((*state)->LoadAll(&problems).size(), 1u);
+}
+
+TEST(StateDir, OneWsyncdPerDirectory) {
+  const std::string dir = FreshDir("lock");
+  auto first = StateDir::Open(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = StateDir::Open(dir);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another wsyncd"));
+  first->reset();
+  EXPECT_TRUE(StateDir::Open(dir).ok()) << "the lock goes with the process that held it";
+}
+
+TEST(StateDir, UnreadableRecordsAreNamedAndLeftWhereTheyAre) {
+  const std::string dir = FreshDir("problems");
+  auto state = StateDir::Open(dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE((*state)->Save(ARecord("good")).ok());
+  std::ofstream(dir + "/groups/torn.json") << "{\"format\": 1, \"group\": {";
+  std::ofstream(dir + "/groups/.good.json.tmp") << "half a write";
+  nlohmann::json renamed = StateDir::RecordToJson(ARecord("elsewhere"));
+  std::ofstream(dir + "/groups/moved.json") << renamed.dump();
+  std::vector<std::string> problems;
+  std::vector<GroupRecord> loaded = (*state)->LoadAll(&problems);
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].spec.name, "good");
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_THAT(problems[0], HasSubstr("moved.json: holds group 'elsewhere'"));
+  EXPECT_THAT(problems[1], HasSubstr("torn.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/groups/torn.json"));
 }
 
 TEST(TorchStoreRendezvous, UniqueIdKeyMatchesTheHelpersPrefixChain) {
