@@ -110,6 +110,20 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   return spec;
 }
 
+nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
+  nlohmann::json engines = nlohmann::json::array();
+  for (const EngineSpec& e : spec.engines) engines.push_back({{"url", e.url}, {"ranks", e.ranks}});
+  nlohmann::json j = {{"name", spec.name},
+                      {"kind", std::string(EngineKindName(spec.kind))},
+                      {"transport", std::string(TransportKindName(spec.transport))},
+                      {"device", spec.device},
+                      {"engines", std::move(engines)}};
+  if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
+    j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
+  }
+  return j;
+}
+
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
@@ -119,7 +133,46 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
   }
+  static const std::set<std::string> kKeys = {"socket",
+                                              "listen",
+                                              "socket_group",
+                                              "admin_group",
+                                              "tls_cert",
+                                              "tls_key",
+                                              "token_file",
+                                              "admin_token_file",
+                                              "insecure_listen",
+                                              "mode",
+                                              "slots",
+                                              "slot_bytes",
+                                              "bucket_timeout_s",
+                                              "checksum",
+                                              "lease_s",
+                                              "control_timeout_s",
+                                              "advertise_address",
+                                              "bind_address",
+                                              "log_level",
+                                              "groups",
+                                              "engine_networks",
+                                              "state_dir"};
+  for (const auto& [key, value] : j.items()) {
+    if (kKeys.count(key) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", key, "\""));
+    }
+  }
   try {
+    if (j.contains("engine_networks")) {
+      if (!j["engine_networks"].is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": engine_networks must be a list of hosts and networks"));
+      }
+      std::vector<std::string> entries = j["engine_networks"].get<std::vector<std::string>>();
+      if (auto parsed = NetworkAllowList::Parse(entries); !parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": engine_networks: ", parsed.status().message()));
+      }
+      config->engine_networks = std::move(entries);
+    }
     if (j.contains("socket")) config->server.unix_socket = j["socket"].get<std::string>();
     if (j.contains("listen")) config->server.tcp_listen = j["listen"].get<std::string>();
     for (auto [key, field] : {std::pair{"socket_group", &config->server.socket_group},
@@ -159,6 +212,7 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       config->daemon.group.transport.bind_address = j["bind_address"].get<std::string>();
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
+    if (j.contains("state_dir")) config->state_dir = j["state_dir"].get<std::string>();
     if (j.contains("groups")) {
       for (const auto& g : j["groups"]) {
         WSYNC_ASSIGN_OR_RETURN(GroupSpec spec, GroupSpecFromJson(g));
@@ -169,6 +223,32 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<NetworkAllowList> EngineNetworksFor(const DaemonConfig& config) {
+  if (config.engine_networks.has_value()) {
+    auto list = NetworkAllowList::Parse(*config.engine_networks);
+    if (!list.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("engine_networks: ", list.status().message()));
+    }
+    return list;
+  }
+  // The operator named these hosts in the config: they are engines.
+  NetworkAllowList list = NetworkAllowList::Loopback();
+  const HostResolver no_lookup = [](const std::string&) -> absl::StatusOr<std::vector<IpAddress>> {
+    return absl::UnavailableError("not looked up");
+  };
+  for (const GroupSpec& g : config.groups) {
+    for (const EngineSpec& e : g.engines) {
+      WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
+      if (list.Check(url.host, no_lookup).ok()) continue;  // 127.0.0.1, say: already in
+      if (absl::Status s = list.Add(url.host); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("group '", g.name, "': engine ", e.url, ": ", s.message()));
+      }
+    }
+  }
+  return list;
 }
 
 }  // namespace wsync

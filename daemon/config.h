@@ -1,10 +1,12 @@
 #ifndef WSYNC_DAEMON_CONFIG_H_
 #define WSYNC_DAEMON_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/network_allow_list.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/server.h"
 #include "nlohmann/json.hpp"
@@ -16,6 +18,10 @@ struct DaemonConfig {
   ServerOptions server;
   std::string log_level = "info";
   std::vector<GroupSpec> groups;
+  // "engine_networks" as given; absent: the default EngineNetworksFor makes.
+  std::optional<std::vector<std::string>> engine_networks;
+  // Where group records are kept (StateDir); empty: nowhere.
+  std::string state_dir;
 };
 
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.
@@ -27,12 +33,19 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 // at the top level, where older config files have it}. Unknown keys are refused. Maps to the same
 // GroupSpec as the admin API; ValidateGroupSpec checks it when the group is declared.
 absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& group);
+// The "groups" entry GroupSpecFromJson reads back as `spec`.
+nlohmann::json GroupSpecToJson(const GroupSpec& spec);
 
 // Reads a JSON config file. Its keys mirror the flags (socket, listen, mode, slots, slot_bytes,
-// bucket_timeout_s, lease_s, control_timeout_s, advertise_address, bind_address, log_level) plus
-// "groups": [GroupSpecFromJson entries]. Fields absent from the file keep the values already in
-// `config`.
+// bucket_timeout_s, lease_s, control_timeout_s, advertise_address, bind_address, log_level,
+// engine_networks, state_dir) plus "groups": [GroupSpecFromJson entries]. Fields absent from the
+// file keep the values already in `config`. Unknown keys are refused: a misspelt key would leave a
+// setting (engine_networks, say) at its default without a word.
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
+
+// The hosts engines may be at: `config.engine_networks` when given (hosts, addresses, networks),
+// else loopback and the hosts of the config's own groups.
+absl::StatusOr<NetworkAllowList> EngineNetworksFor(const DaemonConfig& config);
 
 }  // namespace wsync
 

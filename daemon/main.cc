@@ -21,6 +21,7 @@
 #include "daemon/core/daemon_core.h"
 #include "daemon/group_factories.h"
 #include "daemon/service/server.h"
+#include "daemon/state_dir.h"
 
 namespace {
 
@@ -96,6 +97,17 @@ int main(int argc, char** argv) {
                      "address the rendezvous stores and collectives listen on (default: the "
                      "advertise address)");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
+  std::vector<std::string> engine_networks;
+  auto* networks_opt =
+      app.add_option("--engine-networks", engine_networks,
+                     "comma-separated hosts, addresses and networks (CIDR) engines may be at "
+                     "(default: loopback and the config's groups' hosts)")
+          ->delimiter(',');
+  auto* state_opt = app.add_option(
+      "--state-dir", config.state_dir,
+      "directory where wsyncd records the groups it has open at the engines, so that after a "
+      "crash the next wsyncd drops their stale groups and keeps engines left paused mid-update "
+      "paused until a full version ('' for none)");
   std::string nccl_lib = "libnccl.so.2";
   app.add_option("--nccl-lib", nccl_lib,
                  "libnccl to load: use the engines' own (torch's site-packages/nvidia/nccl/lib), "
@@ -141,7 +153,10 @@ int main(int argc, char** argv) {
       config.daemon.group.transport.bind_address = from_file.daemon.group.transport.bind_address;
     if (log_opt->count() == 0) log_level = from_file.log_level;
     config.groups = from_file.groups;
+    config.engine_networks = from_file.engine_networks;
+    if (state_opt->count() == 0) config.state_dir = from_file.state_dir;
   }
+  if (networks_opt->count() > 0) config.engine_networks = engine_networks;
   auto level = wsync::ParseLogLevel(log_level);
   if (!level.ok()) return Fail(std::string(level.status().message()));
   wsync::SetLogLevel(*level);
@@ -157,6 +172,11 @@ int main(int argc, char** argv) {
   if (config.server.unix_socket.empty() && config.server.tcp_listen.empty()) {
     return Fail("nothing to serve on: give --socket and/or --listen");
   }
+  auto networks = wsync::EngineNetworksFor(config);
+  if (!networks.ok()) return Fail(std::string(networks.status().message()));
+  config.daemon.engine_networks = *networks;
+  WSYNC_LOG(Info, "engines may be at: ", config.daemon.engine_networks.Describe(),
+            config.engine_networks.has_value() ? "" : " (the default; set engine_networks)");
 
   std::unique_ptr<wsync::Platform> platform;
   if (config.daemon.mode == "host") {
@@ -211,13 +231,28 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories());
+  std::unique_ptr<wsync::StateDir> state;
+  std::vector<wsync::GroupRecord> records;
+  if (!config.state_dir.empty()) {
+    auto opened = wsync::StateDir::Open(config.state_dir);
+    if (!opened.ok()) return Fail(std::string(opened.status().message()));
+    state = std::move(*opened);
+    std::vector<std::string> problems;
+    records = state->LoadAll(&problems);
+    for (const std::string& p : problems) WSYNC_LOG(Error, "state directory: ", p);
+    WSYNC_LOG(Info, "state directory ", state->path(), ": ", records.size(), " group record(s)");
+  } else {
+    WSYNC_LOG(Warning,
+              "no --state-dir: if wsyncd dies, the next one cannot drop the groups it left at "
+              "the engines, nor tell which engines it left paused in the middle of an update");
+  }
+
+  wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories(),
+                         std::move(state));
   auto server = wsync::DaemonServer::Start(&core, config.server);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  for (const wsync::GroupSpec& g : config.groups) {
-    if (auto s = core.DeclareGroup(g); !s.ok()) {
-      return Fail(absl::StrCat("config group '", g.name, "': ", s.message()));
-    }
+  if (auto s = core.Recover(config.groups, records); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
             " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",

@@ -51,6 +51,11 @@ std::string OptionsText(const v1::GroupSpec& spec) {
   return "";
 }
 
+// "yes: <why>" for an engine left paused mid-update, "no" otherwise.
+std::string NeedsFullVersion(const v1::EngineInfo& e) {
+  return e.needs_full_version() ? absl::StrCat("yes: ", e.needs_full_version_reason()) : "no";
+}
+
 int PrintJson(const google::protobuf::Message& m) {
   std::string out;
   google::protobuf::util::JsonPrintOptions opts;
@@ -145,9 +150,10 @@ class Ctl {
               << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     std::cout << "bucket rules: " << g.bucket_rules() << "\n";
     if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
-    Table t({"ENGINE", "RANKS", "RANK OFFSET"});
+    Table t({"ENGINE", "RANKS", "RANK OFFSET", "NEEDS FULL VERSION"});
     for (const auto& e : g.engines()) {
-      t.AddRow({e.url(), absl::StrCat(e.ranks()), absl::StrCat(e.rank_offset())});
+      t.AddRow(
+          {e.url(), absl::StrCat(e.ranks()), absl::StrCat(e.rank_offset()), NeedsFullVersion(e)});
     }
     t.Print(std::cout);
     return 0;
@@ -158,13 +164,30 @@ class Ctl {
     auto s = admin()->ListEngines(Context().get(), v1::ListEnginesRequest(), &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
-    Table t({"GROUP", "ENGINE", "RANKS", "HEALTHY", "ENGINE VERSION", "WEIGHT VERSION", "ERROR"});
+    Table t({"GROUP", "ENGINE", "RANKS", "HEALTHY", "ENGINE VERSION", "WEIGHT VERSION",
+             "NEEDS FULL VERSION", "ERROR"});
     for (const auto& e : resp.engines()) {
-      t.AddRow(
-          {e.group(), e.url(), absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1),
-           e.healthy() ? "yes" : "no", e.engine_version(), e.weight_version(), e.last_error()});
+      t.AddRow({e.group(), e.url(),
+                absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1),
+                e.healthy() ? "yes" : "no", e.engine_version(), e.weight_version(),
+                NeedsFullVersion(e), e.last_error()});
     }
     t.Print(std::cout);
+    return 0;
+  }
+
+  int ResumeEngine(const std::string& group, const std::string& url) {
+    v1::ResumeEngineRequest req;
+    req.set_group(group);
+    req.set_url(url);
+    v1::ResumeEngineResponse resp;
+    auto s = admin()->ResumeEngine(Context().get(), req, &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    for (const std::string& u : resp.resumed()) {
+      std::cout << "resumed " << u
+                << ": it serves the weights it holds until the next complete update\n";
+    }
     return 0;
   }
 
@@ -354,6 +377,15 @@ int main(int argc, char** argv) {
       app.add_subcommand("close-session", "end a trainer's session and free its slots (admin)");
   close_session->add_option("id", session_id, "session id (wsyncctl buffers shows holders)")
       ->required();
+  std::string resume_url;
+  auto* resume = app.add_subcommand(
+      "resume-engine",
+      "resume engines left paused mid-update (NEEDS FULL VERSION), serving the mix of versions "
+      "they hold; otherwise the next complete update resumes them");
+  resume->add_option("group", name)->required();
+  resume->add_option("--engine", resume_url,
+                     "the engine's URL (default: every engine of the group that needs a full "
+                     "version)");
   CLI11_PARSE(app, argc, argv);
 
   wsync::Ctl ctl(g);
@@ -369,5 +401,6 @@ int main(int argc, char** argv) {
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();
   if (*close_session) return ctl.CloseSession(session_id);
+  if (*resume) return ctl.ResumeEngine(name, resume_url);
   return 2;
 }

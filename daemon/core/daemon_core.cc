@@ -1,5 +1,7 @@
 #include "daemon/core/daemon_core.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -10,14 +12,15 @@
 namespace wsync {
 
 DaemonCore::DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options,
-                       GroupFactories factories)
+                       GroupFactories factories, std::unique_ptr<GroupStateStore> state)
     : platform_(std::move(platform)),
       options_(std::move(options)),
       factories_(std::move(factories)),
       started_(absl::Now()),
       pool_(platform_.get(), options_.slots_per_device, options_.slot_bytes),
       sessions_(options_.lease),
-      history_(options_.history_limit) {
+      history_(options_.history_limit),
+      state_(std::move(state)) {
   reaper_ = std::thread([this] { ReapLoop(); });
 }
 
@@ -27,7 +30,8 @@ DaemonCore::~DaemonCore() {
   if (reaper_.joinable()) reaper_.join();
   for (auto& t : formers_) t.join();
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [name, group] : groups_) (void)group->Destroy();
+  // Their records stay: the next wsyncd brings the groups back.
+  for (auto& [name, group] : groups_) (void)group->Close();
 }
 
 void DaemonCore::ReapLoop() {
@@ -137,21 +141,84 @@ std::shared_ptr<WeightGroup> DaemonCore::FindGroup(const std::string& name) cons
   return it == groups_.end() ? nullptr : it->second;
 }
 
+absl::Status DaemonCore::CheckEngineNetworks(const GroupSpec& spec) const {
+  for (const EngineSpec& e : spec.engines) {
+    WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
+    absl::Status allowed = options_.engine_networks.Check(url.host, options_.resolve_host);
+    if (!allowed.ok()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("group '", spec.name, "': engine ", e.url,
+                       " is not allowed by engine_networks: ", allowed.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DaemonCore::DeclareGroup(const GroupSpec& spec) {
+  return DeclareWithRecord(spec, nullptr);
+}
+
+absl::Status DaemonCore::DeclareWithRecord(const GroupSpec& spec, const GroupRecord* previous) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  WSYNC_RETURN_IF_ERROR(CheckEngineNetworks(spec));
+  std::optional<GroupRecord> allowed;
+  if (previous != nullptr) {
+    // The earlier group's engines are asked to drop its engine group only where wsyncd may send
+    // requests now.
+    allowed = *previous;
+    allowed->spec.engines.clear();
+    for (const EngineSpec& e : previous->spec.engines) {
+      GroupSpec one = previous->spec;
+      one.engines = {e};
+      if (absl::Status s = CheckEngineNetworks(one); s.ok()) {
+        allowed->spec.engines.push_back(e);
+      } else {
+        WSYNC_LOG(Warning, s.message(), "; it is not asked to drop the group '",
+                  previous->engine_group, "' an earlier wsyncd left");
+      }
+    }
+    if (allowed->spec.engines.empty()) allowed->engine_group.clear();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (groups_.count(spec.name) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("group '", spec.name, "' exists"));
   }
-  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<WeightGroup> group,
-                         WeightGroup::Create(spec, platform_.get(), options_.group, factories_));
+  WSYNC_ASSIGN_OR_RETURN(
+      std::shared_ptr<WeightGroup> group,
+      WeightGroup::Create(spec, platform_.get(), options_.group, factories_, state_.get(),
+                          allowed.has_value() ? &*allowed : nullptr));
   groups_[spec.name] = group;
   formers_.emplace_back([group] { (void)group->Form(); });
   return absl::OkStatus();
 }
 
+absl::Status DaemonCore::Recover(const std::vector<GroupSpec>& configured,
+                                 const std::vector<GroupRecord>& recorded) {
+  std::map<std::string, const GroupRecord*> records;
+  for (const GroupRecord& r : recorded) records[r.spec.name] = &r;
+  for (const GroupSpec& g : configured) {
+    auto it = records.find(g.name);
+    const GroupRecord* previous = it == records.end() ? nullptr : it->second;
+    if (previous != nullptr) records.erase(it);
+    if (absl::Status s = DeclareWithRecord(g, previous); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("config group '", g.name, "': ", s.message()));
+    }
+  }
+  // Groups created through the admin API come back as they were.
+  for (const auto& [name, record] : records) {
+    if (absl::Status s = DeclareWithRecord(record->spec, record); !s.ok()) {
+      WSYNC_LOG(Error, "recorded group '", name, "' is not restored: ", s.message(),
+                " (its record stays in the state directory)");
+      continue;
+    }
+    WSYNC_LOG(Info, "group ", name, " restored from the state directory");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  WSYNC_RETURN_IF_ERROR(CheckEngineNetworks(spec));
   std::shared_ptr<WeightGroup> group;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -161,13 +228,15 @@ absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
       return absl::AlreadyExistsError(absl::StrCat(
           "group '", spec.name, "' exists with other engines or device; destroy it first"));
     }
-    WSYNC_ASSIGN_OR_RETURN(group,
-                           WeightGroup::Create(spec, platform_.get(), options_.group, factories_));
+    WSYNC_ASSIGN_OR_RETURN(group, WeightGroup::Create(spec, platform_.get(), options_.group,
+                                                      factories_, state_.get()));
     groups_[spec.name] = group;
   }
   absl::Status formed = group->Form();
   if (!formed.ok()) {
     // A group that never formed is not kept: the caller fixes the spec or the engines and retries.
+    // Its formation already asked the engines that joined to drop it, so its record goes too.
+    if (state_ != nullptr) (void)state_->Remove(spec.name);
     std::lock_guard<std::mutex> lock(mu_);
     groups_.erase(spec.name);
     return formed;
@@ -212,6 +281,13 @@ std::vector<EngineRow> DaemonCore::ListEngines() {
     for (EngineRow& r : g->ProbeEngines()) rows.push_back(std::move(r));
   }
   return rows;
+}
+
+absl::StatusOr<std::vector<std::string>> DaemonCore::ResumeEngines(const std::string& group,
+                                                                   const std::string& url) {
+  auto g = FindGroup(group);
+  if (!g) return absl::NotFoundError(absl::StrCat("unknown group '", group, "'"));
+  return g->ResumeEngines(url);
 }
 
 absl::StatusOr<std::pair<uint32_t, SlotMemory*>> DaemonCore::ReserveOversizeSlot(

@@ -13,7 +13,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/gpu_seam.h"
+#include "common/network_allow_list.h"
 #include "daemon/core/buffer_pool.h"
+#include "daemon/core/group_record.h"
 #include "daemon/core/session_registry.h"
 #include "daemon/core/transport.h"
 #include "daemon/core/update_history.h"
@@ -36,6 +38,11 @@ struct DaemonOptions {
   std::string gpu_sharing = "n/a (host mode)";
   size_t history_limit = 256;
   GroupOptions group;
+  // The hosts a group's engines may be at (config "engine_networks"): wsyncd sends requests to
+  // whatever URL a group names, so a group elsewhere is refused before any request is made.
+  NetworkAllowList engine_networks = NetworkAllowList::Loopback();
+  // How engine host names are resolved for that check.
+  HostResolver resolve_host = ResolveHost;
 };
 
 struct SessionView {
@@ -67,8 +74,10 @@ struct DrainResult {
 // Everything the gRPC services call into. Thread-safe.
 class DaemonCore {
  public:
-  // `factories` make each group's engine adapters and transport.
-  DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options, GroupFactories factories);
+  // `factories` make each group's engine adapters and transport. `state` (may be null) keeps the
+  // groups' records for the wsyncd that starts after this one (see GroupRecord).
+  DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options, GroupFactories factories,
+             std::unique_ptr<GroupStateStore> state = nullptr);
   ~DaemonCore();
 
   absl::StatusOr<SessionView> OpenSession(int device, const std::string& client_name);
@@ -89,10 +98,21 @@ class DaemonCore {
   absl::StatusOr<GroupSnapshot> CreateGroup(const GroupSpec& spec);
   // Registers a group without contacting its engines (config-declared groups form in background).
   absl::Status DeclareGroup(const GroupSpec& spec);
+  // Brings up the groups at start: the configured ones, and the recorded ones (an earlier wsyncd's
+  // records) that the config does not name. A group with a record first has the engines the
+  // record names drop the engine group it names, and keeps its engines' waits for a full version.
+  // A configured group that cannot be declared is an error ("config group 'NAME': ..."); a
+  // recorded one is logged and skipped, its record left for the operator.
+  absl::Status Recover(const std::vector<GroupSpec>& configured,
+                       const std::vector<GroupRecord>& recorded);
   std::vector<GroupSnapshot> ListGroups() const;
   absl::StatusOr<GroupSnapshot> GetGroup(const std::string& name) const;
   absl::Status DestroyGroup(const std::string& name);
   std::vector<EngineRow> ListEngines();
+  // An operator's call: resumes generation on a group's engine (url) or on every engine of the
+  // group that waits for a full version (url empty), accepting the versions it holds.
+  absl::StatusOr<std::vector<std::string>> ResumeEngines(const std::string& group,
+                                                         const std::string& url);
 
   // Pull mode: maps the allocations a bucket announces (kept for the session) and resolves its
   // tensors to pieces of them.
@@ -116,7 +136,9 @@ class DaemonCore {
 
  private:
   void ReapLoop();
-  void FormDeclaredGroups();
+  // PERMISSION_DENIED naming the engine and engine_networks unless every engine's host is in it.
+  absl::Status CheckEngineNetworks(const GroupSpec& spec) const;
+  absl::Status DeclareWithRecord(const GroupSpec& spec, const GroupRecord* previous);
   std::shared_ptr<WeightGroup> FindGroup(const std::string& name) const;
 
   std::unique_ptr<Platform> platform_;
@@ -126,6 +148,7 @@ class DaemonCore {
   BufferPool pool_;
   SessionRegistry sessions_;
   UpdateHistory history_;
+  const std::unique_ptr<GroupStateStore> state_;
 
   mutable std::mutex mu_;
   // Pull mode's mappings of each session's trainer allocations (guarded by mu_).

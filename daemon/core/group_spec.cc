@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "common/network_allow_list.h"
 #include "common/status_macros.h"
 
 namespace wsync {
@@ -70,10 +71,8 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   }
   uint32_t ranks = 0;
   for (const EngineSpec& e : spec.engines) {
-    if (e.url.rfind("http://", 0) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("engine url '", e.url, "' must start with http://"));
-    }
+    // One reading of the URL for every component: the allow-list check and both HTTP clients.
+    WSYNC_RETURN_IF_ERROR(ParseHttpUrl(e.url).status());
     if (e.ranks == 0) {
       return absl::InvalidArgumentError(absl::StrCat("engine ", e.url, " declares 0 ranks"));
     }

@@ -60,6 +60,11 @@ class Transport {
   virtual void Disband() = 0;
   // Frees what Form made without asking the engines (they are gone, or never joined).
   virtual void Release(absl::string_view why) = 0;
+  // Asks every engine to drop a group named `engine_group` that nothing here holds: one an earlier
+  // wsyncd formed and never disbanded (it died). Engines refuse to join a second group of a name
+  // they hold. One status per engine, in engine order: UNIMPLEMENTED where the engine has no way
+  // to drop a group; any other error may just mean it held none.
+  virtual std::vector<absl::Status> LeaveStale(const std::string& engine_group) = 0;
   // FAILED_PRECONDITION saying what was lost when an engine lost what Form made (it restarted or
   // died since), so the next update must form again.
   virtual absl::Status CheckFormed() const = 0;

@@ -1,5 +1,6 @@
 #include "daemon/core/weight_group.h"
 
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -45,7 +46,9 @@ std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAda
 
 absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec, Platform* platform,
                                                                  GroupOptions options,
-                                                                 const GroupFactories& factories) {
+                                                                 const GroupFactories& factories,
+                                                                 GroupStateStore* store,
+                                                                 const GroupRecord* previous) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
   const DataPath path = DataPathOf(spec.transport);
   std::vector<std::unique_ptr<EngineAdapter>> adapters;
@@ -63,7 +66,7 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
     adapters.push_back(std::move(adapter));
     offset += e.ranks;
   }
-  std::shared_ptr<WeightGroup> group(new WeightGroup(spec, std::move(adapters)));
+  std::shared_ptr<WeightGroup> group(new WeightGroup(spec, std::move(adapters), store));
   TransportEnv env;
   env.spec = std::move(spec);
   env.platform = platform;
@@ -72,12 +75,106 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
   WeightGroup* raw = group.get();
   env.on_bucket_failed = [raw](const absl::Status& s) { raw->MarkBroken(s); };
   WSYNC_ASSIGN_OR_RETURN(group->transport_, factories.transport(std::move(env)));
+  if (previous != nullptr) group->TakeOver(*previous, platform, options, factories);
   return group;
 }
 
-WeightGroup::WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters)
-    : spec_(std::move(spec)), adapters_(std::move(adapters)), adapter_ptrs_(Pointers(adapters_)) {
+WeightGroup::WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters,
+                         GroupStateStore* store)
+    : spec_(std::move(spec)),
+      adapters_(std::move(adapters)),
+      adapter_ptrs_(Pointers(adapters_)),
+      store_(store) {
   for (const auto& a : adapters_) bucket_rules_.Merge(a->Capabilities().bucket_rules);
+}
+
+void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
+                           const GroupOptions& options, const GroupFactories& factories) {
+  last_version_ = previous.last_version;
+  // Engines the earlier wsyncd left paused mid-update, or still waiting for a full version, wait
+  // on: they may hold tensors of two versions under the older one's label.
+  std::set<std::string> current;
+  for (const EngineSpec& e : spec_.engines) current.insert(e.url);
+  std::map<std::string, std::string> waiting = previous.needs_full_version;
+  if (!previous.open_version.empty()) {
+    const std::string earlier = previous.last_version.empty()
+                                    ? std::string("its earlier weights")
+                                    : absl::StrCat("'", previous.last_version, "'");
+    for (const EngineSpec& e : previous.spec.engines) {
+      waiting.emplace(e.url, absl::StrCat("wsyncd stopped during update ", previous.open_update_id,
+                                          " to version '", previous.open_version,
+                                          "': the engine may hold tensors of '",
+                                          previous.open_version, "' and of ", earlier));
+    }
+  }
+  for (auto& [url, why] : waiting) {
+    if (current.count(url) != 0) {
+      WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url, " needs a full version: ", why);
+      needs_full_[url] = why;
+    } else {
+      WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url,
+                " is no longer one of its engines but was left paused (", why,
+                "); resume it by hand (SGLang: POST /continue_generation)");
+    }
+  }
+  if (previous.engine_group.empty()) return;
+  // Never formed: it only gives the earlier engines adapters to be asked through.
+  auto stale = Create(previous.spec, platform, options, factories);
+  if (!stale.ok()) {
+    WSYNC_LOG(Warning, "group ", spec_.name, ": cannot ask the earlier engines to drop the group '",
+              previous.engine_group, "': ", stale.status().message());
+    return;
+  }
+  stale_ = std::move(*stale);
+  stale_engine_group_ = previous.engine_group;
+}
+
+absl::Status WeightGroup::PersistLocked() {
+  if (store_ == nullptr) return absl::OkStatus();
+  GroupRecord record;
+  record.spec = spec_;
+  record.engine_group = spec_.name;
+  record.open_update_id = open_update_.update_id;
+  record.open_version = open_update_.version;
+  record.last_version = last_version_;
+  record.needs_full_version = needs_full_;
+  absl::Status saved = store_->Save(record);
+  if (!saved.ok()) {
+    return absl::Status(saved.code(), absl::StrCat("group '", spec_.name,
+                                                   "': cannot record it in the state directory: ",
+                                                   saved.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<EngineAdapter*> WeightGroup::UnflaggedLocked() const {
+  std::vector<EngineAdapter*> out;
+  for (EngineAdapter* a : adapter_ptrs_) {
+    if (needs_full_.count(a->endpoint().url) == 0) out.push_back(a);
+  }
+  return out;
+}
+
+void WeightGroup::LeaveStaleLocked() {
+  if (stale_ == nullptr) return;
+  const std::vector<absl::Status> results = stale_->transport_->LeaveStale(stale_engine_group_);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& url = stale_->spec_.engines[i].url;
+    if (results[i].ok()) {
+      WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, " dropped the group '",
+                stale_engine_group_, "' an earlier wsyncd left");
+    } else if (results[i].code() == absl::StatusCode::kUnimplemented) {
+      stale_notes_[url] = absl::StrCat(
+          "engine ", url, " has no route to drop the group '", stale_engine_group_,
+          "' an earlier wsyncd left; if it still holds it, it refuses to join: restart it");
+      WSYNC_LOG(Warning, "group ", spec_.name, ": ", stale_notes_[url]);
+    } else {
+      // Most often the engine held no such group (it restarted too), or is down.
+      WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, ": dropping the group '",
+                stale_engine_group_, "' an earlier wsyncd left: ", results[i].message());
+    }
+  }
+  stale_.reset();
 }
 
 WeightGroup::~WeightGroup() {
@@ -93,7 +190,14 @@ absl::Status WeightGroup::Form() {
 absl::Status WeightGroup::FormLocked() {
   state_ = GroupState::kForming;
   error_.clear();
+  // Before any init: an engine still holding the earlier wsyncd's group refuses to join.
+  LeaveStaleLocked();
   auto fail = [&](absl::Status s) {
+    std::vector<std::string> notes;
+    for (const auto& [url, note] : stale_notes_) notes.push_back(note);
+    if (!notes.empty()) {
+      s = absl::Status(s.code(), absl::StrCat(s.message(), "; ", absl::StrJoin(notes, "; ")));
+    }
     error_ = std::string(s.message());
     state_ = GroupState::kBroken;
     WSYNC_LOG(Warning, "group ", spec_.name, ": formation failed: ", s.message());
@@ -104,7 +208,11 @@ absl::Status WeightGroup::FormLocked() {
       !s.ok()) {
     return fail(s);
   }
+  // Recorded before the engines init it, so a wsyncd that dies from here on leaves a record of
+  // the group they may hold.
+  if (absl::Status s = PersistLocked(); !s.ok()) return fail(s);
   if (absl::Status s = transport_->Form(); !s.ok()) return fail(s);
+  stale_notes_.clear();
   state_ = GroupState::kReady;
   WSYNC_LOG(Info, "group ", spec_.name, " ready: ", transport_->Describe());
   return absl::OkStatus();
@@ -112,6 +220,15 @@ absl::Status WeightGroup::FormLocked() {
 
 absl::Status WeightGroup::Destroy() {
   std::lock_guard<std::mutex> lock(mu_);
+  return DestroyLocked(/*forget=*/true);
+}
+
+absl::Status WeightGroup::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DestroyLocked(/*forget=*/false);
+}
+
+absl::Status WeightGroup::DestroyLocked(bool forget) {
   if (update_open_) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is being updated; abort the update first"));
@@ -123,6 +240,18 @@ absl::Status WeightGroup::Destroy() {
   }
   transport_->Release("group destroyed");
   state_ = GroupState::kDestroyed;
+  if (forget) {
+    for (const auto& [url, why] : needs_full_) {
+      WSYNC_LOG(Warning, "group ", spec_.name, " destroyed while engine ", url,
+                " waits, paused, for a full version (", why,
+                "); resume it by hand (SGLang: POST /continue_generation)");
+    }
+    if (store_ != nullptr) {
+      if (absl::Status s = store_->Remove(spec_.name); !s.ok()) {
+        WSYNC_LOG(Warning, "group ", spec_.name, ": cannot remove its record: ", s.message());
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -155,8 +284,17 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
           "group '", spec_.name, "' is broken and re-forming it failed: ", s.message()));
     }
   }
+  // Recorded before any engine is paused: a wsyncd that dies from here on leaves a record that
+  // the engines may be paused on a mix of versions.
+  open_update_ = update;
+  if (absl::Status s = PersistLocked(); !s.ok()) {
+    open_update_ = UpdateInfo{};
+    return s;
+  }
   auto resume_all = [&] {
-    OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.ResumeGeneration(); });
+    OnEachEngine(UnflaggedLocked(), [](EngineAdapter& a) { return a.ResumeGeneration(); });
+    open_update_ = UpdateInfo{};
+    if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
   };
   if (absl::Status s = FirstError(
           OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.PauseGeneration(); }));
@@ -226,24 +364,85 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update,
   update_open_ = false;
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   ++updates_;
+  // A complete update landed on the engines that finished it: they hold one version again.
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok()) needs_full_.erase(adapters_[i]->endpoint().url);
+  }
+  open_update_ = UpdateInfo{};
+  if (errors.empty()) last_version_ = update.version;
+  if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
   if (!errors.empty()) {
     error_ = absl::StrJoin(errors, "; ");
     return absl::Status(first.code(), absl::StrCat("commit failed on ", error_));
   }
-  last_version_ = update.version;
   return absl::OkStatus();
 }
 
 void WeightGroup::AbortUpdate(const std::string& reason) {
   WSYNC_LOG(Info, "group ", spec_.name, ": update aborted: ", reason);
+  std::vector<EngineAdapter*> resume;
   {
     std::lock_guard<std::mutex> lock(mu_);
     transport_->EndUpdate(absl::StrCat("update aborted: ", reason));
+    resume = UnflaggedLocked();
   }
-  OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.ResumeGeneration(); });
+  OnEachEngine(resume, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
   update_open_ = false;
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
+  open_update_ = UpdateInfo{};
+  if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
+}
+
+absl::StatusOr<std::vector<std::string>> WeightGroup::ResumeEngines(const std::string& url) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == GroupState::kDestroyed) {
+    return absl::NotFoundError(absl::StrCat("group '", spec_.name, "' was destroyed"));
+  }
+  if (update_open_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", spec_.name, "' is being updated; its engines resume when the update ends"));
+  }
+  std::vector<EngineAdapter*> targets;
+  for (EngineAdapter* a : adapter_ptrs_) {
+    const std::string& u = a->endpoint().url;
+    if (url.empty() ? needs_full_.count(u) != 0 : u == url) targets.push_back(a);
+  }
+  if (targets.empty()) {
+    return url.empty()
+               ? absl::FailedPreconditionError(
+                     absl::StrCat("no engine of group '", spec_.name, "' waits for a full version"))
+               : absl::NotFoundError(absl::StrCat("group '", spec_.name, "' has no engine ", url));
+  }
+  const std::vector<absl::Status> results =
+      OnEachEngine(targets, [](EngineAdapter& a) { return a.ResumeGeneration(); });
+  std::vector<std::string> resumed;
+  std::vector<std::string> errors;
+  absl::Status first;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const std::string& u = targets[i]->endpoint().url;
+    if (!results[i].ok()) {
+      errors.push_back(std::string(results[i].message()));
+      if (first.ok()) first = results[i];
+      continue;
+    }
+    auto waiting = needs_full_.find(u);
+    WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", u, " resumed by an operator",
+              waiting == needs_full_.end()
+                  ? std::string()
+                  : absl::StrCat(", serving what it holds (", waiting->second, ")"));
+    if (waiting != needs_full_.end()) needs_full_.erase(waiting);
+    resumed.push_back(u);
+  }
+  if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
+  if (!errors.empty()) {
+    return absl::Status(
+        first.code(),
+        absl::StrCat(resumed.empty() ? std::string()
+                                     : absl::StrCat("resumed ", absl::StrJoin(resumed, ", "), "; "),
+                     "failed: ", absl::StrJoin(errors, "; ")));
+  }
+  return resumed;
 }
 
 GroupSnapshot WeightGroup::Snapshot() const {
@@ -258,15 +457,24 @@ GroupSnapshot WeightGroup::Snapshot() const {
   s.error = error_;
   s.updates = updates_;
   s.bucket_rules = bucket_rules_;
+  s.needs_full_version = needs_full_;
   return s;
 }
 
 std::vector<EngineRow> WeightGroup::ProbeEngines() {
+  std::map<std::string, std::string> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting = needs_full_;
+  }
   std::vector<EngineRow> rows(adapters_.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     threads.emplace_back([&, i] {
-      rows[i] = EngineRow{spec_.name, adapters_[i]->endpoint(), adapters_[i]->Health()};
+      const EngineEndpoint& e = adapters_[i]->endpoint();
+      auto it = waiting.find(e.url);
+      rows[i] = EngineRow{spec_.name, e, adapters_[i]->Health(),
+                          it == waiting.end() ? std::string() : it->second};
     });
   }
   for (auto& t : threads) t.join();

@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
 #define WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/core/group_record.h"
 #include "daemon/core/group_spec.h"
 #include "daemon/core/transport.h"
 
@@ -32,6 +34,8 @@ struct EngineRow {
   std::string group;
   EngineEndpoint endpoint;
   EngineHealth health;
+  // Why the engine waits, paused, for a complete update; empty when it does not.
+  std::string needs_full_version;
 };
 
 struct GroupSnapshot {
@@ -44,6 +48,8 @@ struct GroupSnapshot {
   std::string error;
   uint64_t updates = 0;
   BucketRules bucket_rules;
+  // Engine URL -> why it waits, paused, for a complete update.
+  std::map<std::string, std::string> needs_full_version;
 };
 
 // The data path a transport needs every engine of its group to support.
@@ -51,17 +57,34 @@ DataPath DataPathOf(TransportKind transport);
 
 // One weight group: its state machine, its engines' adapters (the lifecycle calls go to all of
 // them at once) and its transport, which moves the buckets. Thread-safe.
+//
+// With a store, the group keeps its record there (GroupRecord), written before the engines are
+// asked to act: before they init the engine group, and before they are paused for an update.
+// An engine that may hold a mix of two versions (a wsyncd died while updating it) is never
+// resumed on the side: not when an update fails or is aborted, only by a complete update or by
+// ResumeEngines, an operator's call.
 class WeightGroup {
  public:
   // Makes the adapters and the transport; refuses engines that lack the transport's data path.
+  // `store` may be null (nothing is recorded). `previous` is the record an earlier wsyncd left for
+  // this name: before this group first forms, the engines it names are asked to drop the engine
+  // group it names, and its engines that an update left paused keep waiting for a full version.
   static absl::StatusOr<std::shared_ptr<WeightGroup>> Create(GroupSpec spec, Platform* platform,
                                                              GroupOptions options,
-                                                             const GroupFactories& factories);
+                                                             const GroupFactories& factories,
+                                                             GroupStateStore* store = nullptr,
+                                                             const GroupRecord* previous = nullptr);
   ~WeightGroup();
 
   // Probes every engine, then forms the transport.
   absl::Status Form();
+  // Disbands the group at its engines and forgets its record.
   absl::Status Destroy();
+  // Disbands the group at its engines and keeps its record, for the wsyncd that starts next.
+  absl::Status Close();
+  // Resumes generation on the engine at `url`, or (url empty) on every engine that waits for a
+  // full version, with whatever versions it holds. Returns the URLs resumed.
+  absl::StatusOr<std::vector<std::string>> ResumeEngines(const std::string& url);
 
   // ready -> updating (re-forming a broken group first), then pauses generation and opens the
   // update on every engine and on the transport.
@@ -73,9 +96,11 @@ class WeightGroup {
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,
       const BucketContext& context, absl::Time deadline);
-  // updating -> ready: records the version on every engine and resumes generation.
+  // updating -> ready: records the version on every engine and resumes generation. An engine
+  // that finished holds a full version again.
   absl::Status FinishUpdate(const UpdateInfo& update, std::vector<EngineOutcome>* outcomes);
-  // updating -> ready (or broken): resumes generation, best effort.
+  // updating -> ready (or broken): resumes generation, best effort, on the engines that do not
+  // wait for a full version.
   void AbortUpdate(const std::string& reason);
 
   // The union of the engines' bucket rules: what the client's planner must obey.
@@ -85,16 +110,33 @@ class WeightGroup {
   const GroupSpec& spec() const { return spec_; }
 
  private:
-  WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters);
+  WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters,
+              GroupStateStore* store);
   absl::Status FormLocked();
+  absl::Status DestroyLocked(bool forget);
   void MarkBroken(const absl::Status& status);
+  // Takes what an earlier wsyncd's record says of this group: its last version, the engines that
+  // wait for a full version, and the engine group its engines are to drop before this one forms.
+  void TakeOver(const GroupRecord& previous, Platform* platform, const GroupOptions& options,
+                const GroupFactories& factories);
+  // Asks the engines of the earlier wsyncd's group to drop its engine group, once.
+  void LeaveStaleLocked();
+  // Writes the group's record; OK without a store.
+  absl::Status PersistLocked();
+  // The adapters of the engines that do not wait for a full version.
+  std::vector<EngineAdapter*> UnflaggedLocked() const;
 
   const GroupSpec spec_;
   const std::vector<std::unique_ptr<EngineAdapter>> adapters_;
   const std::vector<EngineAdapter*> adapter_ptrs_;
+  GroupStateStore* const store_;
   BucketRules bucket_rules_;
   // Set once by Create; its failure hook calls back into this group.
   std::unique_ptr<Transport> transport_;
+  // A group made from the earlier wsyncd's record (its engines, never formed) and the engine
+  // group name it used; cleared once its engines were asked to drop it.
+  std::shared_ptr<WeightGroup> stale_;
+  std::string stale_engine_group_;
 
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;
@@ -105,6 +147,13 @@ class WeightGroup {
   std::string last_version_;
   std::string error_;
   uint64_t updates_ = 0;
+  // The update the engines were paused for, as recorded; version empty when none.
+  UpdateInfo open_update_;
+  // Engine URL -> why it waits for a full version.
+  std::map<std::string, std::string> needs_full_;
+  // Engine URL -> why it may still hold the earlier wsyncd's engine group (it cannot drop one);
+  // named in formation errors until a formation succeeds.
+  std::map<std::string, std::string> stale_notes_;
 };
 
 }  // namespace wsync

@@ -12,9 +12,11 @@ namespace wsync {
 
 // A small JSON-over-HTTP client for engine admin routes (bucket requests go through an
 // UpdateChannel). Each call opens its own connection, so calls to one engine may run concurrently
-// (a control request and a health probe, say). Errors name the engine and say what failed:
-// connection refused -> UNAVAILABLE, no answer in time -> DEADLINE_EXCEEDED, an HTTP error status
-// -> INTERNAL (5xx) or FAILED_PRECONDITION (4xx).
+// (a control request and a health probe, say). Errors name the engine, the route and the HTTP
+// status with wsyncd's own reading of it, never the engine's words: an HTTP error status ->
+// INTERNAL (5xx), UNIMPLEMENTED (404) or FAILED_PRECONDITION (other), success=false ->
+// FAILED_PRECONDITION, and no answer at all (refused, timed out, closed) -> UNAVAILABLE
+// "unreachable", whatever the cause. The body and the cause go to the debug log.
 class EngineHttp {
  public:
   // base_url: "http://host:port" (an optional trailing slash is ignored).
@@ -28,6 +30,9 @@ class EngineHttp {
   absl::StatusOr<nlohmann::json> PostExpectSuccess(const std::string& path,
                                                    const nlohmann::json& body,
                                                    absl::Duration timeout) const;
+  // POSTs and requires a 2xx reply, whatever its body.
+  absl::Status PostExpectStatus(const std::string& path, const nlohmann::json& body,
+                                absl::Duration timeout) const;
   // Requires what PostExpectSuccess requires of a reply to POST `path` (however it was sent).
   absl::StatusOr<nlohmann::json> ExpectSuccess(const std::string& path,
                                                const HttpReply& reply) const;
@@ -37,6 +42,8 @@ class EngineHttp {
 
  private:
   absl::Status CheckReply(const std::string& path, const HttpReply& reply) const;
+  // The answer's body, cut and with control characters escaped, at debug level.
+  void LogBody(const std::string& path, const HttpReply& reply) const;
   std::string base_url_;
 };
 

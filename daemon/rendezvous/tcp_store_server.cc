@@ -210,12 +210,12 @@ void TcpStoreServer::AcceptAll() {
 }
 
 void TcpStoreServer::Refuse(UniqueFd fd, uint64_t Counters::*counter, const std::string& why) {
-  fd.reset();
   uint64_t total = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     total = ++(counters_.*counter);
   }
+  fd.reset();  // after counting, so a client that sees the close also sees the count
   const absl::Time now = absl::Now();
   if (now - last_refusal_log_ >= absl::Seconds(5)) {
     last_refusal_log_ = now;

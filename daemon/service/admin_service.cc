@@ -53,6 +53,8 @@ grpc::Status AdminService::ListEngines(grpc::ServerContext* context, const v1::L
     e->set_engine_version(row.health.engine_version);
     e->set_weight_version(row.health.weight_version);
     e->set_last_error(row.health.error);
+    e->set_needs_full_version(!row.needs_full_version.empty());
+    e->set_needs_full_version_reason(row.needs_full_version);
   }
   return grpc::Status::OK;
 }
@@ -129,6 +131,14 @@ grpc::Status AdminService::Undrain(grpc::ServerContext* context, const v1::Undra
                                    v1::UndrainResponse* resp) {
   WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "Undrain");
   resp->set_was_draining(core_->Undrain());
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ResumeEngine(grpc::ServerContext*, const v1::ResumeEngineRequest* req,
+                                        v1::ResumeEngineResponse* resp) {
+  auto resumed = core_->ResumeEngines(req->group(), req->url());
+  if (!resumed.ok()) return ToGrpcStatus(resumed.status());
+  for (const std::string& url : *resumed) resp->add_resumed(url);
   return grpc::Status::OK;
 }
 

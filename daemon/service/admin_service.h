@@ -33,6 +33,8 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*, v1::DrainResponse*) override;
   grpc::Status Undrain(grpc::ServerContext*, const v1::UndrainRequest*,
                        v1::UndrainResponse*) override;
+  grpc::Status ResumeEngine(grpc::ServerContext*, const v1::ResumeEngineRequest*,
+                            v1::ResumeEngineResponse*) override;
 
  private:
   DaemonCore* core_;

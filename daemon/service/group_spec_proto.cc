@@ -134,6 +134,10 @@ void GroupToProto(const GroupSnapshot& group, v1::GroupInfo* out) {
     info->set_ranks(e.ranks);
     info->set_rank_offset(e.rank_offset);
     info->set_group(group.spec.name);
+    if (auto it = group.needs_full_version.find(e.url); it != group.needs_full_version.end()) {
+      info->set_needs_full_version(true);
+      info->set_needs_full_version_reason(it->second);
+    }
   }
 }
 

@@ -51,6 +51,26 @@ void FakeEngine::FailNextAnswer(absl::Status status) {
   next_failure_ = std::move(status);
 }
 
+void FakeEngine::FailNextProbe(absl::Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  probe_failure_ = std::move(status);
+}
+
+absl::Status FakeEngine::TakeProbeFailure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(probe_failure_, absl::OkStatus());
+}
+
+void FakeEngine::LacksDestroy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  lacks_destroy_ = true;
+}
+
+bool FakeEngine::lacks_destroy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lacks_destroy_;
+}
+
 std::shared_ptr<FakeEngine> FakeCluster::Engine(const std::string& url) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& engine = engines_[url];
@@ -60,7 +80,7 @@ std::shared_ptr<FakeEngine> FakeCluster::Engine(const std::string& url) {
 
 absl::Status FakeAdapter::Probe() {
   engine_->Record("probe");
-  return absl::OkStatus();
+  return engine_->TakeProbeFailure();
 }
 
 absl::Status FakeAdapter::PauseGeneration() {
@@ -85,7 +105,7 @@ absl::Status FakeAdapter::FinishUpdate(const UpdateInfo& update) {
 
 absl::Status FakeAdapter::CheckBucketReply(const HttpReply& reply) const {
   if (reply.status == 200) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("HTTP ", reply.status, ": ", reply.body));
+  return absl::InternalError(absl::StrCat("answered HTTP ", reply.status));
 }
 
 AdapterCapabilities FakeCapabilities(DataPath path, BucketRules rules) {

@@ -39,6 +39,12 @@ class FakeEngine {
   // this one: OK, or the failure set by FailNextAnswer. DEADLINE_EXCEEDED at the deadline.
   absl::Status Answer(uint64_t ticket, absl::Time deadline);
   void FailNextAnswer(absl::Status status);
+  // The next probe fails with `status`.
+  void FailNextProbe(absl::Status status);
+  absl::Status TakeProbeFailure();
+  // Makes the engine one without a route to drop a weight-update group (an old server).
+  void LacksDestroy();
+  bool lacks_destroy() const;
 
  private:
   mutable std::mutex mu_;
@@ -47,6 +53,8 @@ class FakeEngine {
   std::vector<FakeBucket> buckets_;
   uint64_t answered_ = 0;  // tickets answered so far
   bool held_ = false;
+  bool lacks_destroy_ = false;
+  absl::Status probe_failure_;
   absl::Status next_failure_;
 };
 

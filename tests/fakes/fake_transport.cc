@@ -112,6 +112,18 @@ void FakeTransport::Disband() {
   ++log_->disbanded;
 }
 
+std::vector<absl::Status> FakeTransport::LeaveStale(const std::string& engine_group) {
+  std::vector<absl::Status> results;
+  for (EngineAdapter* a : env_.adapters) {
+    std::shared_ptr<FakeEngine> engine = cluster_->Engine(a->endpoint().url);
+    engine->Record(absl::StrCat("leave-stale ", engine_group));
+    results.push_back(engine->lacks_destroy()
+                          ? absl::UnimplementedError("answered HTTP 404: no such route")
+                          : absl::OkStatus());
+  }
+  return results;
+}
+
 void FakeTransport::Release(absl::string_view) {
   std::lock_guard<std::mutex> lock(mu_);
   formed_ = false;

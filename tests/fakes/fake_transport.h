@@ -39,6 +39,9 @@ class FakeTransport final : public Transport {
   absl::Status Form() override;
   void Disband() override;
   void Release(absl::string_view why) override;
+  // Records "leave-stale <name>" in each engine; an engine told to (FakeEngine::LacksDestroy)
+  // answers UNIMPLEMENTED, as an engine without a destroy route.
+  std::vector<absl::Status> LeaveStale(const std::string& engine_group) override;
   absl::Status CheckFormed() const override;
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "client/cpp/client.h"
 #include "common/host/host_source.h"
@@ -300,6 +301,150 @@ TEST_F(ProcessTest, WsyncdRemovesItsSharedMemoryWhenItStopsAndSweepsWhatAKilledO
     EXPECT_THAT(daemon->Log(), HasSubstr(absl::StrCat("removed /dev/shm/", name)));
   }
   EXPECT_THAT(daemon->Log(), HasSubstr(absl::StrCat("left by pid ", killed, ", which is gone")));
+}
+
+nlohmann::json SimState(int port) {
+  httplib::Client http("127.0.0.1", port);
+  auto res = http.Get("/sim/checksums");
+  return res && res->status == 200 ? nlohmann::json::parse(res->body) : nlohmann::json();
+}
+
+// Every rank of the engine at `port` holds `name` as `t` has it.
+bool Holds(int port, const OwnedTensor& t) {
+  nlohmann::json j = SimState(port);
+  if (!j.contains("ranks") || j["ranks"].empty()) return false;
+  for (auto& [rank, tensors] : j["ranks"].items()) {
+    if (tensors.value(t.name, "") != Crc32Hex(Crc32(t.data.data(), t.data.size()))) return false;
+  }
+  return true;
+}
+
+TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMixedEnginesPaused) {
+  const int pa = FreePort(), pb = FreePort();
+  auto sim_a = StartSim(pa, 1);
+  auto sim_b = StartSim(pb, 2);
+  const std::string url_a = absl::StrCat("http://127.0.0.1:", pa);
+  const std::string url_b = absl::StrCat("http://127.0.0.1:", pb);
+  const std::string config = dir_ + "/wsyncd.json";
+  std::ofstream(config) << R"({"groups": [{"name": "policy", "engines": [{"url": ")" << url_a
+                        << R"("}, {"url": ")" << url_b << R"(", "ranks": 2}]}]})";
+  const std::vector<std::string> flags = {"--config", config, "--state-dir", dir_ + "/state"};
+  auto wait_ready = [&] {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    std::string group;
+    while (absl::Now() < deadline) {
+      group = Ctl({"group", "policy"}).second;
+      if (group.find("ready") != std::string::npos) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return group;
+  };
+  auto daemon = StartDaemon(flags);
+  ASSERT_THAT(wait_ready(), HasSubstr("ready"));
+  auto v1 = SmallModel(1), v2 = SmallModel(2), v3 = SmallModel(3);
+  {
+    auto client = Connect();
+    ASSERT_TRUE(client->OpenSession(0, "before the crash").ok());
+    ASSERT_TRUE(client->Push("policy", "v1", Refs(v1)).ok());
+    // Each engine takes a second per bucket: v2 is still on its way when wsyncd dies.
+    for (int port : {pa, pb}) {
+      httplib::Client http("127.0.0.1", port);
+      ASSERT_TRUE(http.Post("/sim/knobs", R"({"answer_delay_ms": 1000})", "application/json"));
+    }
+    std::thread pusher([&] { (void)client->Push("policy", "v2", Refs(v2)); });
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!(Holds(pa, v2[0]) && Holds(pb, v2[0])) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    daemon->Signal(SIGKILL);
+    EXPECT_EQ(daemon->Wait(absl::Seconds(5)), 128 + SIGKILL);
+    pusher.join();
+  }
+  // What the issue describes: both engines paused, holding v2's tensors under the label v1 (how
+  // many of v2's buckets they still take from their sockets' buffers after wsyncd died varies).
+  for (int port : {pa, pb}) {
+    httplib::Client http("127.0.0.1", port);
+    ASSERT_TRUE(http.Post("/sim/knobs", R"({"answer_delay_ms": 0})", "application/json"));
+    nlohmann::json state = SimState(port);
+    EXPECT_EQ(state["paused"], true) << port;
+    EXPECT_EQ(state["weight_version"], "v1") << port;
+    EXPECT_TRUE(Holds(port, v2[0])) << port;
+  }
+  // The next wsyncd: the group forms (the engines dropped the dead one's group first) and the
+  // engines are reported, and stay paused.
+  std::filesystem::remove(socket_);
+  daemon = StartDaemon(flags);
+  const std::string group = wait_ready();
+  EXPECT_THAT(group, HasSubstr("ready")) << daemon->Log();
+  EXPECT_THAT(group, ::testing::Not(HasSubstr("already initialized")));
+  EXPECT_THAT(daemon->Log(), HasSubstr("dropped the group 'policy' an earlier wsyncd left"));
+  auto [erc, engines] = Ctl({"engines"});
+  EXPECT_EQ(erc, 0) << engines;
+  EXPECT_THAT(engines, HasSubstr("NEEDS FULL VERSION"));
+  EXPECT_THAT(engines, HasSubstr("yes: wsyncd stopped during update u2 to version 'v2': the "
+                                 "engine may hold tensors of 'v2' and of 'v1'"));
+  auto json_engines = nlohmann::json::parse(Ctl({"--json", "engines"}).second);
+  ASSERT_EQ(json_engines["engines"].size(), 2u);
+  for (const auto& e : json_engines["engines"]) EXPECT_EQ(e["needs_full_version"], true);
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_EQ(SimState(pa)["paused"], true);
+  EXPECT_EQ(SimState(pb)["paused"], true);
+  // An operator resumes engine a with what it holds; b waits for the trainer.
+  auto [rrc, resumed] = Ctl({"resume-engine", "policy", "--engine", url_a});
+  EXPECT_EQ(rrc, 0) << resumed;
+  EXPECT_THAT(resumed, HasSubstr("resumed " + url_a));
+  EXPECT_EQ(SimState(pa)["paused"], false);
+  EXPECT_EQ(SimState(pb)["paused"], true);
+  json_engines = nlohmann::json::parse(Ctl({"--json", "engines"}).second);
+  for (const auto& e : json_engines["engines"]) {
+    EXPECT_EQ(e["needs_full_version"], e["url"] == url_b) << e.dump();
+  }
+  // A complete update resumes b with the right bytes everywhere.
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "after the crash").ok());
+  auto pushed = client->Push("policy", "v3", Refs(v3));
+  ASSERT_TRUE(pushed.ok()) << pushed.status() << daemon->Log();
+  ExpectEngineHolds(pa, v3, "v3", 1);
+  ExpectEngineHolds(pb, v3, "v3", 2);
+  EXPECT_EQ(SimState(pb)["paused"], false);
+  EXPECT_THAT(Ctl({"engines"}).second, ::testing::Not(HasSubstr("yes:")));
+  auto [nrc, none] = Ctl({"resume-engine", "policy"});
+  EXPECT_EQ(nrc, 1);
+  EXPECT_THAT(none, HasSubstr("no engine of group 'policy' waits for a full version"));
+}
+
+TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
+  // Default: loopback and the config's own hosts (none here), so wsyncctl's group elsewhere is
+  // refused, naming the engine and the rule.
+  {
+    auto daemon = StartDaemon();
+    auto [rc, out] = Ctl({"create-group", "policy", "--engine", "http://10.255.0.1:30000",
+                          "--engine", "http://127.0.0.1:30000"});
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_THAT(out, HasSubstr("engine http://10.255.0.1:30000 is not allowed by engine_networks: "
+                               "10.255.0.1 is not in 127.0.0.0/8, ::1, localhost (7)"));
+  }
+  std::filesystem::remove(socket_);  // the killed daemon's
+  // Given with the flag: it replaces the default.
+  {
+    auto daemon = StartDaemon({"--engine-networks", "10.255.0.0/16,fd00::/8"});
+    auto [rc, out] = Ctl({"create-group", "policy", "--engine", "http://127.0.0.1:30000"});
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_THAT(out, HasSubstr("127.0.0.1 is not in 10.255.0.0/16, fd00::/8"));
+  }
+  std::filesystem::remove(socket_);
+  // A config group outside the config's own list stops the daemon at start.
+  const std::string config = dir_ + "/wsyncd.json";
+  std::ofstream(config) << R"({"engine_networks": ["127.0.0.1"], "groups": [{"name": "policy",
+      "engines": [{"url": "http://10.255.0.1:30000"}]}]})";
+  auto refused = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_, "--config",
+                               config},
+      dir_ + "/refused.log");
+  EXPECT_EQ(refused->Wait(absl::Seconds(10)), 1);
+  EXPECT_THAT(refused->Log(),
+              HasSubstr("config group 'policy': group 'policy': engine http://10.255.0.1:30000 is "
+                        "not allowed by engine_networks"));
 }
 
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {

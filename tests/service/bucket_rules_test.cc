@@ -29,6 +29,7 @@ class BucketRulesTest : public ::testing::Test {
     DaemonOptions options;
     options.slot_bytes = 1 << 16;
     options.slots_per_device = 2;
+    options.engine_networks = *NetworkAllowList::Parse({"fake"});
     core_ = std::make_unique<DaemonCore>(
         std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"), options,
         FakeGroupFactories(cluster_, FakeCapabilities(DataPath::kBroadcast, rules)));

@@ -5,12 +5,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "common/host/shm_slot.h"
+#include "daemon/engines/sglang/sglang_options.h"
 #include "gmock/gmock.h"
 #include "tests/service/service_fixture.h"
 #include "tests/sim/tcp_store_client.h"
@@ -270,6 +272,9 @@ TEST_F(ServiceFixture, EngineAnswering500FailsTheUpdateNamingItThenTheGroupRefor
   EXPECT_THAT(std::string(failed.status().message()),
               HasSubstr(absl::StrCat("engine ", sim_b_.url)));
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr("HTTP 500"));
+  // The engine's own answer stays in the daemon's log.
+  EXPECT_THAT(std::string(failed.status().message()),
+              ::testing::Not(HasSubstr("Internal Server Error")));
   EXPECT_EQ(GetGroup("policy").state(), v1::GROUP_STATE_BROKEN);
   EXPECT_EQ(Updates().back().state(), "failed");
   PushAndExpectHeld("v3", SmallModel(3));
@@ -355,8 +360,11 @@ TEST_F(ServiceFixture, GroupFormationFailureNamesTheEngine) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr(refusing.url));
   EXPECT_THAT(s.error_message(), HasSubstr("success=false"));
+  EXPECT_THAT(s.error_message(), ::testing::Not(HasSubstr("simulated")));
   s = CreateGroup("g2", {"http://127.0.0.1:1"}, {1}, &info);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("http://127.0.0.1:1/get_server_info: engine unreachable"));
   s = CreateGroup("g3", {sim_b_.url}, {1}, &info);  // sim b runs tp 2
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("tp_size 2 but the group declares 1"));
@@ -406,6 +414,43 @@ TEST_F(ServiceFixture, AdminViewsAndDrain) {
   }
   EXPECT_TRUE(undrained.was_draining());
   PushAndExpectHeld("v3", SmallModel(3));
+}
+
+// Engines may be at 127.0.0.1 only.
+class NarrowEngineNetworks : public ServiceFixture {
+ protected:
+  void Configure(DaemonOptions& options) override {
+    options.engine_networks = *NetworkAllowList::Parse({"127.0.0.1"});
+  }
+};
+
+TEST_F(NarrowEngineNetworks, AGroupElsewhereIsRefusedBeforeAnyRequestIsMade) {
+  // A service on another loopback address: outside the list, and counting what reaches it.
+  std::atomic<int> requests{0};
+  SimHttpServer elsewhere;
+  elsewhere.Get("/get_server_info", [&](const SimHttpRequest&, SimHttpResponse& res) {
+    ++requests;
+    res.set_content(R"({"tp_size": 1})", "application/json");
+  });
+  auto port = elsewhere.Start("127.0.0.2", 0);
+  if (!port.ok()) GTEST_SKIP() << "cannot listen on 127.0.0.2: " << port.status();
+  const std::string url = absl::StrCat("http://127.0.0.2:", *port);
+  v1::GroupInfo info;
+  grpc::Status s = CreateGroup("elsewhere", {url}, {1}, &info);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(), absl::StrCat("group 'elsewhere': engine ", url,
+                                            " is not allowed by engine_networks: 127.0.0.2 is "
+                                            "not in 127.0.0.1"));
+  // The config's path (DeclareGroup) is refused alike, and nothing was asked of the service.
+  GroupSpec spec;
+  spec.name = "declared";
+  spec.engines = {{url, 1}};
+  spec.engine_options = std::make_shared<const SglangOptions>();
+  EXPECT_EQ(core_->DeclareGroup(spec).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(requests.load(), 0);
+  EXPECT_EQ(core_->ListGroups().size(), 0u);
+  // An engine inside the list forms as before.
+  ASSERT_TRUE(CreateGroup("inside", {sim_a_.url}, {1}, &info).ok());
 }
 
 }  // namespace

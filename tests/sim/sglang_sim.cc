@@ -213,6 +213,25 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
   return absl::OkStatus();
 }
 
+// SGLang serialises weight updates behind an asyncio lock, which hands over in arrival order; a
+// plain mutex would not, so requests take a ticket and wait for it to be served.
+class SglangSim::UpdateTurn {
+ public:
+  explicit UpdateTurn(SglangSim* sim) : sim_(sim) {
+    std::unique_lock<std::mutex> lock(sim_->update_mu_);
+    const uint64_t ticket = sim_->next_ticket_++;
+    sim_->update_cv_.wait(lock, [&] { return sim_->now_serving_ == ticket; });
+  }
+  ~UpdateTurn() {
+    std::lock_guard<std::mutex> lock(sim_->update_mu_);
+    ++sim_->now_serving_;
+    sim_->update_cv_.notify_all();
+  }
+
+ private:
+  SglangSim* sim_;
+};
+
 void SglangSim::Routes() {
   server_->Get("/health", [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 200; });
   server_->Get("/get_server_info", [this](const SimHttpRequest&, SimHttpResponse& res) {
@@ -248,21 +267,7 @@ void SglangSim::Routes() {
       });
   server_->Post("/update_weights_from_distributed", [this](const SimHttpRequest& req,
                                                            SimHttpResponse& res) {
-    // SGLang serialises weight updates behind an asyncio lock, which hands over in arrival order;
-    // a plain mutex would not, so requests take a ticket.
-    std::unique_lock<std::mutex> serial(update_mu_);
-    const uint64_t ticket = next_ticket_++;
-    update_cv_.wait(serial, [&] { return now_serving_ == ticket; });
-    struct Turn {
-      SglangSim* sim;
-      std::unique_lock<std::mutex>* lock;
-      ~Turn() {
-        if (!lock->owns_lock()) lock->lock();
-        ++sim->now_serving_;
-        sim->update_cv_.notify_all();
-      }
-    } turn{this, &serial};
-    serial.unlock();
+    UpdateTurn turn(this);
     const int index = updates_.fetch_add(1);
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.contains("names") || !body.contains("dtypes") ||
@@ -320,6 +325,9 @@ void SglangSim::Routes() {
         const std::string name = body.is_object()
                                      ? body.value("group_name", std::string("weight_update_group"))
                                      : std::string("weight_update_group");
+        // Behind the update requests that came before it: their receives use the group's ranks,
+        // which must not go from under them.
+        UpdateTurn turn(this);
         std::unique_ptr<Group> dropped;
         {
           std::lock_guard<std::mutex> lock(mu_);

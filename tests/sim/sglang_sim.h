@@ -102,6 +102,7 @@ class SglangSim {
     std::vector<std::unique_ptr<Rank>> ranks;
   };
 
+  class UpdateTurn;
   void Routes();
   absl::Status InitGroup(const nlohmann::json& body);
   absl::Status ReceiveOnRank(Rank& rank, const nlohmann::json& body, int update_index);

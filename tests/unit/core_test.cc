@@ -243,6 +243,7 @@ class FakeDaemonTest : public ::testing::Test {
     daemon.slots_per_device = 2;
     daemon.slot_bytes = kSlotBytes;
     daemon.bucket_timeout = absl::Seconds(10);
+    daemon.engine_networks = *NetworkAllowList::Parse({"a"});
     core_ = std::make_unique<DaemonCore>(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"),
                                          daemon,
                                          FakeGroupFactories(cluster_, FakeCapabilities(), options));
@@ -350,6 +351,32 @@ TEST_F(FakeDaemonTest, ASlotIsFreedBeforeTheAnswerWhenTheTransportIsDoneWithItSo
   engine().ReleaseAnswers();
   EXPECT_TRUE((*run)->Commit().status.ok());
   EXPECT_THAT(events.done(), ElementsAre(0));
+}
+
+TEST(EngineNetworks, AGroupIsCreatedOnlyWhenEveryEngineResolvesInsideTheList) {
+  auto cluster = std::make_shared<FakeCluster>();
+  DaemonOptions options;
+  options.engine_networks = *NetworkAllowList::Parse({"10.0.0.0/8"});
+  options.resolve_host = [](const std::string& host) -> absl::StatusOr<std::vector<IpAddress>> {
+    if (host == "engine.internal") return std::vector<IpAddress>{*IpAddress::Parse("10.0.0.5")};
+    if (host == "db.internal") return std::vector<IpAddress>{*IpAddress::Parse("192.168.0.9")};
+    return absl::UnavailableError("no such name");
+  };
+  DaemonCore core(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"), options,
+                  FakeGroupFactories(cluster, FakeCapabilities()));
+  EXPECT_TRUE(core.CreateGroup(FakeGroupSpec("inside", {"http://engine.internal:1"})).ok());
+  absl::StatusOr<GroupSnapshot> outside = core.CreateGroup(
+      FakeGroupSpec("outside", {"http://engine.internal:2", "http://db.internal:3"}));
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(outside.status().message(),
+            "group 'outside': engine http://db.internal:3 is not allowed by engine_networks: "
+            "'db.internal' resolves to 192.168.0.9, which is not in 10.0.0.0/8");
+  EXPECT_EQ(core.DeclareGroup(FakeGroupSpec("unknown", {"http://nowhere.internal:4"})).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(cluster->Engine("http://db.internal:3")->events(), ::testing::IsEmpty())
+      << "refused before any call to any engine of the group";
+  EXPECT_THAT(cluster->Engine("http://engine.internal:2")->events(), ::testing::IsEmpty());
+  EXPECT_EQ(core.ListGroups().size(), 1u);
 }
 
 }  // namespace

@@ -1,5 +1,13 @@
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -13,10 +21,13 @@
 #include "daemon/engines/engine_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/service/status_mapping.h"
+#include "daemon/state_dir.h"
 #include "daemon/transport/broadcast/store_peers.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
+#include "daemon/transport/http/update_channel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/sim/sim_http_server.h"
 
 namespace wsync {
 namespace {
@@ -179,6 +190,233 @@ TEST(StorePeers, OnlyTheEnginesAddressesAndLocalOnesForALocalEngineGetIn) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(StorePeersFor({"http://no-such-host.invalid:1"}, "127.0.0.1").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Config, EngineNetworksAreCheckedAndAMisspeltKeyIsRefused) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-networks.json";
+  std::ofstream(path) << R"({"engine_networks": ["10.0.0.0/8", "fd00::/8", "gpu-node-7"]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  ASSERT_TRUE(config.engine_networks.has_value());
+  EXPECT_THAT(*config.engine_networks,
+              ::testing::ElementsAre("10.0.0.0/8", "fd00::/8", "gpu-node-7"));
+  auto list = EngineNetworksFor(config);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->Describe(), "10.0.0.0/8, fd00::/8, gpu-node-7")
+      << "a list given replaces the default: loopback is not added to it";
+  DaemonConfig bad;
+  std::ofstream(path) << R"({"engine_networks": ["10.0.0.0/33"]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("engine_networks: '10.0.0.0/33'"));
+  std::ofstream(path) << R"({"engine_networks": "10.0.0.0/8"})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("must be a list"));
+  // A misspelt security setting would otherwise leave the default in force without a word.
+  std::ofstream(path) << R"({"engine_network": ["0.0.0.0/0"]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown key \"engine_network\""));
+}
+
+TEST(Config, DefaultEngineNetworksAreLoopbackAndTheConfigsOwnEngineHosts) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-default-networks.json";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "a", "engines": [{"url": "http://engine-0.internal:30000"},
+                                {"url": "http://10.1.2.3:30000"}]},
+      {"name": "b", "engines": [{"url": "http://[fd00::7]:30000"},
+                                {"url": "http://engine-0.internal:30001"}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  EXPECT_FALSE(config.engine_networks.has_value());
+  auto list = EngineNetworksFor(config);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->Describe(), "127.0.0.0/8, ::1, localhost, engine-0.internal, 10.1.2.3, fd00::7");
+}
+
+// A service that is no engine: what it answers must never reach whoever pointed a group at it.
+class NotAnEngine : public ::testing::Test {
+ protected:
+  static constexpr char kSecret[] = "internal-secret-7f3a";
+  void SetUp() override {
+    auto reply = [](int status, std::string body, std::string type = "text/plain") {
+      return [=](const SimHttpRequest&, SimHttpResponse& res) {
+        res.status = status;
+        res.set_content(body, type);
+      };
+    };
+    const std::string secret_json =
+        absl::StrCat(R"({"success": false, "message": ")", kSecret, R"("})");
+    server_.Get("/get_server_info", reply(200, kSecret));
+    server_.Post("/init_weights_update_group", reply(400, secret_json, "application/json"));
+    server_.Post("/pause_generation", reply(500, kSecret));
+    server_.Post("/continue_generation", reply(403, kSecret));
+    server_.Post("/update_weight_version", reply(200, R"({"success": true})", "application/json"));
+    server_.Post("/flush_cache", reply(400, kSecret));
+    auto port = server_.Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    url_ = absl::StrCat("http://127.0.0.1:", *port);
+  }
+  SglangAdapter Adapter() {
+    return SglangAdapter(EngineEndpoint{url_, 1, 1},
+                         AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+                         SglangOptions(BucketFormat::kFlattened));
+  }
+  static void ExpectNamedNotEchoed(const absl::Status& s, const std::string& route, int status) {
+    EXPECT_FALSE(s.ok());
+    EXPECT_THAT(s.message(), HasSubstr(route));
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("HTTP ", status)));
+    EXPECT_THAT(s.message(), ::testing::Not(HasSubstr(kSecret))) << s;
+  }
+  SimHttpServer server_;
+  std::string url_;
+};
+
+TEST_F(NotAnEngine, ErrorsNameTheEngineRouteAndStatusButNeverItsAnswer) {
+  SglangAdapter a = Adapter();
+  absl::Status probe = a.Probe();
+  EXPECT_EQ(probe.code(), absl::StatusCode::kInternal);
+  ExpectNamedNotEchoed(probe, url_ + "/get_server_info", 200);
+  absl::Status init = a.InitBroadcastGroup(Rendezvous{"127.0.0.1", 1, 2, "g"});
+  EXPECT_EQ(init.code(), absl::StatusCode::kFailedPrecondition);
+  ExpectNamedNotEchoed(init, url_ + "/init_weights_update_group", 400);
+  EXPECT_THAT(init.message(), HasSubstr("success=false"));
+  absl::Status pause = a.PauseGeneration();
+  EXPECT_EQ(pause.code(), absl::StatusCode::kInternal);
+  ExpectNamedNotEchoed(pause, url_ + "/pause_generation", 500);
+  absl::Status resume = a.ResumeGeneration();
+  EXPECT_EQ(resume.code(), absl::StatusCode::kFailedPrecondition);
+  ExpectNamedNotEchoed(resume, url_ + "/continue_generation", 403);
+  ExpectNamedNotEchoed(a.FinishUpdate(UpdateInfo{"u1", "v1"}), url_ + "/flush_cache", 400);
+  ExpectNamedNotEchoed(a.CheckBucketReply(HttpReply{500, kSecret, "text/plain"}),
+                       url_ + "/update_weights_from_distributed", 500);
+  EngineHealth health = a.Health();
+  EXPECT_FALSE(health.healthy);
+  EXPECT_THAT(health.error, ::testing::Not(HasSubstr(kSecret)));
+}
+
+TEST(EngineHttp, EveryWayOfNotAnsweringReadsTheSame) {
+  // Closed port, a port that accepts and never answers, a port that accepts and hangs up: which
+  // of these a host:port is must not be learnt from the error of a group pointed at it.
+  auto closed = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(closed.ok());
+  const uint16_t closed_port = *LocalPort(closed->get());
+  closed->reset();
+  auto silent = ListenTcp("127.0.0.1", 0);  // the kernel accepts; nobody reads
+  ASSERT_TRUE(silent.ok());
+  auto hangup = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(hangup.ok());
+  std::atomic<bool> stop{false};
+  std::thread closer([&] {
+    while (!stop) {
+      pollfd p{hangup->get(), POLLIN, 0};
+      if (::poll(&p, 1, 20) == 1) ::close(::accept(hangup->get(), nullptr, nullptr));
+    }
+  });
+  std::set<std::string> messages;
+  for (uint16_t port : {closed_port, *LocalPort(silent->get()), *LocalPort(hangup->get())}) {
+    const std::string url = absl::StrCat("http://127.0.0.1:", port);
+    SglangAdapter a(EngineEndpoint{url, 1, 1},
+                    AdapterTimeouts{absl::Milliseconds(300), absl::Milliseconds(300)},
+                    SglangOptions(BucketFormat::kFlattened));
+    absl::Status s = a.Probe();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    std::string message(s.message());
+    messages.insert(message.replace(message.find(url), url.size(), "URL"));
+  }
+  stop = true;
+  closer.join();
+  EXPECT_THAT(messages, ::testing::ElementsAre("GET URL/get_server_info: engine unreachable"));
+}
+
+TEST(UpdateChannel, ARefusedConnectionSaysUnreachableAndNoMore) {
+  auto fd = ListenTcp("127.0.0.1", 0);
+  ASSERT_TRUE(fd.ok());
+  const uint16_t port = *LocalPort(fd->get());
+  fd->reset();
+  UpdateChannel refused(absl::StrCat("http://127.0.0.1:", port));
+  absl::Status s = refused.Post("/update", "{}", absl::Now() + absl::Seconds(5)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), "engine unreachable: cannot connect for the update requests");
+}
+
+GroupRecord ARecord(const std::string& name) {
+  GroupRecord r;
+  r.spec.name = name;
+  r.spec.device = 1;
+  r.spec.engines = {{"http://e:1", 2}, {"http://[fd00::1]:30000", 1}};
+  r.spec.engine_options = std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
+  r.engine_group = name;
+  r.open_update_id = "u3";
+  r.open_version = "step-3";
+  r.last_version = "step-2";
+  r.needs_full_version = {{"http://e:1", "left paused"}};
+  return r;
+}
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/wsync-state-", ::getpid(), "-", name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(StateDir, RecordsSurviveAsWrittenAndAreReplacedWhole) {
+  const std::string dir = FreshDir("roundtrip");
+  auto state = StateDir::Open(dir + "/nested/");
+  ASSERT_TRUE(state.ok()) << state.status();
+  GroupRecord policy = ARecord("policy");
+  ASSERT_TRUE((*state)->Save(policy).ok());
+  ASSERT_TRUE((*state)->Save(ARecord("other.group")).ok());
+  policy.open_version.clear();
+  policy.open_update_id.clear();
+  policy.needs_full_version.clear();
+  ASSERT_TRUE((*state)->Save(policy).ok());  // replaces the first
+  std::vector<std::string> problems;
+  std::vector<GroupRecord> loaded = (*state)->LoadAll(&problems);
+  EXPECT_THAT(problems, ::testing::IsEmpty());
+  ASSERT_EQ(loaded.size(), 2u);
+  EXPECT_EQ(loaded[0], ARecord("other.group"));
+  EXPECT_EQ(loaded[1], policy);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/nested/groups/policy.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((dir + "/nested").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/nested/groups")) {
+    ++files;
+    EXPECT_EQ(e.path().extension(), ".json") << "no temporary file is left: " << e.path();
+  }
+  EXPECT_EQ(files, 2);
+  ASSERT_TRUE((*state)->Remove("other.group").ok());
+  ASSERT_TRUE((*state)->Remove("never-saved").ok());
+  EXPECT_EQ((*state)->LoadAll(&problems).size(), 1u);
+}
+
+TEST(StateDir, OneWsyncdPerDirectory) {
+  const std::string dir = FreshDir("lock");
+  auto first = StateDir::Open(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = StateDir::Open(dir);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("in use by another wsyncd"));
+  first->reset();
+  EXPECT_TRUE(StateDir::Open(dir).ok()) << "the lock goes with the process that held it";
+}
+
+TEST(StateDir, UnreadableRecordsAreNamedAndLeftWhereTheyAre) {
+  const std::string dir = FreshDir("problems");
+  auto state = StateDir::Open(dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_TRUE((*state)->Save(ARecord("good")).ok());
+  std::ofstream(dir + "/groups/torn.json") << "{\"format\": 1, \"group\": {";
+  std::ofstream(dir + "/groups/.good.json.tmp") << "half a write";
+  nlohmann::json renamed = StateDir::RecordToJson(ARecord("elsewhere"));
+  std::ofstream(dir + "/groups/moved.json") << renamed.dump();
+  std::vector<std::string> problems;
+  std::vector<GroupRecord> loaded = (*state)->LoadAll(&problems);
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].spec.name, "good");
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_THAT(problems[0], HasSubstr("moved.json: holds group 'elsewhere'"));
+  EXPECT_THAT(problems[1], HasSubstr("torn.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/groups/torn.json"));
 }
 
 TEST(TorchStoreRendezvous, UniqueIdKeyMatchesTheHelpersPrefixChain) {

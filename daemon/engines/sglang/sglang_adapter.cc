@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
 
 namespace wsync {
 namespace {
@@ -111,12 +112,9 @@ absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
                              {{"new_version", update.version}, {"abort_all_requests", false}},
                              timeouts_.control)
           .status());
-  auto flushed = http_.Post("/flush_cache", nlohmann::json::object(), timeouts_.control);
-  if (!flushed.ok()) return flushed.status();
-  if (flushed->status != 200) {
-    return absl::FailedPreconditionError(absl::StrCat(endpoint_.url, "/flush_cache answered HTTP ",
-                                                      flushed->status, ": ", flushed->body));
-  }
+  // /flush_cache answers plain text, not {"success"}: its status says it all.
+  WSYNC_RETURN_IF_ERROR(
+      http_.PostExpectStatus("/flush_cache", nlohmann::json::object(), timeouts_.control));
   return ResumeGeneration();
 }
 
@@ -128,8 +126,13 @@ EngineHealth SglangAdapter::Health() {
     return health;
   }
   health.healthy = true;
-  if ((*info)["version"].is_string()) health.engine_version = (*info)["version"];
-  if ((*info)["weight_version"].is_string()) health.weight_version = (*info)["weight_version"];
+  // Shown to operators as they came: bounded and printable like every peer's text.
+  auto text = [&](const char* key) {
+    const nlohmann::json& v = (*info)[key];
+    return v.is_string() ? SanitizePeerText(v.get<std::string>(), kMaxVersionBytes) : "";
+  };
+  health.engine_version = text("version");
+  health.weight_version = text("weight_version");
   return health;
 }
 

@@ -88,6 +88,12 @@ void BroadcastTransport::Disband() {
   }
 }
 
+std::vector<absl::Status> BroadcastTransport::LeaveStale(const std::string& engine_group) {
+  // No rank 0 takes part: the earlier wsyncd's communicator died with it.
+  return OnEachEngine(env_.adapters,
+                      [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(engine_group); });
+}
+
 void BroadcastTransport::Release(absl::string_view why) {
   std::lock_guard<std::mutex> lock(mu_);
   ReleaseLocked(why);

@@ -26,6 +26,7 @@ class BroadcastTransport final : public Transport {
   absl::Status Form() override;
   void Disband() override;
   void Release(absl::string_view why) override;
+  std::vector<absl::Status> LeaveStale(const std::string& engine_group) override;
   absl::Status CheckFormed() const override;
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(

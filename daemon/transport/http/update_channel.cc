@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/network_allow_list.h"
 #include "common/status_macros.h"
 #include "daemon/transport/http/http_message_reader.h"
 
@@ -55,24 +57,16 @@ void ChannelCall::Finish(absl::StatusOr<HttpReply> outcome) {
 
 UpdateChannel::UpdateChannel(std::string base_url)
     : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {
-  absl::string_view rest = base_url_;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
-    url_status_ = absl::InvalidArgumentError(
-        absl::StrCat("engine URL '", base_url_, "' must start with http://"));
+  // The same reading of the URL as the group's engine allow-list check.
+  auto url = ParseHttpUrl(base_url_);
+  if (!url.ok()) {
+    url_status_ = url.status();
     return;
   }
-  std::string authority(rest.substr(0, rest.find('/')));
-  if (authority.find(':') == std::string::npos || absl::EndsWith(authority, "]")) {
-    authority += ":80";
-  }
-  auto split = SplitHostPort(authority);
-  if (!split.ok()) {
-    url_status_ = absl::InvalidArgumentError(
-        absl::StrCat("engine URL '", base_url_, "': ", split.status().message()));
-    return;
-  }
-  host_ = split->first;
-  port_ = split->second;
+  host_ = url->host;
+  port_ = url->port;
+  host_header_ = absl::StrCat(
+      host_.find(':') == std::string::npos ? host_ : absl::StrCat("[", host_, "]"), ":", port_);
 }
 
 UpdateChannel::~UpdateChannel() { Cancel("the update's engine connection was closed"); }
@@ -96,7 +90,7 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
     WSYNC_RETURN_IF_ERROR(ConnectLocked());
   }
   const std::string request =
-      absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_, ":", port_,
+      absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_header_,
                    "\r\nContent-Type: application/json\r\nContent-Length: ", json_body.size(),
                    "\r\n\r\n", json_body);
   // Queued before its bytes go: the answer may come before this thread returns from the write.
@@ -154,8 +148,11 @@ absl::Status UpdateChannel::ConnectLocked() {
   // One attempt: a refused connection means the engine is down, not starting.
   auto fd = ConnectTcp(host_, port_, absl::Now());
   if (!fd.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect for the update requests: ", fd.status().message()));
+    // One word for every cause (refused, unresolvable, unroutable), as for control requests; the
+    // cause goes to the debug log.
+    WSYNC_LOG(Debug, base_url_,
+              ": cannot connect for the update requests: ", fd.status().message());
+    return absl::UnavailableError("engine unreachable: cannot connect for the update requests");
   }
   {
     std::lock_guard<std::mutex> lock(fd_mu_);

@@ -89,6 +89,7 @@ class UpdateChannel {
   const std::string base_url_;
   std::string host_;
   uint16_t port_ = 0;
+  std::string host_header_;  // "host:port", an IPv6 address in brackets
   absl::Status url_status_;
 
   std::mutex write_mu_;  // one writer; guards reader_ and which connection fd_ holds

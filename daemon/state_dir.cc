@@ -1,0 +1,198 @@
+#include "daemon/state_dir.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "daemon/config.h"
+
+namespace wsync {
+namespace {
+
+constexpr int kFormat = 1;
+constexpr char kSuffix[] = ".json";
+
+absl::Status Errno(absl::string_view what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// mkdir -p with mode 0700 for what it creates.
+absl::Status MakeDirs(const std::string& path) {
+  for (size_t at = 1; at <= path.size(); ++at) {
+    if (at != path.size() && path[at] != '/') continue;
+    const std::string prefix = path.substr(0, at);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Errno(absl::StrCat("cannot create ", prefix));
+    }
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDir(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return Errno(absl::StrCat("cannot open ", dir));
+  if (::fsync(fd.get()) != 0) return Errno(absl::StrCat("fsync ", dir));
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileDurably(const std::string& tmp, const std::string& path,
+                              const std::string& text) {
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return Errno(absl::StrCat("cannot create ", tmp));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      absl::Status s = Errno(absl::StrCat("write ", tmp));
+      ::unlink(tmp.c_str());
+      return s;
+    }
+    done += static_cast<size_t>(n);
+  }
+  // The bytes reach the disk before the name does: a crash never leaves an empty or partial file
+  // under the record's name.
+  if (::fsync(fd.get()) != 0) {
+    absl::Status s = Errno(absl::StrCat("fsync ", tmp));
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status s = Errno(absl::StrCat("rename ", tmp, " to ", path));
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateDir>> StateDir::Open(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the state directory is ''");
+  const std::string dir(absl::StripSuffix(path, "/"));
+  if (absl::Status s = MakeDirs(dir + "/groups"); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("state directory: ", s.message()));
+  }
+  UniqueFd lock(::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return Errno(absl::StrCat("state directory: cannot open ", dir, "/lock"));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state directory ", dir,
+                     " is in use by another wsyncd; give each wsyncd its own --state-dir"));
+  }
+  return std::unique_ptr<StateDir>(new StateDir(dir, std::move(lock)));
+}
+
+std::string StateDir::FileOf(const std::string& group) const {
+  // Group names are letters, digits, '_', '-' and '.' (ValidateGroupSpec); with the suffix no
+  // name ("." or "..") is a directory.
+  return absl::StrCat(path_, "/groups/", group, kSuffix);
+}
+
+nlohmann::json StateDir::RecordToJson(const GroupRecord& record) {
+  nlohmann::json j = {{"format", kFormat},
+                      {"group", GroupSpecToJson(record.spec)},
+                      {"engine_group", record.engine_group},
+                      {"last_version", record.last_version},
+                      {"needs_full_version", record.needs_full_version}};
+  j["open_update"] = record.open_version.empty() ? nlohmann::json(nullptr)
+                                                 : nlohmann::json{{"id", record.open_update_id},
+                                                                  {"version", record.open_version}};
+  return j;
+}
+
+absl::StatusOr<GroupRecord> StateDir::RecordFromJson(const nlohmann::json& j) {
+  try {
+    if (!j.is_object() || j.value("format", 0) != kFormat) {
+      return absl::InvalidArgumentError(absl::StrCat("not a group record of format ", kFormat));
+    }
+    GroupRecord record;
+    WSYNC_ASSIGN_OR_RETURN(record.spec, GroupSpecFromJson(j.at("group")));
+    WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(record.spec));
+    record.engine_group = j.at("engine_group").get<std::string>();
+    record.last_version = j.value("last_version", std::string());
+    if (j.contains("open_update") && j["open_update"].is_object()) {
+      record.open_update_id = j["open_update"].value("id", std::string());
+      record.open_version = j["open_update"].at("version").get<std::string>();
+    }
+    record.needs_full_version = j.value("needs_full_version", std::map<std::string, std::string>());
+    return record;
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+}
+
+std::vector<GroupRecord> StateDir::LoadAll(std::vector<std::string>* problems) const {
+  std::vector<GroupRecord> records;
+  const std::string dir = path_ + "/groups";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    problems->push_back(absl::StrCat("cannot read ", dir, ": ", std::strerror(errno)));
+    return records;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    absl::string_view name = e->d_name;
+    // Temporary files of a write that never finished (their record is the file they were to
+    // replace) are skipped.
+    if (absl::StartsWith(name, ".") || !absl::EndsWith(name, kSuffix)) continue;
+    names.emplace_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string file = absl::StrCat(dir, "/", name);
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    auto record = RecordFromJson(j);
+    if (!record.ok()) {
+      problems->push_back(absl::StrCat(file, ": ", record.status().message()));
+      continue;
+    }
+    if (absl::StrCat(record->spec.name, kSuffix) != name) {
+      problems->push_back(
+          absl::StrCat(file, ": holds group '", record->spec.name, "', not the file's name"));
+      continue;
+    }
+    records.push_back(std::move(*record));
+  }
+  return records;
+}
+
+absl::Status StateDir::Save(const GroupRecord& record) {
+  const std::string path = FileOf(record.spec.name);
+  const std::string tmp = absl::StrCat(path_, "/groups/.", record.spec.name, kSuffix, ".tmp");
+  const std::string text = RecordToJson(record).dump(2) + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  WSYNC_RETURN_IF_ERROR(WriteFileDurably(tmp, path, text));
+  // The rename itself is durable only once the directory is.
+  return SyncDir(path_ + "/groups");
+}
+
+absl::Status StateDir::Remove(const std::string& group) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (::unlink(FileOf(group).c_str()) != 0 && errno != ENOENT) {
+    return Errno(absl::StrCat("remove ", FileOf(group)));
+  }
+  return SyncDir(path_ + "/groups");
+}
+
+}  // namespace wsync
