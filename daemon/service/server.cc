@@ -108,6 +108,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   if (!options.tcp_listen.empty() && tcp_port == 0) {
     return absl::UnavailableError(absl::StrCat("could not listen on TCP ", options.tcp_listen));
   }
+  server->tcp_port_ = tcp_port;
   if (server->unix_listener_) server->unix_listener_->Serve(server->server_.get());
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;

@@ -43,11 +43,14 @@ class DaemonServer {
   // A channel into this server without a socket, for tests.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   std::string listen_description() const { return listen_; }
+  // The TCP port --listen bound (useful with port 0), or 0.
+  int tcp_port() const { return tcp_port_; }
 
  private:
   DaemonServer(DaemonCore* core, std::string listen, AuthOptions auth,
                std::unique_ptr<UnixListener> unix_listener);
   std::string listen_;
+  int tcp_port_ = 0;
   std::unique_ptr<UnixListener> unix_listener_;
   Authorizer auth_;
   TrainerService trainer_;

@@ -1,0 +1,261 @@
+// Who may do what: the unix socket's credentials and mode, TLS plus tokens on TCP, the admin
+// role, and sessions bound to the connection that opened them.
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "client/cpp/client.h"
+#include "daemon/core/daemon_core.h"
+#include "daemon/group_factories.h"
+#include "daemon/service/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/service/recording_platform.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string RunCommand(const std::string& command, int* exit_code) {
+  std::string out;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return "popen failed";
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int status = ::pclose(pipe);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+class AuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "wsync-auth-", ::getpid());
+    std::filesystem::create_directories(dir_);
+    // Traversable by anyone, so that the socket's own mode decides who connects.
+    ::chmod(dir_.c_str(), 0755);
+    DaemonOptions options;
+    options.mode = "host";
+    options.slot_bytes = 1 << 16;
+    options.slots_per_device = 2;
+    core_ = std::make_unique<DaemonCore>(std::make_unique<RecordingPlatform>(&broadcasts_), options,
+                                         DefaultGroupFactories());
+  }
+  void TearDown() override {
+    server_.reset();
+    core_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A self-signed certificate for localhost / 127.0.0.1, and the two tokens.
+  void MakeTlsFiles() {
+    int rc = 0;
+    std::string out = RunCommand(
+        absl::StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                     "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
+                     dir_, "/key.pem -out ", dir_, "/cert.pem"),
+        &rc);
+    ASSERT_EQ(rc, 0) << out;
+    WriteFile(dir_ + "/trainer.token", "trainer-secret-1234\n");
+    WriteFile(dir_ + "/admin.token", "admin-secret-5678\n");
+    WriteFile(dir_ + "/wrong.token", "trainer-secret-1235\n");
+  }
+
+  ServerOptions TlsOptions() {
+    ServerOptions o;
+    o.tcp_listen = "127.0.0.1:0";
+    o.tls_cert_file = dir_ + "/cert.pem";
+    o.tls_key_file = dir_ + "/key.pem";
+    o.token_file = dir_ + "/trainer.token";
+    o.admin_token_file = dir_ + "/admin.token";
+    return o;
+  }
+
+  std::unique_ptr<Client> TcpClient(const std::string& token_file) {
+    ConnectOptions c;
+    c.tls_ca_file = dir_ + "/cert.pem";
+    c.token_file = token_file;
+    c.tls_server_name = "localhost";
+    auto client = Client::Connect(absl::StrCat("127.0.0.1:", server_->tcp_port()), c);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  }
+
+  static grpc::StatusCode Drain(Client& c) {
+    grpc::ClientContext ctx;
+    v1::DrainRequest req;
+    req.set_timeout_seconds(1);
+    v1::DrainResponse resp;
+    return c.admin()->Drain(&ctx, req, &resp).error_code();
+  }
+  static grpc::Status CloseSession(Client& c, const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest req;
+    req.set_session_id(id);
+    v1::CloseSessionResponse resp;
+    return c.trainer()->CloseSession(&ctx, req, &resp);
+  }
+  static grpc::Status KeepAlive(Client& c, const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::KeepAliveRequest req;
+    req.set_session_id(id);
+    v1::KeepAliveResponse resp;
+    return c.trainer()->KeepAlive(&ctx, req, &resp);
+  }
+
+  std::string dir_;
+  BroadcastLog broadcasts_;
+  std::unique_ptr<DaemonCore> core_;
+  std::unique_ptr<DaemonServer> server_;
+};
+
+TEST_F(AuthTest, ListenWithoutTlsAndATokenIsRefusedUnlessDeclaredInsecure) {
+  ServerOptions o;
+  o.tcp_listen = "127.0.0.1:0";
+  auto refused = DaemonServer::Start(core_.get(), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--tls-cert, --tls-key and --token-file"));
+  o.insecure_listen = true;
+  auto insecure = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(insecure.ok()) << insecure.status();
+  server_ = std::move(*insecure);
+  // An insecure listener makes every caller a trainer: pushing yes, draining no.
+  auto client = Client::Connect(absl::StrCat("127.0.0.1:", server_->tcp_port()), ConnectOptions{});
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE((*client)->OpenSession(0, "insecure trainer").ok());
+  EXPECT_EQ(Drain(**client), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(AuthTest, TcpCallersNeedTheTrainerTokenAndAdminCallsTheAdminToken) {
+  MakeTlsFiles();
+  auto started = DaemonServer::Start(core_.get(), TlsOptions());
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+
+  auto nobody = TcpClient("");
+  ASSERT_NE(nobody, nullptr);
+  absl::Status s = nobody->OpenSession(0, "no token");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
+  auto wrong = TcpClient(dir_ + "/wrong.token");
+  EXPECT_EQ(wrong->OpenSession(0, "wrong token").code(), absl::StatusCode::kUnauthenticated);
+
+  auto trainer = TcpClient(dir_ + "/trainer.token");
+  ASSERT_TRUE(trainer->OpenSession(0, "trainer").ok());
+  {
+    grpc::ClientContext ctx;
+    v1::ListGroupsResponse groups;  // reading state is a trainer's right
+    EXPECT_TRUE(trainer->admin()->ListGroups(&ctx, v1::ListGroupsRequest(), &groups).ok());
+  }
+  EXPECT_EQ(Drain(*trainer), grpc::StatusCode::PERMISSION_DENIED);
+
+  auto admin = TcpClient(dir_ + "/admin.token");
+  EXPECT_EQ(Drain(*admin), grpc::StatusCode::OK);
+  grpc::ClientContext ctx;
+  v1::UndrainResponse undrained;
+  ASSERT_TRUE(admin->admin()->Undrain(&ctx, v1::UndrainRequest(), &undrained).ok());
+  EXPECT_TRUE(undrained.was_draining());
+
+  // Plain TCP against the TLS port gets nowhere.
+  ConnectOptions plain;
+  plain.timeout = absl::Seconds(1);
+  EXPECT_FALSE(Client::Connect(absl::StrCat("127.0.0.1:", server_->tcp_port()), plain).ok());
+}
+
+TEST_F(AuthTest, ASessionIsUsedOnlyOverItsOwnConnectionAndClosedByItOrAnAdmin) {
+  MakeTlsFiles();
+  auto started = DaemonServer::Start(core_.get(), TlsOptions());
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+  auto a = TcpClient(dir_ + "/trainer.token");
+  auto b = TcpClient(dir_ + "/trainer.token");
+  ASSERT_TRUE(a->OpenSession(0, "trainer a").ok());
+  const std::string id = a->session_id();
+  grpc::Status denied = CloseSession(*b, id);
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(denied.error_message(), HasSubstr("belongs to another connection"));
+  EXPECT_EQ(KeepAlive(*b, id).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(KeepAlive(*a, id).ok());
+  auto admin = TcpClient(dir_ + "/admin.token");
+  EXPECT_TRUE(CloseSession(*admin, id).ok());
+  EXPECT_EQ(KeepAlive(*a, id).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AuthTest, TheSocketIs0600WithoutTheGroupAnd0660WithIt) {
+  ServerOptions o;
+  o.unix_socket = dir_ + "/private.sock";
+  o.socket_group = "wsync-no-such-group";
+  auto started = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  struct stat st {};
+  ASSERT_EQ(::stat(o.unix_socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  started->reset();
+
+  const group* g = ::getgrgid(::getegid());
+  ASSERT_NE(g, nullptr);
+  o.unix_socket = dir_ + "/shared.sock";
+  o.socket_group = g->gr_name;
+  auto shared = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_EQ(::stat(o.unix_socket.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+  EXPECT_EQ(st.st_gid, g->gr_gid);
+  EXPECT_THAT((*shared)->listen_description(), HasSubstr(absl::StrCat("0660 group ", g->gr_name)));
+}
+
+// Another user on the unix socket: let in by the socket's group, a trainer by its credentials.
+// Needs root, to run wsyncctl as uid/gid 65534 (nobody/nogroup); CI runs as root.
+TEST_F(AuthTest, AnotherUserOnTheSocketIsATrainerNotAnAdmin) {
+  if (::geteuid() != 0 || ::getgrnam("nogroup") == nullptr) {
+    GTEST_SKIP() << "needs root and the nogroup group to act as another user";
+  }
+  ServerOptions o;
+  o.unix_socket = dir_ + "/wsyncd.sock";
+  o.socket_group = "wsync-no-such-group";
+  auto private_server = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(private_server.ok()) << private_server.status();
+  const std::string as_nobody =
+      absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups ", WSYNCCTL_BIN,
+                   " --timeout 5 --socket ", o.unix_socket, " ");
+  int rc = 0;
+  std::string out = RunCommand(as_nobody + "groups", &rc);
+  EXPECT_NE(rc, 0) << out;  // 0600: not even connected
+  EXPECT_THAT(out, HasSubstr("not answering"));
+  private_server->reset();
+
+  o.socket_group = "nogroup";
+  auto started = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+  out = RunCommand(as_nobody + "groups", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = RunCommand(as_nobody + "drain", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(out, HasSubstr("Drain needs the admin role; uid 65534"));
+  // Root, on the same socket, is an admin: it opens a session nobody may not close.
+  auto root = Client::Connect("unix:" + o.unix_socket);
+  ASSERT_TRUE(root.ok()) << root.status();
+  ASSERT_TRUE((*root)->OpenSession(0, "root trainer").ok());
+  out = RunCommand(as_nobody + "close-session " + (*root)->session_id(), &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(out, HasSubstr("belongs to another connection"));
+  out = RunCommand(absl::StrCat(WSYNCCTL_BIN, " --socket ", o.unix_socket, " close-session ",
+                                (*root)->session_id()),
+                   &rc);
+  EXPECT_EQ(rc, 0) << out;
+}
+
+}  // namespace
+}  // namespace wsync
