@@ -255,23 +255,4 @@ absl::StatusOr<std::string> PeerIp(int fd) {
   return ip;
 }
 
-absl::StatusOr<std::vector<std::string>> ResolveHostIps(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
-  }
-  std::vector<std::string> ips;
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    std::string ip = NumericIp(ai->ai_addr);
-    if (!ip.empty() && std::find(ips.begin(), ips.end(), ip) == ips.end()) ips.push_back(ip);
-  }
-  freeaddrinfo(res);
-  return ips;
-}
-
 }  // namespace wsync

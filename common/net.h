@@ -52,10 +52,8 @@ absl::Status ReadExactV(int fd, std::vector<iovec> pieces, absl::Time deadline);
 absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string& address);
 
 // The numeric IP address of a connected socket's peer ("10.0.0.7", "::1"); an IPv4 peer of an
-// IPv6 socket is given in its IPv4 form.
+// IPv6 socket is given in its IPv4 form, as IpAddress::ToString writes it.
 absl::StatusOr<std::string> PeerIp(int fd);
-// Every numeric address `host` (a name or an IP literal) resolves to, in the same form as PeerIp.
-absl::StatusOr<std::vector<std::string>> ResolveHostIps(const std::string& host);
 
 }  // namespace wsync
 

@@ -7,8 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "common/net.h"
+#include "common/network_allow_list.h"
 
 namespace wsync {
 namespace {
@@ -26,7 +25,8 @@ std::set<std::string> LocalIps() {
     if (::getnameinfo(ifa->ifa_addr, family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6),
                       host, sizeof(host), nullptr, 0, NI_NUMERICHOST) == 0) {
       std::string ip = host;
-      out.insert(ip.substr(0, ip.find('%')));  // drop an IPv6 scope id
+      auto parsed = IpAddress::Parse(ip.substr(0, ip.find('%')));  // without an IPv6 scope id
+      if (parsed.ok()) out.insert(parsed->ToString());
     }
   }
   ::freeifaddrs(list);
@@ -37,35 +37,21 @@ bool IsLoopback(const std::string& ip) { return absl::StartsWith(ip, "127.") || 
 
 }  // namespace
 
-absl::StatusOr<std::string> UrlHost(const std::string& url) {
-  absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "http://")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine URL '", url, "' must start with http://"));
-  }
-  rest = rest.substr(0, rest.find('/'));
-  auto split = SplitHostPort(std::string(rest));
-  if (!split.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("engine URL '", url, "': ", split.status().message()));
-  }
-  return split->first;
-}
-
 absl::StatusOr<std::set<std::string>> StorePeersFor(const std::vector<std::string>& engine_urls,
                                                     const std::string& advertise_address) {
   std::set<std::string> peers;
   bool local_engine = false;
   const std::set<std::string> local = LocalIps();
   for (const std::string& url : engine_urls) {
-    auto host = UrlHost(url);
-    if (!host.ok()) return host.status();
-    auto ips = ResolveHostIps(*host);
-    if (!ips.ok()) {
+    auto parsed = ParseHttpUrl(url);
+    if (!parsed.ok()) return parsed.status();
+    auto addresses = ResolveHost(parsed->host);
+    if (!addresses.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("engine URL '", url, "': ", ips.status().message()));
+          absl::StrCat("engine URL '", url, "': ", addresses.status().message()));
     }
-    for (const std::string& ip : *ips) {
+    for (const IpAddress& address : *addresses) {
+      const std::string ip = address.ToString();
       peers.insert(ip);
       if (IsLoopback(ip) || local.count(ip) != 0) local_engine = true;
     }
@@ -73,8 +59,9 @@ absl::StatusOr<std::set<std::string>> StorePeersFor(const std::vector<std::strin
   if (local_engine) {
     peers.insert("127.0.0.1");
     peers.insert("::1");
-    auto adv = ResolveHostIps(advertise_address);
-    if (adv.ok()) peers.insert(adv->begin(), adv->end());
+    if (auto adv = ResolveHost(advertise_address); adv.ok()) {
+      for (const IpAddress& address : *adv) peers.insert(address.ToString());
+    }
   }
   return peers;
 }
