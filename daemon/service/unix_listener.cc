@@ -65,8 +65,15 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Listen(const std::st
   }
   auto listener = std::unique_ptr<UnixListener>(new UnixListener(path, std::move(fd)));
   listener->mode_description_ = "0600";
-  if (const struct group* g = group.empty() ? nullptr : ::getgrnam(group.c_str()); g != nullptr) {
-    if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) == 0 &&
+  // A number is a gid as it is (containers often have no group database entry for it).
+  std::optional<gid_t> gid;
+  if (uint32_t number = 0; !group.empty() && absl::SimpleAtoi(group, &number)) {
+    gid = static_cast<gid_t>(number);
+  } else if (const struct group* g = group.empty() ? nullptr : ::getgrnam(group.c_str())) {
+    gid = g->gr_gid;
+  }
+  if (gid.has_value()) {
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), *gid) == 0 &&
         ::chmod(path.c_str(), 0660) == 0) {
       listener->mode_description_ = absl::StrCat("0660 group ", group);
     } else {

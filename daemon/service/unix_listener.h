@@ -32,8 +32,8 @@ struct UnixPeer {
 // wsyncd accepts here, reads each connection's credentials, and hands the connection to the gRPC
 // server; a call's peer ("fd:N") then names the credentials recorded for descriptor N.
 //
-// The socket file is mode 0660 with group `group` when that group exists (its members are the
-// trainers allowed in), else 0600 (the daemon's user only).
+// The socket file is mode 0660 with group `group` (a name, or a numeric gid) when that group
+// exists (its members are the trainers allowed in), else 0600 (the daemon's user only).
 class UnixListener {
  public:
   static absl::StatusOr<std::unique_ptr<UnixListener>> Listen(const std::string& path,
