@@ -1,16 +1,14 @@
 #include "client/cpp/client.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/bucket_planner.h"
 #include "common/host/host_source.h"
 #include "common/host/shm_slot.h"
+#include "common/secret_file.h"
 #include "common/status_macros.h"
 #ifdef WSYNC_HAVE_CUDA
 #include "common/cuda/cuda_platform.h"
@@ -44,14 +42,6 @@ Client::~Client() {
 
 namespace {
 
-absl::StatusOr<std::string> ReadTrimmed(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(text.str()));
-}
-
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
@@ -80,11 +70,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!absl::StartsWith(target, "unix:") && !options.tls_ca_file.empty()) {
     grpc::SslCredentialsOptions ssl;
-    WSYNC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTrimmed(options.tls_ca_file, "TLS CA"));
+    WSYNC_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadSecretFile(options.tls_ca_file, "TLS CA"));
     ssl.pem_root_certs += "\n";
     credentials = grpc::SslCredentials(ssl);
     if (!options.token_file.empty()) {
-      WSYNC_ASSIGN_OR_RETURN(std::string token, ReadTrimmed(options.token_file, "token file"));
+      WSYNC_ASSIGN_OR_RETURN(std::string token, ReadSecretFile(options.token_file, "token file"));
       credentials =
           grpc::CompositeChannelCredentials(credentials, grpc::AccessTokenCredentials(token));
     }

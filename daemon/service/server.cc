@@ -2,28 +2,15 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
-#include <fstream>
-#include <sstream>
-
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/secret_file.h"
 #include "common/status_macros.h"
 
 namespace wsync {
 namespace {
-
-absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string value(absl::StripAsciiWhitespace(text.str()));
-  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is empty"));
-  return value;
-}
 
 // What TCP serving needs: TLS and tokens, unless the operator said the network is trusted.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
