@@ -134,8 +134,10 @@ grpc::Status AdminService::Undrain(grpc::ServerContext* context, const v1::Undra
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::ResumeEngine(grpc::ServerContext*, const v1::ResumeEngineRequest* req,
+grpc::Status AdminService::ResumeEngine(grpc::ServerContext* context,
+                                        const v1::ResumeEngineRequest* req,
                                         v1::ResumeEngineResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "ResumeEngine");
   auto resumed = core_->ResumeEngines(req->group(), req->url());
   if (!resumed.ok()) return ToGrpcStatus(resumed.status());
   for (const std::string& url : *resumed) resp->add_resumed(url);

@@ -271,6 +271,8 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
 grpc::Status TrainerService::Update(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) {
+  // Who may push at all is known before a byte is read; whose session, after begin.
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "Update");
   v1::UpdateRequest request;
   if (!stream->Read(&request)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before begin");
