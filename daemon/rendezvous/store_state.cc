@@ -18,7 +18,36 @@ void AppendI64(std::string* out, int64_t v) { out->append(reinterpret_cast<const
 
 void StoreState::Open(uint64_t connection) { clients_[connection]; }
 
-void StoreState::Close(uint64_t connection) { clients_.erase(connection); }
+void StoreState::Close(uint64_t connection) {
+  auto it = clients_.find(connection);
+  if (it == clients_.end()) return;
+  DropWait(connection, it->second);
+  clients_.erase(it);
+}
+
+void StoreState::DropWait(uint64_t connection, Client& client) {
+  for (const std::string& key : client.waiting_for) {
+    auto w = waiters_.find(key);
+    if (w == waiters_.end()) continue;
+    w->second.erase(connection);
+    if (w->second.empty()) waiters_.erase(w);
+  }
+  waited_keys_ -= client.waiting_for.size();
+  client.waiting_for.clear();
+}
+
+void StoreState::KeyCreated(const std::string& key) {
+  auto w = waiters_.find(key);
+  if (w == waiters_.end()) return;
+  for (uint64_t connection : w->second) {
+    auto c = clients_.find(connection);
+    if (c == clients_.end()) continue;
+    c->second.waiting_for.erase(key);
+    --waited_keys_;
+    if (c->second.waiting_for.empty()) woken_.push_back(connection);
+  }
+  waiters_.erase(w);
+}
 
 std::vector<uint64_t> StoreState::TakeWoken() {
   std::vector<uint64_t> out;
@@ -53,6 +82,20 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
     if (!s.ok()) out.error = std::string(s.message());
     return s.ok();
   };
+  // Whether any key the request would change is the daemon's (the NCCL id): an engine rank never
+  // writes it, and a wrong id would make every rank fail to join.
+  auto writes_daemon_key = [&] {
+    if (r.command != StoreCommand::kSet && r.command != StoreCommand::kAppend &&
+        r.command != StoreCommand::kCompareSet && r.command != StoreCommand::kDeleteKey &&
+        r.command != StoreCommand::kMultiSet && r.command != StoreCommand::kAdd) {
+      return false;
+    }
+    for (const auto& k : r.keys) {
+      if (DaemonOwned(k)) return true;
+    }
+    return false;
+  };
+  if (writes_daemon_key()) return fail("a client may not change a key wsyncd published");
   switch (r.command) {
     case StoreCommand::kValidate:
       return fail("a second VALIDATE");
@@ -61,8 +104,7 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
       out.reply.assign(reinterpret_cast<const char*>(&r.u32), 4);
       return out;
     case StoreCommand::kSet:
-      if (!put(r.keys[0], r.values[0])) return out;
-      WakeWaiters();
+      put(r.keys[0], r.values[0]);
       return out;
     case StoreCommand::kCompareSet: {
       const std::string& key = r.keys[0];
@@ -76,7 +118,6 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
         }
         if (!put(key, desired)) return out;
         AppendStoreBytes(&out.reply, desired);
-        WakeWaiters();
         return out;
       }
       if (it->second == expected && !put(key, desired)) return out;
@@ -96,6 +137,16 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
     }
     case StoreCommand::kAdd: {
       const std::string& key = r.keys[0];
+      if (key == kInitKey) {
+        // torch registers each store client once, with 1. Anything else would let one
+        // connection count as several ranks, or a rank that left be counted as present.
+        if (r.delta != 1 || client.registered) {
+          return fail("ADD to \"init/\" other than one registration of 1");
+        }
+        if (registered_open() >= max_registered_) {
+          return fail(absl::StrCat("all ", max_registered_, " engine ranks are registered"));
+        }
+      }
       int64_t current = 0;
       auto it = data_.find(key);
       if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
@@ -105,25 +156,35 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
                                      static_cast<uint64_t>(r.delta));  // wraps as torch's does
       if (!put(key, std::to_string(current))) return out;
       if (client.added.size() < kMaxAddedKeysPerClient) client.added.insert(key);
-      WakeWaiters();
+      if (key == kInitKey) client.registered = true;
       AppendI64(&out.reply, current);
       return out;
     }
     case StoreCommand::kCheck:
       out.reply.push_back(AllExist(r.keys) ? kReady : kNotReady);
       return out;
-    case StoreCommand::kWait:
-      if (AllExist(r.keys)) {
+    case StoreCommand::kWait: {
+      DropWait(connection, client);  // a new WAIT replaces one still pending
+      std::set<std::string> missing;
+      for (const auto& k : r.keys) {
+        if (data_.count(k) == 0) missing.insert(k);
+      }
+      if (missing.empty()) {
         out.reply.push_back(kStopWaiting);
         return out;
       }
-      for (const auto& k : r.keys) {
-        if (data_.count(k) == 0 && unpublished_waits_.size() < kMaxUnpublishedWaits) {
-          unpublished_waits_.insert(k);
-        }
+      if (waited_keys_ + missing.size() > kMaxWaitedKeys) {
+        return fail(absl::StrCat("pending WAITs would wait for more than ", kMaxWaitedKeys,
+                                 " missing keys"));
       }
-      client.pending_wait = r.keys;
+      for (const auto& k : missing) {
+        if (unpublished_waits_.size() < kMaxUnpublishedWaits) unpublished_waits_.insert(k);
+        waiters_[k].insert(connection);
+      }
+      waited_keys_ += missing.size();
+      client.waiting_for = std::move(missing);
       return out;
+    }
     case StoreCommand::kMultiGet: {
       for (const auto& k : r.keys) {
         auto it = data_.find(k);
@@ -149,6 +210,7 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
       if (it != data_.end()) {
         data_bytes_ -= it->first.size() + it->second.size();
         fetchers_.erase(it->first);
+        daemon_keys_.erase(it->first);
         data_.erase(it);
         deleted = 1;
       }
@@ -163,18 +225,29 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
                                  limits_.max_value_bytes, " bytes"));
       }
       value += r.values[0];
-      if (!put(r.keys[0], std::move(value))) return out;
-      WakeWaiters();
+      put(r.keys[0], std::move(value));
       return out;
     }
-    case StoreCommand::kMultiSet:
+    case StoreCommand::kMultiSet: {
+      // All or nothing: a batch that does not fit changes nothing.
+      std::map<std::string, size_t> after;  // key -> its bytes once the batch is in
       for (size_t i = 0; i < r.keys.size(); ++i) {
-        if (!put(r.keys[i], r.values[i])) return out;
+        after[r.keys[i]] = r.keys[i].size() + r.values[i].size();
       }
-      WakeWaiters();
+      size_t total = data_bytes_;
+      for (const auto& [k, bytes] : after) {
+        auto it = data_.find(k);
+        total = total - (it == data_.end() ? 0 : k.size() + it->second.size()) + bytes;
+      }
+      if (total > limits_.max_data_bytes) {
+        return fail(absl::StrCat("the store is full: MULTI_SET would hold ", total,
+                                 " bytes; the limit is ", limits_.max_data_bytes));
+      }
+      for (size_t i = 0; i < r.keys.size(); ++i) put(r.keys[i], r.values[i]);
       return out;
+    }
     case StoreCommand::kCancelWait:
-      client.pending_wait.reset();
+      DropWait(connection, client);
       out.reply.push_back(kWaitCanceled);
       return out;
   }
@@ -195,6 +268,7 @@ absl::Status StoreState::Put(const std::string& key, std::string value) {
   unpublished_waits_.erase(key);
   if (it == data_.end()) {
     data_.emplace(key, std::move(value));
+    KeyCreated(key);
   } else {
     it->second = std::move(value);
   }
@@ -208,18 +282,9 @@ bool StoreState::AllExist(const std::vector<std::string>& keys) const {
   return true;
 }
 
-void StoreState::WakeWaiters() {
-  for (auto& [connection, client] : clients_) {
-    if (client.pending_wait && AllExist(*client.pending_wait)) {
-      client.pending_wait.reset();
-      woken_.push_back(connection);
-    }
-  }
-}
-
 absl::Status StoreState::Set(const std::string& key, std::string value) {
   absl::Status s = Put(key, std::move(value));
-  if (s.ok()) WakeWaiters();
+  if (s.ok()) daemon_keys_.insert(key);
   return s;
 }
 
@@ -235,6 +300,7 @@ size_t StoreState::ErasePrefix(absl::string_view prefix) {
     if (!absl::StartsWith(it->first, prefix)) break;
     data_bytes_ -= it->first.size() + it->second.size();
     fetchers_.erase(it->first);
+    daemon_keys_.erase(it->first);
     it = data_.erase(it);
     ++n;
   }
@@ -274,10 +340,15 @@ bool StoreState::ConnectionOpen(uint64_t connection) const {
   return clients_.count(connection) != 0;
 }
 
-bool StoreState::Busy(uint64_t connection) const {
+bool StoreState::Registered(uint64_t connection) const {
   auto it = clients_.find(connection);
-  if (it == clients_.end()) return false;
-  return it->second.pending_wait.has_value() || it->second.added.count(kInitKey) != 0;
+  return it != clients_.end() && it->second.registered;
+}
+
+size_t StoreState::registered_open() const {
+  size_t n = 0;
+  for (const auto& [connection, client] : clients_) n += client.registered ? 1 : 0;
+  return n;
 }
 
 std::vector<std::string> StoreState::UnpublishedWaits() const {

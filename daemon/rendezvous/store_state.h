@@ -5,6 +5,7 @@
 // command (shared/docs/tcpstore-protocol.md). It does no I/O: the server feeds it parsed requests
 // and sends what it returns, so it is tested and fuzzed without sockets. Not thread-safe.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -25,6 +26,9 @@ class StoreState {
   static constexpr char kInitKey[] = "init/";
 
   explicit StoreState(StoreLimits limits) : limits_(std::move(limits)) {}
+  // At most this many connections may be registered (ADDed 1 to "init/") at once: the group's
+  // engine ranks. Further registrations close their connection.
+  void set_max_registered(size_t n) { max_registered_ = n; }
 
   struct Outcome {
     std::string reply;  // may be empty: SET, APPEND, MULTI_SET and a pending WAIT answer nothing
@@ -55,9 +59,11 @@ class StoreState {
   };
   std::vector<Adder> AddersOf(const std::string& key) const;
   bool ConnectionOpen(uint64_t connection) const;
-  // Whether the connection ADDed to "init/" (an engine rank) or has a WAIT pending: connections
-  // that are not idle however long they stay silent.
-  bool Busy(uint64_t connection) const;
+  // Whether the connection registered (an engine rank): it is not idle however long it stays
+  // silent. A pending WAIT is not enough: anyone can wait for a key that never comes.
+  bool Registered(uint64_t connection) const;
+  // Open connections that registered.
+  size_t registered_open() const;
   std::vector<std::string> UnpublishedWaits() const;
   int connections_open() const { return static_cast<int>(clients_.size()); }
   size_t data_bytes() const { return data_bytes_; }
@@ -65,8 +71,11 @@ class StoreState {
  private:
   struct Client {
     bool validated = false;
+    bool registered = false;
     uint32_t pid = 0;
-    std::optional<std::vector<std::string>> pending_wait;
+    // The keys of the pending WAIT that did not exist when it came; it is answered when the last
+    // of them is set.
+    std::set<std::string> waiting_for;
     // Keys this connection ADDed to (a few: torch adds "init/" once).
     std::set<std::string> added;
   };
@@ -75,18 +84,29 @@ class StoreState {
   static constexpr size_t kMaxAddedKeysPerClient = 64;
   static constexpr size_t kMaxFetchersPerKey = 1024;
   static constexpr size_t kMaxUnpublishedWaits = 64;
+  // Missing keys all pending WAITs of a store wait for together (a torch rank waits for one or
+  // two).
+  static constexpr size_t kMaxWaitedKeys = 16384;
 
   Outcome Run(uint64_t connection, Client& client, const StoreRequest& request);
   // Stores key=value within max_data_bytes; the error names the limit.
   absl::Status Put(const std::string& key, std::string value);
   bool AllExist(const std::vector<std::string>& keys) const;
-  void WakeWaiters();
+  // A key came into being: answers the WAITs it was the last missing key of.
+  void KeyCreated(const std::string& key);
+  void DropWait(uint64_t connection, Client& client);
+  // Keys the daemon published (the NCCL id): clients may read them, never change them.
+  bool DaemonOwned(const std::string& key) const { return daemon_keys_.count(key) != 0; }
 
   const StoreLimits limits_;
   std::map<std::string, std::string> data_;
   size_t data_bytes_ = 0;
   std::map<uint64_t, Client> clients_;
   std::vector<uint64_t> woken_;
+  std::map<std::string, std::set<uint64_t>> waiters_;  // missing key -> connections waiting
+  size_t waited_keys_ = 0;
+  size_t max_registered_ = SIZE_MAX;
+  std::set<std::string> daemon_keys_;
   std::map<std::string, std::set<uint32_t>> fetchers_;
   std::set<std::string> unpublished_waits_;
 };

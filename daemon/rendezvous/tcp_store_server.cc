@@ -26,6 +26,7 @@ constexpr char kStopWaiting = 0;
 // reply before its next request, so only a client that stopped reading gets here.
 constexpr size_t kMaxUnsentBeforeReading = 64 << 10;
 constexpr size_t kReadChunk = 64 << 10;
+constexpr int kMaxRequestsPerTurn = 64;
 
 // Store connections open in this process, across every group's store: together they may use a
 // quarter of the descriptor limit, so that the gRPC listener and the engines' HTTP channels always
@@ -72,6 +73,11 @@ struct TcpStoreServer::Connection {
 };
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
+    const std::string& bind_address, uint16_t port) {
+  return Start(bind_address, port, Options());
+}
+
+absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
     const std::string& bind_address, uint16_t port, Options options) {
   WSYNC_ASSIGN_OR_RETURN(UniqueFd fd, ListenTcp(bind_address, port));
   WSYNC_ASSIGN_OR_RETURN(uint16_t bound, LocalPort(fd.get()));
@@ -89,7 +95,9 @@ TcpStoreServer::TcpStoreServer(UniqueFd listen_fd, uint16_t port, Options option
       wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       spare_fd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)),
       port_(port),
-      state_(options_.limits) {}
+      state_(options_.limits) {
+  state_.set_max_registered(options_.max_registered);
+}
 
 TcpStoreServer::~TcpStoreServer() {
   stopping_ = true;
@@ -115,7 +123,11 @@ void TcpStoreServer::Loop() {
     fds.push_back(
         {listen_fd_.get(), static_cast<short>(now >= accept_paused_until_ ? POLLIN : 0), 0});
     fds.push_back({wake_fd_.get(), POLLIN, 0});
+    bool more_to_serve = false;  // requests left over by the per-turn cap
     for (auto& [serial, conn] : connections_) {
+      if (conn->buffered() >= conn->need && conn->unsent() < kMaxUnsentBeforeReading) {
+        more_to_serve = true;
+      }
       short events = 0;
       if (conn->unsent() < kMaxUnsentBeforeReading) events |= POLLIN;
       if (conn->unsent() > 0) events |= POLLOUT;
@@ -123,7 +135,9 @@ void TcpStoreServer::Loop() {
       serials.push_back(serial);
     }
     const int64_t wait_ms =
-        std::clamp<int64_t>(absl::ToInt64Milliseconds(next_deadline - now) + 1, 0, 1000);
+        more_to_serve
+            ? 0
+            : std::clamp<int64_t>(absl::ToInt64Milliseconds(next_deadline - now) + 1, 0, 1000);
     if (::poll(fds.data(), fds.size(), static_cast<int>(wait_ms)) < 0 && errno != EINTR) {
       WSYNC_LOG(Error, "store :", port_, ": poll failed: ", std::strerror(errno));
       absl::SleepFor(absl::Milliseconds(10));
@@ -245,7 +259,10 @@ std::optional<TcpStoreServer::Verdict> TcpStoreServer::ServeBuffered(Connection&
     // Not a torch client: refuse on the first byte instead of waiting for a whole frame.
     return Verdict{"the first request is not VALIDATE", &Counters::closed_protocol};
   }
-  while (conn.buffered() >= conn.need && conn.unsent() < kMaxUnsentBeforeReading) {
+  // A bounded number of requests per turn, so one client's pipeline cannot hold the loop.
+  for (int served = 0; served < kMaxRequestsPerTurn && conn.buffered() >= conn.need &&
+                       conn.unsent() < kMaxUnsentBeforeReading;
+       ++served) {
     StoreParse parse =
         ParseStoreRequest(absl::string_view(conn.in).substr(conn.in_begin), options_.limits);
     if (parse.kind == StoreParse::kNeedMore) {
@@ -345,7 +362,8 @@ absl::Time TcpStoreServer::EnforceDeadlines(absl::Time now) {
         deadlines.emplace_back(conn->out_progress + l.frame_timeout,
                                "the client stopped reading its replies");
       }
-      if (conn->validated && conn->buffered() == 0 && conn->unsent() == 0 && !state_.Busy(serial)) {
+      if (conn->validated && conn->buffered() == 0 && conn->unsent() == 0 &&
+          !state_.Registered(serial)) {
         deadlines.emplace_back(conn->last_request + l.idle_timeout, "idle, and not an engine rank");
       }
       for (auto& [when, why] : deadlines) {
@@ -381,6 +399,11 @@ std::optional<std::string> TcpStoreServer::Get(const std::string& key) const {
 size_t TcpStoreServer::ErasePrefix(absl::string_view prefix) {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.ErasePrefix(prefix);
+}
+
+size_t TcpStoreServer::RegisteredOpen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.registered_open();
 }
 
 int64_t TcpStoreServer::InitCount() const {

@@ -37,6 +37,8 @@ class TcpStoreServer {
     StoreLimits limits;
     // Peer IPs (numeric, as PeerIp gives them) allowed to connect; empty lets any peer in.
     std::set<std::string> allowed_peers;
+    // Connections that may be registered at once: the group's engine ranks.
+    size_t max_registered = SIZE_MAX;
   };
 
   // Why connections were turned away or closed, for diagnosis and tests.
@@ -51,7 +53,9 @@ class TcpStoreServer {
   // Listens on bind_address:port (port 0 picks one). One server per group instance, so that the
   // shared "init/" counter counts that group's ranks only.
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(const std::string& bind_address,
-                                                               uint16_t port, Options options = {});
+                                                               uint16_t port, Options options);
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(const std::string& bind_address,
+                                                               uint16_t port);
   ~TcpStoreServer();
 
   uint16_t port() const { return port_; }
@@ -60,8 +64,10 @@ class TcpStoreServer {
   absl::Status Set(const std::string& key, std::string value);
   std::optional<std::string> Get(const std::string& key) const;
   size_t ErasePrefix(absl::string_view prefix);
-  // The value of the "init/" counter: how many clients have registered.
+  // The value of the "init/" counter: how many registrations there have been.
   int64_t InitCount() const;
+  // Open connections that registered (ADDed 1 to "init/" once): the engine ranks present now.
+  size_t RegisteredOpen() const;
   // PING nonces (client pids) of validated connections that are open now.
   std::vector<uint32_t> ConnectedPids() const;
   // PING nonces of connections that have fetched the key.

@@ -181,17 +181,18 @@ TEST(StoreBoundsTest, HandshakeFrameAndIdleDeadlinesCloseConnectionsButNotEngine
   rank.Validate();
   rank.Send("\x04" + Str("init/") + U64(1));
   ASSERT_EQ(rank.Read(8), U64(1));
-  RawConn waiter(store->port());  // a WAIT pending is not idle either
+  // Waiting for a key that never comes is no reason to keep a slot: anyone can do it.
+  RawConn waiter(store->port());
   waiter.Validate();
-  waiter.Send("\x06" + U64(1) + Str("/later"));
+  waiter.Send("\x06" + U64(1) + Str("/never"));
   EXPECT_TRUE(silent.Closed());
   EXPECT_TRUE(partial.Closed());
   EXPECT_TRUE(idle.Closed());
-  EXPECT_EQ(store->counters().closed_deadline, 3u);
+  EXPECT_TRUE(waiter.Closed());
+  EXPECT_EQ(store->counters().closed_deadline, 4u);
   absl::SleepFor(absl::Milliseconds(500));
-  EXPECT_EQ(store->connections_open(), 2);
-  ASSERT_TRUE(store->Set("/later", "1").ok());
-  EXPECT_EQ(waiter.Read(1), Hex("00"));
+  EXPECT_EQ(store->connections_open(), 1);
+  EXPECT_EQ(store->RegisteredOpen(), 1u);
   rank.Send("\x03" + Str("init/"));
   EXPECT_EQ(rank.Read(9), Str("1"));
 }
@@ -211,6 +212,107 @@ TEST(StoreBoundsTest, OnlyAllowedPeersGetIn) {
   engine.Validate();
   engine.Send("\x0d" + std::string(4, '\x03'));
   EXPECT_EQ(engine.Read(4), std::string(4, '\x03'));
+}
+
+// WAITs on thousands of (repeated) keys must not make every later SET re-check them all: a
+// waiter is indexed by the keys it still misses, so a SET costs only its own waiters.
+TEST(StoreBoundsTest, ManyLongWaitsDoNotMakeEachSetSlow) {
+  auto store = StartStore();
+  const StoreLimits limits;
+  const std::string present(900, 'p');
+  ASSERT_TRUE(store->Set(present, "x").ok());
+  std::vector<RawConn> waiters(11);
+  for (size_t w = 0; w < waiters.size(); ++w) {
+    waiters[w] = RawConn(store->port());
+    waiters[w].Validate();
+    std::string frame = "\x06" + U64(limits.max_keys_per_request);
+    for (uint64_t i = 0; i + 1 < limits.max_keys_per_request; ++i) frame += Str(present);
+    frame += Str(absl::StrCat("/missing/", w));
+    waiters[w].Send(frame);
+  }
+  RawConn setter(store->port());
+  setter.Validate();
+  std::string sets;
+  for (int i = 0; i < 1500; ++i) sets += "\x01" + Str(absl::StrCat("/s", i)) + Str("v");
+  setter.Send(sets);
+  RawConn rank(store->port());  // what a torch rank does once a second meanwhile
+  rank.Validate();
+  const absl::Time start = absl::Now();
+  rank.Send("\x05" + U64(1) + Str("/exception_dump"));
+  EXPECT_EQ(rank.Read(1, absl::Seconds(30)), Hex("01"));
+  // The old server re-checked 11 x 4,096 keys per SET: about 15 s for these 1,500.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  ASSERT_TRUE(store->Set("/missing/3", "1").ok());
+  EXPECT_EQ(waiters[3].Read(1), Hex("00"));
+  EXPECT_EQ(waiters[4].Read(1, absl::Milliseconds(100)).substr(0, 1), "<");
+}
+
+TEST(StoreBoundsTest, RegistrationIsOneAddOfOnePerConnectionUpToTheEngineRanks) {
+  TcpStoreServer::Options options;
+  options.max_registered = 2;
+  auto store = StartStore(options);
+  auto registered = [&](int64_t delta) {
+    auto c = std::make_unique<RawConn>(store->port());
+    c->Validate();
+    c->Send("\x04" + Str("init/") + U64(static_cast<uint64_t>(delta)));
+    return c;
+  };
+  EXPECT_TRUE(registered(0)->Closed());  // would hold a slot as a "rank" without counting
+  EXPECT_TRUE(registered(5)->Closed());  // would count as five ranks
+  auto a = registered(1);
+  EXPECT_EQ(a->Read(8), U64(1));
+  a->Send("\x04" + Str("init/") + U64(1));  // twice from one connection
+  EXPECT_TRUE(a->Closed());
+  auto b = registered(1);
+  auto c = registered(1);
+  EXPECT_EQ(b->Read(8), U64(2));
+  EXPECT_EQ(c->Read(8), U64(3));
+  EXPECT_EQ(store->RegisteredOpen(), 2u);
+  EXPECT_TRUE(registered(1)->Closed());  // a third rank in a group of two
+  c.reset();                             // a rank leaves: its engine restarts and registers again
+  ASSERT_TRUE(Eventually([&] { return store->RegisteredOpen() == 1; }));
+  auto again = registered(1);
+  EXPECT_EQ(again->Read(8), U64(4));
+  EXPECT_EQ(store->RegisteredOpen(), 2u);
+}
+
+TEST(StoreBoundsTest, ClientsCannotChangeWhatTheDaemonPublished) {
+  auto store = StartStore();
+  const std::string id_key = "/g/g//cuda//0";
+  ASSERT_TRUE(store->Set(id_key, std::string(128, 'i')).ok());
+  for (const std::string& frame :
+       {"\x01" + Str(id_key) + Str("forged"), "\x09" + Str(id_key) + Str("x"), "\x08" + Str(id_key),
+        "\x02" + Str(id_key) + Str(std::string(128, 'i')) + Str("y"),
+        "\x0b" + U64(1) + Str(id_key) + Str("z")}) {
+    RawConn c(store->port());
+    c.Validate();
+    c.Send(frame);
+    EXPECT_TRUE(c.Closed());
+  }
+  EXPECT_EQ(*store->Get(id_key), std::string(128, 'i'));
+  RawConn reader(store->port());
+  reader.Validate();
+  reader.Send("\x03" + Str(id_key));
+  EXPECT_EQ(reader.Read(8 + 128), Str(std::string(128, 'i')));
+}
+
+TEST(StoreBoundsTest, AMultiSetThatDoesNotFitChangesNothingAndOneThatFitsWakesWaiters) {
+  TcpStoreServer::Options options;
+  options.limits.max_data_bytes = 4096;
+  auto store = StartStore(options);
+  RawConn waiter(store->port());
+  waiter.Validate();
+  waiter.Send("\x06" + U64(1) + Str("/victim"));
+  RawConn setter(store->port());
+  setter.Validate();
+  setter.Send("\x0b" + U64(2) + Str("/victim") + Str("v") + Str("/big") +
+              Str(std::string(5000, 'b')));
+  EXPECT_TRUE(setter.Closed());
+  EXPECT_FALSE(store->Get("/victim").has_value());
+  RawConn second(store->port());
+  second.Validate();
+  second.Send("\x0b" + U64(2) + Str("/victim") + Str("v") + Str("/small") + Str("s"));
+  EXPECT_EQ(waiter.Read(1), Hex("00"));
 }
 
 // Out of descriptors, a listener with a pending connection is readable forever; accept must not

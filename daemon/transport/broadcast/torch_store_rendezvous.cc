@@ -20,6 +20,7 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
   options.allowed_peers = allowed_peers_;
   // One store connection per engine rank, room for each to reconnect once, and a margin.
   options.limits.max_connections = std::max<int>(16, 2 * static_cast<int>(world_size) + 8);
+  options.max_registered = world_size - 1;
   auto store = TcpStoreServer::Start(bind_address_.empty() ? advertise_address_ : bind_address_, 0,
                                      std::move(options));
   if (!store.ok()) return store.status();
@@ -32,13 +33,14 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
 }
 
 absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
-  // Fewer than world-1 "init/" adds means an engine answered its init route without all of its
-  // ranks reaching the store.
-  const int64_t engine_ranks = static_cast<int64_t>(world_size_) - 1;
-  while (store_->InitCount() < engine_ranks) {
+  // Fewer than world-1 registered connections means an engine answered its init route without
+  // all of its ranks reaching the store. Counted by open connections, not by the "init/" value,
+  // which a rank that left still counts in.
+  const size_t engine_ranks = world_size_ - 1;
+  while (store_->RegisteredOpen() < engine_ranks) {
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("group '", group_name_, "': only ", store_->InitCount(), " of ",
+          absl::StrCat("group '", group_name_, "': only ", store_->RegisteredOpen(), " of ",
                        engine_ranks, " engine ranks registered with the store at ", address(),
                        " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")"));
     }
