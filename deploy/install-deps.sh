@@ -9,7 +9,7 @@ packages=(
   libabsl-dev libcli11-dev libcpp-httplib-dev libboost-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev
   python3 python3-numpy
-  curl procps
+  curl procps openssl util-linux
 )
 
 missing=()

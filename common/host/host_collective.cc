@@ -323,9 +323,13 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
           if (aborted_) {
             return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
           }
-          return absl::UnavailableError(absl::StrCat("rank ", s.rank,
-                                                     " failed during a broadcast of ", bytes,
-                                                     " bytes: ", std::strerror(errno)));
+          // A peer that closed its end (EPIPE, ECONNRESET) is a receiving process that died or
+          // restarted: said so, since this error can arrive before the engine's own HTTP reply
+          // shows it.
+          const bool gone = errno == EPIPE || errno == ECONNRESET;
+          return absl::UnavailableError(absl::StrCat(
+              "rank ", s.rank, " failed during a broadcast of ", bytes, " bytes: ",
+              std::strerror(errno), gone ? " (its process died or restarted)" : ""));
         }
         blocked.push_back(pollfd{s.fd, POLLOUT, 0});
         break;

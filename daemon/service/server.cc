@@ -81,6 +81,12 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(64 << 20);
+  // Every sync call holds a thread for its life (update streams, session holds): bounded, so
+  // callers cannot make wsyncd spawn threads without end. A node runs a few trainers, each with
+  // a hold and an update at a time.
+  grpc::ResourceQuota quota("wsyncd");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
   int tcp_port = 0;
   if (!options.tcp_listen.empty()) {
     builder.AddListeningPort(options.tcp_listen, tcp_credentials, &tcp_port);

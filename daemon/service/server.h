@@ -36,6 +36,8 @@ struct ServerOptions {
 // The gRPC front of a DaemonCore: trainer, admin and grpc.health.v1 services.
 class DaemonServer {
  public:
+  static constexpr int kMaxServerThreads = 512;
+
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(DaemonCore* core,
                                                              const ServerOptions& options);
   ~DaemonServer();

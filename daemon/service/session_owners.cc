@@ -1,11 +1,19 @@
 #include "daemon/service/session_owners.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace wsync {
 
-void SessionOwners::Record(const std::string& session_id, const Caller& opener) {
+void SessionOwners::Record(const std::string& session_id, const Caller& opener,
+                           const std::function<std::vector<std::string>()>& open_ids) {
   std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<std::string> open = open_ids();
+  for (auto it = owners_.begin(); it != owners_.end();) {
+    const bool alive = std::find(open.begin(), open.end(), it->first) != open.end();
+    it = alive ? std::next(it) : owners_.erase(it);
+  }
   owners_[session_id] = opener.connection;
 }
 

@@ -1,9 +1,12 @@
 #ifndef WSYNC_DAEMON_SERVICE_SESSION_OWNERS_H_
 #define WSYNC_DAEMON_SERVICE_SESSION_OWNERS_H_
 
+#include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "daemon/service/caller.h"
@@ -16,23 +19,35 @@ namespace wsync {
 // another connection.
 class SessionOwners {
  public:
-  void Record(const std::string& session_id, const Caller& opener);
+  // Records the opener, first forgetting sessions that `open_ids` (the core's sessions now,
+  // asked under this object's lock so that no concurrent Record is lost) no longer has.
+  void Record(const std::string& session_id, const Caller& opener,
+              const std::function<std::vector<std::string>()>& open_ids);
   // OK when `caller` may use the session: its opener's connection, or an admin when
   // `admin_may` is set. An unknown session is let through: the core answers NOT_FOUND for it.
   absl::Status Check(const std::string& session_id, const Caller& caller, bool admin_may) const;
   void Forget(const std::string& session_id);
-  // Keeps only the sessions `alive` says exist (sessions the core ended on its own).
-  template <typename Pred>
-  void Prune(Pred alive) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = owners_.begin(); it != owners_.end();) {
-      it = alive(it->first) ? std::next(it) : owners_.erase(it);
-    }
-  }
 
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::string> owners_;  // session id -> connection
+};
+
+// Sessions with a HoldSession call running: at most one each.
+class HeldSessions {
+ public:
+  bool Claim(const std::string& session_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_.insert(session_id).second;
+  }
+  void Release(const std::string& session_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.erase(session_id);
+  }
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> held_;
 };
 
 }  // namespace wsync

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/status_macros.h"
@@ -164,10 +165,7 @@ grpc::Status TrainerService::OpenSession(grpc::ServerContext* context,
   auto session = core_->OpenSession(req->device(), req->client_name());
   if (!session.ok()) return ToGrpcStatus(session.status());
   // Sessions the core ended on its own (leases) are forgotten here as new ones open.
-  const std::vector<std::string> open = core_->SessionIds();
-  owners_.Prune(
-      [&](const std::string& id) { return std::find(open.begin(), open.end(), id) != open.end(); });
-  owners_.Record(session->id, caller);
+  owners_.Record(session->id, caller, [&] { return core_->SessionIds(); });
   resp->set_session_id(session->id);
   resp->set_source_tag(session->source_tag);
   resp->set_device(session->device);
@@ -206,14 +204,21 @@ grpc::Status TrainerService::HoldSession(grpc::ServerContext* context,
   const std::string& id = req->session_id();
   if (grpc::Status s = AuthorizeSession(*context, "HoldSession", id, false); !s.ok()) return s;
   if (absl::Status s = core_->KeepAlive(id); !s.ok()) return ToGrpcStatus(s);
+  // One hold per session: each holds a server thread for the session's life.
+  if (!held_.Claim(id)) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        absl::StrCat("session ", id, " is already held by another call"));
+  }
+  absl::Cleanup release = [&] { held_.Release(id); };
   // gRPC cancels the call when the trainer's connection goes: that is how a dead trainer is seen.
   while (!context->IsCancelled()) {
     // Closed by CloseSession (or its lease expired): the hold ends with it.
     if (!core_->KeepAlive(id).ok()) return grpc::Status::OK;
     absl::SleepFor(absl::Milliseconds(100));
   }
+  // The session may outlive this call a little (an update still running): its owner record
+  // stays until the core has closed it.
   core_->CloseDisconnectedSession(id);
-  owners_.Forget(id);
   return grpc::Status(grpc::StatusCode::CANCELLED, "the trainer went away");
 }
 

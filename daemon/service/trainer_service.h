@@ -41,6 +41,7 @@ class TrainerService final : public v1::Trainer::Service {
   DaemonCore* core_;
   const Authorizer* auth_;
   SessionOwners owners_;
+  HeldSessions held_;
 };
 
 // Converts a wire bucket into a manifest; unknown dtypes are refused here.

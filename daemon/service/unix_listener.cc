@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/log.h"
 
 namespace wsync {
@@ -112,18 +113,43 @@ void UnixListener::AcceptLoop(grpc::Server* server) {
     }
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    struct stat st {};
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || ::fstat(fd, &st) != 0) {
       ::close(fd);
       continue;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      peers_[fd] = UnixPeer{cred.uid, cred.gid, cred.pid, next_serial_++};
+      const bool limited = cred.uid != 0 && cred.uid != ::geteuid();
+      if (limited && PruneAndCountLocked(cred.uid) >= kMaxConnectionsPerUser) {
+        ::close(fd);
+        if (absl::Now() - last_refusal_log_ > absl::Seconds(5)) {
+          last_refusal_log_ = absl::Now();
+          WSYNC_LOG(Warning, "refused a connection of uid ", cred.uid, " (pid ", cred.pid,
+                    "): it holds ", kMaxConnectionsPerUser, " already");
+        }
+        continue;
+      }
+      peers_[fd] = UnixPeer{cred.uid, cred.gid, cred.pid, next_serial_++, st.st_ino};
     }
     // gRPC owns the descriptor from here and closes it when the connection ends; the entry is
     // replaced when the number is reused, before the new connection can make a call.
     grpc::AddInsecureChannelFromFd(server, fd);
   }
+}
+
+int UnixListener::PruneAndCountLocked(uid_t uid) {
+  int count = 0;
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    struct stat st {};
+    if (::fstat(it->first, &st) != 0 || st.st_ino != it->second.inode) {
+      it = peers_.erase(it);
+      continue;
+    }
+    count += it->second.uid == uid ? 1 : 0;
+    ++it;
+  }
+  return count;
 }
 
 std::optional<UnixPeer> UnixListener::PeerOf(const std::string& grpc_peer) const {
@@ -133,6 +159,10 @@ std::optional<UnixPeer> UnixListener::PeerOf(const std::string& grpc_peer) const
   std::lock_guard<std::mutex> lock(mu_);
   auto it = peers_.find(fd);
   if (it == peers_.end()) return std::nullopt;
+  // The number must still name the socket that was accepted: a closed descriptor, or one reused
+  // for another file, identifies nobody.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_ino != it->second.inode) return std::nullopt;
   return it->second;
 }
 

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/net.h"
 
 namespace grpc {
@@ -26,6 +27,7 @@ struct UnixPeer {
   gid_t gid = 0;
   pid_t pid = 0;
   uint64_t serial = 0;  // unique for the daemon's life, so a reused descriptor is a new connection
+  ino_t inode = 0;      // the socket's inode: a descriptor number now naming another file is stale
 };
 
 // wsyncd's unix socket. gRPC's own unix listener does not tell a service who connected, so
@@ -36,6 +38,10 @@ struct UnixPeer {
 // exists (its members are the trainers allowed in), else 0600 (the daemon's user only).
 class UnixListener {
  public:
+  // Connections one non-admin user may hold open at once (a trainer process needs one or two),
+  // so that one user cannot take every descriptor wsyncd has.
+  static constexpr int kMaxConnectionsPerUser = 64;
+
   static absl::StatusOr<std::unique_ptr<UnixListener>> Listen(const std::string& path,
                                                               const std::string& group);
   ~UnixListener();
@@ -53,6 +59,9 @@ class UnixListener {
  private:
   UnixListener(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
   void AcceptLoop(grpc::Server* server);
+  // Drops entries whose descriptor was closed by gRPC (or now names another file); returns how
+  // many live connections `uid` holds. Needs mu_.
+  int PruneAndCountLocked(uid_t uid);
 
   const std::string path_;
   UniqueFd fd_;
@@ -61,6 +70,7 @@ class UnixListener {
   std::thread thread_;
   mutable std::mutex mu_;
   std::map<int, UnixPeer> peers_;  // by descriptor number
+  absl::Time last_refusal_log_ = absl::InfinitePast();
   uint64_t next_serial_ = 1;
 };
 

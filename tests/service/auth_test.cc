@@ -252,6 +252,26 @@ TEST_F(AuthTest, ASessionIsUsedOnlyOverItsOwnConnectionAndClosedByItOrAnAdmin) {
   EXPECT_EQ(KeepAlive(*a, id).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// Each hold holds a server thread: a second one for the same session is refused, so a trainer
+// cannot make wsyncd spawn threads by holding its session many times over.
+TEST_F(AuthTest, ASessionIsHeldOnceAtATime) {
+  auto started = DaemonServer::Start(core_.get(), ServerOptions{});
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+  auto client = Client::FromChannel(server_->InProcessChannel());
+  ASSERT_TRUE(client->OpenSession(0, "holder").ok());  // the client holds its session itself
+  absl::SleepFor(absl::Milliseconds(300));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::HoldSessionRequest req;
+  req.set_session_id(client->session_id());
+  auto second = client->trainer()->HoldSession(&ctx, req);
+  v1::HoldSessionEvent event;
+  EXPECT_FALSE(second->Read(&event));
+  grpc::Status s = second->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+}
+
 TEST_F(AuthTest, TheSocketIs0600WithoutTheGroupAnd0660WithIt) {
   ServerOptions o;
   o.unix_socket = dir_ + "/private.sock";
@@ -326,6 +346,24 @@ TEST_F(AuthTest, AnotherUserOnTheSocketIsATrainerNotAnAdmin) {
                                 (*root)->session_id()),
                    &rc);
   EXPECT_EQ(rc, 0) << out;
+  // One user cannot take every descriptor: past its allowance, its connections are closed at
+  // once (the script counts how many of 80 the daemon closed within a second).
+  out = RunCommand(absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '"
+                                "import socket,time\n"
+                                "cs=[]\n"
+                                "for i in range(80):\n"
+                                "  c=socket.socket(socket.AF_UNIX); c.connect(\"",
+                                o.unix_socket,
+                                "\"); c.settimeout(0.01); cs.append(c)\n"
+                                "time.sleep(1); closed=0\n"
+                                "for c in cs:\n"
+                                "  try:\n"
+                                "    closed += c.recv(1) == b\"\"\n"
+                                "  except socket.timeout: pass\n"
+                                "print(\"closed\", closed)'"),
+                   &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("closed ", 80 - UnixListener::kMaxConnectionsPerUser)));
 }
 
 }  // namespace
