@@ -328,8 +328,8 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
           // shows it.
           const bool gone = errno == EPIPE || errno == ECONNRESET;
           return absl::UnavailableError(absl::StrCat(
-              "rank ", s.rank, " failed during a broadcast of ", bytes, " bytes: ",
-              std::strerror(errno), gone ? " (its process died or restarted)" : ""));
+              "rank ", s.rank, " failed during a broadcast of ", bytes,
+              " bytes: ", std::strerror(errno), gone ? " (its process died or restarted)" : ""));
         }
         blocked.push_back(pollfd{s.fd, POLLOUT, 0});
         break;

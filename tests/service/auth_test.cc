@@ -348,20 +348,21 @@ TEST_F(AuthTest, AnotherUserOnTheSocketIsATrainerNotAnAdmin) {
   EXPECT_EQ(rc, 0) << out;
   // One user cannot take every descriptor: past its allowance, its connections are closed at
   // once (the script counts how many of 80 the daemon closed within a second).
-  out = RunCommand(absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '"
-                                "import socket,time\n"
-                                "cs=[]\n"
-                                "for i in range(80):\n"
-                                "  c=socket.socket(socket.AF_UNIX); c.connect(\"",
-                                o.unix_socket,
-                                "\"); c.settimeout(0.01); cs.append(c)\n"
-                                "time.sleep(1); closed=0\n"
-                                "for c in cs:\n"
-                                "  try:\n"
-                                "    closed += c.recv(1) == b\"\"\n"
-                                "  except socket.timeout: pass\n"
-                                "print(\"closed\", closed)'"),
-                   &rc);
+  out = RunCommand(
+      absl::StrCat("setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 -c '"
+                   "import socket,time\n"
+                   "cs=[]\n"
+                   "for i in range(80):\n"
+                   "  c=socket.socket(socket.AF_UNIX); c.connect(\"",
+                   o.unix_socket,
+                   "\"); c.settimeout(0.01); cs.append(c)\n"
+                   "time.sleep(1); closed=0\n"
+                   "for c in cs:\n"
+                   "  try:\n"
+                   "    closed += c.recv(1) == b\"\"\n"
+                   "  except socket.timeout: pass\n"
+                   "print(\"closed\", closed)'"),
+      &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr(absl::StrCat("closed ", 80 - UnixListener::kMaxConnectionsPerUser)));
 }
