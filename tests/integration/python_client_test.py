@@ -15,6 +15,12 @@ import weakref
 import urllib.request
 import zlib
 
+# The sanitized build preloads ASan's runtime into this interpreter only: the processes started
+# below are sanitized executables with a runtime of their own, and take the options as given.
+if "WSYNC_CHILD_ASAN_OPTIONS" in os.environ:
+    os.environ.pop("LD_PRELOAD", None)
+    os.environ["ASAN_OPTIONS"] = os.environ.pop("WSYNC_CHILD_ASAN_OPTIONS")
+
 WSYNCD, SIM, CTL, LIB, PKG = sys.argv[1:6]
 del sys.argv[1:6]
 os.environ["WSYNC_CLIENT_LIB"] = LIB

@@ -260,6 +260,8 @@ TEST(HostCollective, ScatteredReceiveFillsThePiecesBackToBack) {
   ASSERT_TRUE(received.ok()) << received;
   uint64_t at = 4096;
   for (size_t k = 0; k < pieces.size(); ++k) {
+    // An empty vector's data() may be null, which memcmp may not be given (UBSan).
+    if (pieces[k].empty()) continue;
     ASSERT_EQ(0, std::memcmp(pieces[k].data(), bytes + at, pieces[k].size())) << "piece " << k;
     at += pieces[k].size();
   }

@@ -87,7 +87,8 @@ TEST(HttpMessageReader, PipelinedAnswersSplitAtAnyByteComeOutWholeAndInOrder) {
   }
   HttpMessageReader<false> reader(1 << 20);
   std::vector<HttpMessageReader<false>::Message> out;
-  EXPECT_FALSE(reader.Feed("SSH-2.0-OpenSSH\r\n\r\n", 21, &out).ok());
+  const std::string not_http = "SSH-2.0-OpenSSH\r\n\r\n";
+  EXPECT_FALSE(reader.Feed(not_http.data(), not_http.size(), &out).ok());
 }
 
 TEST(UpdateChannel, PipelinedRequestsAreAnsweredInOrderOnOneConnection) {
@@ -169,8 +170,9 @@ TEST(UpdateChannel, RefusedConnectionAndBadUrlFailAtOnce) {
 }
 
 TEST(UpdateChannel, CancelEndsOpenRequestsAndRefusesLaterOnes) {
-  SimHttpServer server;
+  // Declared before the server, so that it outlives the server's handler threads (ASan).
   std::atomic<bool> release{false};
+  SimHttpServer server;
   server.Post("/update", [&](const SimHttpRequest&, SimHttpResponse& res) {
     while (!release) absl::SleepFor(absl::Milliseconds(1));
     res.set_content("{}", "application/json");
