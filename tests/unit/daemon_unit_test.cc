@@ -469,6 +469,34 @@ TEST(SglangAdapter, PerTensorBucketHasNullLoadFormatAndOneTypedBroadcastPerTenso
   EXPECT_THAT(flat.ValidateBucket(m).message(), HasSubstr("back to back"));
 }
 
+// Found by the fault matrix: a /get_server_info whose tp_size was a string threw out of Probe
+// and ended wsyncd (std::terminate); a float was cast to int (undefined).
+TEST(SglangAdapter, ServerInfoThatIsNotSglangsIsRefusedNotThrown) {
+  const EngineEndpoint endpoint{"http://127.0.0.1:9", 2, 1};
+  for (const char* info : {R"({"tp_size": "2"})", R"({"tp_size": 1e30})", R"({"tp_size": 2.0})",
+                           R"({"tp_size": 2, "pp_size": [1]})", R"({"pp_size": null})"}) {
+    const absl::Status s = SglangAdapter::CheckServerInfo(nlohmann::json::parse(info), endpoint);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << info;
+    EXPECT_THAT(s.message(), HasSubstr("is not an integer: not an SGLang server")) << info;
+  }
+  EXPECT_THAT(SglangAdapter::CheckServerInfo(
+                  nlohmann::json::parse(R"({"tp_size": 18446744073709551615})"), endpoint)
+                  .message(),
+              HasSubstr("runs tp_size 4294967296 but the group declares 2"));
+  EXPECT_THAT(SglangAdapter::CheckServerInfo(nlohmann::json::parse(R"({"tp_size": 4})"), endpoint)
+                  .message(),
+              HasSubstr("runs tp_size 4 but the group declares 2"));
+  EXPECT_THAT(SglangAdapter::CheckServerInfo(
+                  nlohmann::json::parse(R"({"tp_size": 2, "pp_size": 2})"), endpoint)
+                  .message(),
+              HasSubstr("pp_size > 1"));
+  EXPECT_TRUE(
+      SglangAdapter::CheckServerInfo(
+          nlohmann::json::parse(R"({"tp_size": 2, "pp_size": 1, "version": "0.5.6"})"), endpoint)
+          .ok());
+  EXPECT_TRUE(SglangAdapter::CheckServerInfo(nlohmann::json::object(), endpoint).ok());
+}
+
 TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
                   SglangOptions(BucketFormat::kFlattened));

@@ -23,15 +23,35 @@ AdapterCapabilities SglangAdapter::Capabilities() const {
 
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
-  const int tp = info.value("tp_size", 0);
-  if (tp != 0 && static_cast<uint32_t>(tp) != endpoint_.ranks) {
-    return absl::FailedPreconditionError(absl::StrCat("engine ", endpoint_.url, " runs tp_size ",
-                                                      tp, " but the group declares ",
-                                                      endpoint_.ranks, " ranks for it"));
+  return CheckServerInfo(info, endpoint_);
+}
+
+absl::Status SglangAdapter::CheckServerInfo(const nlohmann::json& info,
+                                            const EngineEndpoint& endpoint) {
+  // Sizes are read only when they are integers: json::value() throws on a string and casts a
+  // float, and whatever answers at the URL (an engine, or a service a group was pointed at) must
+  // not stop wsyncd with an exception or undefined behaviour.
+  int64_t sizes[2] = {0, 1};
+  const char* keys[2] = {"tp_size", "pp_size"};
+  for (int i = 0; i < 2; ++i) {
+    if (!info.contains(keys[i])) continue;
+    const nlohmann::json& v = info[keys[i]];
+    if (!v.is_number_integer()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("engine ", endpoint.url, " answered /get_server_info with a ", keys[i],
+                       " that is not an integer: not an SGLang server"));
+    }
+    sizes[i] = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{1} << 32 ? int64_t{1} << 32
+                                                                               : v.get<int64_t>();
   }
-  if (info.value("pp_size", 1) > 1) {
+  if (sizes[0] != 0 && sizes[0] != static_cast<int64_t>(endpoint.ranks)) {
+    return absl::FailedPreconditionError(absl::StrCat("engine ", endpoint.url, " runs tp_size ",
+                                                      sizes[0], " but the group declares ",
+                                                      endpoint.ranks, " ranks for it"));
+  }
+  if (sizes[1] > 1) {
     return absl::FailedPreconditionError(
-        absl::StrCat("engine ", endpoint_.url,
+        absl::StrCat("engine ", endpoint.url,
                      " runs pp_size > 1, which SGLang's weight-update group does not "
                      "rank correctly"));
   }

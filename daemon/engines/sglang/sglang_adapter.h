@@ -42,6 +42,8 @@ class SglangAdapter final : public EngineAdapter {
   static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
   static nlohmann::json BucketBody(const BucketManifest& manifest, const std::string& group_name,
                                    BucketFormat format);
+  // What Probe requires of the engine's /get_server_info answer (a JSON object).
+  static absl::Status CheckServerInfo(const nlohmann::json& info, const EngineEndpoint& endpoint);
 
  private:
   EngineEndpoint endpoint_;

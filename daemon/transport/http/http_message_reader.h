@@ -21,7 +21,13 @@ class HttpMessageReader {
  public:
   using Message = boost::beast::http::message<kRequest, boost::beast::http::string_body>;
 
-  explicit HttpMessageReader(uint64_t body_limit) : body_limit_(body_limit) { Reset(); }
+  // Beast's own default for a message's header.
+  static constexpr uint32_t kDefaultHeaderLimit = 8 << 10;
+
+  explicit HttpMessageReader(uint64_t body_limit, uint32_t header_limit = kDefaultHeaderLimit)
+      : body_limit_(body_limit), header_limit_(header_limit) {
+    Reset();
+  }
 
   // Appends every message the bytes complete to `out`; an error when they are not HTTP.
   absl::Status Feed(const char* data, size_t size, std::vector<Message>* out) {
@@ -39,8 +45,18 @@ class HttpMessageReader {
       out->push_back(parser_->release());
       Reset();
     }
+    // Beast takes a body's bytes as they come, so what stays unconsumed is a header, a chunk's
+    // size line or a trailer still incomplete. It bounds the header, but not the other two (a
+    // chunk extension, a trailer field): the peer could have this buffer grow without end.
+    if (pending_.size() > header_limit_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "malformed HTTP: a header, chunk line or trailer longer than ", header_limit_, " bytes"));
+    }
     return absl::OkStatus();
   }
+
+  // Bytes received that no message has consumed yet.
+  size_t buffered() const { return pending_.size(); }
 
  private:
   using Parser = boost::beast::http::parser<kRequest, boost::beast::http::string_body>;
@@ -48,8 +64,10 @@ class HttpMessageReader {
     parser_ = std::make_unique<Parser>();
     parser_->eager(true);
     parser_->body_limit(body_limit_);
+    parser_->header_limit(header_limit_);
   }
   const uint64_t body_limit_;
+  const uint32_t header_limit_;
   std::string pending_;
   std::unique_ptr<Parser> parser_;
 };
