@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -35,15 +36,42 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", text, "': unknown unit '", unit, "' (use KiB, MiB or GiB)"));
   }
-  return static_cast<uint64_t>(value * static_cast<double>(mult));
+  // 2^64 bytes and more do not fit: converting such a double to uint64_t is undefined.
+  const double bytes = value * static_cast<double>(mult);
+  if (!(bytes < 18446744073709551616.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is too large a byte size"));
+  }
+  return static_cast<uint64_t>(bytes);
 }
 
 namespace {
 
+// A JSON number read as an integer in [min, max]. nlohmann's get<T>() converts 1e30, 2.5 or -1
+// as a C++ cast does: undefined for a float T cannot hold, a wrap for a negative unsigned.
+absl::StatusOr<int64_t> IntegerValue(const nlohmann::json& value, const std::string& what,
+                                     int64_t min, int64_t max) {
+  const bool too_large =
+      value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(max);
+  if (!value.is_number_integer() || too_large || value.get<int64_t>() < min ||
+      value.get<int64_t>() > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must be an integer from ", min, " to ", max));
+  }
+  return value.get<int64_t>();
+}
+
+// Seconds: a number above zero (a negative timeout would fail everything at once).
+absl::StatusOr<absl::Duration> SecondsValue(const nlohmann::json& value, const std::string& what) {
+  if (!value.is_number() || !(value.get<double>() > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must be a number of seconds above 0"));
+  }
+  return absl::Seconds(value.get<double>());
+}
+
 // A size given as "512MiB" or as a number of bytes.
-absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value) {
+absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value, const std::string& what) {
   if (value.is_string()) return ParseByteSize(value.get<std::string>());
-  return value.get<uint64_t>();
+  return IntegerValue(value, what, 0, std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace
@@ -65,9 +93,19 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   WSYNC_ASSIGN_OR_RETURN(spec.kind, ParseEngineKind(g.value("kind", std::string("sglang"))));
   WSYNC_ASSIGN_OR_RETURN(spec.transport,
                          ParseTransportKind(g.value("transport", std::string("broadcast"))));
-  spec.device = g.value("device", 0);
+  if (g.contains("device")) {
+    WSYNC_ASSIGN_OR_RETURN(
+        spec.device, IntegerValue(g["device"], absl::StrCat("group '", spec.name, "': device"), 0,
+                                  std::numeric_limits<int32_t>::max()));
+  }
   for (const auto& e : g.at("engines")) {
-    spec.engines.push_back(EngineSpec{e.at("url").get<std::string>(), e.value("ranks", 1u)});
+    EngineSpec engine{e.at("url").get<std::string>(), 1};
+    if (e.contains("ranks")) {
+      WSYNC_ASSIGN_OR_RETURN(
+          engine.ranks, IntegerValue(e.at("ranks"), absl::StrCat("engine ", engine.url, ": ranks"),
+                                     0, std::numeric_limits<uint32_t>::max()));
+    }
+    spec.engines.push_back(std::move(engine));
   }
   // The engine's own options sit under its kind's name: {"sglang": {"load_format": ...}}.
   for (const char* kind : {"sglang", "vllm", "lmdeploy"}) {
@@ -129,7 +167,11 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read config file ", path));
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false, /*ignore_comments=*/true);
+  return LoadConfigText(text.str(), path, config);
+}
+
+absl::Status LoadConfigText(absl::string_view text, const std::string& path, DaemonConfig* config) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false, /*ignore_comments=*/true);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
   }
@@ -187,12 +229,28 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
       config->server.insecure_listen = j["insecure_listen"].get<bool>();
     }
     if (j.contains("mode")) config->daemon.mode = j["mode"].get<std::string>();
-    if (j.contains("slots")) config->daemon.slots_per_device = j["slots"].get<uint32_t>();
-    if (j.contains("slot_bytes")) {
-      WSYNC_ASSIGN_OR_RETURN(config->daemon.slot_bytes, ByteSizeValue(j["slot_bytes"]));
+    // The same bounds as the flags'.
+    const auto in_file = [&](const absl::Status& s) {
+      return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+    };
+    if (j.contains("slots")) {
+      auto slots = IntegerValue(j["slots"], "slots", 1, 64);
+      if (!slots.ok()) return in_file(slots.status());
+      config->daemon.slots_per_device = static_cast<uint32_t>(*slots);
     }
-    if (j.contains("bucket_timeout_s")) {
-      config->daemon.bucket_timeout = absl::Seconds(j["bucket_timeout_s"].get<double>());
+    if (j.contains("slot_bytes")) {
+      auto bytes = ByteSizeValue(j["slot_bytes"], "slot_bytes");
+      if (!bytes.ok()) return in_file(bytes.status());
+      config->daemon.slot_bytes = *bytes;
+    }
+    for (auto [key, field] :
+         {std::pair{"bucket_timeout_s", &config->daemon.bucket_timeout},
+          std::pair{"lease_s", &config->daemon.lease},
+          std::pair{"control_timeout_s", &config->daemon.group.timeouts.control}}) {
+      if (!j.contains(key)) continue;
+      auto seconds = SecondsValue(j[key], key);
+      if (!seconds.ok()) return in_file(seconds.status());
+      *field = *seconds;
     }
     if (j.contains("checksum")) {
       config->daemon.checksum = j["checksum"].get<std::string>();
@@ -200,10 +258,6 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": checksum must be \"crc32\" or \"none\""));
       }
-    }
-    if (j.contains("lease_s")) config->daemon.lease = absl::Seconds(j["lease_s"].get<double>());
-    if (j.contains("control_timeout_s")) {
-      config->daemon.group.timeouts.control = absl::Seconds(j["control_timeout_s"].get<double>());
     }
     if (j.contains("advertise_address")) {
       config->daemon.group.transport.advertise_address = j["advertise_address"].get<std::string>();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/network_allow_list.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/server.h"
@@ -42,6 +43,9 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec);
 // file keep the values already in `config`. Unknown keys are refused: a misspelt key would leave a
 // setting (engine_networks, say) at its default without a word.
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
+// LoadConfigFile on text already read; `source` names it in errors (the file's path).
+absl::Status LoadConfigText(absl::string_view text, const std::string& source,
+                            DaemonConfig* config);
 
 // The hosts engines may be at: `config.engine_networks` when given (hosts, addresses, networks),
 // else loopback and the hosts of the config's own groups.

@@ -79,16 +79,20 @@ int main(int argc, char** argv) {
                                    "slots per device (>= 2 pipelines buckets)")
                         ->check(CLI::Range(1, 64));
   auto* bytes_opt = app.add_option("--slot-bytes", slot_bytes, "size of each slot, e.g. 512MiB");
+  // Timeouts are above zero, as in the config file: a negative one fails everything at once.
   auto* bt_opt = app.add_option("--bucket-timeout", bucket_timeout,
-                                "seconds a bucket may take end to end before the update fails");
+                                "seconds a bucket may take end to end before the update fails")
+                     ->check(CLI::PositiveNumber);
   auto* checksum_opt =
       app.add_option("--checksum", config.daemon.checksum,
                      "crc32: trainers checksum each bucket and wsyncd verifies it before sending; "
                      "none: skip both (faster; no guard against a trainer-side copy bug)")
           ->check(CLI::IsMember({"crc32", "none"}));
-  auto* lease_opt = app.add_option("--lease", lease, "seconds an idle session lives");
+  auto* lease_opt =
+      app.add_option("--lease", lease, "seconds an idle session lives")->check(CLI::PositiveNumber);
   auto* ct_opt = app.add_option("--control-timeout", control_timeout,
-                                "seconds for engine control calls (init, pause, version)");
+                                "seconds for engine control calls (init, pause, version)")
+                     ->check(CLI::PositiveNumber);
   auto* adv_opt =
       app.add_option("--advertise-address", config.daemon.group.transport.advertise_address,
                      "address engines use to reach this daemon's rendezvous store");

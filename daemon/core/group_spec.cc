@@ -69,7 +69,8 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   if (spec.engines.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine"));
   }
-  uint32_t ranks = 0;
+  // Summed wide: engines declaring 2^31 ranks each must not wrap around to a small world.
+  uint64_t ranks = 0;
   for (const EngineSpec& e : spec.engines) {
     // One reading of the URL for every component: the allow-list check and both HTTP clients.
     WSYNC_RETURN_IF_ERROR(ParseHttpUrl(e.url).status());

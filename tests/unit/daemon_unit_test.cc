@@ -60,6 +60,47 @@ TEST(Config, ParsesByteSizes) {
   EXPECT_EQ(*ParseByteSize("2g"), 2ull << 30);
   EXPECT_FALSE(ParseByteSize("lots").ok());
   EXPECT_THAT(ParseByteSize("3 parsecs").status().message(), HasSubstr("unknown unit"));
+  // Found by the config fuzzer: a size of 2^64 bytes or more was converted to uint64_t from a
+  // double, which is undefined.
+  EXPECT_EQ(*ParseByteSize("16383GiB"), 16383ull << 30);
+  EXPECT_THAT(ParseByteSize("17179869184GiB").status().message(), HasSubstr("too large"));
+  EXPECT_THAT(ParseByteSize("99999999999999999999999999").status().message(),
+              HasSubstr("too large"));
+}
+
+// Found by the config fuzzer: numbers went through json::get<T>(), which casts a float T cannot
+// hold (undefined) and wraps a negative; they are now checked, with the flags' bounds.
+TEST(Config, NumbersAreIntegersOrSecondsWithinTheFlagsBounds) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-numbers.json";
+  const auto refused = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    DaemonConfig config;
+    return std::string(LoadConfigFile(path, &config).message());
+  };
+  EXPECT_THAT(refused(R"({"slots": 1e30})"), HasSubstr("slots must be an integer from 1 to 64"));
+  EXPECT_THAT(refused(R"({"slots": 0})"), HasSubstr("slots must be an integer from 1 to 64"));
+  EXPECT_THAT(refused(R"({"slots": 2.5})"), HasSubstr("slots must be an integer"));
+  EXPECT_THAT(refused(R"({"slot_bytes": -1})"), HasSubstr("slot_bytes must be an integer"));
+  EXPECT_THAT(refused(R"({"slot_bytes": 1e300})"), HasSubstr("slot_bytes must be an integer"));
+  EXPECT_THAT(refused(R"({"bucket_timeout_s": -5})"), HasSubstr("bucket_timeout_s must be"));
+  EXPECT_THAT(refused(R"({"lease_s": "60"})"), HasSubstr("lease_s must be"));
+  EXPECT_THAT(refused(R"({"control_timeout_s": 0})"), HasSubstr("control_timeout_s must be"));
+  EXPECT_THAT(refused(R"({"groups": [{"name": "g", "device": 1e30,
+                          "engines": [{"url": "http://e:1"}]}]})"),
+              HasSubstr("device must be an integer"));
+  EXPECT_THAT(refused(R"({"groups": [{"name": "g", "engines": [{"url": "http://e:1",
+                          "ranks": -1}]}]})"),
+              HasSubstr("ranks must be an integer"));
+  std::ofstream(path) << R"({"slots": 4, "slot_bytes": 4096, "lease_s": 0.5,
+                            "groups": [{"name": "g", "device": 1,
+                                        "engines": [{"url": "http://e:1", "ranks": 2}]}]})";
+  DaemonConfig good;
+  ASSERT_TRUE(LoadConfigFile(path, &good).ok());
+  EXPECT_EQ(good.daemon.slots_per_device, 4u);
+  EXPECT_EQ(good.daemon.slot_bytes, 4096u);
+  EXPECT_EQ(good.daemon.lease, absl::Milliseconds(500));
+  EXPECT_EQ(good.groups[0].device, 1);
+  EXPECT_EQ(good.groups[0].engines[0].ranks, 2u);
 }
 
 TEST(Config, LoadsFlagsAndPredeclaredGroups) {
@@ -121,6 +162,10 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   ok.engines = {{"http://a:1", 2}};
   ok.engine_options = std::make_shared<const SglangOptions>();
   EXPECT_TRUE(ValidateGroupSpec(ok).ok());
+  // Ranks that add up past 2^32 do not wrap around to a small world.
+  GroupSpec wrapping = ok;
+  wrapping.engines = {{"http://a:1", 1u << 31}, {"http://b:1", 1u << 31}};
+  EXPECT_THAT(ValidateGroupSpec(wrapping).message(), HasSubstr("4294967297 ranks"));
   GroupSpec bad_name = ok;
   bad_name.name = "a/b";
   EXPECT_THAT(ValidateGroupSpec(bad_name).message(), HasSubstr("may only contain"));
