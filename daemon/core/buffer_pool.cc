@@ -47,6 +47,12 @@ absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device, const std
   }
   std::vector<SlotMemory*> out;
   for (Slot& s : it->second) {
+    // A trainer can shrink a host slot it mapped; one whose bucket never read past the cut left
+    // it shrunk, and the next trainer could not map it. Each session starts with whole slots.
+    if (absl::Status intact = s.memory->CheckIntact(); !intact.ok()) {
+      WSYNC_LOG(Warning, "slot of device ", device, " leased to session ", session, ": ",
+                intact.message());
+    }
     s.owner = session;
     s.state = SlotState::kFilling;
     // The oversize slot (if one was made) is held too but handed out by LeaseOversize.

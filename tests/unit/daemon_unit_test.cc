@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/host/host_platform.h"
 #include "common/host/host_source.h"
+#include "common/host/shm_slot.h"
 #include "daemon/config.h"
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/source_table.h"
@@ -604,6 +607,30 @@ TEST(BufferPool, LeasesADevicesSlotsToOneSessionAtATime) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)[0], (*slots)[0]) << "slots are allocated once and reused";
   EXPECT_EQ(pool.slot_count(), 2u);
+}
+
+// Found by the fault matrix: a trainer that truncated a slot to part of its first page and sent
+// a bucket within it (its bytes read as zeros: no fault, only a checksum mismatch) left the slot
+// shrunk, and the next session could not map it.
+TEST(BufferPool, EachSessionGetsItsSlotsWhole) {
+  HostPlatform platform("127.0.0.1", "127.0.0.1");
+  BufferPool pool(&platform, 2, 1 << 20);
+  auto slots = pool.Lease(0, "s1");
+  ASSERT_TRUE(slots.ok());
+  for (SlotMemory* slot : *slots) {
+    const int fd = ::shm_open(slot->memory_handle().c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, 100), 0);
+    ::close(fd);
+  }
+  pool.Release(0, "s1");
+  auto next = pool.Lease(0, "s2");
+  ASSERT_TRUE(next.ok());
+  for (SlotMemory* slot : *next) {
+    EXPECT_TRUE(slot->CheckIntact().ok());
+    auto mapped = ShmMappedSlot::Open(slot->memory_handle(), slot->bytes());
+    EXPECT_TRUE(mapped.ok()) << mapped.status();
+  }
 }
 
 }  // namespace
