@@ -1,0 +1,631 @@
+// The fault matrix: each fault injected against a real host-mode wsyncd process with two SGLang
+// simulator processes (3 engine ranks), measured the same way:
+//   - detection: from the injection to wsyncd's answer (the failed update, the refused call, the
+//     closed connection); the slowest of the rounds below;
+//   - wsyncd is still up (running, answering the admin API);
+//   - the next update succeeds, every engine rank holding its bytes;
+//   - no leak: each fault is injected kRounds times, each followed by an update. wsyncd at rest
+//     after the last round must hold no more threads, descriptors, mappings or shared memory than
+//     at rest after the first (what a first fault makes once and keeps, such as the glibc stack
+//     cache of a peak of threads, is in both; a leak of one of anything per fault is not).
+// The binary runs every fault in one process and prints the table at the end (and writes it as
+// markdown to WSYNC_FAULT_TABLE when set): docs/RELIABILITY.md keeps a run's figures.
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "common/net.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/reliability/bad_buckets.h"
+#include "tests/reliability/process_resources.h"
+#include "tests/reliability/real_cluster.h"
+#include "tests/reliability/test_models.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct FaultRow {
+  std::string fault;
+  double detection_s = -1;  // the slowest round; < 0: not measured
+  std::string detected_as;
+  int inputs = 0;  // bad inputs tried, over every round
+  bool daemon_up = true;
+  bool next_update_ok = true;
+  std::string leaks = "not checked";
+};
+
+std::vector<FaultRow>& Rows() {
+  static auto* rows = new std::vector<FaultRow>();
+  return *rows;
+}
+
+constexpr int kRounds = 3;
+// wsyncd at rest after the last round against wsyncd at rest after the first: equal, but for
+// gRPC's pools (a thread or two, with their stacks) and one anonymous mapping of malloc's (more
+// under ASan). A leak of one of anything per fault shows as two over the rounds after the first.
+constexpr LeakTolerance kNoLeak{.threads = 0,
+                                .library_threads = 2,
+                                .fds = 0,
+                                .file_maps = 0,
+                                .anon_maps = kAnonMapsNoise,
+                                .shm = 0};
+
+std::string CodeAndMessage(const absl::Status& s, size_t keep = 110) {
+  std::string m(s.message());
+  if (m.size() > keep) m = m.substr(0, keep) + "...";
+  return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", m);
+}
+
+class FaultMatrix : public ::testing::Test {
+ protected:
+  // One round's injection: it sets detection (seconds) and what wsyncd said, and leaves the
+  // engines able to take the next update (an engine the fault stopped is started again).
+  struct Injected {
+    double detection_s = -1;
+    std::string detected_as;
+    int inputs = 1;
+  };
+
+  void StartCluster(std::vector<std::string> extra_flags = {}) {
+    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = absl::StrCat(::testing::TempDir(), "/wsync-faults-", ::getpid(), "-", name);
+    cluster_ = std::make_unique<RealCluster>(ClusterOptions{
+        .wsyncd_bin = WSYNCD_BIN,
+        .sim_bin = WSYNC_SIM_BIN,
+        .dir = dir_,
+        .bucket_timeout_s = 3,
+        .extra_flags = std::move(extra_flags),
+    });
+    ASSERT_TRUE(cluster_->Start().ok()) << cluster_->DaemonLog();
+    ASSERT_TRUE(OpenClient("fault matrix"));
+    for (uint32_t v : {1, 2}) {
+      absl::Status s =
+          cluster_->PushAndVerify(*client_, absl::StrCat("warm", v), ModelWithOversizeTensor(v));
+      ASSERT_TRUE(s.ok()) << s << cluster_->DaemonLog();
+    }
+    row_.fault = name;
+  }
+
+  bool OpenClient(const std::string& name) {
+    auto client = cluster_->Connect();
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (!client.ok()) return false;
+    client_ = std::move(*client);
+    const absl::Status s = client_->OpenSession(0, name);
+    EXPECT_TRUE(s.ok()) << s;
+    return s.ok();
+  }
+
+  // Injects the fault kRounds times; after each, wsyncd must be up and the next update good.
+  void RunRounds(const std::function<Injected(int round)>& inject) {
+    ProcessResources first;
+    std::string first_threads;
+    for (int round = 1; round <= kRounds; ++round) {
+      const Injected got = inject(round);
+      if (::testing::Test::HasFatalFailure()) return;
+      row_.inputs += got.inputs;
+      if (got.detection_s > row_.detection_s) {
+        row_.detection_s = got.detection_s;
+        row_.detected_as = got.detected_as;
+      }
+      const bool up = cluster_->DaemonUp();
+      row_.daemon_up = row_.daemon_up && up;
+      ASSERT_TRUE(up) << "round " << round << "\n" << cluster_->DaemonLog();
+      if (client_ == nullptr || client_->session_id().empty()) {
+        ASSERT_TRUE(OpenClient("after the fault"));
+      }
+      const absl::Status next =
+          cluster_->PushAndVerify(*client_, absl::StrCat("next", round), SmallModel(70 + round));
+      row_.next_update_ok = row_.next_update_ok && next.ok();
+      ASSERT_TRUE(next.ok()) << "round " << round << ": " << next << "\n" << cluster_->DaemonLog();
+      if (round == 1) {
+        first = IdleResources(cluster_->daemon_pid());
+        first_threads = ThreadNames(cluster_->daemon_pid());
+      }
+    }
+    const ProcessResources last = SettledResources(cluster_->daemon_pid(), first, kNoLeak);
+    const bool clean = WithinTolerance(first, last, kNoLeak);
+    row_.leaks =
+        clean ? "none"
+              : absl::StrFormat("threads %+d, fds %+d, file maps %+d, anon maps %+d, shm %+d",
+                                last.own_threads - first.own_threads, last.fds - first.fds,
+                                last.file_maps - first.file_maps,
+                                last.anon_maps() - first.anon_maps(), last.shm - first.shm);
+    EXPECT_TRUE(clean) << "after round 1: " << first.Describe() << " (" << first_threads
+                       << "); after round " << kRounds << ": " << last.Describe() << " ("
+                       << ThreadNames(cluster_->daemon_pid()) << ")";
+  }
+
+  void TearDown() override {
+    if (!row_.fault.empty()) Rows().push_back(row_);
+    client_.reset();
+    cluster_.reset();
+  }
+
+  // The engine's count of update requests, which the knobs' indexes refer to.
+  int UpdatesReceived(int engine) {
+    auto n = cluster_->SetKnobs(engine, nlohmann::json::object());
+    EXPECT_TRUE(n.ok());
+    return n.ok() ? *n : -1;
+  }
+
+  // Pushes a version the fault must fail; the injection's detection is how long wsyncd took.
+  Injected TimedFailingPush(const std::string& version, absl::Status* status) {
+    const absl::Time t0 = absl::Now();
+    auto pushed = client_->Push("policy", version, Refs(SmallModel(9)));
+    Injected out;
+    out.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_FALSE(pushed.ok()) << "the fault went unnoticed";
+    *status = pushed.ok() ? absl::OkStatus() : pushed.status();
+    out.detected_as = CodeAndMessage(*status);
+    return out;
+  }
+
+  std::unique_ptr<RealCluster> cluster_;
+  std::unique_ptr<Client> client_;
+  std::string dir_;
+  FaultRow row_;
+};
+
+TEST_F(FaultMatrix, EngineAnswersHttp500) {
+  StartCluster();
+  RunRounds([&](int round) {
+    EXPECT_TRUE(cluster_->SetKnobs(1, {{"fail_update_at", UpdatesReceived(1)}}).ok());
+    absl::Status s;
+    Injected got = TimedFailingPush(absl::StrCat("v500-", round), &s);
+    EXPECT_THAT(std::string(s.message()), HasSubstr(cluster_->engine_url(1)));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("HTTP 500"));
+    return got;
+  });
+}
+
+TEST_F(FaultMatrix, EngineHangsPastTheBucketDeadline) {
+  StartCluster();
+  RunRounds([&](int round) {
+    EXPECT_TRUE(cluster_->SetKnobs(1, {{"hang_update_at", UpdatesReceived(1)}}).ok());
+    absl::Status s;
+    Injected got = TimedFailingPush(absl::StrCat("vhang-", round), &s);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_LT(got.detection_s, 3 + 2.0) << "the bucket deadline is 3 s";
+    // A hung engine stays hung: its operator restarts it.
+    cluster_->StopEngine(1, SIGKILL);
+    EXPECT_TRUE(cluster_->StartEngine(1).ok());
+    return got;
+  });
+}
+
+TEST_F(FaultMatrix, EngineDiesMidBucket) {
+  StartCluster();
+  RunRounds([&](int round) {
+    EXPECT_TRUE(cluster_->SetKnobs(1, {{"die_at_update", UpdatesReceived(1)}}).ok());
+    absl::Status s;
+    Injected got = TimedFailingPush(absl::StrCat("vdie-", round), &s);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(cluster_->engine_url(1)));
+    EXPECT_TRUE(cluster_->StartEngine(1).ok());
+    return got;
+  });
+}
+
+TEST_F(FaultMatrix, EngineRestartsBetweenUpdates) {
+  StartCluster();
+  RunRounds([&](int round) {
+    cluster_->StopEngine(0, SIGKILL);
+    EXPECT_TRUE(cluster_->StartEngine(0).ok());
+    // Seen when the next update begins (the store saw the rank's connection close), and the
+    // group forms again before it: the detection column is that whole update.
+    const absl::Time t0 = absl::Now();
+    const absl::Status s =
+        cluster_->PushAndVerify(*client_, absl::StrCat("vrestart-", round), SmallModel(5));
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_TRUE(s.ok()) << s << cluster_->DaemonLog();
+    got.detected_as =
+        s.ok() ? "the next update re-formed the group first, and succeeded" : CodeAndMessage(s);
+    return got;
+  });
+  EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("re-forming it before the update"));
+}
+
+TEST_F(FaultMatrix, TrainerKilledMidUpdate) {
+  StartCluster();
+  RunRounds([&](int round) -> Injected {
+    // The killed trainer is its own process (wsync-push) on the device's slots: this one steps
+    // aside, and the engines take 100 ms a bucket so that its update is still running.
+    EXPECT_TRUE(client_->CloseSession().ok());
+    client_.reset();
+    for (int e = 0; e < RealCluster::kEngines; ++e) {
+      EXPECT_TRUE(cluster_->SetKnobs(e, {{"answer_delay_ms", 100}}).ok());
+    }
+    const int before = UpdatesReceived(0);
+    const std::string prefix = absl::StrCat("killed", round, "-");
+    ChildProcess pusher({WSYNC_PUSH_BIN, "--socket", cluster_->socket(), "--group", "policy",
+                         "--model-gib", "0.03", "--version-prefix", prefix},
+                        absl::StrCat(dir_, "/push-", round, ".log"));
+    const absl::Time started = absl::Now();
+    while (UpdatesReceived(0) < before + 2 && absl::Now() - started < absl::Seconds(20)) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(pusher.running()) << "its update ended before it was killed: " << pusher.Log();
+    pusher.Signal(SIGKILL);
+    const absl::Time t0 = absl::Now();
+    EXPECT_EQ(pusher.Wait(absl::Seconds(5)), 128 + SIGKILL);
+    // Detected once its update is over and its session has let go of the slots.
+    std::string state = "running";
+    auto fresh = cluster_->Connect();
+    EXPECT_TRUE(fresh.ok());
+    absl::Status opened = absl::UnknownError("not tried");
+    while (fresh.ok() && absl::Now() - t0 < absl::Seconds(30)) {
+      auto updates = cluster_->Updates();
+      for (const v1::UpdateRecord& u : updates.ok() ? *updates : std::vector<v1::UpdateRecord>()) {
+        if (u.version() == prefix + "1") state = u.state();
+      }
+      if (state != "running") opened = (*fresh)->OpenSession(0, "after the killed trainer");
+      if (opened.ok()) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_TRUE(opened.ok()) << opened << cluster_->DaemonLog();
+    EXPECT_THAT(state, ::testing::AnyOf("aborted", "failed"));
+    got.detected_as = absl::StrCat("its update ", state, ", its session closed, the slots free");
+    for (int e = 0; e < RealCluster::kEngines; ++e) {
+      EXPECT_TRUE(cluster_->SetKnobs(e, {{"answer_delay_ms", 0}}).ok());
+    }
+    if (fresh.ok()) client_ = std::move(*fresh);
+    return got;
+  });
+}
+
+TEST_F(FaultMatrix, TrainerTruncatesItsSlot) {
+  StartCluster();
+  RunRounds([&](int round) -> Injected {
+    // The trainer's raw session: the reply names each slot's shared memory.
+    EXPECT_TRUE(client_->CloseSession().ok());
+    v1::OpenSessionRequest open;
+    open.set_device(0);
+    open.set_client_name("truncating trainer");
+    v1::OpenSessionResponse session;
+    {
+      grpc::ClientContext ctx;
+      EXPECT_TRUE(client_->trainer()->OpenSession(&ctx, open, &session).ok());
+    }
+    const v1::SlotInfo& info = session.slots(round % 2);
+    const int fd = ::shm_open(info.memory_handle().c_str(), O_RDWR, 0);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::ftruncate(fd, round == 2 ? 100 : 0), 0);
+    ::close(fd);
+    v1::Bucket bucket;
+    bucket.set_slot(info.index());
+    *bucket.add_tensors() = Spec("a", "uint8", {4096}, 0, 4096);
+    const absl::Time t0 = absl::Now();
+    const absl::Status s = SendRawBucketAs(client_->trainer(), session.session_id(), bucket);
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    got.detected_as = CodeAndMessage(s);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest close;
+    close.set_session_id(session.session_id());
+    v1::CloseSessionResponse closed;
+    EXPECT_TRUE(client_->trainer()->CloseSession(&ctx, close, &closed).ok());
+    client_.reset();  // the next update's session gets the slot grown back whole
+    return got;
+  });
+}
+
+TEST_F(FaultMatrix, MalformedBucketManifests) {
+  StartCluster();
+  RunRounds([&](int round) {
+    const int received[] = {UpdatesReceived(0), UpdatesReceived(1)};
+    const std::vector<BadBucket> bad = BadBuckets(client_->slot_bytes());
+    Injected got;
+    got.inputs = static_cast<int>(bad.size());
+    got.detection_s = 0;
+    std::set<std::string> codes;
+    for (const BadBucket& b : bad) {
+      const absl::Time t0 = absl::Now();
+      const absl::Status s = SendRawBucket(*client_, b.bucket);
+      got.detection_s = std::max(got.detection_s, absl::ToDoubleSeconds(absl::Now() - t0));
+      // Refused, with a code that says the trainer's bucket is wrong.
+      EXPECT_FALSE(s.ok()) << b.what;
+      if (!b.refused_by_grpc) {
+        EXPECT_THAT(s.code(), ::testing::AnyOf(absl::StatusCode::kInvalidArgument,
+                                               absl::StatusCode::kDataLoss,
+                                               absl::StatusCode::kFailedPrecondition))
+            << b.what << ": " << s;
+      }
+      codes.insert(std::string(absl::StatusCodeToString(s.code())));
+      EXPECT_TRUE(cluster_->DaemonUp()) << b.what;
+    }
+    // Not one byte of a refused bucket reached an engine.
+    EXPECT_EQ(UpdatesReceived(0), received[0]);
+    EXPECT_EQ(UpdatesReceived(1), received[1]);
+    got.detected_as = absl::StrCat("each refused before any byte moved (",
+                                   absl::StrJoin(codes, ", "), "); the slowest refusal");
+    return got;
+  });
+}
+
+// The group's rendezvous store, as the engines reach it.
+uint16_t StorePort(RealCluster& cluster) {
+  auto group = cluster.Group();
+  EXPECT_TRUE(group.ok());
+  int port = 0;
+  const std::string r = group.ok() ? group->rendezvous() : "";
+  EXPECT_TRUE(absl::SimpleAtoi(r.substr(r.rfind(':') + 1), &port)) << r;
+  return static_cast<uint16_t>(port);
+}
+
+// Whether the peer closes `fd` within `within` (what it sends is read and dropped).
+bool ClosedByPeer(int fd, absl::Duration within) {
+  const absl::Time deadline = absl::Now() + within;
+  char c;
+  while (absl::Now() < deadline) {
+    absl::Status s = ReadExact(fd, &c, 1, std::min(deadline, absl::Now() + absl::Seconds(1)));
+    if (!s.ok() && s.code() != absl::StatusCode::kDeadlineExceeded) return true;
+  }
+  return false;
+}
+
+std::string U64(uint64_t v) { return std::string(reinterpret_cast<char*>(&v), 8); }
+std::string Str(const std::string& s) { return U64(s.size()) + s; }
+const std::string kValidate("\x00\xce\xf7\x85\x3c", 5);
+
+TEST_F(FaultMatrix, StoreClientFlood) {
+  StartCluster();
+  RunRounds([&](int round) {
+    const uint16_t port = StorePort(*cluster_);
+    // A client that asks for 16 MiB of replies and never reads them.
+    auto greedy = ConnectTcp("127.0.0.1", port, absl::Now() + absl::Seconds(5));
+    EXPECT_TRUE(greedy.ok());
+    std::string frames = kValidate + "\x01" + Str("/flood/big") + Str(std::string(1 << 20, 'b'));
+    for (int i = 0; i < 16; ++i) frames += "\x03" + Str("/flood/big");
+    (void)WriteAll(greedy->get(), frames.data(), frames.size(), absl::Now() + absl::Seconds(10));
+    // Then 400 connections at once: a third validated, a third half a frame in, a third idle.
+    const absl::Time t0 = absl::Now();
+    std::vector<UniqueFd> flood;
+    for (int i = 0; i < 400; ++i) {
+      auto fd = ConnectTcp("127.0.0.1", port, absl::Now() + absl::Seconds(5));
+      if (!fd.ok()) continue;
+      const std::string hello = i % 3 == 0   ? kValidate
+                                : i % 3 == 1 ? kValidate + "\x01" + U64(9)
+                                             : "";
+      (void)WriteAll(fd->get(), hello.data(), hello.size(), absl::Now() + absl::Seconds(1));
+      flood.push_back(std::move(*fd));
+    }
+    // The store keeps at most its connection limit and closes the rest at once.
+    int closed = 0;
+    for (UniqueFd& fd : flood) closed += ClosedByPeer(fd.get(), absl::Milliseconds(20)) ? 1 : 0;
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    got.inputs = static_cast<int>(flood.size()) + 1;
+    got.detected_as = absl::StrCat(closed, " of ", flood.size(),
+                                   " connections closed at once (over the store's limit)");
+    EXPECT_GE(closed, static_cast<int>(flood.size()) - 16);
+    // With the flood still connected, an update: the engines' connections and the store's
+    // event loop are not held up by it.
+    const absl::Status during =
+        cluster_->PushAndVerify(*client_, absl::StrCat("vflood-", round), SmallModel(6));
+    EXPECT_TRUE(during.ok()) << during << cluster_->DaemonLog();
+    return got;
+  });
+}
+
+TEST_F(FaultMatrix, NonTorchClientOnTheStorePort) {
+  StartCluster();
+  RunRounds([&](int) {
+    const uint16_t port = StorePort(*cluster_);
+    const std::vector<std::string> strangers = {
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11),  // a TLS ClientHello
+        "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n",
+        std::string("\x01") + Str("/k") + Str("v"),  // a torch SET without VALIDATE
+        std::string("\x00\x00\x00\x00\x00", 5),      // VALIDATE with the wrong magic
+        std::string(4096, '\xff'),
+    };
+    Injected got;
+    got.inputs = static_cast<int>(strangers.size());
+    got.detection_s = 0;
+    int closed = 0;
+    for (const std::string& bytes : strangers) {
+      auto fd = ConnectTcp("127.0.0.1", port, absl::Now() + absl::Seconds(5));
+      EXPECT_TRUE(fd.ok());
+      if (!fd.ok()) continue;
+      const absl::Time t0 = absl::Now();
+      (void)WriteAll(fd->get(), bytes.data(), bytes.size(), absl::Now() + absl::Seconds(2));
+      const bool gone = ClosedByPeer(fd->get(), absl::Seconds(5));
+      got.detection_s = std::max(got.detection_s, absl::ToDoubleSeconds(absl::Now() - t0));
+      EXPECT_TRUE(gone) << absl::CHexEscape(bytes.substr(0, 16));
+      closed += gone ? 1 : 0;
+    }
+    got.detected_as = absl::StrCat(closed, " of ", strangers.size(),
+                                   " closed at their first frame; the slowest close");
+    return got;
+  });
+}
+
+// A self-signed certificate for localhost and 127.0.0.1, and two tokens, made for the test.
+struct TlsFiles {
+  std::string cert, key, token, admin_token;
+};
+
+absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir) {
+  TlsFiles f{dir + "/cert.pem", dir + "/key.pem", dir + "/token", dir + "/admin-token"};
+  if (!std::filesystem::exists("/usr/bin/openssl")) {
+    return absl::FailedPreconditionError("/usr/bin/openssl is missing (deploy/install-deps.sh)");
+  }
+  auto [rc, out] = RunCommand(
+      {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+       "-nodes", "-keyout", f.key, "-out", f.cert, "-days", "2", "-subj", "/CN=localhost",
+       "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"},
+      dir + "/openssl.log");
+  if (rc != 0) return absl::InternalError(absl::StrCat("openssl: ", out));
+  std::ofstream(f.token) << "trainer-secret-" << ::getpid() << "\n";
+  std::ofstream(f.admin_token) << "admin-secret-" << ::getpid() << "\n";
+  return f;
+}
+
+// An HTTP/2 client preface without TLS, as a plain gRPC client sends it.
+const std::string kPlainGrpcPreface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
+                                      std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9);
+
+TEST_F(FaultMatrix, UnauthenticatedTcpCaller) {
+  const std::string tls_dir = absl::StrCat(::testing::TempDir(), "/wsync-faults-tls-", ::getpid());
+  std::filesystem::create_directories(tls_dir);
+  auto tls = MakeTlsFiles(tls_dir);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  const int tcp_port = FreePort();
+  const std::string listen = absl::StrCat("127.0.0.1:", tcp_port);
+  StartCluster({"--listen", listen, "--tls-cert", tls->cert, "--tls-key", tls->key, "--token-file",
+                tls->token, "--admin-token-file", tls->admin_token});
+  const std::string wrong_token = tls_dir + "/wrong";
+  std::ofstream(wrong_token) << "guess\n";
+  auto options = [&](std::string token) {
+    ConnectOptions o;
+    o.tls_ca_file = tls->cert;
+    o.token_file = std::move(token);
+    o.tls_server_name = "localhost";
+    return o;
+  };
+  RunRounds([&](int) {
+    Injected got;
+    got.inputs = 4;
+    got.detection_s = 0;
+    std::vector<std::string> seen;
+    auto timed = [&](const std::string& what, const std::function<absl::Status()>& call) {
+      const absl::Time t0 = absl::Now();
+      const absl::Status s = call();
+      got.detection_s = std::max(got.detection_s, absl::ToDoubleSeconds(absl::Now() - t0));
+      seen.push_back(absl::StrCat(what, ": ", absl::StatusCodeToString(s.code())));
+      return s;
+    };
+    auto open_session = [&](const std::string& token) {
+      auto client = Client::Connect(listen, options(token));
+      return client.ok() ? (*client)->OpenSession(1, "stranger") : client.status();
+    };
+    EXPECT_EQ(timed("TLS, no token", [&] { return open_session(""); }).code(),
+              absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(timed("TLS, wrong token", [&] { return open_session(wrong_token); }).code(),
+              absl::StatusCode::kUnauthenticated);
+    EXPECT_EQ(timed("trainer token, admin call",
+                    [&] {
+                      auto client = Client::Connect(listen, options(tls->token));
+                      if (!client.ok()) return client.status();
+                      v1::DestroyGroupRequest req;
+                      req.set_name("policy");
+                      v1::DestroyGroupResponse resp;
+                      grpc::ClientContext ctx;
+                      grpc::Status g = (*client)->admin()->DestroyGroup(&ctx, req, &resp);
+                      return absl::Status(static_cast<absl::StatusCode>(g.error_code()),
+                                          g.error_message());
+                    })
+                  .code(),
+              absl::StatusCode::kPermissionDenied);
+    // Plain gRPC to the TLS port: the handshake fails and wsyncd closes the connection.
+    const absl::Status plain = timed("plain TCP", [&] {
+      auto fd =
+          ConnectTcp("127.0.0.1", static_cast<uint16_t>(tcp_port), absl::Now() + absl::Seconds(5));
+      if (!fd.ok()) return fd.status();
+      (void)WriteAll(fd->get(), kPlainGrpcPreface.data(), kPlainGrpcPreface.size(),
+                     absl::Now() + absl::Seconds(2));
+      return ClosedByPeer(fd->get(), absl::Seconds(10)) ? absl::UnavailableError("closed")
+                                                        : absl::DeadlineExceededError("still open");
+    });
+    EXPECT_EQ(plain.code(), absl::StatusCode::kUnavailable) << "wsyncd kept a plain connection";
+    EXPECT_TRUE(cluster_->Group().ok()) << "the group is still there";
+    got.detected_as = absl::StrJoin(seen, "; ");
+    return got;
+  });
+}
+
+// A service at an engine's address whose /get_server_info is JSON, but not SGLang's: wsyncd
+// refuses to make a group of it and stays up.
+TEST_F(FaultMatrix, NonEngineAnswersServerInfo) {
+  StartCluster();
+  httplib::Server fake;
+  fake.Get("/get_server_info", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"version": 3, "tp_size": "2", "pp_size": [1], "weight_version": {}})",
+                    "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { fake.listen_after_bind(); });
+  RunRounds([&](int round) {
+    v1::CreateGroupRequest req;
+    req.mutable_spec()->set_name(absl::StrCat("stranger", round));
+    req.mutable_spec()->set_kind(v1::ENGINE_KIND_SGLANG);
+    auto* e = req.mutable_spec()->add_engines();
+    e->set_url(absl::StrCat("http://127.0.0.1:", port));
+    e->set_ranks(2);
+    grpc::ClientContext ctx;
+    v1::GroupInfo info;
+    const absl::Time t0 = absl::Now();
+    grpc::Status g = cluster_->admin().admin()->CreateGroup(&ctx, req, &info);
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    const absl::Status s(static_cast<absl::StatusCode>(g.error_code()), g.error_message());
+    got.detected_as = CodeAndMessage(s);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    return got;
+  });
+  fake.stop();
+  serving.join();
+}
+
+std::string Seconds(double s) {
+  if (s < 0) return "-";
+  return s < 1 ? absl::StrFormat("%.1f ms", s * 1000) : absl::StrFormat("%.2f s", s);
+}
+
+class TablePrinter : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::string table = absl::StrCat(
+        "Each fault injected ", kRounds, " times, each time followed by an update.\n\n",
+        "| fault | inputs | detection | detected as | wsyncd up | next update | leaks |\n",
+        "|---|---|---|---|---|---|---|\n");
+    int survived = 0, inputs = 0, leaking = 0;
+    for (const FaultRow& r : Rows()) {
+      const bool ok = r.daemon_up && r.next_update_ok && r.leaks == "none";
+      survived += ok ? 1 : 0;
+      inputs += r.inputs;
+      leaking += r.leaks == "none" ? 0 : 1;
+      std::string detected = r.detected_as;
+      absl::StrReplaceAll({{"|", "\\|"}, {"\n", " "}}, &detected);
+      table += absl::StrFormat("| %s | %d | %s | %s | %s | %s | %s |\n", r.fault, r.inputs,
+                               Seconds(r.detection_s), detected, r.daemon_up ? "yes" : "NO",
+                               r.next_update_ok ? "ok" : "FAILED", r.leaks);
+    }
+    table += absl::StrFormat(
+        "\n%d of %d faults survived (wsyncd up, next update ok, no leak); "
+        "%d inputs tried; %d leaking\n",
+        survived, Rows().size(), inputs, leaking);
+    std::printf("\n%s", table.c_str());
+    if (const char* path = std::getenv("WSYNC_FAULT_TABLE")) std::ofstream(path) << table;
+  }
+};
+
+const auto* const kPrinter = ::testing::AddGlobalTestEnvironment(new TablePrinter);
+
+}  // namespace
+}  // namespace wsync
