@@ -39,6 +39,9 @@ class HttpMessageReader {
       if (ec == boost::beast::http::error::need_more) break;
       if (ec) return absl::InvalidArgumentError(absl::StrCat("malformed HTTP: ", ec.message()));
       if (!parser_->is_done()) {
+        // The header is whole and its Content-Length within the body limit: the body may now
+        // be taken as it comes.
+        if (parser_->is_header_done()) parser_->eager(true);
         if (used == 0) break;
         continue;
       }
@@ -57,12 +60,18 @@ class HttpMessageReader {
 
   // Bytes received that no message has consumed yet.
   size_t buffered() const { return pending_.size(); }
+  // Between messages: nothing of a next one received yet.
+  bool idle() const { return pending_.empty() && !parser_->got_some(); }
 
  private:
   using Parser = boost::beast::http::parser<kRequest, boost::beast::http::string_body>;
+  // Not eager until the header is whole. Beast 1.74 checks Content-Length against the body
+  // limit at the end of the header, but when it goes on to the body in the same call (eager) it
+  // drops that error, and string_body reserves the announced length: an engine announcing
+  // 100 GiB would have wsyncd reserve it. Stopping after the header keeps the error.
   void Reset() {
     parser_ = std::make_unique<Parser>();
-    parser_->eager(true);
+    parser_->eager(false);
     parser_->body_limit(body_limit_);
     parser_->header_limit(header_limit_);
   }
