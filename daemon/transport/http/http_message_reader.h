@@ -34,10 +34,18 @@ class HttpMessageReader {
     pending_.append(data, size);
     while (!pending_.empty()) {
       boost::beast::error_code ec;
+      const bool had_header = parser_->is_header_done();
       const size_t used = parser_->put(boost::asio::buffer(pending_.data(), pending_.size()), ec);
       pending_.erase(0, used);
+      if (!had_header) header_bytes_ += used;
       if (ec == boost::beast::http::error::need_more) break;
       if (ec) return absl::InvalidArgumentError(absl::StrCat("malformed HTTP: ", ec.message()));
+      // Beast holds a header to its limit only when the header came in more than one read; the
+      // same answer is refused however the network cut it.
+      if (!had_header && parser_->is_header_done() && header_bytes_ > header_limit_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("malformed HTTP: a header longer than ", header_limit_, " bytes"));
+      }
       if (!parser_->is_done()) {
         // The header is whole and its Content-Length within the body limit: the body may now
         // be taken as it comes.
@@ -70,6 +78,7 @@ class HttpMessageReader {
   // drops that error, and string_body reserves the announced length: an engine announcing
   // 100 GiB would have wsyncd reserve it. Stopping after the header keeps the error.
   void Reset() {
+    header_bytes_ = 0;
     parser_ = std::make_unique<Parser>();
     parser_->eager(false);
     parser_->body_limit(body_limit_);
@@ -79,6 +88,7 @@ class HttpMessageReader {
   const uint32_t header_limit_;
   std::string pending_;
   std::unique_ptr<Parser> parser_;
+  uint64_t header_bytes_ = 0;  // the current message's header, as far as parsed
 };
 
 }  // namespace wsync
