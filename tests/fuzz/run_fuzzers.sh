@@ -6,6 +6,7 @@
 # a crash, a leak, a timeout or an invariant broken; the input is kept under OUT/artifacts/.
 #
 #   tests/fuzz/run_fuzzers.sh BUILD_DIR [--seconds N | --runs N] [--jobs J] [--out DIR] [--merge]
+#                             [--only TARGET]
 #
 # New inputs go to a work corpus under OUT, never into the repository; --merge then adds to
 # tests/fuzz/corpus/<target>/ only the inputs that bring new coverage (libFuzzer's -merge=1).
@@ -17,6 +18,7 @@ limit=(-max_total_time=45)
 jobs=$(nproc)
 out=""
 merge=0
+only=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --seconds) limit=(-max_total_time="$2"); shift 2 ;;
@@ -24,12 +26,14 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --merge) merge=1; shift ;;
+    --only) only=$2; shift 2 ;;
     *) echo "run_fuzzers: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 out=${out:-$build/fuzz-run}
 mkdir -p "$out/artifacts"
 targets=(store_protocol manifest http_reader config)
+[[ -z $only ]] || targets=("$only")
 # Frames and answers longer than the defaults' 4 KiB reach the limits the targets check.
 declare -A max_len=([store_protocol]=8192 [manifest]=4096 [http_reader]=8192 [config]=4096)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
