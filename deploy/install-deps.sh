@@ -10,6 +10,9 @@ packages=(
   libgtest-dev libgmock-dev
   python3 python3-numpy
   curl procps openssl util-linux
+  # The reliability suite (docs/RELIABILITY.md): clang and its runtimes for the ASan/UBSan build
+  # and libFuzzer, llvm-symbolizer for the sanitizers' stacks.
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 missing=()

@@ -1,12 +1,100 @@
 #!/usr/bin/env bash
-# Installs the Debian packages wsync needs, builds everything and runs every test that needs no
-# GPU (GPU tests skip themselves on machines without one). Fails if anything fails.
+# What CI runs (.ci/run): installs the Debian packages, builds, and runs the reliability suite
+# (docs/RELIABILITY.md) in stages. Each stage has a budget in seconds on CI's machine (2 cores,
+# no GPU) and is stopped when it runs past it; the budgets add up to less than 45 minutes. Every
+# stage prints its time against its budget, and the run fails at the first stage that fails.
+#
+#   deps       deploy/install-deps.sh
+#   build      CMake/Ninja, RelWithDebInfo (gcc)
+#   tests      ctest: every test that needs no GPU (unit, service, integration; not bench, soak,
+#              faults); tests labelled gpu skip themselves
+#   faults     the fault matrix (ctest -L faults), and its table
+#   soak       WSYNC_SOAK_UPDATES (200) updates through a real wsyncd (ctest -L soak)
+#   sanitize   a second build, clang with ASan + UBSan, with the libFuzzer targets (build-asan)
+#   fuzz       each fuzz target for WSYNC_FUZZ_SECONDS (30) from its committed corpus
+#   asan       ctest under ASan + UBSan: the tests stage's tests, the fault matrix and the fuzz
+#              corpora (not bench, soak)
+#
+# WSYNC_STAGES="build tests" runs only those stages (in the order above).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-build=${WSYNC_BUILD_DIR:-build}
+export WSYNC_BUILD=${WSYNC_BUILD_DIR:-build}
+export WSYNC_SANITIZED_BUILD=${WSYNC_SANITIZED_BUILD_DIR:-build-asan}
+export WSYNC_SOAK_UPDATES=${WSYNC_SOAK_UPDATES:-200}
+export WSYNC_FUZZ_SECONDS=${WSYNC_FUZZ_SECONDS:-30}
+export WSYNC_JOBS=$(nproc)
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0}
+export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 
-deploy/install-deps.sh
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_CUDA=AUTO
-cmake --build "$build" -- -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure --timeout 300 -j2 -LE bench
+stage_deps() { deploy/install-deps.sh; }
+stage_build() {
+  cmake -S . -B "$WSYNC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_CUDA=AUTO
+  cmake --build "$WSYNC_BUILD" -- -j"$WSYNC_JOBS"
+}
+stage_tests() {
+  ctest --test-dir "$WSYNC_BUILD" --output-on-failure --timeout 300 -j2 -LE 'bench|soak|faults'
+}
+stage_faults() {
+  WSYNC_FAULT_TABLE="$WSYNC_BUILD/fault_matrix.md" \
+    ctest --test-dir "$WSYNC_BUILD" --output-on-failure -L faults
+  cat "$WSYNC_BUILD/fault_matrix.md"
+}
+stage_soak() { ctest --test-dir "$WSYNC_BUILD" --verbose -L soak; }
+stage_sanitize() {
+  # -O1 with line tables: what the sanitizers need, at a fraction of a full debug build's time.
+  # NDEBUG as in the release build: Boost.Beast 1.74 asserts more than its chunk parser needs
+  # (boostorg/beast#2861), and wsync's own code has no assert().
+  local sanitized_flags="-O1 -gline-tables-only -DNDEBUG"
+  cmake -S . -B "$WSYNC_SANITIZED_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=None \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_C_FLAGS="$sanitized_flags" -DCMAKE_CXX_FLAGS="$sanitized_flags" \
+    -DWSYNC_CUDA=OFF -DWSYNC_FUZZ=ON -DWSYNC_SANITIZE=address,undefined
+  cmake --build "$WSYNC_SANITIZED_BUILD" -- -j"$WSYNC_JOBS"
+}
+stage_fuzz() {
+  rm -rf "$WSYNC_SANITIZED_BUILD/fuzz-run"
+  tests/fuzz/run_fuzzers.sh "$WSYNC_SANITIZED_BUILD" --seconds "$WSYNC_FUZZ_SECONDS" \
+    --jobs "$WSYNC_JOBS"
+}
+stage_asan() {
+  ctest --test-dir "$WSYNC_SANITIZED_BUILD" --output-on-failure --timeout 600 -j2 -LE 'bench|soak'
+}
+export -f stage_deps stage_build stage_tests stage_faults stage_soak stage_sanitize stage_fuzz \
+  stage_asan
+
+# name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
+stages=(deps:240 build:780 tests:300 faults:180 soak:90 sanitize:780 fuzz:150 asan:180)
+wanted=" ${WSYNC_STAGES:-deps build tests faults soak sanitize fuzz asan} "
+summary=()
+total_budget=0
+run_start=$(date +%s)
+for entry in "${stages[@]}"; do
+  name=${entry%%:*}
+  budget=${entry##*:}
+  [[ $wanted == *" $name "* ]] || continue
+  total_budget=$((total_budget + budget))
+  echo "=== stage $name (budget $budget s) ==="
+  start=$(date +%s)
+  rc=0
+  timeout --foreground --kill-after=10 "$budget" bash -c "set -euo pipefail; stage_$name" || rc=$?
+  took=$(( $(date +%s) - start ))
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    line="stage $name: ran past its budget of $budget s: FAILED"
+  elif [[ $rc -ne 0 ]]; then
+    line="stage $name: $took s of $budget s budget: FAILED (exit $rc)"
+  else
+    line="stage $name: $took s of $budget s budget"
+  fi
+  echo "=== $line ==="
+  summary+=("$line")
+  if [[ $rc -ne 0 ]]; then
+    printf '%s\n' "${summary[@]}"
+    exit 1
+  fi
+done
+echo "=== summary ==="
+printf '%s\n' "${summary[@]}"
+echo "total: $(( $(date +%s) - run_start )) s of $total_budget s budget"
