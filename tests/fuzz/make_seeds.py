@@ -2,8 +2,9 @@
 """Writes the hand-made seeds of the fuzz corpora (tests/fuzz/corpus/<target>/seed-*).
 
 Each seed is what the target's input format makes of real traffic: torch's TCPStore handshake and
-commands, SGLang's answers, wsyncd's config files and group records. Inputs the fuzzers found
-and kept (merged with -merge=1) sit beside them with libFuzzer's hash names. Run from anywhere;
+commands, SGLang's answers, wsyncd's config files and group records. Inputs that once broke a
+target are kept as regression-* files, and inputs the fuzzers found that add coverage (merged
+with run_fuzzers.sh --merge) sit beside them with libFuzzer's hash names. Run from anywhere;
 rewrites only the seed-* files.
 """
 
