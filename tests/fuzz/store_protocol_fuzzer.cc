@@ -16,10 +16,12 @@
 // parser asks for no more than the frame (the server waits for `need` bytes: asking for more
 // would hang a client); no request exceeds a limit; no reply exceeds max_reply_bytes; the data
 // the store holds stays within max_data_bytes and its count of them is exact (it returns to zero
-// when everything is erased); woken and registered connections are open ones.
+// when everything is erased); woken and registered connections are open ones, and no more
+// connections are registered than the group has engine ranks; keys the daemon set keep its values.
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -32,6 +34,8 @@ namespace wsync {
 namespace {
 
 constexpr int kConnections = 4;
+// Fewer than the connections, so that a registration past the group's ranks is reachable.
+constexpr size_t kMaxRegistered = 2;
 
 StoreLimits FuzzLimits() {
   StoreLimits l;
@@ -74,7 +78,7 @@ struct Connection {
 
 class Harness {
  public:
-  Harness() : limits_(FuzzLimits()), state_(limits_) {}
+  Harness() : limits_(FuzzLimits()), state_(limits_) { state_.set_max_registered(kMaxRegistered); }
 
   void Run(Input& input) {
     while (!input.empty()) {
@@ -89,14 +93,16 @@ class Harness {
           std::string value = input.Bytes();
           if (key.size() > limits_.max_key_bytes) key.resize(limits_.max_key_bytes);
           // The daemon's values obey the value limit (it sets the 128-byte id).
-          (void)state_.Set(key, std::move(value));
+          if (state_.Set(key, value).ok()) published_[key] = std::move(value);
           CheckHeld();
           TakeWoken();
           break;
         }
         case 6: {
           const size_t before = state_.data_bytes();
-          (void)state_.ErasePrefix(input.Bytes());
+          const std::string prefix = input.Bytes();
+          (void)state_.ErasePrefix(prefix);
+          std::erase_if(published_, [&](const auto& kv) { return kv.first.starts_with(prefix); });
           FUZZ_CHECK(state_.data_bytes() <= before, "erasing added bytes");
           break;
         }
@@ -158,6 +164,7 @@ class Harness {
       FUZZ_CHECK(o.reply.size() <= limits_.max_reply_bytes,
                  absl::StrCat("reply of ", o.reply.size(), " bytes"));
       CheckHeld();
+      CheckPublished();
       if (!o.error.empty()) {
         FUZZ_CHECK(o.reply.empty(), "a reply with an error");
         Close(c);
@@ -215,6 +222,13 @@ class Harness {
                absl::StrCat(state_.data_bytes(), " bytes held"));
   }
 
+  // What the daemon published (the NCCL id) stays as it set it, whatever clients send.
+  void CheckPublished() {
+    for (const auto& [key, value] : published_) {
+      FUZZ_CHECK(state_.Get(key) == value, absl::StrCat("a client changed published key ", key));
+    }
+  }
+
   void TakeWoken() {
     for (uint64_t w : state_.TakeWoken()) {
       FUZZ_CHECK(state_.ConnectionOpen(w), absl::StrCat("woke closed connection ", w));
@@ -230,13 +244,17 @@ class Harness {
     }
     (void)state_.FetchersOf("/g/g//cuda//0");
     FUZZ_CHECK(state_.UnpublishedWaits().size() <= 64, "unbounded waits kept");
+    size_t registered = 0;
     for (const Connection& c : connections_) {
-      if (c.open) (void)state_.Busy(c.serial);
+      if (c.open && state_.Registered(c.serial)) ++registered;
     }
+    FUZZ_CHECK(registered == state_.registered_open(), "registered connections miscounted");
+    FUZZ_CHECK(registered <= kMaxRegistered, absl::StrCat(registered, " registered"));
   }
 
   const StoreLimits limits_;
   StoreState state_;
+  std::map<std::string, std::string> published_;  // key -> value, as the daemon set them
   Connection connections_[kConnections];
   uint64_t next_serial_ = 1;
 };
