@@ -126,3 +126,14 @@ write("config", "sizes", json.dumps({"slot_bytes": 4096, "slots": 4, "lease_s": 
 rng = __import__("random").Random(11)
 for i in range(4):
     write("manifest", f"random-{i}", bytes(rng.randrange(256) for _ in range(64 + 64 * i)))
+
+# --- torch_pickle: FuzzedDataProvider bytes; one fixed random seed per payload --------------------
+# The payload is the first value read, and FuzzedDataProvider reads integers from the end: the
+# last byte picks it (0..12, in the order of torch_pickle_fuzzer.cc's Payload enum).
+
+PAYLOADS = ["reduced", "pair", "args", "metadata", "sglang-null", "sglang-flattened",
+            "vllm-func-args", "vllm-args", "vllm-packed", "lmdeploy-null", "lmdeploy-flattened",
+            "checkpoint-buffer", "checkpoint-bucket"]
+rng = __import__("random").Random(12)
+for i, payload in enumerate(PAYLOADS):
+    write("torch_pickle", payload, bytes(rng.randrange(256) for _ in range(512)) + bytes([i]))
