@@ -1,7 +1,10 @@
 #include "common/gpu_seam.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace wsync {
 
@@ -34,6 +37,24 @@ absl::Status CheckFillFits(const SlotMemory& slot, const std::vector<SourcePiece
     }
   }
   return absl::OkStatus();
+}
+
+std::string NormalizeGpuUuid(absl::string_view uuid) {
+  std::string out = absl::AsciiStrToLower(uuid);
+  if (absl::StartsWith(out, "gpu-")) out.erase(0, 4);
+  return out;
+}
+
+absl::StatusOr<int> FindDeviceByUuid(const Platform& platform, absl::string_view uuid) {
+  absl::StatusOr<std::vector<std::string>> uuids = platform.DeviceUuids();
+  if (!uuids.ok()) return uuids.status();
+  const std::string wanted = NormalizeGpuUuid(uuid);
+  for (size_t i = 0; i < uuids->size(); ++i) {
+    if ((*uuids)[i] == wanted) return static_cast<int>(i);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("wsyncd has no device on GPU ", uuid,
+                   " (its devices: ", uuids->empty() ? "none" : absl::StrJoin(*uuids, ", "), ")"));
 }
 
 }  // namespace wsync

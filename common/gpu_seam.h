@@ -150,7 +150,17 @@ class Platform {
   // read, a slot included.
   virtual absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(
       int device, const std::string& handle, uint64_t bytes, const std::string& session_tag) = 0;
+  // The devices wsyncd can serve, by index, each as its GPU's UUID in the form torch prints
+  // (str(torch.cuda.get_device_properties(d).uuid): "126c071a-1253-3d49-71ab-17c686b110d5").
+  // Engines on the same GPUs see other indexes (CUDA_VISIBLE_DEVICES), never other UUIDs, so
+  // colocated groups name their engines' GPUs by UUID.
+  virtual absl::StatusOr<std::vector<std::string>> DeviceUuids() const = 0;
 };
+
+// A GPU UUID as DeviceUuids gives it: lower case, without nvidia-smi's "GPU-" prefix.
+std::string NormalizeGpuUuid(absl::string_view uuid);
+// The device whose UUID is `uuid` (either form), or NOT_FOUND naming it and the UUIDs there are.
+absl::StatusOr<int> FindDeviceByUuid(const Platform& platform, absl::string_view uuid);
 
 struct SlotCopy {
   uint64_t offset = 0;  // destination offset in the slot

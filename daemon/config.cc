@@ -105,6 +105,20 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
           engine.ranks, IntegerValue(e.at("ranks"), absl::StrCat("engine ", engine.url, ": ranks"),
                                      0, std::numeric_limits<uint32_t>::max()));
     }
+    if (e.contains("gpus")) {
+      const nlohmann::json& gpus = e.at("gpus");
+      if (!gpus.is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("engine ", engine.url, ": gpus must be a list of GPU UUIDs"));
+      }
+      for (const nlohmann::json& gpu : gpus) {
+        if (!gpu.is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("engine ", engine.url, ": gpus must be a list of GPU UUIDs"));
+        }
+        engine.gpus.push_back(gpu.get<std::string>());
+      }
+    }
     spec.engines.push_back(std::move(engine));
   }
   // The engine's own options sit under its kind's name: {"sglang": {"load_format": ...}}.
@@ -150,7 +164,11 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
 
 nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
   nlohmann::json engines = nlohmann::json::array();
-  for (const EngineSpec& e : spec.engines) engines.push_back({{"url", e.url}, {"ranks", e.ranks}});
+  for (const EngineSpec& e : spec.engines) {
+    nlohmann::json engine = {{"url", e.url}, {"ranks", e.ranks}};
+    if (!e.gpus.empty()) engine["gpus"] = e.gpus;
+    engines.push_back(std::move(engine));
+  }
   nlohmann::json j = {{"name", spec.name},
                       {"kind", std::string(EngineKindName(spec.kind))},
                       {"transport", std::string(TransportKindName(spec.transport))},

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
 #include "client/ctl/table.h"
@@ -39,6 +40,7 @@ std::string KindName(v1::EngineKind k) {
 }
 
 std::string TransportName(v1::Transport t) {
+  if (t == v1::TRANSPORT_IPC) return "ipc";
   return t == v1::TRANSPORT_UNSPECIFIED || t == v1::TRANSPORT_BROADCAST ? "broadcast" : "unknown";
 }
 
@@ -150,10 +152,15 @@ class Ctl {
               << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     std::cout << "bucket rules: " << g.bucket_rules() << "\n";
     if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
-    Table t({"ENGINE", "RANKS", "RANK OFFSET", "NEEDS FULL VERSION"});
-    for (const auto& e : g.engines()) {
-      t.AddRow(
-          {e.url(), absl::StrCat(e.ranks()), absl::StrCat(e.rank_offset()), NeedsFullVersion(e)});
+    Table t({"ENGINE", "RANKS", "RANK OFFSET", "GPUS", "NEEDS FULL VERSION"});
+    for (int i = 0; i < g.engines_size(); ++i) {
+      const auto& e = g.engines(i);
+      // The spec lists the engines in the same order.
+      const std::string gpus = i < spec.engines_size() && spec.engines(i).gpus_size() > 0
+                                   ? absl::StrJoin(spec.engines(i).gpus(), ",")
+                                   : "-";
+      t.AddRow({e.url(), absl::StrCat(e.ranks()), absl::StrCat(e.rank_offset()), gpus,
+                NeedsFullVersion(e)});
     }
     t.Print(std::cout);
     return 0;
@@ -226,7 +233,7 @@ class Ctl {
 
   int CreateGroup(const std::string& name, const std::string& kind,
                   const std::vector<std::string>& engines, int device,
-                  const std::string& load_format) {
+                  const std::string& load_format, const std::string& transport) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -237,7 +244,14 @@ class Ctl {
     }
     group->set_kind(k);
     group->set_device(device);
-    group->set_transport(v1::TRANSPORT_BROADCAST);
+    if (transport == "ipc") {
+      group->set_transport(v1::TRANSPORT_IPC);
+    } else if (transport == "broadcast" || transport.empty()) {
+      group->set_transport(v1::TRANSPORT_BROADCAST);
+    } else {
+      std::cerr << "wsyncctl: unknown transport '" << transport << "' (broadcast, ipc)\n";
+      return 2;
+    }
     if (!load_format.empty()) {
       if (k != v1::ENGINE_KIND_SGLANG) {
         std::cerr << "wsyncctl: --load-format is an sglang option\n";
@@ -249,10 +263,18 @@ class Ctl {
     }
     for (const std::string& e : engines) {
       auto* spec = group->add_engines();
-      size_t hash = e.find('#');
-      spec->set_url(e.substr(0, hash));
-      uint32_t ranks = 1;
-      if (hash != std::string::npos && !absl::SimpleAtoi(e.substr(hash + 1), &ranks)) {
+      // URL[#RANKS][@GPU,GPU...]: the GPUs are each rank's, by UUID.
+      std::string rest = e;
+      if (size_t at = rest.rfind('@'); at != std::string::npos && at > rest.find("://") + 2) {
+        for (absl::string_view gpu : absl::StrSplit(rest.substr(at + 1), ',', absl::SkipEmpty())) {
+          spec->add_gpus(std::string(gpu));
+        }
+        rest.resize(at);
+      }
+      size_t hash = rest.find('#');
+      spec->set_url(rest.substr(0, hash));
+      uint32_t ranks = spec->gpus_size() > 0 ? spec->gpus_size() : 1;
+      if (hash != std::string::npos && !absl::SimpleAtoi(rest.substr(hash + 1), &ranks)) {
         std::cerr << "wsyncctl: '" << e << "': ranks after '#' must be a number\n";
         return 2;
       }
@@ -358,9 +380,17 @@ int main(int argc, char** argv) {
   auto* create = app.add_subcommand("create-group", "create a weight group and join its engines");
   create->add_option("name", name)->required();
   create->add_option("--kind", kind, "sglang, vllm or lmdeploy");
-  create->add_option("--engine", engine_urls, "engine URL, with '#N' for N ranks (TP size)")
+  create
+      ->add_option("--engine", engine_urls,
+                   "engine URL, with '#N' for N ranks (TP size) and '@UUID,UUID' for the GPU "
+                   "of each rank (the ipc transport needs them)")
       ->required();
   create->add_option("--device", device, "GPU whose slots feed the group");
+  std::string transport;
+  create
+      ->add_option("--transport", transport,
+                   "broadcast (NCCL, disaggregated; the default) or ipc (colocated)")
+      ->check(CLI::IsMember({"broadcast", "ipc"}));
   std::string load_format;
   create
       ->add_option("--load-format", load_format,
@@ -396,7 +426,7 @@ int main(int argc, char** argv) {
   if (*engines) return ctl.Engines();
   if (*buffers) return ctl.Buffers();
   if (*updates) return ctl.Updates(limit);
-  if (*create) return ctl.CreateGroup(name, kind, engine_urls, device, load_format);
+  if (*create) return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

@@ -3,14 +3,26 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_source.h"
+#include "common/cuda/cuda_status.h"
 #include "common/cuda/nccl_communicator.h"
 #include "common/cuda/nccl_library.h"
 #include "common/status_macros.h"
 
 namespace wsync::cuda {
 namespace {
+
+// 8-4-4-4-12 lower-case hex, as torch prints a device's uuid.
+std::string FormatUuid(const cudaUUID_t& uuid) {
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    absl::StrAppend(&out, absl::Hex(static_cast<uint8_t>(uuid.bytes[i]), absl::kZeroPad2));
+  }
+  return out;
+}
 
 class CudaPlatform final : public Platform {
  public:
@@ -32,6 +44,17 @@ class CudaPlatform final : public Platform {
                                                           const std::string& session_tag) override {
     WSYNC_ASSIGN_OR_RETURN(auto source, CudaSource::Open(device, handle, bytes));
     return std::unique_ptr<SourceMemory>(std::move(source));
+  }
+  absl::StatusOr<std::vector<std::string>> DeviceUuids() const override {
+    int count = 0;
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+    std::vector<std::string> uuids;
+    for (int d = 0; d < count; ++d) {
+      cudaDeviceProp prop;
+      WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, d));
+      uuids.push_back(FormatUuid(prop.uuid));
+    }
+    return uuids;
   }
 
  private:

@@ -1,10 +1,21 @@
 #include "common/host/host_platform.h"
 
+#include "absl/strings/str_format.h"
 #include "common/host/host_collective.h"
 #include "common/host/host_source.h"
 #include "common/host/shm_slot.h"
 
 namespace wsync {
+
+std::string HostDeviceUuid(int device) {
+  return absl::StrFormat("686f7374-0000-0000-0000-%012d", device);
+}
+
+absl::StatusOr<std::vector<std::string>> HostPlatform::DeviceUuids() const {
+  std::vector<std::string> uuids;
+  for (int d = 0; d < kDevices; ++d) uuids.push_back(HostDeviceUuid(d));
+  return uuids;
+}
 
 absl::StatusOr<std::unique_ptr<SourceMemory>> HostPlatform::MapSource(
     int device, const std::string& handle, uint64_t bytes, const std::string& session_tag) {

@@ -20,11 +20,20 @@ class HostPlatform final : public Platform {
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
                                                           uint64_t bytes,
                                                           const std::string& session_tag) override;
+  // kDevices pseudo-GPUs: HostDeviceUuid(0), HostDeviceUuid(1), ...
+  absl::StatusOr<std::vector<std::string>> DeviceUuids() const override;
+
+  static constexpr int kDevices = 16;
 
  private:
   std::string bind_address_;
   std::string advertise_address_;
 };
+
+// Host mode's stand-in for a GPU's UUID, shaped like one so that configs and engine simulators
+// treat it as they would a real one: "686f7374-0000-0000-0000-000000000003" for device 3 (the
+// first group spells "host").
+std::string HostDeviceUuid(int device);
 
 }  // namespace wsync
 

@@ -53,6 +53,12 @@ absl::Status EngineAdapter::DestroyBroadcastGroup(const std::string&) {
   return NotOnThisPath(*this, "leaving a broadcast group");
 }
 
+absl::StatusOr<EngineRequest> EngineAdapter::IpcBucketRequest(const BucketManifest&,
+                                                              const std::vector<IpcBucketView>&,
+                                                              const BucketContext&) const {
+  return NotOnThisPath(*this, "an IPC bucket request");
+}
+
 absl::StatusOr<EngineRequest> EngineAdapter::BroadcastBucketRequest(const BucketManifest&,
                                                                     const std::string&,
                                                                     const BucketContext&) const {

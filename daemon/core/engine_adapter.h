@@ -45,6 +45,22 @@ struct EngineRequest {
   std::string json_body;
 };
 
+// One TP rank's view of a bucket on the CUDA-IPC data path: the memory, on the rank's own GPU,
+// that the rank maps by handle and reads the bucket from. An allocation is presented whole (one
+// storage per allocation: torch caches a mapping by handle and storage offset, so every bucket of
+// a slot reuses the first mapping), with the bucket at `offset` in it.
+struct IpcBucketView {
+  std::string gpu_uuid;  // the rank's GPU, as torch prints it
+  MemoryKind memory_kind = MemoryKind::kCudaIpc;
+  // A cudaIpcMemHandle_t of the allocation's base (64 bytes); host mode: the shm name.
+  std::string memory_handle;
+  uint64_t allocation_bytes = 0;
+  uint64_t offset = 0;  // of the bucket's first byte
+  // A cudaIpcEventHandle_t the rank waits on before reading (recorded after the bucket was
+  // written), or "" when the bytes are ready already.
+  std::string event_handle;
+};
+
 struct EngineOutcome {
   std::string engine;
   absl::Status status;
@@ -135,6 +151,13 @@ class EngineAdapter {
   // The collective calls the engine's receive expects for the bucket, in order.
   virtual absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
       const BucketManifest& manifest) const;
+
+  // --- DataPath::kCudaIpc (optional) ---
+  // The bucket's update request, one view per TP rank (rank i's on its GPU); the engine answers
+  // once every rank has loaded the bucket, and only then may the views' memory be refilled.
+  virtual absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
+                                                         const std::vector<IpcBucketView>& ranks,
+                                                         const BucketContext& context) const;
 };
 
 // Runs `fn` on every adapter at once and returns each one's status, in adapter order.

@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/network_allow_list.h"
 #include "common/status_macros.h"
@@ -30,13 +31,17 @@ absl::string_view EngineKindName(EngineKind kind) {
 
 absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name) {
   if (name == "broadcast" || name == "nccl") return TransportKind::kBroadcast;
-  return absl::InvalidArgumentError(absl::StrCat("unknown transport '", name, "' (broadcast)"));
+  if (name == "ipc") return TransportKind::kIpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown transport '", name, "' (broadcast, ipc)"));
 }
 
 absl::string_view TransportKindName(TransportKind kind) {
   switch (kind) {
     case TransportKind::kBroadcast:
       return "broadcast";
+    case TransportKind::kIpc:
+      return "ipc";
   }
   return "unknown";
 }
@@ -51,6 +56,43 @@ bool GroupSpec::operator==(const GroupSpec& other) const {
   }
   return engine_options->Equals(*other.engine_options);
 }
+
+namespace {
+
+// A UUID as torch prints it (8-4-4-4-12 hex), with or without nvidia-smi's "GPU-" prefix.
+bool IsGpuUuid(absl::string_view uuid) {
+  if (absl::StartsWithIgnoreCase(uuid, "GPU-")) uuid.remove_prefix(4);
+  if (uuid.size() != 36) return false;
+  for (size_t i = 0; i < uuid.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? uuid[i] != '-' : !std::isxdigit(static_cast<unsigned char>(uuid[i]))) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateEngineGpus(const GroupSpec& spec, const EngineSpec& e) {
+  if (spec.transport == TransportKind::kIpc && e.gpus.size() != e.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", spec.name, "': engine ", e.url, " has ", e.ranks, " rank(s) but ", e.gpus.size(),
+        " GPU UUID(s); the ipc transport needs each rank's GPU (\"gpus\")"));
+  }
+  if (!e.gpus.empty() && e.gpus.size() != e.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "': engine ", e.url,
+                                                   " has ", e.ranks, " rank(s) but ", e.gpus.size(),
+                                                   " GPU UUID(s)"));
+  }
+  for (const std::string& gpu : e.gpus) {
+    if (!IsGpuUuid(gpu)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': engine ", e.url, ": '", gpu,
+                       "' is not a GPU UUID (as nvidia-smi -L prints it, e.g. "
+                       "GPU-126c071a-1253-3d49-71ab-17c686b110d5)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   if (spec.name.empty() || spec.name.size() > 64) {
@@ -77,6 +119,7 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
     if (e.ranks == 0) {
       return absl::InvalidArgumentError(absl::StrCat("engine ", e.url, " declares 0 ranks"));
     }
+    WSYNC_RETURN_IF_ERROR(ValidateEngineGpus(spec, e));
     ranks += e.ranks;
   }
   if (ranks + 1 > 128) {

@@ -17,9 +17,10 @@ enum class EngineKind { kSglang, kVllm, kLmdeploy };
 absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name);
 absl::string_view EngineKindName(EngineKind kind);
 
-// How a group's buckets reach its engines. The NCCL broadcast (wsyncd as rank 0 of the engines'
-// weight-update group) is the only one so far; CUDA IPC for colocated engines comes next.
-enum class TransportKind { kBroadcast };
+// How a group's buckets reach its engines: the NCCL broadcast, wsyncd as rank 0 of the engines'
+// weight-update group (disaggregated), or CUDA IPC, the engines mapping wsyncd's slots on the GPUs
+// they share with the trainer (colocated).
+enum class TransportKind { kBroadcast, kIpc };
 
 absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name);
 absl::string_view TransportKindName(TransportKind kind);
@@ -27,6 +28,9 @@ absl::string_view TransportKindName(TransportKind kind);
 struct EngineSpec {
   std::string url;
   uint32_t ranks = 1;  // ranks this engine adds to the group (its TP size)
+  // The GPU of each of its ranks, by UUID (TP rank i on gpus[i]); required by the IPC transport,
+  // whose payload for rank i must name memory on rank i's GPU.
+  std::vector<std::string> gpus = {};
   bool operator==(const EngineSpec&) const = default;
 };
 

@@ -30,6 +30,8 @@ DataPath DataPathOf(TransportKind transport) {
   switch (transport) {
     case TransportKind::kBroadcast:
       return DataPath::kBroadcast;
+    case TransportKind::kIpc:
+      return DataPath::kCudaIpc;
   }
   return DataPath::kBroadcast;
 }

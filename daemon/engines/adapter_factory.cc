@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeEngineAdapter(const GroupSpec
     return absl::InvalidArgumentError(
         absl::StrCat("group '", spec.name, "': sglang engines need sglang options"));
   }
-  return std::make_unique<SglangAdapter>(endpoint, timeouts, *options);
+  return std::make_unique<SglangAdapter>(endpoint, timeouts, *options, spec.transport);
 }
 
 }  // namespace wsync

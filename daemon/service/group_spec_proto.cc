@@ -76,13 +76,17 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
     case v1::TRANSPORT_BROADCAST:
       spec.transport = TransportKind::kBroadcast;
       break;
+    case v1::TRANSPORT_IPC:
+      spec.transport = TransportKind::kIpc;
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown transport ", static_cast<int>(proto.transport())));
   }
   spec.device = proto.device();
   for (const v1::EngineSpec& e : proto.engines()) {
-    spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks()});
+    spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks(),
+                                      std::vector<std::string>(e.gpus().begin(), e.gpus().end())});
   }
   switch (proto.engine_options_case()) {
     case v1::GroupSpec::kSglang: {
@@ -106,11 +110,13 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
   out->set_name(spec.name);
   out->set_kind(KindToProto(spec.kind));
   out->set_device(spec.device);
-  out->set_transport(v1::TRANSPORT_BROADCAST);
+  out->set_transport(spec.transport == TransportKind::kIpc ? v1::TRANSPORT_IPC
+                                                           : v1::TRANSPORT_BROADCAST);
   for (const EngineSpec& e : spec.engines) {
     auto* engine = out->add_engines();
     engine->set_url(e.url);
     engine->set_ranks(e.ranks);
+    for (const std::string& gpu : e.gpus) engine->add_gpus(gpu);
   }
   if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
     out->mutable_sglang()->set_load_format(sglang->load_format() == BucketFormat::kPerTensor

@@ -4,6 +4,7 @@
 #include "daemon/transport/broadcast/broadcast_transport.h"
 #include "daemon/transport/broadcast/store_peers.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
+#include "daemon/transport/ipc/ipc_transport.h"
 
 namespace wsync {
 
@@ -29,6 +30,8 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
           env.options.bind_address, env.options.advertise_address, std::move(*peers));
       return std::make_unique<BroadcastTransport>(std::move(env), std::move(rendezvous));
     }
+    case TransportKind::kIpc:
+      return std::make_unique<IpcTransport>(std::move(env));
   }
   return absl::InvalidArgumentError("unknown transport");
 }

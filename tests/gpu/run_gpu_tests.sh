@@ -26,7 +26,7 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks steps (default: all); the Qwen2
+# STEPS=kernels,ipc,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks steps (default: all); the Qwen2
 # trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
 # values); WSYNC_BENCH_VARIANTS is its --variants value (default: pull mode with 2 and 4 slots and
@@ -72,6 +72,53 @@ if want kernels; then
 fi
 
 sock=/tmp/wsync-gpu.sock
+if want ipc; then
+  # Colocated: wsyncd, the trainer and a torch engine rank share GPU 0. The engine loads every
+  # bucket from wsyncd's slots through CUDA IPC, as SGLang's update_weights_from_tensor does (exact-
+  # name unpickler, the GPU named by UUID); both load formats, then an engine killed mid-update.
+  step "colocated (ipc): wsyncd (cuda) + torch engine + Qwen2 trainer on GPU 0"
+  $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket $sock --slot-bytes 64MiB \
+    --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
+    >"$LOGS/ipc-wsyncd.log" 2>&1 &
+  ipc_d=$!
+  python3 tests/gpu/sglang_torch_engine.py --port 30011 --gpus 0 >"$LOGS/ipc-engine.log" 2>&1 &
+  ipc_e=$!
+  for _ in $(seq 1 300); do
+    [[ -S $sock ]] && curl -s localhost:30011/health >/dev/null && break
+    sleep 0.2
+  done
+  uuid=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).uuid)")
+  echo "GPU 0 UUID $uuid" | tee "$LOGS/ipc.log"
+  ipc_push() {
+    timeout 150 python3 tests/gpu/trainer_push.py --socket $sock --group "$1" \
+      --engines http://127.0.0.1:30011 --python-client client/python --version-prefix "$1-" \
+      "${@:2}" 2>&1 | tee -a "$LOGS/ipc.log"
+    return "${PIPESTATUS[0]}"
+  }
+  for format in flattened_bucket per_tensor; do
+    $B/bin/wsyncctl --socket $sock create-group "colo-$format" --transport ipc \
+      --load-format "$format" --engine "http://127.0.0.1:30011@GPU-$uuid" 2>&1 | tee -a "$LOGS/ipc.log"
+    ipc_push "colo-$format" --versions 3 || fail=1
+  done
+  $B/bin/wsyncctl --socket $sock group colo-flattened_bucket 2>&1 | tee -a "$LOGS/ipc.log"
+  # An engine that dies at its 2nd bucket: the update fails naming it, wsyncd stays up, and the
+  # next update into a fresh engine on the same port succeeds.
+  kill $ipc_e; wait $ipc_e 2>/dev/null
+  python3 tests/gpu/sglang_torch_engine.py --port 30011 --gpus 0 --die-at-update 1 \
+    >"$LOGS/ipc-engine-dies.log" 2>&1 &
+  ipc_e=$!
+  for _ in $(seq 1 300); do curl -s localhost:30011/health >/dev/null && break; sleep 0.2; done
+  ipc_push colo-flattened_bucket --versions 1 --expect-failure "30011" || fail=1
+  kill $ipc_e 2>/dev/null; wait $ipc_e 2>/dev/null
+  python3 tests/gpu/sglang_torch_engine.py --port 30011 --gpus 0 >"$LOGS/ipc-engine2.log" 2>&1 &
+  ipc_e=$!
+  for _ in $(seq 1 300); do curl -s localhost:30011/health >/dev/null && break; sleep 0.2; done
+  ipc_push colo-flattened_bucket --versions 2 || fail=1
+  kill -0 $ipc_d || { echo "wsyncd died"; fail=1; }
+  kill $ipc_e $ipc_d; wait $ipc_e $ipc_d 2>/dev/null
+  grep -h "RESULT" "$LOGS/ipc.log"
+fi
+
 if [[ $ngpu -lt 2 ]]; then
   # NCCL refuses two ranks of one communicator on one GPU, so every step with an engine needs a
   # second GPU. What one GPU can show: wsyncd in CUDA mode serving a trainer's session, with its

@@ -3,6 +3,10 @@ joins the weight-update group exactly as SGLang's init_custom_process_group does
 to wsyncd's TCPStore, PrefixStore(group), the c10d process-group helper, ProcessGroupNCCL without
 device_id), receives each bucket with dist.broadcast inside the HTTP request (flattened uint8, or
 one async broadcast per tensor) and copies it into its parameters as load_weights does.
+Colocated path: POST /update_weights_from_tensor takes one base64 pickle per TP rank, loaded as
+SGLang does since September 2026 (an unpickler of exact (module, name) pairs, torch's
+rebuild_cuda_tensor patched to take the GPU as its UUID), and copies the tensors into the
+parameters the same way.
 Benchmark extras: POST /bench/receive {"sizes": [...]} posts receives back to back; POST /sim/mode
 {"data_plane": true} makes update requests answer at once (the receives come from /bench/receive).
 
@@ -34,6 +38,68 @@ def init_custom_process_group(backend, init_method, world_size, rank, group_name
                                            group_name=group_name, timeout=timeout, **kwargs)
     c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
     return pg
+
+
+class FlattenedTensorMetadata:
+    """Stands for sglang.srt.weight_sync.tensor_bucket.FlattenedTensorMetadata (a dataclass:
+    NEWOBJ + BUILD fill its __dict__)."""
+
+
+def ipc_load(entry, load_format):
+    """SGLang's MultiprocessingSerializer.deserialize with its SafeUnpickler, then the receiver of
+    the load format: [(name, tensor)], each tensor viewing wsyncd's slot through CUDA IPC."""
+    import base64
+    import io
+    import pickle
+    import torch
+    from torch.multiprocessing import reductions
+
+    uuids = {str(torch.cuda.get_device_properties(i).uuid): i
+             for i in range(torch.cuda.device_count())}
+
+    def rebuild(*args):
+        # monkey_patch_torch_reductions: argument 6 may be the GPU's UUID, mapped to its index.
+        args = list(args)
+        if isinstance(args[6], str):
+            if args[6] not in uuids:
+                raise RuntimeError(f"no visible GPU has UUID {args[6]}")
+            args[6] = uuids[args[6]]
+        return reductions.rebuild_cuda_tensor(*args)
+
+    allowed = {
+        ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rebuild,
+        ("torch", "Tensor"): torch.Tensor,
+        ("torch", "Size"): torch.Size,
+        ("torch.storage", "TypedStorage"): torch.storage.TypedStorage,
+        ("sglang.srt.weight_sync.tensor_bucket", "FlattenedTensorMetadata"):
+            FlattenedTensorMetadata,
+    }
+    for name in ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32",
+                 "int64", "bool", "float8_e4m3fn", "float8_e5m2"):
+        allowed[("torch", name)] = getattr(torch, name)
+
+    class SafeUnpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in allowed:
+                raise pickle.UnpicklingError(f"Global '{module}.{name}' is forbidden")
+            return allowed[(module, name)]
+
+    obj = SafeUnpickler(io.BytesIO(base64.b64decode(entry, validate=True))).load()
+    if load_format is None:
+        return list(obj)
+    flat = obj["flattened_tensor"]
+    return [(m.name, flat[m.start_idx:m.end_idx].view(m.dtype).reshape(m.shape))
+            for m in obj["metadata"]]
+
+
+def load_weights(params, received):
+    """Copies into the parameters (made at first sight), as load_weights does."""
+    for name, t in received:
+        p = params.get(name)
+        if p is None or p.shape != t.shape or p.dtype != t.dtype:
+            params[name] = t.clone()
+        else:
+            p.copy_(t)
 
 
 def rank_main(gpu, tp_rank, conn, die_at_update):
@@ -83,13 +149,21 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                         received.append((name, t))
                     for h in handles:
                         h.wait()
-                # load_weights: copy into the parameters (made at first sight).
-                for name, t in received:
-                    p = params.get(name)
-                    if p is None or p.shape != t.shape or p.dtype != t.dtype:
-                        params[name] = t.clone()
-                    else:
-                        p.copy_(t)
+                load_weights(params, received)
+                torch.cuda.current_stream().synchronize()
+                crcs.clear()
+                conn.send((True, "ok"))
+            elif cmd == "ipc_update":
+                updates += 1
+                if updates - 1 == die_at_update:
+                    print(f"rank {tp_rank}: dying at update {updates - 1} as asked", flush=True)
+                    os._exit(17)
+                received = ipc_load(arg["serialized_named_tensors"][tp_rank],
+                                    arg.get("load_format"))
+                load_weights(params, received)
+                # The views die here: torch's IPC deleter syncs this stream before wsyncd's slot
+                # may be refilled (it is, once this request has answered).
+                del received
                 torch.cuda.current_stream().synchronize()
                 crcs.clear()
                 conn.send((True, "ok"))
@@ -244,6 +318,14 @@ class Handler(BaseHTTPRequestHandler):
             if body.get("weight_version"):
                 ENGINE.weight_version = body["weight_version"]
             return self.result(res, "Succeeded to update parameter online from distributed.")
+        if self.path == "/update_weights_from_tensor":
+            entries = body.get("serialized_named_tensors")
+            if not isinstance(entries, list) or len(entries) < len(ENGINE.ranks):
+                return self.reply(400, {"success": False, "message":
+                                        f"serialized_named_tensors needs {len(ENGINE.ranks)}"})
+            with ENGINE.lock:
+                res = ENGINE.all_ranks("ipc_update", body)
+            return self.result(res, "Succeeded to update parameter online.")
         if self.path == "/destroy_weights_update_group":
             res = ENGINE.all_ranks("destroy")
             ENGINE.group = None

@@ -67,6 +67,9 @@ class RecordingPlatform final : public Platform {
                                                           const std::string& session_tag) override {
     return inner_.MapSource(device, handle, bytes, session_tag);
   }
+  absl::StatusOr<std::vector<std::string>> DeviceUuids() const override {
+    return inner_.DeviceUuids();
+  }
 
  private:
   class Recorded final : public RootCommunicator {

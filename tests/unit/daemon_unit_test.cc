@@ -192,6 +192,54 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   EXPECT_THAT(ValidateGroupSpec(huge).message(), HasSubstr("above 128"));
 }
 
+TEST(GroupSpec, TheIpcTransportNeedsEachRanksGpuByUuid) {
+  GroupSpec ipc;
+  ipc.name = "colo";
+  ipc.transport = TransportKind::kIpc;
+  ipc.engines = {
+      {"http://a:1",
+       2,
+       {"GPU-126C071A-1253-3d49-71ab-17c686b110d5", "226c071a-1253-3d49-71ab-17c686b110d5"}}};
+  ipc.engine_options = std::make_shared<const SglangOptions>();
+  EXPECT_TRUE(ValidateGroupSpec(ipc).ok()) << ValidateGroupSpec(ipc);
+  GroupSpec missing = ipc;
+  missing.engines[0].gpus.pop_back();
+  EXPECT_THAT(ValidateGroupSpec(missing).message(),
+              HasSubstr("has 2 rank(s) but 1 GPU UUID(s); the ipc transport needs"));
+  GroupSpec not_uuid = ipc;
+  not_uuid.engines[0].gpus[1] = "0";
+  EXPECT_THAT(ValidateGroupSpec(not_uuid).message(), HasSubstr("'0' is not a GPU UUID"));
+  // The broadcast takes no GPUs, but any it is given must still be one per rank.
+  GroupSpec broadcast = ipc;
+  broadcast.transport = TransportKind::kBroadcast;
+  EXPECT_TRUE(ValidateGroupSpec(broadcast).ok());
+  broadcast.engines[0].gpus.clear();
+  EXPECT_TRUE(ValidateGroupSpec(broadcast).ok());
+  EXPECT_EQ(ParseTransportKind("ipc").value(), TransportKind::kIpc);
+  EXPECT_THAT(ParseTransportKind("rdma").status().message(), HasSubstr("(broadcast, ipc)"));
+}
+
+TEST(Config, IpcGroupsKeepTheirGpusThroughAFileAndARecord) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-ipc.json";
+  std::ofstream(path) << R"({"groups": [{"name": "colo", "transport": "ipc",
+      "engines": [{"url": "http://e:1", "ranks": 1,
+                   "gpus": ["GPU-126c071a-1253-3d49-71ab-17c686b110d5"]}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  ASSERT_EQ(config.groups.size(), 1u);
+  const GroupSpec& spec = config.groups[0];
+  EXPECT_EQ(spec.transport, TransportKind::kIpc);
+  EXPECT_THAT(spec.engines[0].gpus,
+              testing::ElementsAre("GPU-126c071a-1253-3d49-71ab-17c686b110d5"));
+  auto again = GroupSpecFromJson(GroupSpecToJson(spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, spec);
+  std::ofstream(path) << R"({"groups": [{"name": "colo", "transport": "ipc",
+      "engines": [{"url": "http://e:1", "gpus": "GPU-0"}]}]})";
+  DaemonConfig bad;
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("gpus must be a list"));
+}
+
 TEST(Config, SglangOptionsSitUnderTheirKindAndUnknownKeysAreRefused) {
   const std::string path = ::testing::TempDir() + "/wsyncd-options.json";
   std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"load_format": "per_tensor"},

@@ -4,6 +4,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/engines/sglang/sglang_ipc_payload.h"
 
 namespace wsync {
 namespace {
@@ -15,7 +16,7 @@ constexpr char kBucketPath[] = "/update_weights_from_distributed";
 AdapterCapabilities SglangAdapter::Capabilities() const {
   AdapterCapabilities caps;
   caps.rendezvous = {RendezvousMode::kTorchStore};
-  caps.data_paths = {DataPath::kBroadcast};
+  caps.data_paths = {DataPath::kBroadcast, DataPath::kCudaIpc};
   // The flattened receiver since PR #13413 takes mixed dtypes as uint8 bytes; per tensor, every
   // tensor has its own typed broadcast. Alignment is the planner's own rule.
   return caps;
@@ -121,8 +122,21 @@ absl::StatusOr<EngineRequest> SglangAdapter::BroadcastBucketRequest(
   return EngineRequest{kBucketPath, BucketBody(manifest, group_name, format_).dump()};
 }
 
+absl::StatusOr<EngineRequest> SglangAdapter::IpcBucketRequest(
+    const BucketManifest& manifest, const std::vector<IpcBucketView>& ranks,
+    const BucketContext& /*context*/) const {
+  if (ranks.size() != endpoint_.ranks) {
+    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
+                                            " TP rank(s) but the bucket has ", ranks.size(),
+                                            " view(s)"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(nlohmann::json body, SglangIpcBucketBody(manifest, ranks, format_));
+  return EngineRequest{bucket_path_, body.dump()};
+}
+
 absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
-  return http_.ExpectSuccess(kBucketPath, reply).status();
+  // Both bucket routes answer {"success", "message"}.
+  return http_.ExpectSuccess(bucket_path_, reply).status();
 }
 
 absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {

@@ -14,10 +14,15 @@ namespace wsync {
 // version is recorded at commit. Its engines join through torch's TCPStore.
 class SglangAdapter final : public EngineAdapter {
  public:
-  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, SglangOptions options)
+  // `transport` is the group's: it decides which route the bucket requests go to, and so which
+  // route an error names.
+  SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, SglangOptions options,
+                TransportKind transport = TransportKind::kBroadcast)
       : endpoint_(std::move(endpoint)),
         timeouts_(timeouts),
         format_(options.load_format()),
+        bucket_path_(transport == TransportKind::kIpc ? "/update_weights_from_tensor"
+                                                      : "/update_weights_from_distributed"),
         http_(endpoint_.url) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
@@ -37,6 +42,9 @@ class SglangAdapter final : public EngineAdapter {
                                                        const BucketContext& context) const override;
   absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
       const BucketManifest& manifest) const override;
+  absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
+                                                 const std::vector<IpcBucketView>& ranks,
+                                                 const BucketContext& context) const override;
 
   // The request bodies, exposed for tests that pin them to SGLang's schema.
   static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
@@ -49,6 +57,7 @@ class SglangAdapter final : public EngineAdapter {
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   BucketFormat format_;
+  const char* bucket_path_;
   EngineHttp http_;
 };
 

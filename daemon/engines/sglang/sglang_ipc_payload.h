@@ -1,0 +1,33 @@
+#ifndef WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_IPC_PAYLOAD_H_
+#define WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_IPC_PAYLOAD_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/manifest.h"
+#include "daemon/core/engine_adapter.h"
+#include "daemon/engines/sglang/sglang_options.h"
+#include "nlohmann/json.hpp"
+
+namespace wsync {
+
+// The body of SGLang's POST /update_weights_from_tensor for one bucket (engine-protocols.md
+// §3.3): serialized_named_tensors holds one base64 pickle per TP rank, rank i's naming memory on
+// rank i's GPU (by UUID, as SGLang's patched reductions expect). Each pickle presents the view's
+// whole allocation as one storage, so the rank maps a slot once and every later bucket of it
+// reuses the mapping. With load_format "flattened_bucket" a rank gets one uint8 tensor of the
+// bucket's bytes and FlattenedTensorMetadata in bytes (the receiver since PR #13413); with null,
+// a list of (name, tensor) views in their own dtypes. The version is recorded at commit, and
+// caches are flushed then, so every bucket says flush_cache false.
+absl::StatusOr<nlohmann::json> SglangIpcBucketBody(const BucketManifest& manifest,
+                                                   const std::vector<IpcBucketView>& ranks,
+                                                   BucketFormat format);
+
+// The 64 bytes that stand for a view's allocation in the pickle: a CUDA IPC handle as it is; in
+// host mode the shared-memory name, NUL-padded (the host simulators open it by that name).
+absl::StatusOr<std::string> IpcHandleBytes(const IpcBucketView& view);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_IPC_PAYLOAD_H_

@@ -1,0 +1,58 @@
+#ifndef WSYNC_DAEMON_TRANSPORT_IPC_IPC_TRANSPORT_H_
+#define WSYNC_DAEMON_TRANSPORT_IPC_IPC_TRANSPORT_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/transport.h"
+#include "daemon/transport/http/engine_channels.h"
+#include "daemon/transport/ipc/ipc_bucket.h"
+
+namespace wsync {
+
+// The colocated path: engines on the trainer's GPUs map wsyncd's slots through CUDA IPC (host
+// mode: shared memory) and load each bucket from them inside their update request. There is no
+// collective and no rendezvous: forming checks that wsyncd has a device on every engine rank's
+// GPU (named by UUID in the group spec) and that the engines can take IPC requests.
+//
+// Each TP rank's payload must name memory on its own GPU, so a group whose ranks span GPUs needs
+// one trainer rank feeding each GPU's slots; until those sessions are joined, every rank of an
+// IPC group must be on the group's one device (TP 1 engines, or ranks sharing a GPU).
+class IpcTransport final : public Transport {
+ public:
+  explicit IpcTransport(TransportEnv env);
+  ~IpcTransport() override;
+
+  absl::Status Form() override;
+  void Disband() override;
+  void Release(absl::string_view why) override;
+  // Engines hold nothing of an IPC group between requests: nothing to leave.
+  std::vector<absl::Status> LeaveStale(const std::string& engine_group) override;
+  absl::Status CheckFormed() const override;
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
+      const std::vector<BucketSource>& sources, const BucketManifest& manifest,
+      const BucketContext& context, absl::Time deadline) override;
+  void EndUpdate(absl::string_view why) override;
+  // Engine ranks only: wsyncd takes no rank.
+  uint32_t world_size() const override { return ranks_; }
+  std::string rendezvous() const override { return ""; }
+  std::string Describe() const override;
+
+ private:
+  const TransportEnv env_;
+  uint32_t ranks_ = 0;
+  std::vector<std::string> urls_;
+  EngineChannels channels_;
+
+  mutable std::mutex mu_;
+  // Set by Form; each engine's GPUs (normalized UUIDs), in TP-rank order.
+  std::vector<std::vector<std::string>> gpus_;
+  std::shared_ptr<IpcFormation> formation_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_TRANSPORT_IPC_IPC_TRANSPORT_H_

@@ -1,0 +1,212 @@
+"""The colocated (IPC) transport end to end in host mode: real wsyncd, wsyncctl and Python client
+processes against tests/sim/sglang_ipc_sim.py, which loads each bucket through an exact-name
+unpickler from wsyncd's slots, as SGLang's update_weights_from_tensor does.
+
+Usage: ipc_transport_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR IPC_SIM
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+import zlib
+
+if "WSYNC_CHILD_ASAN_OPTIONS" in os.environ:
+    os.environ.pop("LD_PRELOAD", None)
+    os.environ["ASAN_OPTIONS"] = os.environ.pop("WSYNC_CHILD_ASAN_OPTIONS")
+
+WSYNCD, CTL, LIB, PKG, IPC_SIM = sys.argv[1:6]
+del sys.argv[1:6]
+os.environ["WSYNC_CLIENT_LIB"] = LIB
+sys.path.insert(0, PKG)
+
+import numpy as np  # noqa: E402
+import wsync  # noqa: E402
+
+# Host mode's stand-in UUIDs (common/host/host_platform.h): device 0 and device 1.
+GPU0 = "686f7374-0000-0000-0000-000000000000"
+GPU1 = "686f7374-0000-0000-0000-000000000001"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} never opened")
+
+
+def crc(array):
+    return format(zlib.crc32(np.ascontiguousarray(array).tobytes()), "08x")
+
+
+class IpcTransportTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="wsync-ipc-")
+        self.sock = os.path.join(self.dir, "wsyncd.sock")
+        self.procs = {}
+        self.spawn("wsyncd", [WSYNCD, "--mode", "host", "--socket", self.sock,
+                              "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
+                              "--bucket-timeout", "3"])
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < deadline:
+            time.sleep(0.02)
+        rng = np.random.default_rng(7)
+        self.model = [
+            ("model.embed_tokens.weight", rng.integers(0, 2**16, (300, 700), dtype=np.uint16),
+             "bfloat16"),
+            ("model.norm.weight", rng.standard_normal(1001).astype(np.float32)),
+            ("model.layers.0.mlp.weight", rng.standard_normal((256, 513)).astype(np.float32)),
+            ("model.layers.0.step", np.arange(5, dtype=np.int64)),
+        ]
+
+    def tearDown(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            p.wait(timeout=20)
+
+    def spawn(self, name, argv):
+        with open(os.path.join(self.dir, name + ".log"), "w") as out:
+            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def start_engine(self, name, gpus, port=None):
+        port = port or free_port()
+        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)])
+        wait_port(port)
+        return port
+
+    def ctl(self, *args):
+        return subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
+
+    def create_group(self, name, port, gpus, *extra):
+        out = self.ctl("create-group", name, "--transport", "ipc", "--engine",
+                       f"http://127.0.0.1:{port}@{','.join(gpus)}", *extra)
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+    def engine_state(self, port):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
+            return json.loads(r.read())
+
+    def knobs(self, port, **knobs):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/sim/knobs",
+                                     data=json.dumps(knobs).encode(), method="POST")
+        urllib.request.urlopen(req).read()
+
+    def push(self, version, group="colo", model=None):
+        with wsync.Client("unix:" + self.sock, device=0, name="ipc test") as client:
+            return client.push(model or self.model, version=version, group=group)
+
+    def assert_engine_holds(self, port, model, version):
+        state = self.engine_state(port)
+        self.assertEqual(state["weight_version"], version)
+        for rank, tensors in state["ranks"].items():
+            for item in model:
+                self.assertEqual(tensors.get(item[0]), crc(item[1]), f"rank {rank} {item[0]}")
+        return state
+
+    def test_every_bucket_is_loaded_from_the_slots_mapped_once(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0])
+        for version in ("v1", "v2", "v3"):
+            result = self.push(version)
+            self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+            self.assertGreaterEqual(result["buckets"], 2)
+            state = self.assert_engine_holds(port, self.model, version)
+        # Persistent slots: each is mapped the first time a bucket names it, never again (the 2
+        # slots; no tensor needs the oversize slot).
+        self.assertEqual(state["ipc_opens"], [2])
+        self.assertEqual(state["updates_received"], 3 * result["buckets"])
+
+    def test_per_tensor_views_in_their_own_dtypes(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0], "--load-format", "per_tensor")
+        self.push("p1")
+        self.assert_engine_holds(port, self.model, "p1")
+
+    def test_tensor_larger_than_a_slot_travels_through_the_oversize_slot(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0])
+        huge = [("huge", np.arange(400000, dtype=np.float32))]
+        self.push("big", model=huge)
+        self.assert_engine_holds(port, huge, "big")
+
+    def test_a_gpu_wsyncd_has_no_device_for_is_refused_naming_it(self):
+        port = self.start_engine("engine", [GPU0])
+        uuid = "GPU-12345678-1234-1234-1234-123456789abc"
+        out = self.ctl("create-group", "colo", "--transport", "ipc", "--engine",
+                       f"http://127.0.0.1:{port}@{uuid}")
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("12345678-1234-1234-1234-123456789abc", out.stderr)
+        self.assertIn("no device", out.stderr)
+        out = self.ctl("create-group", "colo", "--transport", "ipc", "--engine",
+                       f"http://127.0.0.1:{port}")
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("GPU UUID", out.stderr)
+
+    def test_payload_names_the_ranks_own_gpu(self):
+        # The engine's rank runs on device 1 but the group says device 0: the engine refuses the
+        # payload as SGLang's rebuild would, and the update fails naming it.
+        port = self.start_engine("engine", [GPU1])
+        self.create_group("colo", port, [GPU0])
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("wrong-gpu")
+        self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
+        self.assertIn("HTTP 400", e.exception.message)
+        self.assertIn("is not this rank's GPU", self.engine_state(port)["last_error"])
+
+    def test_engine_faults_fail_the_update_and_the_next_one_succeeds(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0])
+        self.push("ok1")
+        # HTTP 500 on the next update's second bucket.
+        state = self.engine_state(port)
+        self.knobs(port, fail_update_at=state["updates_received"] + 1)
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("bad-500")
+        self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
+        self.assertIn("500", e.exception.message)
+        self.push("ok2")
+        self.assert_engine_holds(port, self.model, "ok2")
+        # A hang: the bucket deadline (3 s) ends it.
+        state = self.engine_state(port)
+        self.knobs(port, hang_update_at=state["updates_received"])
+        start = time.time()
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("hang")
+        self.assertLess(time.time() - start, 10)
+        self.assertEqual(e.exception.code_name, "DEADLINE_EXCEEDED")
+        # The hung engine is replaced by a fresh one on the same port.
+        self.procs["engine"].kill()
+        self.procs["engine"].wait()
+        self.start_engine("engine", [GPU0], port=port)
+        self.push("ok3")
+        self.assert_engine_holds(port, self.model, "ok3")
+        # Death halfway through an update.
+        self.knobs(port, die_at_update=self.engine_state(port)["updates_received"] + 1)
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("dies")
+        self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
+        self.start_engine("engine", [GPU0], port=port)
+        self.push("ok4")
+        self.assert_engine_holds(port, self.model, "ok4")
+        self.assertIsNone(self.procs["wsyncd"].poll(), "wsyncd stays up")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""A host-mode SGLang engine for the colocated (IPC) path: POST /update_weights_from_tensor.
+
+It follows SGLang's receive semantics (engine-protocols.md §3.3) without torch:
+- serialized_named_tensors holds one standard-base64 pickle per TP rank; rank i takes entry i,
+  and there must be at least tp_size entries;
+- each pickle is loaded by an unpickler that accepts exact (module, name) pairs only, as SGLang's
+  SafeUnpickler does since September 2026: torch's rebuild_cuda_tensor, Tensor, Size,
+  TypedStorage and dtypes, and sglang.srt.weight_sync.tensor_bucket.FlattenedTensorMetadata;
+  anything else (copyreg._reconstructor, a custom class) is refused;
+- rebuild_cuda_tensor's 15 arguments are checked as torch would read them; the device must be
+  the rank's own GPU UUID (SGLang's patched rebuild maps a UUID to the local device); the handle
+  is 64 bytes, here host mode's shared-memory name NUL-padded, opened once per (handle, storage
+  offset) and kept, as torch's IPC cache does;
+- load_format null takes list[(name, tensor)]; "flattened_bucket" takes {"flattened_tensor",
+  "metadata"} and views flat[start_idx:end_idx] as each entry's dtype (uint8 bucket: bytes);
+- the answer is {"success", "message"}, HTTP 200, or HTTP 400 when the load failed.
+
+GET /sim/checksums answers what the C++ simulator does (CRC-32 per tensor per rank, ranks
+numbered from 1) plus ipc_opens, the mappings made, and last_error, why the last load failed (wsyncd
+reports an engine's status, not its answer). POST /sim/knobs sets faults.
+
+  sglang_ipc_sim.py --port P --gpus UUID[,UUID...]
+"""
+
+import argparse
+import base64
+import binascii
+import io
+import json
+import mmap
+import os
+import pickle
+import sys
+import threading
+import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DTYPE_SIZES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+    "int16": 2, "int32": 4, "int64": 8, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+HANDLE_BYTES = 64
+METADATA_MODULE = "sglang.srt.weight_sync.tensor_bucket"
+
+
+class Dtype:
+    def __init__(self, name):
+        self.name = name
+        self.itemsize = DTYPE_SIZES[name]
+
+
+class Size(tuple):
+    pass
+
+
+class TensorClass:
+    """Stands for torch.Tensor and torch.storage.TypedStorage: only passed as arguments."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class FlattenedTensorMetadata:
+    pass
+
+
+class HostTensor:
+    def __init__(self, data, dtype, shape):
+        self.data = data
+        self.dtype = dtype
+        self.shape = shape
+
+
+class LoadError(Exception):
+    pass
+
+
+class Rank:
+    """One TP rank: its GPU, the mappings it keeps and the tensors it holds."""
+
+    def __init__(self, gpu_uuid):
+        self.gpu_uuid = gpu_uuid
+        self.mappings = {}  # (handle, storage offset) -> mmap
+        self.opens = 0
+        self.tensors = {}  # name -> bytes
+
+    def rebuild_cuda_tensor(self, *args):
+        if len(args) != 15:
+            raise LoadError(f"rebuild_cuda_tensor takes 15 arguments, got {len(args)}")
+        (tensor_cls, size, stride, offset, storage_cls, dtype, device, handle, storage_bytes,
+         storage_offset, requires_grad, ref_counter, ref_offset, event, event_sync) = args
+        if not isinstance(tensor_cls, TensorClass) or tensor_cls.name != "Tensor":
+            raise LoadError("argument 0 is not torch.Tensor")
+        if not isinstance(storage_cls, TensorClass) or storage_cls.name != "TypedStorage":
+            raise LoadError("argument 4 is not torch.storage.TypedStorage")
+        if not isinstance(size, Size) or not isinstance(dtype, Dtype):
+            raise LoadError("arguments 1 and 5 must be a torch.Size and a torch dtype")
+        if not isinstance(device, str):
+            raise LoadError("SGLang's patched reductions expect the device as a GPU UUID string")
+        if device != self.gpu_uuid:
+            raise LoadError(f"device {device} is not this rank's GPU ({self.gpu_uuid})")
+        for name, value in (("handle", handle), ("event handle", event)):
+            if not isinstance(value, bytes) or len(value) != HANDLE_BYTES:
+                raise LoadError(f"the {name} must be {HANDLE_BYTES} bytes")
+        if not isinstance(ref_counter, bytes):
+            raise LoadError("the ref-counter handle must be bytes")
+        if type(event_sync) is not bool or type(requires_grad) is not bool:
+            raise LoadError("requires_grad and event_sync_required must be bools")
+        numel = 1
+        for d in size:
+            numel *= d
+        expect = []
+        step = 1
+        for d in reversed(size):
+            expect.insert(0, step)
+            step *= max(d, 1)
+        if tuple(stride) != tuple(expect):
+            raise LoadError(f"strides {tuple(stride)} are not contiguous for {tuple(size)}")
+        if storage_bytes % dtype.itemsize or storage_offset % dtype.itemsize:
+            raise LoadError("the storage is not whole elements of its dtype")
+        if (offset + numel) * dtype.itemsize > storage_bytes:
+            raise LoadError("the view runs past its storage")
+        key = (handle, storage_offset)
+        region = self.mappings.get(key)
+        if region is None:
+            name = handle.rstrip(b"\0").decode()
+            path = "/dev/shm/" + name.lstrip("/")
+            with open(path, "rb") as f:
+                region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if storage_offset + storage_bytes > len(region):
+                raise LoadError(f"the storage runs past allocation {name}")
+            self.mappings[key] = region
+            self.opens += 1
+        start = storage_offset + offset * dtype.itemsize
+        return HostTensor(bytes(region[start:start + numel * dtype.itemsize]), dtype, tuple(size))
+
+
+class ExactNameUnpickler(pickle.Unpickler):
+    def __init__(self, data, rank):
+        super().__init__(io.BytesIO(data))
+        self.allowed = {
+            ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rank.rebuild_cuda_tensor,
+            ("torch", "Tensor"): TensorClass("Tensor"),
+            ("torch", "Size"): Size,
+            ("torch.storage", "TypedStorage"): TensorClass("TypedStorage"),
+            (METADATA_MODULE, "FlattenedTensorMetadata"): FlattenedTensorMetadata,
+        }
+        for name in DTYPE_SIZES:
+            self.allowed[("torch", name)] = Dtype(name)
+
+    def find_class(self, module, name):
+        if (module, name) not in self.allowed:
+            raise pickle.UnpicklingError(f"Global '{module}.{name}' is forbidden")
+        return self.allowed[(module, name)]
+
+
+def load_rank(rank, entry, load_format):
+    try:
+        data = base64.b64decode(entry, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise LoadError(f"not base64: {e}")
+    obj = ExactNameUnpickler(data, rank).load()
+    loaded = {}
+    if load_format is None:
+        if not isinstance(obj, list):
+            raise LoadError("load_format null expects a list of (name, tensor)")
+        for item in obj:
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+                    and isinstance(item[1], HostTensor)):
+                raise LoadError("load_format null expects a list of (name, tensor)")
+            loaded[item[0]] = item[1].data
+    elif load_format == "flattened_bucket":
+        if not isinstance(obj, dict) or set(obj) != {"flattened_tensor", "metadata"}:
+            raise LoadError("flattened_bucket expects {flattened_tensor, metadata}")
+        flat = obj["flattened_tensor"]
+        if not isinstance(flat, HostTensor) or len(flat.shape) != 1:
+            raise LoadError("flattened_tensor must be a 1-D tensor")
+        for m in obj["metadata"]:
+            if not isinstance(m, FlattenedTensorMetadata):
+                raise LoadError("metadata entries must be FlattenedTensorMetadata")
+            unit = flat.dtype.itemsize
+            if m.end_idx - m.start_idx != m.numel or m.end_idx > flat.shape[0]:
+                raise LoadError(f"{m.name}: range {m.start_idx}..{m.end_idx} is not its numel")
+            piece = flat.data[m.start_idx * unit:m.end_idx * unit]
+            if flat.dtype.name == "uint8":
+                # The receiver since PR #13413: a byte range viewed as the entry's dtype.
+                if m.start_idx % m.dtype.itemsize or len(piece) % m.dtype.itemsize:
+                    raise LoadError(f"{m.name}: bytes not aligned to {m.dtype.name}")
+            elif m.dtype.name != flat.dtype.name:
+                raise LoadError(f"{m.name}: a {m.dtype.name} entry in a {flat.dtype.name} bucket")
+            numel = 1
+            for d in m.shape:
+                numel *= d
+            if numel * m.dtype.itemsize != len(piece):
+                raise LoadError(f"{m.name}: shape {tuple(m.shape)} does not fit its bytes")
+            loaded[m.name] = piece
+    else:
+        raise LoadError(f"load_format {load_format!r} is not simulated")
+    rank.tensors.update(loaded)
+
+
+class Engine:
+    def __init__(self, gpus):
+        self.ranks = [Rank(g) for g in gpus]
+        self.lock = threading.Lock()
+        self.weight_version = "default"
+        self.paused = False
+        self.updates = 0
+        self.last_error = ""
+        self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    engine = None
+
+    def log_message(self, fmt, *args):
+        sys.stderr.write("sglang_ipc_sim: " + (fmt % args) + "\n")
+
+    def reply(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def body(self):
+        n = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(n) if n else b""
+        try:
+            return json.loads(raw) if raw else {}
+        except ValueError:
+            return None
+
+    def do_GET(self):
+        e = self.engine
+        if self.path == "/health":
+            return self.reply(200, {})
+        if self.path == "/get_server_info":
+            return self.reply(200, {"version": "0.5.6-ipc-sim", "tp_size": len(e.ranks),
+                                    "dp_size": 1, "pp_size": 1,
+                                    "weight_version": e.weight_version, "simulator": True})
+        if self.path == "/sim/checksums":
+            with e.lock:
+                ranks = {str(i + 1): {n: format(zlib.crc32(b), "08x") for n, b in r.tensors.items()}
+                         for i, r in enumerate(e.ranks)}
+                return self.reply(200, {"weight_version": e.weight_version, "ranks": ranks,
+                                        "updates_received": e.updates, "paused": e.paused,
+                                        "ipc_opens": [r.opens for r in e.ranks],
+                                        "last_error": e.last_error})
+        self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        e = self.engine
+        body = self.body()
+        if body is None:
+            return self.reply(400, {"success": False, "message": "invalid JSON"})
+        if self.path == "/update_weights_from_tensor":
+            return self.update(body)
+        if self.path == "/pause_generation":
+            e.paused = True
+            return self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
+        if self.path == "/continue_generation":
+            e.paused = False
+            return self.reply(200, {"message": "Generation continued successfully.",
+                                    "status": "ok"})
+        if self.path == "/update_weight_version":
+            if "new_version" not in body:
+                return self.reply(400, {"success": False, "message": "new_version is required"})
+            e.weight_version = body["new_version"]
+            return self.reply(200, {"success": True, "message": "Weight version updated",
+                                    "new_version": e.weight_version})
+        if self.path == "/flush_cache":
+            body = b"Cache flushed.\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            return self.wfile.write(body)
+        if self.path == "/sim/knobs":
+            e.knobs.update(body)
+            return self.reply(200, e.knobs)
+        self.reply(404, {"detail": "Not Found"})
+
+    def update(self, body):
+        e = self.engine
+        with e.lock:
+            index = e.updates
+            e.updates += 1
+        if index == e.knobs["die_at_update"]:
+            os._exit(3)
+        if index == e.knobs["fail_update_at"]:
+            return self.reply(500, {"detail": "Internal Server Error"})
+        if index == e.knobs["hang_update_at"]:
+            time.sleep(3600)
+        entries = body.get("serialized_named_tensors")
+        if not isinstance(entries, list) or len(entries) < len(e.ranks):
+            return self.reply(400, {"success": False, "message":
+                                    f"serialized_named_tensors needs {len(e.ranks)} entries"})
+        try:
+            with e.lock:
+                for rank, entry in zip(e.ranks, entries):
+                    load_rank(rank, entry, body.get("load_format"))
+        except (LoadError, pickle.UnpicklingError, OSError, KeyError, TypeError,
+                AttributeError) as err:
+            e.last_error = str(err)
+            return self.reply(400, {"success": False,
+                                    "message": f"Failed to update weights: {err}"})
+        self.reply(200, {"success": True, "message": "Succeeded to update parameter online."})
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--gpus", required=True, help="comma-separated GPU UUIDs, one per rank")
+    args = parser.parse_args()
+    Handler.engine = Engine([g for g in args.gpus.split(",") if g])
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
