@@ -145,7 +145,7 @@ PY
   kill $d1; wait $d1 2>/dev/null
   echo "steps with an engine (trainer, kill, per_tensor, memory, pull, dtensor, mismatch, bench):"
   echo "skipped, they need 2 GPUs and this machine has $ngpu"
-  echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL) (one GPU: unit tests, kernels, session)"
+  echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL) (one GPU: unit tests, kernels, colocated ipc, session)"
   exit $fail
 fi
 
