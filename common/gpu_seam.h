@@ -31,6 +31,11 @@ class SourceMemory {
   virtual uint64_t bytes() const = 0;
   // How errors name it (host mode: the shared-memory name).
   virtual std::string Describe() const { return "a trainer allocation"; }
+  // What another process maps it by, as the trainer announced it: a cudaIpcMemHandle_t of the
+  // allocation's base, or (host mode) the shared-memory name. Colocated engines are handed it to
+  // read a bucket in place (zero copy).
+  virtual MemoryKind kind() const = 0;
+  virtual const std::string& memory_handle() const = 0;
   // DATA_LOSS when the allocation no longer holds the mapped bytes: in host mode the trainer can
   // truncate its segment, and reading past the new end would raise SIGBUS. Checked before a
   // bucket is broadcast straight out of it, since the kernel then reads it, not wsyncd's guarded

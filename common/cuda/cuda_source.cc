@@ -40,7 +40,7 @@ absl::StatusOr<PointerGetAttributeFn> PointerGetAttribute() {
 absl::StatusOr<std::unique_ptr<CudaSource>> CudaSource::Open(int device, const std::string& handle,
                                                              uint64_t bytes) {
   WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, handle));
-  return std::unique_ptr<CudaSource>(new CudaSource(std::move(mapping), bytes));
+  return std::unique_ptr<CudaSource>(new CudaSource(std::move(mapping), handle, bytes));
 }
 
 absl::StatusOr<ExportedSource> CudaSourceExporter::Export(const void* data, uint64_t bytes) {

@@ -18,11 +18,14 @@ class CudaSource final : public SourceMemory {
                                                           uint64_t bytes);
   const void* data() const override { return mapping_->data(); }
   uint64_t bytes() const override { return bytes_; }
+  MemoryKind kind() const override { return MemoryKind::kCudaIpc; }
+  const std::string& memory_handle() const override { return handle_; }
 
  private:
-  CudaSource(std::unique_ptr<IpcMapping> mapping, uint64_t bytes)
-      : mapping_(std::move(mapping)), bytes_(bytes) {}
+  CudaSource(std::unique_ptr<IpcMapping> mapping, std::string handle, uint64_t bytes)
+      : mapping_(std::move(mapping)), handle_(std::move(handle)), bytes_(bytes) {}
   std::unique_ptr<IpcMapping> mapping_;
+  std::string handle_;
   uint64_t bytes_;
 };
 

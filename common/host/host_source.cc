@@ -40,6 +40,8 @@ class ShmSource final : public SourceMemory {
   const void* data() const override { return data_; }
   uint64_t bytes() const override { return bytes_; }
   std::string Describe() const override { return absl::StrCat("pull source ", name_); }
+  MemoryKind kind() const override { return MemoryKind::kHostShm; }
+  const std::string& memory_handle() const override { return name_; }
   absl::Status CheckIntact() const override {
     WSYNC_ASSIGN_OR_RETURN(uint64_t size, ShmSize(fd_.get()));
     if (size >= bytes_) return absl::OkStatus();

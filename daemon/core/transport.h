@@ -24,6 +24,8 @@ struct BucketSource {
   int device = 0;
   SlotMemory* slot = nullptr;
   const void* base = nullptr;  // null: the slot's own memory
+  // With `base`: the trainer allocation it lies in, which a colocated engine maps itself.
+  const SourceMemory* base_memory = nullptr;
 };
 
 // One bucket on its way to a group's engines, from its launch to their answers. The two moments

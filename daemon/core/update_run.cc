@@ -157,12 +157,22 @@ absl::Status UpdateRun::CheckInPlace(const Pending& p) {
   return absl::OkStatus();
 }
 
-const void* UpdateRun::DirectSource(const Pending& p) {
+const void* UpdateRun::DirectSource(const Pending& p) const {
   const std::vector<SourcePiece>& pieces = p.pulled.pieces;
   if (pieces.empty() || p.pulled.keep.size() != 1 || pieces.front().offset != 0) return nullptr;
   const char* base = static_cast<const char*>(pieces.front().src);
   for (const SourcePiece& piece : pieces) {
     if (static_cast<const char*>(piece.src) != base + piece.offset) return nullptr;
+  }
+  // A colocated engine views the bytes in their dtypes, which torch refuses at a misaligned
+  // offset: over IPC, read in place only where every tensor starts on its dtype's boundary, and
+  // copy a misaligned layout into the slot, where the planner aligned it. (Mappings start on a
+  // page or a 256-byte boundary, so the address says what the offset in the allocation is.) A
+  // broadcast moves bytes and takes any layout.
+  if (group_->spec().transport == TransportKind::kIpc) {
+    for (const TensorEntry& t : p.manifest.tensors) {
+      if (reinterpret_cast<uintptr_t>(base + t.offset) % DTypeSize(t.dtype) != 0) return nullptr;
+    }
   }
   return base;
 }
@@ -208,8 +218,11 @@ void UpdateRun::SenderLoop() {
         std::lock_guard<std::mutex> lock(mu_);
         bucket.index = transfers_started_;
       }
-      auto started = group_->StartBucket({BucketSource{context_.device, p.memory, p.direct}},
-                                         p.manifest, bucket, absl::Now() + context_.bucket_timeout);
+      const SourceMemory* direct_memory =
+          p.direct != nullptr ? p.pulled.keep.front().get() : nullptr;
+      auto started =
+          group_->StartBucket({BucketSource{context_.device, p.memory, p.direct, direct_memory}},
+                              p.manifest, bucket, absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         handle = std::move(*started);
         previous_launched = handle->launched();

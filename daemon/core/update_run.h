@@ -150,7 +150,7 @@ class UpdateRun {
   absl::Status CheckInPlace(const Pending& p);
   // Pull mode: where the bucket's bytes already lie as one run in one trainer allocation, in the
   // bucket's layout; null when they must be copied.
-  static const void* DirectSource(const Pending& p);
+  const void* DirectSource(const Pending& p) const;
   // Records the first failure and tells the trainer at once (once).
   void ReportFailure(absl::Status status);
   void ReleaseSlot(uint32_t slot, SlotState from);

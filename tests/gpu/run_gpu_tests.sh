@@ -100,6 +100,9 @@ if want ipc; then
       --load-format "$format" --engine "http://127.0.0.1:30011@GPU-$uuid" 2>&1 | tee -a "$LOGS/ipc.log"
     ipc_push "colo-$format" --versions 3 || fail=1
   done
+  # Zero copy: parameters in one flat buffer, pulled; every request names that buffer, and the
+  # engine reads each bucket there (the trainer checks every bucket was read in place).
+  ipc_push colo-flattened_bucket --versions 2 --pull --flat --version-prefix zero-copy- || fail=1
   $B/bin/wsyncctl --socket $sock group colo-flattened_bucket 2>&1 | tee -a "$LOGS/ipc.log"
   # An engine that dies at its 2nd bucket: the update fails naming it, wsyncd stays up, and the
   # next update into a fresh engine on the same port succeeds.

@@ -91,11 +91,10 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
                                                    sources.size(), " source(s)"));
   }
   const BucketSource& source = sources.front();
-  if (source.base != nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "group '", env_.spec.name,
-        "': the IPC transport sends buckets from wsyncd's slots; naming the trainer's own "
-        "allocations (zero copy) is not built yet"));
+  if (source.base != nullptr &&
+      (source.base_memory == nullptr || source.base_memory->memory_handle().empty())) {
+    return absl::InternalError(absl::StrCat(
+        "group '", env_.spec.name, "': a bucket read in place without its allocation's handle"));
   }
   std::shared_ptr<IpcFormation> formation;
   std::vector<std::vector<std::string>> gpus;
@@ -114,13 +113,26 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
         absl::StrCat("group '", env_.spec.name, "': no update is open on the transport"));
   }
   SlotMemory& slot = *source.slot;
+  // The memory the engines read: the slot, or (zero copy) the trainer's allocation the bucket
+  // lies in as it is laid out. Either way the slot's event orders the trainer's writes (the
+  // client records it when the bucket is ready), and the slot is held until the answers.
+  IpcBucketView memory{"", slot.kind(), slot.memory_handle(), slot.bytes(), 0, slot.event_handle()};
+  if (source.base != nullptr) {
+    const SourceMemory& trainer = *source.base_memory;
+    memory.memory_kind = trainer.kind();
+    memory.memory_handle = trainer.memory_handle();
+    memory.allocation_bytes = trainer.bytes();
+    memory.offset = static_cast<uint64_t>(static_cast<const char*>(source.base) -
+                                          static_cast<const char*>(trainer.data()));
+  }
   // Built before anything is written: a bucket an adapter cannot describe reaches no engine.
   std::vector<EngineRequest> requests;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
     std::vector<IpcBucketView> views;
     for (const std::string& gpu : gpus[i]) {
-      views.push_back(IpcBucketView{gpu, slot.kind(), slot.memory_handle(), slot.bytes(),
-                                    /*offset=*/0, slot.event_handle()});
+      IpcBucketView view = memory;
+      view.gpu_uuid = gpu;
+      views.push_back(std::move(view));
     }
     auto request = env_.adapters[i]->IpcBucketRequest(manifest, views, context);
     if (!request.ok()) return request.status();

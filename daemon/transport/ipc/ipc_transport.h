@@ -17,6 +17,9 @@ namespace wsync {
 // collective and no rendezvous: forming checks that wsyncd has a device on every engine rank's
 // GPU (named by UUID in the group spec) and that the engines can take IPC requests.
 //
+// Zero copy: a bucket read in place (pull mode, laid out in one trainer allocation as it is sent)
+// is named to the engines in that allocation, by the handle the trainer announced.
+//
 // Each TP rank's payload must name memory on its own GPU, so a group whose ranks span GPUs needs
 // one trainer rank feeding each GPU's slots; until those sessions are joined, every rank of an
 // IPC group must be on the group's one device (TP 1 engines, or ranks sharing a GPU).
