@@ -48,7 +48,9 @@ namespace wsync {
 // model's post-load hooks. It rides on the bucket the trainer marked last (BucketContext.last);
 // when none was (a client streaming tensors may not know its last bucket in time), FinishUpdate
 // sends one request that loads nothing and finishes (LmdeployFinishOnlyBody), which LMDeploy's
-// update_params allows: empty metadata loads no weight, and the finished hooks still run.
+// update_params allows: empty metadata loads no weight, and the finished hooks still run. A
+// finish that fails leaves the engine asleep, as a failed commit leaves an SGLang engine paused:
+// weights whose post-load hooks did not run are not to be served.
 //
 // Bucket answers: /update_weights answers `null` with HTTP 200; an exception in the engine is a
 // 500. A 400 that refuses pickled tensors (PR #4964, pending upstream) is a configuration error
