@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/engines/engine_options.h"
+#include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_options.h"
 
 namespace wsync {
@@ -129,36 +130,46 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
                                                      "\" options"));
     }
   }
-  if (spec.kind != EngineKind::kSglang) {
+  // vLLM has no options yet: DefaultEngineOptions refuses the kind in its own words.
+  if (spec.kind == EngineKind::kVllm) {
     if (g.contains("load_format")) {
       return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': load_format is an sglang option"));
+          absl::StrCat("group '", spec.name, "': load_format is an sglang or lmdeploy option"));
     }
     WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
     return spec;
   }
+  const std::string kind(EngineKindName(spec.kind));
   // SGLang's load_format may also be given at the group's top level, where config files before
-  // the per-engine options put it; not both.
+  // the per-engine options put it; not both. Other engines' options only sit under their kind.
+  if (g.contains("load_format") && spec.kind != EngineKind::kSglang) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", spec.name, "': load_format goes under \"", kind, "\" for a ", kind, " group"));
+  }
   if (g.contains("load_format") && g.contains("sglang") && g["sglang"].contains("load_format")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "group '", spec.name, "': load_format is given twice (top level and under \"sglang\")"));
   }
-  nlohmann::json options = g.value("sglang", nlohmann::json::object());
+  nlohmann::json options = g.value(kind, nlohmann::json::object());
   if (!options.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("group '", spec.name, "': \"sglang\" must be an object"));
+        absl::StrCat("group '", spec.name, "': \"", kind, "\" must be an object"));
   }
   for (const auto& [key, value] : options.items()) {
     if (key != "load_format") {
       return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': unknown sglang option \"", key, "\""));
+          absl::StrCat("group '", spec.name, "': unknown ", kind, " option \"", key, "\""));
     }
   }
   const std::string format_name =
       g.contains("load_format") ? g["load_format"].get<std::string>()
                                 : options.value("load_format", std::string("flattened_bucket"));
   WSYNC_ASSIGN_OR_RETURN(BucketFormat format, ParseBucketFormat(format_name));
-  spec.engine_options = std::make_shared<const SglangOptions>(format);
+  if (spec.kind == EngineKind::kLmdeploy) {
+    spec.engine_options = std::make_shared<const LmdeployOptions>(format);
+  } else {
+    spec.engine_options = std::make_shared<const SglangOptions>(format);
+  }
   return spec;
 }
 
@@ -176,6 +187,9 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
                       {"engines", std::move(engines)}};
   if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
     j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
+  }
+  if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
+    j["lmdeploy"] = {{"load_format", std::string(LmdeployLoadFormatName(lmdeploy->load_format()))}};
   }
   return j;
 }

@@ -50,6 +50,11 @@ std::string OptionsText(const v1::GroupSpec& spec) {
     return spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR ? ", per_tensor"
                                                                             : ", flattened_bucket";
   }
+  if (spec.has_lmdeploy()) {
+    return spec.lmdeploy().load_format() == v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
+               ? ", load_format null"
+               : ", flattened_bucket";
+  }
   return "";
 }
 
@@ -253,13 +258,20 @@ class Ctl {
       return 2;
     }
     if (!load_format.empty()) {
-      if (k != v1::ENGINE_KIND_SGLANG) {
-        std::cerr << "wsyncctl: --load-format is an sglang option\n";
+      // per_tensor is wsync's name for what the engines' own requests call load_format null.
+      const bool per_tensor = load_format == "per_tensor" || load_format == "null";
+      if (k == v1::ENGINE_KIND_SGLANG) {
+        group->mutable_sglang()->set_load_format(per_tensor
+                                                     ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
+                                                     : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
+      } else if (k == v1::ENGINE_KIND_LMDEPLOY) {
+        group->mutable_lmdeploy()->set_load_format(per_tensor
+                                                       ? v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
+                                                       : v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET);
+      } else {
+        std::cerr << "wsyncctl: --load-format is an sglang or lmdeploy option\n";
         return 2;
       }
-      group->mutable_sglang()->set_load_format(load_format == "per_tensor"
-                                                   ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
-                                                   : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
     }
     for (const std::string& e : engines) {
       auto* spec = group->add_engines();
@@ -394,8 +406,10 @@ int main(int argc, char** argv) {
   std::string load_format;
   create
       ->add_option("--load-format", load_format,
-                   "sglang: flattened_bucket (default; one broadcast per bucket) or per_tensor")
-      ->check(CLI::IsMember({"flattened_bucket", "per_tensor"}));
+                   "sglang, lmdeploy: flattened_bucket (default; the bucket as one buffer) or "
+                   "per_tensor (also spelt null, the engines' own word: one view or broadcast "
+                   "per tensor)")
+      ->check(CLI::IsMember({"flattened_bucket", "per_tensor", "null"}));
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;

@@ -116,7 +116,8 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
     } else {
       WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url,
                 " is no longer one of its engines but was left paused (", why,
-                "); resume it by hand (SGLang: POST /continue_generation)");
+                "); resume it by hand (SGLang: POST /continue_generation; ",
+                "LMDeploy: POST /wakeup)");
     }
   }
   if (previous.engine_group.empty()) return;
@@ -246,7 +247,8 @@ absl::Status WeightGroup::DestroyLocked(bool forget) {
     for (const auto& [url, why] : needs_full_) {
       WSYNC_LOG(Warning, "group ", spec_.name, " destroyed while engine ", url,
                 " waits, paused, for a full version (", why,
-                "); resume it by hand (SGLang: POST /continue_generation)");
+                "); resume it by hand (SGLang: POST /continue_generation; ",
+                "LMDeploy: POST /wakeup)");
     }
     if (store_ != nullptr) {
       if (absl::Status s = store_->Remove(spec_.name); !s.ok()) {

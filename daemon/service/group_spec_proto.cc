@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/engines/engine_options.h"
+#include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_options.h"
 
 namespace wsync {
@@ -65,6 +66,28 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> SglangFromProto(
   }
 }
 
+absl::StatusOr<std::shared_ptr<const EngineOptions>> LmdeployFromProto(
+    const v1::LmdeployOptions& proto) {
+  switch (proto.load_format()) {
+    case v1::LMDEPLOY_LOAD_FORMAT_UNSPECIFIED:
+    case v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET:
+      return std::make_shared<const LmdeployOptions>(BucketFormat::kFlattened);
+    case v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR:
+      return std::make_shared<const LmdeployOptions>(BucketFormat::kPerTensor);
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown lmdeploy load_format ", static_cast<int>(proto.load_format())));
+  }
+}
+
+// INVALID_ARGUMENT when a spec of `kind` carries the options of `options_kind`.
+absl::Status OptionsMatchKind(const GroupSpec& spec, EngineKind options_kind) {
+  if (spec.kind == options_kind) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
+                                                 EngineKindName(spec.kind), " but carries ",
+                                                 EngineKindName(options_kind), " options"));
+}
+
 }  // namespace
 
 absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
@@ -90,12 +113,13 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
   }
   switch (proto.engine_options_case()) {
     case v1::GroupSpec::kSglang: {
-      if (spec.kind != EngineKind::kSglang) {
-        return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
-                                                       EngineKindName(spec.kind),
-                                                       " but carries sglang options"));
-      }
+      WSYNC_RETURN_IF_ERROR(OptionsMatchKind(spec, EngineKind::kSglang));
       WSYNC_ASSIGN_OR_RETURN(spec.engine_options, SglangFromProto(proto.sglang()));
+      break;
+    }
+    case v1::GroupSpec::kLmdeploy: {
+      WSYNC_RETURN_IF_ERROR(OptionsMatchKind(spec, EngineKind::kLmdeploy));
+      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, LmdeployFromProto(proto.lmdeploy()));
       break;
     }
     case v1::GroupSpec::ENGINE_OPTIONS_NOT_SET: {
@@ -122,6 +146,11 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
     out->mutable_sglang()->set_load_format(sglang->load_format() == BucketFormat::kPerTensor
                                                ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
                                                : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
+  }
+  if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
+    out->mutable_lmdeploy()->set_load_format(lmdeploy->load_format() == BucketFormat::kPerTensor
+                                                 ? v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
+                                                 : v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET);
   }
 }
 

@@ -100,9 +100,11 @@ void SimHttpServer::Read(Connection* c) {
     for (auto& req : requests) {
       std::lock_guard<std::mutex> lock(c->mu);
       std::string target(req.target());
-      c->requests.push_back(SimHttpRequest{std::string(req.method_string()),
-                                           target.substr(0, target.find('?')),
-                                           std::move(req.body())});
+      const size_t question = target.find('?');
+      c->requests.push_back(SimHttpRequest{
+          std::string(req.method_string()), target.substr(0, question), std::move(req.body()),
+          question == std::string::npos ? std::string() : target.substr(question + 1),
+          std::string(req[http::field::content_type])});
       if (!req.keep_alive()) c->close_after = true;
       const int waiting = static_cast<int>(c->requests.size()) + c->handling;
       int seen = max_waiting_.load();

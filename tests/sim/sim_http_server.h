@@ -19,8 +19,10 @@ namespace wsync {
 
 struct SimHttpRequest {
   std::string method;
-  std::string path;
+  std::string path;  // without the query, which routes ignore
   std::string body;
+  std::string query;  // after the '?', as sent
+  std::string content_type;
 };
 
 struct SimHttpResponse {

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/engines/ipc_handle.h"
 #include "daemon/engines/sglang/sglang_options.h"
 #include "nlohmann/json.hpp"
 
@@ -23,10 +24,6 @@ namespace wsync {
 absl::StatusOr<nlohmann::json> SglangIpcBucketBody(const BucketManifest& manifest,
                                                    const std::vector<IpcBucketView>& ranks,
                                                    BucketFormat format);
-
-// The 64 bytes that stand for a view's allocation in the pickle: a CUDA IPC handle as it is; in
-// host mode the shared-memory name, NUL-padded (the host simulators open it by that name).
-absl::StatusOr<std::string> IpcHandleBytes(const IpcBucketView& view);
 
 }  // namespace wsync
 

@@ -4,17 +4,6 @@
 
 namespace wsync {
 
-absl::StatusOr<BucketFormat> ParseBucketFormat(absl::string_view name) {
-  if (name == "flattened_bucket") return BucketFormat::kFlattened;
-  if (name == "per_tensor") return BucketFormat::kPerTensor;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown bucket format '", name, "' (flattened_bucket, per_tensor)"));
-}
-
-absl::string_view BucketFormatName(BucketFormat format) {
-  return format == BucketFormat::kFlattened ? "flattened_bucket" : "per_tensor";
-}
-
 bool SglangOptions::Equals(const EngineOptions& other) const {
   const auto* o = dynamic_cast<const SglangOptions*>(&other);
   return o != nullptr && o->load_format_ == load_format_;

@@ -6,17 +6,12 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/core/group_spec.h"
+#include "daemon/engines/bucket_format.h"
 
 namespace wsync {
 
-// How a bucket crosses the collective: one uint8 broadcast of all its bytes (SGLang's
-// load_format "flattened_bucket"), or one broadcast per tensor in its own dtype (load_format null).
-enum class BucketFormat { kFlattened, kPerTensor };
-
-absl::StatusOr<BucketFormat> ParseBucketFormat(absl::string_view name);
-absl::string_view BucketFormatName(BucketFormat format);
-
-// A group's SGLang-only settings.
+// A group's SGLang-only settings. On the broadcast, kFlattened is one uint8 broadcast of all the
+// bucket's bytes and kPerTensor one broadcast per tensor in its own dtype.
 class SglangOptions final : public EngineOptions {
  public:
   SglangOptions() = default;

@@ -1,0 +1,222 @@
+#include "daemon/engines/lmdeploy/lmdeploy_adapter.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
+#include "daemon/engines/lmdeploy/lmdeploy_ipc_payload.h"
+
+namespace wsync {
+namespace {
+
+constexpr char kBucketPath[] = "/update_weights";
+constexpr char kOpenApiPath[] = "/openapi.json";
+// How much of an engine's answer the debug log keeps.
+constexpr size_t kLoggedBodyBytes = 300;
+
+// The routes an update cannot do without, as (method, path) in the OpenAPI document.
+constexpr std::pair<const char*, const char*> kRequiredRoutes[] = {
+    {"post", kBucketPath}, {"post", "/sleep"}, {"post", "/wakeup"}};
+
+void LogAnswer(const std::string& url, absl::string_view path, const HttpReply& reply) {
+  WSYNC_LOG(Debug, url, path, " answered HTTP ", reply.status, ": ",
+            SanitizePeerText(reply.body, kLoggedBodyBytes));
+}
+
+bool HasRoute(const nlohmann::json& paths, const char* method, const char* path) {
+  auto it = paths.find(path);
+  return it != paths.end() && it->is_object() && it->contains(method);
+}
+
+}  // namespace
+
+LmdeployAdapter::LmdeployAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts,
+                                 LmdeployOptions options)
+    : endpoint_(std::move(endpoint)),
+      timeouts_(timeouts),
+      format_(options.load_format()),
+      http_(endpoint_.url) {}
+
+AdapterCapabilities LmdeployAdapter::Capabilities() const {
+  AdapterCapabilities caps;
+  // The NCCL path (/update_weights_from_distributed, torch's TCPStore) is a later step; until
+  // then no rendezvous and no broadcast, so WeightGroup refuses a broadcast group of these.
+  caps.data_paths = {DataPath::kCudaIpc};
+  // The flattened bucket is one tensor of one dtype, and LMDeploy casts an entry of another
+  // dtype instead of viewing its bytes; per tensor, each view has its own dtype.
+  caps.bucket_rules.one_dtype = format_ == BucketFormat::kFlattened;
+  return caps;
+}
+
+absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const std::string& url) {
+  const std::string where = absl::StrCat(url, kOpenApiPath, " answered HTTP ", reply.status);
+  // wsyncd knows an LMDeploy server's routes only from this document (it has no version route).
+  constexpr char kNoDocs[] =
+      "; wsyncd reads an LMDeploy server's routes from its OpenAPI document, which a server "
+      "started with --disable-fastapi-docs does not serve: restart it without that flag";
+  if (reply.status == 404) {
+    LogAnswer(url, kOpenApiPath, reply);
+    return absl::FailedPreconditionError(absl::StrCat(where, ": no OpenAPI document", kNoDocs));
+  }
+  if (reply.status != 200) {
+    LogAnswer(url, kOpenApiPath, reply);
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, ": the engine refused the request", kNoDocs));
+  }
+  const nlohmann::json doc = nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("openapi") || !doc.contains("paths") ||
+      !doc["paths"].is_object()) {
+    LogAnswer(url, kOpenApiPath, reply);
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, " with something that is not an OpenAPI document (no \"openapi\" and \"paths\")",
+        kNoDocs));
+  }
+  const nlohmann::json& paths = doc["paths"];
+  // Named in wsyncd's own words: the document's route names are the engine's text, which an
+  // error never carries (whatever answers at the URL may not be an engine at all).
+  std::vector<std::string> missing;
+  for (const auto& [method, path] : kRequiredRoutes) {
+    if (!HasRoute(paths, method, path)) {
+      missing.push_back(absl::StrCat(absl::AsciiStrToUpper(method), " ", path));
+    }
+  }
+  if (!missing.empty()) {
+    LogAnswer(url, kOpenApiPath, reply);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", url, "'s OpenAPI document lists ", paths.size(), " route(s) but not ",
+        absl::StrJoin(missing, ", "),
+        ": not an LMDeploy server of the PyTorch backend with the weight-update and sleep API"));
+  }
+  return HasRoute(paths, "post", "/init_weights_update_group");
+}
+
+absl::Status LmdeployAdapter::Probe() {
+  WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Get(kOpenApiPath, timeouts_.probe));
+  WSYNC_ASSIGN_OR_RETURN(const bool update_group, CheckOpenApi(reply, endpoint_.url));
+  if (update_group != has_weights_update_group_.exchange(update_group)) {
+    WSYNC_LOG(Info, "engine ", endpoint_.url, ": LMDeploy ", update_group ? "with" : "without",
+              " the NCCL weight-update routes (/init_weights_update_group, PR #4638)");
+  }
+  return absl::OkStatus();
+}
+
+EngineHealth LmdeployAdapter::Health() {
+  EngineHealth health;
+  auto reply = http_.Get("/health", timeouts_.probe);
+  if (!reply.ok()) {
+    health.error = std::string(reply.status().message());
+    return health;
+  }
+  if (reply->status != 200) {
+    // 503 while the engine is unhealthy; its snapshot stays in the debug log.
+    LogAnswer(endpoint_.url, "/health", *reply);
+    health.error = absl::StrCat(endpoint_.url, "/health answered HTTP ", reply->status,
+                                ": the engine is not healthy");
+    return health;
+  }
+  auto sleeping = http_.GetJson("/is_sleeping", timeouts_.probe);
+  if (!sleeping.ok()) {
+    health.error = std::string(sleeping.status().message());
+    return health;
+  }
+  const nlohmann::json& flag = (*sleeping)["is_sleeping"];
+  if (!flag.is_boolean()) {
+    health.error = absl::StrCat(endpoint_.url,
+                                "/is_sleeping answered without a boolean is_sleeping: not an "
+                                "LMDeploy server");
+    return health;
+  }
+  health.healthy = true;
+  // LMDeploy reports no version; the kind and whether it sleeps (between an update's sleep and
+  // its last wakeup, or put to sleep by someone else) say more than nothing.
+  health.engine_version = flag.get<bool>() ? "lmdeploy (sleeping)" : "lmdeploy";
+  return health;
+}
+
+absl::Status LmdeployAdapter::ValidateBucket(const BucketManifest& manifest) const {
+  if (format_ == BucketFormat::kFlattened) return LmdeployBucketDtype(manifest).status();
+  // Per tensor, every view has its own dtype and offset; ValidateManifest keeps them aligned.
+  return absl::OkStatus();
+}
+
+absl::Status LmdeployAdapter::PauseGeneration() {
+  return http_.PostExpectStatus("/sleep?level=1", nlohmann::json::object(), timeouts_.control);
+}
+
+absl::Status LmdeployAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
+  return http_.PostExpectStatus("/wakeup?tags=weights", nlohmann::json::object(),
+                                timeouts_.control);
+}
+
+absl::Status LmdeployAdapter::ResumeGeneration() {
+  // No tags: LMDeploy wakes whatever sleeps, so this resumes an engine paused at any step.
+  return http_.PostExpectStatus("/wakeup", nlohmann::json::object(), timeouts_.control);
+}
+
+absl::StatusOr<EngineRequest> LmdeployAdapter::IpcBucketRequest(
+    const BucketManifest& manifest, const std::vector<IpcBucketView>& ranks,
+    const BucketContext& context) const {
+  if (ranks.size() != endpoint_.ranks) {
+    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
+                                            " TP rank(s) but the bucket has ", ranks.size(),
+                                            " view(s)"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(nlohmann::json body,
+                         LmdeployIpcBucketBody(manifest, ranks, format_, context.last));
+  if (context.last) {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_update_ = context.update_id;
+  }
+  return EngineRequest{kBucketPath, body.dump()};
+}
+
+absl::Status LmdeployAdapter::CheckBucketReply(const HttpReply& reply) const {
+  if (reply.status == 200) {
+    // FastAPI's JSONResponse(content=None): the body is exactly null.
+    if (absl::StripAsciiWhitespace(reply.body) == "null") return absl::OkStatus();
+    LogAnswer(endpoint_.url, kBucketPath, reply);
+    return absl::InternalError(absl::StrCat(endpoint_.url, kBucketPath,
+                                            " answered HTTP 200 with something other than null: "
+                                            "not LMDeploy's answer to a weight update"));
+  }
+  if (reply.status == 400 && absl::StrContains(absl::AsciiStrToLower(reply.body), "pickle")) {
+    // PR #4964: pickled payloads on HTTP /update_weights only with the server's opt-in.
+    LogAnswer(endpoint_.url, kBucketPath, reply);
+    return absl::FailedPreconditionError(absl::StrCat(
+        endpoint_.url, kBucketPath,
+        " answered HTTP 400, refusing pickled tensors: an LMDeploy server loads CUDA IPC "
+        "weight updates only when it runs with LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1 in its "
+        "environment; restart it so (not retried: a configuration error)"));
+  }
+  if (reply.status > 200 && reply.status < 300) {
+    LogAnswer(endpoint_.url, kBucketPath, reply);
+    return absl::InternalError(absl::StrCat(endpoint_.url, kBucketPath, " answered HTTP ",
+                                            reply.status,
+                                            ": not LMDeploy's answer to a weight update"));
+  }
+  // 500 for an exception while loading; the status names it, the body stays in the log.
+  return http_.ExpectSuccess(kBucketPath, reply).status();
+}
+
+absl::Status LmdeployAdapter::FinishUpdate(const UpdateInfo& update) {
+  bool finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished = !update.update_id.empty() && finished_update_ == update.update_id;
+  }
+  if (!finished) {
+    WSYNC_ASSIGN_OR_RETURN(nlohmann::json body, LmdeployFinishOnlyBody(endpoint_.ranks, format_));
+    WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Post(kBucketPath, body, timeouts_.control));
+    WSYNC_RETURN_IF_ERROR(CheckBucketReply(reply));
+  }
+  return http_.PostExpectStatus("/wakeup?tags=kv_cache", nlohmann::json::object(),
+                                timeouts_.control);
+}
+
+}  // namespace wsync

@@ -1,0 +1,99 @@
+#ifndef WSYNC_DAEMON_ENGINES_LMDEPLOY_LMDEPLOY_ADAPTER_H_
+#define WSYNC_DAEMON_ENGINES_LMDEPLOY_LMDEPLOY_ADAPTER_H_
+
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/engine_adapter.h"
+#include "daemon/engines/http_json.h"
+#include "daemon/engines/lmdeploy/lmdeploy_options.h"
+
+namespace wsync {
+
+// LMDeploy's PyTorch engine (shared/docs/engine-protocols.md §5), on the colocated path: every
+// bucket is one POST /update_weights naming wsyncd's slot over CUDA IPC (lmdeploy_ipc_payload.h).
+// Its NCCL path (/update_weights_from_distributed) is not built yet: the broadcast hooks stay
+// UNIMPLEMENTED and Capabilities names only kCudaIpc, so a broadcast group of LMDeploy engines
+// is refused when it is created.
+//
+// Probe: LMDeploy has no version route, so the routes are read from GET /openapi.json. A server
+// whose document lacks POST /update_weights, /sleep or /wakeup is refused, naming what is
+// missing; one that serves no OpenAPI document (started with --disable-fastapi-docs, which
+// answers 404) is refused naming that flag. Whether POST /init_weights_update_group is there
+// (PR #4638, the NCCL path) is kept for that path.
+//
+// Health: GET /health (200 while healthy or sleeping) and GET /is_sleeping, shown with the
+// engine's kind as its version.
+//
+// An update, as the clean cut LMDeploy offers (it has no pause route):
+//   PauseGeneration  POST /sleep?level=1          stops every session and moves the weights to
+//                                                 host memory; the KV cache is freed
+//   BeginUpdate      POST /wakeup?tags=weights    weights back on the GPU, the engine still
+//                                                 asleep for inference: never load into a
+//                                                 sleeping engine's weights (§2)
+//   buckets          POST /update_weights ...     finished true on the trainer's last bucket
+//   FinishUpdate     (a finish-only /update_weights, when no bucket was marked last)
+//                    POST /wakeup?tags=kv_cache   the KV cache back, serving the new weights
+//   ResumeGeneration POST /wakeup                 every sleeping tag (an aborted or failed update,
+//                                                 wsyncctl resume-engine)
+// Level 1, not 2: level 2 discards the weights, and an update that sends only some tensors
+// would leave the rest empty. Sleeping aborts the engine's requests in flight (LMDeploy's
+// stop_all_session); their clients see them end, which is the price of a clean cut. Every one of
+// these POSTs carries Content-Type: application/json, without which LMDeploy refuses even the
+// bodiless /sleep and /wakeup.
+//
+// Finishing: LMDeploy has no version route; the update's end is `finished: true`, which runs the
+// model's post-load hooks. It rides on the bucket the trainer marked last (BucketContext.last);
+// when none was (a client streaming tensors may not know its last bucket in time), FinishUpdate
+// sends one request that loads nothing and finishes (LmdeployFinishOnlyBody), which LMDeploy's
+// update_params allows: empty metadata loads no weight, and the finished hooks still run. A
+// finish that fails leaves the engine asleep, as a failed commit leaves an SGLang engine paused:
+// weights whose post-load hooks did not run are not to be served.
+//
+// Bucket answers: /update_weights answers `null` with HTTP 200; an exception in the engine is a
+// 500. A 400 that refuses pickled tensors (PR #4964, pending upstream) is a configuration error
+// naming LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1, never retried. No error carries the engine's
+// words (they go to the debug log).
+class LmdeployAdapter final : public EngineAdapter {
+ public:
+  LmdeployAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, LmdeployOptions options);
+
+  const EngineEndpoint& endpoint() const override { return endpoint_; }
+  AdapterCapabilities Capabilities() const override;
+  absl::Status Probe() override;
+  EngineHealth Health() override;
+  absl::Status ValidateBucket(const BucketManifest& manifest) const override;
+  absl::Status PauseGeneration() override;
+  absl::Status ResumeGeneration() override;
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  absl::Status FinishUpdate(const UpdateInfo& update) override;
+  absl::Status CheckBucketReply(const HttpReply& reply) const override;
+
+  absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
+                                                 const std::vector<IpcBucketView>& ranks,
+                                                 const BucketContext& context) const override;
+
+  // What Probe found in the engine's OpenAPI document: whether it has the NCCL path's routes
+  // (POST /init_weights_update_group, PR #4638). False until a Probe succeeds.
+  bool has_weights_update_group() const { return has_weights_update_group_.load(); }
+
+  // What Probe requires of the answer to GET /openapi.json; returns whether the NCCL path's
+  // init route is there. Exposed for tests.
+  static absl::StatusOr<bool> CheckOpenApi(const HttpReply& reply, const std::string& url);
+
+ private:
+  EngineEndpoint endpoint_;
+  AdapterTimeouts timeouts_;
+  BucketFormat format_;
+  EngineHttp http_;
+  std::atomic<bool> has_weights_update_group_{false};
+  mutable std::mutex mu_;
+  // The update whose bucket request carried finished: true (only the update's own id counts).
+  mutable std::string finished_update_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_LMDEPLOY_LMDEPLOY_ADAPTER_H_
