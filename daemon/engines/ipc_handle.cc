@@ -22,4 +22,22 @@ absl::StatusOr<std::string> IpcHandleBytes(const IpcBucketView& view) {
   return padded;
 }
 
+absl::StatusOr<CudaIpcTensor> IpcStorage(const IpcBucketView& view, CudaDevice device) {
+  CudaIpcTensor t;
+  absl::StatusOr<std::string> handle = IpcHandleBytes(view);
+  if (!handle.ok()) return handle.status();
+  t.ipc_handle = std::move(*handle);
+  t.storage_size_bytes = view.allocation_bytes;
+  t.device = std::move(device);
+  if (!view.event_handle.empty()) {
+    if (view.event_handle.size() != kCudaIpcHandleBytes) {
+      return absl::InternalError(absl::StrCat("an IPC event handle of ", view.event_handle.size(),
+                                              " bytes, not ", kCudaIpcHandleBytes));
+    }
+    t.event_handle = view.event_handle;
+    t.event_sync_required = true;
+  }
+  return t;
+}
+
 }  // namespace wsync

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/torch_ipc_pickle.h"
 #include "daemon/core/engine_adapter.h"
 
 namespace wsync {
@@ -12,6 +13,13 @@ namespace wsync {
 // IPC handle as it is; in host mode the shared-memory name, NUL-padded (the host simulators open
 // it by that name).
 absl::StatusOr<std::string> IpcHandleBytes(const IpcBucketView& view);
+
+// The storage every tensor of a rank's pickle lies in: the view's whole allocation (one storage
+// per allocation, so torch maps a slot once and every later bucket of it reuses the mapping,
+// engine-protocols.md §6.1), on `device` (the GPU's UUID for SGLang, an index for engines that
+// overwrite it). With an event handle the rank's stream waits for the trainer's writes before it
+// reads. The caller sets dtype, shape and offset.
+absl::StatusOr<CudaIpcTensor> IpcStorage(const IpcBucketView& view, CudaDevice device);
 
 }  // namespace wsync
 

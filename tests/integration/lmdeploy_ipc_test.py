@@ -7,7 +7,6 @@ Usage: lmdeploy_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR L
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,9 +15,10 @@ import unittest
 import urllib.request
 import zlib
 
-if "WSYNC_CHILD_ASAN_OPTIONS" in os.environ:
-    os.environ.pop("LD_PRELOAD", None)
-    os.environ["ASAN_OPTIONS"] = os.environ.pop("WSYNC_CHILD_ASAN_OPTIONS")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_support import child_environment, free_port, wait_port  # noqa: E402
+
+child_environment()
 
 WSYNCD, CTL, LIB, PKG, SIM = sys.argv[1:6]
 del sys.argv[1:6]
@@ -32,21 +32,6 @@ import wsync  # noqa: E402
 GPU0 = "686f7374-0000-0000-0000-000000000000"
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} never opened")
 
 
 def crc(array):

@@ -5,7 +5,6 @@ Usage: python_client_test.py WSYNCD SGLANG_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_P
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -15,11 +14,10 @@ import weakref
 import urllib.request
 import zlib
 
-# The sanitized build preloads ASan's runtime into this interpreter only: the processes started
-# below are sanitized executables with a runtime of their own, and take the options as given.
-if "WSYNC_CHILD_ASAN_OPTIONS" in os.environ:
-    os.environ.pop("LD_PRELOAD", None)
-    os.environ["ASAN_OPTIONS"] = os.environ.pop("WSYNC_CHILD_ASAN_OPTIONS")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_support import child_environment, free_port, wait_port  # noqa: E402
+
+child_environment()
 
 WSYNCD, SIM, CTL, LIB, PKG = sys.argv[1:6]
 del sys.argv[1:6]
@@ -30,21 +28,6 @@ import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"port {port} never opened")
 
 
 class PythonClientTest(unittest.TestCase):

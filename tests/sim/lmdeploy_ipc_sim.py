@@ -55,17 +55,15 @@ import urllib.parse
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_standins import DTYPE_SIZES, HANDLE_BYTES, Dtype, Size, TorchClass, shm_path  # noqa: E402,F401
+
 import numpy as np
 
-DTYPE_SIZES = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
-    "int16": 2, "int32": 4, "int64": 8, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
 NUMPY_DTYPES = {
     "float32": np.float32, "float16": np.float16, "float64": np.float64, "int8": np.int8,
     "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64, "bool": np.bool_,
 }
-HANDLE_BYTES = 64
 METADATA_MODULE = "lmdeploy.utils"
 
 ROUTES = [
@@ -80,21 +78,7 @@ NCCL_ROUTES = [
 ]
 
 
-class Dtype:
-    def __init__(self, name):
-        self.name = name
-        self.itemsize = DTYPE_SIZES[name]
 
-
-class Size(tuple):
-    pass
-
-
-class TorchClass:
-    """Stands for torch.Tensor and the storage classes: only passed as arguments."""
-
-    def __init__(self, name):
-        self.name = name
 
 
 class FlattenedTensorMetadata:
@@ -197,7 +181,7 @@ class Rank:
         region = self.mappings.get(key)
         if region is None:
             name = handle.rstrip(b"\0").decode()
-            with open("/dev/shm/" + name.lstrip("/"), "rb") as f:
+            with open(shm_path(handle), "rb") as f:
                 region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             if storage_offset + storage_bytes > len(region):
                 raise LoadError(f"the storage runs past allocation {name}")

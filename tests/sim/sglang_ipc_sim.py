@@ -37,29 +37,13 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DTYPE_SIZES = {
-    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
-    "int16": 2, "int32": 4, "int64": 8, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
-HANDLE_BYTES = 64
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_standins import DTYPE_SIZES, HANDLE_BYTES, Dtype, Size, TorchClass, shm_path  # noqa: E402,F401
+
 METADATA_MODULE = "sglang.srt.weight_sync.tensor_bucket"
 
 
-class Dtype:
-    def __init__(self, name):
-        self.name = name
-        self.itemsize = DTYPE_SIZES[name]
 
-
-class Size(tuple):
-    pass
-
-
-class TensorClass:
-    """Stands for torch.Tensor and torch.storage.TypedStorage: only passed as arguments."""
-
-    def __init__(self, name):
-        self.name = name
 
 
 class FlattenedTensorMetadata:
@@ -91,9 +75,9 @@ class Rank:
             raise LoadError(f"rebuild_cuda_tensor takes 15 arguments, got {len(args)}")
         (tensor_cls, size, stride, offset, storage_cls, dtype, device, handle, storage_bytes,
          storage_offset, requires_grad, ref_counter, ref_offset, event, event_sync) = args
-        if not isinstance(tensor_cls, TensorClass) or tensor_cls.name != "Tensor":
+        if not isinstance(tensor_cls, TorchClass) or tensor_cls.name != "Tensor":
             raise LoadError("argument 0 is not torch.Tensor")
-        if not isinstance(storage_cls, TensorClass) or storage_cls.name != "TypedStorage":
+        if not isinstance(storage_cls, TorchClass) or storage_cls.name != "TypedStorage":
             raise LoadError("argument 4 is not torch.storage.TypedStorage")
         if not isinstance(size, Size) or not isinstance(dtype, Dtype):
             raise LoadError("arguments 1 and 5 must be a torch.Size and a torch dtype")
@@ -126,8 +110,7 @@ class Rank:
         region = self.mappings.get(key)
         if region is None:
             name = handle.rstrip(b"\0").decode()
-            path = "/dev/shm/" + name.lstrip("/")
-            with open(path, "rb") as f:
+            with open(shm_path(handle), "rb") as f:
                 region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             if storage_offset + storage_bytes > len(region):
                 raise LoadError(f"the storage runs past allocation {name}")
@@ -142,9 +125,9 @@ class ExactNameUnpickler(pickle.Unpickler):
         super().__init__(io.BytesIO(data))
         self.allowed = {
             ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rank.rebuild_cuda_tensor,
-            ("torch", "Tensor"): TensorClass("Tensor"),
+            ("torch", "Tensor"): TorchClass("Tensor"),
             ("torch", "Size"): Size,
-            ("torch.storage", "TypedStorage"): TensorClass("TypedStorage"),
+            ("torch.storage", "TypedStorage"): TorchClass("TypedStorage"),
             (METADATA_MODULE, "FlattenedTensorMetadata"): FlattenedTensorMetadata,
         }
         for name in DTYPE_SIZES:

@@ -15,25 +15,6 @@ namespace {
 // LMDeploy overwrites rebuild argument 6 with torch.cuda.current_device(), so any index does.
 constexpr int kDeviceIndex = 0;
 
-// The storage every tensor of a rank's pickle lies in: the view's whole allocation, so torch
-// maps a slot once and every later bucket of it reuses the mapping (§6.1).
-absl::StatusOr<CudaIpcTensor> Storage(const IpcBucketView& view) {
-  CudaIpcTensor t;
-  WSYNC_ASSIGN_OR_RETURN(t.ipc_handle, IpcHandleBytes(view));
-  t.storage_size_bytes = view.allocation_bytes;
-  t.device = kDeviceIndex;
-  if (!view.event_handle.empty()) {
-    if (view.event_handle.size() != kCudaIpcHandleBytes) {
-      return absl::InternalError(absl::StrCat("an IPC event handle of ", view.event_handle.size(),
-                                              " bytes, not ", kCudaIpcHandleBytes));
-    }
-    // torch makes the rank's stream wait for the trainer's writes before it reads.
-    t.event_handle = view.event_handle;
-    t.event_sync_required = true;
-  }
-  return t;
-}
-
 // `bytes` as whole elements of `item` bytes, or INVALID_ARGUMENT naming `what`.
 absl::StatusOr<uint64_t> Elements(uint64_t bytes, uint64_t item, absl::string_view what,
                                   DType dtype) {
@@ -48,7 +29,7 @@ absl::StatusOr<std::string> FlattenedPickle(const BucketManifest& manifest,
                                             const IpcBucketView& view) {
   WSYNC_ASSIGN_OR_RETURN(const DType dtype, LmdeployBucketDtype(manifest));
   const uint64_t item = DTypeSize(dtype);
-  WSYNC_ASSIGN_OR_RETURN(CudaIpcTensor flat, Storage(view));
+  WSYNC_ASSIGN_OR_RETURN(CudaIpcTensor flat, IpcStorage(view, kDeviceIndex));
   if (view.memory_kind == MemoryKind::kCudaIpc && view.event_handle.empty()) {
     // LMDeploy opens event_ipc_handle whenever the key is there (on torch builds that can), and
     // 64 zero bytes are no event on a GPU.
@@ -75,7 +56,7 @@ absl::StatusOr<std::string> FlattenedPickle(const BucketManifest& manifest,
 
 absl::StatusOr<std::string> PerTensorPickle(const BucketManifest& manifest,
                                             const IpcBucketView& view) {
-  WSYNC_ASSIGN_OR_RETURN(const CudaIpcTensor storage, Storage(view));
+  WSYNC_ASSIGN_OR_RETURN(const CudaIpcTensor storage, IpcStorage(view, kDeviceIndex));
   std::vector<NamedCudaTensor> tensors;
   for (const TensorEntry& t : manifest.tensors) {
     CudaIpcTensor tensor = storage;

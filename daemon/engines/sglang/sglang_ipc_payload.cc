@@ -10,27 +10,9 @@ namespace wsync {
 
 namespace {
 
-// The storage every tensor of a rank's pickle lies in: the view's whole allocation.
-absl::StatusOr<CudaIpcTensor> Storage(const IpcBucketView& view) {
-  CudaIpcTensor t;
-  WSYNC_ASSIGN_OR_RETURN(t.ipc_handle, IpcHandleBytes(view));
-  t.storage_size_bytes = view.allocation_bytes;
-  t.device = view.gpu_uuid;
-  if (!view.event_handle.empty()) {
-    if (view.event_handle.size() != kCudaIpcHandleBytes) {
-      return absl::InternalError(absl::StrCat("an IPC event handle of ", view.event_handle.size(),
-                                              " bytes, not ", kCudaIpcHandleBytes));
-    }
-    // The rank's stream waits for the trainer's writes before it reads.
-    t.event_handle = view.event_handle;
-    t.event_sync_required = true;
-  }
-  return t;
-}
-
 absl::StatusOr<std::string> RankPickle(const BucketManifest& manifest, const IpcBucketView& view,
                                        BucketFormat format) {
-  WSYNC_ASSIGN_OR_RETURN(CudaIpcTensor storage, Storage(view));
+  WSYNC_ASSIGN_OR_RETURN(CudaIpcTensor storage, IpcStorage(view, view.gpu_uuid));
   if (format == BucketFormat::kFlattened) {
     CudaIpcTensor flat = storage;
     flat.dtype = "uint8";

@@ -1,0 +1,31 @@
+"""What the host-mode IPC simulators unpickle torch's names into (no torch on CI): dtypes with
+their sizes, torch.Size, and the classes that are only passed as rebuild arguments."""
+
+DTYPE_SIZES = {
+    "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
+    "int16": 2, "int32": 4, "int64": 8, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+# A cudaIpcMemHandle_t, and a cudaIpcEventHandle_t; host mode pads the shm name to this size.
+HANDLE_BYTES = 64
+
+
+class Dtype:
+    def __init__(self, name):
+        self.name = name
+        self.itemsize = DTYPE_SIZES[name]
+
+
+class Size(tuple):
+    pass
+
+
+class TorchClass:
+    """Stands for torch.Tensor and the storage classes: only passed as arguments."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def shm_path(handle):
+    """The /dev/shm file a host-mode handle names (the shm name, NUL-padded to 64 bytes)."""
+    return "/dev/shm/" + handle.rstrip(b"\0").decode().lstrip("/")
