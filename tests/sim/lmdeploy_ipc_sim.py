@@ -56,7 +56,8 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_standins import DTYPE_SIZES, HANDLE_BYTES, Dtype, Size, TorchClass, shm_path  # noqa: E402,F401
+from torch_standins import (DTYPE_SIZES, HANDLE_BYTES, Dtype, ExactNameUnpickler,  # noqa: E402,F401
+                            Size, TorchClass, shm_path)
 
 import numpy as np
 
@@ -198,26 +199,6 @@ class Rank:
         return tensor.clone() if require_clone else tensor
 
 
-class AllowListUnpickler(pickle.Unpickler):
-    def __init__(self, data, rank):
-        super().__init__(io.BytesIO(data))
-        self.allowed = {
-            ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rank.rebuild_cuda_tensor,
-            ("torch", "Tensor"): TorchClass("Tensor"),
-            ("torch", "Size"): Size,
-            ("torch.storage", "TypedStorage"): TorchClass("TypedStorage"),
-            ("torch.storage", "UntypedStorage"): TorchClass("UntypedStorage"),
-            (METADATA_MODULE, "FlattenedTensorMetadata"): FlattenedTensorMetadata,
-        }
-        for name in DTYPE_SIZES:
-            self.allowed[("torch", name)] = Dtype(name)
-
-    def find_class(self, module, name):
-        if (module, name) not in self.allowed:
-            raise pickle.UnpicklingError(f"global '{module}.{name}' is not simulated")
-        return self.allowed[(module, name)]
-
-
 class Engine:
     def __init__(self, gpus):
         self.ranks = [Rank(g, i) for i, g in enumerate(gpus)]
@@ -243,7 +224,12 @@ class Engine:
             data = base64.b64decode(entry, validate=True)
         except (binascii.Error, ValueError, TypeError) as e:
             raise LoadError(f"not base64: {e}")
-        weights = AllowListUnpickler(data, rank).load()
+        # LMDeploy loads with an unrestricted ForkingPickler; the simulator still names what it
+        # can stand in for, and refuses the rest.
+        weights = ExactNameUnpickler(data, rank.rebuild_cuda_tensor, METADATA_MODULE,
+                                     FlattenedTensorMetadata,
+                                     storages=("TypedStorage", "UntypedStorage"),
+                                     refusal="is not simulated").load()
         if load_format == "flattened_bucket":
             metadata = weights["metadata"]
             if not metadata:

@@ -38,7 +38,8 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_standins import DTYPE_SIZES, HANDLE_BYTES, Dtype, Size, TorchClass, shm_path  # noqa: E402,F401
+from torch_standins import (DTYPE_SIZES, HANDLE_BYTES, Dtype, ExactNameUnpickler,  # noqa: E402,F401
+                            Size, TorchClass, shm_path)
 
 METADATA_MODULE = "sglang.srt.weight_sync.tensor_bucket"
 
@@ -120,31 +121,13 @@ class Rank:
         return HostTensor(bytes(region[start:start + numel * dtype.itemsize]), dtype, tuple(size))
 
 
-class ExactNameUnpickler(pickle.Unpickler):
-    def __init__(self, data, rank):
-        super().__init__(io.BytesIO(data))
-        self.allowed = {
-            ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rank.rebuild_cuda_tensor,
-            ("torch", "Tensor"): TorchClass("Tensor"),
-            ("torch", "Size"): Size,
-            ("torch.storage", "TypedStorage"): TorchClass("TypedStorage"),
-            (METADATA_MODULE, "FlattenedTensorMetadata"): FlattenedTensorMetadata,
-        }
-        for name in DTYPE_SIZES:
-            self.allowed[("torch", name)] = Dtype(name)
-
-    def find_class(self, module, name):
-        if (module, name) not in self.allowed:
-            raise pickle.UnpicklingError(f"Global '{module}.{name}' is forbidden")
-        return self.allowed[(module, name)]
-
-
 def load_rank(rank, entry, load_format):
     try:
         data = base64.b64decode(entry, validate=True)
     except (binascii.Error, ValueError) as e:
         raise LoadError(f"not base64: {e}")
-    obj = ExactNameUnpickler(data, rank).load()
+    obj = ExactNameUnpickler(data, rank.rebuild_cuda_tensor, METADATA_MODULE,
+                             FlattenedTensorMetadata).load()
     loaded = {}
     if load_format is None:
         if not isinstance(obj, list):

@@ -1,5 +1,9 @@
 """What the host-mode IPC simulators unpickle torch's names into (no torch on CI): dtypes with
-their sizes, torch.Size, and the classes that are only passed as rebuild arguments."""
+their sizes, torch.Size, the classes that are only passed as rebuild arguments, and the
+exact-name unpickler."""
+
+import io
+import pickle
 
 DTYPE_SIZES = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "uint8": 1,
@@ -29,3 +33,30 @@ class TorchClass:
 def shm_path(handle):
     """The /dev/shm file a host-mode handle names (the shm name, NUL-padded to 64 bytes)."""
     return "/dev/shm/" + handle.rstrip(b"\0").decode().lstrip("/")
+
+
+class ExactNameUnpickler(pickle.Unpickler):
+    """Loads a torch IPC pickle allowing only exact (module, name) pairs, as SGLang's SafeUnpickler
+    does since September 2026: torch's rebuild function (the simulator's own `rebuild`), Tensor,
+    Size, the storage classes in `storages`, dtypes, and FlattenedTensorMetadata under
+    `metadata_module` (`metadata_cls`). Anything else is refused."""
+
+    def __init__(self, data, rebuild, metadata_module, metadata_cls,
+                 storages=("TypedStorage",), refusal="is forbidden"):
+        super().__init__(io.BytesIO(data))
+        self.refusal = refusal
+        self.allowed = {
+            ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rebuild,
+            ("torch", "Tensor"): TorchClass("Tensor"),
+            ("torch", "Size"): Size,
+            (metadata_module, "FlattenedTensorMetadata"): metadata_cls,
+        }
+        for storage in storages:
+            self.allowed[("torch.storage", storage)] = TorchClass(storage)
+        for name in DTYPE_SIZES:
+            self.allowed[("torch", name)] = Dtype(name)
+
+    def find_class(self, module, name):
+        if (module, name) not in self.allowed:
+            raise pickle.UnpicklingError(f"Global '{module}.{name}' {self.refusal}")
+        return self.allowed[(module, name)]
