@@ -44,7 +44,6 @@ import base64
 import binascii
 import io
 import json
-import mmap
 import os
 import pickle
 import sys
@@ -57,7 +56,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_standins import (DTYPE_SIZES, HANDLE_BYTES, Dtype, ExactNameUnpickler,  # noqa: E402,F401
-                            Size, TorchClass, shm_path)
+                            LoadError, ShmMappings)
 
 import numpy as np
 
@@ -85,9 +84,6 @@ NCCL_ROUTES = [
 class FlattenedTensorMetadata:
     """lmdeploy.utils.FlattenedTensorMetadata: NEWOBJ, then BUILD sets its fields."""
 
-
-class LoadError(Exception):
-    pass
 
 
 def numel_of(shape):
@@ -142,53 +138,19 @@ class Rank:
     def __init__(self, gpu_uuid, device):
         self.gpu_uuid = gpu_uuid
         self.device = device
-        self.mappings = {}  # (handle, storage offset) -> mmap
-        self.opens = 0
+        self.shm = ShmMappings()
         self.tensors = {}  # name -> bytes
         self.ipc_tensor = None  # _update_params_ipc_tensor
         self.ipc_event = None  # _update_params_ipc_event
 
     def rebuild_cuda_tensor(self, *args):
-        if len(args) != 15:
-            raise LoadError(f"rebuild_cuda_tensor takes 15 arguments, got {len(args)}")
-        (tensor_cls, size, stride, offset, storage_cls, dtype, device, handle, storage_bytes,
-         storage_offset, requires_grad, ref_counter, ref_offset, event, event_sync) = args
-        if not isinstance(tensor_cls, TorchClass) or tensor_cls.name != "Tensor":
-            raise LoadError("argument 0 is not torch.Tensor")
-        if not isinstance(storage_cls, TorchClass) or not storage_cls.name.endswith("Storage"):
-            raise LoadError("argument 4 is not a torch storage class")
-        if not isinstance(size, Size) or not isinstance(dtype, Dtype):
-            raise LoadError("arguments 1 and 5 must be a torch.Size and a torch dtype")
+        region, start, dtype, size = self.shm.rebuild(
+            args, ("TypedStorage", "UntypedStorage"), self.check_device)
+        return HostTensor(region, start, dtype, size)
+
+    def check_device(self, device):
         if device != self.device:
             raise LoadError("argument 6 is not the worker's current device")
-        for name, value in (("handle", handle), ("event handle", event)):
-            if not isinstance(value, bytes) or len(value) != HANDLE_BYTES:
-                raise LoadError(f"the {name} must be {HANDLE_BYTES} bytes")
-        if not isinstance(ref_counter, bytes):
-            raise LoadError("the ref-counter handle must be bytes")
-        if type(event_sync) is not bool or type(requires_grad) is not bool:
-            raise LoadError("requires_grad and event_sync_required must be bools")
-        expect, step = [], 1
-        for d in reversed(size):
-            expect.insert(0, step)
-            step *= max(d, 1)
-        if tuple(stride) != tuple(expect):
-            raise LoadError(f"strides {tuple(stride)} are not contiguous for {tuple(size)}")
-        if storage_bytes % dtype.itemsize or storage_offset % dtype.itemsize:
-            raise LoadError("the storage is not whole elements of its dtype")
-        if (offset + numel_of(size)) * dtype.itemsize > storage_bytes:
-            raise LoadError("the view runs past its storage")
-        key = (handle, storage_offset)
-        region = self.mappings.get(key)
-        if region is None:
-            name = handle.rstrip(b"\0").decode()
-            with open(shm_path(handle), "rb") as f:
-                region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            if storage_offset + storage_bytes > len(region):
-                raise LoadError(f"the storage runs past allocation {name}")
-            self.mappings[key] = region
-            self.opens += 1
-        return HostTensor(region, storage_offset + offset * dtype.itemsize, dtype, size)
 
     def construct(self, item, require_clone=True):
         """LMDeploy's _construct: (func, args), args[6] replaced by the current device."""
@@ -362,7 +324,7 @@ class Handler(BaseHTTPRequestHandler):
                     "weight_version": None, "ranks": ranks, "updates_received": e.updates,
                     "flattened_tensor_sent": e.flattened_tensor_sent,
                     "finished_calls": e.finished_calls, "casts": e.casts,
-                    "ipc_opens": [r.opens for r in e.ranks],
+                    "ipc_opens": [r.shm.opens for r in e.ranks],
                     "loads_while_asleep": e.loads_while_asleep,
                     "is_sleeping": bool(e.sleeping_tags),
                     "sleeping_tags": sorted(e.sleeping_tags), "events": e.events,

@@ -28,7 +28,6 @@ import base64
 import binascii
 import io
 import json
-import mmap
 import os
 import pickle
 import sys
@@ -38,8 +37,8 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_standins import (DTYPE_SIZES, HANDLE_BYTES, Dtype, ExactNameUnpickler,  # noqa: E402,F401
-                            Size, TorchClass, shm_path)
+from torch_standins import (DTYPE_SIZES, Dtype, ExactNameUnpickler,  # noqa: E402,F401
+                            LoadError, ShmMappings)
 
 METADATA_MODULE = "sglang.srt.weight_sync.tensor_bucket"
 
@@ -58,67 +57,27 @@ class HostTensor:
         self.shape = shape
 
 
-class LoadError(Exception):
-    pass
-
 
 class Rank:
     """One TP rank: its GPU, the mappings it keeps and the tensors it holds."""
 
     def __init__(self, gpu_uuid):
         self.gpu_uuid = gpu_uuid
-        self.mappings = {}  # (handle, storage offset) -> mmap
-        self.opens = 0
+        self.shm = ShmMappings()
         self.tensors = {}  # name -> bytes
 
     def rebuild_cuda_tensor(self, *args):
-        if len(args) != 15:
-            raise LoadError(f"rebuild_cuda_tensor takes 15 arguments, got {len(args)}")
-        (tensor_cls, size, stride, offset, storage_cls, dtype, device, handle, storage_bytes,
-         storage_offset, requires_grad, ref_counter, ref_offset, event, event_sync) = args
-        if not isinstance(tensor_cls, TorchClass) or tensor_cls.name != "Tensor":
-            raise LoadError("argument 0 is not torch.Tensor")
-        if not isinstance(storage_cls, TorchClass) or storage_cls.name != "TypedStorage":
-            raise LoadError("argument 4 is not torch.storage.TypedStorage")
-        if not isinstance(size, Size) or not isinstance(dtype, Dtype):
-            raise LoadError("arguments 1 and 5 must be a torch.Size and a torch dtype")
+        region, start, dtype, size = self.shm.rebuild(args, ("TypedStorage",), self.check_device)
+        numel = 1
+        for d in size:
+            numel *= d
+        return HostTensor(bytes(region[start:start + numel * dtype.itemsize]), dtype, size)
+
+    def check_device(self, device):
         if not isinstance(device, str):
             raise LoadError("SGLang's patched reductions expect the device as a GPU UUID string")
         if device != self.gpu_uuid:
             raise LoadError(f"device {device} is not this rank's GPU ({self.gpu_uuid})")
-        for name, value in (("handle", handle), ("event handle", event)):
-            if not isinstance(value, bytes) or len(value) != HANDLE_BYTES:
-                raise LoadError(f"the {name} must be {HANDLE_BYTES} bytes")
-        if not isinstance(ref_counter, bytes):
-            raise LoadError("the ref-counter handle must be bytes")
-        if type(event_sync) is not bool or type(requires_grad) is not bool:
-            raise LoadError("requires_grad and event_sync_required must be bools")
-        numel = 1
-        for d in size:
-            numel *= d
-        expect = []
-        step = 1
-        for d in reversed(size):
-            expect.insert(0, step)
-            step *= max(d, 1)
-        if tuple(stride) != tuple(expect):
-            raise LoadError(f"strides {tuple(stride)} are not contiguous for {tuple(size)}")
-        if storage_bytes % dtype.itemsize or storage_offset % dtype.itemsize:
-            raise LoadError("the storage is not whole elements of its dtype")
-        if (offset + numel) * dtype.itemsize > storage_bytes:
-            raise LoadError("the view runs past its storage")
-        key = (handle, storage_offset)
-        region = self.mappings.get(key)
-        if region is None:
-            name = handle.rstrip(b"\0").decode()
-            with open(shm_path(handle), "rb") as f:
-                region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            if storage_offset + storage_bytes > len(region):
-                raise LoadError(f"the storage runs past allocation {name}")
-            self.mappings[key] = region
-            self.opens += 1
-        start = storage_offset + offset * dtype.itemsize
-        return HostTensor(bytes(region[start:start + numel * dtype.itemsize]), dtype, tuple(size))
 
 
 def load_rank(rank, entry, load_format):
@@ -215,7 +174,7 @@ class Handler(BaseHTTPRequestHandler):
                          for i, r in enumerate(e.ranks)}
                 return self.reply(200, {"weight_version": e.weight_version, "ranks": ranks,
                                         "updates_received": e.updates, "paused": e.paused,
-                                        "ipc_opens": [r.opens for r in e.ranks],
+                                        "ipc_opens": [r.shm.opens for r in e.ranks],
                                         "last_error": e.last_error})
         self.reply(404, {"detail": "Not Found"})
 

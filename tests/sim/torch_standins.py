@@ -3,6 +3,7 @@ their sizes, torch.Size, the classes that are only passed as rebuild arguments, 
 exact-name unpickler."""
 
 import io
+import mmap
 import pickle
 
 DTYPE_SIZES = {
@@ -60,3 +61,61 @@ class ExactNameUnpickler(pickle.Unpickler):
         if (module, name) not in self.allowed:
             raise pickle.UnpicklingError(f"Global '{module}.{name}' {self.refusal}")
         return self.allowed[(module, name)]
+
+
+class LoadError(Exception):
+    """Why an engine refused a payload: the simulator answers as the engine would."""
+
+
+class ShmMappings:
+    """One rank's mappings of host-mode allocations, as torch's IPC cache keeps them: opened
+    once per (handle, storage offset) and kept; `opens` counts the opening."""
+
+    def __init__(self):
+        self.mappings = {}  # (handle, storage offset) -> mmap
+        self.opens = 0
+
+    def rebuild(self, args, storage_classes, check_device):
+        """Checks rebuild_cuda_tensor's 15 arguments as torch reads them (the device through
+        `check_device`, the engine's own rule) and maps the storage. Returns (region, start byte,
+        dtype, size) of the view."""
+        if len(args) != 15:
+            raise LoadError(f"rebuild_cuda_tensor takes 15 arguments, got {len(args)}")
+        (tensor_cls, size, stride, offset, storage_cls, dtype, device, handle, storage_bytes,
+         storage_offset, requires_grad, ref_counter, _ref_offset, event, event_sync) = args
+        if not isinstance(tensor_cls, TorchClass) or tensor_cls.name != "Tensor":
+            raise LoadError("argument 0 is not torch.Tensor")
+        if not isinstance(storage_cls, TorchClass) or storage_cls.name not in storage_classes:
+            raise LoadError(f"argument 4 is not one of torch.storage's {storage_classes}")
+        if not isinstance(size, Size) or not isinstance(dtype, Dtype):
+            raise LoadError("arguments 1 and 5 must be a torch.Size and a torch dtype")
+        check_device(device)
+        for name, value in (("handle", handle), ("event handle", event)):
+            if not isinstance(value, bytes) or len(value) != HANDLE_BYTES:
+                raise LoadError(f"the {name} must be {HANDLE_BYTES} bytes")
+        if not isinstance(ref_counter, bytes):
+            raise LoadError("the ref-counter handle must be bytes")
+        if type(event_sync) is not bool or type(requires_grad) is not bool:
+            raise LoadError("requires_grad and event_sync_required must be bools")
+        numel, expect, step = 1, [], 1
+        for d in reversed(size):
+            numel *= d
+            expect.insert(0, step)
+            step *= max(d, 1)
+        if tuple(stride) != tuple(expect):
+            raise LoadError(f"strides {tuple(stride)} are not contiguous for {tuple(size)}")
+        if storage_bytes % dtype.itemsize or storage_offset % dtype.itemsize:
+            raise LoadError("the storage is not whole elements of its dtype")
+        if (offset + numel) * dtype.itemsize > storage_bytes:
+            raise LoadError("the view runs past its storage")
+        key = (handle, storage_offset)
+        region = self.mappings.get(key)
+        if region is None:
+            with open(shm_path(handle), "rb") as f:
+                region = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if storage_offset + storage_bytes > len(region):
+                name = handle.rstrip(b"\0").decode()
+                raise LoadError(f"the storage runs past allocation {name}")
+            self.mappings[key] = region
+            self.opens += 1
+        return region, storage_offset + offset * dtype.itemsize, dtype, tuple(size)
