@@ -19,6 +19,7 @@ struct TensorEntry {
   uint64_t length = 0;
 
   uint64_t end() const { return offset + length; }
+  bool operator==(const TensorEntry&) const = default;
 };
 
 struct BucketManifest {
@@ -27,6 +28,7 @@ struct BucketManifest {
   // Bytes from the slot's start to the end of the furthest tensor: the range that is checksummed
   // and broadcast.
   uint64_t span_bytes() const;
+  bool operator==(const BucketManifest&) const = default;
 };
 
 // Product of dims, or an error for negative dims and overflow.

@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
   push->progress_.buckets_total = options.buckets_total;
   if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
   WSYNC_ASSIGN_OR_RETURN(v1::UpdateStarted started,
-                         push->stream_.Begin(session_id, group, version));
+                         push->stream_.Begin(session_id, group, version, options.tp_rank));
   // The group's engines shape every bucket of this update; no tensor has been planned yet.
   push->planner_ = BucketPlanner(push->slots_.front()->bytes(),
                                  /*oversize_alone=*/push->oversize_ != nullptr,

@@ -90,6 +90,11 @@ struct PushOptions {
   // so the trainer's process does no GPU work of its own; a bucket holding a tensor that cannot
   // be exported is copied by the client as usual. Tensors are released once wsyncd has read them.
   bool pull = false;
+  // A colocated group whose engines' TP ranks span GPUs takes one trainer rank per GPU, each from
+  // a session on its own GPU, beginning the same version: wsyncd joins them into one update. The
+  // rank's position among the group's GPUs, checked by wsyncd when set (-1: not sent; the
+  // session's device alone picks the rank's place).
+  int tp_rank = -1;
   SourceExporter* exporter = nullptr;  // set by Client::BeginPush
 };
 

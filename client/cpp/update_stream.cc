@@ -23,11 +23,12 @@ UpdateStream::~UpdateStream() {
 
 absl::StatusOr<v1::UpdateStarted> UpdateStream::Begin(const std::string& session_id,
                                                       const std::string& group,
-                                                      const std::string& version) {
+                                                      const std::string& version, int tp_rank) {
   v1::UpdateRequest req;
   req.mutable_begin()->set_session_id(session_id);
   req.mutable_begin()->set_group(group);
   req.mutable_begin()->set_version(version);
+  if (tp_rank >= 0) req.mutable_begin()->set_tp_rank(static_cast<uint32_t>(tp_rank));
   v1::UpdateEvent event;
   if (!stream_->Write(req) || !Next(&event)) {
     absl::Status s = Finish();

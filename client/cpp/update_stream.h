@@ -20,9 +20,10 @@ class UpdateStream {
  public:
   UpdateStream(v1::Trainer::Stub* stub, absl::Duration timeout);
   ~UpdateStream();
-  // Sends begin and waits for Started (or the daemon's refusal).
+  // Sends begin and waits for Started (or the daemon's refusal). `tp_rank` (-1: not sent) is the
+  // trainer rank's position among a colocated group's GPUs (BeginUpdate.tp_rank).
   absl::StatusOr<v1::UpdateStarted> Begin(const std::string& session_id, const std::string& group,
-                                          const std::string& version);
+                                          const std::string& version, int tp_rank = -1);
   bool Send(const v1::UpdateRequest& request);
   bool SendBucket(const v1::Bucket& bucket);
   // Sends commit and half-closes.

@@ -1,9 +1,11 @@
 #include "daemon/core/daemon_core.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -297,10 +299,11 @@ absl::StatusOr<std::pair<uint32_t, SlotMemory*>> DaemonCore::ReserveOversizeSlot
   return pool_.LeaseOversize(session.device, session_id, bytes);
 }
 
-absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::string& session_id,
-                                                                   const std::string& group_name,
-                                                                   const std::string& version,
-                                                                   UpdateEvents* events) {
+absl::StatusOr<std::unique_ptr<UpdateMember>> DaemonCore::BeginUpdate(const std::string& session_id,
+                                                                      const std::string& group_name,
+                                                                      const std::string& version,
+                                                                      UpdateEvents* events,
+                                                                      int tp_rank) {
   if (draining_) return absl::UnavailableError("wsyncd is draining; no new updates");
   // Checked before any of them is looked up, logged or kept in the history.
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the session id", session_id, kMaxNameBytes));
@@ -309,27 +312,79 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   WSYNC_ASSIGN_OR_RETURN(Session session, sessions_.Touch(session_id));
   auto group = FindGroup(group_name);
   if (!group) return absl::NotFoundError(absl::StrCat("unknown group '", group_name, "'"));
-  if (group->spec().device != session.device) {
+  const std::vector<TrainerFeed>& feeds = group->feeds();
+  auto at = std::find_if(feeds.begin(), feeds.end(),
+                         [&](const TrainerFeed& f) { return f.device == session.device; });
+  if (at == feeds.end()) {
+    std::vector<std::string> names;
+    for (const TrainerFeed& f : feeds) names.push_back(FeedName(f));
     return absl::FailedPreconditionError(
-        absl::StrCat("group '", group_name, "' sends from device ", group->spec().device,
+        absl::StrCat("group '", group_name, "' is fed from ", absl::StrJoin(names, ", "),
                      " but session ", session_id, " holds slots of device ", session.device));
   }
+  const size_t feed = static_cast<size_t>(at - feeds.begin());
+  if (tp_rank >= 0 && static_cast<size_t>(tp_rank) != feed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", group_name, "': TP rank ", tp_rank, " begins from ", FeedName(*at),
+                     ", which the group's engines give TP rank ", feed,
+                     "; start each trainer rank on the GPU "
+                     "of the engine rank it feeds"));
+  }
   WSYNC_RETURN_IF_ERROR(sessions_.StartUpdate(session_id));
+  std::shared_ptr<JoinPoint> point;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<JoinPoint>& slot = join_points_[group_name];
+    if (!slot) slot = std::make_shared<JoinPoint>();
+    point = slot;
+  }
+  std::lock_guard<std::mutex> join_lock(point->mu);
+  std::shared_ptr<UpdateRun> run = point->run.lock();
+  if (run != nullptr && !run->accepting()) run = nullptr;
+  absl::Status joined = absl::OkStatus();
+  if (run != nullptr && feeds.size() > 1) {
+    if (run->version() != version) {
+      joined = absl::FailedPreconditionError(
+          absl::StrCat("group '", group_name, "' is being updated to version '", run->version(),
+                       "' (update ", run->id(),
+                       "); every trainer rank of a TP group joins one update with "
+                       "the same version"));
+    } else {
+      joined = run->Join(feed, session_id, events);
+    }
+    if (joined.ok()) {
+      WSYNC_LOG(Info, "update ", run->id(), " of group ", group_name, ": session ", session_id,
+                " joined, feeding ", FeedName(*at));
+    }
+  } else {
+    auto started = StartRun(group, session, feed, version, events);
+    if (started.ok()) {
+      run = std::move(*started);
+      point->run = run;
+    }
+    joined = started.status();
+  }
+  if (!joined.ok()) {
+    sessions_.EndUpdate(session_id);
+    return joined;
+  }
+  return std::make_unique<UpdateMember>(std::move(run), feed);
+}
+
+absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
+    const std::shared_ptr<WeightGroup>& group, const Session& session, size_t feed,
+    const std::string& version, UpdateEvents* events) {
+  const std::string& group_name = group->spec().name;
   UpdateContext context;
   {
     std::lock_guard<std::mutex> lock(mu_);
     context.update_id = absl::StrFormat("u%llu", static_cast<unsigned long long>(next_update_++));
   }
-  if (absl::Status s = group->BeginUpdate(UpdateInfo{context.update_id, version}); !s.ok()) {
-    sessions_.EndUpdate(session_id);
-    return s;
-  }
+  WSYNC_RETURN_IF_ERROR(group->BeginUpdate(UpdateInfo{context.update_id, version}));
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++running_updates_;
   }
-  context.session_id = session_id;
-  context.device = session.device;
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
   context.verify_checksums = options_.checksum != "none";
@@ -338,12 +393,16 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
   record.update_id = context.update_id;
   record.group = group_name;
   record.version = version;
-  record.session_id = session_id;
+  record.session_id = session.id;
   record.state = "running";
   record.started = absl::Now();
   history_.Upsert(record);
   WSYNC_LOG(Info, "update ", context.update_id, " of group ", group_name, " to version '", version,
-            "' started by session ", session_id);
+            "' started by session ", session.id,
+            group->feeds().size() > 1
+                ? absl::StrCat(", feeding ", FeedName(group->feeds()[feed]), "; ",
+                               group->feeds().size() - 1, " more trainer rank(s) to join")
+                : "");
 
   auto on_done = [this, record](const UpdateOutcome& outcome) mutable {
     record.status = outcome.status;
@@ -355,12 +414,13 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
     record.buckets = outcome.buckets;
     record.bytes = outcome.bytes;
     record.seconds = outcome.seconds;
+    if (!outcome.sessions.empty()) record.session_id = absl::StrJoin(outcome.sessions, ",");
     for (const EngineOutcome& e : outcome.engines) {
       record.engine_results.push_back(
           absl::StrCat(e.engine, ": ", e.status.ok() ? "ok" : e.status.ToString()));
     }
     history_.Upsert(record);
-    sessions_.EndUpdate(record.session_id);
+    for (const std::string& s : outcome.sessions) sessions_.EndUpdate(s);
     WSYNC_LOG(Info, "update ", record.update_id, " ", record.state, ": ", outcome.buckets,
               " buckets, ", outcome.bytes, " bytes in ", outcome.seconds, " s",
               outcome.status.ok() ? "" : absl::StrCat(" (", outcome.status.ToString(), ")"));
@@ -368,7 +428,8 @@ absl::StatusOr<std::unique_ptr<UpdateRun>> DaemonCore::BeginUpdate(const std::st
     --running_updates_;
     cv_.notify_all();
   };
-  return std::make_unique<UpdateRun>(std::move(context), group, &pool_, events, std::move(on_done));
+  return std::make_shared<UpdateRun>(std::move(context), group, &pool_, feed, session.id, events,
+                                     std::move(on_done));
 }
 
 DaemonStatusView DaemonCore::Status() const {

@@ -121,10 +121,14 @@ class DaemonCore {
                                                const std::vector<TensorSourceRef>& sources,
                                                const BucketManifest& manifest);
 
-  absl::StatusOr<std::unique_ptr<UpdateRun>> BeginUpdate(const std::string& session_id,
-                                                         const std::string& group,
-                                                         const std::string& version,
-                                                         UpdateEvents* events);
+  // Begins an update of `group` to `version` from the session's device, or joins the one that
+  // another trainer rank of a group fed from several GPUs (a colocated TP group) began with the
+  // same version. `tp_rank` (-1: not given) must then be the feed's position in the group's
+  // feeds, a check that the trainer's rank sits on the GPU the group expects.
+  absl::StatusOr<std::unique_ptr<UpdateMember>> BeginUpdate(const std::string& session_id,
+                                                            const std::string& group,
+                                                            const std::string& version,
+                                                            UpdateEvents* events, int tp_rank = -1);
 
   std::vector<SlotRow> ListBuffers() const { return pool_.Snapshot(); }
   std::vector<UpdateRecord> ListUpdates(size_t limit) const { return history_.Latest(limit); }
@@ -140,6 +144,17 @@ class DaemonCore {
   absl::Status CheckEngineNetworks(const GroupSpec& spec) const;
   absl::Status DeclareWithRecord(const GroupSpec& spec, const GroupRecord* previous);
   std::shared_ptr<WeightGroup> FindGroup(const std::string& name) const;
+  // Starts a new update of `group` fed first by `feed`.
+  absl::StatusOr<std::shared_ptr<UpdateRun>> StartRun(const std::shared_ptr<WeightGroup>& group,
+                                                      const Session& session, size_t feed,
+                                                      const std::string& version,
+                                                      UpdateEvents* events);
+  // Where the trainer ranks of one group meet: the update they may join, while it runs. Its
+  // mutex orders the ranks' begins, so two ranks never start two updates.
+  struct JoinPoint {
+    std::mutex mu;
+    std::weak_ptr<UpdateRun> run;
+  };
 
   std::unique_ptr<Platform> platform_;
   const DaemonOptions options_;
@@ -155,6 +170,7 @@ class DaemonCore {
   std::map<std::string, std::shared_ptr<SourceTable>> source_tables_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<WeightGroup>> groups_;
+  std::map<std::string, std::shared_ptr<JoinPoint>> join_points_;
   int running_updates_ = 0;
   uint64_t next_update_ = 1;
   std::atomic<bool> draining_{false};

@@ -1,6 +1,7 @@
 #include "daemon/core/update_run.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "common/log.h"
@@ -9,13 +10,17 @@
 namespace wsync {
 
 UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, BufferPool* pool,
-                     UpdateEvents* events, DoneCallback on_done)
+                     size_t first, const std::string& session_id, UpdateEvents* events,
+                     DoneCallback on_done)
     : context_(std::move(context)),
       group_(std::move(group)),
+      feeds_(group_->feeds()),
       pool_(pool),
-      events_(events),
       on_done_(std::move(on_done)),
-      started_(absl::Now()) {
+      started_(absl::Now()),
+      feed_state_(feeds_.size()) {
+  feed_state_.at(first).session_id = session_id;
+  feed_state_[first].events = events;
   sender_ = std::thread([this] { SenderLoop(); });
   reuse_thread_ = std::thread([this] { ReuseLoop(); });
   answer_thread_ = std::thread([this] { AnswerLoop(); });
@@ -25,7 +30,7 @@ UpdateRun::~UpdateRun() {
   bool finished;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    finished = finished_;
+    finished = finished_ || finishing_;
   }
   if (!finished) Abort(absl::AbortedError("update dropped without commit or abort"));
   if (sender_.joinable()) sender_.join();
@@ -39,53 +44,138 @@ void UpdateRun::Fail(absl::Status status) {
   if (failure_.ok()) failure_ = std::move(status);
 }
 
-absl::Status UpdateRun::SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                                     uint64_t sequence, PulledSources pulled, bool last) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (finished_ || closing_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("bucket ", sequence, " arrived after the update was committed or aborted"));
+template <typename Fn>
+void UpdateRun::ForEachJoined(Fn fn) {
+  for (Feed& f : feed_state_) {
+    if (UpdateEvents* events = f.events.load()) fn(events);
+  }
+}
+
+bool UpdateRun::accepting() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !finished_ && !finishing_ && !closing_;
+}
+
+absl::Status UpdateRun::Join(size_t feed, const std::string& session_id, UpdateEvents* events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (feed >= feed_state_.size()) return absl::InternalError("no such feed");
+  if (finished_ || finishing_ || closing_) {
+    return absl::FailedPreconditionError(absl::StrCat("update ", context_.update_id,
+                                                      " of version '", context_.version,
+                                                      "' has ended; begin a new one"));
   }
   if (!failure_.ok()) return failure_;
-  auto memory = pool_->Get(context_.device, slot, context_.session_id);
-  if (!memory.ok()) {
-    Fail(absl::Status(memory.status().code(),
-                      absl::StrCat("bucket ", sequence, ": ", memory.status().message())));
-    return failure_;
+  Feed& f = feed_state_[feed];
+  if (!f.session_id.empty()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("session ", f.session_id, " already feeds ", FeedName(feeds_[feed]),
+                     " in update ", context_.update_id, " of version '", context_.version, "'"));
   }
-  absl::Status valid = ValidateManifest(manifest, (*memory)->bytes());
-  if (valid.ok()) valid = group_->ValidateBucket(manifest);
-  if (valid.ok()) {
-    for (const TensorEntry& t : manifest.tensors) {
-      if (names_.count(t.name) != 0) {
-        valid = absl::InvalidArgumentError(
-            absl::StrCat("duplicate tensor name '", t.name, "': already sent in this update"));
-        break;
-      }
-    }
-  }
-  if (!valid.ok()) {
-    Fail(absl::Status(valid.code(),
-                      absl::StrCat("bucket ", sequence, " refused: ", valid.message())));
-    return failure_;
-  }
-  absl::Status moved = pool_->Transition(context_.device, slot, context_.session_id,
-                                         SlotState::kFilling, SlotState::kQueued);
-  if (!moved.ok()) {
-    Fail(absl::Status(moved.code(), absl::StrCat("bucket ", sequence, ": ", moved.message())));
-    return failure_;
-  }
-  for (const TensorEntry& t : manifest.tensors) names_.insert(t.name);
-  WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", sequence, " (slot ", slot, ", ",
-            manifest.span_bytes(), " bytes", pulled.pieces.empty() ? "" : ", pull", "): received");
-  queue_.push_back(
-      Pending{slot, *memory, std::move(manifest), checksum, sequence, last, std::move(pulled)});
+  f.session_id = session_id;
+  f.events = events;
   cv_.notify_all();
   return absl::OkStatus();
 }
 
-void UpdateRun::ReleaseSlot(uint32_t slot, SlotState from) {
-  (void)pool_->Transition(context_.device, slot, context_.session_id, from, SlotState::kFilling);
+absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest manifest,
+                                     uint32_t checksum, uint64_t sequence, PulledSources pulled,
+                                     bool last) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (finished_ || finishing_ || closing_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("bucket ", sequence, " arrived after the update was committed or aborted"));
+  }
+  if (!failure_.ok()) return failure_;
+  Feed& f = feed_state_.at(feed);
+  const std::string& session = f.session_id;
+  const int device = feeds_[feed].device;
+  const auto refuse = [&](const absl::Status& s, absl::string_view what) {
+    Fail(absl::Status(s.code(), absl::StrCat("bucket ", sequence, what, s.message())));
+    cv_.notify_all();
+    return failure_;
+  };
+  auto memory = pool_->Get(device, slot, session);
+  if (!memory.ok()) return refuse(memory.status(), ": ");
+  // The update's bucket this one is a share of; the first share of it made it and was checked
+  // in full, the others must match it.
+  const uint64_t index = f.submitted;
+  Pending* joined = index - taken_ < queue_.size() ? &queue_[index - taken_] : nullptr;
+  absl::Status valid = ValidateManifest(manifest, (*memory)->bytes());
+  if (valid.ok() && joined != nullptr) {
+    if (!(manifest == joined->manifest) || last != joined->last) {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          "it differs from bucket ", index, " of the other trainer ranks (", FeedName(feeds_[feed]),
+          " sent ", manifest.tensors.size(), " tensor(s) starting with '",
+          manifest.tensors.empty() ? "" : manifest.tensors.front().name, "'", last ? ", last" : "",
+          "; they sent ", joined->manifest.tensors.size(), " starting with '",
+          joined->manifest.tensors.empty() ? "" : joined->manifest.tensors.front().name, "'",
+          joined->last ? ", last" : "", "): every rank of a TP group sends the same bucket plan"));
+    }
+  } else if (valid.ok()) {
+    valid = group_->ValidateBucket(manifest);
+    if (valid.ok()) {
+      for (const TensorEntry& t : manifest.tensors) {
+        if (names_.count(t.name) != 0) {
+          valid = absl::InvalidArgumentError(
+              absl::StrCat("duplicate tensor name '", t.name, "': already sent in this update"));
+          break;
+        }
+      }
+    }
+  }
+  if (!valid.ok()) return refuse(valid, " refused: ");
+  absl::Status moved =
+      pool_->Transition(device, slot, session, SlotState::kFilling, SlotState::kQueued);
+  if (!moved.ok()) return refuse(moved, ": ");
+  WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", sequence, " of ",
+            FeedName(feeds_[feed]), " (slot ", slot, ", ", manifest.span_bytes(), " bytes",
+            pulled.pieces.empty() ? "" : ", pull", "): received");
+  if (joined == nullptr) {
+    for (const TensorEntry& t : manifest.tensors) names_.insert(t.name);
+    Pending& p = queue_.emplace_back();
+    p.manifest = std::move(manifest);
+    p.last = last;
+    p.shares.resize(feeds_.size());
+    p.deadline = absl::Now() + context_.bucket_timeout;
+    joined = &p;
+  }
+  Share& share = joined->shares[feed];
+  share.present = true;
+  share.slot = slot;
+  share.memory = *memory;
+  share.checksum = checksum;
+  share.sequence = sequence;
+  share.pulled = std::move(pulled);
+  ++joined->present;
+  ++f.submitted;
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void UpdateRun::ReleaseSlot(size_t feed, uint32_t slot, SlotState from) {
+  (void)pool_->Transition(feeds_[feed].device, slot, feed_state_[feed].session_id, from,
+                          SlotState::kFilling);
+}
+
+void UpdateRun::ReleaseShares(const Pending& p, SlotState from) {
+  for (size_t i = 0; i < p.shares.size(); ++i) {
+    if (p.shares[i].present) ReleaseSlot(i, p.shares[i].slot, from);
+  }
+}
+
+std::string UpdateRun::MissingShares(uint64_t index, const Pending& p) const {
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < p.shares.size(); ++i) {
+    if (p.shares[i].present) continue;
+    const Feed& f = feed_state_[i];
+    missing.push_back(absl::StrCat(
+        "the trainer rank feeding ", FeedName(feeds_[i]),
+        f.session_id.empty()
+            ? " never joined the update (no session began it with this group and version)"
+            : absl::StrCat(" (session ", f.session_id, ") sent ", f.submitted, " bucket(s)")));
+  }
+  return absl::StrCat("bucket ", index, " of update ", context_.update_id,
+                      " is incomplete: ", absl::StrJoin(missing, "; "));
 }
 
 void UpdateRun::ReportFailure(absl::Status status) {
@@ -103,63 +193,63 @@ void UpdateRun::ReportFailure(absl::Status status) {
     early.bytes = bytes_;
   }
   early.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
-  events_->Failed(early);
+  ForEachJoined([&](UpdateEvents* events) { events->Failed(early); });
 }
 
-absl::Status UpdateRun::Verify(const Pending& p) {
-  const auto refused = [&](const absl::Status& s) {
-    return absl::Status(s.code(),
-                        absl::StrCat("bucket ", p.sequence, ": slot ", p.slot, " of session ",
-                                     context_.session_id, ": ", s.message(), "; nothing was sent"));
+absl::Status UpdateRun::Verify(size_t feed, const Share& s, uint64_t span) {
+  const std::string& session = feed_state_[feed].session_id;
+  const auto refused = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("bucket ", s.sequence, ": slot ", s.slot, " of session ",
+                                     session, ": ", status.message(), "; nothing was sent"));
   };
   if (!context_.verify_checksums) {
     // Unread here, the slot is first read by the broadcast, where a host-mode slot the trainer
     // truncated fails mid-way: make sure it still holds its bytes.
-    absl::Status intact = p.memory->CheckIntact();
+    absl::Status intact = s.memory->CheckIntact();
     return intact.ok() ? intact : refused(intact);
   }
   // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
-  const uint64_t span = p.manifest.span_bytes();
-  absl::StatusOr<uint32_t> checked = p.memory->Checksum(span);
+  absl::StatusOr<uint32_t> checked = s.memory->Checksum(span);
   if (!checked.ok()) return refused(checked.status());
   const uint32_t crc = *checked;
-  if (crc != p.checksum) {
+  if (crc != s.checksum) {
     return absl::DataLossError(
-        absl::StrCat("bucket ", p.sequence, ": checksum mismatch: the trainer announced crc32 ",
-                     Crc32Hex(p.checksum), " but slot ", p.slot, " holds ", Crc32Hex(crc), " over ",
-                     span, " bytes; nothing was sent"));
+        absl::StrCat("bucket ", s.sequence, ": checksum mismatch: the trainer announced crc32 ",
+                     Crc32Hex(s.checksum), " but slot ", s.slot, " of session ", session, " holds ",
+                     Crc32Hex(crc), " over ", span, " bytes; nothing was sent"));
   }
   return absl::OkStatus();
 }
 
-absl::Status UpdateRun::Fill(const Pending& p) {
-  auto crc = p.memory->FillFrom(p.pulled.pieces, p.manifest.span_bytes());
+absl::Status UpdateRun::Fill(size_t feed, const Share& s, uint64_t span) {
+  auto crc = s.memory->FillFrom(s.pulled.pieces, span);
   if (!crc.ok()) {
     return absl::Status(
         crc.status().code(),
-        absl::StrCat("bucket ", p.sequence, ": copying the trainer's tensors into slot ", p.slot,
-                     " of session ", context_.session_id, " failed: ", crc.status().message(),
-                     "; nothing was sent"));
+        absl::StrCat("bucket ", s.sequence, ": copying the trainer's tensors into slot ", s.slot,
+                     " of session ", feed_state_[feed].session_id,
+                     " failed: ", crc.status().message(), "; nothing was sent"));
   }
-  events_->SourcesRead(p.sequence);
+  if (UpdateEvents* events = feed_state_[feed].events.load()) events->SourcesRead(s.sequence);
   return absl::OkStatus();
 }
 
-absl::Status UpdateRun::CheckInPlace(const Pending& p) {
-  for (const std::shared_ptr<SourceMemory>& source : p.pulled.keep) {
+absl::Status UpdateRun::CheckInPlace(size_t feed, const Share& s) {
+  for (const std::shared_ptr<SourceMemory>& source : s.pulled.keep) {
     absl::Status intact = source->CheckIntact();
     if (!intact.ok()) {
-      return absl::Status(intact.code(),
-                          absl::StrCat("bucket ", p.sequence, " of session ", context_.session_id,
-                                       ": ", intact.message(), "; nothing was sent"));
+      return absl::Status(intact.code(), absl::StrCat("bucket ", s.sequence, " of session ",
+                                                      feed_state_[feed].session_id, ": ",
+                                                      intact.message(), "; nothing was sent"));
     }
   }
   return absl::OkStatus();
 }
 
-const void* UpdateRun::DirectSource(const Pending& p) const {
-  const std::vector<SourcePiece>& pieces = p.pulled.pieces;
-  if (pieces.empty() || p.pulled.keep.size() != 1 || pieces.front().offset != 0) return nullptr;
+const void* UpdateRun::DirectSource(const Share& s, const BucketManifest& manifest) const {
+  const std::vector<SourcePiece>& pieces = s.pulled.pieces;
+  if (pieces.empty() || s.pulled.keep.size() != 1 || pieces.front().offset != 0) return nullptr;
   const char* base = static_cast<const char*>(pieces.front().src);
   for (const SourcePiece& piece : pieces) {
     if (static_cast<const char*>(piece.src) != base + piece.offset) return nullptr;
@@ -170,7 +260,7 @@ const void* UpdateRun::DirectSource(const Pending& p) const {
   // page or a 256-byte boundary, so the address says what the offset in the allocation is.) A
   // broadcast moves bytes and takes any layout.
   if (group_->spec().transport == TransportKind::kIpc) {
-    for (const TensorEntry& t : p.manifest.tensors) {
+    for (const TensorEntry& t : manifest.tensors) {
       if (reinterpret_cast<uintptr_t>(base + t.offset) % DTypeSize(t.dtype) != 0) return nullptr;
     }
   }
@@ -182,30 +272,73 @@ void UpdateRun::SenderLoop() {
   bool previous_launched = true;
   while (true) {
     Pending p;
+    uint64_t index = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || closing_; });
+      // The front bucket goes once every feed's share is there; a share missing at the bucket's
+      // deadline fails the update (the others' slots wait for nothing).
+      while (true) {
+        if (!queue_.empty() &&
+            (queue_.front().present == feeds_.size() || !failure_.ok() || !previous_launched)) {
+          break;
+        }
+        if (closing_) break;
+        if (queue_.empty()) {
+          cv_.wait(lock);
+          continue;
+        }
+        if (absl::Now() >= queue_.front().deadline) {
+          Fail(absl::DeadlineExceededError(absl::StrCat(
+              MissingShares(taken_, queue_.front()), " after ",
+              absl::FormatDuration(context_.bucket_timeout), "; nothing of it was sent")));
+          lock.unlock();
+          ReportFailure(absl::OkStatus());
+          lock.lock();
+          continue;
+        }
+        cv_.wait_until(lock, absl::ToChronoTime(queue_.front().deadline));
+      }
       if (queue_.empty()) break;
+      if (queue_.front().present != feeds_.size() && failure_.ok() && previous_launched) {
+        // Closing with a share missing: a commit whose feeds sent unequal numbers of buckets.
+        Fail(absl::FailedPreconditionError(
+            absl::StrCat(MissingShares(taken_, queue_.front()), "; nothing of it was sent")));
+      }
       p = std::move(queue_.front());
       queue_.pop_front();
+      index = taken_++;
       if (!failure_.ok() || !previous_launched) {
         // After a failure queued buckets are dropped: the trainer gets the failure, not SlotFree.
-        ReleaseSlot(p.slot, SlotState::kQueued);
+        ReleaseShares(p, SlotState::kQueued);
+        cv_.notify_all();
         continue;
       }
     }
-    (void)pool_->Transition(context_.device, p.slot, context_.session_id, SlotState::kQueued,
-                            SlotState::kSending);
+    for (size_t i = 0; i < p.shares.size(); ++i) {
+      (void)pool_->Transition(feeds_[i].device, p.shares[i].slot, feed_state_[i].session_id,
+                              SlotState::kQueued, SlotState::kSending);
+    }
     const absl::Time turn = absl::Now();
-    const bool pull = !p.pulled.pieces.empty();
-    p.direct = pull ? DirectSource(p) : nullptr;
-    absl::Status status = p.direct != nullptr ? CheckInPlace(p) : pull ? Fill(p) : Verify(p);
-    const double verify_seconds = (context_.verify_checksums || pull) && p.direct == nullptr
+    const uint64_t span = p.manifest.span_bytes();
+    absl::Status status;
+    bool pull = false;
+    bool copied = false;
+    for (size_t i = 0; i < p.shares.size() && status.ok(); ++i) {
+      Share& share = p.shares[i];
+      const bool share_pull = !share.pulled.pieces.empty();
+      pull = pull || share_pull;
+      share.direct = share_pull ? DirectSource(share, p.manifest) : nullptr;
+      copied = copied || share.direct == nullptr;
+      status = share.direct != nullptr ? CheckInPlace(i, share)
+               : share_pull            ? Fill(i, share, span)
+                                       : Verify(i, share, span);
+      // Once copied, the mappings stay in the session's table only; read in place, this bucket
+      // holds them until its engines are done.
+      if (share.direct == nullptr) share.pulled.keep.clear();
+    }
+    const double verify_seconds = (context_.verify_checksums || pull) && copied
                                       ? absl::ToDoubleSeconds(absl::Now() - turn)
                                       : 0;
-    // Once copied, the mappings stay in the session's table only; read in place, this bucket
-    // holds them until its broadcast is done.
-    if (p.direct == nullptr) p.pulled.keep.clear();
     std::unique_ptr<BucketHandle> handle;
     if (status.ok()) {
       // This thread launches the bucket (a broadcast: writes the requests and queues the
@@ -218,11 +351,15 @@ void UpdateRun::SenderLoop() {
         std::lock_guard<std::mutex> lock(mu_);
         bucket.index = transfers_started_;
       }
-      const SourceMemory* direct_memory =
-          p.direct != nullptr ? p.pulled.keep.front().get() : nullptr;
+      std::vector<BucketSource> sources;
+      for (size_t i = 0; i < p.shares.size(); ++i) {
+        const Share& share = p.shares[i];
+        sources.push_back(
+            BucketSource{feeds_[i].device, share.memory, share.direct,
+                         share.direct != nullptr ? share.pulled.keep.front().get() : nullptr});
+      }
       auto started =
-          group_->StartBucket({BucketSource{context_.device, p.memory, p.direct, direct_memory}},
-                              p.manifest, bucket, absl::Now() + context_.bucket_timeout);
+          group_->StartBucket(sources, p.manifest, bucket, absl::Now() + context_.bucket_timeout);
       if (started.ok()) {
         handle = std::move(*started);
         previous_launched = handle->launched();
@@ -235,21 +372,18 @@ void UpdateRun::SenderLoop() {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return transfers_settled_ == transfers_started_; });
         if (!failure_.ok()) {
-          ReleaseSlot(p.slot, SlotState::kSending);
+          ReleaseShares(p, SlotState::kSending);
           continue;
         }
       }
     }
     if (!status.ok()) {
-      ReleaseSlot(p.slot, SlotState::kSending);
+      ReleaseShares(p, SlotState::kSending);
       ReportFailure(status);
       continue;
     }
-    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes",
-              p.direct ? ", read in place"
-              : pull   ? ", pulled"
-                       : "",
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", index, " (", span, " bytes, ",
+              p.shares.size(), " share(s)", pull ? (copied ? ", pulled" : ", read in place") : "",
               "): started; ", pull ? "fill " : "verify ", verify_seconds * 1e3, " ms, then ",
               absl::ToDoubleMilliseconds(absl::Now() - turn) - verify_seconds * 1e3,
               " ms to launch (requests written, broadcast queued)");
@@ -287,16 +421,20 @@ void UpdateRun::ReuseLoop() {
     const Pending& p = f.pending;
     f.sent = f.handle->WaitReusable();
     f.sent_at = absl::Now();
-    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, " (slot ", p.slot, ", ",
-              p.manifest.span_bytes(), " bytes): sources ", f.sent.ok() ? "reusable" : "failed");
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket of ", p.manifest.span_bytes(),
+              " bytes: sources ", f.sent.ok() ? "reusable" : "failed");
     if (f.sent.ok()) {
-      ReleaseSlot(p.slot, SlotState::kSending);
+      ReleaseShares(p, SlotState::kSending);
       std::lock_guard<std::mutex> lock(mu_);
       if (!failure_.ok()) f.failed_before = true;
     }
-    if (f.sent.ok() && !f.failed_before) events_->SlotFree(p.slot);
-    // Read in place, the trainer's tensors were in use until now.
-    if (f.sent.ok() && p.direct != nullptr) events_->SourcesRead(p.sequence);
+    for (size_t i = 0; i < p.shares.size() && f.sent.ok(); ++i) {
+      UpdateEvents* events = feed_state_[i].events.load();
+      if (events == nullptr) continue;
+      if (!f.failed_before) events->SlotFree(p.shares[i].slot);
+      // Read in place, the trainer's tensors were in use until now.
+      if (p.shares[i].direct != nullptr) events->SourcesRead(p.shares[i].sequence);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     sent_.push_back(std::move(f));
     cv_.notify_all();
@@ -320,14 +458,16 @@ void UpdateRun::AnswerLoop() {
     // The engines' own answer time: this thread may reach a bucket after its answer came.
     const absl::Time answered_at =
         f.handle->answered_at() != absl::InfinitePast() ? f.handle->answered_at() : absl::Now();
-    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket ", p.sequence, ": sent ",
+    WSYNC_LOG(Debug, "update ", context_.update_id, " bucket of ", span, " bytes: sent ",
               sent.ok() ? "ok" : sent.status().ToString(), ", answered: ", status.ToString());
-    if (!sent.ok()) ReleaseSlot(p.slot, SlotState::kSending);
+    if (!sent.ok()) ReleaseShares(p, SlotState::kSending);
+    bool direct = false;
+    for (const Share& share : p.shares) direct = direct || share.direct != nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (status.ok()) {
         ++buckets_;
-        if (p.direct != nullptr) ++buckets_read_in_place_;
+        if (direct) ++buckets_read_in_place_;
         bytes_ += span;
       } else {
         Fail(status);
@@ -366,7 +506,12 @@ void UpdateRun::AnswerLoop() {
       totals_.request_late += timing.request_late;
       totals_.total += timing.total;
     }
-    events_->BucketDone(p.sequence, span, static_cast<uint32_t>(p.manifest.tensors.size()), timing);
+    for (size_t i = 0; i < p.shares.size(); ++i) {
+      if (UpdateEvents* events = feed_state_[i].events.load()) {
+        events->BucketDone(p.shares[i].sequence, span,
+                           static_cast<uint32_t>(p.manifest.tensors.size()), timing);
+      }
+    }
   }
 }
 
@@ -375,24 +520,62 @@ absl::Status UpdateRun::failure() {
   return failure_;
 }
 
-UpdateOutcome UpdateRun::Commit() { return Finish(true, absl::OkStatus()); }
+UpdateOutcome UpdateRun::Commit(size_t feed) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!finished_ && !finishing_) {
+      feed_state_.at(feed).committed = true;
+      cv_.notify_all();
+      // A TP group's update commits once every rank committed: the engines record the version
+      // only when all their ranks hold all of it.
+      const auto all_committed = [&] {
+        for (const Feed& f : feed_state_) {
+          if (!f.committed) return false;
+        }
+        return true;
+      };
+      const absl::Time deadline = absl::Now() + context_.bucket_timeout;
+      while (!all_committed() && failure_.ok() && !finishing_ && !finished_ &&
+             absl::Now() < deadline) {
+        cv_.wait_until(lock, absl::ToChronoTime(deadline));
+      }
+      if (!all_committed() && failure_.ok() && !finishing_ && !finished_) {
+        std::vector<std::string> waiting;
+        for (size_t i = 0; i < feed_state_.size(); ++i) {
+          if (feed_state_[i].committed) continue;
+          waiting.push_back(
+              absl::StrCat(FeedName(feeds_[i]),
+                           feed_state_[i].session_id.empty()
+                               ? " (never joined)"
+                               : absl::StrCat(" (session ", feed_state_[i].session_id, ", ",
+                                              feed_state_[i].submitted, " bucket(s) sent)")));
+        }
+        Fail(absl::DeadlineExceededError(absl::StrCat(
+            "update ", context_.update_id, ": no commit within ",
+            absl::FormatDuration(context_.bucket_timeout), " from the trainer rank(s) feeding ",
+            absl::StrJoin(waiting, ", "), "; the engines keep their earlier version")));
+      }
+    }
+  }
+  return Finish(true, absl::OkStatus());
+}
 
 UpdateOutcome UpdateRun::Abort(absl::Status reason) { return Finish(false, std::move(reason)); }
 
 UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (finished_) {
-      UpdateOutcome done;
-      done.update_id = context_.update_id;
-      done.status = absl::FailedPreconditionError("update already finished");
-      return done;
+    if (finishing_ || finished_) {
+      // Another member finishes it: every member hears the same outcome.
+      cv_.wait(lock, [&] { return finished_; });
+      return outcome_;
     }
+    finishing_ = true;
     if (!commit) {
       Fail(reason);
       // Buckets not yet on the wire are dropped; one already sending completes (or times out),
       // so no engine sees part of a bucket.
-      for (const Pending& p : queue_) ReleaseSlot(p.slot, SlotState::kQueued);
+      for (const Pending& p : queue_) ReleaseShares(p, SlotState::kQueued);
       queue_.clear();
     }
     closing_ = true;
@@ -406,7 +589,6 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
   outcome.update_id = context_.update_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    finished_ = true;
     outcome.status = failure_;
     outcome.engines = bucket_outcomes_;
     outcome.buckets = buckets_;
@@ -415,6 +597,9 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     outcome.bucket_totals = totals_;
     if (first_launch_ != absl::InfinitePast()) {
       outcome.first_launch_seconds = absl::ToDoubleSeconds(first_launch_ - started_);
+    }
+    for (const Feed& f : feed_state_) {
+      if (!f.session_id.empty()) outcome.sessions.push_back(f.session_id);
     }
   }
   if (outcome.status.ok() && commit && outcome.buckets == 0) {
@@ -429,10 +614,34 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
   } else {
     group_->AbortUpdate(std::string(outcome.status.message()));
   }
-  pool_->ResetSession(context_.device, context_.session_id);
+  for (size_t i = 0; i < feeds_.size(); ++i) {
+    if (!feed_state_[i].session_id.empty()) {
+      pool_->ResetSession(feeds_[i].device, feed_state_[i].session_id);
+    }
+  }
   outcome.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
   if (on_done_) on_done_(outcome);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outcome_ = outcome;
+    finished_ = true;
+    cv_.notify_all();
+  }
   return outcome;
+}
+
+UpdateMember::~UpdateMember() {
+  if (!finished_) Abort(absl::AbortedError("update dropped without commit or abort"));
+}
+
+UpdateOutcome UpdateMember::Commit() {
+  finished_ = true;
+  return run_->Commit(feed_);
+}
+
+UpdateOutcome UpdateMember::Abort(absl::Status reason) {
+  finished_ = true;
+  return run_->Abort(std::move(reason));
 }
 
 }  // namespace wsync

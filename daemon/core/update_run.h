@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_CORE_UPDATE_RUN_H_
 #define WSYNC_DAEMON_CORE_UPDATE_RUN_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -45,6 +46,8 @@ struct UpdateOutcome {
   double seconds = 0;
   BucketTiming bucket_totals;          // summed over the committed buckets
   uint64_t buckets_read_in_place = 0;  // pull mode, broadcast with no copy into a slot
+  // The sessions that fed the update.
+  std::vector<std::string> sessions;
   // From the update's start to its first bucket's launch (requests written, broadcast queued):
   // the trainer's first bucket plus the daemon's checks, before anything is on the wire.
   double first_launch_seconds = 0;
@@ -69,56 +72,89 @@ class UpdateEvents {
 
 struct UpdateContext {
   std::string update_id;
-  std::string session_id;
-  int device = 0;
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
   bool verify_checksums = true;
 };
 
-// One update of one group from one session, as a pipeline: buckets are validated when they
-// arrive (nothing of a refused bucket is sent); the sender thread verifies each slot's checksum
-// (or, in pull mode, fills it) and hands the bucket to the group's transport, which launches it
-// behind the previous one (a broadcast transport writes the engines' requests and queues the
-// broadcast, so request k+1 waits at the engine while bucket k is on the wire). The reuse thread
-// frees each slot as soon as the transport says its sources may be reused, and the answer thread
-// collects the engines' answers, so a slot waits for an answer only where the transport needs it.
-// After a failure no later bucket is started. The trainer fills the next slot meanwhile.
+// One update of one group, as a pipeline fed by one trainer session per feed of the group (one
+// for a broadcast group; one per GPU for a colocated group whose engines' TP ranks span GPUs: the
+// sessions join the update by group and version, and each feeds its own GPU's slots).
+//
+// Buckets are validated when they arrive (nothing of a refused bucket is sent). The k-th bucket of
+// every feed makes the update's bucket k: each must have the same manifest, and the bucket goes
+// out once every feed's share is there (a feed that never sends it fails the bucket at its
+// deadline, naming the GPU). The sender thread verifies each share's checksum (or, in pull mode,
+// fills the slot) and hands the bucket to the group's transport, which launches it behind the
+// previous one (a broadcast transport writes the engines' requests and queues the broadcast, so
+// request k+1 waits at the engine while bucket k is on the wire). The reuse thread frees each slot
+// as soon as the transport says its sources may be reused, and the answer thread collects the
+// engines' answers, so a slot waits for an answer only where the transport needs it. After a
+// failure no later bucket is started. The trainers fill their next slots meanwhile.
+//
+// The update commits once every feed committed (each member's Commit waits for the others, up to
+// the bucket timeout); one member's Abort ends it for all.
 class UpdateRun {
  public:
   using DoneCallback = std::function<void(const UpdateOutcome&)>;
+  // Feed `first` (session `session_id`, heard through `events`) begins the update; the others
+  // join it.
   UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, BufferPool* pool,
-            UpdateEvents* events, DoneCallback on_done);
+            size_t first, const std::string& session_id, UpdateEvents* events,
+            DoneCallback on_done);
   ~UpdateRun();
 
   const std::string& id() const { return context_.update_id; }
+  const std::string& version() const { return context_.version; }
   uint32_t world_size() const;
   // What the trainer's planner must obey (the group's engines' union).
   const BucketRules& bucket_rules() const { return group_->bucket_rules(); }
+  const std::vector<TrainerFeed>& feeds() const { return feeds_; }
+
+  // False once the update began to end (committed by every feed, aborted, or finished).
+  bool accepting();
+  // Session `session_id` feeds `feed` from now on. ALREADY_EXISTS if a session feeds it, and
+  // the update's failure if it failed or ended.
+  absl::Status Join(size_t feed, const std::string& session_id, UpdateEvents* events);
 
   // Refuses (and fails the update) on any problem with the bucket; the bucket's bytes go nowhere.
   // With `pulled` pieces wsyncd fills the slot itself from the trainer's memory (pull mode) and
   // the checksum is not compared; otherwise the trainer filled it and the checksum is verified.
   // `last`: the trainer says this is its last bucket of the update.
-  absl::Status SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
+  absl::Status SubmitBucket(size_t feed, uint32_t slot, BucketManifest manifest, uint32_t checksum,
                             uint64_t sequence, PulledSources pulled = {}, bool last = false);
-  UpdateOutcome Commit();
+  // Waits until every feed committed, then commits; the same outcome for every member.
+  UpdateOutcome Commit(size_t feed);
   UpdateOutcome Abort(absl::Status reason);
   // The first failure, if any (a failed update still needs Abort to finish it).
   absl::Status failure();
 
  private:
-  struct Pending {
-    uint32_t slot;
-    SlotMemory* memory;
-    BucketManifest manifest;
-    uint32_t checksum;
-    uint64_t sequence;
-    bool last = false;
+  // One trainer session feeding one device's slots.
+  struct Feed {
+    std::string session_id;                      // empty until a session joins
+    std::atomic<UpdateEvents*> events{nullptr};  // set once, when the session joins
+    uint64_t submitted = 0;                      // buckets it has sent
+    bool committed = false;
+  };
+  // One feed's share of a bucket: its slot and how the bytes get there.
+  struct Share {
+    bool present = false;
+    uint32_t slot = 0;
+    SlotMemory* memory = nullptr;
+    uint32_t checksum = 0;
+    uint64_t sequence = 0;  // the feed's own bucket number, echoed to it
     PulledSources pulled;
     // Pull mode, when one trainer allocation holds the bucket exactly as it is laid out: the
-    // broadcast reads it there, with no copy into the slot.
+    // engines read it there, with no copy into the slot.
     const void* direct = nullptr;
+  };
+  struct Pending {
+    BucketManifest manifest;
+    bool last = false;
+    std::vector<Share> shares;  // one per feed
+    size_t present = 0;
+    absl::Time deadline;  // for the missing shares: the first one's arrival + bucket timeout
   };
   struct InFlight {
     Pending pending;
@@ -140,33 +176,41 @@ class UpdateRun {
   // Takes the next item of `queue` once there is one (marking it failed_before if the update has
   // failed); false once `done` is set and the queue is empty.
   bool TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight* out);
+  // Why bucket `index` (at the queue's front, incomplete) lacks shares: the feeds that sent none.
+  std::string MissingShares(uint64_t index, const Pending& p) const;
   // Push mode: compares the slot's checksum with the trainer's (with checksums off, only checks
   // that the slot still holds its bytes).
-  absl::Status Verify(const Pending& p);
+  absl::Status Verify(size_t feed, const Share& s, uint64_t span);
   // Pull mode: copies the trainer's tensors into the slot (after the trainer's ready signal).
-  absl::Status Fill(const Pending& p);
-  // Pull mode, read in place: the broadcast reads the trainer's allocation with no read of
+  absl::Status Fill(size_t feed, const Share& s, uint64_t span);
+  // Pull mode, read in place: the engines read the trainer's allocation with no read of
   // wsyncd's before it (the kernel's is not guarded), so first check it still holds its bytes.
-  absl::Status CheckInPlace(const Pending& p);
+  absl::Status CheckInPlace(size_t feed, const Share& s);
   // Pull mode: where the bucket's bytes already lie as one run in one trainer allocation, in the
   // bucket's layout; null when they must be copied.
-  const void* DirectSource(const Pending& p) const;
-  // Records the first failure and tells the trainer at once (once).
+  const void* DirectSource(const Share& s, const BucketManifest& manifest) const;
+  // Records the first failure and tells the trainers at once (once).
   void ReportFailure(absl::Status status);
-  void ReleaseSlot(uint32_t slot, SlotState from);
+  void ReleaseSlot(size_t feed, uint32_t slot, SlotState from);
+  void ReleaseShares(const Pending& p, SlotState from);
+  template <typename Fn>
+  void ForEachJoined(Fn fn);
   void Fail(absl::Status status);
   UpdateOutcome Finish(bool commit, absl::Status reason);
 
   UpdateContext context_;
   std::shared_ptr<WeightGroup> group_;
+  const std::vector<TrainerFeed> feeds_;
   BufferPool* pool_;
-  UpdateEvents* events_;
   DoneCallback on_done_;
   const absl::Time started_;
 
   std::mutex mu_;
   std::condition_variable cv_;
+  std::vector<Feed> feed_state_;  // one per feeds_ entry
+  // Buckets being assembled or waiting for the sender; the front is bucket taken_.
   std::deque<Pending> queue_;
+  uint64_t taken_ = 0;
   std::deque<InFlight> in_flight_;  // started, sources not yet reusable
   std::deque<InFlight> sent_;       // sources reusable (or failed), answers not yet collected
   absl::Time previous_answered_at_ = absl::InfinitePast();  // answer thread only
@@ -178,7 +222,9 @@ class UpdateRun {
   bool sent_loop_done_ = false;
   bool failure_reported_ = false;
   bool closing_ = false;
+  bool finishing_ = false;  // a member is finishing the update; the others wait for outcome_
   bool finished_ = false;
+  UpdateOutcome outcome_;  // once finished_
   absl::Status failure_;
   std::set<std::string> names_;
   std::vector<EngineOutcome> bucket_outcomes_;
@@ -189,6 +235,31 @@ class UpdateRun {
   std::thread sender_;
   std::thread reuse_thread_;
   std::thread answer_thread_;
+};
+
+// One trainer session's part in an update: what its stream calls. Members of one update share
+// its run; a member dropped without Commit or Abort aborts the update.
+class UpdateMember {
+ public:
+  UpdateMember(std::shared_ptr<UpdateRun> run, size_t feed) : run_(std::move(run)), feed_(feed) {}
+  ~UpdateMember();
+
+  const std::string& id() const { return run_->id(); }
+  uint32_t world_size() const { return run_->world_size(); }
+  const BucketRules& bucket_rules() const { return run_->bucket_rules(); }
+  absl::Status SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
+                            uint64_t sequence, PulledSources pulled = {}, bool last = false) {
+    return run_->SubmitBucket(feed_, slot, std::move(manifest), checksum, sequence,
+                              std::move(pulled), last);
+  }
+  UpdateOutcome Commit();
+  UpdateOutcome Abort(absl::Status reason);
+  absl::Status failure() { return run_->failure(); }
+
+ private:
+  std::shared_ptr<UpdateRun> run_;
+  const size_t feed_;
+  bool finished_ = false;
 };
 
 }  // namespace wsync

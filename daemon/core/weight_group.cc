@@ -1,5 +1,6 @@
 #include "daemon/core/weight_group.h"
 
+#include <algorithm>
 #include <set>
 #include <thread>
 
@@ -46,12 +47,38 @@ std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAda
 
 }  // namespace
 
+std::string FeedName(const TrainerFeed& feed) {
+  if (feed.gpu_uuid.empty()) return absl::StrCat("device ", feed.device);
+  return absl::StrCat("GPU ", feed.gpu_uuid, " (device ", feed.device, ")");
+}
+
+absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform) {
+  if (spec.transport != TransportKind::kIpc) return std::vector<TrainerFeed>{{spec.device, ""}};
+  if (platform == nullptr) return absl::InternalError("an IPC group needs the platform's GPUs");
+  std::vector<TrainerFeed> feeds;
+  for (const EngineSpec& engine : spec.engines) {
+    for (size_t rank = 0; rank < engine.gpus.size(); ++rank) {
+      absl::StatusOr<int> device = FindDeviceByUuid(*platform, engine.gpus[rank]);
+      if (!device.ok()) {
+        return absl::Status(device.status().code(),
+                            absl::StrCat("group '", spec.name, "': engine ", engine.url,
+                                         " TP rank ", rank, ": ", device.status().message()));
+      }
+      const bool known = std::any_of(feeds.begin(), feeds.end(),
+                                     [&](const TrainerFeed& f) { return f.device == *device; });
+      if (!known) feeds.push_back(TrainerFeed{*device, NormalizeGpuUuid(engine.gpus[rank])});
+    }
+  }
+  return feeds;
+}
+
 absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec, Platform* platform,
                                                                  GroupOptions options,
                                                                  const GroupFactories& factories,
                                                                  GroupStateStore* store,
                                                                  const GroupRecord* previous) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<TrainerFeed> feeds, FeedsOf(spec, platform));
   const DataPath path = DataPathOf(spec.transport);
   std::vector<std::unique_ptr<EngineAdapter>> adapters;
   uint32_t offset = 1;
@@ -68,7 +95,8 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
     adapters.push_back(std::move(adapter));
     offset += e.ranks;
   }
-  std::shared_ptr<WeightGroup> group(new WeightGroup(spec, std::move(adapters), store));
+  std::shared_ptr<WeightGroup> group(
+      new WeightGroup(spec, std::move(feeds), std::move(adapters), store));
   TransportEnv env;
   env.spec = std::move(spec);
   env.platform = platform;
@@ -81,9 +109,11 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
   return group;
 }
 
-WeightGroup::WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters,
+WeightGroup::WeightGroup(GroupSpec spec, std::vector<TrainerFeed> feeds,
+                         std::vector<std::unique_ptr<EngineAdapter>> adapters,
                          GroupStateStore* store)
     : spec_(std::move(spec)),
+      feeds_(std::move(feeds)),
       adapters_(std::move(adapters)),
       adapter_ptrs_(Pointers(adapters_)),
       store_(store) {

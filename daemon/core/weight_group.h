@@ -55,6 +55,18 @@ struct GroupSnapshot {
 // The data path a transport needs every engine of its group to support.
 DataPath DataPathOf(TransportKind transport);
 
+// One trainer rank's share of a group's updates: the device whose slots it fills and, on the IPC
+// path, that device's GPU. A broadcast group is fed from its one device; an IPC group from every
+// GPU its engines' TP ranks are on, each by the trainer rank on that GPU (engines map memory of
+// their own GPU only), in the order the ranks first name them.
+struct TrainerFeed {
+  int device = 0;
+  std::string gpu_uuid;  // empty off the IPC path
+};
+std::string FeedName(const TrainerFeed& feed);
+// The feeds of a group: NOT_FOUND naming the engine and rank whose GPU wsyncd has no device for.
+absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform);
+
 // One weight group: its state machine, its engines' adapters (the lifecycle calls go to all of
 // them at once) and its transport, which moves the buckets. Thread-safe.
 //
@@ -108,10 +120,12 @@ class WeightGroup {
   GroupSnapshot Snapshot() const;
   std::vector<EngineRow> ProbeEngines();
   const GroupSpec& spec() const { return spec_; }
+  // The trainer ranks an update needs, one per device (FeedsOf).
+  const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 
  private:
-  WeightGroup(GroupSpec spec, std::vector<std::unique_ptr<EngineAdapter>> adapters,
-              GroupStateStore* store);
+  WeightGroup(GroupSpec spec, std::vector<TrainerFeed> feeds,
+              std::vector<std::unique_ptr<EngineAdapter>> adapters, GroupStateStore* store);
   absl::Status FormLocked();
   absl::Status DestroyLocked(bool forget);
   void MarkBroken(const absl::Status& status);
@@ -127,6 +141,7 @@ class WeightGroup {
   std::vector<EngineAdapter*> UnflaggedLocked() const;
 
   const GroupSpec spec_;
+  const std::vector<TrainerFeed> feeds_;
   const std::vector<std::unique_ptr<EngineAdapter>> adapters_;
   const std::vector<EngineAdapter*> adapter_ptrs_;
   GroupStateStore* const store_;

@@ -248,7 +248,7 @@ grpc::Status TrainerService::ReleaseSources(grpc::ServerContext* context,
 }
 
 absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
-                                          UpdateRun& run) {
+                                          UpdateMember& run) {
   const auto refused = [&](const absl::Status& s) {
     return absl::Status(s.code(),
                         absl::StrCat("bucket ", bucket.sequence(), " refused: ", s.message()));
@@ -291,7 +291,9 @@ grpc::Status TrainerService::Update(
   if (grpc::Status s = AuthorizeSession(*context, "Update", begin.session_id(), false); !s.ok()) {
     return s;
   }
-  auto run = core_->BeginUpdate(begin.session_id(), begin.group(), begin.version(), &events);
+  auto run = core_->BeginUpdate(
+      begin.session_id(), begin.group(), begin.version(), &events,
+      begin.has_tp_rank() ? static_cast<int>(std::min<uint32_t>(begin.tp_rank(), 1u << 20)) : -1);
   if (!run.ok()) return ToGrpcStatus(run.status());
   {
     v1::UpdateEvent started;

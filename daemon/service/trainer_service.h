@@ -33,7 +33,7 @@ class TrainerService final : public v1::Trainer::Service {
  private:
   // Validates one wire bucket (resolving a pull bucket's sources) and hands it to the update.
   absl::Status SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,
-                            UpdateRun& run);
+                            UpdateMember& run);
   // OK when the caller is a trainer (or admin) on the connection that opened `session_id`, or
   // an admin when `admin_may`.
   grpc::Status AuthorizeSession(const grpc::ServerContext& context, const char* call,

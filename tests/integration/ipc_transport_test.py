@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -39,7 +40,9 @@ def crc(array):
     return format(zlib.crc32(np.ascontiguousarray(array).tobytes()), "08x")
 
 
-class IpcTransportTest(unittest.TestCase):
+class IpcFixture(unittest.TestCase):
+    """A host-mode wsyncd, engine simulators and wsyncctl; the tests are in the classes below."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="wsync-ipc-")
         self.sock = os.path.join(self.dir, "wsyncd.sock")
@@ -105,6 +108,8 @@ class IpcTransportTest(unittest.TestCase):
                 self.assertEqual(tensors.get(item[0]), crc(item[1]), f"rank {rank} {item[0]}")
         return state
 
+
+class IpcTransportTest(IpcFixture):
     def test_every_bucket_is_loaded_from_the_slots_mapped_once(self):
         port = self.start_engine("engine", [GPU0])
         self.create_group("colo", port, [GPU0])
@@ -191,6 +196,94 @@ class IpcTransportTest(unittest.TestCase):
         self.push("ok4")
         self.assert_engine_holds(port, self.model, "ok4")
         self.assertIsNone(self.procs["wsyncd"].poll(), "wsyncd stays up")
+
+
+class TpAcrossGpusTest(IpcFixture):
+    """An engine whose 2 TP ranks are on 2 GPUs: one trainer rank per GPU, each pushing into its
+    own GPU's slots; wsyncd joins their sessions by group and version into one update, and each
+    engine rank maps only its own GPU's slots (the simulator refuses a slot of another device)."""
+
+    def push_ranks(self, versions, models=None, devices=(0, 1), group="tp"):
+        """Pushes from one client per device at once; returns each rank's result or error."""
+        results = [None] * len(devices)
+
+        def rank(i):
+            try:
+                with wsync.Client("unix:" + self.sock, device=devices[i],
+                                  name=f"trainer rank {i}") as client:
+                    results[i] = client.push((models or [self.model] * len(devices))[i],
+                                             version=versions[i], group=group)
+            except wsync.WsyncError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=rank, args=(i,)) for i in range(len(devices))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        return results
+
+    def start_tp_engine(self):
+        port = self.start_engine("engine", [GPU0, GPU1])
+        self.create_group("tp", port, [GPU0, GPU1])
+        return port
+
+    def test_two_trainer_ranks_feed_one_update_and_every_rank_holds_the_bytes(self):
+        port = self.start_tp_engine()
+        for version in ("t1", "t2", "t3"):
+            results = self.push_ranks([version, version])
+            for r in results:
+                self.assertIsInstance(r, dict, r)
+                self.assertTrue(all(e["ok"] for e in r["engines"]), r)
+            self.assertEqual(results[0]["update_id"], results[1]["update_id"], "one update")
+            self.assertEqual(results[0]["buckets"], results[1]["buckets"])
+            state = self.assert_engine_holds(port, self.model, version)
+            self.assertEqual(sorted(state["ranks"]), ["1", "2"])
+        # One request per bucket, carrying both ranks' payloads; each rank mapped its own GPU's
+        # 2 slots once.
+        self.assertEqual(state["updates_received"], 3 * results[0]["buckets"])
+        self.assertEqual(state["ipc_opens"], [2, 2])
+
+    def test_a_rank_that_never_pushes_fails_the_bucket_at_its_deadline_naming_its_gpu(self):
+        port = self.start_tp_engine()
+        start = time.time()
+        results = self.push_ranks(["lonely"], devices=(0,))
+        self.assertIsInstance(results[0], wsync.WsyncError)
+        self.assertEqual(results[0].code_name, "DEADLINE_EXCEEDED")
+        self.assertIn(f"GPU {GPU1} (device 1)", results[0].message)
+        self.assertIn("never joined", results[0].message)
+        self.assertLess(time.time() - start, 15)
+        state = self.engine_state(port)
+        self.assertEqual(state["updates_received"], 0, "nothing of the bucket was sent")
+        self.assertNotEqual(state["weight_version"], "lonely")
+        # Both ranks again: the group recovers and the next update succeeds.
+        self.push_ranks(["both", "both"])
+        self.assert_engine_holds(port, self.model, "both")
+        self.assertIsNone(self.procs["wsyncd"].poll(), "wsyncd stays up")
+
+    def test_ranks_with_different_bucket_plans_are_refused_before_any_byte_moves(self):
+        port = self.start_tp_engine()
+        other = [(n, a[::-1].copy(), *rest) if n == "model.norm.weight" else (n, a, *rest)
+                 for n, a, *rest in self.model]
+        other.append(("model.extra", np.arange(7, dtype=np.float32)))
+        results = self.push_ranks(["split", "split"], models=[self.model, other])
+        errors = [r for r in results if isinstance(r, wsync.WsyncError)]
+        self.assertEqual(len(errors), 2, results)
+        self.assertTrue(any("same bucket plan" in e.message for e in errors), errors)
+        self.assertNotEqual(self.engine_state(port)["weight_version"], "split")
+        self.push_ranks(["after", "after"])
+        self.assert_engine_holds(port, self.model, "after")
+
+    def test_a_rank_with_another_version_is_refused_and_a_session_off_the_gpus_too(self):
+        port = self.start_tp_engine()
+        results = self.push_ranks(["va", "vb"])
+        messages = " ".join(r.message for r in results if isinstance(r, wsync.WsyncError))
+        self.assertIn("same version", messages)
+        results = self.push_ranks(["v2"], devices=(2,))
+        self.assertIsInstance(results[0], wsync.WsyncError)
+        self.assertIn("holds slots of device 2", results[0].message)
+        self.push_ranks(["ok", "ok"])
+        self.assert_engine_holds(port, self.model, "ok")
 
 
 if __name__ == "__main__":

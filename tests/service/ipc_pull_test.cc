@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
@@ -29,9 +30,12 @@ namespace {
 // The simulator as a child process, stopped with the test.
 class IpcSim {
  public:
-  IpcSim() {
+  // One TP rank per entry of `devices`, rank i on host device devices[i].
+  explicit IpcSim(std::vector<int> devices = {0}) {
     port_ = FreePort();
-    const std::string port = std::to_string(port_), gpus = HostDeviceUuid(0);
+    std::string gpus;
+    for (int d : devices) absl::StrAppend(&gpus, gpus.empty() ? "" : ",", HostDeviceUuid(d));
+    const std::string port = std::to_string(port_);
     std::vector<const char*> argv = {"/usr/bin/python3", WSYNC_IPC_SIM, "--port", port.c_str(),
                                      "--gpus",           gpus.c_str(),  nullptr};
     EXPECT_EQ(
@@ -69,7 +73,7 @@ class IpcSim {
 
 class IpcPullTest : public ServiceFixture {
  protected:
-  void CreateIpcGroup(const IpcSim& engine) {
+  void CreateIpcGroup(const IpcSim& engine, std::vector<int> devices = {0}) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* spec = req.mutable_spec();
     spec->set_name("colo");
@@ -77,8 +81,8 @@ class IpcPullTest : public ServiceFixture {
     spec->set_transport(v1::TRANSPORT_IPC);
     auto* e = spec->add_engines();
     e->set_url(engine.url());
-    e->set_ranks(1);
-    e->add_gpus(HostDeviceUuid(0));
+    e->set_ranks(static_cast<uint32_t>(devices.size()));
+    for (int d : devices) e->add_gpus(HostDeviceUuid(d));
     v1::GroupInfo info;
     grpc::ClientContext ctx;
     grpc::Status created = client_->admin()->CreateGroup(&ctx, req, &info);
@@ -88,10 +92,12 @@ class IpcPullTest : public ServiceFixture {
   // Lays `model` out back to back in a new arena from byte `start`, as a flat parameter buffer
   // holds it, and pushes it in pull mode. The arena lives until the push is done.
   absl::StatusOr<PushResult> PullPush(const std::vector<OwnedTensor>& model, uint64_t start,
-                                      const std::string& version) {
+                                      const std::string& version, Client* client = nullptr,
+                                      int tp_rank = -1) {
+    if (client == nullptr) client = client_.get();
     uint64_t total = start;
     for (const auto& t : model) total += t.data.size();
-    auto arena = client_->NewSourceArena(total);
+    auto arena = client->NewSourceArena(total);
     if (!arena.ok()) return arena.status();
     auto* base = static_cast<uint8_t*>((*arena)->data());
     std::vector<TensorRef> refs;
@@ -103,7 +109,8 @@ class IpcPullTest : public ServiceFixture {
     }
     PushOptions options;
     options.pull = true;
-    auto push = client_->BeginPush("colo", version, std::move(options));
+    options.tp_rank = tp_rank;
+    auto push = client->BeginPush("colo", version, std::move(options));
     if (!push.ok()) return push.status();
     if (absl::Status s = (*push)->Add(refs); !s.ok()) return s;
     return (*push)->Commit();
@@ -150,6 +157,42 @@ TEST_F(IpcPullTest, AMisalignedLayoutIsCopiedIntoTheSlotInstead) {
   for (const auto& t : model) {
     EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
   }
+}
+
+TEST_F(IpcPullTest, TwoTrainerRanksOnTwoGpusFeedOneUpdateEachReadInPlaceOnItsGpu) {
+  IpcSim engine({0, 1});
+  CreateIpcGroup(engine, {0, 1});
+  auto rank1 = Client::FromChannel(server_->InProcessChannel());
+  ASSERT_TRUE(rank1->OpenSession(1, "trainer rank 1").ok());
+  std::vector<OwnedTensor> model;
+  for (const OwnedTensor& t : SmallModel(3)) {
+    if (t.dtype == DType::kBfloat16) model.push_back(t);
+  }
+  // A rank that names the other rank's place is refused before anything starts.
+  auto wrong = PullPush(model, 0, "w1", rank1.get(), /*tp_rank=*/0);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong.status().message(), testing::HasSubstr("TP rank 0 begins from GPU"));
+
+  absl::StatusOr<PushResult> results[2] = {absl::UnknownError("not run"),
+                                           absl::UnknownError("not run")};
+  std::thread other([&] { results[1] = PullPush(model, 0, "tp1", rank1.get(), 1); });
+  results[0] = PullPush(model, 0, "tp1", nullptr, 0);
+  other.join();
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->buckets_read_in_place, r->buckets) << "each rank's arena read in place";
+  }
+  EXPECT_EQ(results[0]->update_id, results[1]->update_id);
+  nlohmann::json state = engine.State();
+  EXPECT_EQ(state["weight_version"], "tp1");
+  for (const char* rank : {"1", "2"}) {
+    for (const auto& t : model) {
+      EXPECT_EQ(state["ranks"][rank][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size())))
+          << "rank " << rank << " " << t.name;
+    }
+  }
+  // Each rank mapped one allocation: its own trainer rank's arena.
+  EXPECT_EQ(state["ipc_opens"], nlohmann::json::array({1, 1}));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@ exact-name unpickler."""
 
 import io
 import mmap
+import re
 import pickle
 
 DTYPE_SIZES = {
@@ -67,6 +68,22 @@ class LoadError(Exception):
     """Why an engine refused a payload: the simulator answers as the engine would."""
 
 
+HOST_UUID = re.compile(r"686f7374-0000-0000-0000-(\d{12})")
+HOST_SLOT = re.compile(r"/wsync-\d+-d(\d+)-")
+
+
+def check_host_device(device, handle):
+    """A TP rank maps memory of its own GPU: in host mode a slot's name carries its device, and a
+    stand-in UUID (common/host/host_platform.h) names its device, so a rank handed another
+    device's slot is caught (on GPUs it would read across the interconnect, or fail)."""
+    gpu = HOST_UUID.fullmatch(device) if isinstance(device, str) else None
+    slot = HOST_SLOT.match(handle.rstrip(b"\0").decode(errors="replace")) \
+        if isinstance(handle, bytes) else None
+    if gpu and slot and int(gpu.group(1)) != int(slot.group(1)):
+        raise LoadError(f"a slot of device {int(slot.group(1))} named to the rank on device "
+                        f"{int(gpu.group(1))}")
+
+
 class ShmMappings:
     """One rank's mappings of host-mode allocations, as torch's IPC cache keeps them: opened
     once per (handle, storage offset) and kept; `opens` counts the opening."""
@@ -90,6 +107,7 @@ class ShmMappings:
         if not isinstance(size, Size) or not isinstance(dtype, Dtype):
             raise LoadError("arguments 1 and 5 must be a torch.Size and a torch dtype")
         check_device(device)
+        check_host_device(device, handle)
         for name, value in (("handle", handle), ("event handle", event)):
             if not isinstance(value, bytes) or len(value) != HANDLE_BYTES:
                 raise LoadError(f"the {name} must be {HANDLE_BYTES} bytes")

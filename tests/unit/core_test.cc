@@ -254,7 +254,7 @@ class FakeDaemonTest : public ::testing::Test {
     session_ = *session;
   }
   // Fills slot `slot` as a trainer would and submits it.
-  absl::Status Submit(UpdateRun& run, uint32_t slot, const std::string& bytes, uint64_t sequence,
+  absl::Status Submit(UpdateMember& run, uint32_t slot, const std::string& bytes, uint64_t sequence,
                       bool last) {
     std::memcpy(session_.slots[slot]->data(), bytes.data(), bytes.size());
     return run.SubmitBucket(slot, OneTensor(absl::StrCat("t", sequence), bytes.size()),

@@ -1,5 +1,7 @@
 #include "daemon/transport/ipc/ipc_transport.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -18,7 +20,7 @@ absl::Status IpcTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
   formation_.reset();
   gpus_.clear();
-  std::vector<std::vector<std::string>> gpus;
+  std::vector<std::vector<RankGpu>> gpus;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
     EngineAdapter* a = env_.adapters[i];
     const EngineSpec& spec = env_.spec.engines[i];
@@ -26,7 +28,7 @@ absl::Status IpcTransport::Form() {
       return absl::UnimplementedError(absl::StrCat("group '", env_.spec.name, "': engine ",
                                                    spec.url, " cannot load buckets over IPC"));
     }
-    std::vector<std::string>& engine_gpus = gpus.emplace_back();
+    std::vector<RankGpu>& engine_gpus = gpus.emplace_back();
     for (size_t rank = 0; rank < spec.gpus.size(); ++rank) {
       absl::StatusOr<int> device = FindDeviceByUuid(*env_.platform, spec.gpus[rank]);
       if (!device.ok()) {
@@ -34,15 +36,7 @@ absl::Status IpcTransport::Form() {
                             absl::StrCat("group '", env_.spec.name, "': engine ", spec.url,
                                          " TP rank ", rank, ": ", device.status().message()));
       }
-      if (*device != env_.spec.device) {
-        return absl::UnimplementedError(absl::StrCat(
-            "group '", env_.spec.name, "': engine ", spec.url, " TP rank ", rank, " is on GPU ",
-            spec.gpus[rank], " (wsyncd device ", *device, "), not the group's device ",
-            env_.spec.device,
-            "; an IPC group whose ranks span GPUs needs a trainer rank feeding each GPU, which "
-            "is not built yet"));
-      }
-      engine_gpus.push_back(NormalizeGpuUuid(spec.gpus[rank]));
+      engine_gpus.push_back(RankGpu{NormalizeGpuUuid(spec.gpus[rank]), *device});
     }
   }
   gpus_ = std::move(gpus);
@@ -82,22 +76,43 @@ absl::Status IpcTransport::BeginUpdate(const UpdateInfo&) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// What an engine rank maps to read a bucket from one source: the slot, or (zero copy) the trainer's
+// allocation the bucket lies in as it is laid out. Either way the slot's event orders the trainer's
+// writes (the client records it when the bucket is ready), and the slot is held until the answers.
+IpcBucketView ViewOf(const BucketSource& source) {
+  const SlotMemory& slot = *source.slot;
+  IpcBucketView view{"", slot.kind(), slot.memory_handle(), slot.bytes(), 0, slot.event_handle()};
+  if (source.base != nullptr) {
+    const SourceMemory& trainer = *source.base_memory;
+    view.memory_kind = trainer.kind();
+    view.memory_handle = trainer.memory_handle();
+    view.allocation_bytes = trainer.bytes();
+    view.offset = static_cast<uint64_t>(static_cast<const char*>(source.base) -
+                                        static_cast<const char*>(trainer.data()));
+  }
+  return view;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
     const std::vector<BucketSource>& sources, const BucketManifest& manifest,
     const BucketContext& context, absl::Time deadline) {
-  if (sources.size() != 1 || sources.front().slot == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("group '", env_.spec.name,
-                                                   "': an IPC bucket comes from one slot, not ",
-                                                   sources.size(), " source(s)"));
-  }
-  const BucketSource& source = sources.front();
-  if (source.base != nullptr &&
-      (source.base_memory == nullptr || source.base_memory->memory_handle().empty())) {
-    return absl::InternalError(absl::StrCat(
-        "group '", env_.spec.name, "': a bucket read in place without its allocation's handle"));
+  for (const BucketSource& source : sources) {
+    if (source.slot == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", env_.spec.name, "': an IPC bucket comes from slots"));
+    }
+    if (source.base != nullptr &&
+        (source.base_memory == nullptr || source.base_memory->memory_handle().empty())) {
+      return absl::InternalError(absl::StrCat(
+          "group '", env_.spec.name, "': a bucket read in place without its allocation's handle"));
+    }
   }
   std::shared_ptr<IpcFormation> formation;
-  std::vector<std::vector<std::string>> gpus;
+  std::vector<std::vector<RankGpu>> gpus;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!formation_) {
@@ -112,26 +127,23 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
     return absl::FailedPreconditionError(
         absl::StrCat("group '", env_.spec.name, "': no update is open on the transport"));
   }
-  SlotMemory& slot = *source.slot;
-  // The memory the engines read: the slot, or (zero copy) the trainer's allocation the bucket
-  // lies in as it is laid out. Either way the slot's event orders the trainer's writes (the
-  // client records it when the bucket is ready), and the slot is held until the answers.
-  IpcBucketView memory{"", slot.kind(), slot.memory_handle(), slot.bytes(), 0, slot.event_handle()};
-  if (source.base != nullptr) {
-    const SourceMemory& trainer = *source.base_memory;
-    memory.memory_kind = trainer.kind();
-    memory.memory_handle = trainer.memory_handle();
-    memory.allocation_bytes = trainer.bytes();
-    memory.offset = static_cast<uint64_t>(static_cast<const char*>(source.base) -
-                                          static_cast<const char*>(trainer.data()));
-  }
-  // Built before anything is written: a bucket an adapter cannot describe reaches no engine.
+  // Built before anything is written: a bucket an adapter cannot describe, or a rank whose GPU has
+  // no source, reaches no engine.
   std::vector<EngineRequest> requests;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
     std::vector<IpcBucketView> views;
-    for (const std::string& gpu : gpus[i]) {
-      IpcBucketView view = memory;
-      view.gpu_uuid = gpu;
+    for (size_t rank = 0; rank < gpus[i].size(); ++rank) {
+      const RankGpu& gpu = gpus[i][rank];
+      auto source = std::find_if(sources.begin(), sources.end(),
+                                 [&](const BucketSource& s) { return s.device == gpu.device; });
+      if (source == sources.end()) {
+        return absl::InternalError(absl::StrCat("group '", env_.spec.name, "': engine ",
+                                                env_.adapters[i]->endpoint().url, " TP rank ", rank,
+                                                " is on GPU ", gpu.uuid, " (device ", gpu.device,
+                                                ") but the bucket has no source there"));
+      }
+      IpcBucketView view = ViewOf(*source);
+      view.gpu_uuid = gpu.uuid;
       views.push_back(std::move(view));
     }
     auto request = env_.adapters[i]->IpcBucketRequest(manifest, views, context);
@@ -148,11 +160,13 @@ std::string IpcTransport::Describe() const {
   std::vector<std::string> parts;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < env_.adapters.size() && i < gpus_.size(); ++i) {
+    std::vector<std::string> names;
+    for (const RankGpu& gpu : gpus_[i]) names.push_back(gpu.uuid);
     parts.push_back(
-        absl::StrCat(env_.adapters[i]->endpoint().url, " on ", absl::StrJoin(gpus_[i], ", ")));
+        absl::StrCat(env_.adapters[i]->endpoint().url, " on ", absl::StrJoin(names, ", ")));
   }
-  return absl::StrCat("ipc, device ", env_.spec.device, ", ", ranks_, " engine rank(s)",
-                      parts.empty() ? "" : ": ", absl::StrJoin(parts, "; "));
+  return absl::StrCat("ipc, ", ranks_, " engine rank(s)", parts.empty() ? "" : ": ",
+                      absl::StrJoin(parts, "; "));
 }
 
 }  // namespace wsync

@@ -20,9 +20,9 @@ namespace wsync {
 // Zero copy: a bucket read in place (pull mode, laid out in one trainer allocation as it is sent)
 // is named to the engines in that allocation, by the handle the trainer announced.
 //
-// Each TP rank's payload must name memory on its own GPU, so a group whose ranks span GPUs needs
-// one trainer rank feeding each GPU's slots; until those sessions are joined, every rank of an
-// IPC group must be on the group's one device (TP 1 engines, or ranks sharing a GPU).
+// Each TP rank's payload must name memory on its own GPU, so a group whose ranks span GPUs is fed
+// by one trainer rank per GPU (the core joins their sessions into one update): a bucket has one
+// source per device, and each rank's view is the source on that rank's device.
 class IpcTransport final : public Transport {
  public:
   explicit IpcTransport(TransportEnv env);
@@ -51,8 +51,13 @@ class IpcTransport final : public Transport {
   EngineChannels channels_;
 
   mutable std::mutex mu_;
-  // Set by Form; each engine's GPUs (normalized UUIDs), in TP-rank order.
-  std::vector<std::vector<std::string>> gpus_;
+  // One engine TP rank's GPU: its normalized UUID and wsyncd's device there.
+  struct RankGpu {
+    std::string uuid;
+    int device = 0;
+  };
+  // Set by Form; each engine's ranks' GPUs, in TP-rank order.
+  std::vector<std::vector<RankGpu>> gpus_;
   std::shared_ptr<IpcFormation> formation_;
 };
 
