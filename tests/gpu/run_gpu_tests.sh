@@ -162,8 +162,13 @@ if want ipc; then
   end_step
 fi
 
-# GPU 0's UUID as torch prints it (the colocated groups name each engine rank's GPU by it).
-gpu0_uuid() { python3 -c "import torch; print(torch.cuda.get_device_properties(0).uuid)"; }
+# GPU 0's UUID as torch prints it (the colocated groups name each engine rank's GPU by it), asked
+# once.
+gpu0_uuid() {
+  [[ -n ${gpu0_uuid_cached:-} ]] ||
+    gpu0_uuid_cached=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).uuid)")
+  echo "$gpu0_uuid_cached"
+}
 
 if want ipc_lmdeploy; then
   # Colocated, LMDeploy semantics: a real-torch LMDeploy receive side (tests/gpu/
@@ -183,6 +188,7 @@ if want ipc_lmdeploy; then
   python3 tests/gpu/lmdeploy_torch_engine.py --port 30021 --gpus 0 \
     >"$LOGS/lmdeploy-engine.log" 2>&1 &
   l_e=$!
+  gpu0_uuid >/dev/null
   wait_sock $lsock && wait_url $lurl/health || fail=1
   uuid=$(gpu0_uuid)
   echo "GPU 0 UUID $uuid" | tee "$llog"
@@ -259,11 +265,24 @@ if want ipc_vllm; then
     vlog=$LOGS/vllm.log
     start_wsyncd $vsock "$LOGS/vllm-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
     v_d=$wsyncd_pid
-    python3 tests/gpu/vllm_torch_engine.py --port 30031 --gpus 0 >"$LOGS/vllm-engine.log" 2>&1 &
-    v_e=$!
-    wait_sock $vsock && wait_url $vurl/health || fail=1
     uuid=$(gpu0_uuid)
     echo "GPU 0 UUID $uuid" | tee "$vlog"
+    wait_sock $vsock || fail=1
+    # Whether wsyncd has a vLLM adapter at all, asked before any engine is up: a kind it cannot
+    # serve is refused before the engine is probed.
+    out=$($B/bin/wsyncctl --socket $vsock create-group vllm-probe --kind vllm --transport ipc \
+      --engine "$vurl@GPU-$uuid" 2>&1)
+    echo "$out" | tee -a "$vlog"
+    skipped=""
+    if grep -qiE "not supported|unimplemented" <<<"$out"; then
+      skipped="wsyncd has no vLLM adapter yet: $(head -1 <<<"$out")"
+    fi
+    $B/bin/wsyncctl --socket $vsock destroy-group vllm-probe >/dev/null 2>&1
+    if [[ -z $skipped ]]; then
+      python3 tests/gpu/vllm_torch_engine.py --port 30031 --gpus 0 >"$LOGS/vllm-engine.log" 2>&1 &
+      v_e=$!
+      wait_url $vurl/health || fail=1
+    fi
     # How wsyncctl picks the form: WSYNC_VLLM_PACKED_ARGS / WSYNC_VLLM_UNPACKED_ARGS (create-group
     # options), else a --packed option, else --load-format if its help names vllm.
     packed_args=${WSYNC_VLLM_PACKED_ARGS-}
@@ -277,7 +296,7 @@ if want ipc_vllm; then
     fi
     forms=()
     [[ -n $packed_args || -n $unpacked_args ]] && forms=(packed unpacked) || forms=(default)
-    skipped=""
+    [[ -n $skipped ]] && forms=()
     for form in "${forms[@]}"; do
       case $form in
         packed) extra=$packed_args ;;
@@ -289,10 +308,6 @@ if want ipc_vllm; then
         $extra --engine "$vurl@GPU-$uuid" 2>&1)
       rc=$?
       echo "$out" | tee -a "$vlog"
-      if [[ $rc -ne 0 ]] && grep -qiE "not supported|unimplemented" <<<"$out"; then
-        skipped="wsyncd has no vLLM adapter yet: $(head -1 <<<"$out")"
-        break
-      fi
       [[ $rc -eq 0 ]] || { fail=1; continue; }
       expect=()
       [[ $form != default ]] && expect=(--expect-form "$form")
@@ -301,9 +316,9 @@ if want ipc_vllm; then
         --versions 3 "${expect[@]}" 2>&1 | tee -a "$vlog"
       [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
     done
-    curl -s $vurl/sim/stats 2>&1 | tee -a "$vlog"; echo
+    [[ -n $skipped ]] || { curl -s $vurl/sim/stats 2>&1 | tee -a "$vlog"; echo; }
     kill -0 $v_d || { echo "wsyncd died"; fail=1; }
-    stop_pids $v_e $v_d
+    stop_pids ${v_e:-} $v_d
     grep -h "RESULT" "$vlog"
     if [[ -n $skipped ]]; then
       end_step SKIP "$skipped"
@@ -332,8 +347,8 @@ if want ipc_7b; then
     s_d=$wsyncd_pid
     python3 tests/gpu/sglang_torch_engine.py --port 30041 --gpus 0 >"$LOGS/ipc-7b-engine.log" 2>&1 &
     s_e=$!
-    wait_sock $ssock && wait_url $surl/health || fail=1
     uuid=$(gpu0_uuid)
+    wait_sock $ssock && wait_url $surl/health || fail=1
     $B/bin/wsyncctl --socket $ssock create-group colo-7b --transport ipc \
       --engine "$surl@GPU-$uuid" 2>&1 | tee "$slog"
     timeout 420 python3 tests/gpu/trainer_push.py --socket $ssock --group colo-7b --engines $surl \
