@@ -41,7 +41,8 @@ of the cycle and each call whose buffer (allocation handle, storage offset) or d
 the previous call's (the worker caches one tensor). The count is logged at each finished and
 served by GET /sim/flattened:
   {"cycles": [{"cycle": n, "finished": bool, "requests": r,
-               "counts": {"<gpu uuid>/<dtype>": {"arrivals": a, "floor": f, "calls": c}}}]}
+               "counts": {"<gpu uuid>/<dtype>": {"arrivals": a, "floor": f, "calls": c,
+                                                 "buffers": [buffer keys in order]}}}]}
 
 GET /sim/checksums answers as lmdeploy_ipc_sim.py does ({"weight_version": null, "ranks": {"1":
 {name: crc32}}, "updates_received", "flattened_tensor_sent", "finished_calls", ...}) plus
@@ -59,6 +60,7 @@ import sys
 import threading
 import traceback
 import urllib.parse
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -89,7 +91,10 @@ class RankState:
         self.crcs = {}
         self.ipc_tensor = None  # LMDeploy's _update_params_ipc_tensor
         self.ipc_event = None  # _update_params_ipc_event
-        self.ipc_key = None  # (handle hex, storage offset) the cached tensor was rebuilt from
+        # Which buffer the cached tensor was rebuilt from: "<crc32 of the whole 64-byte IPC
+        # handle>+<storage offset>". A prefix of the handle does not tell allocations apart (the
+        # first H100 run read wsyncd's two slots as one buffer by their first 8 bytes).
+        self.ipc_key = None
         self.updates = 0
         self.casts = 0
 
@@ -130,7 +135,7 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                 item = weights["flattened_tensor"]
                 st.ipc_tensor = construct(item, require_clone=require_clone)
                 args = item[1]
-                st.ipc_key = (bytes(args[7]).hex(), int(args[9]))
+                st.ipc_key = f"{zlib.crc32(bytes(args[7])):08x}+{int(args[9])}"
                 info["flattened"] = True
                 info["require_clone"] = bool(require_clone)
             elif st.ipc_tensor is None:
@@ -143,7 +148,7 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                 info["event"] = True
             flat = st.ipc_tensor
             info["dtype"] = str(flat.dtype).split(".")[-1]
-            info["buffer"] = f"{st.ipc_key[0][:16]}+{st.ipc_key[1]}"
+            info["buffer"] = st.ipc_key
             if st.ipc_event is not None:
                 st.ipc_event.wait()
             out = []
@@ -251,8 +256,11 @@ class Engine:
             if not info.get("nonempty") or "dtype" not in info:
                 continue
             key = f"{info['gpu']}/{info['dtype']}"
-            c = cycle["counts"].setdefault(key, {"arrivals": 0, "floor": 0, "calls": 0})
+            c = cycle["counts"].setdefault(key, {"arrivals": 0, "floor": 0, "calls": 0,
+                                                 "buffers": []})
             c["calls"] += 1
+            if info["buffer"] not in c["buffers"]:
+                c["buffers"].append(info["buffer"])
             here = (info["buffer"], info["dtype"])
             if self.previous.get(info["gpu"]) != here:
                 c["floor"] += 1
@@ -263,7 +271,8 @@ class Engine:
         if finished:
             cycle["finished"] = True
             counts = ", ".join(f"{k}: {v['arrivals']} arrivals (floor {v['floor']}, "
-                               f"{v['calls']} calls)" for k, v in sorted(cycle["counts"].items()))
+                               f"{v['calls']} calls, {len(v['buffers'])} buffers)"
+                               for k, v in sorted(cycle["counts"].items()))
             print(f"{stamp()} cycle {cycle['cycle']} finished after {cycle['requests']} "
                   f"requests; flattened_tensor {counts or 'never sent'}", flush=True)
             self.cycles.append(self.new_cycle(cycle["cycle"] + 1))

@@ -65,15 +65,17 @@ def check_flattened(url, version, record):
         gpu, dtype = key.rsplit("/", 1)
         good = c["arrivals"] == c["floor"] and c["arrivals"] >= 1
         ok = ok and good
+        verdict = "OK" if good else "MORE THAN NEEDED" if c["arrivals"] > c["floor"] else "WRONG"
         print(f"  {url} flattened_tensor, version {version}, GPU {gpu}, {dtype}: "
-              f"{c['arrivals']} arrival(s) in {c['calls']} call(s); the slot layout needs "
-              f"{c['floor']}: {'OK' if good else 'MORE THAN NEEDED' if c['arrivals'] > c['floor'] else 'WRONG'}",
-              flush=True)
+              f"{c['arrivals']} arrival(s) in {c['calls']} call(s) over "
+              f"{len(c.get('buffers', []))} buffer(s); the slot layout needs {c['floor']}: "
+              f"{verdict}", flush=True)
         if record:
             with open(record, "a") as f:
                 f.write(json.dumps({"engine": url, "version": version, "gpu": gpu,
                                     "dtype": dtype, "arrivals": c["arrivals"],
                                     "floor": c["floor"], "calls": c["calls"],
+                                    "buffers": len(c.get("buffers", [])),
                                     "requests": cycle["requests"], "cycle": cycle["cycle"]})
                         + "\n")
     if not cycle["counts"]:
