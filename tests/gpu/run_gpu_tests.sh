@@ -26,8 +26,9 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,ipc,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks steps (default: all); the Qwen2
-# trainer test always runs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
+# STEPS=kernels,ipc,ipc_lmdeploy,ipc_vllm,ipc_7b,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks
+# steps (default: all); the Qwen2 trainer test always runs (on 2+ GPUs). The colocated steps (ipc,
+# ipc_lmdeploy, ipc_vllm, ipc_7b) run on GPU 0 alone, on any number of GPUs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
 # values); WSYNC_BENCH_VARIANTS is its --variants value (default: pull mode with 2 and 4 slots and
 # push with 4 slots, the configurations that once stalled, and pull from a flat parameter buffer,
@@ -51,6 +52,43 @@ export WSYNC_CLIENT_LIB=$PWD/$B/bin/libwsync_client.so
 NCCL_LIB=$(python3 -c "import glob,os,torch; print(glob.glob(os.path.dirname(torch.__file__)+'/../nvidia/nccl/lib/libnccl.so*')[0])")
 fail=0
 step() { echo; echo "=== $*"; }
+# Per-step verdicts: begin_step NAME ... end_step [SKIP|NOTE text]. Inside, the usual `fail=1`
+# marks the step failed; end_step folds it into the run's verdict and records one line, printed
+# again above GPU RESULT.
+begin_step() { step_name=$1; step_saved_fail=$fail; fail=0; }
+end_step() {
+  local verdict note=${2:-}
+  if [[ ${1:-} == SKIP ]]; then verdict=SKIP; else verdict=$([[ $fail -eq 0 ]] && echo PASS || echo FAIL); fi
+  [[ ${1:-} == NOTE || ${1:-} == SKIP ]] || note=${1:-}
+  echo "STEP $step_name: $verdict${note:+ ($note)}" | tee -a "$LOGS/steps.txt"
+  fail=$(( step_saved_fail | fail ))
+}
+steps_summary() { [[ -f $LOGS/steps.txt ]] && cat "$LOGS/steps.txt"; }
+# Waits until a URL answers (an engine's /health): wait_url URL [TRIES of 0.2 s]
+wait_url() {
+  for _ in $(seq 1 "${2:-300}"); do curl -sf "$1" >/dev/null && return 0; sleep 0.2; done
+  echo "$1 never answered"; return 1
+}
+# Waits for wsyncd's socket: wait_sock PATH
+wait_sock() {
+  for _ in $(seq 1 300); do [[ -S $1 ]] && return 0; sleep 0.2; done
+  echo "wsyncd never made $1"; return 1
+}
+# Stops processes started here, by pid: stop_pids PID...
+stop_pids() {
+  kill "$@" 2>/dev/null
+  for _ in $(seq 1 50); do kill -0 "$@" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$@" 2>/dev/null; wait "$@" 2>/dev/null
+}
+# wsyncd in CUDA mode on GPU 0's slots: start_wsyncd SOCKET LOG [wsyncd options...]; sets wsyncd_pid
+start_wsyncd() {
+  local sock=$1 log=$2
+  shift 2
+  rm -f "$sock"
+  $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket "$sock" --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 "$@" >"$log" 2>&1 &
+  wsyncd_pid=$!
+}
 
 step "machine"
 {
@@ -73,6 +111,7 @@ fi
 
 sock=/tmp/wsync-gpu.sock
 if want ipc; then
+  begin_step ipc
   # Colocated: wsyncd, the trainer and a torch engine rank share GPU 0. The engine loads every
   # bucket from wsyncd's slots through CUDA IPC, as SGLang's update_weights_from_tensor does (exact-
   # name unpickler, the GPU named by UUID); both load formats, then an engine killed mid-update.
@@ -120,6 +159,208 @@ if want ipc; then
   kill -0 $ipc_d || { echo "wsyncd died"; fail=1; }
   kill $ipc_e $ipc_d; wait $ipc_e $ipc_d 2>/dev/null
   grep -h "RESULT" "$LOGS/ipc.log"
+  end_step
+fi
+
+# GPU 0's UUID as torch prints it (the colocated groups name each engine rank's GPU by it), asked
+# once.
+gpu0_uuid() {
+  [[ -n ${gpu0_uuid_cached:-} ]] ||
+    gpu0_uuid_cached=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).uuid)")
+  echo "$gpu0_uuid_cached"
+}
+
+if want ipc_lmdeploy; then
+  # Colocated, LMDeploy semantics: a real-torch LMDeploy receive side (tests/gpu/
+  # lmdeploy_torch_engine.py: update_params after PR #4397, the flattened_tensor cached until
+  # finished, require_clone false, the event waited on and recorded) beside wsyncd and the
+  # trainer on GPU 0. Both load formats, 3 versions bit-identical; flattened_tensor must come as
+  # rarely as the slot layout allows (counted by the engine per version, GPU and dtype, recorded
+  # in $OUT/lmdeploy_flattened.jsonl); an engine killed mid-update fails the update, a fresh one
+  # then takes the next; a server refusing pickles (PR #4964) is a configuration error.
+  begin_step ipc_lmdeploy
+  step "colocated LMDeploy (ipc): wsyncd (cuda) + LMDeploy torch engine + Qwen2 trainer on GPU 0"
+  lsock=/tmp/wsync-gpu-lmdeploy.sock
+  lurl=http://127.0.0.1:30021
+  llog=$LOGS/lmdeploy.log
+  start_wsyncd $lsock "$LOGS/lmdeploy-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
+  l_d=$wsyncd_pid
+  python3 tests/gpu/lmdeploy_torch_engine.py --port 30021 --gpus 0 \
+    >"$LOGS/lmdeploy-engine.log" 2>&1 &
+  l_e=$!
+  gpu0_uuid >/dev/null
+  wait_sock $lsock && wait_url $lurl/health || fail=1
+  uuid=$(gpu0_uuid)
+  echo "GPU 0 UUID $uuid" | tee "$llog"
+  rm -f "$OUT/lmdeploy_flattened.jsonl"
+  lmd_push() {
+    timeout 150 python3 tests/gpu/trainer_push.py --socket $lsock --group "$1" \
+      --engines "${lmd_url:-$lurl}" --python-client client/python --version-prefix "$1-" \
+      "${@:2}" 2>&1 | tee -a "$llog"
+    return "${PIPESTATUS[0]}"
+  }
+  for format in flattened_bucket per_tensor; do
+    $B/bin/wsyncctl --socket $lsock create-group "lmd-$format" --kind lmdeploy --transport ipc \
+      --load-format "$format" --engine "$lurl@GPU-$uuid" 2>&1 | tee -a "$llog"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  done
+  lmd_push lmd-flattened_bucket --versions 3 --flattened-record "$OUT/lmdeploy_flattened.jsonl" \
+    || fail=1
+  lmd_push lmd-per_tensor --versions 2 || fail=1
+  curl -s $lurl/sim/checksums | python3 -c "import json,sys; d=json.load(sys.stdin); \
+print('engine:', {k: d[k] for k in ('updates_received', 'flattened_tensor_sent', 'finished_calls', \
+'casts', 'loads_while_asleep', 'is_sleeping', 'last_error')}); print('events:', d['events'][-12:])" \
+    2>&1 | tee -a "$llog"
+  # Killed mid-update: its ranks exit at the 2nd /update_weights. The update fails naming the
+  # engine, wsyncd stays up, and a fresh engine on the same port takes the next two versions.
+  stop_pids $l_e
+  python3 tests/gpu/lmdeploy_torch_engine.py --port 30021 --gpus 0 --die-at-update 1 \
+    >"$LOGS/lmdeploy-engine-dies.log" 2>&1 &
+  l_e=$!
+  wait_url $lurl/health || fail=1
+  lmd_push lmd-flattened_bucket --versions 1 --version-prefix killed- --expect-failure 30021 \
+    || fail=1
+  timeout 30 tail --pid=$l_e -f /dev/null
+  stop_pids $l_e
+  python3 tests/gpu/lmdeploy_torch_engine.py --port 30021 --gpus 0 \
+    >"$LOGS/lmdeploy-engine2.log" 2>&1 &
+  l_e=$!
+  wait_url $lurl/health || fail=1
+  lmd_push lmd-flattened_bucket --versions 2 --version-prefix after-kill- \
+    --flattened-record "$OUT/lmdeploy_flattened.jsonl" || fail=1
+  # PR #4964 without LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1: refused, named, not retried.
+  python3 tests/gpu/lmdeploy_torch_engine.py --port 30022 --gpus 0 --refuse-pickle \
+    >"$LOGS/lmdeploy-engine-refuses.log" 2>&1 &
+  l_r=$!
+  wait_url http://127.0.0.1:30022/health || fail=1
+  $B/bin/wsyncctl --socket $lsock create-group lmd-refuse --kind lmdeploy --transport ipc \
+    --engine "http://127.0.0.1:30022@GPU-$uuid" 2>&1 | tee -a "$llog"
+  lmd_url=http://127.0.0.1:30022 lmd_push lmd-refuse --versions 1 \
+    --expect-failure LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS || fail=1
+  kill -0 $l_d || { echo "wsyncd died"; fail=1; }
+  stop_pids $l_e $l_r $l_d
+  note=""
+  if [[ -f $OUT/lmdeploy_flattened.jsonl ]]; then
+    note=$(python3 -c "import json; rows = [json.loads(l) for l in open('$OUT/lmdeploy_flattened.jsonl')]; \
+print('flattened_tensor per version/GPU/dtype: ' + ', '.join(f\"{r['arrivals']}/{r['floor']}\" \
+for r in rows) + ' (arrivals/layout floor)')")
+  fi
+  grep -h "RESULT" "$llog"
+  end_step NOTE "$note"
+fi
+
+if want ipc_vllm; then
+  # Colocated, vLLM semantics: a real-torch vLLM IPC receive side (tests/gpu/vllm_torch_engine.py:
+  # ipc_handles_pickled, args[6] replaced, packed chunks cut by tensor_sizes and cloned, start/
+  # finish sessions with 409 out of order) beside wsyncd and the trainer on GPU 0; 3 versions
+  # bit-identical in each request form wsyncctl can choose (packed, unpacked).
+  begin_step ipc_vllm
+  step "colocated vLLM (ipc): wsyncd (cuda) + vLLM torch engine + Qwen2 trainer on GPU 0"
+  help=$($B/bin/wsyncctl create-group --help 2>&1)
+  if ! grep -qi vllm <<<"$help"; then
+    end_step SKIP "wsyncctl create-group --help has no vllm kind yet"
+  else
+    vsock=/tmp/wsync-gpu-vllm.sock
+    vurl=http://127.0.0.1:30031
+    vlog=$LOGS/vllm.log
+    start_wsyncd $vsock "$LOGS/vllm-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
+    v_d=$wsyncd_pid
+    uuid=$(gpu0_uuid)
+    echo "GPU 0 UUID $uuid" | tee "$vlog"
+    wait_sock $vsock || fail=1
+    # Whether wsyncd has a vLLM adapter at all, asked before any engine is up: a kind it cannot
+    # serve is refused before the engine is probed.
+    out=$($B/bin/wsyncctl --socket $vsock create-group vllm-probe --kind vllm --transport ipc \
+      --engine "$vurl@GPU-$uuid" 2>&1)
+    echo "$out" | tee -a "$vlog"
+    skipped=""
+    if grep -qiE "not supported|unimplemented" <<<"$out"; then
+      skipped="wsyncd has no vLLM adapter yet: $(head -1 <<<"$out")"
+    fi
+    $B/bin/wsyncctl --socket $vsock destroy-group vllm-probe >/dev/null 2>&1
+    if [[ -z $skipped ]]; then
+      python3 tests/gpu/vllm_torch_engine.py --port 30031 --gpus 0 >"$LOGS/vllm-engine.log" 2>&1 &
+      v_e=$!
+      wait_url $vurl/health || fail=1
+    fi
+    # How wsyncctl picks the form: WSYNC_VLLM_PACKED_ARGS / WSYNC_VLLM_UNPACKED_ARGS (create-group
+    # options), else a --packed option, else --load-format if its help names vllm.
+    packed_args=${WSYNC_VLLM_PACKED_ARGS-}
+    unpacked_args=${WSYNC_VLLM_UNPACKED_ARGS-}
+    if [[ -z $packed_args$unpacked_args ]]; then
+      if grep -qE -- '--packed\b' <<<"$help"; then
+        packed_args="--packed"
+      elif grep -A3 -- '--load-format' <<<"$help" | grep -qi vllm; then
+        packed_args="--load-format flattened_bucket"; unpacked_args="--load-format per_tensor"
+      fi
+    fi
+    forms=()
+    [[ -n $packed_args || -n $unpacked_args ]] && forms=(packed unpacked) || forms=(default)
+    [[ -n $skipped ]] && forms=()
+    for form in "${forms[@]}"; do
+      case $form in
+        packed) extra=$packed_args ;;
+        unpacked) extra=$unpacked_args ;;
+        *) extra="" ;;
+      esac
+      # shellcheck disable=SC2086
+      out=$($B/bin/wsyncctl --socket $vsock create-group "vllm-$form" --kind vllm --transport ipc \
+        $extra --engine "$vurl@GPU-$uuid" 2>&1)
+      rc=$?
+      echo "$out" | tee -a "$vlog"
+      [[ $rc -eq 0 ]] || { fail=1; continue; }
+      expect=()
+      [[ $form != default ]] && expect=(--expect-form "$form")
+      timeout 150 python3 tests/gpu/trainer_push.py --socket $vsock --group "vllm-$form" \
+        --engines $vurl --python-client client/python --version-prefix "vllm-$form-" \
+        --versions 3 "${expect[@]}" 2>&1 | tee -a "$vlog"
+      [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+    done
+    [[ -n $skipped ]] || { curl -s $vurl/sim/stats 2>&1 | tee -a "$vlog"; echo; }
+    kill -0 $v_d || { echo "wsyncd died"; fail=1; }
+    stop_pids ${v_e:-} $v_d
+    grep -h "RESULT" "$vlog"
+    if [[ -n $skipped ]]; then
+      end_step SKIP "$skipped"
+    elif [[ ${forms[0]} == default ]]; then
+      end_step NOTE "wsyncctl has no packed/unpacked choice yet: only the adapter's default form ran"
+    else
+      end_step
+    fi
+  fi
+fi
+
+if want ipc_7b; then
+  # The SGLang colocated path at 7B size: Qwen2.5-7B's 339 bf16 tensors (14.19 GiB, random) pushed
+  # 3 times through wsyncd into tests/gpu/sglang_torch_engine.py on GPU 0, bit-identical each time.
+  # The trainer, the engine's copy and wsyncd's slots need about 40 GiB of GPU 0.
+  begin_step ipc_7b
+  step "colocated (ipc) at 7B size: Qwen2.5-7B shapes through wsyncd into the SGLang torch engine"
+  free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | head -1)
+  if [[ -z $free_mib || $free_mib -lt 40960 ]]; then
+    end_step SKIP "GPU 0 has ${free_mib:-?} MiB free; the 7B shapes need about 40 GiB"
+  else
+    ssock=/tmp/wsync-gpu-7b.sock
+    surl=http://127.0.0.1:30041
+    slog=$LOGS/ipc-7b.log
+    start_wsyncd $ssock "$LOGS/ipc-7b-wsyncd.log" --slot-bytes 512MiB --bucket-timeout 120
+    s_d=$wsyncd_pid
+    python3 tests/gpu/sglang_torch_engine.py --port 30041 --gpus 0 >"$LOGS/ipc-7b-engine.log" 2>&1 &
+    s_e=$!
+    uuid=$(gpu0_uuid)
+    wait_sock $ssock && wait_url $surl/health || fail=1
+    $B/bin/wsyncctl --socket $ssock create-group colo-7b --transport ipc \
+      --engine "$surl@GPU-$uuid" 2>&1 | tee "$slog"
+    timeout 420 python3 tests/gpu/trainer_push.py --socket $ssock --group colo-7b --engines $surl \
+      --python-client client/python --version-prefix 7b- --versions 3 \
+      --model qwen2.5-7b-shapes 2>&1 | tee -a "$slog"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv 2>&1 | tee -a "$slog"
+    kill -0 $s_d || { echo "wsyncd died"; fail=1; }
+    stop_pids $s_e $s_d
+    note=$(grep -h "^version 7b-" "$slog" | sed -E 's/.*: ([0-9]+) buckets.* in ([0-9.]+) s.*/\1 buckets \2 s/' | paste -sd';' -)
+    end_step NOTE "$note"
+  fi
 fi
 
 if [[ $ngpu -lt 2 ]]; then
@@ -148,7 +389,8 @@ PY
   kill $d1; wait $d1 2>/dev/null
   echo "steps with an engine (trainer, kill, per_tensor, memory, pull, dtensor, mismatch, bench):"
   echo "skipped, they need 2 GPUs and this machine has $ngpu"
-  echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL) (one GPU: unit tests, kernels, colocated ipc, session)"
+  echo; steps_summary
+  echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL) (one GPU: unit tests, kernels, colocated steps, session)"
   exit $fail
 fi
 
@@ -279,5 +521,6 @@ if want bench; then
   sleep 2; for p in "${bench_pids[@]}"; do kill -9 "$p" 2>/dev/null; done
   wait "${bench_pids[@]}" 2>/dev/null
 fi
-echo; echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
+echo; steps_summary
+echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL)"
 exit $fail

@@ -1,9 +1,18 @@
 """Trainer side of the GPU test: a Qwen2-architecture model built by transformers from a config
 (random init, fixed seed, no download) on GPU 0, pushed through wsyncd with the Python client as
-CUDA tensors, version after version; every engine rank must hold bit-identical tensors."""
+CUDA tensors, version after version; every engine rank must hold bit-identical tensors.
+--model qwen2.5-7b-shapes pushes Qwen2.5-7B's 339 bf16 tensors instead (random data, 14.19 GiB,
+the names and shapes of tests/bench/bench_update.py), with no transformers model behind them.
+
+The engines are the torch simulators under tests/gpu (SGLang, LMDeploy, vLLM semantics): each
+answers GET /sim/checksums with a CRC-32 per tensor per rank and its weight version (null for an
+engine that has none: LMDeploy, or vLLM when no version was given; then only the bytes are
+compared). --flattened-record checks LMDeploy's flattened_tensor count (GET /sim/flattened) after
+every version; --expect-form checks which request form a vLLM engine received (GET /sim/stats)."""
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,8 +24,77 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 
 def crc(t):
-    return format(zlib.crc32(t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy()
-                             .tobytes()), "08x")
+    # zlib reads the array's buffer in place: no extra host copy (14 GiB for the 7B shapes).
+    return format(zlib.crc32(t.detach().contiguous().view(-1).view(torch.uint8).cpu().numpy()),
+                  "08x")
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=600) as r:
+        return json.loads(r.read())
+
+
+class ShapesModel:
+    """Named bf16 tensors with Qwen2.5-7B's names and shapes on GPU 0, random data; stands in
+    for a transformers model where only parameters() and state_dict() are used."""
+
+    def __init__(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+        from bench_update import qwen25_7b_shapes
+        self.tensors = {name: torch.randn(shape, dtype=torch.bfloat16, device="cuda:0")
+                        for name, shape in qwen25_7b_shapes()}
+
+    def parameters(self):
+        return iter(self.tensors.values())
+
+    def state_dict(self):
+        return dict(self.tensors)
+
+
+def check_flattened(url, version, record):
+    """LMDeploy: in the cycle the version just finished, flattened_tensor must have come exactly
+    as often as the slot layout needs it (the engine's floor: first call, and each change of
+    buffer or dtype), per GPU and dtype. Appends what it saw to `record` (JSON lines)."""
+    cycles = [c for c in get_json(url + "/sim/flattened")["cycles"] if c["finished"]]
+    if not cycles:
+        print(f"  {url}: no finished cycle: the version never sent finished=true", flush=True)
+        return False
+    cycle = cycles[-1]
+    ok = bool(cycle["counts"])
+    for key, c in sorted(cycle["counts"].items()):
+        gpu, dtype = key.rsplit("/", 1)
+        good = c["arrivals"] == c["floor"] and c["arrivals"] >= 1
+        ok = ok and good
+        verdict = "OK" if good else "MORE THAN NEEDED" if c["arrivals"] > c["floor"] else "WRONG"
+        print(f"  {url} flattened_tensor, version {version}, GPU {gpu}, {dtype}: "
+              f"{c['arrivals']} arrival(s) in {c['calls']} call(s) over "
+              f"{len(c.get('buffers', []))} buffer(s); the slot layout needs {c['floor']}: "
+              f"{verdict}", flush=True)
+        if record:
+            with open(record, "a") as f:
+                f.write(json.dumps({"engine": url, "version": version, "gpu": gpu,
+                                    "dtype": dtype, "arrivals": c["arrivals"],
+                                    "floor": c["floor"], "calls": c["calls"],
+                                    "buffers": len(c.get("buffers", [])),
+                                    "requests": cycle["requests"], "cycle": cycle["cycle"]})
+                        + "\n")
+    if not cycle["counts"]:
+        print(f"  {url}: the version's cycle had no flattened request", flush=True)
+    return ok
+
+
+FORMS = ("packed", "unpacked", "args", "func_args")
+
+
+def engine_forms(urls):
+    out = {}
+    for url in urls:
+        try:
+            stats = get_json(url + "/sim/stats")["stats"]
+        except (OSError, ValueError, KeyError):
+            continue
+        out[url] = {k: stats.get(k, 0) for k in FORMS}
+    return out
 
 
 def gpu_memory_mib(pid):
@@ -80,6 +158,17 @@ def main():
     ap.add_argument("--flat", action="store_true",
                     help="parameters live in one flat buffer (Megatron-style); with --pull every "
                          "bucket must then be read in place, with no copy")
+    ap.add_argument("--model", choices=("qwen2", "qwen2.5-7b-shapes"), default="qwen2",
+                    help="qwen2: a small transformers Qwen2 (4 layers); qwen2.5-7b-shapes: "
+                         "Qwen2.5-7B's 339 bf16 tensors, 14.19 GiB, random")
+    ap.add_argument("--flattened-record", default="",
+                    help="LMDeploy engines: after each version, flattened_tensor must have come "
+                         "as rarely as the slot layout allows; the counts are appended to this "
+                         "file (JSON lines)")
+    ap.add_argument("--expect-form", default="",
+                    help="vLLM engines: comma-separated request forms (packed, unpacked, args, "
+                         "func_args) this run must have sent; the other of each pair must not "
+                         "have come")
     ap.add_argument("--release-sources", action="store_true",
                     help="after each version, have wsyncd close its mappings of this process "
                          "(pull mode: there must be some); the next version maps them again")
@@ -88,12 +177,20 @@ def main():
     import wsync
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
-                         num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,
-                         tie_word_embeddings=False)
-    model = Qwen2ForCausalLM(config).to("cuda:0", torch.bfloat16)
+    if args.model == "qwen2":
+        config = Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
+                             num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,
+                             tie_word_embeddings=False)
+        model = Qwen2ForCausalLM(config).to("cuda:0", torch.bfloat16)
+    else:
+        model = ShapesModel()
+        total = sum(t.numel() * t.element_size() for t in model.parameters())
+        print(f"model: {len(model.tensors)} bf16 tensors with Qwen2.5-7B's shapes, "
+              f"{total / 2**30:.2f} GiB", flush=True)
     if args.flat:
         flatten_parameters(model)  # the parameters' views keep the buffer alive
+    urls = args.engines.split(",")
+    forms_before = engine_forms(urls) if args.expect_form else {}
     ok = True
     memory = []
     with wsync.Client("unix:" + args.socket, device=0, name="gpu trainer") as client:
@@ -145,15 +242,45 @@ def main():
                 print(f"  wsyncd GPU memory after {version}: {used} MiB", flush=True)
             if v % args.verify_every != 0 and v != args.versions:
                 continue
-            for url in args.engines.split(","):
-                with urllib.request.urlopen(url + "/sim/checksums") as r:
-                    got = json.loads(r.read())
+            for url in urls:
+                got = get_json(url + "/sim/checksums")
+                if not got["ranks"]:
+                    print(f"  {url}: no rank answered with checksums", flush=True)
+                    ok = False
                 for rank, tensors in got["ranks"].items():
                     bad = [k for k in expected if tensors.get(k) != expected[k]]
+                    # An engine with no weight version (LMDeploy) reports null: bytes only.
+                    wv = got["weight_version"]
                     print(f"  {url} rank {rank}: {len(expected) - len(bad)}/{len(expected)} "
-                          f"tensors bit-identical, weight_version {got['weight_version']}",
-                          flush=True)
-                    ok = ok and not bad and got["weight_version"] == version
+                          f"tensors bit-identical, weight_version {wv}"
+                          + (f", digest {got['digests'][rank]}" if rank in got.get("digests", {})
+                             else ""), flush=True)
+                    if bad:
+                        print(f"    differing: {bad[:5]}{' ...' if len(bad) > 5 else ''}",
+                              flush=True)
+                    ok = ok and not bad and (wv is None or wv == version)
+                if args.flattened_record:
+                    ok = check_flattened(url, version, args.flattened_record) and ok
+    if args.expect_form:
+        after = engine_forms(urls)
+        want = [f for f in args.expect_form.split(",") if f]
+        pairs = {"packed": "unpacked", "unpacked": "packed", "args": "func_args",
+                 "func_args": "args"}
+        for url in urls:
+            if url not in after:
+                print(f"  {url}: no /sim/stats, so the request forms are unknown", flush=True)
+                ok = False
+                continue
+            diff = {k: after[url][k] - forms_before.get(url, {}).get(k, 0) for k in FORMS}
+            print(f"  {url} requests this run by form: " +
+                  ", ".join(f"{k} {diff[k]}" for k in FORMS), flush=True)
+            for form in want:
+                if form not in pairs:
+                    print(f"  unknown form {form!r}", flush=True)
+                    ok = False
+                elif diff[form] == 0 or diff[pairs[form]] != 0:
+                    print(f"  expected {form} requests only", flush=True)
+                    ok = False
     if args.watch_pid:
         flat = len(set(memory[1:])) <= 1
         print(f"wsyncd GPU memory over {len(memory)} updates: first {memory[0]} MiB, then "

@@ -1,0 +1,453 @@
+"""An LMDeploy server (PyTorch backend) as wsyncd's colocated path sees it, built from real torch on
+real GPUs: one process per TP rank, each on its own GPU, holding the model's parameters (made at
+first sight and copied into afterwards, as sglang_torch_engine.py does).
+
+POST /update_weights follows the worker's update_params after PR #4397 (engine-protocols.md §5.3):
+- serialized_named_tensors is a base64 pickle, or a list of them where TP rank r takes entry r;
+- LMDeploy loads it with an unrestricted ForkingPickler. Here an unpickler of exact (module, name)
+  pairs admits only what that path carries: torch.multiprocessing.reductions.rebuild_cuda_tensor
+  (torch's own), torch.Tensor, torch.Size, torch.storage.TypedStorage/UntypedStorage, torch
+  dtypes and lmdeploy.utils.FlattenedTensorMetadata; anything else fails the request (500);
+- tensors travel as (func, args); the worker sets args[6] = torch.cuda.current_device() and
+  calls func(*args), through torch's real rebuild_cuda_tensor, so the bytes are read through CUDA
+  IPC from wsyncd's slot;
+- load_format null: list[(name, (func, args))], each tensor cloned, then loaded;
+- load_format "flattened_bucket": a dict. Empty metadata returns before anything is cached.
+  flattened_tensor, when present, is rebuilt and cached as the rank's ipc tensor: cloned unless
+  require_clone is False (forced True when event_ipc_handle comes and this torch has no
+  Event.from_ipc_handle), which keeps a live view of wsyncd's buffer. Without it the cached
+  tensor is used; with none cached the call fails (ValueError). event_ipc_handle, when present,
+  is opened (torch.cuda.Event.from_ipc_handle) and replaces the cached event; the rank's stream
+  waits on the cached event before reading, and records it after the load, as LMDeploy does.
+  Each entry is flat[start_idx:end_idx].reshape(shape), then .to(dtype) if the dtypes differ;
+- finished: the post-load hooks (none here), torch.cuda.synchronize(), and the cached tensor and
+  event are dropped;
+- the answer is null with HTTP 200; an exception is HTTP 500 "Internal Server Error";
+- Content-Type: application/json is required on every POST (400 otherwise), as LMDeploy's
+  validation answers;
+- --refuse-pickle: every /update_weights is refused with LMDeploy PR #4964's 400 (pickle payloads
+  need LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1).
+/sleep?level=1|2 synchronises, drops the cached tensor and event, moves the parameters to host
+memory (level 2: drops them, every one must come again) and puts weights and kv_cache to sleep;
+/wakeup?tags=... wakes the given tags (none: every sleeping one; a tag not asleep: nothing
+happens); loading while the weights sleep fails (500) and is counted, as lmdeploy_ipc_sim.py does.
+GET /openapi.json lists the routes (LMDeploy has no version route), /health and /is_sleeping
+report the state.
+
+The flattened_tensor count: every arrival of flattened_tensor is counted per cycle (a cycle ends
+with a `finished` request: one weight version), per GPU and per dtype, beside the layout's floor:
+the arrivals a sender that sends it only when it must would make, i.e. the first non-empty call
+of the cycle and each call whose buffer (allocation handle, storage offset) or dtype differs from
+the previous call's (the worker caches one tensor). The count is logged at each finished and
+served by GET /sim/flattened:
+  {"cycles": [{"cycle": n, "finished": bool, "requests": r,
+               "counts": {"<gpu uuid>/<dtype>": {"arrivals": a, "floor": f, "calls": c,
+                                                 "buffers": [buffer keys in order]}}}]}
+
+GET /sim/checksums answers as lmdeploy_ipc_sim.py does ({"weight_version": null, "ranks": {"1":
+{name: crc32}}, "updates_received", "flattened_tensor_sent", "finished_calls", ...}) plus
+"digests" (per rank, digest_of the checksums); each finished also logs the digest.
+
+  python3 lmdeploy_torch_engine.py --port 30021 --gpus 0 [--die-at-update N] [--refuse-pickle]
+"""
+
+import argparse
+import base64
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+import urllib.parse
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_engine_common import (FifoLock, JsonReplies, RankPool, digest_of,  # noqa: E402
+                                 exact_name_unpickler, load_weights, rank_checksums, stamp,
+                                 unpickle)
+
+METADATA_MODULE = "lmdeploy.utils"
+ROUTES = [
+    ("/v1/models", "get"), ("/v1/chat/completions", "post"), ("/v1/completions", "post"),
+    ("/generate", "post"), ("/health", "get"), ("/terminate", "get"),
+    ("/update_weights", "post"), ("/sleep", "post"), ("/wakeup", "post"),
+    ("/is_sleeping", "get"), ("/abort_request", "post"),
+]
+REFUSE_PICKLE = ("Pickle payloads are not accepted on HTTP /update_weights; set "
+                 "LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1 for trusted IPC or use "
+                 "load_format='safetensors'")
+
+
+class FlattenedTensorMetadata:
+    """lmdeploy.utils.FlattenedTensorMetadata (a dataclass: NEWOBJ, then BUILD sets its six
+    fields name, shape, dtype, start_idx, end_idx, numel)."""
+
+
+class RankState:
+    def __init__(self):
+        self.params = {}
+        self.crcs = {}
+        self.ipc_tensor = None  # LMDeploy's _update_params_ipc_tensor
+        self.ipc_event = None  # _update_params_ipc_event
+        # Which buffer the cached tensor was rebuilt from: "<crc32 of the whole 64-byte IPC
+        # handle>+<storage offset>". A prefix of the handle does not tell allocations apart (the
+        # first H100 run read wsyncd's two slots as one buffer by their first 8 bytes).
+        self.ipc_key = None
+        self.updates = 0
+        self.casts = 0
+
+
+def rank_main(gpu, tp_rank, conn, die_at_update):
+    import torch
+    from torch.multiprocessing import reductions
+
+    torch.cuda.set_device(gpu)
+    uuid = str(torch.cuda.get_device_properties(gpu).uuid)
+    unpickler = exact_name_unpickler(
+        reductions.rebuild_cuda_tensor, storages=("TypedStorage", "UntypedStorage"),
+        extra={(METADATA_MODULE, "FlattenedTensorMetadata"): FlattenedTensorMetadata},
+        refusal="is not admitted by this simulator")
+    st = RankState()
+
+    def construct(item, require_clone=True):
+        # LMDeploy's _construct: (func, args), args[6] = current device, func(*args).
+        func, args = item
+        args = list(args)
+        args[6] = torch.cuda.current_device()
+        tensor = func(*args)
+        return tensor.clone() if require_clone else tensor
+
+    def deserialize(entry, load_format, info):
+        data = base64.b64decode(entry, validate=True)
+        weights = unpickle(data, unpickler)
+        if load_format == "flattened_bucket":
+            metadata = weights["metadata"]
+            if not metadata:
+                return []
+            info["nonempty"] = True
+            if "flattened_tensor" in weights:
+                require_clone = weights.get("require_clone", True)
+                if "event_ipc_handle" in weights and not hasattr(torch.cuda.Event,
+                                                                 "from_ipc_handle"):
+                    require_clone = True
+                item = weights["flattened_tensor"]
+                st.ipc_tensor = construct(item, require_clone=require_clone)
+                args = item[1]
+                st.ipc_key = f"{zlib.crc32(bytes(args[7])):08x}+{int(args[9])}"
+                info["flattened"] = True
+                info["require_clone"] = bool(require_clone)
+            elif st.ipc_tensor is None:
+                raise ValueError(
+                    "flattened_tensor is not provided in weights and no cached ipc tensor is "
+                    "available. Please provide flattened_tensor on the first update_params call.")
+            if "event_ipc_handle" in weights and hasattr(torch.cuda.Event, "from_ipc_handle"):
+                st.ipc_event = torch.cuda.Event.from_ipc_handle(
+                    device=torch.cuda.current_device(), handle=weights["event_ipc_handle"])
+                info["event"] = True
+            flat = st.ipc_tensor
+            info["dtype"] = str(flat.dtype).split(".")[-1]
+            info["buffer"] = st.ipc_key
+            if st.ipc_event is not None:
+                st.ipc_event.wait()
+            out = []
+            for m in metadata:
+                t = flat[m.start_idx:m.end_idx].reshape(m.shape)
+                if t.dtype != m.dtype:
+                    t = t.to(m.dtype)
+                    st.casts += 1
+                out.append((m.name, t))
+            return out
+        if load_format is not None:
+            raise ValueError(f"load_format {load_format!r} is not simulated")
+        info["nonempty"] = bool(weights)
+        return [(name, construct(item)) for name, item in weights]
+
+    while True:
+        cmd, arg = conn.recv()
+        try:
+            if cmd == "update":
+                st.updates += 1
+                if st.updates - 1 == die_at_update:
+                    print(f"rank {tp_rank}: dying at update {st.updates - 1} as asked", flush=True)
+                    os._exit(17)
+                entries = arg["body"]["serialized_named_tensors"]
+                entry = entries[tp_rank] if isinstance(entries, list) else entries
+                info = {"gpu": uuid, "nonempty": False, "flattened": False, "event": False}
+                weights = deserialize(entry, arg["body"].get("load_format"), info)
+                if weights and arg["weights_asleep"]:
+                    raise RuntimeError("weights loaded while the engine's weights sleep")
+                load_weights(st.params, weights)
+                info["loaded"] = len(weights)
+                del weights
+                if st.ipc_event is not None:
+                    st.ipc_event.record()
+                if arg["body"].get("finished", False):
+                    torch.cuda.synchronize()
+                    st.ipc_event = None
+                    st.ipc_tensor = None
+                    st.ipc_key = None
+                torch.cuda.empty_cache()
+                st.crcs.clear()
+                conn.send((True, info))
+            elif cmd == "sleep":
+                torch.cuda.synchronize()
+                st.ipc_event = None
+                st.ipc_tensor = None
+                st.ipc_key = None
+                if arg == 2:
+                    st.params.clear()
+                else:
+                    for name in list(st.params):
+                        st.params[name] = st.params[name].to("cpu")
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                st.crcs.clear()
+                conn.send((True, "ok"))
+            elif cmd == "wake_weights":
+                for name in list(st.params):
+                    st.params[name] = st.params[name].to(f"cuda:{gpu}")
+                torch.cuda.synchronize()
+                conn.send((True, "ok"))
+            elif cmd == "checksums":
+                conn.send((True, dict(rank_checksums(st.params, st.crcs))))
+            elif cmd == "casts":
+                conn.send((True, st.casts))
+            elif cmd == "exit":
+                conn.send((True, "bye"))
+                return
+        except Exception as e:  # LMDeploy: any exception in the worker fails the request
+            traceback.print_exc()
+            conn.send((False, f"{type(e).__name__}: {e}"))
+
+
+class Engine:
+    def __init__(self, gpus, die_at_update, refuse_pickle, log_digest):
+        self.ranks = RankPool(rank_main, gpus, die_at_update)
+        self.lock = FifoLock()  # LMDeploy runs one update_params at a time, in arrival order
+        self.state = threading.Lock()  # the counters below
+        self.refuse_pickle = refuse_pickle
+        self.log_digest = log_digest
+        self.updates = 0
+        self.flattened_tensor_sent = 0
+        self.finished_calls = 0
+        self.loads_while_asleep = 0
+        self.sleeping_tags = set()
+        self.events = []
+        self.last_error = ""
+        self.cycles = [self.new_cycle(1)]
+        self.previous = {}  # gpu -> (buffer, dtype) of the cycle's last non-empty call
+
+    @staticmethod
+    def new_cycle(n):
+        return {"cycle": n, "finished": False, "requests": 0, "counts": {}}
+
+    def event(self, text):
+        self.events.append(text)
+        del self.events[:-500]
+
+    def account(self, infos, finished):
+        """Counts one /update_weights in the current cycle: per GPU and dtype, whether
+        flattened_tensor came, and whether the layout's floor needed it."""
+        cycle = self.cycles[-1]
+        cycle["requests"] += 1
+        for info in infos:
+            if not info.get("nonempty") or "dtype" not in info:
+                continue
+            key = f"{info['gpu']}/{info['dtype']}"
+            c = cycle["counts"].setdefault(key, {"arrivals": 0, "floor": 0, "calls": 0,
+                                                 "buffers": []})
+            c["calls"] += 1
+            if info["buffer"] not in c["buffers"]:
+                c["buffers"].append(info["buffer"])
+            here = (info["buffer"], info["dtype"])
+            if self.previous.get(info["gpu"]) != here:
+                c["floor"] += 1
+            self.previous[info["gpu"]] = here
+            if info.get("flattened"):
+                c["arrivals"] += 1
+                self.flattened_tensor_sent += 1
+        if finished:
+            cycle["finished"] = True
+            counts = ", ".join(f"{k}: {v['arrivals']} arrivals (floor {v['floor']}, "
+                               f"{v['calls']} calls, {len(v['buffers'])} buffers)"
+                               for k, v in sorted(cycle["counts"].items()))
+            print(f"{stamp()} cycle {cycle['cycle']} finished after {cycle['requests']} "
+                  f"requests; flattened_tensor {counts or 'never sent'}", flush=True)
+            self.cycles.append(self.new_cycle(cycle["cycle"] + 1))
+            del self.cycles[:-64]
+            self.previous = {}
+
+    def digests(self):
+        res = self.ranks.all("checksums")
+        return [(ok, value) for ok, value in res]
+
+    def sleep(self, level):
+        res = self.ranks.all("sleep", level)
+        with self.state:
+            self.sleeping_tags = {"weights", "kv_cache"}
+            self.previous = {}
+            self.event(f"sleep:{level}")
+        return res
+
+    def wakeup(self, tags):
+        with self.state:
+            tags = tags or sorted(self.sleeping_tags)
+            if any(t not in self.sleeping_tags for t in tags):
+                self.event(f"wakeup-ignored:{','.join(tags)}")
+                return
+        if "weights" in tags:
+            self.ranks.all("wake_weights")
+        with self.state:
+            self.sleeping_tags -= set(tags)
+            self.event(f"wakeup:{','.join(tags)}")
+
+
+ENGINE = None
+
+
+class Handler(JsonReplies, BaseHTTPRequestHandler):
+    def error(self, status, message):
+        self.reply(status, {"error": {"message": message, "type": "invalid_request_error",
+                                      "code": status}})
+
+    def do_GET(self):
+        e = ENGINE
+        url = urllib.parse.urlsplit(self.path)
+        if url.path == "/openapi.json":
+            paths = {path: {method: {"summary": path.strip("/")}} for path, method in ROUTES}
+            return self.reply(200, {"openapi": "3.1.0",
+                                    "info": {"title": "FastAPI", "version": "0.1.0"},
+                                    "paths": paths})
+        if url.path == "/health":
+            return self.reply(200, {"status": "sleeping" if e.sleeping_tags else "healthy"})
+        if url.path == "/is_sleeping":
+            return self.reply(200, {"is_sleeping": bool(e.sleeping_tags)})
+        if url.path == "/sim/checksums":
+            with e.lock:
+                res = e.ranks.all("checksums")
+                casts = sum(v for ok, v in e.ranks.all("casts") if ok)
+            ranks = {str(i + 1): c for i, (ok, c) in enumerate(res) if ok}
+            with e.state:
+                return self.reply(200, {
+                    "weight_version": None, "ranks": ranks,
+                    "digests": {r: digest_of(c) for r, c in ranks.items()},
+                    "updates_received": e.updates,
+                    "flattened_tensor_sent": e.flattened_tensor_sent,
+                    "finished_calls": e.finished_calls, "casts": casts,
+                    "loads_while_asleep": e.loads_while_asleep,
+                    "is_sleeping": bool(e.sleeping_tags),
+                    "sleeping_tags": sorted(e.sleeping_tags), "events": e.events,
+                    "last_error": e.last_error})
+        if url.path == "/sim/flattened":
+            with e.state:
+                return self.reply(200, {"cycles": e.cycles})
+        self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        e = ENGINE
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        raw = self.raw_body()
+        if url.path not in ("/update_weights", "/sleep", "/wakeup"):
+            return self.reply(404, {"detail": "Not Found"})
+        media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            with e.state:
+                e.event(f"refused:{url.path}:content-type")
+            return self.error(400, "Unsupported Media Type: Only 'application/json' is allowed")
+        if url.path == "/sleep":
+            level = query.get("level", ["1"])[-1]
+            if level not in ("1", "2"):
+                return self.error(400, 'The "level" query parameter must be 1 or 2.')
+            with e.lock:
+                res = e.sleep(int(level))
+            if not all(ok for ok, _ in res):
+                return self.send(500, b"Internal Server Error", "text/plain")
+            return self.send(200, b"", "text/plain")
+        if url.path == "/wakeup":
+            with e.lock:
+                e.wakeup(query.get("tags", []))
+            return self.send(200, b"", "text/plain")
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(
+                body.get("serialized_named_tensors"), (str, list, dict)):
+            return self.error(400, "serialized_named_tensors: Field required")
+        return self.update(body)
+
+    def update(self, body):
+        e = ENGINE
+        with e.state:
+            e.updates += 1
+        if e.refuse_pickle:
+            with e.state:
+                e.event("update:refused-pickle")
+            return self.error(400, REFUSE_PICKLE)
+        finished = body.get("finished", False)
+        entries = body["serialized_named_tensors"]
+        problem = None
+        if not isinstance(finished, bool):
+            problem = "finished must be a bool"
+        elif isinstance(entries, list) and len(entries) < len(e.ranks):
+            problem = f"serialized_named_tensors has {len(entries)} entries for {len(e.ranks)} ranks"
+        if problem is not None:
+            with e.state:
+                e.last_error = problem
+                e.event("update:failed")
+            return self.send(500, b"Internal Server Error", "text/plain")
+        with e.lock:
+            asleep = "weights" in e.sleeping_tags
+            res = e.ranks.all("update", {"body": body, "weights_asleep": asleep})
+            bad = [m for ok, m in res if not ok]
+            with e.state:
+                if bad:
+                    e.last_error = "; ".join(bad)
+                    if asleep and any("sleep" in m for m in bad):
+                        e.loads_while_asleep += 1
+                    e.event("update:failed")
+                else:
+                    e.account([info for _, info in res], finished)
+                    loaded = sum(info.get("loaded", 0) for _, info in res)
+                    e.event(f"update:{loaded}" + (":finished" if finished else ""))
+                    if finished:
+                        e.finished_calls += 1
+            if not bad and finished and e.log_digest:
+                digests = [digest_of(c) for ok, c in e.ranks.all("checksums") if ok]
+                print(f"{stamp()} parameters after finished call {e.finished_calls}: "
+                      f"digest {','.join(digests)}", flush=True)
+        if bad:
+            print(f"{stamp()} /update_weights failed: {'; '.join(bad)}", flush=True)
+            return self.send(500, b"Internal Server Error", "text/plain")
+        self.send(200, b"null")
+
+
+def main():
+    global ENGINE
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--gpus", required=True, help="comma-separated GPU index per TP rank")
+    ap.add_argument("--die-at-update", type=int, default=-1,
+                    help="the rank processes exit when the Nth /update_weights (0-based) reaches "
+                         "them, taking the server with them")
+    ap.add_argument("--refuse-pickle", action="store_true",
+                    help="refuse pickled payloads as LMDeploy PR #4964 does without "
+                         "LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1")
+    ap.add_argument("--no-digest-log", action="store_true",
+                    help="do not checksum the parameters at each finished call")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ENGINE = Engine([int(g) for g in args.gpus.split(",")], args.die_at_update,
+                    args.refuse_pickle, not args.no_digest_log)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    print(f"lmdeploy torch engine on :{args.port}, gpus {args.gpus}, pid {os.getpid()}",
+          flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
