@@ -221,6 +221,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                               "slot_bytes",
                                               "bucket_timeout_s",
                                               "checksum",
+                                              "release_idle_slots",
                                               "lease_s",
                                               "control_timeout_s",
                                               "advertise_address",
@@ -290,6 +291,13 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": checksum must be \"crc32\" or \"none\""));
       }
+    }
+    if (j.contains("release_idle_slots")) {
+      if (!j["release_idle_slots"].is_boolean()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": release_idle_slots must be true or false"));
+      }
+      config->daemon.release_idle_slots = j["release_idle_slots"].get<bool>();
     }
     if (j.contains("advertise_address")) {
       config->daemon.group.transport.advertise_address = j["advertise_address"].get<std::string>();

@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
                      "crc32: trainers checksum each bucket and wsyncd verifies it before sending; "
                      "none: skip both (faster; no guard against a trainer-side copy bug)")
           ->check(CLI::IsMember({"crc32", "none"}));
+  auto* release_opt = app.add_flag(
+      "--release-idle-slots", config.daemon.release_idle_slots,
+      "free a device's slots when its last session closes, for training to use (colocated); "
+      "the next session there makes them anew");
   auto* lease_opt =
       app.add_option("--lease", lease, "seconds an idle session lives")->check(CLI::PositiveNumber);
   auto* ct_opt = app.add_option("--control-timeout", control_timeout,
@@ -145,6 +149,9 @@ int main(int argc, char** argv) {
       bucket_timeout = absl::ToDoubleSeconds(from_file.daemon.bucket_timeout);
     }
     if (checksum_opt->count() == 0) config.daemon.checksum = from_file.daemon.checksum;
+    if (release_opt->count() == 0) {
+      config.daemon.release_idle_slots = from_file.daemon.release_idle_slots;
+    }
     if (lease_opt->count() == 0) lease = absl::ToDoubleSeconds(from_file.daemon.lease);
     if (ct_opt->count() == 0) {
       control_timeout = absl::ToDoubleSeconds(from_file.daemon.group.timeouts.control);

@@ -208,6 +208,15 @@ class Ctl {
     auto s = admin()->ListBuffers(Context().get(), v1::ListBuffersRequest(), &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
+    Table d({"DEVICE", "HELD", "SLOTS", "SESSION", "MADE", "RELEASED"});
+    for (const auto& m : resp.devices()) {
+      d.AddRow({absl::StrCat(m.device()),
+                m.bytes_held() == 0 ? std::string("released") : HumanBytes(m.bytes_held()),
+                absl::StrCat(m.slots()), m.holder_session().empty() ? "-" : m.holder_session(),
+                absl::StrCat(m.allocations()), absl::StrCat(m.releases())});
+    }
+    d.Print(std::cout);
+    std::cout << "\n";
     Table t({"DEVICE", "SLOT", "SIZE", "KIND", "STATE", "SESSION"});
     for (const auto& b : resp.buffers()) {
       t.AddRow({absl::StrCat(b.device()), absl::StrCat(b.index()), HumanBytes(b.bytes()), b.kind(),
@@ -215,6 +224,23 @@ class Ctl {
     }
     t.Print(std::cout);
     return 0;
+  }
+
+  // Frees idle slots so training can use the memory; exit 0 when nothing asked for stayed held.
+  int ReleaseBuffers(int device) {
+    v1::ReleaseBuffersRequest req;
+    if (device >= 0) req.set_device(device);
+    v1::ReleaseBuffersResponse resp;
+    auto s = admin()->ReleaseBuffers(Context().get(), req, &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    std::cout << "released " << HumanBytes(resp.bytes()) << " on "
+              << (resp.released().empty()
+                      ? std::string("no device")
+                      : absl::StrCat("device(s) ", absl::StrJoin(resp.released(), ", ")))
+              << "\n";
+    for (const auto& b : resp.busy()) std::cout << "kept: " << b << " holds them\n";
+    return resp.busy().empty() ? 0 : 1;
   }
 
   int Updates(uint32_t limit) {
@@ -383,6 +409,11 @@ int main(int argc, char** argv) {
   group->add_option("name", name)->required();
   auto* engines = app.add_subcommand("engines", "engine health and weight versions");
   auto* buffers = app.add_subcommand("buffers", "slots and who holds them");
+  auto* release_buffers = app.add_subcommand(
+      "release-buffers", "free the slots no session holds, for training to use the memory");
+  int release_device = -1;
+  release_buffers->add_option("--device", release_device, "only this device (default: all)")
+      ->check(CLI::NonNegativeNumber);
   uint32_t limit = 20;
   auto* updates = app.add_subcommand("updates", "recent updates");
   updates->add_option("--limit", limit, "how many");
@@ -439,6 +470,7 @@ int main(int argc, char** argv) {
   if (*group) return ctl.Group(name);
   if (*engines) return ctl.Engines();
   if (*buffers) return ctl.Buffers();
+  if (*release_buffers) return ctl.ReleaseBuffers(release_device);
   if (*updates) return ctl.Updates(limit);
   if (*create) return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport);
   if (*destroy) return ctl.DestroyGroup(name);

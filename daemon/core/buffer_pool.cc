@@ -35,6 +35,7 @@ absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device, const std
     }
     WSYNC_LOG(Info, "allocated ", slots_per_device_, " slots of ", slot_bytes_, " bytes on device ",
               device, " (", platform_->name(), ")");
+    ++counts_[device].allocations;
     it = devices_.emplace(device, std::move(slots)).first;
   }
   for (const Slot& s : it->second) {
@@ -165,6 +166,62 @@ std::vector<SlotRow> BufferPool::Snapshot() const {
       rows.push_back(SlotRow{device, i, slots[i].memory->bytes(), slots[i].memory->kind(),
                              slots[i].owner, slots[i].state});
     }
+  }
+  return rows;
+}
+
+ReleaseResult BufferPool::ReleaseIdle(int device) {
+  ReleaseResult result;
+  std::vector<std::unique_ptr<SlotMemory>> freed;  // freed after the lock is dropped
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = devices_.begin(); it != devices_.end();) {
+      if (device >= 0 && it->first != device) {
+        ++it;
+        continue;
+      }
+      std::string holder;
+      for (const Slot& s : it->second) {
+        if (!s.owner.empty()) holder = s.owner;
+      }
+      if (!holder.empty()) {
+        result.busy.push_back(absl::StrCat("device ", it->first, " (session ", holder, ")"));
+        ++it;
+        continue;
+      }
+      for (Slot& s : it->second) {
+        result.bytes += s.memory->bytes();
+        freed.push_back(std::move(s.memory));
+      }
+      result.released.push_back(it->first);
+      ++counts_[it->first].releases;
+      it = devices_.erase(it);
+    }
+  }
+  freed.clear();
+  for (int d : result.released) {
+    WSYNC_LOG(Info, "released the slots of device ", d, "; the next session there makes them anew");
+  }
+  return result;
+}
+
+std::vector<DeviceMemoryRow> BufferPool::Devices() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<DeviceMemoryRow> rows;
+  for (const auto& [device, counts] : counts_) {
+    DeviceMemoryRow row;
+    row.device = device;
+    row.allocations = counts.allocations;
+    row.releases = counts.releases;
+    auto it = devices_.find(device);
+    if (it != devices_.end()) {
+      row.slots = static_cast<uint32_t>(it->second.size());
+      for (const Slot& s : it->second) {
+        row.bytes_held += s.memory->bytes();
+        if (!s.owner.empty()) row.holder = s.owner;
+      }
+    }
+    rows.push_back(std::move(row));
   }
   return rows;
 }

@@ -28,7 +28,26 @@ struct SlotRow {
   SlotState state = SlotState::kFree;
 };
 
-// The daemon's slots: allocated once per device on first use, exported once, reused forever.
+// What one device's slots hold, for operators (wsyncctl buffers).
+struct DeviceMemoryRow {
+  int device = 0;
+  uint64_t bytes_held = 0;  // every slot allocated there, the oversize one included; 0 released
+  uint32_t slots = 0;
+  std::string holder;        // the session holding them, empty when free
+  uint64_t allocations = 0;  // times the slots were made (1 + re-made after releases)
+  uint64_t releases = 0;     // times they were released for training's memory
+};
+
+// What a release freed.
+struct ReleaseResult {
+  std::vector<int> released;  // devices whose slots were freed
+  uint64_t bytes = 0;
+  std::vector<std::string> busy;  // devices skipped: "device N (session S)"
+};
+
+// The daemon's slots: allocated per device on first use, exported once and reused while kept.
+// Colocated training may need the memory back between updates: slots no session holds can be
+// released (ReleaseIdle) and are made afresh by the next session on the device.
 class BufferPool {
  public:
   BufferPool(Platform* platform, uint32_t slots_per_device, uint64_t slot_bytes)
@@ -51,6 +70,11 @@ class BufferPool {
   // Returns every queued/sending slot of the session to kFilling.
   void ResetSession(int device, const std::string& session);
   std::vector<SlotRow> Snapshot() const;
+  // Frees the slots of `device` (every device when negative) where no session holds them; the
+  // next Lease on such a device makes them afresh (new memory, new handles).
+  ReleaseResult ReleaseIdle(int device);
+  // One row per device that has had slots, released ones included.
+  std::vector<DeviceMemoryRow> Devices() const;
   uint64_t slot_bytes() const { return slot_bytes_; }
   uint32_t slots_per_device() const { return slots_per_device_; }
   size_t slot_count() const;
@@ -66,6 +90,11 @@ class BufferPool {
   const uint64_t slot_bytes_;
   mutable std::mutex mu_;
   std::map<int, std::vector<Slot>> devices_;
+  struct DeviceCounts {
+    uint64_t allocations = 0;
+    uint64_t releases = 0;
+  };
+  std::map<int, DeviceCounts> counts_;
 };
 
 }  // namespace wsync

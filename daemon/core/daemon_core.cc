@@ -45,6 +45,7 @@ void DaemonCore::ReapLoop() {
     for (const Session& s : expired) {
       WSYNC_LOG(Info, "session ", s.id, " (", s.client_name, ") expired; its slots are free");
       pool_.Release(s.device, s.id);
+      if (options_.release_idle_slots) (void)pool_.ReleaseIdle(s.device);
     }
     lock.lock();
     for (const Session& s : expired) source_tables_.erase(s.id);
@@ -80,6 +81,7 @@ std::vector<std::string> DaemonCore::SessionIds() const {
 absl::Status DaemonCore::CloseSession(const std::string& session_id) {
   WSYNC_ASSIGN_OR_RETURN(Session s, sessions_.Remove(session_id));
   pool_.Release(s.device, s.id);
+  if (options_.release_idle_slots) (void)pool_.ReleaseIdle(s.device);
   {
     std::lock_guard<std::mutex> lock(mu_);
     source_tables_.erase(s.id);

@@ -28,6 +28,11 @@ struct DaemonOptions {
   std::string mode = "host";
   uint32_t slots_per_device = 2;
   uint64_t slot_bytes = 512ull << 20;
+  // Colocated training wants its GPU memory back between updates: when the last session on a
+  // device closes (or expires), free that device's slots, and make them anew for the next
+  // session there. Off by default: persistent slots make every later hand-off cheap (no
+  // allocation, no new IPC handle for the trainer and engines to open).
+  bool release_idle_slots = false;
   int max_device = 15;
   absl::Duration lease = absl::Seconds(60);
   absl::Duration bucket_timeout = absl::Seconds(120);
@@ -131,6 +136,10 @@ class DaemonCore {
                                                             UpdateEvents* events, int tp_rank = -1);
 
   std::vector<SlotRow> ListBuffers() const { return pool_.Snapshot(); }
+  std::vector<DeviceMemoryRow> ListDeviceMemory() const { return pool_.Devices(); }
+  // An operator's call: frees the slots of `device` (every device when negative) that no session
+  // holds, so training may use the memory; the next session there makes them anew.
+  ReleaseResult ReleaseBuffers(int device) { return pool_.ReleaseIdle(device); }
   std::vector<UpdateRecord> ListUpdates(size_t limit) const { return history_.Latest(limit); }
   DaemonStatusView Status() const;
   DrainResult Drain(absl::Duration timeout);

@@ -71,6 +71,29 @@ grpc::Status AdminService::ListBuffers(grpc::ServerContext* context, const v1::L
     b->set_owner_session(row.owner_session);
     b->set_state(std::string(SlotStateName(row.state)));
   }
+  for (const DeviceMemoryRow& row : core_->ListDeviceMemory()) {
+    auto* d = resp->add_devices();
+    d->set_device(row.device);
+    d->set_bytes_held(row.bytes_held);
+    d->set_slots(row.slots);
+    d->set_holder_session(row.holder);
+    d->set_allocations(row.allocations);
+    d->set_releases(row.releases);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ReleaseBuffers(grpc::ServerContext* context,
+                                          const v1::ReleaseBuffersRequest* req,
+                                          v1::ReleaseBuffersResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "ReleaseBuffers");
+  if (req->has_device() && req->device() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a device is 0 or more");
+  }
+  ReleaseResult r = core_->ReleaseBuffers(req->has_device() ? req->device() : -1);
+  for (int d : r.released) resp->add_released(d);
+  resp->set_bytes(r.bytes);
+  for (const std::string& b : r.busy) resp->add_busy(b);
   return grpc::Status::OK;
 }
 

@@ -24,6 +24,8 @@ class AdminService final : public v1::Admin::Service {
                             v1::DestroyGroupResponse*) override;
   grpc::Status ListEngines(grpc::ServerContext*, const v1::ListEnginesRequest*,
                            v1::ListEnginesResponse*) override;
+  grpc::Status ReleaseBuffers(grpc::ServerContext*, const v1::ReleaseBuffersRequest*,
+                              v1::ReleaseBuffersResponse*) override;
   grpc::Status ListBuffers(grpc::ServerContext*, const v1::ListBuffersRequest*,
                            v1::ListBuffersResponse*) override;
   grpc::Status ListUpdates(grpc::ServerContext*, const v1::ListUpdatesRequest*,

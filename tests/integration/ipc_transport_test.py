@@ -43,13 +43,15 @@ def crc(array):
 class IpcFixture(unittest.TestCase):
     """A host-mode wsyncd, engine simulators and wsyncctl; the tests are in the classes below."""
 
+    WSYNCD_FLAGS = []
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="wsync-ipc-")
         self.sock = os.path.join(self.dir, "wsyncd.sock")
         self.procs = {}
         self.spawn("wsyncd", [WSYNCD, "--mode", "host", "--socket", self.sock,
                               "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
-                              "--bucket-timeout", "3"])
+                              "--bucket-timeout", "3", *self.WSYNCD_FLAGS])
         deadline = time.time() + 10
         while not os.path.exists(self.sock) and time.time() < deadline:
             time.sleep(0.02)
@@ -284,6 +286,56 @@ class TpAcrossGpusTest(IpcFixture):
         self.assertIn("holds slots of device 2", results[0].message)
         self.push_ranks(["ok", "ok"])
         self.assert_engine_holds(port, self.model, "ok")
+
+
+def wsyncd_slot_segments(pid):
+    """The shared-memory slots a host-mode wsyncd holds (named /wsync-<pid>-d<device>-...)."""
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith(f"wsync-{pid}-d"))
+
+
+class MemoryOnDemandTest(IpcFixture):
+    """Colocated training takes its GPU memory back between updates: with --release-idle-slots
+    the slots of a device are freed when its last session closes and made anew by the next."""
+
+    WSYNCD_FLAGS = ["--release-idle-slots"]
+
+    def buffers(self):
+        out = self.ctl("--json", "buffers")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return {d.get("device", 0): d for d in json.loads(out.stdout).get("devices", [])}
+
+    def test_slots_are_freed_between_updates_and_made_anew(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0])
+        pid = self.procs["wsyncd"].pid
+        for i, version in enumerate(("m1", "m2", "m3")):
+            with wsync.Client("unix:" + self.sock, device=0, name="trainer") as client:
+                held = self.buffers()[0]
+                self.assertEqual(int(held["bytes_held"]), 2 << 20, held)
+                self.assertEqual(len(wsyncd_slot_segments(pid)), 2)
+                client.push(self.model, version=version, group="colo")
+            # The session closed: the device's memory is back, and wsyncctl shows it.
+            released = self.buffers()[0]
+            self.assertEqual(int(released["bytes_held"]), 0, "nothing held once released")
+            self.assertEqual(int(released["releases"]), i + 1)
+            self.assertEqual(int(released["allocations"]), i + 1)
+            self.assertEqual(wsyncd_slot_segments(pid), [])
+            self.assert_engine_holds(port, self.model, version)
+        # New slots each time: the engine mapped 2 fresh ones per update.
+        self.assertEqual(self.engine_state(port)["ipc_opens"], [6])
+
+    def test_an_operator_release_keeps_held_slots_and_frees_idle_ones(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0])
+        with wsync.Client("unix:" + self.sock, device=0, name="trainer"):
+            out = self.ctl("release-buffers")
+            self.assertEqual(out.returncode, 1, "a held device is kept and said so")
+            self.assertIn("kept: device 0 (session", out.stdout)
+            self.assertEqual(int(self.buffers()[0]["bytes_held"]), 2 << 20)
+        out = self.ctl("release-buffers", "--device", "0")
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.push("after-release")
+        self.assert_engine_holds(port, self.model, "after-release")
 
 
 if __name__ == "__main__":
