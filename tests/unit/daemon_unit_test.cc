@@ -181,9 +181,10 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   GroupSpec bad_url = ok;
   bad_url.engines[0].url = "a:1";
   EXPECT_THAT(ValidateGroupSpec(bad_url).message(), HasSubstr("must start with http://"));
-  // A kind wsyncd cannot serve yet is refused where its options are made, on every path.
-  EXPECT_EQ(DefaultEngineOptions(EngineKind::kVllm).status().code(),
-            absl::StatusCode::kUnimplemented);
+  // Every kind has default options now; each is made where its options are made.
+  auto vllm_defaults = DefaultEngineOptions(EngineKind::kVllm);
+  ASSERT_TRUE(vllm_defaults.ok()) << vllm_defaults.status();
+  EXPECT_EQ((*vllm_defaults)->kind(), EngineKind::kVllm);
   GroupSpec vllm = ok;
   vllm.kind = EngineKind::kVllm;
   EXPECT_THAT(ValidateGroupSpec(vllm).message(), HasSubstr("carries sglang options"));
