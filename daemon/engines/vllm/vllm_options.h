@@ -19,31 +19,26 @@ absl::StatusOr<VllmPauseMode> ParseVllmPauseMode(absl::string_view name);
 // Version gates (engine-protocols.md §4.6), as read for this adapter; vllm_version.cc applies them
 // to GET /version. Marks: R read in upstream source or docs, I inferred.
 //
-// | Behaviour                   | Before                      | From        | Source |
-// |-----------------------------|-----------------------------|-------------|------------------------|
-// | IPC weight-transfer engine  | absent (NCCL only, 0.16.0)  | 0.17.0      | PR #34171 (R); SkyRL
-// | | (/init_weight_transfer_     |                             |             | PR #1291: "not
-// natively| |  engine, backend "ipc")     |                             |             | supported
-// in 0.16 (next| |                             |                             |             |
-// version)" (R)          | | IPC entry under each UUID   | (rebuild_cuda_tensor, ARGS) | ARGS only
-// | ipc_engine.py@406784bd | |                             | `func, args = handle`       | 0.22.0
-// (I)  | and @02837425 (R, the  | |                             |                             | |
-// pair); a later stored  | |                             |                             | |
-// ipc_engine.py (R, args | |                             |                             | | only,
-// packed; commit   | |                             |                             |             |
-// not shown by the index)| |                             |                             | | PR
-// #37476 (multi-GPU + | |                             |                             |             |
-// packed IPC)            | | Packed IPC: one dict for a  | absent                      | 0.22.0 (I)
-// | PR #37476 (R); docs    | | uint8 chunk, tensor_sizes,  |                             | |
-// v0.22.1 ipc_engine API | | packed, first/last_chunk    |                             | | (packed,
-// send_mode) (R)| | /start_weight_update,       | absent (404)                | 0.22.0 (I)  | PR
-// #39212, merged      | | /finish_weight_update, 409  |                             |             |
-// 2026-04 (R); TRL PR    | | out of order                |                             | | #5892
-// drives them with | |                             |                             |             |
-// "vllm>=0.22.0" (R)     | | finish {"weight_version"}   | no body read                | 0.29.0 (I)
-// | §4.1 "newest" (R); the | |                             |                             | |
-// v0.29.0 docs' four-    | |                             |                             | | phase
-// client era (I)   |
+//   behaviour                              before                        from
+//   IPC weight-transfer engine             absent (0.16.0: NCCL only)    0.17.0
+//   entry under each GPU UUID              (rebuild_cuda_tensor, ARGS)   0.22.0: ARGS alone
+//   packed IPC (one dict, tensor_sizes)    absent                        0.22.0
+//   /start_ and /finish_weight_update      absent (404)                  0.22.0
+//   finish reads {"weight_version"}        no body read                  0.29.0
+//
+// Sources:
+// - IPC engine: PR #34171 (R). SkyRL PR #1291 (2026-03-07): CUDA IPC "not natively supported in
+//   0.16 (will be available in next version)" (R); open-instruct PR #1515: 0.16.0 has the NCCL API.
+// - (FUNC, ARGS): vllm/distributed/weight_transfer/ipc_engine.py@406784bd and @02837425 read
+//   `func, args = handle` and overwrite args[6] (R).
+// - ARGS alone and packed: PR #37476 (multi-GPU and chunked packed IPC, R); a later stored
+//   ipc_engine.py (the index gave no commit) reads `args = ipc_handle[uuid]`, calls
+//   rebuild_cuda_tensor itself, and its producer sends packed, first_chunk, last_chunk and
+//   tensor_sizes with one dict per chunk (R); the v0.22.1 API docs show the packed sender (R);
+//   vime PR #55 (2026-05-27): vLLM "expected only the CUDA IPC rebuild args" (R). 0.22.0 (I).
+// - Session routes: PR #39212, merged 2026-04 (R); TRL PR #5892 drives pause, start, update,
+//   finish, resume "with vllm>=0.22.0" (R).
+// - weight_version in finish: §4.1 "newest" (R); 0.29.0 from the versioned docs (I).
 //
 // The 0.22.0 and 0.29.0 boundaries are the first releases the sources above show with the
 // behaviour, not commits bisected in vLLM's history (its repository was too large to fetch here):
