@@ -12,6 +12,7 @@
 #include "daemon/engines/engine_options.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/vllm/vllm_options.h"
 
 namespace wsync {
 
@@ -75,6 +76,44 @@ absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value, const std::s
   return IntegerValue(value, what, 0, std::numeric_limits<int64_t>::max());
 }
 
+// {"packed": bool, "pause_mode": "keep" | "wait" | "abort", "wake_weights": bool,
+//  "reset_prefix_cache": bool}, every key optional (VllmOptions' defaults).
+absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmOptionsFromJson(
+    const nlohmann::json& options, const std::string& group) {
+  if (!options.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", group, "': \"vllm\" must be an object"));
+  }
+  const VllmOptions defaults;
+  bool packed = defaults.packed();
+  bool wake_weights = defaults.wake_weights();
+  bool reset_prefix_cache = defaults.reset_prefix_cache();
+  VllmPauseMode pause_mode = defaults.pause_mode();
+  for (const auto& [key, value] : options.items()) {
+    bool* flag = key == "packed"               ? &packed
+                 : key == "wake_weights"       ? &wake_weights
+                 : key == "reset_prefix_cache" ? &reset_prefix_cache
+                                               : nullptr;
+    if (flag != nullptr) {
+      if (!value.is_boolean()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("group '", group, "': vllm option \"", key, "\" must be true or false"));
+      }
+      *flag = value.get<bool>();
+    } else if (key == "pause_mode") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group '", group, "': vllm option \"pause_mode\" must be keep, wait or abort"));
+      }
+      WSYNC_ASSIGN_OR_RETURN(pause_mode, ParseVllmPauseMode(value.get<std::string>()));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", group, "': unknown vllm option \"", key, "\""));
+    }
+  }
+  return std::make_shared<const VllmOptions>(packed, pause_mode, wake_weights, reset_prefix_cache);
+}
+
 }  // namespace
 
 absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
@@ -130,13 +169,14 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
                                                      "\" options"));
     }
   }
-  // vLLM has no options yet: DefaultEngineOptions refuses the kind in its own words.
   if (spec.kind == EngineKind::kVllm) {
     if (g.contains("load_format")) {
       return absl::InvalidArgumentError(
           absl::StrCat("group '", spec.name, "': load_format is an sglang or lmdeploy option"));
     }
-    WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
+    WSYNC_ASSIGN_OR_RETURN(
+        spec.engine_options,
+        VllmOptionsFromJson(g.value("vllm", nlohmann::json::object()), spec.name));
     return spec;
   }
   const std::string kind(EngineKindName(spec.kind));
@@ -190,6 +230,12 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
   }
   if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
     j["lmdeploy"] = {{"load_format", std::string(LmdeployLoadFormatName(lmdeploy->load_format()))}};
+  }
+  if (const auto* vllm = dynamic_cast<const VllmOptions*>(spec.engine_options.get())) {
+    j["vllm"] = {{"packed", vllm->packed()},
+                 {"pause_mode", std::string(VllmPauseModeName(vllm->pause_mode()))},
+                 {"wake_weights", vllm->wake_weights()},
+                 {"reset_prefix_cache", vllm->reset_prefix_cache()}};
   }
   return j;
 }

@@ -55,8 +55,27 @@ std::string OptionsText(const v1::GroupSpec& spec) {
                ? ", load_format null"
                : ", flattened_bucket";
   }
+  if (spec.has_vllm()) {
+    const v1::VllmOptions& o = spec.vllm();
+    const char* pause = o.pause_mode() == v1::VLLM_PAUSE_MODE_WAIT    ? "wait"
+                        : o.pause_mode() == v1::VLLM_PAUSE_MODE_ABORT ? "abort"
+                                                                      : "keep";
+    return absl::StrCat(o.packed() ? ", packed" : ", unpacked", ", pause ", pause,
+                        o.wake_weights() ? ", wakes weights" : "",
+                        o.keep_prefix_cache() ? ", keeps prefix cache" : "");
+  }
   return "";
 }
+
+// vLLM's wire choices as wsyncctl create-group takes them.
+struct VllmFlags {
+  bool packed = false;
+  std::string pause_mode;
+  bool wake_weights = false;
+  bool keep_prefix_cache = false;
+
+  bool any() const { return packed || !pause_mode.empty() || wake_weights || keep_prefix_cache; }
+};
 
 // "yes: <why>" for an engine left paused mid-update, "no" otherwise.
 std::string NeedsFullVersion(const v1::EngineInfo& e) {
@@ -264,7 +283,8 @@ class Ctl {
 
   int CreateGroup(const std::string& name, const std::string& kind,
                   const std::vector<std::string>& engines, int device,
-                  const std::string& load_format, const std::string& transport) {
+                  const std::string& load_format, const std::string& transport,
+                  const VllmFlags& vllm) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -298,6 +318,19 @@ class Ctl {
         std::cerr << "wsyncctl: --load-format is an sglang or lmdeploy option\n";
         return 2;
       }
+    }
+    if (vllm.any() && k != v1::ENGINE_KIND_VLLM) {
+      std::cerr << "wsyncctl: --vllm-* options are for --kind vllm\n";
+      return 2;
+    }
+    if (k == v1::ENGINE_KIND_VLLM) {
+      v1::VllmOptions* o = group->mutable_vllm();
+      o->set_packed(vllm.packed);
+      o->set_pause_mode(vllm.pause_mode == "wait"    ? v1::VLLM_PAUSE_MODE_WAIT
+                        : vllm.pause_mode == "abort" ? v1::VLLM_PAUSE_MODE_ABORT
+                                                     : v1::VLLM_PAUSE_MODE_KEEP);
+      o->set_wake_weights(vllm.wake_weights);
+      o->set_keep_prefix_cache(vllm.keep_prefix_cache);
     }
     for (const std::string& e : engines) {
       auto* spec = group->add_engines();
@@ -441,6 +474,20 @@ int main(int argc, char** argv) {
                    "per_tensor (also spelt null, the engines' own word: one view or broadcast "
                    "per tensor)")
       ->check(CLI::IsMember({"flattened_bucket", "per_tensor", "null"}));
+  wsync::VllmFlags vllm;
+  create->add_flag("--vllm-packed", vllm.packed,
+                   "vllm: each bucket as one uint8 chunk with tensor_sizes (vLLM >= 0.22.0; must "
+                   "match the server's own packed setting where it has one)");
+  create
+      ->add_option("--vllm-pause-mode", vllm.pause_mode,
+                   "vllm: what /pause does with requests in flight: keep (default; they wait), "
+                   "wait (they finish first) or abort")
+      ->check(CLI::IsMember({"keep", "wait", "abort"}));
+  create->add_flag("--vllm-wake-weights", vllm.wake_weights,
+                   "vllm: wake the weights of an engine found asleep (and its KV cache after) "
+                   "instead of refusing the update");
+  create->add_flag("--vllm-keep-prefix-cache", vllm.keep_prefix_cache,
+                   "vllm: do not reset the prefix cache after an update");
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;
@@ -472,7 +519,8 @@ int main(int argc, char** argv) {
   if (*buffers) return ctl.Buffers();
   if (*release_buffers) return ctl.ReleaseBuffers(release_device);
   if (*updates) return ctl.Updates(limit);
-  if (*create) return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport);
+  if (*create)
+    return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

@@ -6,6 +6,8 @@
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/vllm/vllm_adapter.h"
+#include "daemon/engines/vllm/vllm_options.h"
 
 namespace wsync {
 namespace {
@@ -39,8 +41,11 @@ absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeEngineAdapter(const GroupSpec
       if (!options.ok()) return options.status();
       return std::make_unique<LmdeployAdapter>(endpoint, timeouts, **options);
     }
-    case EngineKind::kVllm:
-      break;
+    case EngineKind::kVllm: {
+      auto options = OptionsOf<VllmOptions>(spec);
+      if (!options.ok()) return options.status();
+      return std::make_unique<VllmAdapter>(endpoint, timeouts, **options);
+    }
   }
   return EngineKindNotSupported(spec.kind);
 }

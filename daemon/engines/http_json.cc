@@ -53,6 +53,22 @@ absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohma
   return ToReply(base_url_, "POST", path, timeout, started, result);
 }
 
+absl::StatusOr<HttpReply> EngineHttp::PostEmpty(const std::string& path,
+                                                absl::Duration timeout) const {
+  httplib::Client client(base_url_);
+  SetTimeouts(client, timeout);
+  const absl::Time started = absl::Now();
+  httplib::Result result = client.Post(path);
+  return ToReply(base_url_, "POST", path, timeout, started, result);
+}
+
+absl::StatusOr<nlohmann::json> EngineHttp::PostEmptyExpectSuccess(const std::string& path,
+                                                                  absl::Duration timeout) const {
+  auto reply = PostEmpty(path, timeout);
+  if (!reply.ok()) return reply.status();
+  return ExpectSuccess(path, *reply);
+}
+
 absl::StatusOr<HttpReply> EngineHttp::Get(const std::string& path, absl::Duration timeout) const {
   httplib::Client client(base_url_);
   SetTimeouts(client, timeout);

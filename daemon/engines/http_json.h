@@ -25,6 +25,12 @@ class EngineHttp {
   absl::StatusOr<HttpReply> Post(const std::string& path, const nlohmann::json& body,
                                  absl::Duration timeout) const;
   absl::StatusOr<HttpReply> Get(const std::string& path, absl::Duration timeout) const;
+  // A POST with no body at all (Content-Length: 0), for routes whose official clients send none
+  // (vLLM's /start_weight_update, /pause?mode=..., /resume).
+  absl::StatusOr<HttpReply> PostEmpty(const std::string& path, absl::Duration timeout) const;
+  // POSTs no body and requires a 2xx reply whose JSON, if it has "success", says true.
+  absl::StatusOr<nlohmann::json> PostEmptyExpectSuccess(const std::string& path,
+                                                        absl::Duration timeout) const;
 
   // POSTs and requires a 2xx reply whose JSON, if it has "success", says true.
   absl::StatusOr<nlohmann::json> PostExpectSuccess(const std::string& path,

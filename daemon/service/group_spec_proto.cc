@@ -7,6 +7,7 @@
 #include "daemon/engines/engine_options.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/vllm/vllm_options.h"
 
 namespace wsync {
 namespace {
@@ -80,6 +81,39 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> LmdeployFromProto(
   }
 }
 
+absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmFromProto(const v1::VllmOptions& proto) {
+  VllmPauseMode pause;
+  switch (proto.pause_mode()) {
+    case v1::VLLM_PAUSE_MODE_UNSPECIFIED:
+    case v1::VLLM_PAUSE_MODE_KEEP:
+      pause = VllmPauseMode::kKeep;
+      break;
+    case v1::VLLM_PAUSE_MODE_WAIT:
+      pause = VllmPauseMode::kWait;
+      break;
+    case v1::VLLM_PAUSE_MODE_ABORT:
+      pause = VllmPauseMode::kAbort;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown vllm pause_mode ", static_cast<int>(proto.pause_mode())));
+  }
+  return std::make_shared<const VllmOptions>(proto.packed(), pause, proto.wake_weights(),
+                                             !proto.keep_prefix_cache());
+}
+
+v1::VllmPauseMode VllmPauseModeToProto(VllmPauseMode mode) {
+  switch (mode) {
+    case VllmPauseMode::kKeep:
+      return v1::VLLM_PAUSE_MODE_KEEP;
+    case VllmPauseMode::kWait:
+      return v1::VLLM_PAUSE_MODE_WAIT;
+    case VllmPauseMode::kAbort:
+      return v1::VLLM_PAUSE_MODE_ABORT;
+  }
+  return v1::VLLM_PAUSE_MODE_UNSPECIFIED;
+}
+
 // INVALID_ARGUMENT when a spec of `kind` carries the options of `options_kind`.
 absl::Status OptionsMatchKind(const GroupSpec& spec, EngineKind options_kind) {
   if (spec.kind == options_kind) return absl::OkStatus();
@@ -122,6 +156,11 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
       WSYNC_ASSIGN_OR_RETURN(spec.engine_options, LmdeployFromProto(proto.lmdeploy()));
       break;
     }
+    case v1::GroupSpec::kVllm: {
+      WSYNC_RETURN_IF_ERROR(OptionsMatchKind(spec, EngineKind::kVllm));
+      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, VllmFromProto(proto.vllm()));
+      break;
+    }
     case v1::GroupSpec::ENGINE_OPTIONS_NOT_SET: {
       WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
       break;
@@ -151,6 +190,13 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
     out->mutable_lmdeploy()->set_load_format(lmdeploy->load_format() == BucketFormat::kPerTensor
                                                  ? v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
                                                  : v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET);
+  }
+  if (const auto* vllm = dynamic_cast<const VllmOptions*>(spec.engine_options.get())) {
+    v1::VllmOptions* o = out->mutable_vllm();
+    o->set_packed(vllm->packed());
+    o->set_pause_mode(VllmPauseModeToProto(vllm->pause_mode()));
+    o->set_wake_weights(vllm->wake_weights());
+    o->set_keep_prefix_cache(!vllm->reset_prefix_cache());
   }
 }
 

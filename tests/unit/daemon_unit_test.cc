@@ -24,6 +24,7 @@
 #include "daemon/engines/engine_options.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
+#include "daemon/engines/vllm/vllm_options.h"
 #include "daemon/service/group_spec_proto.h"
 #include "daemon/service/status_mapping.h"
 #include "daemon/state_dir.h"
@@ -180,9 +181,10 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   GroupSpec bad_url = ok;
   bad_url.engines[0].url = "a:1";
   EXPECT_THAT(ValidateGroupSpec(bad_url).message(), HasSubstr("must start with http://"));
-  // A kind wsyncd cannot serve yet is refused where its options are made, on every path.
-  EXPECT_EQ(DefaultEngineOptions(EngineKind::kVllm).status().code(),
-            absl::StatusCode::kUnimplemented);
+  // Every kind has default options now; each is made where its options are made.
+  auto vllm_defaults = DefaultEngineOptions(EngineKind::kVllm);
+  ASSERT_TRUE(vllm_defaults.ok()) << vllm_defaults.status();
+  EXPECT_EQ((*vllm_defaults)->kind(), EngineKind::kVllm);
   GroupSpec vllm = ok;
   vllm.kind = EngineKind::kVllm;
   EXPECT_THAT(ValidateGroupSpec(vllm).message(), HasSubstr("carries sglang options"));
@@ -261,17 +263,47 @@ TEST(Config, SglangOptionsSitUnderTheirKindAndUnknownKeysAreRefused) {
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("given twice"));
 }
 
-TEST(Config, AVllmGroupIsRefusedAsNotYetSupported) {
+TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   const std::string path = ::testing::TempDir() + "/wsyncd-vllm.json";
-  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "vllm",
-      "engines": [{"url": "http://e:1"}]}]})";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "a", "kind": "vllm", "transport": "ipc",
+       "engines": [{"url": "http://e:1", "gpus": ["GPU-0"]}]},
+      {"name": "b", "kind": "vllm", "transport": "ipc",
+       "vllm": {"packed": true, "pause_mode": "abort", "wake_weights": true,
+                "reset_prefix_cache": false},
+       "engines": [{"url": "http://e:2", "gpus": ["GPU-0"]}]}]})";
   DaemonConfig config;
-  absl::Status s = LoadConfigFile(path, &config);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr("vllm is not supported yet"));
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  const auto* a = dynamic_cast<const VllmOptions*>(config.groups[0].engine_options.get());
+  ASSERT_NE(a, nullptr) << "a vllm group carries VllmOptions";
+  EXPECT_FALSE(a->packed());
+  EXPECT_EQ(a->pause_mode(), VllmPauseMode::kKeep);
+  EXPECT_FALSE(a->wake_weights());
+  EXPECT_TRUE(a->reset_prefix_cache());
+  const auto* b = dynamic_cast<const VllmOptions*>(config.groups[1].engine_options.get());
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(b->packed());
+  EXPECT_EQ(b->pause_mode(), VllmPauseMode::kAbort);
+  EXPECT_TRUE(b->wake_weights());
+  EXPECT_FALSE(b->reset_prefix_cache());
+  EXPECT_EQ(b->Describe(), "packed, pause=abort, wake_weights, keep prefix cache");
+  // Written (a group record) and read back: the same spec.
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[1]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[1]);
+  DaemonConfig bad;
+  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "vllm", "vllm": {"pack": true},
+      "engines": [{"url": "http://e:1"}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown vllm option \"pack\""));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "vllm",
+      "vllm": {"pause_mode": "freeze"}, "engines": [{"url": "http://e:1"}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown vllm pause mode"));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "vllm", "vllm": {"packed": 1},
+      "engines": [{"url": "http://e:1"}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("must be true or false"));
   std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "sglang", "vllm": {},
       "engines": [{"url": "http://e:1"}]}]})";
-  EXPECT_THAT(LoadConfigFile(path, &config).message(), HasSubstr("has \"vllm\" options"));
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("has \"vllm\" options"));
 }
 
 TEST(Config, LmdeployOptionsSitUnderTheirKindInTheEnginesOwnWords) {
@@ -331,6 +363,36 @@ TEST(GroupSpecProto, LmdeployOptionsTravelInTheirOwnMessage) {
   proto.set_kind(v1::ENGINE_KIND_SGLANG);
   EXPECT_THAT(GroupSpecFromProto(proto).status().message(),
               HasSubstr("is of kind sglang but carries lmdeploy options"));
+}
+
+TEST(GroupSpecProto, VllmOptionsTravelInTheirOwnMessageWithZeroAsTheDefault) {
+  v1::GroupSpec proto;
+  proto.set_name("colo");
+  proto.set_kind(v1::ENGINE_KIND_VLLM);
+  proto.set_transport(v1::TRANSPORT_IPC);
+  proto.add_engines()->set_url("http://e:1");
+  auto defaults = GroupSpecFromProto(proto);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->engine_options->Describe(),
+            "unpacked, pause=keep, no wake, reset_prefix_cache");
+  proto.mutable_vllm();  // all zero: the same defaults
+  auto zero = GroupSpecFromProto(proto);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_TRUE(zero->engine_options->Equals(*defaults->engine_options));
+  proto.mutable_vllm()->set_packed(true);
+  proto.mutable_vllm()->set_pause_mode(v1::VLLM_PAUSE_MODE_WAIT);
+  proto.mutable_vllm()->set_keep_prefix_cache(true);
+  auto spec = GroupSpecFromProto(proto);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->engine_options->Describe(), "packed, pause=wait, no wake, keep prefix cache");
+  v1::GroupSpec back;
+  GroupSpecToProto(*spec, &back);
+  EXPECT_TRUE(back.vllm().packed());
+  EXPECT_EQ(back.vllm().pause_mode(), v1::VLLM_PAUSE_MODE_WAIT);
+  EXPECT_TRUE(back.vllm().keep_prefix_cache());
+  proto.set_kind(v1::ENGINE_KIND_LMDEPLOY);
+  EXPECT_THAT(GroupSpecFromProto(proto).status().message(),
+              HasSubstr("is of kind lmdeploy but carries vllm options"));
 }
 
 TEST(StorePeers, OnlyTheEnginesAddressesAndLocalOnesForALocalEngineGetIn) {

@@ -1,0 +1,363 @@
+#include "daemon/engines/vllm/vllm_adapter.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
+#include "daemon/engines/vllm/vllm_ipc_payload.h"
+
+namespace wsync {
+namespace {
+
+constexpr char kBucketPath[] = "/update_weights";
+constexpr char kFinishPath[] = "/finish_weight_update";
+constexpr char kStartPath[] = "/start_weight_update";
+// How much of an engine's answer the debug log keeps.
+constexpr size_t kLoggedBodyBytes = 300;
+constexpr char kRepush[] = "; the update fails and the trainer must push the whole version again";
+constexpr char kServerFlags[] =
+    "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"ipc\"}'";
+
+void LogAnswer(const std::string& url, absl::string_view path, const HttpReply& reply) {
+  WSYNC_LOG(Debug, url, path, " answered HTTP ", reply.status, ": ",
+            SanitizePeerText(reply.body, kLoggedBodyBytes));
+}
+
+// ABORTED for a 409 to `path`: vLLM took the call as out of order.
+absl::Status OutOfOrder(const std::string& url, absl::string_view path, absl::string_view what) {
+  return absl::AbortedError(absl::StrCat(url, path, " answered HTTP 409: the engine took ", what,
+                                         " as out of order", kRepush));
+}
+
+}  // namespace
+
+VllmAdapter::VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options)
+    : endpoint_(std::move(endpoint)),
+      timeouts_(timeouts),
+      options_(std::move(options)),
+      http_(endpoint_.url) {}
+
+AdapterCapabilities VllmAdapter::Capabilities() const {
+  AdapterCapabilities caps;
+  // The NCCL backend (unique id or stateless store, the packed '>' chunk rule) is a later step;
+  // until then no rendezvous and no broadcast, so WeightGroup refuses a broadcast group of these.
+  caps.data_paths = {DataPath::kCudaIpc};
+  // No bucket rules: see the class comment.
+  return caps;
+}
+
+std::optional<VllmVariant> VllmAdapter::variant() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return variant_;
+}
+
+absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
+    const nlohmann::json& answer, const std::string& url, bool packed) {
+  auto field = answer.find("version");
+  if (field == answer.end() || !field->is_string()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(url, "/version answered without a \"version\" string: not a vLLM server"));
+  }
+  const std::string text = field->get<std::string>();
+  auto version = ParseVllmVersion(text);
+  if (!version.ok()) {
+    // The engine's text is not echoed: a version wsyncd cannot read says nothing useful.
+    return absl::FailedPreconditionError(
+        absl::StrCat(url, "/version answered a version wsyncd cannot read (", text.size(),
+                     " characters, not MAJOR.MINOR.PATCH): not a vLLM server wsyncd knows"));
+  }
+  auto variant = VllmVariantFor(*version);
+  if (!variant.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", url, ": ", variant.status().message()));
+  }
+  if (packed && !variant->packed_ipc) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", url, ": vLLM ", version->text,
+        " reads no packed IPC updates (they came with vLLM 0.22.0); create the group without "
+        "packed, or upgrade the engine"));
+  }
+  return std::make_pair(*std::move(version), *std::move(variant));
+}
+
+absl::Status VllmAdapter::Probe() {
+  auto answer = http_.GetJson("/version", timeouts_.probe);
+  if (!answer.ok()) {
+    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(answer.status().message(), "; not a vLLM server (vLLM serves /version)"));
+    }
+    return answer.status();
+  }
+  WSYNC_ASSIGN_OR_RETURN(auto found, CheckVersion(*answer, endpoint_.url, options_.packed()));
+  auto& [version, variant] = found;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!variant_.has_value() || variant_->name != variant.name || version_text_ != version.text) {
+      WSYNC_LOG(Info, "engine ", endpoint_.url, ": vLLM ", version.text, ", IPC variant ",
+                variant.name);
+    }
+    variant_ = variant;
+    version_text_ = version.text;
+  }
+  // The IPC backend needs nothing at init (its init_info is empty), but the route must answer:
+  // it is how a server without the dev routes or without the ipc backend shows itself.
+  auto init = http_.PostExpectSuccess("/init_weight_transfer_engine",
+                                      {{"init_info", nlohmann::json::object()}}, timeouts_.control);
+  if (!init.ok()) {
+    if (init.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          init.status().message(),
+          "; vLLM serves the weight-transfer routes only in dev mode: ", kServerFlags));
+    }
+    return absl::Status(init.status().code(),
+                        absl::StrCat(init.status().message(), " (", kServerFlags, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> VllmAdapter::IsSleeping() const {
+  WSYNC_ASSIGN_OR_RETURN(nlohmann::json answer, http_.GetJson("/is_sleeping", timeouts_.probe));
+  auto flag = answer.find("is_sleeping");
+  if (flag == answer.end() || !flag->is_boolean()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(endpoint_.url,
+                     "/is_sleeping answered without a boolean is_sleeping: not a vLLM server "
+                     "with the sleep routes (",
+                     kServerFlags, ")"));
+  }
+  return flag->get<bool>();
+}
+
+EngineHealth VllmAdapter::Health() {
+  EngineHealth health;
+  auto reply = http_.Get("/health", timeouts_.probe);
+  if (!reply.ok()) {
+    health.error = std::string(reply.status().message());
+    return health;
+  }
+  if (reply->status != 200) {
+    LogAnswer(endpoint_.url, "/health", *reply);
+    health.error = absl::StrCat(endpoint_.url, "/health answered HTTP ", reply->status,
+                                ": the engine is not healthy");
+    return health;
+  }
+  auto answer = http_.GetJson("/version", timeouts_.probe);
+  if (!answer.ok()) {
+    health.error = std::string(answer.status().message());
+    return health;
+  }
+  auto found = CheckVersion(*answer, endpoint_.url, options_.packed());
+  auto sleeping = IsSleeping();
+  if (!sleeping.ok()) {
+    health.error = std::string(sleeping.status().message());
+    return health;
+  }
+  if (!found.ok()) {
+    // Healthy, but not one wsyncd can update: the reason stands where the version would.
+    health.healthy = true;
+    health.engine_version = "vllm (unsupported)";
+    health.error = std::string(found.status().message());
+    return health;
+  }
+  health.healthy = true;
+  health.engine_version = absl::StrCat("vllm ", found->first.text, " (", found->second.name,
+                                       *sleeping ? ", sleeping)" : ")");
+  return health;
+}
+
+absl::Status VllmAdapter::ValidateBucket(const BucketManifest& manifest) const {
+  if (options_.packed()) return VllmCheckPackedLayout(manifest);
+  // Unpacked, every view has its own dtype and offset; ValidateManifest keeps them aligned.
+  return absl::OkStatus();
+}
+
+absl::Status VllmAdapter::PauseGeneration() {
+  WSYNC_ASSIGN_OR_RETURN(const bool sleeping, IsSleeping());
+  if (sleeping && !options_.wake_weights()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", endpoint_.url,
+        " is asleep (GET /is_sleeping): an update into a sleeping vLLM crashes its engine "
+        "(vLLM #57853), so nothing was sent; wake it (POST /wake_up?tags=weights) before pushing, "
+        "or create the group with the vLLM option wake_weights (wsyncctl --vllm-wake-weights)"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    asleep_at_pause_ = sleeping;
+  }
+  const std::string path = absl::StrCat("/pause?mode=", VllmPauseModeName(options_.pause_mode()));
+  return http_.PostEmptyExpectSuccess(path, timeouts_.control).status();
+}
+
+absl::Status VllmAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
+  bool wake;
+  std::optional<VllmVariant> variant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wake = asleep_at_pause_ && options_.wake_weights();
+    variant = variant_;
+  }
+  if (!variant.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url, " was never probed"));
+  }
+  if (wake) {
+    WSYNC_RETURN_IF_ERROR(
+        http_.PostEmptyExpectSuccess("/wake_up?tags=weights", timeouts_.control).status());
+    std::lock_guard<std::mutex> lock(mu_);
+    woke_weights_ = true;
+  }
+  if (!variant->session_routes) return absl::OkStatus();
+  WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.PostEmpty(kStartPath, timeouts_.control));
+  if (reply.status == 409) {
+    // A session left open (an update that failed before its finish, another client, a wsyncd that
+    // died): close it, so the next update starts.
+    LogAnswer(endpoint_.url, kStartPath, reply);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      session_open_ = true;
+    }
+    FinishBestEffort("a weight update was already open at the start");
+    return OutOfOrder(endpoint_.url, kStartPath,
+                      "the start (a weight update was already open; wsyncd finished it)");
+  }
+  if (absl::Status s = http_.ExpectSuccess(kStartPath, reply).status(); !s.ok()) {
+    return absl::AbortedError(absl::StrCat(s.message(), kRepush));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  session_open_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EngineRequest> VllmAdapter::IpcBucketRequest(const BucketManifest& manifest,
+                                                            const std::vector<IpcBucketView>& ranks,
+                                                            const BucketContext& context) const {
+  if (ranks.size() != endpoint_.ranks) {
+    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
+                                            " TP rank(s) but the bucket has ", ranks.size(),
+                                            " view(s)"));
+  }
+  std::optional<VllmVariant> variant = this->variant();
+  if (!variant.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url, " was never probed"));
+  }
+  auto body = VllmIpcBucketBody(manifest, ranks, *variant, options_.packed(), context);
+  if (!body.ok()) {
+    return absl::Status(body.status().code(),
+                        absl::StrCat("engine ", endpoint_.url, ": ", body.status().message()));
+  }
+  return EngineRequest{kBucketPath, body->dump()};
+}
+
+absl::Status VllmAdapter::CheckBucketReply(const HttpReply& reply) const {
+  if (reply.status >= 200 && reply.status < 300) return absl::OkStatus();
+  LogAnswer(endpoint_.url, kBucketPath, reply);
+  if (reply.status == 409) return OutOfOrder(endpoint_.url, kBucketPath, "the bucket");
+  if (absl::StrContains(reply.body, "VLLM_ALLOW_INSECURE_SERIALIZATION")) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        endpoint_.url, kBucketPath, " answered HTTP ", reply.status,
+        ", refusing pickled IPC handles: vLLM reads ipc_handles_pickled only when the server runs "
+        "with VLLM_ALLOW_INSECURE_SERIALIZATION=1 in its environment; restart it so (not "
+        "retried: a configuration error)"));
+  }
+  return absl::AbortedError(absl::StrCat(endpoint_.url, kBucketPath, " answered HTTP ",
+                                         reply.status,
+                                         ": the engine failed to load the bucket and may hold "
+                                         "part of it",
+                                         kRepush));
+}
+
+absl::Status VllmAdapter::PostFinish(const UpdateInfo& update, const VllmVariant& variant) {
+  absl::StatusOr<HttpReply> reply =
+      variant.finish_weight_version
+          ? http_.Post(kFinishPath, {{"weight_version", update.version}}, timeouts_.control)
+          : http_.PostEmpty(kFinishPath, timeouts_.control);
+  {
+    // Whatever it answered, the session is no longer ours to close.
+    std::lock_guard<std::mutex> lock(mu_);
+    session_open_ = false;
+  }
+  if (!reply.ok()) return reply.status();
+  if (reply->status == 409) {
+    LogAnswer(endpoint_.url, kFinishPath, *reply);
+    return OutOfOrder(endpoint_.url, kFinishPath, "the finish");
+  }
+  if (absl::Status s = http_.ExpectSuccess(kFinishPath, *reply).status(); !s.ok()) {
+    return absl::AbortedError(absl::StrCat(s.message(), kRepush));
+  }
+  return absl::OkStatus();
+}
+
+void VllmAdapter::FinishBestEffort(const char* why) {
+  std::optional<VllmVariant> variant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!session_open_) return;
+    variant = variant_;
+  }
+  if (!variant.has_value()) return;
+  // No weight_version: the update did not land, and the engine's version must not say it did.
+  VllmVariant plain = *variant;
+  plain.finish_weight_version = false;
+  if (absl::Status s = PostFinish(UpdateInfo{}, plain); !s.ok()) {
+    WSYNC_LOG(Warning, "engine ", endpoint_.url, ": closing its weight update (", why,
+              ") failed: ", s.message());
+  }
+}
+
+absl::Status VllmAdapter::FinishUpdate(const UpdateInfo& update) {
+  std::optional<VllmVariant> variant;
+  bool session_open;
+  bool woke;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    variant = variant_;
+    session_open = session_open_;
+    woke = woke_weights_;
+  }
+  if (variant.has_value() && variant->session_routes) {
+    if (!session_open) {
+      return absl::AbortedError(
+          absl::StrCat("engine ", endpoint_.url, ": no weight update is open to finish", kRepush));
+    }
+    // A failed finish leaves the engine paused, as a failed commit leaves every engine: weights
+    // whose post-processing did not run are not to be served.
+    WSYNC_RETURN_IF_ERROR(PostFinish(update, *variant));
+  }
+  if (options_.reset_prefix_cache()) {
+    WSYNC_RETURN_IF_ERROR(
+        http_.PostEmptyExpectSuccess("/reset_prefix_cache", timeouts_.control).status());
+  }
+  if (woke) {
+    WSYNC_RETURN_IF_ERROR(
+        http_.PostEmptyExpectSuccess("/wake_up?tags=kv_cache", timeouts_.control).status());
+    std::lock_guard<std::mutex> lock(mu_);
+    woke_weights_ = false;
+  }
+  return http_.PostEmptyExpectSuccess("/resume", timeouts_.control).status();
+}
+
+absl::Status VllmAdapter::ResumeGeneration() {
+  FinishBestEffort("the update failed or was aborted");
+  bool woke;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woke = woke_weights_;
+    woke_weights_ = false;
+  }
+  if (woke) {
+    if (absl::Status s =
+            http_.PostEmptyExpectSuccess("/wake_up?tags=kv_cache", timeouts_.control).status();
+        !s.ok()) {
+      WSYNC_LOG(Warning, "engine ", endpoint_.url, ": waking its KV cache failed: ", s.message());
+    }
+  }
+  return http_.PostEmptyExpectSuccess("/resume", timeouts_.control).status();
+}
+
+}  // namespace wsync

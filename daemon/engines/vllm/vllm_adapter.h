@@ -1,0 +1,104 @@
+#ifndef WSYNC_DAEMON_ENGINES_VLLM_VLLM_ADAPTER_H_
+#define WSYNC_DAEMON_ENGINES_VLLM_VLLM_ADAPTER_H_
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/core/engine_adapter.h"
+#include "daemon/engines/http_json.h"
+#include "daemon/engines/vllm/vllm_options.h"
+#include "daemon/engines/vllm/vllm_version.h"
+
+namespace wsync {
+
+// vLLM's native weight transfer (shared/docs/engine-protocols.md §4) on the colocated path: every
+// bucket is one POST /update_weights whose ipc_handles_pickled names wsyncd's slot on each TP
+// rank's GPU (vllm_ipc_payload.h). The NCCL backend is not built yet: Capabilities names only
+// kCudaIpc, so a broadcast group of vLLM engines is refused when it is created.
+//
+// Probe (each time the group forms): GET /version picks the variant (vllm_version.h); a server
+// older than kVllmMinIpcVersion, or one too old for the packed option, is FAILED_PRECONDITION
+// naming both versions. Then POST /init_weight_transfer_engine {"init_info": {}}, which the IPC
+// backend accepts as a no-op; a 404 there means the server lacks VLLM_SERVER_DEV_MODE=1.
+//
+// An update:
+//   PauseGeneration  GET /is_sleeping, never an update into a sleeping engine (its EngineCore
+//                    crashes, #57853): refused unless wake_weights; then POST /pause?mode=...
+//   BeginUpdate      POST /wake_up?tags=weights    (only when it slept and wake_weights)
+//                    POST /start_weight_update     (session builds; no body, as vLLM's client)
+//   buckets          POST /update_weights ...
+//   FinishUpdate     POST /finish_weight_update    ({"weight_version": v} where read)
+//                    POST /reset_prefix_cache       (option; the KV came from the old weights)
+//                    POST /wake_up?tags=kv_cache    (only after waking the weights)
+//                    POST /resume
+//   ResumeGeneration (a failed or aborted update, wsyncctl resume-engine): finishes an open
+//                    session best-effort, wakes the KV cache it woke the weights for, /resume.
+//
+// Failures mid-update. vLLM keeps a session open until /finish_weight_update, refuses a second
+// start while one is open, and one variant answers 409 to any call out of order (§4.1); a bucket
+// that failed may have left some tensors loaded. Such an update cannot be continued or retried
+// bucket by bucket: the trainer must push the whole version again. So a failed bucket, a 409
+// anywhere and a failed start or finish are ABORTED, the code absl documents for "retry at a
+// higher level (restart the read-modify-write sequence)", unlike UNAVAILABLE (retry the same
+// call) or FAILED_PRECONDITION (fix the system first): the message says to re-push the version.
+// The session is closed best-effort first (ResumeGeneration, or at once for a 409 at start), so
+// the next update's start is not refused. A bucket refused for want of
+// VLLM_ALLOW_INSECURE_SERIALIZATION=1 is a configuration error instead (FAILED_PRECONDITION):
+// re-pushing would not help. No error carries the engine's words (they go to the debug log).
+//
+// Bucket rules: none. vLLM's IPC consumer rebuilds each tensor from the names/shapes/dtypes it is
+// sent (a dtype per tensor, so buckets may mix them), and the packed consumer clones every tensor
+// and reads the chunk boundaries from tensor_sizes, so wsyncd's slot-sized buckets are valid
+// chunks as they come; the NCCL path's close-after ('>') rule is that path's alone.
+class VllmAdapter final : public EngineAdapter {
+ public:
+  VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options);
+
+  const EngineEndpoint& endpoint() const override { return endpoint_; }
+  AdapterCapabilities Capabilities() const override;
+  absl::Status Probe() override;
+  EngineHealth Health() override;
+  absl::Status ValidateBucket(const BucketManifest& manifest) const override;
+  absl::Status PauseGeneration() override;
+  absl::Status ResumeGeneration() override;
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  absl::Status FinishUpdate(const UpdateInfo& update) override;
+  absl::Status CheckBucketReply(const HttpReply& reply) const override;
+
+  absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
+                                                 const std::vector<IpcBucketView>& ranks,
+                                                 const BucketContext& context) const override;
+
+  // The variant the last successful Probe picked; nullopt before one.
+  std::optional<VllmVariant> variant() const;
+
+  // Reads an answer to GET /version: the variant, or FAILED_PRECONDITION naming the version and
+  // the minimum (or the packed option's minimum when `packed`). Exposed for tests.
+  static absl::StatusOr<std::pair<VllmVersion, VllmVariant>> CheckVersion(
+      const nlohmann::json& answer, const std::string& url, bool packed);
+
+ private:
+  // GET /is_sleeping's flag.
+  absl::StatusOr<bool> IsSleeping() const;
+  // POST /finish_weight_update as the variant wants it; ABORTED on a 409.
+  absl::Status PostFinish(const UpdateInfo& update, const VllmVariant& variant);
+  // Closes an open session without caring whether it worked (after a failure).
+  void FinishBestEffort(const char* why);
+
+  EngineEndpoint endpoint_;
+  AdapterTimeouts timeouts_;
+  VllmOptions options_;
+  EngineHttp http_;
+  mutable std::mutex mu_;
+  std::optional<VllmVariant> variant_;
+  std::string version_text_;
+  bool asleep_at_pause_ = false;  // GET /is_sleeping said so before this update's pause
+  bool woke_weights_ = false;     // this update woke `weights`; `kv_cache` is owed
+  bool session_open_ = false;     // /start_weight_update answered and no finish yet
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_VLLM_VLLM_ADAPTER_H_

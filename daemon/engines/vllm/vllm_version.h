@@ -1,0 +1,57 @@
+#ifndef WSYNC_DAEMON_ENGINES_VLLM_VLLM_VERSION_H_
+#define WSYNC_DAEMON_ENGINES_VLLM_VLLM_VERSION_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/torch_ipc_pickle.h"
+
+namespace wsync {
+
+// vLLM's version as GET /version reports it: "0.22.1", "v0.22.1", "0.22.1rc2",
+// "0.22.1.dev41+g1234abc" (a build from source). A pre-release (rc, dev, a, b) orders before its
+// release, as PEP 440 has it: a dev build of 0.22.0 may or may not hold what 0.22.0 ships, so it is
+// served as the generation before (engine-protocols.md §4.6 asks for a canary there anyway).
+struct VllmVersion {
+  int major = 0;
+  int minor = 0;
+  int patch = 0;
+  bool prerelease = false;
+  std::string text;  // as the engine sent it
+
+  // Orders by (major, minor, patch), a pre-release before its release.
+  bool AtLeast(int major, int minor, int patch) const;
+};
+
+absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text);
+
+// What one generation of vLLM's IPC weight transfer expects on the wire (see vllm_options.h for
+// the boundaries and where they were read).
+struct VllmVariant {
+  std::string name;  // e.g. "ipc-args-session", for logs and `wsyncctl engines`
+  // The value under each GPU UUID of ipc_handles_pickled: (rebuild_cuda_tensor, ARGS) or ARGS.
+  VllmEntryForm entry_form = VllmEntryForm::kFuncArgs;
+  // POST /start_weight_update and /finish_weight_update exist (PR #39212); every update must sit
+  // between them.
+  bool session_routes = false;
+  // update_info may be packed: {ipc_handles: one dict for a uint8 chunk, tensor_sizes, packed}
+  // (PR #37476).
+  bool packed_ipc = false;
+  // The packed body also carries first_chunk / last_chunk (the update-info fields the producer of
+  // the packed generation sends).
+  bool chunk_flags = false;
+  // /finish_weight_update reads {"weight_version": str}.
+  bool finish_weight_version = false;
+};
+
+// The first release whose IPC engine wsyncd can drive (PR #34171).
+inline constexpr char kVllmMinIpcVersion[] = "0.17.0";
+
+// The variant of `version`; FAILED_PRECONDITION naming the version and kVllmMinIpcVersion when it
+// has no IPC weight transfer at all.
+absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_VLLM_VLLM_VERSION_H_

@@ -1,0 +1,307 @@
+// VllmAdapter against an in-process HTTP server that records every request: the version gates
+// read from GET /version, the init at formation, the calls around an update in order, what it
+// does with a sleeping engine, and how 409s and failures end an update.
+
+#include "daemon/engines/vllm/vllm_adapter.h"
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/host/host_platform.h"
+#include "daemon/core/weight_group.h"
+#include "daemon/group_factories.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/sim/sim_http_server.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kSecret[] = "internal-secret-7f3a";
+
+HttpReply Reply(int status, std::string body) {
+  return HttpReply{status, std::move(body), "application/json"};
+}
+
+class VllmAdapterTest : public ::testing::Test {
+ protected:
+  void Start() {
+    auto record = [this](const std::string& route) {
+      return [this, route](const SimHttpRequest& req, SimHttpResponse& res) {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.push_back(req);
+        auto scripted = status_.find(route);
+        res.status = scripted == status_.end() ? 200 : scripted->second;
+        std::string body = R"({"message": "ok"})";
+        if (route == "/version") body = nlohmann::json{{"version", version_}}.dump();
+        if (route == "/is_sleeping") body = nlohmann::json{{"is_sleeping", sleeping_}}.dump();
+        if (res.status != 200) body = kSecret;
+        res.set_content(body, "application/json");
+      };
+    };
+    for (const char* get : {"/version", "/is_sleeping", "/health"}) server_.Get(get, record(get));
+    for (const char* post :
+         {"/init_weight_transfer_engine", "/pause", "/resume", "/wake_up", "/start_weight_update",
+          "/update_weights", "/finish_weight_update", "/reset_prefix_cache"}) {
+      server_.Post(post, record(post));
+    }
+    auto port = server_.Start("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    url_ = absl::StrCat("http://127.0.0.1:", *port);
+  }
+  VllmAdapter Adapter(VllmOptions options = VllmOptions()) {
+    return VllmAdapter(EngineEndpoint{url_, 1, 1},
+                       AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)}, options);
+  }
+  std::vector<std::string> Seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> seen;
+    for (const SimHttpRequest& r : requests_) {
+      seen.push_back(absl::StrCat(r.method, " ", r.path, r.query.empty() ? "" : "?", r.query));
+    }
+    return seen;
+  }
+  std::string BodyOf(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const SimHttpRequest& r : requests_) {
+      if (r.path == path) return r.body;
+    }
+    return "<none>";
+  }
+  void Forget() {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.clear();
+  }
+  void Script(const std::string& route, int status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_[route] = status;
+  }
+  static BucketManifest Bucket() {
+    BucketManifest m;
+    m.tensors = {TensorEntry{"w", DType::kBfloat16, {4}, 0, 8}};
+    return m;
+  }
+  static std::vector<IpcBucketView> Views() {
+    return {IpcBucketView{"126c071a-1253-3d49-71ab-17c686b110d5", MemoryKind::kHostShm,
+                          "/wsync-1-d0-0-ab", 1 << 20, 0, ""}};
+  }
+
+  std::string version_ = "0.29.0";
+  bool sleeping_ = false;
+  std::map<std::string, int> status_;
+  SimHttpServer server_;
+  std::string url_;
+  std::mutex mu_;
+  std::vector<SimHttpRequest> requests_;
+};
+
+TEST_F(VllmAdapterTest, ProbeReadsTheVersionThenInitsTheIpcEngine) {
+  Start();
+  VllmAdapter a = Adapter();
+  ASSERT_TRUE(a.Probe().ok());
+  EXPECT_THAT(Seen(), ElementsAre("GET /version", "POST /init_weight_transfer_engine"));
+  EXPECT_EQ(nlohmann::json::parse(BodyOf("/init_weight_transfer_engine")),
+            nlohmann::json({{"init_info", nlohmann::json::object()}}));
+  ASSERT_TRUE(a.variant().has_value());
+  EXPECT_TRUE(a.variant()->finish_weight_version);
+}
+
+TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {
+  version_ = "0.16.0";
+  Start();
+  VllmAdapter a = Adapter();
+  absl::Status s = a.Probe();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("vLLM 0.16.0"));
+  EXPECT_THAT(s.message(), HasSubstr(">= 0.17.0"));
+  EXPECT_THAT(Seen(), ElementsAre("GET /version")) << "nothing is initialised on it";
+  // Packed chunks need a newer server than IPC itself.
+  auto packed = VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", true);
+  EXPECT_EQ(packed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(packed.status().message(), HasSubstr("vLLM 0.20.1 reads no packed IPC updates"));
+  EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", false).ok());
+  auto other = VllmAdapter::CheckVersion({{"detail", kSecret}}, "http://e:1", false);
+  EXPECT_THAT(other.status().message(), HasSubstr("not a vLLM server"));
+  auto garbled = VllmAdapter::CheckVersion({{"version", kSecret}}, "http://e:1", false);
+  EXPECT_EQ(garbled.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(garbled.status().message(), Not(HasSubstr(kSecret)));
+}
+
+TEST_F(VllmAdapterTest, AServerWithoutTheDevRoutesIsNamedWithTheFlagsItNeeds) {
+  Script("/init_weight_transfer_engine", 404);
+  Start();
+  absl::Status s = Adapter().Probe();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("VLLM_SERVER_DEV_MODE=1"));
+  EXPECT_THAT(s.message(), Not(HasSubstr(kSecret)));
+}
+
+TEST_F(VllmAdapterTest, AnUpdateIsPauseStartBucketsFinishWithVersionResetResume) {
+  Start();
+  VllmAdapter a = Adapter();
+  ASSERT_TRUE(a.Probe().ok());
+  Forget();
+  const UpdateInfo update{"u-1", "v7"};
+  ASSERT_TRUE(a.PauseGeneration().ok());
+  ASSERT_TRUE(a.BeginUpdate(update).ok());
+  auto request = a.IpcBucketRequest(Bucket(), Views(), BucketContext{"u-1", "v7", 0, true});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->path, "/update_weights");
+  ASSERT_TRUE(a.CheckBucketReply(Reply(200, R"({"message": "Weights updated"})")).ok());
+  ASSERT_TRUE(a.FinishUpdate(update).ok());
+  EXPECT_THAT(Seen(), ElementsAre("GET /is_sleeping", "POST /pause?mode=keep",
+                                  "POST /start_weight_update", "POST /finish_weight_update",
+                                  "POST /reset_prefix_cache", "POST /resume"));
+  EXPECT_EQ(BodyOf("/start_weight_update"), "") << "vLLM's own client sends no body";
+  EXPECT_EQ(nlohmann::json::parse(BodyOf("/finish_weight_update")),
+            nlohmann::json({{"weight_version", "v7"}}));
+}
+
+TEST_F(VllmAdapterTest, OlderGenerationsGetNoVersionNoSessionAndTheirPauseMode) {
+  version_ = "0.22.1";
+  Start();
+  VllmAdapter mid = Adapter(VllmOptions(false, VllmPauseMode::kWait, false, false));
+  ASSERT_TRUE(mid.Probe().ok());
+  Forget();
+  ASSERT_TRUE(mid.PauseGeneration().ok());
+  ASSERT_TRUE(mid.BeginUpdate(UpdateInfo{"u", "v"}).ok());
+  ASSERT_TRUE(mid.FinishUpdate(UpdateInfo{"u", "v"}).ok());
+  EXPECT_THAT(Seen(),
+              ElementsAre("GET /is_sleeping", "POST /pause?mode=wait", "POST /start_weight_update",
+                          "POST /finish_weight_update", "POST /resume"));
+  EXPECT_EQ(BodyOf("/finish_weight_update"), "") << "0.22 reads no weight_version";
+  version_ = "0.18.0";
+  VllmAdapter old = Adapter();
+  ASSERT_TRUE(old.Probe().ok());
+  Forget();
+  ASSERT_TRUE(old.PauseGeneration().ok());
+  ASSERT_TRUE(old.BeginUpdate(UpdateInfo{"u", "v"}).ok());
+  ASSERT_TRUE(old.FinishUpdate(UpdateInfo{"u", "v"}).ok());
+  EXPECT_THAT(Seen(), ElementsAre("GET /is_sleeping", "POST /pause?mode=keep",
+                                  "POST /reset_prefix_cache", "POST /resume"));
+}
+
+TEST_F(VllmAdapterTest, ASleepingEngineIsRefusedUnlessTheGroupMayWakeItsWeights) {
+  sleeping_ = true;
+  Start();
+  VllmAdapter refuse = Adapter();
+  ASSERT_TRUE(refuse.Probe().ok());
+  Forget();
+  absl::Status s = refuse.PauseGeneration();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("is asleep"));
+  EXPECT_THAT(s.message(), HasSubstr("--vllm-wake-weights"));
+  EXPECT_THAT(Seen(), ElementsAre("GET /is_sleeping")) << "not even paused";
+
+  VllmAdapter wake = Adapter(VllmOptions(false, VllmPauseMode::kKeep, true, true));
+  ASSERT_TRUE(wake.Probe().ok());
+  Forget();
+  ASSERT_TRUE(wake.PauseGeneration().ok());
+  ASSERT_TRUE(wake.BeginUpdate(UpdateInfo{"u", "v"}).ok());
+  ASSERT_TRUE(wake.FinishUpdate(UpdateInfo{"u", "v"}).ok());
+  EXPECT_THAT(Seen(), ElementsAre("GET /is_sleeping", "POST /pause?mode=keep",
+                                  "POST /wake_up?tags=weights", "POST /start_weight_update",
+                                  "POST /finish_weight_update", "POST /reset_prefix_cache",
+                                  "POST /wake_up?tags=kv_cache", "POST /resume"));
+}
+
+TEST_F(VllmAdapterTest, AFailedUpdateIsFinishedBestEffortThenResumed) {
+  Start();
+  VllmAdapter a = Adapter();
+  ASSERT_TRUE(a.Probe().ok());
+  ASSERT_TRUE(a.PauseGeneration().ok());
+  ASSERT_TRUE(a.BeginUpdate(UpdateInfo{"u", "v"}).ok());
+  Forget();
+  // The core resumes the engines of an update that failed or was aborted.
+  ASSERT_TRUE(a.ResumeGeneration().ok());
+  EXPECT_THAT(Seen(), ElementsAre("POST /finish_weight_update", "POST /resume"));
+  EXPECT_EQ(BodyOf("/finish_weight_update"), "") << "no version for weights that did not land";
+  Forget();
+  ASSERT_TRUE(a.ResumeGeneration().ok());
+  EXPECT_THAT(Seen(), ElementsAre("POST /resume")) << "the session is closed once";
+}
+
+TEST_F(VllmAdapterTest, A409AtTheStartClosesTheStaleSessionAndAbortsTheUpdate) {
+  Script("/start_weight_update", 409);
+  Start();
+  VllmAdapter a = Adapter();
+  ASSERT_TRUE(a.Probe().ok());
+  ASSERT_TRUE(a.PauseGeneration().ok());
+  Forget();
+  absl::Status s = a.BeginUpdate(UpdateInfo{"u", "v"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("start_weight_update answered HTTP 409"));
+  EXPECT_THAT(s.message(), HasSubstr("push the whole version again"));
+  EXPECT_THAT(s.message(), Not(HasSubstr(kSecret)));
+  EXPECT_THAT(Seen(), ElementsAre("POST /start_weight_update", "POST /finish_weight_update"));
+}
+
+TEST_F(VllmAdapterTest, A409AtTheFinishFailsTheCommitAndLeavesTheEnginePaused) {
+  Script("/finish_weight_update", 409);
+  Start();
+  VllmAdapter a = Adapter();
+  ASSERT_TRUE(a.Probe().ok());
+  ASSERT_TRUE(a.PauseGeneration().ok());
+  ASSERT_TRUE(a.BeginUpdate(UpdateInfo{"u", "v"}).ok());
+  Forget();
+  absl::Status s = a.FinishUpdate(UpdateInfo{"u", "v"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("finish_weight_update answered HTTP 409"));
+  EXPECT_THAT(Seen(), ElementsAre("POST /finish_weight_update"));
+}
+
+TEST(VllmBucketReply, FailuresAskForTheWholeVersionAndAConfigurationErrorSaysSo) {
+  VllmAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions());
+  EXPECT_TRUE(a.CheckBucketReply(Reply(200, R"({"message": "Weights updated"})")).ok());
+  absl::Status conflict = a.CheckBucketReply(Reply(409, kSecret));
+  EXPECT_EQ(conflict.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(conflict.message(), HasSubstr("http://e:1/update_weights answered HTTP 409"));
+  EXPECT_THAT(conflict.message(), HasSubstr("push the whole version again"));
+  absl::Status failed = a.CheckBucketReply(Reply(500, kSecret));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(failed.message(), HasSubstr("HTTP 500"));
+  EXPECT_THAT(failed.message(), Not(HasSubstr(kSecret)));
+  absl::Status config = a.CheckBucketReply(Reply(
+      400, R"({"detail": "Refusing to deserialize without VLLM_ALLOW_INSECURE_SERIALIZATION=1"})"));
+  EXPECT_EQ(config.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(config.message(), HasSubstr("VLLM_ALLOW_INSECURE_SERIALIZATION=1"));
+}
+
+TEST_F(VllmAdapterTest, HealthShowsTheVersionAndVariant) {
+  version_ = "0.22.1";
+  Start();
+  EngineHealth health = Adapter().Health();
+  EXPECT_TRUE(health.healthy) << health.error;
+  EXPECT_EQ(health.engine_version, "vllm 0.22.1 (ipc-args-session)");
+  EXPECT_THAT(Seen(), ElementsAre("GET /health", "GET /version", "GET /is_sleeping"));
+}
+
+TEST(VllmAdapter, OnlyTheIpcPathWithoutBucketRulesAndBroadcastGroupsAreRefused) {
+  VllmAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions());
+  const AdapterCapabilities caps = a.Capabilities();
+  EXPECT_TRUE(caps.Supports(DataPath::kCudaIpc));
+  EXPECT_FALSE(caps.Supports(DataPath::kBroadcast));
+  EXPECT_EQ(caps.bucket_rules, BucketRules{});
+  GroupSpec spec;
+  spec.name = "disagg";
+  spec.kind = EngineKind::kVllm;
+  spec.transport = TransportKind::kBroadcast;
+  spec.engines = {EngineSpec{"http://127.0.0.1:1", 1}};
+  spec.engine_options = std::make_shared<const VllmOptions>();
+  HostPlatform platform("127.0.0.1", "127.0.0.1");
+  auto group = WeightGroup::Create(spec, &platform, GroupOptions{}, DefaultGroupFactories());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(group.status().message(),
+              HasSubstr("vllm engine http://127.0.0.1:1 cannot receive over the broadcast"));
+}
+
+}  // namespace
+}  // namespace wsync
