@@ -196,7 +196,7 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
         absl::StrCat("group '", spec.name, "': \"", kind, "\" must be an object"));
   }
   for (const auto& [key, value] : options.items()) {
-    if (key != "load_format") {
+    if (key != "load_format" && !(key == "memory" && spec.kind == EngineKind::kSglang)) {
       return absl::InvalidArgumentError(
           absl::StrCat("group '", spec.name, "': unknown ", kind, " option \"", key, "\""));
     }
@@ -208,7 +208,17 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   if (spec.kind == EngineKind::kLmdeploy) {
     spec.engine_options = std::make_shared<const LmdeployOptions>(format);
   } else {
-    spec.engine_options = std::make_shared<const SglangOptions>(format);
+    const nlohmann::json memory = options.value("memory", nlohmann::json("keep"));
+    if (!memory.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': sglang memory must be \"keep\" or \"resume\""));
+    }
+    auto parsed = ParseSglangMemory(memory.get<std::string>());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': ", parsed.status().message()));
+    }
+    spec.engine_options = std::make_shared<const SglangOptions>(format, *parsed);
   }
   return spec;
 }
@@ -227,6 +237,9 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
                       {"engines", std::move(engines)}};
   if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
     j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
+    if (sglang->memory() != SglangMemory::kKeep) {
+      j["sglang"]["memory"] = std::string(SglangMemoryName(sglang->memory()));
+    }
   }
   if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
     j["lmdeploy"] = {{"load_format", std::string(LmdeployLoadFormatName(lmdeploy->load_format()))}};

@@ -47,8 +47,10 @@ std::string TransportName(v1::Transport t) {
 // The engine's own options, as ", load_format per_tensor" (empty when it has none).
 std::string OptionsText(const v1::GroupSpec& spec) {
   if (spec.has_sglang()) {
-    return spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR ? ", per_tensor"
-                                                                            : ", flattened_bucket";
+    return absl::StrCat(
+        spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR ? ", per_tensor"
+                                                                         : ", flattened_bucket",
+        spec.sglang().memory() == v1::SGLANG_MEMORY_RESUME ? ", memory resume" : "");
   }
   if (spec.has_lmdeploy()) {
     return spec.lmdeploy().load_format() == v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
@@ -284,7 +286,7 @@ class Ctl {
   int CreateGroup(const std::string& name, const std::string& kind,
                   const std::vector<std::string>& engines, int device,
                   const std::string& load_format, const std::string& transport,
-                  const VllmFlags& vllm) {
+                  const VllmFlags& vllm, const std::string& sglang_memory) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -318,6 +320,14 @@ class Ctl {
         std::cerr << "wsyncctl: --load-format is an sglang or lmdeploy option\n";
         return 2;
       }
+    }
+    if (!sglang_memory.empty()) {
+      if (k != v1::ENGINE_KIND_SGLANG) {
+        std::cerr << "wsyncctl: --sglang-memory is an sglang option\n";
+        return 2;
+      }
+      group->mutable_sglang()->set_memory(sglang_memory == "resume" ? v1::SGLANG_MEMORY_RESUME
+                                                                    : v1::SGLANG_MEMORY_KEEP);
     }
     if (vllm.any() && k != v1::ENGINE_KIND_VLLM) {
       std::cerr << "wsyncctl: --vllm-* options are for --kind vllm\n";
@@ -474,6 +484,13 @@ int main(int argc, char** argv) {
                    "per_tensor (also spelt null, the engines' own word: one view or broadcast "
                    "per tensor)")
       ->check(CLI::IsMember({"flattened_bucket", "per_tensor", "null"}));
+  std::string sglang_memory;
+  create
+      ->add_option("--sglang-memory", sglang_memory,
+                   "sglang: keep (default: the engine's memory stays resident) or resume (training "
+                   "releases it before each update; wsyncd resumes the weights before the buckets "
+                   "and the KV cache after the commit)")
+      ->check(CLI::IsMember({"keep", "resume"}));
   wsync::VllmFlags vllm;
   create->add_flag("--vllm-packed", vllm.packed,
                    "vllm: each bucket as one uint8 chunk with tensor_sizes (vLLM >= 0.22.0; must "
@@ -520,7 +537,8 @@ int main(int argc, char** argv) {
   if (*release_buffers) return ctl.ReleaseBuffers(release_device);
   if (*updates) return ctl.Updates(limit);
   if (*create)
-    return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm);
+    return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
+                           sglang_memory);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

@@ -147,7 +147,7 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
       WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url,
                 " is no longer one of its engines but was left paused (", why,
                 "); resume it by hand (SGLang: POST /continue_generation; ",
-                "LMDeploy: POST /wakeup)");
+                "LMDeploy: POST /wakeup; vLLM: POST /resume)");
     }
   }
   if (previous.engine_group.empty()) return;
@@ -278,7 +278,7 @@ absl::Status WeightGroup::DestroyLocked(bool forget) {
       WSYNC_LOG(Warning, "group ", spec_.name, " destroyed while engine ", url,
                 " waits, paused, for a full version (", why,
                 "); resume it by hand (SGLang: POST /continue_generation; ",
-                "LMDeploy: POST /wakeup)");
+                "LMDeploy: POST /wakeup; vLLM: POST /resume)");
     }
     if (store_ != nullptr) {
       if (absl::Status s = store_->Remove(spec_.name); !s.ok()) {

@@ -55,12 +55,24 @@ v1::GroupState StateToProto(GroupState state) {
 
 absl::StatusOr<std::shared_ptr<const EngineOptions>> SglangFromProto(
     const v1::SglangOptions& proto) {
+  SglangMemory memory;
+  switch (proto.memory()) {
+    case v1::SGLANG_MEMORY_KEEP:
+      memory = SglangMemory::kKeep;
+      break;
+    case v1::SGLANG_MEMORY_RESUME:
+      memory = SglangMemory::kResume;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown sglang memory ", static_cast<int>(proto.memory())));
+  }
   switch (proto.load_format()) {
     case v1::SGLANG_LOAD_FORMAT_UNSPECIFIED:
     case v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET:
-      return std::make_shared<const SglangOptions>(BucketFormat::kFlattened);
+      return std::make_shared<const SglangOptions>(BucketFormat::kFlattened, memory);
     case v1::SGLANG_LOAD_FORMAT_PER_TENSOR:
-      return std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
+      return std::make_shared<const SglangOptions>(BucketFormat::kPerTensor, memory);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown sglang load_format ", static_cast<int>(proto.load_format())));
@@ -185,6 +197,9 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
     out->mutable_sglang()->set_load_format(sglang->load_format() == BucketFormat::kPerTensor
                                                ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
                                                : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
+    out->mutable_sglang()->set_memory(sglang->memory() == SglangMemory::kResume
+                                          ? v1::SGLANG_MEMORY_RESUME
+                                          : v1::SGLANG_MEMORY_KEEP);
   }
   if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
     out->mutable_lmdeploy()->set_load_format(lmdeploy->load_format() == BucketFormat::kPerTensor

@@ -283,16 +283,13 @@ if want ipc_vllm; then
       v_e=$!
       wait_url $vurl/health || fail=1
     fi
-    # How wsyncctl picks the form: WSYNC_VLLM_PACKED_ARGS / WSYNC_VLLM_UNPACKED_ARGS (create-group
-    # options), else a --packed option, else --load-format if its help names vllm.
+    # The request form per group: `wsyncctl create-group --vllm-packed` (one dict per chunk plus
+    # tensor_sizes) or the default, unpacked (one dict per tensor). WSYNC_VLLM_PACKED_ARGS /
+    # WSYNC_VLLM_UNPACKED_ARGS override the create-group options.
     packed_args=${WSYNC_VLLM_PACKED_ARGS-}
     unpacked_args=${WSYNC_VLLM_UNPACKED_ARGS-}
-    if [[ -z $packed_args$unpacked_args ]]; then
-      if grep -qE -- '--packed\b' <<<"$help"; then
-        packed_args="--packed"
-      elif grep -A3 -- '--load-format' <<<"$help" | grep -qi vllm; then
-        packed_args="--load-format flattened_bucket"; unpacked_args="--load-format per_tensor"
-      fi
+    if [[ -z $packed_args$unpacked_args ]] && grep -q -- '--vllm-packed' <<<"$help"; then
+      packed_args="--vllm-packed"
     fi
     forms=()
     [[ -n $packed_args || -n $unpacked_args ]] && forms=(packed unpacked) || forms=(default)

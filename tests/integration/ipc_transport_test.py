@@ -338,5 +338,48 @@ class MemoryOnDemandTest(IpcFixture):
         self.assert_engine_holds(port, self.model, "after-release")
 
 
+class EngineMemoryTest(IpcFixture):
+    """SGLang memory "resume": training releases the engine's memory before each update; wsyncd
+    resumes the weights before the buckets and the KV cache after the commit."""
+
+    def release(self, port):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/release_memory_occupation",
+                                     data=json.dumps({"tags": None}).encode(), method="POST")
+        urllib.request.urlopen(req).read()
+
+    def test_weights_resumed_before_the_buckets_and_kv_cache_after_the_commit(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0], "--sglang-memory", "resume")
+        for version in ("r1", "r2"):
+            self.release(port)
+            self.push(version)
+            state = self.assert_engine_holds(port, self.model, version)
+            self.assertEqual(state["offload_tags"], ["cuda_graph"],
+                             "weights and KV cache resumed; the graphs stay with their releaser")
+        self.assertEqual(state["memory_calls"][-3:], [
+            ["release_memory_occupation", None],
+            ["resume_memory_occupation", ["weights"]],
+            ["resume_memory_occupation", ["kv_cache"]]])
+        # Not released before the update: SGLang refuses to resume what it holds, and the error
+        # says what the mode needs; wsyncd stays up and the next released cycle succeeds.
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("not-released")
+        self.assertIn("must be released", e.exception.message)
+        self.release(port)
+        self.push("r3")
+        self.assert_engine_holds(port, self.model, "r3")
+
+    def test_keep_leaves_the_engines_memory_alone(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0])
+        self.push("k1")
+        self.assertEqual(self.engine_state(port)["memory_calls"], [])
+        # Released by someone else while wsyncd keeps it: the load fails naming the engine.
+        self.release(port)
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("k2")
+        self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -135,6 +135,10 @@ class Engine:
         self.updates = 0
         self.last_error = ""
         self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1}
+        # SGLang's offload_tags: what release_memory_occupation released and no resume brought
+        # back. Resuming a tag not released raises (KeyError from set.remove), as SGLang does.
+        self.offload_tags = set()
+        self.memory_calls = []  # (route, tags) in order
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -175,6 +179,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, {"weight_version": e.weight_version, "ranks": ranks,
                                         "updates_received": e.updates, "paused": e.paused,
                                         "ipc_opens": [r.shm.opens for r in e.ranks],
+                                        "offload_tags": sorted(e.offload_tags),
+                                        "memory_calls": e.memory_calls,
                                         "last_error": e.last_error})
         self.reply(404, {"detail": "Not Found"})
 
@@ -205,13 +211,39 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             return self.wfile.write(body)
+        if self.path in ("/release_memory_occupation", "/resume_memory_occupation"):
+            return self.memory(self.path, body)
         if self.path == "/sim/knobs":
             e.knobs.update(body)
             return self.reply(200, e.knobs)
         self.reply(404, {"detail": "Not Found"})
 
+    def memory(self, path, body):
+        """SGLang's release/resume by tag: null or [] means every tag; release asserts that no
+        request is live (the simulator has none); both answer null."""
+        e = self.engine
+        tags = body.get("tags") or ["weights", "kv_cache", "cuda_graph"]
+        with e.lock:
+            e.memory_calls.append([path.strip("/"), body.get("tags")])
+            if path == "/release_memory_occupation":
+                e.offload_tags.update(tags)
+            else:
+                missing = [t for t in tags if t not in e.offload_tags]
+                if missing:
+                    return self.reply(500, {"detail": f"KeyError: {missing[0]!r}"})
+                e.offload_tags.difference_update(tags)
+        body = b"null"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def update(self, body):
         e = self.engine
+        if "weights" in e.offload_tags:
+            # Loading into released weight memory: a real engine faults on the GPU.
+            return self.reply(500, {"detail": "the weights' memory is released"})
         with e.lock:
             index = e.updates
             e.updates += 1

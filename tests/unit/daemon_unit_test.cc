@@ -263,6 +263,38 @@ TEST(Config, SglangOptionsSitUnderTheirKindAndUnknownKeysAreRefused) {
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("given twice"));
 }
 
+TEST(Config, SglangMemoryDefaultsToKeepAndResumeSurvivesEveryPath) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-memory.json";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "a", "transport": "ipc", "engines": [{"url": "http://e:1", "gpus": ["GPU-0"]}]},
+      {"name": "b", "transport": "ipc", "sglang": {"memory": "resume"},
+       "engines": [{"url": "http://e:2", "gpus": ["GPU-0"]}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  const auto memory = [](const GroupSpec& spec) {
+    return dynamic_cast<const SglangOptions&>(*spec.engine_options).memory();
+  };
+  EXPECT_EQ(memory(config.groups[0]), SglangMemory::kKeep) << "the safe default";
+  EXPECT_EQ(memory(config.groups[1]), SglangMemory::kResume);
+  // The admin API and the state directory's records carry it too.
+  v1::GroupSpec proto;
+  GroupSpecToProto(config.groups[1], &proto);
+  EXPECT_EQ(proto.sglang().memory(), v1::SGLANG_MEMORY_RESUME);
+  auto back = GroupSpecFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, config.groups[1]);
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[1]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[1]);
+  std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"memory": "sometimes"},
+      "engines": [{"url": "http://e:1"}]}]})";
+  DaemonConfig bad;
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("\"keep\" or \"resume\""));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "lmdeploy", "transport": "ipc",
+      "lmdeploy": {"memory": "resume"}, "engines": [{"url": "http://e:1", "gpus": ["GPU-0"]}]}]})";
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown lmdeploy option"));
+}
+
 TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   const std::string path = ::testing::TempDir() + "/wsyncd-vllm.json";
   std::ofstream(path) << R"({"groups": [

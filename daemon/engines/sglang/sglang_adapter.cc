@@ -89,7 +89,38 @@ absl::Status SglangAdapter::PauseGeneration() {
       .status();
 }
 
+absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
+  if (memory_ != SglangMemory::kResume) return absl::OkStatus();
+  absl::Status resumed = http_.PostExpectStatus("/resume_memory_occupation",
+                                                {{"tags", {"weights"}}}, timeouts_.control);
+  if (!resumed.ok()) {
+    return absl::Status(
+        resumed.code(),
+        absl::StrCat(resumed.message(),
+                     "; with sglang memory \"resume\" the engine's memory must be released "
+                     "(POST /release_memory_occupation) before every update, as colocated "
+                     "training does, and SGLang refuses to resume weights it holds"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_cache_released_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status SglangAdapter::ResumeKvCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!kv_cache_released_) return absl::OkStatus();
+  }
+  WSYNC_RETURN_IF_ERROR(http_.PostExpectStatus("/resume_memory_occupation",
+                                               {{"tags", {"kv_cache"}}}, timeouts_.control));
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_cache_released_ = false;
+  return absl::OkStatus();
+}
+
 absl::Status SglangAdapter::ResumeGeneration() {
+  // Generation needs its KV cache back first (an aborted update resumes here).
+  WSYNC_RETURN_IF_ERROR(ResumeKvCache());
   return http_
       .PostExpectSuccess("/continue_generation", nlohmann::json::object(), timeouts_.control)
       .status();
@@ -146,6 +177,8 @@ absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
                              {{"new_version", update.version}, {"abort_all_requests", false}},
                              timeouts_.control)
           .status());
+  // The KV cache is back before it is flushed and generation resumes.
+  WSYNC_RETURN_IF_ERROR(ResumeKvCache());
   // /flush_cache answers plain text, not {"success"}: its status says it all.
   WSYNC_RETURN_IF_ERROR(
       http_.PostExpectStatus("/flush_cache", nlohmann::json::object(), timeouts_.control));

@@ -1,6 +1,8 @@
 #ifndef WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
 #define WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
 
+#include <mutex>
+
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/sglang/sglang_options.h"
@@ -21,6 +23,7 @@ class SglangAdapter final : public EngineAdapter {
       : endpoint_(std::move(endpoint)),
         timeouts_(timeouts),
         format_(options.load_format()),
+        memory_(options.memory()),
         bucket_path_(transport == TransportKind::kIpc ? "/update_weights_from_tensor"
                                                       : "/update_weights_from_distributed"),
         http_(endpoint_.url) {}
@@ -31,6 +34,9 @@ class SglangAdapter final : public EngineAdapter {
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
   absl::Status PauseGeneration() override;
+  // With memory "resume": the weights' memory, before the first bucket.
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  // With memory "resume", the KV cache first if this update resumed the weights.
   absl::Status ResumeGeneration() override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
@@ -56,9 +62,15 @@ class SglangAdapter final : public EngineAdapter {
  private:
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
+  // Resumes the KV cache if this update resumed the weights and it is still released.
+  absl::Status ResumeKvCache();
+
   BucketFormat format_;
+  SglangMemory memory_;
   const char* bucket_path_;
   EngineHttp http_;
+  std::mutex mu_;
+  bool kv_cache_released_ = false;  // weights resumed by BeginUpdate, KV cache not yet
 };
 
 }  // namespace wsync

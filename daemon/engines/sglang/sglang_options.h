@@ -10,12 +10,23 @@
 
 namespace wsync {
 
+// What wsyncd does with a colocated engine's GPU memory around an update. kKeep, the default,
+// does nothing and suits any server. kResume follows the colocated RL cycle (engine-protocols.md
+// 3.4): training releases the engine's memory ({"tags": null}) before each update; wsyncd resumes
+// "weights" after pausing, loads the buckets, and resumes "kv_cache" after the commit (and before
+// generation resumes on an aborted update). SGLang refuses to resume a tag it did not release, so
+// kResume needs the release before every update.
+enum class SglangMemory { kKeep, kResume };
+absl::string_view SglangMemoryName(SglangMemory memory);
+absl::StatusOr<SglangMemory> ParseSglangMemory(absl::string_view name);
+
 // A group's SGLang-only settings. On the broadcast, kFlattened is one uint8 broadcast of all the
 // bucket's bytes and kPerTensor one broadcast per tensor in its own dtype.
 class SglangOptions final : public EngineOptions {
  public:
   SglangOptions() = default;
-  explicit SglangOptions(BucketFormat load_format) : load_format_(load_format) {}
+  explicit SglangOptions(BucketFormat load_format, SglangMemory memory = SglangMemory::kKeep)
+      : load_format_(load_format), memory_(memory) {}
 
   EngineKind kind() const override { return EngineKind::kSglang; }
   absl::Status Validate() const override { return absl::OkStatus(); }
@@ -23,9 +34,11 @@ class SglangOptions final : public EngineOptions {
   std::string Describe() const override;
 
   BucketFormat load_format() const { return load_format_; }
+  SglangMemory memory() const { return memory_; }
 
  private:
   BucketFormat load_format_ = BucketFormat::kFlattened;
+  SglangMemory memory_ = SglangMemory::kKeep;
 };
 
 }  // namespace wsync
