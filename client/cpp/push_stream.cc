@@ -1,5 +1,7 @@
 #include "client/cpp/push_stream.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -31,10 +33,13 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
       new PushStream(stub, std::move(slots), std::move(oversize), options));
   push->progress_.buckets_total = options.buckets_total;
   if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
+  if (options.pull_bucket_bytes != 0 && !options.pull) {
+    return absl::InvalidArgumentError("pull_bucket_bytes is a pull-mode option");
+  }
   WSYNC_ASSIGN_OR_RETURN(v1::UpdateStarted started,
                          push->stream_.Begin(session_id, group, version, options.tp_rank));
   // The group's engines shape every bucket of this update; no tensor has been planned yet.
-  push->planner_ = BucketPlanner(push->slots_.front()->bytes(),
+  push->planner_ = BucketPlanner(std::max(push->slots_.front()->bytes(), options.pull_bucket_bytes),
                                  /*oversize_alone=*/push->oversize_ != nullptr,
                                  BucketRulesFromProto(started.bucket_rules()));
   push->t0_ = absl::Now();
@@ -192,6 +197,15 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
   }
   const bool pull =
       options_.pull && options_.exporter != nullptr && DescribeSources(tensors, &wire);
+  if (!pull && bucket.bytes > slot.bytes()) {
+    // Planned past a slot (pull_bucket_bytes) but holding memory wsyncd cannot map: no slot holds
+    // it, so nothing of it may be sent.
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "bucket ", sequence, " spans ", bucket.bytes, " bytes, more than a slot (", slot.bytes(),
+        "), and holds memory this client cannot export for wsyncd to read in place (host memory, "
+        "a temporary copy, an allocation it cannot name); lower pull_bucket_bytes or keep the "
+        "tensors in exportable GPU memory")));
+  }
   std::vector<SlotCopy> copies;
   for (size_t i = 0; i < bucket.tensors.size(); ++i) {
     const PlannedTensor& pt = bucket.tensors[i];

@@ -95,6 +95,12 @@ struct PushOptions {
   // rank's position among the group's GPUs, checked by wsyncd when set (-1: not sent; the
   // session's device alone picks the rank's place).
   int tp_rank = -1;
+  // Pull mode only: plan buckets up to this many bytes instead of a slot's (0: a slot's). A bucket
+  // larger than a slot is never copied: it must lie in one trainer allocation exactly as it is
+  // sent (a flat parameter buffer), where wsyncd and the engines read it in place, so fewer,
+  // larger requests carry the model (colocated zero copy needs no staging memory). wsyncd refuses
+  // such a bucket otherwise, and the client refuses one holding memory it cannot export.
+  uint64_t pull_bucket_bytes = 0;
   SourceExporter* exporter = nullptr;  // set by Client::BeginPush
 };
 

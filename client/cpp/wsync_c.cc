@@ -152,6 +152,28 @@ int wsync_push_begin_flags(wsync_client* client, const char* group, const char* 
   return 0;
 }
 
+int wsync_push_begin_options(wsync_client* client, const char* group, const char* version,
+                             const wsync_push_options* options, wsync_progress_fn progress,
+                             void* user, wsync_push_stream** out, char* err, size_t err_len) {
+  if (out == nullptr || options == nullptr) {
+    return Report(absl::InvalidArgumentError("out and options are required"), err, err_len);
+  }
+  if ((options->flags & ~WSYNC_PUSH_PULL) != 0) {
+    return Report(absl::InvalidArgumentError("unknown push flags"), err, err_len);
+  }
+  wsync::PushOptions push_options;
+  push_options.progress = ProgressFn(progress, user);
+  push_options.cuda_stream = options->cuda_stream;
+  push_options.pull = (options->flags & WSYNC_PUSH_PULL) != 0;
+  push_options.pull_bucket_bytes = options->pull_bucket_bytes;
+  push_options.tp_rank = options->tp_rank < 0 ? -1 : options->tp_rank;
+  auto push = client->client->BeginPush(group ? group : "", version ? version : "",
+                                        std::move(push_options));
+  if (!push.ok()) return Report(push.status(), err, err_len);
+  *out = new wsync_push_stream{std::move(*push)};
+  return 0;
+}
+
 int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
                    uint64_t* released, char* err, size_t err_len) {
   return wsync_push_add_flags(push, tensors, nullptr, count, released, err, err_len);

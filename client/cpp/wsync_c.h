@@ -60,6 +60,21 @@ WSYNC_EXPORT int wsync_push_begin_flags(wsync_client* client, const char* group,
                                         const char* version, void* cuda_stream, uint32_t flags,
                                         wsync_progress_fn progress, void* user,
                                         wsync_push_stream** out, char* err, size_t err_len);
+/* What a push may set beyond wsync_push_begin_flags; zero-initialise it, then set fields. */
+typedef struct {
+  void* cuda_stream; /* cudaStream_t the tensors were produced on, or NULL */
+  uint32_t flags;    /* WSYNC_PUSH_PULL */
+  /* Pull mode: plan buckets up to this many bytes (0: a slot's). A bucket past a slot must lie in
+   * one exportable allocation exactly as sent (a flat parameter buffer), read there in place. */
+  uint64_t pull_bucket_bytes;
+  /* A colocated group fed from several GPUs: this trainer rank's place among them, which wsyncd
+   * checks; -1 (or any negative value): not sent. */
+  int32_t tp_rank;
+} wsync_push_options;
+WSYNC_EXPORT int wsync_push_begin_options(wsync_client* client, const char* group,
+                                          const char* version, const wsync_push_options* options,
+                                          wsync_progress_fn progress, void* user,
+                                          wsync_push_stream** out, char* err, size_t err_len);
 WSYNC_EXPORT int wsync_push_add(wsync_push_stream* push, const wsync_tensor* tensors, size_t count,
                                 uint64_t* released, char* err, size_t err_len);
 /* wsync_push_add with one flags word per tensor: WSYNC_TENSOR_TEMPORARY marks memory the caller

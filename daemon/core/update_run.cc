@@ -100,7 +100,21 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   // in full, the others must match it.
   const uint64_t index = f.submitted;
   Pending* joined = index - taken_ < queue_.size() ? &queue_[index - taken_] : nullptr;
-  absl::Status valid = ValidateManifest(manifest, (*memory)->bytes());
+  // A bucket past the slot's size never enters it: pull mode may send one only where the engines
+  // read it in place, from one trainer allocation laid out as the bucket (whose mapping bounds
+  // the pieces already).
+  uint64_t capacity = (*memory)->bytes();
+  if (manifest.span_bytes() > capacity && DirectSource(pulled, manifest) != nullptr) {
+    capacity = manifest.span_bytes();
+  }
+  absl::Status valid = ValidateManifest(manifest, capacity);
+  if (!valid.ok() && manifest.span_bytes() > (*memory)->bytes()) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("it spans ", manifest.span_bytes(), " bytes, more than slot ", slot, " (",
+                     (*memory)->bytes(),
+                     "), and is not read in place: only a pull-mode bucket laid out in one "
+                     "trainer allocation exactly as sent may exceed a slot"));
+  }
   if (valid.ok() && joined != nullptr) {
     if (!(manifest == joined->manifest) || last != joined->last) {
       valid = absl::InvalidArgumentError(absl::StrCat(
@@ -247,9 +261,10 @@ absl::Status UpdateRun::CheckInPlace(size_t feed, const Share& s) {
   return absl::OkStatus();
 }
 
-const void* UpdateRun::DirectSource(const Share& s, const BucketManifest& manifest) const {
-  const std::vector<SourcePiece>& pieces = s.pulled.pieces;
-  if (pieces.empty() || s.pulled.keep.size() != 1 || pieces.front().offset != 0) return nullptr;
+const void* UpdateRun::DirectSource(const PulledSources& pulled,
+                                    const BucketManifest& manifest) const {
+  const std::vector<SourcePiece>& pieces = pulled.pieces;
+  if (pieces.empty() || pulled.keep.size() != 1 || pieces.front().offset != 0) return nullptr;
   const char* base = static_cast<const char*>(pieces.front().src);
   for (const SourcePiece& piece : pieces) {
     if (static_cast<const char*>(piece.src) != base + piece.offset) return nullptr;
@@ -327,7 +342,7 @@ void UpdateRun::SenderLoop() {
       Share& share = p.shares[i];
       const bool share_pull = !share.pulled.pieces.empty();
       pull = pull || share_pull;
-      share.direct = share_pull ? DirectSource(share, p.manifest) : nullptr;
+      share.direct = share_pull ? DirectSource(share.pulled, p.manifest) : nullptr;
       copied = copied || share.direct == nullptr;
       status = share.direct != nullptr ? CheckInPlace(i, share)
                : share_pull            ? Fill(i, share, span)

@@ -188,7 +188,7 @@ class UpdateRun {
   absl::Status CheckInPlace(size_t feed, const Share& s);
   // Pull mode: where the bucket's bytes already lie as one run in one trainer allocation, in the
   // bucket's layout; null when they must be copied.
-  const void* DirectSource(const Share& s, const BucketManifest& manifest) const;
+  const void* DirectSource(const PulledSources& pulled, const BucketManifest& manifest) const;
   // Records the first failure and tells the trainers at once (once).
   void ReportFailure(absl::Status status);
   void ReleaseSlot(size_t feed, uint32_t slot, SlotState from);

@@ -59,6 +59,16 @@ class _Tensor(ctypes.Structure):
     ]
 
 
+class _PushOptions(ctypes.Structure):
+    """wsync_push_options."""
+    _fields_ = [
+        ("cuda_stream", ctypes.c_void_p),
+        ("flags", ctypes.c_uint32),
+        ("pull_bucket_bytes", ctypes.c_uint64),
+        ("tp_rank", ctypes.c_int32),
+    ]
+
+
 _PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64,
                              ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double)
 
@@ -111,6 +121,10 @@ def _declare(lib):
     lib.wsync_push_begin_flags.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                            ctypes.c_void_p, ctypes.c_uint32, _PROGRESS,
                                            ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)] + err
+    lib.wsync_push_begin_options.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                             ctypes.POINTER(_PushOptions), _PROGRESS,
+                                             ctypes.c_void_p,
+                                             ctypes.POINTER(ctypes.c_void_p)] + err
     lib.wsync_push_add.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor), ctypes.c_size_t,
                                    ctypes.POINTER(ctypes.c_uint64)] + err
     lib.wsync_push_add_flags.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Tensor),
@@ -174,7 +188,8 @@ class Client:
     def slot_bytes(self):
         return self._lib.wsync_slot_bytes(self._handle)
 
-    def push(self, named_tensors, version, group, progress=None, pull=False):
+    def push(self, named_tensors, version, group, progress=None, pull=False, bucket_bytes=None,
+             tp_rank=None):
         """Pushes (name, tensor) pairs, a state_dict or any iterable of pairs as one update.
 
         Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines,
@@ -191,6 +206,13 @@ class Client:
         another process maps: keep pulled tensors allocated, or call release_sources() before
         freeing them.
         Copies made here (gathered DTensors, contiguous copies) are never pulled.
+        bucket_bytes (pull mode only) plans buckets up to that size instead of a slot's: a bucket
+        larger than a slot is read in place from one allocation laid out as it is sent (a flat
+        parameter buffer), so a colocated engine gets fewer, larger requests; one that does not
+        lie so is refused.
+        tp_rank: for a colocated group whose engines' TP ranks span GPUs, this trainer rank's
+        place among the group's GPUs (each rank pushes the same version from its own GPU's
+        session); wsyncd checks it against the session's GPU.
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
 
@@ -213,9 +235,11 @@ class Client:
                 return
             if not stream:
                 cuda_stream = self._cuda_stream() if any(b[1] for b in batch) else None
-                rc = self._lib.wsync_push_begin_flags(
-                    self._handle, group.encode(), str(version).encode(), cuda_stream,
-                    _PUSH_PULL if pull else 0, callback, None, ctypes.byref(stream), err, len(err))
+                options = _PushOptions(cuda_stream, _PUSH_PULL if pull else 0, bucket_bytes or 0,
+                                       -1 if tp_rank is None else tp_rank)
+                rc = self._lib.wsync_push_begin_options(
+                    self._handle, group.encode(), str(version).encode(), ctypes.byref(options),
+                    callback, None, ctypes.byref(stream), err, len(err))
                 if rc:
                     raise WsyncError(rc, err.value.decode())
             structs = [b[0] for b in batch]
