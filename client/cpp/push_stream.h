@@ -95,6 +95,10 @@ struct PushOptions {
   // rank's position among the group's GPUs, checked by wsyncd when set (-1: not sent; the
   // session's device alone picks the rank's place).
   int tp_rank = -1;
+  // How long a slot's refill waits for the engines still reading its previous bucket on the GPU
+  // (MappedSlot::WaitReaders) before the update fails rather than hangs: an engine that keeps a
+  // live view of the slot records its event after its load, which may outlive its answer.
+  absl::Duration engine_read_timeout = absl::Seconds(60);
   SourceExporter* exporter = nullptr;  // set by Client::BeginPush
 };
 
