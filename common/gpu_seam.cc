@@ -18,6 +18,18 @@ absl::string_view MemoryKindName(MemoryKind kind) {
   return "unknown";
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> Platform::AllocateSlots(int device,
+                                                                                 uint32_t count,
+                                                                                 uint64_t bytes) {
+  std::vector<std::unique_ptr<SlotMemory>> slots;
+  for (uint32_t i = 0; i < count; ++i) {
+    absl::StatusOr<std::unique_ptr<SlotMemory>> slot = AllocateSlot(device, bytes);
+    if (!slot.ok()) return slot.status();
+    slots.push_back(std::move(*slot));
+  }
+  return slots;
+}
+
 absl::Status CheckPiecesFit(const SlotMemory& slot, const std::vector<BroadcastPiece>& pieces) {
   for (const BroadcastPiece& p : pieces) {
     if (p.offset > slot.bytes() || p.bytes() > slot.bytes() - p.offset) {

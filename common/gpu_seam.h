@@ -52,7 +52,24 @@ struct SourcePiece {
   const SourceMemory* memory = nullptr;
 };
 
-// A slot: memory the daemon allocates once, exports once and reuses for every bucket.
+// Where each regular slot of a device starts in the device's one slot allocation: at a multiple
+// of this. 256 bytes is what the slots need (cudaMalloc's own alignment: every dtype's size
+// divides it, so engines index a slot in elements of any dtype, and the copy kernels, NCCL and
+// torch's vectorised loads assume it). 2 MiB, the GPU's large page, also keeps each slot on pages
+// of its own; it costs under 2 MiB per slot of hundreds of MiB, and in host mode nothing (shared
+// memory is allocated as it is touched).
+inline constexpr uint64_t kSlotAlignment = uint64_t{2} << 20;
+
+// The distance between two regular slots of `bytes` in one allocation.
+inline uint64_t SlotStride(uint64_t bytes) {
+  return (bytes + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
+
+// A slot: memory the daemon allocates once, exports once and reuses for every bucket. The regular
+// slots of a device are regions of one allocation (Platform::AllocateSlots), so a process maps
+// that allocation once for all of them (CUDA IPC lets a process open an allocation only once),
+// and an engine that caches one tensor per GPU (LMDeploy's flattened_tensor) can view every slot
+// through it. The oversize slot is an allocation of its own.
 class SlotMemory {
  public:
   virtual ~SlotMemory() = default;
@@ -61,9 +78,14 @@ class SlotMemory {
   virtual uint64_t bytes() const = 0;
   // Host address (host mode) or device pointer (CUDA) of the slot's first byte.
   virtual void* data() = 0;
-  // What a client needs to map the memory: an shm name, or a cudaIpcMemHandle_t.
+  // What a client needs to map the slot's allocation: an shm name, or a cudaIpcMemHandle_t of
+  // the allocation's base. Slots of one allocation share it.
   virtual std::string memory_handle() const = 0;
+  // Where the slot lies in that allocation, and the allocation's size.
+  virtual uint64_t allocation_offset() const { return 0; }
+  virtual uint64_t allocation_bytes() const { return bytes(); }
   // The producer's "bucket written" signal: empty in host mode, a cudaIpcEventHandle_t on GPUs.
+  // Each slot has its own, also in one allocation.
   virtual std::string event_handle() const = 0;
   // CRC-32 of the slot's first `bytes` bytes (see common/checksum.h), computed after the
   // producer's writes (on GPUs the slot's stream waits on the producer's event first).
@@ -145,7 +167,14 @@ class Platform {
  public:
   virtual ~Platform() = default;
   virtual absl::string_view name() const = 0;
+  // One slot, an allocation of its own (the oversize slot).
   virtual absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) = 0;
+  // `count` slots of `bytes` each as regions of one allocation, SlotStride(bytes) apart. The
+  // allocation lives until its last slot is destroyed. The default makes separate allocations,
+  // for platforms that cannot do better (test doubles).
+  virtual absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> AllocateSlots(int device,
+                                                                                 uint32_t count,
+                                                                                 uint64_t bytes);
   virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size) = 0;
   // Maps a trainer allocation announced for pull mode: a cudaIpcMemHandle_t on GPUs, a
@@ -166,6 +195,16 @@ class Platform {
 std::string NormalizeGpuUuid(absl::string_view uuid);
 // The device whose UUID is `uuid` (either form), or NOT_FOUND naming it and the UUIDs there are.
 absl::StatusOr<int> FindDeviceByUuid(const Platform& platform, absl::string_view uuid);
+
+// The client's mapping of one daemon allocation, shared by the MappedSlots that are regions of
+// it and unmapped when the last of them goes.
+class MappedAllocation {
+ public:
+  virtual ~MappedAllocation() = default;
+  // Host address (host mode) or device pointer (CUDA) of the allocation's first byte.
+  virtual void* data() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
 
 struct SlotCopy {
   uint64_t offset = 0;  // destination offset in the slot
@@ -200,6 +239,12 @@ class MappedSlot {
     if (absl::Status s = CopyBatch(copies); !s.ok()) return s;
     return Checksum(span);
   }
+  // Before a refill: returns once the engines' reads of the slot's previous bucket are done on the
+  // GPU. An engine that keeps a live view of the slot (LMDeploy with require_clone false) answers
+  // its request with the load only queued, and records the slot's event after it (§5.3); the
+  // event is then polled, never waited on blindly, so an engine that died with the record pending
+  // costs DEADLINE_EXCEEDED after `timeout`, not a hung trainer. Host slots have nothing to wait.
+  virtual absl::Status WaitReaders(absl::Duration timeout) { return absl::OkStatus(); }
   // Publishes the writes made so far to the daemon (records the slot event on GPUs).
   virtual absl::Status MarkWritten() = 0;
   // Returns once the writes published by MarkWritten are done (so their sources may be freed).

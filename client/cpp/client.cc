@@ -1,7 +1,10 @@
 #include "client/cpp/client.h"
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -16,14 +19,64 @@
 
 namespace wsync {
 
-absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info, int device) {
+namespace {
+
+// The allocations of wsyncd's this process maps, by kind, device and handle. A process may open a
+// CUDA allocation only once (cudaIpcOpenMemHandle), so the slots that are regions of one
+// allocation, and every Client of the process, share its mapping; it is unmapped when the last
+// slot viewing it goes (the registry holds it weakly).
+absl::StatusOr<std::shared_ptr<MappedAllocation>> MapAllocation(const v1::SlotInfo& info,
+                                                                int device) {
+  // Never destroyed: a Client may be destroyed during static destruction.
+  static std::mutex* const mu = new std::mutex;
+  static auto* const mapped = new std::map<std::string, std::weak_ptr<MappedAllocation>>;
+  // A wsyncd from before regions names each slot as an allocation of its own.
+  const bool own = info.allocation_bytes() == 0;
+  const uint64_t bytes = own ? info.bytes() : info.allocation_bytes();
+  const std::string key = absl::StrCat(static_cast<int>(info.kind()), "/", device, "/",
+                                       absl::BytesToHexString(info.memory_handle()));
+  std::lock_guard<std::mutex> lock(*mu);
+  for (auto it = mapped->begin(); it != mapped->end();) {
+    it = it->second.expired() ? mapped->erase(it) : std::next(it);
+  }
+  if (auto it = mapped->find(key); it != mapped->end()) {
+    std::shared_ptr<MappedAllocation> allocation = it->second.lock();
+    if (allocation != nullptr && allocation->bytes() >= bytes) return allocation;
+    if (allocation != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("wsyncd names an allocation of ", bytes,
+                                                        " bytes that this process maps as ",
+                                                        allocation->bytes(), " bytes"));
+    }
+  }
+  std::shared_ptr<MappedAllocation> allocation;
   if (info.kind() == v1::SLOT_MEMORY_HOST_SHM) {
-    auto slot = ShmMappedSlot::Open(info.memory_handle(), info.bytes());
+    WSYNC_ASSIGN_OR_RETURN(allocation, ShmMapping::Open(info.memory_handle(), bytes));
+  } else {
+#ifdef WSYNC_HAVE_CUDA
+    WSYNC_ASSIGN_OR_RETURN(allocation,
+                           cuda::MapCudaAllocation(device, info.memory_handle(), bytes));
+#else
+    return absl::UnimplementedError(
+        "the daemon offers CUDA IPC slots, but this client was built without CUDA");
+#endif
+  }
+  (*mapped)[key] = allocation;
+  return allocation;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info, int device) {
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<MappedAllocation> allocation, MapAllocation(info, device));
+  const uint64_t offset = info.allocation_bytes() == 0 ? 0 : info.allocation_offset();
+  if (info.kind() == v1::SLOT_MEMORY_HOST_SHM) {
+    auto slot = ShmMappedSlot::OpenRegion(std::move(allocation), offset, info.bytes());
     if (!slot.ok()) return slot.status();
     return std::unique_ptr<MappedSlot>(std::move(*slot));
   }
 #ifdef WSYNC_HAVE_CUDA
-  return cuda::MapCudaSlot(device, info.memory_handle(), info.event_handle(), info.bytes());
+  return cuda::MapCudaSlot(device, std::move(allocation), offset, info.bytes(),
+                           info.event_handle());
 #else
   return absl::UnimplementedError(
       "the daemon offers CUDA IPC slots, but this client was built without CUDA");

@@ -116,7 +116,8 @@ class Client {
   void KeepSessionAlive(std::string session_id, absl::Duration period);
 };
 
-// Maps a slot the daemon announced (shared memory now; CUDA IPC in CUDA builds).
+// Maps a slot the daemon announced (shared memory; CUDA IPC in CUDA builds) as its region of the
+// allocation it names, which this process maps once however many slots and clients view it.
 absl::StatusOr<std::unique_ptr<MappedSlot>> MapSlot(const v1::SlotInfo& info, int device);
 
 }  // namespace wsync

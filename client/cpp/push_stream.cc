@@ -181,6 +181,13 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
   WSYNC_ASSIGN_OR_RETURN(auto acquired, AcquireSlot(bucket));
   const uint32_t slot_index = acquired.first;
   MappedSlot& slot = *acquired.second;
+  // SlotFree came after the engines' answers, but an engine that keeps a live view of the slot
+  // (LMDeploy, require_clone false) may still be loading from it on the GPU. Before anything
+  // writes the slot or records its event (MarkReady's record would hide the engine's from
+  // wsyncd's copy), the engine's record must have completed.
+  if (absl::Status s = slot.WaitReaders(options_.engine_read_timeout); !s.ok()) {
+    return Fail(absl::Status(s.code(), absl::StrCat("slot ", slot_index, ": ", s.message())));
+  }
   v1::Bucket wire;
   wire.set_slot(slot_index);
   const uint64_t sequence = sequence_++;

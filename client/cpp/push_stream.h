@@ -101,6 +101,10 @@ struct PushOptions {
   // larger requests carry the model (colocated zero copy needs no staging memory). wsyncd refuses
   // such a bucket otherwise, and the client refuses one holding memory it cannot export.
   uint64_t pull_bucket_bytes = 0;
+  // How long a slot's refill waits for the engines still reading its previous bucket on the GPU
+  // (MappedSlot::WaitReaders) before the update fails rather than hangs: an engine that keeps a
+  // live view of the slot records its event after its load, which may outlive its answer.
+  absl::Duration engine_read_timeout = absl::Seconds(60);
   SourceExporter* exporter = nullptr;  // set by Client::BeginPush
 };
 

@@ -32,6 +32,13 @@ class CudaPlatform final : public Platform {
     WSYNC_ASSIGN_OR_RETURN(auto slot, CudaSlot::Create(device, bytes));
     return std::unique_ptr<SlotMemory>(std::move(slot));
   }
+  absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> AllocateSlots(int device, uint32_t count,
+                                                                         uint64_t bytes) override {
+    WSYNC_ASSIGN_OR_RETURN(auto slots, CudaSlot::CreateRegions(device, count, bytes));
+    std::vector<std::unique_ptr<SlotMemory>> out;
+    for (auto& slot : slots) out.push_back(std::move(slot));
+    return out;
+  }
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size) override {
     WSYNC_ASSIGN_OR_RETURN(auto comm,
@@ -85,12 +92,17 @@ std::unique_ptr<SourceExporter> CreateCudaSourceExporter(int device) {
   return std::make_unique<CudaSourceExporter>(device);
 }
 
-absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(int device,
-                                                        const std::string& memory_handle,
-                                                        const std::string& event_handle,
-                                                        uint64_t bytes) {
-  WSYNC_ASSIGN_OR_RETURN(auto slot,
-                         CudaMappedSlot::Open(device, memory_handle, event_handle, bytes));
+absl::StatusOr<std::shared_ptr<MappedAllocation>> MapCudaAllocation(
+    int device, const std::string& memory_handle, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(auto mapping, CudaMappedAllocation::Open(device, memory_handle, bytes));
+  return std::shared_ptr<MappedAllocation>(std::move(mapping));
+}
+
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(
+    int device, std::shared_ptr<MappedAllocation> allocation, uint64_t offset, uint64_t bytes,
+    const std::string& event_handle) {
+  WSYNC_ASSIGN_OR_RETURN(
+      auto slot, CudaMappedSlot::Open(device, std::move(allocation), offset, bytes, event_handle));
   return std::unique_ptr<MappedSlot>(std::move(slot));
 }
 

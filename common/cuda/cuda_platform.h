@@ -23,10 +23,15 @@ absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformO
 // The trainer's exporter of its tensors' allocations for pull mode.
 std::unique_ptr<SourceExporter> CreateCudaSourceExporter(int device);
 
-absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(int device,
-                                                        const std::string& memory_handle,
-                                                        const std::string& event_handle,
-                                                        uint64_t bytes);
+// Maps one of wsyncd's allocations (a cudaIpcMemHandle_t of `bytes`). A process may open an
+// allocation only once: the slots that are regions of it share this mapping (MapCudaSlot).
+absl::StatusOr<std::shared_ptr<MappedAllocation>> MapCudaAllocation(
+    int device, const std::string& memory_handle, uint64_t bytes);
+
+// The slot of `bytes` at `offset` in a mapped allocation, with its interprocess event.
+absl::StatusOr<std::unique_ptr<MappedSlot>> MapCudaSlot(
+    int device, std::shared_ptr<MappedAllocation> allocation, uint64_t offset, uint64_t bytes,
+    const std::string& event_handle);
 
 }  // namespace wsync::cuda
 

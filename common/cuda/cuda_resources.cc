@@ -1,8 +1,10 @@
 #include "common/cuda/cuda_resources.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/cuda/cuda_status.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -81,6 +83,23 @@ absl::StatusOr<std::unique_ptr<IpcEvent>> IpcEvent::Open(int device, const std::
 IpcEvent::~IpcEvent() {
   auto guard = DeviceGuard::Create(device_);
   LogIfError(cudaEventDestroy(event_), "cudaEventDestroy");
+}
+
+absl::Status IpcEvent::Poll(absl::Duration timeout, absl::string_view what) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration nap = absl::Microseconds(20);
+  while (true) {
+    const cudaError_t done = cudaEventQuery(event_);
+    if (done == cudaSuccess) return absl::OkStatus();
+    if (done != cudaErrorNotReady) return WSYNC_CUDA_STATUS(done);
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": its event was not reached within ", absl::FormatDuration(timeout),
+                       " (the engine that read it has not finished its load; did it die?)"));
+    }
+    absl::SleepFor(nap);
+    nap = std::min(nap * 2, absl::Milliseconds(1));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<TimingEvent>> TimingEvent::Create(int device) {

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace wsync::cuda {
 
@@ -52,6 +54,11 @@ class IpcEvent {
   cudaEvent_t get() const { return event_; }
   // The 64-byte cudaIpcEventHandle_t (only for events this process created).
   const std::string& handle() const { return handle_; }
+  // Returns once the event's latest record (by whichever process made it) has completed, asking
+  // with cudaEventQuery and never blocking in the driver: DEADLINE_EXCEEDED naming `what` after
+  // `timeout`, so a record that never completes (its process died with it pending) fails the
+  // caller instead of hanging it.
+  absl::Status Poll(absl::Duration timeout, absl::string_view what) const;
 
  private:
   IpcEvent(int device, cudaEvent_t e, std::string handle)

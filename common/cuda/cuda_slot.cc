@@ -7,22 +7,44 @@
 
 namespace wsync::cuda {
 
-absl::StatusOr<std::unique_ptr<CudaSlot>> CudaSlot::Create(int device, uint64_t bytes) {
-  WSYNC_ASSIGN_OR_RETURN(auto buffer, DeviceBuffer::Create(device, bytes));
+absl::StatusOr<std::unique_ptr<CudaSlot>> CudaSlot::CreateIn(std::shared_ptr<DeviceBuffer> buffer,
+                                                             int device, uint64_t offset,
+                                                             uint64_t bytes) {
   WSYNC_ASSIGN_OR_RETURN(auto event, IpcEvent::Create(device));
   WSYNC_ASSIGN_OR_RETURN(auto stream, Stream::Create(device));
   WSYNC_ASSIGN_OR_RETURN(auto scratch, KernelScratch::Create(device));
-  return std::unique_ptr<CudaSlot>(new CudaSlot(device, std::move(buffer), std::move(event),
-                                                std::move(stream), std::move(scratch)));
+  return std::unique_ptr<CudaSlot>(new CudaSlot(device, std::move(buffer), offset, bytes,
+                                                std::move(event), std::move(stream),
+                                                std::move(scratch)));
+}
+
+absl::StatusOr<std::unique_ptr<CudaSlot>> CudaSlot::Create(int device, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buffer, DeviceBuffer::Create(device, bytes));
+  return CreateIn(std::move(buffer), device, 0, bytes);
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<CudaSlot>>> CudaSlot::CreateRegions(int device,
+                                                                               uint32_t count,
+                                                                               uint64_t bytes) {
+  if (count == 0 || bytes == 0) return absl::InvalidArgumentError("slot size must be positive");
+  const uint64_t stride = SlotStride(bytes);
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<DeviceBuffer> buffer,
+                         DeviceBuffer::Create(device, stride * count));
+  std::vector<std::unique_ptr<CudaSlot>> slots;
+  for (uint32_t i = 0; i < count; ++i) {
+    WSYNC_ASSIGN_OR_RETURN(auto slot, CreateIn(buffer, device, stride * i, bytes));
+    slots.push_back(std::move(slot));
+  }
+  return slots;
 }
 
 absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
-  if (bytes > buffer_->bytes()) return absl::OutOfRangeError("checksum range exceeds the slot");
+  if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   // The trainer recorded the event after its copies; the GPU orders the check after them, and
   // only this stream's result is waited for on the host.
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
-  return DeviceCrc32(buffer_->data(), bytes, stream_->get(), scratch_.get());
+  return DeviceCrc32(data(), bytes, stream_->get(), scratch_.get());
 }
 
 absl::StatusOr<uint32_t> CudaSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
@@ -32,17 +54,31 @@ absl::StatusOr<uint32_t> CudaSlot::FillFrom(const std::vector<SourcePiece>& piec
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   // The trainer's signal that its tensors are ready (recorded only when its stream had work).
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
-  return CopyAndCrc32(items, buffer_->data(), span, stream_->get(), scratch_.get());
+  return CopyAndCrc32(items, data(), span, stream_->get(), scratch_.get());
+}
+
+absl::StatusOr<std::shared_ptr<CudaMappedAllocation>> CudaMappedAllocation::Open(
+    int device, const std::string& handle, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, handle));
+  return std::shared_ptr<CudaMappedAllocation>(new CudaMappedAllocation(std::move(mapping), bytes));
 }
 
 absl::StatusOr<std::unique_ptr<CudaMappedSlot>> CudaMappedSlot::Open(
-    int device, const std::string& memory_handle, const std::string& event_handle, uint64_t bytes) {
-  WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, memory_handle));
+    int device, std::shared_ptr<MappedAllocation> allocation, uint64_t offset, uint64_t bytes,
+    const std::string& event_handle) {
+  if (allocation == nullptr || offset > allocation->bytes() ||
+      bytes > allocation->bytes() - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("a slot of ", bytes, " bytes at ", offset, " does not fit its allocation of ",
+                     allocation == nullptr ? 0 : allocation->bytes(), " bytes"));
+  }
+  void* base = static_cast<char*>(allocation->data()) + offset;
   WSYNC_ASSIGN_OR_RETURN(auto event, IpcEvent::Open(device, event_handle));
   WSYNC_ASSIGN_OR_RETURN(auto stream, Stream::Create(device));
   WSYNC_ASSIGN_OR_RETURN(auto scratch, KernelScratch::Create(device));
-  return std::unique_ptr<CudaMappedSlot>(new CudaMappedSlot(
-      device, bytes, std::move(mapping), std::move(event), std::move(stream), std::move(scratch)));
+  return std::unique_ptr<CudaMappedSlot>(new CudaMappedSlot(device, bytes, std::move(allocation),
+                                                            base, std::move(event),
+                                                            std::move(stream), std::move(scratch)));
 }
 
 // The scratch's destructor waits for the last kernel that reads its work list.
@@ -54,7 +90,7 @@ absl::Status CudaMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t b
 
 absl::StatusOr<std::vector<CopyItem>> CudaMappedSlot::Stage(const std::vector<SlotCopy>& copies) {
   std::vector<CopyItem> device_items;
-  auto* base = static_cast<char*>(mapping_->data());
+  auto* base = static_cast<char*>(base_);
   for (const SlotCopy& c : copies) {
     if (c.offset > bytes_ || c.bytes > bytes_ - c.offset) {
       return absl::OutOfRangeError(absl::StrCat("copy of ", c.bytes, " bytes at ", c.offset,
@@ -76,7 +112,7 @@ absl::StatusOr<std::vector<CopyItem>> CudaMappedSlot::Stage(const std::vector<Sl
 absl::Status CudaMappedSlot::CopyBatch(const std::vector<SlotCopy>& copies) {
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   WSYNC_ASSIGN_OR_RETURN(std::vector<CopyItem> items, Stage(copies));
-  return BatchedCopy(items, mapping_->data(), active_stream(), scratch_.get());
+  return BatchedCopy(items, base_, active_stream(), scratch_.get());
 }
 
 absl::StatusOr<uint32_t> CudaMappedSlot::CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,
@@ -84,13 +120,23 @@ absl::StatusOr<uint32_t> CudaMappedSlot::CopyBatchAndChecksum(const std::vector<
   if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   WSYNC_ASSIGN_OR_RETURN(std::vector<CopyItem> items, Stage(copies));
-  return CopyAndCrc32(items, mapping_->data(), span, active_stream(), scratch_.get());
+  return CopyAndCrc32(items, base_, span, active_stream(), scratch_.get());
 }
 
 absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
   if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
-  return DeviceCrc32(mapping_->data(), bytes, active_stream(), scratch_.get());
+  return DeviceCrc32(base_, bytes, active_stream(), scratch_.get());
+}
+
+// The event's latest record is the trainer's own after its last fill, or, after an engine that
+// keeps a live view read the slot, that engine's record after its load (LMDeploy with
+// require_clone false, engine-protocols.md §5.3): the slot may be overwritten once it completes.
+// Polled here rather than waited on by the copy stream (cudaStreamWaitEvent), because a record
+// that never completes would hang the stream, and because MarkReady's record would otherwise
+// replace the engine's before wsyncd's copy waits on the event.
+absl::Status CudaMappedSlot::WaitReaders(absl::Duration timeout) {
+  return event_->Poll(timeout, "the slot's previous bucket");
 }
 
 absl::Status CudaMappedSlot::MarkWritten() {

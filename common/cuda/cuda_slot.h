@@ -10,17 +10,26 @@
 
 namespace wsync::cuda {
 
-// A daemon slot: plain cudaMalloc memory exported once, with one interprocess event that the
-// trainer records after filling it.
+// A daemon slot: a region of plain cudaMalloc memory exported once (DeviceBuffer, shared by the
+// device's regular slots and freed with the last of them), with an interprocess event of its own
+// that the trainer records after filling it.
 class CudaSlot final : public SlotMemory {
  public:
+  // One slot, alone in its allocation.
   static absl::StatusOr<std::unique_ptr<CudaSlot>> Create(int device, uint64_t bytes);
+  // `count` slots of `bytes` in one allocation, SlotStride(bytes) apart: one cudaMalloc and one
+  // IPC export, each slot with its own event and streams.
+  static absl::StatusOr<std::vector<std::unique_ptr<CudaSlot>>> CreateRegions(int device,
+                                                                              uint32_t count,
+                                                                              uint64_t bytes);
 
   MemoryKind kind() const override { return MemoryKind::kCudaIpc; }
   int device() const override { return device_; }
-  uint64_t bytes() const override { return buffer_->bytes(); }
-  void* data() override { return buffer_->data(); }
+  uint64_t bytes() const override { return bytes_; }
+  void* data() override { return static_cast<char*>(buffer_->data()) + offset_; }
   std::string memory_handle() const override { return buffer_->ipc_handle(); }
+  uint64_t allocation_offset() const override { return offset_; }
+  uint64_t allocation_bytes() const override { return buffer_->bytes(); }
   std::string event_handle() const override { return event_->handle(); }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
   absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
@@ -28,35 +37,59 @@ class CudaSlot final : public SlotMemory {
   cudaEvent_t producer_event() const { return event_->get(); }
 
  private:
-  CudaSlot(int device, std::unique_ptr<DeviceBuffer> buffer, std::unique_ptr<IpcEvent> event,
-           std::unique_ptr<Stream> stream, std::unique_ptr<KernelScratch> scratch)
+  CudaSlot(int device, std::shared_ptr<DeviceBuffer> buffer, uint64_t offset, uint64_t bytes,
+           std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream,
+           std::unique_ptr<KernelScratch> scratch)
       : device_(device),
         buffer_(std::move(buffer)),
+        offset_(offset),
+        bytes_(bytes),
         event_(std::move(event)),
         stream_(std::move(stream)),
         scratch_(std::move(scratch)) {}
+  static absl::StatusOr<std::unique_ptr<CudaSlot>> CreateIn(std::shared_ptr<DeviceBuffer> buffer,
+                                                            int device, uint64_t offset,
+                                                            uint64_t bytes);
   int device_;
-  std::unique_ptr<DeviceBuffer> buffer_;
+  std::shared_ptr<DeviceBuffer> buffer_;
+  uint64_t offset_;
+  uint64_t bytes_;
   std::unique_ptr<IpcEvent> event_;
   std::unique_ptr<Stream> stream_;  // checksums: the lowest priority, beside the broadcasts
   std::unique_ptr<KernelScratch> scratch_;
 };
 
-// The trainer's mapping of a CudaSlot.
+// The trainer's mapping of one daemon allocation (cudaIpcOpenMemHandle, once per process).
+class CudaMappedAllocation final : public MappedAllocation {
+ public:
+  static absl::StatusOr<std::shared_ptr<CudaMappedAllocation>> Open(int device,
+                                                                    const std::string& handle,
+                                                                    uint64_t bytes);
+  void* data() const override { return mapping_->data(); }
+  uint64_t bytes() const override { return bytes_; }
+
+ private:
+  CudaMappedAllocation(std::unique_ptr<IpcMapping> mapping, uint64_t bytes)
+      : mapping_(std::move(mapping)), bytes_(bytes) {}
+  std::unique_ptr<IpcMapping> mapping_;
+  uint64_t bytes_;
+};
+
+// The trainer's view of a CudaSlot: its region of the allocation's mapping, and its event.
 class CudaMappedSlot final : public MappedSlot {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaMappedSlot>> Open(int device,
-                                                              const std::string& memory_handle,
-                                                              const std::string& event_handle,
-                                                              uint64_t bytes);
+  static absl::StatusOr<std::unique_ptr<CudaMappedSlot>> Open(
+      int device, std::shared_ptr<MappedAllocation> allocation, uint64_t offset, uint64_t bytes,
+      const std::string& event_handle);
   ~CudaMappedSlot() override;
   uint64_t bytes() const override { return bytes_; }
-  void* data() override { return mapping_->data(); }
+  void* data() override { return base_; }
   absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) override;
   absl::Status CopyBatch(const std::vector<SlotCopy>& copies) override;
   absl::StatusOr<uint32_t> CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,
                                                 uint64_t span) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::Status WaitReaders(absl::Duration timeout) override;
   absl::Status MarkWritten() override;
   absl::Status WaitWritten() override;
   absl::Status MarkReady() override;
@@ -66,12 +99,13 @@ class CudaMappedSlot final : public MappedSlot {
   cudaStream_t active_stream() const {
     return caller_stream_ != nullptr ? caller_stream_ : stream_->get();
   }
-  CudaMappedSlot(int device, uint64_t bytes, std::unique_ptr<IpcMapping> mapping,
-                 std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream,
+  CudaMappedSlot(int device, uint64_t bytes, std::shared_ptr<MappedAllocation> allocation,
+                 void* base, std::unique_ptr<IpcEvent> event, std::unique_ptr<Stream> stream,
                  std::unique_ptr<KernelScratch> scratch)
       : device_(device),
         bytes_(bytes),
-        mapping_(std::move(mapping)),
+        allocation_(std::move(allocation)),
+        base_(base),
         event_(std::move(event)),
         stream_(std::move(stream)),
         scratch_(std::move(scratch)) {}
@@ -80,7 +114,8 @@ class CudaMappedSlot final : public MappedSlot {
   absl::StatusOr<std::vector<CopyItem>> Stage(const std::vector<SlotCopy>& copies);
   int device_;
   uint64_t bytes_;
-  std::unique_ptr<IpcMapping> mapping_;
+  std::shared_ptr<MappedAllocation> allocation_;  // kept mapped while the slot is
+  void* base_;                                    // the slot's first byte in the mapping
   std::unique_ptr<IpcEvent> event_;
   std::unique_ptr<Stream> stream_;
   cudaStream_t caller_stream_ = nullptr;

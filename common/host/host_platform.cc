@@ -28,6 +28,15 @@ absl::StatusOr<std::unique_ptr<SlotMemory>> HostPlatform::AllocateSlot(int devic
   return std::unique_ptr<SlotMemory>(std::move(*slot));
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> HostPlatform::AllocateSlots(
+    int device, uint32_t count, uint64_t bytes) {
+  auto slots = ShmSlot::CreateRegions(device, count, bytes);
+  if (!slots.ok()) return slots.status();
+  std::vector<std::unique_ptr<SlotMemory>> out;
+  for (auto& slot : *slots) out.push_back(std::move(slot));
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<RootCommunicator>> HostPlatform::CreateRootCommunicator(
     int device, int world_size) {
   auto comm = HostRootCommunicator::Create(bind_address_, advertise_address_, world_size);

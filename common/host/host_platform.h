@@ -15,6 +15,9 @@ class HostPlatform final : public Platform {
 
   absl::string_view name() const override { return "host"; }
   absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override;
+  // One shared-memory segment (ShmArena) per call.
+  absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> AllocateSlots(int device, uint32_t count,
+                                                                         uint64_t bytes) override;
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(int device,
                                                                            int world_size) override;
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,

@@ -32,22 +32,22 @@ absl::Status SourceFault(const SourcePiece& piece, const void* address) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ShmSlot>> ShmSlot::Create(int device, uint64_t bytes) {
+absl::StatusOr<std::shared_ptr<ShmArena>> ShmArena::Create(int device, uint64_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("slot size must be positive");
   std::string name = SlotShmName(device);
   WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, CreateShm(name, bytes));
-  return std::unique_ptr<ShmSlot>(new ShmSlot(device, bytes, std::move(name), std::move(segment)));
+  return std::shared_ptr<ShmArena>(new ShmArena(bytes, std::move(name), std::move(segment)));
 }
 
-ShmSlot::~ShmSlot() {
+ShmArena::~ShmArena() {
   ::munmap(data_, bytes_);
   ::shm_unlink(name_.c_str());
 }
 
-absl::Status ShmSlot::CheckIntact() {
+absl::Status ShmArena::CheckIntact() {
   WSYNC_ASSIGN_OR_RETURN(uint64_t size, ShmSize(fd_.get()));
   if (size >= bytes_) return absl::OkStatus();
-  // Grown back (zeros past the cut), so the slot serves later buckets; the trainer rewrites it.
+  // Grown back (zeros past the cut), so the slots serve later buckets; the trainer rewrites them.
   const bool restored = ::ftruncate(fd_.get(), static_cast<off_t>(bytes_)) == 0;
   return absl::DataLossError(
       absl::StrCat("its shared memory ", name_, " shrank under wsyncd to ", size, " of ", bytes_,
@@ -55,12 +55,30 @@ absl::Status ShmSlot::CheckIntact() {
                    restored ? "wsyncd grew it back for later buckets" : "growing it back failed"));
 }
 
+absl::StatusOr<std::unique_ptr<ShmSlot>> ShmSlot::Create(int device, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<ShmArena> arena, ShmArena::Create(device, bytes));
+  return std::unique_ptr<ShmSlot>(new ShmSlot(device, std::move(arena), 0, bytes));
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<ShmSlot>>> ShmSlot::CreateRegions(int device,
+                                                                             uint32_t count,
+                                                                             uint64_t bytes) {
+  if (count == 0 || bytes == 0) return absl::InvalidArgumentError("slot size must be positive");
+  const uint64_t stride = SlotStride(bytes);
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<ShmArena> arena, ShmArena::Create(device, stride * count));
+  std::vector<std::unique_ptr<ShmSlot>> slots;
+  for (uint32_t i = 0; i < count; ++i) {
+    slots.push_back(std::unique_ptr<ShmSlot>(new ShmSlot(device, arena, stride * i, bytes)));
+  }
+  return slots;
+}
+
 absl::Status ShmSlot::SlotFault(const void* address) {
   absl::Status intact = CheckIntact();
   if (!intact.ok()) return intact;
-  return absl::DataLossError(absl::StrCat("accessing its shared memory ", name_,
-                                          " faulted (SIGBUS) at byte ", OffsetIn(address, data_),
-                                          ": it shrank under wsyncd and grew back meanwhile"));
+  return absl::DataLossError(absl::StrCat(
+      "accessing its shared memory ", arena_->name(), " faulted (SIGBUS) at byte ",
+      OffsetIn(address, arena_->data()), ": it shrank under wsyncd and grew back meanwhile"));
 }
 
 absl::StatusOr<uint32_t> ShmSlot::Checksum(uint64_t bytes) {
@@ -91,13 +109,30 @@ absl::StatusOr<uint32_t> ShmSlot::FillFrom(const std::vector<SourcePiece>& piece
   return Checksum(span);
 }
 
-absl::StatusOr<std::unique_ptr<ShmMappedSlot>> ShmMappedSlot::Open(const std::string& name,
-                                                                   uint64_t bytes) {
+absl::StatusOr<std::shared_ptr<ShmMapping>> ShmMapping::Open(const std::string& name,
+                                                             uint64_t bytes) {
   WSYNC_ASSIGN_OR_RETURN(ShmSegment segment, OpenShm(name, bytes, /*writable=*/true));
-  return std::unique_ptr<ShmMappedSlot>(new ShmMappedSlot(bytes, segment.data));
+  return std::shared_ptr<ShmMapping>(new ShmMapping(segment.data, bytes));
 }
 
-ShmMappedSlot::~ShmMappedSlot() { ::munmap(data_, bytes_); }
+ShmMapping::~ShmMapping() { ::munmap(data_, bytes_); }
+
+absl::StatusOr<std::unique_ptr<ShmMappedSlot>> ShmMappedSlot::Open(const std::string& name,
+                                                                   uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<ShmMapping> mapping, ShmMapping::Open(name, bytes));
+  return OpenRegion(std::move(mapping), 0, bytes);
+}
+
+absl::StatusOr<std::unique_ptr<ShmMappedSlot>> ShmMappedSlot::OpenRegion(
+    std::shared_ptr<MappedAllocation> allocation, uint64_t offset, uint64_t bytes) {
+  if (allocation == nullptr || offset > allocation->bytes() ||
+      bytes > allocation->bytes() - offset) {
+    return absl::OutOfRangeError(
+        absl::StrCat("a slot of ", bytes, " bytes at ", offset, " does not fit its allocation of ",
+                     allocation == nullptr ? 0 : allocation->bytes(), " bytes"));
+  }
+  return std::unique_ptr<ShmMappedSlot>(new ShmMappedSlot(std::move(allocation), offset, bytes));
+}
 
 absl::Status ShmMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t bytes) {
   if (offset > bytes_ || bytes > bytes_ - offset) {

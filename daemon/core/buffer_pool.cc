@@ -23,18 +23,23 @@ absl::StatusOr<std::vector<SlotMemory*>> BufferPool::Lease(int device, const std
   std::lock_guard<std::mutex> lock(mu_);
   auto it = devices_.find(device);
   if (it == devices_.end()) {
-    std::vector<Slot> slots(slots_per_device_);
-    for (uint32_t i = 0; i < slots_per_device_; ++i) {
-      auto memory = platform_->AllocateSlot(device, slot_bytes_);
-      if (!memory.ok()) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("allocating slot ", i, " of device ", device, " (", slot_bytes_,
-                         " bytes) failed: ", memory.status().message()));
-      }
-      slots[i].memory = std::move(*memory);
+    // One allocation for the device's regular slots (Platform::AllocateSlots): clients and
+    // engines map it once, and an engine that caches one tensor per GPU views every slot in it.
+    auto memory = platform_->AllocateSlots(device, slots_per_device_, slot_bytes_);
+    if (!memory.ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("allocating ", slots_per_device_, " slots of ", slot_bytes_,
+                       " bytes on device ", device, " failed: ", memory.status().message()));
     }
+    if (memory->size() != slots_per_device_) {
+      return absl::InternalError(
+          absl::StrCat("the platform made ", memory->size(), " slots of ", slots_per_device_));
+    }
+    std::vector<Slot> slots(slots_per_device_);
+    for (uint32_t i = 0; i < slots_per_device_; ++i) slots[i].memory = std::move((*memory)[i]);
     WSYNC_LOG(Info, "allocated ", slots_per_device_, " slots of ", slot_bytes_, " bytes on device ",
-              device, " (", platform_->name(), ")");
+              device, " (", platform_->name(), "), regions of one allocation of ",
+              slots[0].memory->allocation_bytes(), " bytes");
     ++counts_[device].allocations;
     it = devices_.emplace(device, std::move(slots)).first;
   }
@@ -190,7 +195,7 @@ ReleaseResult BufferPool::ReleaseIdle(int device) {
         continue;
       }
       for (Slot& s : it->second) {
-        result.bytes += s.memory->bytes();
+        if (s.memory->allocation_offset() == 0) result.bytes += s.memory->allocation_bytes();
         freed.push_back(std::move(s.memory));
       }
       result.released.push_back(it->first);
@@ -217,7 +222,8 @@ std::vector<DeviceMemoryRow> BufferPool::Devices() const {
     if (it != devices_.end()) {
       row.slots = static_cast<uint32_t>(it->second.size());
       for (const Slot& s : it->second) {
-        row.bytes_held += s.memory->bytes();
+        // Each allocation once: the regular slots are regions of one.
+        if (s.memory->allocation_offset() == 0) row.bytes_held += s.memory->allocation_bytes();
         if (!s.owner.empty()) row.holder = s.owner;
       }
     }

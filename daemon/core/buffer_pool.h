@@ -31,7 +31,8 @@ struct SlotRow {
 // What one device's slots hold, for operators (wsyncctl buffers).
 struct DeviceMemoryRow {
   int device = 0;
-  uint64_t bytes_held = 0;  // every slot allocated there, the oversize one included; 0 released
+  // Every allocation there (the regular slots' one and the oversize slot's); 0 once released.
+  uint64_t bytes_held = 0;
   uint32_t slots = 0;
   std::string holder;        // the session holding them, empty when free
   uint64_t allocations = 0;  // times the slots were made (1 + re-made after releases)

@@ -48,7 +48,8 @@ struct EngineRequest {
 // One TP rank's view of a bucket on the CUDA-IPC data path: the memory, on the rank's own GPU,
 // that the rank maps by handle and reads the bucket from. An allocation is presented whole (one
 // storage per allocation: torch caches a mapping by handle and storage offset, so every bucket of
-// a slot reuses the first mapping), with the bucket at `offset` in it.
+// a device's slots, regions of one allocation, reuses the first mapping), with the bucket at
+// `offset` in it (the slot's offset in the allocation, or the bucket's in a trainer allocation).
 struct IpcBucketView {
   std::string gpu_uuid;  // the rank's GPU, as torch prints it
   MemoryKind memory_kind = MemoryKind::kCudaIpc;

@@ -144,6 +144,8 @@ void SlotToProto(uint32_t index, SlotMemory& slot, v1::SlotInfo* info) {
                                                      : v1::SLOT_MEMORY_CUDA_IPC);
   info->set_memory_handle(slot.memory_handle());
   info->set_event_handle(slot.event_handle());
+  info->set_allocation_offset(slot.allocation_offset());
+  info->set_allocation_bytes(slot.allocation_bytes());
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "common/checksum.h"
@@ -213,6 +215,77 @@ TEST(CudaPull, SlotFillsItselfFromDevicePiecesAndChecksumsTheBucket) {
   EXPECT_EQ(std::memcmp(out.data(), expected.data(), b.span), 0);
   pieces.back().bytes += 1;
   EXPECT_EQ((*slot)->FillFrom(pieces, b.span).status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(CudaArena, RegularSlotsAreAlignedRegionsOfOneExportedAllocationEachWithItsEvent) {
+  SKIP_WITHOUT_GPU();
+  constexpr uint64_t kBytes = (1 << 20) + 1;  // not a multiple of anything
+  auto slots = CudaSlot::CreateRegions(0, 3, kBytes);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_EQ(slots->size(), 3u);
+  const uint64_t stride = SlotStride(kBytes);
+  EXPECT_EQ(stride, kSlotAlignment);
+  auto* base = static_cast<char*>((*slots)[0]->data());
+  for (uint32_t i = 0; i < 3; ++i) {
+    CudaSlot& slot = *(*slots)[i];
+    EXPECT_EQ(slot.bytes(), kBytes);
+    EXPECT_EQ(slot.allocation_offset(), i * stride);
+    EXPECT_EQ(slot.allocation_bytes(), 3 * stride);
+    EXPECT_EQ(slot.memory_handle(), (*slots)[0]->memory_handle()) << "one IPC export";
+    EXPECT_EQ(static_cast<char*>(slot.data()), base + i * stride);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(slot.data()) % 256, 0u);
+    if (i > 0) {
+      EXPECT_NE(slot.event_handle(), (*slots)[0]->event_handle()) << "an event each";
+    }
+  }
+  // Each region holds its own bytes, checksummed from its own start.
+  std::vector<std::vector<uint8_t>> data;
+  for (uint32_t i = 0; i < 3; ++i) {
+    data.push_back(Pattern(kBytes, i + 1));
+    ASSERT_EQ(cudaMemcpy((*slots)[i]->data(), data[i].data(), kBytes, cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto crc = (*slots)[i]->Checksum(kBytes);
+    ASSERT_TRUE(crc.ok()) << crc.status();
+    EXPECT_EQ(*crc, Crc32(data[i].data(), kBytes)) << "slot " << i;
+  }
+  // The allocation lives as long as any slot of it.
+  std::unique_ptr<CudaSlot> last = std::move((*slots)[2]);
+  slots->clear();
+  auto crc = last->Checksum(kBytes);
+  ASSERT_TRUE(crc.ok()) << crc.status();
+  EXPECT_EQ(*crc, Crc32(data[2].data(), kBytes));
+}
+
+TEST(CudaArena, TheOversizeSlotIsAnAllocationOfItsOwn) {
+  SKIP_WITHOUT_GPU();
+  auto slots = CudaSlot::CreateRegions(0, 2, 4096);
+  auto oversize = CudaSlot::Create(0, 3 << 20);
+  ASSERT_TRUE(slots.ok() && oversize.ok());
+  EXPECT_NE((*oversize)->memory_handle(), (*slots)[0]->memory_handle());
+  EXPECT_EQ((*oversize)->allocation_offset(), 0u);
+  EXPECT_EQ((*oversize)->allocation_bytes(), uint64_t{3} << 20);
+}
+
+void CUDART_CB SleepOnHost(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<int*>(ms)));
+}
+
+TEST(CudaArena, PollingAnEventNeverWaitsPastItsTimeout) {
+  SKIP_WITHOUT_GPU();
+  auto event = IpcEvent::Create(0);
+  auto stream = Stream::Create(0);
+  ASSERT_TRUE(event.ok() && stream.ok());
+  EXPECT_TRUE((*event)->Poll(absl::Milliseconds(10), "never recorded").ok());
+  // A record held back by host work on its stream stands for an engine's load still running.
+  static int kHold = 400;
+  ASSERT_EQ(cudaLaunchHostFunc((*stream)->get(), SleepOnHost, &kHold), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord((*event)->get(), (*stream)->get()), cudaSuccess);
+  absl::Status early = (*event)->Poll(absl::Milliseconds(20), "slot 0");
+  EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
+  EXPECT_NE(early.message().find("slot 0"), absl::string_view::npos);
+  EXPECT_TRUE((*event)->Poll(absl::Seconds(10), "slot 0").ok());
 }
 
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {

@@ -174,10 +174,11 @@ if want ipc_lmdeploy; then
   # Colocated, LMDeploy semantics: a real-torch LMDeploy receive side (tests/gpu/
   # lmdeploy_torch_engine.py: update_params after PR #4397, the flattened_tensor cached until
   # finished, require_clone false, the event waited on and recorded) beside wsyncd and the
-  # trainer on GPU 0. Both load formats, 3 versions bit-identical; flattened_tensor must come as
-  # rarely as the slot layout allows (counted by the engine per version, GPU and dtype, recorded
-  # in $OUT/lmdeploy_flattened.jsonl); an engine killed mid-update fails the update, a fresh one
-  # then takes the next; a server refusing pickles (PR #4964) is a configuration error.
+  # trainer on GPU 0. Both load formats, 3 versions bit-identical; flattened_tensor must come once
+  # per version, GPU and dtype (the slots are regions of one allocation per GPU; counted by the
+  # engine, recorded in $OUT/lmdeploy_flattened.jsonl); an engine killed mid-update fails the
+  # update, a fresh one then takes the next; a server refusing pickles (PR #4964) is a
+  # configuration error.
   begin_step ipc_lmdeploy
   step "colocated LMDeploy (ipc): wsyncd (cuda) + LMDeploy torch engine + Qwen2 trainer on GPU 0"
   lsock=/tmp/wsync-gpu-lmdeploy.sock

@@ -120,9 +120,9 @@ class IpcTransportTest(IpcFixture):
             self.assertTrue(all(e["ok"] for e in result["engines"]), result)
             self.assertGreaterEqual(result["buckets"], 2)
             state = self.assert_engine_holds(port, self.model, version)
-        # Persistent slots: each is mapped the first time a bucket names it, never again (the 2
-        # slots; no tensor needs the oversize slot).
-        self.assertEqual(state["ipc_opens"], [2])
+        # Persistent slots, regions of one allocation: mapped the first time a bucket names it,
+        # never again (no tensor needs the oversize slot).
+        self.assertEqual(state["ipc_opens"], [1])
         self.assertEqual(state["updates_received"], 3 * result["buckets"])
 
     def test_per_tensor_views_in_their_own_dtypes(self):
@@ -242,9 +242,9 @@ class TpAcrossGpusTest(IpcFixture):
             state = self.assert_engine_holds(port, self.model, version)
             self.assertEqual(sorted(state["ranks"]), ["1", "2"])
         # One request per bucket, carrying both ranks' payloads; each rank mapped its own GPU's
-        # 2 slots once.
+        # one slot allocation once.
         self.assertEqual(state["updates_received"], 3 * results[0]["buckets"])
-        self.assertEqual(state["ipc_opens"], [2, 2])
+        self.assertEqual(state["ipc_opens"], [1, 1])
 
     def test_a_rank_that_never_pushes_fails_the_bucket_at_its_deadline_naming_its_gpu(self):
         port = self.start_tp_engine()
@@ -311,8 +311,8 @@ class MemoryOnDemandTest(IpcFixture):
         for i, version in enumerate(("m1", "m2", "m3")):
             with wsync.Client("unix:" + self.sock, device=0, name="trainer") as client:
                 held = self.buffers()[0]
-                self.assertEqual(int(held["bytes_held"]), 2 << 20, held)
-                self.assertEqual(len(wsyncd_slot_segments(pid)), 2)
+                self.assertGreaterEqual(int(held["bytes_held"]), 2 << 20, held)
+                self.assertEqual(len(wsyncd_slot_segments(pid)), 1, "one allocation per device")
                 client.push(self.model, version=version, group="colo")
             # The session closed: the device's memory is back, and wsyncctl shows it.
             released = self.buffers()[0]
@@ -321,8 +321,8 @@ class MemoryOnDemandTest(IpcFixture):
             self.assertEqual(int(released["allocations"]), i + 1)
             self.assertEqual(wsyncd_slot_segments(pid), [])
             self.assert_engine_holds(port, self.model, version)
-        # New slots each time: the engine mapped 2 fresh ones per update.
-        self.assertEqual(self.engine_state(port)["ipc_opens"], [6])
+        # New slots each time: the engine mapped a fresh allocation per update.
+        self.assertEqual(self.engine_state(port)["ipc_opens"], [3])
 
     def test_an_operator_release_keeps_held_slots_and_frees_idle_ones(self):
         port = self.start_engine("engine", [GPU0])
@@ -331,7 +331,7 @@ class MemoryOnDemandTest(IpcFixture):
             out = self.ctl("release-buffers")
             self.assertEqual(out.returncode, 1, "a held device is kept and said so")
             self.assertIn("kept: device 0 (session", out.stdout)
-            self.assertEqual(int(self.buffers()[0]["bytes_held"]), 2 << 20)
+            self.assertGreaterEqual(int(self.buffers()[0]["bytes_held"]), 2 << 20)
         out = self.ctl("release-buffers", "--device", "0")
         self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
         self.push("after-release")

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -28,14 +29,29 @@ sys.path.insert(0, PKG)
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
-# Host mode's stand-in UUIDs (common/host/host_platform.h): device 0.
+# Host mode's stand-in UUIDs (common/host/host_platform.h): devices 0 and 1.
 GPU0 = "686f7374-0000-0000-0000-000000000000"
+GPU1 = "686f7374-0000-0000-0000-000000000001"
 
 
 
 
 def crc(array):
     return format(zlib.crc32(np.ascontiguousarray(array).tobytes()), "08x")
+
+
+def dtype_of(item):
+    return item[2] if len(item) > 2 else str(item[1].dtype)
+
+
+def dtype_runs(model):
+    """How many times a flattened tensor must reach each rank per version: once per run of
+    tensors of one dtype (the worker caches one tensor, typed as its bucket's dtype)."""
+    runs = {}
+    for i, item in enumerate(model):
+        if i == 0 or dtype_of(model[i - 1]) != dtype_of(item):
+            runs[dtype_of(item)] = runs.get(dtype_of(item), 0) + 1
+    return runs
 
 
 def updates_of(events):
@@ -89,12 +105,18 @@ class LmdeployIpcTest(unittest.TestCase):
         wait_port(port)
         return port
 
+    def start_tp_engine(self, name="engine"):
+        port = free_port()
+        self.spawn(name, [sys.executable, SIM, "--port", str(port), "--gpus", f"{GPU0},{GPU1}"])
+        wait_port(port)
+        return port
+
     def ctl(self, *args):
         return subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
 
-    def create_group(self, port, *extra, name="colo"):
+    def create_group(self, port, *extra, name="colo", gpus=(GPU0,)):
         return self.ctl("create-group", name, "--kind", "lmdeploy", "--transport", "ipc",
-                        "--engine", f"http://127.0.0.1:{port}@{GPU0}", *extra)
+                        "--engine", f"http://127.0.0.1:{port}@{','.join(gpus)}", *extra)
 
     def engine_state(self, port):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
@@ -134,11 +156,17 @@ class LmdeployIpcTest(unittest.TestCase):
             self.assertEqual(len(buckets), result["buckets"], cycle)
             self.assertTrue(buckets[-1].endswith(":finished"), cycle)
             self.assertFalse(any(b.endswith(":finished") for b in buckets[:-1]), cycle)
-        # Persistent slots, each mapped once; the flattened tensor sent on every request.
-        self.assertEqual(state["ipc_opens"], [2])
+        # The slots are regions of one allocation, mapped once. The flattened tensor views all of
+        # it, so it reaches the rank once per version and dtype run (this model interleaves its
+        # dtypes, so the worker's one cached tensor is replaced at each change of dtype).
+        self.assertEqual(state["ipc_opens"], [1])
         self.assertEqual(state["updates_received"], 3 * result["buckets"])
-        self.assertEqual(state["flattened_tensor_sent"],
-                         state["updates_received"] if flattened else 0)
+        if flattened:
+            expected = {f"0:{d}": n for d, n in dtype_runs(self.model).items()}
+            self.assertEqual(state["flattened_arrivals"][-3:], [expected] * 3)
+            self.assertEqual(state["flattened_tensor_sent"], 3 * sum(expected.values()))
+        else:
+            self.assertEqual(state["flattened_tensor_sent"], 0)
         return result
 
     def test_flattened_buckets_are_exact_over_three_versions_one_dtype_each(self):
@@ -152,6 +180,60 @@ class LmdeployIpcTest(unittest.TestCase):
         listed = json.loads(self.ctl("--json", "group", "colo").stdout)
         self.assertEqual(listed["spec"]["lmdeploy"]["load_format"],
                          "LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET")
+
+    def test_two_dtypes_over_many_buckets_send_the_tensor_once_per_version_dtype_and_rank(self):
+        # Two TP ranks on two GPUs, one trainer rank per GPU; each dtype fills several buckets,
+        # so both slots take turns under one cached tensor.
+        port = self.start_tp_engine()
+        out = self.create_group(port, gpus=(GPU0, GPU1))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rng = np.random.default_rng(5)
+        model = [(f"model.layers.{i}.mlp.weight",
+                  rng.integers(0, 2**16, (300, 700), dtype=np.uint16), "bfloat16")
+                 for i in range(6)]
+        model += [(f"model.layers.{i}.norm.weight", rng.standard_normal(150000).astype(np.float32))
+                  for i in range(4)]
+        for n, version in enumerate(("d1", "d2", "d3"), start=1):
+            results = [None, None]
+
+            def rank(i, version=version):
+                with wsync.Client("unix:" + self.sock, device=i, name=f"rank {i}") as client:
+                    results[i] = client.push(model, version=version, group="colo")
+
+            threads = [threading.Thread(target=rank, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+            for r in results:
+                self.assertIsNotNone(r)
+                self.assertTrue(all(e["ok"] for e in r["engines"]), r)
+            self.assertGreaterEqual(results[0]["buckets"], 6, "several buckets per dtype")
+            state = self.assert_engine_holds(port, model)
+            self.assertEqual(sorted(state["ranks"]), ["1", "2"])
+            self.assertEqual(state["ranks"]["1"], state["ranks"]["2"], "identical on every rank")
+            self.assertEqual(state["finished_calls"], n)
+        once = {f"{r}:{d}": 1 for r in (0, 1) for d in ("bfloat16", "float32")}
+        self.assertEqual(state["flattened_arrivals"][-3:], [once] * 3)
+        self.assertEqual(state["updates_received"], 3 * results[0]["buckets"])
+        # Each rank mapped its own GPU's one slot allocation, once.
+        self.assertEqual(state["ipc_opens"], [1, 1])
+
+    def test_after_a_failed_update_the_next_sends_the_tensor_with_its_first_request(self):
+        port = self.start_engine()
+        self.assertEqual(self.create_group(port).returncode, 0)
+        model = [(f"w{i}", np.full(200000, i, dtype=np.float32)) for i in range(4)]
+        # The second request of the update fails at the engine. What the worker keeps is then
+        # unknown to the adapter; the next update (which sleeps the engine first, dropping it
+        # anyway) sends the tensor with its first request and never again.
+        self.knobs(port, fail_update_at=1)
+        with self.assertRaises(wsync.WsyncError):
+            self.push("f1", model=model)
+        result = self.push("f2", model=model)
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        state = self.assert_engine_holds(port, model)
+        self.assertEqual(state["flattened_arrivals"][-1], {"0:float32": 1})
+        self.assertEqual(state["last_error"], "")
 
     def test_per_tensor_views_are_exact_over_three_versions(self):
         port = self.start_engine()

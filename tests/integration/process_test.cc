@@ -268,17 +268,18 @@ TEST_F(ProcessTest, WsyncdRemovesItsSharedMemoryWhenItStopsAndSweepsWhatAKilledO
   {
     auto client = Connect();
     ASSERT_TRUE(client->OpenSession(0, "shm test").ok());
-    EXPECT_EQ(SegmentsOf(daemon->pid()).size(), 2u) << "its two slots";
+    EXPECT_EQ(SegmentsOf(daemon->pid()).size(), 1u) << "one segment holds the device's slots";
   }
   daemon->Signal(SIGTERM);
   ASSERT_EQ(daemon->Wait(absl::Seconds(15)), 0) << daemon->Log();
   EXPECT_THAT(SegmentsOf(daemon->pid()), ::testing::IsEmpty());
 
-  // A killed one leaves its slots behind...
+  // A killed one leaves its segments behind (the slots' and an oversize slot's)...
   daemon = StartDaemon();
   {
     auto client = Connect();
     ASSERT_TRUE(client->OpenSession(0, "shm test").ok());
+    ASSERT_TRUE(client->OversizeSlot(client->slot_bytes() + 1).ok());
   }
   const int killed = daemon->pid();
   daemon->Signal(SIGKILL);

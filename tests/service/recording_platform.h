@@ -56,6 +56,10 @@ class RecordingPlatform final : public Platform {
   absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override {
     return inner_.AllocateSlot(device, bytes);
   }
+  absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> AllocateSlots(int device, uint32_t count,
+                                                                         uint64_t bytes) override {
+    return inner_.AllocateSlots(device, count, bytes);
+  }
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size) override {
     auto comm = inner_.CreateRootCommunicator(device, world_size);

@@ -153,9 +153,9 @@ TEST_P(TruncatedSlotTest, ATrainerThatTruncatesItsSlotFailsItsUpdateAndTheNextOn
   absl::Status s = SendRawBucketAs(client_->trainer(), session.session_id(), bucket);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("slot 0 of session ", session.session_id())));
-  EXPECT_THAT(s.message(),
-              HasSubstr(absl::StrCat(info.memory_handle(), " shrank under wsyncd to 0 of ",
-                                     info.bytes(), " bytes (the trainer truncated it)")));
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(
+                               info.memory_handle(), " shrank under wsyncd to 0 of ",
+                               info.allocation_bytes(), " bytes (the trainer truncated it)")));
   EXPECT_THAT(s.message(), HasSubstr("nothing was sent"));
   EXPECT_EQ(TotalUpdatesReceived(), received) << "bytes of the bad bucket reached an engine";
   EXPECT_EQ(broadcasts_.records().size(), broadcasts) << "the bad bucket was handed to the wire";

@@ -31,7 +31,8 @@ It follows LMDeploy's receive semantics as engine-protocols.md §5 documents the
 
 GET /sim/checksums answers what the SGLang simulators do ({"weight_version", "ranks": {"1":
 {name: crc32 hex}}, "updates_received"}; LMDeploy has no weight version, so it is null) plus
-flattened_tensor_sent, finished_calls, casts, ipc_opens, loads_while_asleep, is_sleeping,
+flattened_tensor_sent, flattened_arrivals (per cycle, a cycle ending at finished or a sleep:
+{"<rank>:<dtype>": how many requests carried flattened_tensor}), finished_calls, casts, ipc_opens, loads_while_asleep, is_sleeping,
 sleeping_tags, events (the lifecycle in order) and last_error. POST /sim/knobs sets faults:
 fail_update_at / hang_update_at / die_at_update (the n-th /update_weights, from 0) and
 refuse_pickle (every /update_weights is refused as PR #4964 would without its opt-in).
@@ -167,6 +168,9 @@ class Engine:
         self.lock = threading.Lock()
         self.updates = 0
         self.flattened_tensor_sent = 0
+        # flattened_tensor arrivals per cycle (a cycle ends at finished or a sleep, where the
+        # worker drops its cache), each {"<rank>:<dtype>": count}.
+        self.arrivals = [{}]
         self.finished_calls = 0
         self.casts = 0
         self.loads_while_asleep = 0
@@ -200,6 +204,9 @@ class Engine:
                 rank.ipc_tensor = rank.construct(weights["flattened_tensor"],
                                                  weights.get("require_clone", True))
                 self.flattened_tensor_sent += 1
+                key = f"{rank.device}:{rank.ipc_tensor.dtype.name}"
+                cycle = self.arrivals[-1]
+                cycle[key] = cycle.get(key, 0) + 1
             elif rank.ipc_tensor is None:
                 raise ValueError("flattened_tensor is not provided and no cached ipc tensor")
             if "event_ipc_handle" in weights:
@@ -257,10 +264,17 @@ class Engine:
                 rank.ipc_event = None
         if finished:
             self.finished_calls += 1
+            self.new_cycle()
         return loaded, finished
+
+    def new_cycle(self):
+        if self.arrivals[-1]:
+            self.arrivals.append({})
+            del self.arrivals[:-100]
 
     def sleep(self, level):
         self.sleeping_tags = {"weights", "kv_cache"}
+        self.new_cycle()
         for rank in self.ranks:
             rank.ipc_tensor = None
             rank.ipc_event = None
@@ -323,6 +337,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, {
                     "weight_version": None, "ranks": ranks, "updates_received": e.updates,
                     "flattened_tensor_sent": e.flattened_tensor_sent,
+                    "flattened_arrivals": [c for c in e.arrivals if c],
                     "finished_calls": e.finished_calls, "casts": e.casts,
                     "ipc_opens": [r.shm.opens for r in e.ranks],
                     "loads_while_asleep": e.loads_while_asleep,

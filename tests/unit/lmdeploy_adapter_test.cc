@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/host/host_platform.h"
 #include "daemon/core/weight_group.h"
@@ -191,6 +192,64 @@ TEST_F(LmdeployAdapterTest, WithoutALastBucketFinishUpdateSendsAFinishOnlyReques
   EXPECT_EQ(body["finished"], true);
   EXPECT_EQ(body["load_format"], "flattened_bucket");
   EXPECT_EQ(body["serialized_named_tensors"].size(), 2u) << "one entry per TP rank";
+}
+
+// Whether rank `r` of a request carries flattened_tensor.
+bool SendsTensor(const EngineRequest& request, size_t r) {
+  const nlohmann::json body = nlohmann::json::parse(request.json_body);
+  std::string pickle;
+  EXPECT_TRUE(
+      absl::Base64Unescape(body["serialized_named_tensors"][r].get<std::string>(), &pickle));
+  return absl::StrContains(pickle, "flattened_tensor");
+}
+
+TEST_F(LmdeployAdapterTest, TheFlattenedTensorGoesOncePerUpdateRankAllocationAndDtype) {
+  Start();
+  LmdeployAdapter a = Adapter(/*ranks=*/2);
+  BucketManifest bf16;
+  bf16.tensors = {TensorEntry{"w", DType::kBfloat16, {4}, 0, 8}};
+  BucketManifest f32;
+  f32.tensors = {TensorEntry{"n", DType::kFloat32, {4}, 0, 16}};
+  // Two slots of one 4 MiB allocation per GPU, and an oversize slot of its own.
+  auto slot = [](int device, uint32_t i) {
+    return IpcBucketView{"gpu",   MemoryKind::kHostShm, absl::StrCat("/wsync-1-d", device, "-0-ab"),
+                         4 << 20, uint64_t{i} << 21,    ""};
+  };
+  const std::vector<IpcBucketView> s0 = {slot(0, 0), slot(1, 0)};
+  const std::vector<IpcBucketView> s1 = {slot(0, 1), slot(1, 1)};
+  std::vector<IpcBucketView> oversize = s0;
+  oversize[1].memory_handle = "/wsync-1-d1-1-cd";
+  oversize[1].offset = 0;
+  ASSERT_TRUE(a.PauseGeneration().ok());
+  auto send = [&](const BucketManifest& m, const std::vector<IpcBucketView>& views,
+                  const std::string& update, bool last = false) {
+    auto request = a.IpcBucketRequest(m, views, BucketContext{update, "v", 0, last});
+    EXPECT_TRUE(request.ok()) << request.status();
+    return std::vector<bool>{SendsTensor(*request, 0), SendsTensor(*request, 1)};
+  };
+  using V = std::vector<bool>;
+  EXPECT_EQ(send(bf16, s0, "u-1"), V({true, true})) << "the update's first request";
+  EXPECT_EQ(send(bf16, s1, "u-1"), V({false, false})) << "another slot of the same allocation";
+  EXPECT_EQ(send(bf16, s0, "u-1"), V({false, false}));
+  EXPECT_EQ(send(f32, s1, "u-1"), V({true, true})) << "another dtype";
+  EXPECT_EQ(send(f32, s0, "u-1"), V({false, false}));
+  EXPECT_EQ(send(f32, oversize, "u-1"), V({false, true})) << "rank 1's oversize slot";
+  EXPECT_EQ(send(f32, s1, "u-1"), V({false, true}));
+  // A failed answer leaves what the workers hold unknown: sent again.
+  EXPECT_FALSE(a.CheckBucketReply(HttpReply{500, "boom", "text/plain"}).ok());
+  EXPECT_EQ(send(f32, s0, "u-1"), V({true, true}));
+  EXPECT_EQ(send(f32, s1, "u-1", /*last=*/true), V({false, false}));
+  // `finished` dropped it; so does a new update (which began with a sleep).
+  EXPECT_EQ(send(f32, s0, "u-1"), V({true, true}));
+  EXPECT_EQ(send(f32, s0, "u-2"), V({true, true}));
+  EXPECT_EQ(send(f32, s1, "u-2"), V({false, false}));
+  ASSERT_TRUE(a.PauseGeneration().ok());
+  EXPECT_EQ(send(f32, s1, "u-2"), V({true, true})) << "a sleep drops it";
+  // Per tensor, nothing is cached: no flattened tensor at all.
+  LmdeployAdapter per_tensor = Adapter(/*ranks=*/2, BucketFormat::kPerTensor);
+  auto request = per_tensor.IpcBucketRequest(bf16, s0, BucketContext{"u-3", "v", 0, false});
+  ASSERT_TRUE(request.ok());
+  EXPECT_FALSE(SendsTensor(*request, 0));
 }
 
 TEST(LmdeployBucketReply, OnlyNullWithHttp200IsALoadedBucket) {

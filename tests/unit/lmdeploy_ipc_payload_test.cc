@@ -70,8 +70,8 @@ TEST(LmdeployIpcPayload, FlattenedIsTheSlotTypedAsTheBucketsDtypeWithMetadataInE
                 Contains(Pair("torch.multiprocessing.reductions", "rebuild_cuda_tensor")));
     EXPECT_THAT(checked->globals, Contains(Pair("torch", "bfloat16")));
     EXPECT_THAT(checked->globals, Not(Contains(Pair("torch", "uint8"))));
-    // The flattened tensor: 20 bytes are 10 bf16 elements, Size((10,)).
-    EXPECT_TRUE(absl::StrContains(pickle, "ctorch\nSize\nK\x0a\x85\x85R"));
+    // The flattened tensor: the whole allocation, 1 MiB as 524288 bf16 elements.
+    EXPECT_TRUE(absl::StrContains(pickle, std::string("ctorch\nSize\nJ\0\0\x08\0\x85\x85R", 20)));
     // The second entry starts at element 6 and ends at element 10, not at bytes 12 and 20.
     EXPECT_TRUE(absl::StrContains(pickle, KeyAndSmallInt("start_idx", 6)));
     EXPECT_TRUE(absl::StrContains(pickle, KeyAndSmallInt("end_idx", 10)));
@@ -84,6 +84,43 @@ TEST(LmdeployIpcPayload, FlattenedIsTheSlotTypedAsTheBucketsDtypeWithMetadataInE
         pickle, std::string("X\x10\0\0\0event_ipc_handleC@", 23) + std::string(64, '\0')));
     EXPECT_TRUE(absl::StrContains(pickle, std::string("X\x0d\0\0\0require_clone\x89", 19)));
   }
+}
+
+// A little-endian BININT after a short BINUNICODE key.
+std::string KeyAndInt(const std::string& key, uint32_t value) {
+  std::string out = std::string("X") + std::string(1, static_cast<char>(key.size())) +
+                    std::string(3, '\0') + key + "J";
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
+  return out;
+}
+
+TEST(LmdeployIpcPayload, TheTensorViewsTheWholeAllocationAndMetadataIndexesTheSlotsRegion) {
+  // The second of two 2 MiB slots of one 4 MiB allocation.
+  IpcBucketView view = View(kGpu0, 2 << 20);
+  view.allocation_bytes = 4 << 20;
+  auto body = LmdeployIpcBucketBody(Bf16Bucket(), {view}, BucketFormat::kFlattened, false);
+  ASSERT_TRUE(body.ok()) << body.status();
+  std::string pickle = Decoded((*body)["serialized_named_tensors"][0]);
+  ASSERT_TRUE(CheckTorchIpcPickle(pickle).ok());
+  // 4 MiB are 2097152 bf16 elements; the slot starts at element 1048576.
+  EXPECT_TRUE(absl::StrContains(pickle, std::string("ctorch\nSize\nJ\0\0\x20\0\x85\x85R", 20)));
+  EXPECT_TRUE(absl::StrContains(pickle, KeyAndInt("start_idx", (1 << 20) + 6)));
+  EXPECT_TRUE(absl::StrContains(pickle, KeyAndInt("end_idx", (1 << 20) + 10)));
+  EXPECT_TRUE(absl::StrContains(pickle, "flattened_tensor"));
+  // Left out for a rank whose worker holds it already: metadata, require_clone and the event go.
+  body = LmdeployIpcBucketBody(Bf16Bucket(), {view}, BucketFormat::kFlattened, false, {false});
+  ASSERT_TRUE(body.ok()) << body.status();
+  pickle = Decoded((*body)["serialized_named_tensors"][0]);
+  ASSERT_TRUE(CheckTorchIpcPickle(pickle).ok());
+  EXPECT_FALSE(absl::StrContains(pickle, "flattened_tensor"));
+  EXPECT_FALSE(absl::StrContains(pickle, "rebuild_cuda_tensor"));
+  EXPECT_TRUE(absl::StrContains(pickle, KeyAndInt("start_idx", (1 << 20) + 6)));
+  EXPECT_TRUE(absl::StrContains(pickle, "event_ipc_handle"));
+  // A bucket running past its allocation is refused.
+  view.allocation_bytes = (2 << 20) + 8;
+  EXPECT_EQ(
+      LmdeployIpcBucketBody(Bf16Bucket(), {view}, BucketFormat::kFlattened, false).status().code(),
+      absl::StatusCode::kOutOfRange);
 }
 
 TEST(LmdeployIpcPayload, TheSlotsEventIsWaitedOnTwice) {

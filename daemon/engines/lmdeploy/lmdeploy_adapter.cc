@@ -145,7 +145,17 @@ absl::Status LmdeployAdapter::ValidateBucket(const BucketManifest& manifest) con
   return absl::OkStatus();
 }
 
+void LmdeployAdapter::ForgetHeldLocked() const {
+  held_update_.clear();
+  held_.clear();
+}
+
 absl::Status LmdeployAdapter::PauseGeneration() {
+  {
+    // A sleep drops the worker's cached tensor and event (even one that fails half way).
+    std::lock_guard<std::mutex> lock(mu_);
+    ForgetHeldLocked();
+  }
   return http_.PostExpectStatus("/sleep?level=1", nlohmann::json::object(), timeouts_.control);
 }
 
@@ -155,6 +165,10 @@ absl::Status LmdeployAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
 }
 
 absl::Status LmdeployAdapter::ResumeGeneration() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ForgetHeldLocked();
+  }
   // No tags: LMDeploy wakes whatever sleeps, so this resumes an engine paused at any step.
   return http_.PostExpectStatus("/wakeup", nlohmann::json::object(), timeouts_.control);
 }
@@ -167,16 +181,50 @@ absl::StatusOr<EngineRequest> LmdeployAdapter::IpcBucketRequest(
                                             " TP rank(s) but the bucket has ", ranks.size(),
                                             " view(s)"));
   }
-  WSYNC_ASSIGN_OR_RETURN(nlohmann::json body,
-                         LmdeployIpcBucketBody(manifest, ranks, format_, context.last));
-  if (context.last) {
-    std::lock_guard<std::mutex> lock(mu_);
-    finished_update_ = context.update_id;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Another update (or one without an id, which cannot be told apart): the engine slept since
+  // (PauseGeneration), so its workers hold nothing.
+  if (context.update_id.empty() || context.update_id != held_update_) {
+    ForgetHeldLocked();
+    held_update_ = context.update_id;
   }
-  return EngineRequest{kBucketPath, body.dump()};
+  held_.resize(ranks.size());
+  std::vector<bool> send(ranks.size(), true);
+  std::vector<std::optional<HeldTensor>> after = held_;
+  if (format_ == BucketFormat::kFlattened) {
+    WSYNC_ASSIGN_OR_RETURN(const DType dtype, LmdeployBucketDtype(manifest));
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const HeldTensor needed{ranks[r].memory_handle, ranks[r].allocation_bytes, dtype};
+      send[r] = !held_[r].has_value() || !(*held_[r] == needed);
+      after[r] = needed;
+    }
+  }
+  auto body = LmdeployIpcBucketBody(manifest, ranks, format_, context.last, send);
+  if (!body.ok()) {
+    // Nothing goes out, but the update fails; whatever follows cannot rely on the cache.
+    ForgetHeldLocked();
+    return body.status();
+  }
+  held_ = std::move(after);
+  if (context.last) {
+    finished_update_ = context.update_id;
+    // `finished` drops the cached tensor and event.
+    ForgetHeldLocked();
+  }
+  return EngineRequest{kBucketPath, body->dump()};
 }
 
 absl::Status LmdeployAdapter::CheckBucketReply(const HttpReply& reply) const {
+  absl::Status status = CheckBucketAnswer(reply);
+  if (!status.ok()) {
+    // A request that failed may have failed before or after the worker cached its tensor.
+    std::lock_guard<std::mutex> lock(mu_);
+    ForgetHeldLocked();
+  }
+  return status;
+}
+
+absl::Status LmdeployAdapter::CheckBucketAnswer(const HttpReply& reply) const {
   if (reply.status == 200) {
     // FastAPI's JSONResponse(content=None): the body is exactly null.
     if (absl::StripAsciiWhitespace(reply.body) == "null") return absl::OkStatus();
@@ -209,6 +257,11 @@ absl::Status LmdeployAdapter::FinishUpdate(const UpdateInfo& update) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     finished = !update.update_id.empty() && finished_update_ == update.update_id;
+  }
+  {
+    // The finish drops the workers' cached tensor and event.
+    std::lock_guard<std::mutex> lock(mu_);
+    ForgetHeldLocked();
   }
   if (!finished) {
     WSYNC_ASSIGN_OR_RETURN(nlohmann::json body, LmdeployFinishOnlyBody(endpoint_.ranks, format_));

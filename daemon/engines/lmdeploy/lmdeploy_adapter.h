@@ -3,9 +3,11 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
@@ -52,6 +54,16 @@ namespace wsync {
 // finish that fails leaves the engine asleep, as a failed commit leaves an SGLang engine paused:
 // weights whose post-load hooks did not run are not to be served.
 //
+// The flattened tensor, once per version, GPU and dtype: a device's slots are regions of one
+// allocation, and the worker caches one live view of it (require_clone false) until `finished`
+// or a sleep, so each rank gets flattened_tensor only when what it holds differs from what the
+// bucket needs: nothing yet in this update (the update began with a sleep, which drops it),
+// another allocation (the oversize slot, a trainer allocation read in place) or another dtype.
+// What a rank holds is known only while every request of the update succeeds: a failed answer,
+// a finish, a sleep or a new update forgets it, and the next request sends the tensor again.
+// Requests of one update go out in order on one pipelined channel and the engine takes them in
+// that order, so the state after request k is what request k+1 meets.
+//
 // Bucket answers: /update_weights answers `null` with HTTP 200; an exception in the engine is a
 // 500. A 400 that refuses pickled tensors (PR #4964, pending upstream) is a configuration error
 // naming LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1, never retried. No error carries the engine's
@@ -89,9 +101,28 @@ class LmdeployAdapter final : public EngineAdapter {
   BucketFormat format_;
   EngineHttp http_;
   std::atomic<bool> has_weights_update_group_{false};
+  // CheckBucketReply's reading of the answer.
+  absl::Status CheckBucketAnswer(const HttpReply& reply) const;
+  // Forgets what the ranks' workers cache (they dropped it, or it cannot be known).
+  void ForgetHeldLocked() const;
+
+  // What one rank's worker caches as _update_params_ipc_tensor.
+  struct HeldTensor {
+    std::string memory_handle;
+    uint64_t allocation_bytes = 0;
+    DType dtype = DType::kUint8;
+    bool operator==(const HeldTensor& other) const {
+      return memory_handle == other.memory_handle && allocation_bytes == other.allocation_bytes &&
+             dtype == other.dtype;
+    }
+  };
+
   mutable std::mutex mu_;
   // The update whose bucket request carried finished: true (only the update's own id counts).
   mutable std::string finished_update_;
+  // The update `held_` belongs to, and per TP rank the tensor its worker holds (empty: none).
+  mutable std::string held_update_;
+  mutable std::vector<std::optional<HeldTensor>> held_;
 };
 
 }  // namespace wsync

@@ -26,7 +26,7 @@ absl::StatusOr<uint64_t> Elements(uint64_t bytes, uint64_t item, absl::string_vi
 }
 
 absl::StatusOr<std::string> FlattenedPickle(const BucketManifest& manifest,
-                                            const IpcBucketView& view) {
+                                            const IpcBucketView& view, bool send_tensor) {
   WSYNC_ASSIGN_OR_RETURN(const DType dtype, LmdeployBucketDtype(manifest));
   const uint64_t item = DTypeSize(dtype);
   WSYNC_ASSIGN_OR_RETURN(CudaIpcTensor flat, IpcStorage(view, kDeviceIndex));
@@ -35,22 +35,29 @@ absl::StatusOr<std::string> FlattenedPickle(const BucketManifest& manifest,
     // 64 zero bytes are no event on a GPU.
     return absl::InternalError("a CUDA slot without an IPC event; LMDeploy would open a zero one");
   }
+  // The whole allocation, in whole elements: the same tensor serves every slot of it.
+  const uint64_t numel = view.allocation_bytes / item;
   WSYNC_ASSIGN_OR_RETURN(const uint64_t first, Elements(view.offset, item, "the bucket", dtype));
-  WSYNC_ASSIGN_OR_RETURN(const uint64_t numel,
+  WSYNC_ASSIGN_OR_RETURN(const uint64_t span,
                          Elements(manifest.span_bytes(), item, "the bucket's end", dtype));
+  if (first > numel || span > numel - first) {
+    return absl::OutOfRangeError(absl::StrCat("a bucket of ", manifest.span_bytes(), " bytes at ",
+                                              view.offset, " runs past its allocation of ",
+                                              view.allocation_bytes, " bytes"));
+  }
   flat.dtype = std::string(DTypeName(dtype));
   flat.shape = {static_cast<int64_t>(numel)};
-  flat.element_offset = first;
+  flat.element_offset = 0;
   LmdeployFlattenedBucket bucket;
   for (const TensorEntry& t : manifest.tensors) {
     const std::string what = absl::StrCat("tensor '", t.name, "'");
     WSYNC_ASSIGN_OR_RETURN(const uint64_t start, Elements(t.offset, item, what, dtype));
     WSYNC_ASSIGN_OR_RETURN(const uint64_t count, Elements(t.length, item, what + "'s end", dtype));
-    bucket.metadata.push_back(
-        FlattenedTensorMetadata{t.name, t.shape, flat.dtype, start, start + count, count});
+    bucket.metadata.push_back(FlattenedTensorMetadata{t.name, t.shape, flat.dtype, first + start,
+                                                      first + start + count, count});
   }
   if (!view.event_handle.empty()) bucket.event_ipc_handle = view.event_handle;
-  bucket.flattened_tensor = std::move(flat);
+  if (send_tensor) bucket.flattened_tensor = std::move(flat);
   return LmdeployFlattenedBucketPickle(bucket);
 }
 
@@ -95,12 +102,19 @@ absl::StatusOr<DType> LmdeployBucketDtype(const BucketManifest& manifest) {
 
 absl::StatusOr<nlohmann::json> LmdeployIpcBucketBody(const BucketManifest& manifest,
                                                      const std::vector<IpcBucketView>& ranks,
-                                                     BucketFormat format, bool finished) {
+                                                     BucketFormat format, bool finished,
+                                                     const std::vector<bool>& send_tensor) {
   if (ranks.empty()) return absl::InvalidArgumentError("an IPC bucket for no TP rank");
+  if (!send_tensor.empty() && send_tensor.size() != ranks.size()) {
+    return absl::InternalError(absl::StrCat("whether to send the flattened tensor is given for ",
+                                            send_tensor.size(), " of ", ranks.size(), " ranks"));
+  }
   nlohmann::json serialized = nlohmann::json::array();
-  for (const IpcBucketView& view : ranks) {
-    auto pickle = format == BucketFormat::kFlattened ? FlattenedPickle(manifest, view)
-                                                     : PerTensorPickle(manifest, view);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const IpcBucketView& view = ranks[r];
+    auto pickle = format == BucketFormat::kFlattened
+                      ? FlattenedPickle(manifest, view, send_tensor.empty() || send_tensor[r])
+                      : PerTensorPickle(manifest, view);
     if (!pickle.ok()) {
       return absl::Status(pickle.status().code(),
                           absl::StrCat("GPU ", view.gpu_uuid, ": ", pickle.status().message()));

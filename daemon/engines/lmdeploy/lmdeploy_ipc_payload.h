@@ -19,28 +19,31 @@ namespace wsync {
 // index, which LMDeploy replaces with its current device.
 //
 // kFlattened ("flattened_bucket"): {"metadata": [FlattenedTensorMetadata in elements],
-// "flattened_tensor": (rebuild_cuda_tensor, args), "require_clone": False, "event_ipc_handle"}.
-// The flattened tensor is the slot viewed as the bucket's one dtype: LMDeploy rebuilds each entry
-// as flat[start:end].reshape(shape) and casts it to the entry's dtype when they differ, so a
-// bucket of two dtypes would be loaded as values cast, not as its bytes. Every bucket therefore
-// has one dtype (LmdeployBucketDtype; the adapter's BucketRules make the planner cut so).
+// "flattened_tensor"?: (rebuild_cuda_tensor, args), "require_clone": False, "event_ipc_handle"}.
+// The flattened tensor is the view's whole allocation (a device's slots are regions of one)
+// typed as the bucket's one dtype, and each entry's start/end index the bucket's place in it: the
+// slot's offset plus the tensor's. LMDeploy rebuilds each entry as flat[start:end].reshape(shape)
+// and casts it to the entry's dtype when they differ, so a bucket of two dtypes would be loaded
+// as values cast, not as its bytes. Every bucket therefore has one dtype (LmdeployBucketDtype;
+// the adapter's BucketRules make the planner cut so).
 //
-// The flattened tensor goes on every request, not once per cycle (the compatible strategy of
-// §5.3): a server from before PR #4397 rebuilds it on every call anyway, and a later one caches
-// only one tensor, which a request for another slot (wsyncd alternates slots) must replace. The
-// slot's event goes both in the rebuild arguments (event_sync_required, so torch waits on it) and
-// as event_ipc_handle (the worker waits on it and records it after loading); in host mode there
-// is none and event_ipc_handle is 64 zero bytes. Sending the tensor once per version needs the
-// slots to be regions of one allocation per GPU, which BufferPool does not make yet.
+// The worker caches the flattened tensor (a live view: require_clone false) until `finished` or
+// a sleep, so it goes only to the ranks in `send_tensor` (empty: every rank): the adapter sends
+// it when the rank holds none, or one of another allocation or dtype (LmdeployAdapter). The
+// slot's event goes as event_ipc_handle on every call, since the worker keeps only the latest:
+// it waits on it before reading and records it after loading, which is what a refill of the slot
+// waits for (MappedSlot::WaitReaders). The flattened tensor's rebuild arguments carry it too
+// (event_sync_required). In host mode there is no event and event_ipc_handle is 64 zero bytes.
 //
 // kPerTensor (null): [(name, (rebuild_cuda_tensor, args)), ...], each tensor viewed in its own
-// dtype at its offset in the slot; LMDeploy clones each one.
+// dtype at its offset in the allocation; LMDeploy clones each one.
 //
 // `finished` is true on the update's last bucket: LMDeploy then runs its modules' post-load hooks
 // and drops the tensor and event it cached.
 absl::StatusOr<nlohmann::json> LmdeployIpcBucketBody(const BucketManifest& manifest,
                                                      const std::vector<IpcBucketView>& ranks,
-                                                     BucketFormat format, bool finished);
+                                                     BucketFormat format, bool finished,
+                                                     const std::vector<bool>& send_tensor = {});
 
 // A request that loads nothing and only finishes the update: `ranks` pickles listing no tensor
 // (empty metadata, or an empty list), finished true. LMDeploy's update_params loads no weight

@@ -78,12 +78,19 @@ absl::Status IpcTransport::BeginUpdate(const UpdateInfo&) {
 
 namespace {
 
-// What an engine rank maps to read a bucket from one source: the slot, or (zero copy) the trainer's
-// allocation the bucket lies in as it is laid out. Either way the slot's event orders the trainer's
-// writes (the client records it when the bucket is ready), and the slot is held until the answers.
+// What an engine rank maps to read a bucket from one source: the allocation the slot is a region
+// of (one per device for the regular slots, so an engine maps it once and every slot's bucket is
+// an offset into it), or (zero copy) the trainer's allocation the bucket lies in as it is laid
+// out. Either way the slot's event orders the trainer's writes (the client records it when the
+// bucket is ready), and the slot is held until the answers.
 IpcBucketView ViewOf(const BucketSource& source) {
   const SlotMemory& slot = *source.slot;
-  IpcBucketView view{"", slot.kind(), slot.memory_handle(), slot.bytes(), 0, slot.event_handle()};
+  IpcBucketView view{"",
+                     slot.kind(),
+                     slot.memory_handle(),
+                     slot.allocation_bytes(),
+                     slot.allocation_offset(),
+                     slot.event_handle()};
   if (source.base != nullptr) {
     const SourceMemory& trainer = *source.base_memory;
     view.memory_kind = trainer.kind();
