@@ -110,10 +110,9 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   absl::Status valid = ValidateManifest(manifest, capacity);
   if (!valid.ok() && manifest.span_bytes() > (*memory)->bytes()) {
     valid = absl::InvalidArgumentError(
-        absl::StrCat("it spans ", manifest.span_bytes(), " bytes, more than slot ", slot, " (",
-                     (*memory)->bytes(),
-                     "), and is not read in place: only a pull-mode bucket laid out in one "
-                     "trainer allocation exactly as sent may exceed a slot"));
+        absl::StrCat(valid.message(), " (it spans ", manifest.span_bytes(),
+                     " bytes and is not read in place: only a pull-mode bucket laid out in one "
+                     "trainer allocation exactly as sent may exceed a slot)"));
   }
   if (valid.ok() && joined != nullptr) {
     if (!(manifest == joined->manifest) || last != joined->last) {

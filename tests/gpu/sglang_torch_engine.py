@@ -158,13 +158,23 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                 if updates - 1 == die_at_update:
                     print(f"rank {tp_rank}: dying at update {updates - 1} as asked", flush=True)
                     os._exit(17)
+                t0 = time.perf_counter()
                 received = ipc_load(arg["serialized_named_tensors"][tp_rank],
                                     arg.get("load_format"))
+                t1 = time.perf_counter()
                 load_weights(params, received)
+                t2 = time.perf_counter()
                 # The views die here: torch's IPC deleter syncs this stream before wsyncd's slot
                 # may be refilled (it is, once this request has answered).
                 del received
                 torch.cuda.current_stream().synchronize()
+                t3 = time.perf_counter()
+                if os.environ.get("WSYNC_SIM_TRACE") == "1":
+                    # Where one request's time goes on the rank: base64, unpickling and the IPC
+                    # open (rebuild); queueing the copies (load); the copies and the IPC close.
+                    print(f"rank {tp_rank} ipc_update: rebuild {(t1 - t0) * 1e3:.2f} ms, load "
+                          f"{(t2 - t1) * 1e3:.2f} ms, copy+close {(t3 - t2) * 1e3:.2f} ms",
+                          flush=True)
                 crcs.clear()
                 conn.send((True, "ok"))
             elif cmd == "bench_receive":
@@ -323,8 +333,12 @@ class Handler(BaseHTTPRequestHandler):
             if not isinstance(entries, list) or len(entries) < len(ENGINE.ranks):
                 return self.reply(400, {"success": False, "message":
                                         f"serialized_named_tensors needs {len(ENGINE.ranks)}"})
+            arrived = time.perf_counter()
             with ENGINE.lock:
                 res = ENGINE.all_ranks("ipc_update", body)
+            if TRACE:
+                print(f"update_weights_from_tensor: {(time.perf_counter() - arrived) * 1e3:.2f} ms "
+                      f"from parsed request to the ranks' answers", flush=True)
             return self.result(res, "Succeeded to update parameter online.")
         if self.path == "/destroy_weights_update_group":
             res = ENGINE.all_ranks("destroy")

@@ -93,7 +93,7 @@ class IpcPullTest : public ServiceFixture {
   // holds it, and pushes it in pull mode. The arena lives until the push is done.
   absl::StatusOr<PushResult> PullPush(const std::vector<OwnedTensor>& model, uint64_t start,
                                       const std::string& version, Client* client = nullptr,
-                                      int tp_rank = -1) {
+                                      int tp_rank = -1, uint64_t pull_bucket_bytes = 0) {
     if (client == nullptr) client = client_.get();
     uint64_t total = start;
     for (const auto& t : model) total += t.data.size();
@@ -110,6 +110,7 @@ class IpcPullTest : public ServiceFixture {
     PushOptions options;
     options.pull = true;
     options.tp_rank = tp_rank;
+    options.pull_bucket_bytes = pull_bucket_bytes;
     auto push = client->BeginPush("colo", version, std::move(options));
     if (!push.ok()) return push.status();
     if (absl::Status s = (*push)->Add(refs); !s.ok()) return s;
@@ -157,6 +158,37 @@ TEST_F(IpcPullTest, AMisalignedLayoutIsCopiedIntoTheSlotInstead) {
   for (const auto& t : model) {
     EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
   }
+}
+
+TEST_F(IpcPullTest, ABucketLargerThanASlotGoesInOneRequestReadInPlace) {
+  IpcSim engine;
+  CreateIpcGroup(engine);
+  std::vector<OwnedTensor> model;
+  uint64_t total = 0;
+  for (const OwnedTensor& t : SmallModel(4)) {
+    if (t.dtype != DType::kBfloat16) continue;
+    model.push_back(t);
+    total += t.data.size();
+  }
+  ASSERT_GT(total, 2 * kSlotBytes) << "the model must not fit one slot for this test";
+  auto result = PullPush(model, 0, "big1", nullptr, -1, /*pull_bucket_bytes=*/8 * kSlotBytes);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->buckets, 1u) << "the whole model in one request";
+  EXPECT_EQ(result->buckets_read_in_place, 1u);
+  nlohmann::json state = engine.State();
+  EXPECT_EQ(state["weight_version"], "big1");
+  for (const auto& t : model) {
+    EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size())))
+        << t.name;
+  }
+  // Misaligned, the bucket could not be read in place, and no slot holds it: refused before
+  // anything reaches the engine.
+  const auto updates = engine.State()["updates_received"];
+  auto refused = PullPush(model, 1, "big2", nullptr, -1, 8 * kSlotBytes);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), testing::HasSubstr("may exceed a slot"));
+  EXPECT_EQ(engine.State()["updates_received"], updates);
+  EXPECT_EQ(engine.State()["weight_version"], "big1");
 }
 
 TEST_F(IpcPullTest, TwoTrainerRanksOnTwoGpusFeedOneUpdateEachReadInPlaceOnItsGpu) {
