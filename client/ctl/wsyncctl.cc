@@ -456,7 +456,7 @@ int main(int argc, char** argv) {
       "release-buffers", "free the slots no session holds, for training to use the memory");
   int release_device = -1;
   release_buffers->add_option("--device", release_device, "only this device (default: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   uint32_t limit = 20;
   auto* updates = app.add_subcommand("updates", "recent updates");
   updates->add_option("--limit", limit, "how many");

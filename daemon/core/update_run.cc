@@ -595,6 +595,17 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
     closing_ = true;
     cv_.notify_all();
   }
+  // The other trainer ranks of a TP group may be waiting for a SlotFree that will not come, or
+  // blocked reading their streams: they hear the failure now, not at their deadlines. (One
+  // member's own stream gets its outcome from Finish's caller.)
+  if (feeds_.size() > 1) {
+    absl::Status failed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed = failure_;
+    }
+    if (!failed.ok()) ReportFailure(failed);
+  }
   if (sender_.joinable()) sender_.join();
   if (reuse_thread_.joinable()) reuse_thread_.join();
   if (answer_thread_.joinable()) answer_thread_.join();

@@ -276,6 +276,42 @@ class TpAcrossGpusTest(IpcFixture):
         self.push_ranks(["after", "after"])
         self.assert_engine_holds(port, self.model, "after")
 
+    def test_a_rank_that_aborts_ends_the_update_for_the_rank_waiting_on_it(self):
+        port = self.start_tp_engine()
+        big = [(f"w.{i}", np.full(200000, i, np.float32)) for i in range(10)]  # 10 slot fills
+
+        def failing():
+            yield big[0]
+            yield big[1]
+            time.sleep(0.5)
+            raise RuntimeError("trainer rank 0 fails")
+
+        results = [None, None]
+        waited = [None]
+
+        def rank(i, model):
+            start = time.time()
+            try:
+                with wsync.Client("unix:" + self.sock, device=i, name=f"rank {i}") as client:
+                    results[i] = client.push(model, version="broken", group="tp")
+            except (wsync.WsyncError, RuntimeError) as e:
+                results[i] = e
+            if i == 1:
+                waited[0] = time.time() - start
+
+        threads = [threading.Thread(target=rank, args=(0, failing())),
+                   threading.Thread(target=rank, args=(1, big))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        self.assertFalse(any(t.is_alive() for t in threads), "a rank hangs")
+        self.assertIsInstance(results[1], wsync.WsyncError, results[1])
+        self.assertLess(waited[0], 5, "rank 1 hears of rank 0's abort at once, not at a deadline")
+        # Both ranks' slots are free again: the next update of both succeeds.
+        self.push_ranks(["after-abort", "after-abort"])
+        self.assert_engine_holds(port, self.model, "after-abort")
+
     def test_a_rank_with_another_version_is_refused_and_a_session_off_the_gpus_too(self):
         port = self.start_tp_engine()
         results = self.push_ranks(["va", "vb"])
@@ -368,6 +404,23 @@ class EngineMemoryTest(IpcFixture):
         self.release(port)
         self.push("r3")
         self.assert_engine_holds(port, self.model, "r3")
+
+    def test_a_failed_weights_resume_keeps_the_engine_paused_and_commit_failures_resume_it(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_group("colo", port, [GPU0], "--sglang-memory", "resume")
+        # Not released: SGLang refuses to resume the weights, and wsyncd cannot tell that from a
+        # resume that failed with the memory gone, so the engine stays paused.
+        with self.assertRaises(wsync.WsyncError):
+            self.push("unknown")
+        self.assertTrue(self.engine_state(port)["paused"], "no generation on memory maybe gone")
+        # The operator's resume goes through; the next released cycle succeeds.
+        out = self.ctl("resume-engine", "colo", "--engine", f"http://127.0.0.1:{port}")
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertFalse(self.engine_state(port)["paused"])
+        self.release(port)
+        self.push("r1")
+        state = self.assert_engine_holds(port, self.model, "r1")
+        self.assertFalse(state["paused"])
 
     def test_keep_leaves_the_engines_memory_alone(self):
         port = self.start_engine("engine", [GPU0])

@@ -94,6 +94,12 @@ absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
   absl::Status resumed = http_.PostExpectStatus("/resume_memory_occupation",
                                                 {{"tags", {"weights"}}}, timeouts_.control);
   if (!resumed.ok()) {
+    // Whether the weights are released now is unknown (SGLang answers the same for "not
+    // released" and a failed resume): generation must not resume on memory that may be gone.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      weights_unknown_ = true;
+    }
     return absl::Status(
         resumed.code(),
         absl::StrCat(resumed.message(),
@@ -103,6 +109,7 @@ absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   kv_cache_released_ = true;
+  weights_unknown_ = false;
   return absl::OkStatus();
 }
 
@@ -119,6 +126,19 @@ absl::Status SglangAdapter::ResumeKvCache() {
 }
 
 absl::Status SglangAdapter::ResumeGeneration() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (weights_unknown_) {
+      // Refused once, for the resume that follows the failure; an operator's later resume (or
+      // the next update's) goes through.
+      weights_unknown_ = false;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "engine ", endpoint_.url,
+          " stays paused: resuming its weights' memory failed, so they may be released; once "
+          "its memory is resumed, resume it by hand (wsyncctl resume-engine GROUP --engine ",
+          endpoint_.url, ") or let the next update do it"));
+    }
+  }
   // Generation needs its KV cache back first (an aborted update resumes here).
   WSYNC_RETURN_IF_ERROR(ResumeKvCache());
   return http_
@@ -171,18 +191,25 @@ absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
 }
 
 absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
-  WSYNC_RETURN_IF_ERROR(
+  // Every bucket was loaded, so the engine holds the whole version: each step is tried even when
+  // an earlier one failed, and the engine resumes generation rather than waiting, paused, for an
+  // update that may not come. The first failure is the update's.
+  absl::Status first =
       http_
           .PostExpectSuccess("/update_weight_version",
                              {{"new_version", update.version}, {"abort_all_requests", false}},
                              timeouts_.control)
-          .status());
-  // The KV cache is back before it is flushed and generation resumes.
-  WSYNC_RETURN_IF_ERROR(ResumeKvCache());
+          .status();
+  // The KV cache is back before it is flushed and generation resumes; without it the engine
+  // cannot generate, so it stays paused.
+  absl::Status kv = ResumeKvCache();
+  if (!kv.ok()) return first.ok() ? kv : first;
   // /flush_cache answers plain text, not {"success"}: its status says it all.
-  WSYNC_RETURN_IF_ERROR(
-      http_.PostExpectStatus("/flush_cache", nlohmann::json::object(), timeouts_.control));
-  return ResumeGeneration();
+  absl::Status flushed =
+      http_.PostExpectStatus("/flush_cache", nlohmann::json::object(), timeouts_.control);
+  if (first.ok()) first = flushed;
+  absl::Status resumed = ResumeGeneration();
+  return first.ok() ? resumed : first;
 }
 
 EngineHealth SglangAdapter::Health() {

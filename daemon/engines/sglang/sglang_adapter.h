@@ -71,6 +71,9 @@ class SglangAdapter final : public EngineAdapter {
   EngineHttp http_;
   std::mutex mu_;
   bool kv_cache_released_ = false;  // weights resumed by BeginUpdate, KV cache not yet
+  // Resuming the weights failed, so they may still be released: the resume that follows is
+  // refused.
+  bool weights_unknown_ = false;
 };
 
 }  // namespace wsync
