@@ -6,6 +6,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 
 namespace wsync {
@@ -75,6 +76,15 @@ absl::StatusOr<HttpReply> EngineHttp::Get(const std::string& path, absl::Duratio
   const absl::Time started = absl::Now();
   auto result = client.Get(path);
   return ToReply(base_url_, "GET", path, timeout, started, result);
+}
+
+absl::Status EngineHttp::GetHealth(absl::Duration timeout) const {
+  WSYNC_ASSIGN_OR_RETURN(HttpReply reply, Get("/health", timeout));
+  if (reply.status == 200) return absl::OkStatus();
+  // 503 while the engine is unhealthy; its words stay in the debug log.
+  LogBody("/health", reply);
+  return absl::UnavailableError(absl::StrCat(base_url_, "/health answered HTTP ", reply.status,
+                                             ": the engine is not healthy"));
 }
 
 void EngineHttp::LogBody(const std::string& path, const HttpReply& reply) const {

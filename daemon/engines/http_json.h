@@ -43,13 +43,15 @@ class EngineHttp {
   absl::StatusOr<nlohmann::json> ExpectSuccess(const std::string& path,
                                                const HttpReply& reply) const;
   absl::StatusOr<nlohmann::json> GetJson(const std::string& path, absl::Duration timeout) const;
+  // GET /health answered 200 (the engine's own health route); otherwise why not.
+  absl::Status GetHealth(absl::Duration timeout) const;
+  // The answer's body, cut and with control characters escaped, at debug level.
+  void LogBody(const std::string& path, const HttpReply& reply) const;
 
   const std::string& base_url() const { return base_url_; }
 
  private:
   absl::Status CheckReply(const std::string& path, const HttpReply& reply) const;
-  // The answer's body, cut and with control characters escaped, at debug level.
-  void LogBody(const std::string& path, const HttpReply& reply) const;
   std::string base_url_;
 };
 

@@ -14,30 +14,18 @@ import threading
 import time
 import unittest
 import urllib.request
-import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import child_environment, free_port, wait_port  # noqa: E402
+from process_support import (client_test_arguments, crc, free_port, host_gpu,  # noqa: E402
+                             wait_port)
 
-child_environment()
-
-WSYNCD, CTL, LIB, PKG, IPC_SIM = sys.argv[1:6]
-del sys.argv[1:6]
-os.environ["WSYNC_CLIENT_LIB"] = LIB
-sys.path.insert(0, PKG)
+WSYNCD, CTL, LIB, PKG, IPC_SIM = client_test_arguments()
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
-# Host mode's stand-in UUIDs (common/host/host_platform.h): device 0 and device 1.
-GPU0 = "686f7374-0000-0000-0000-000000000000"
-GPU1 = "686f7374-0000-0000-0000-000000000001"
-
-
-
-
-def crc(array):
-    return format(zlib.crc32(np.ascontiguousarray(array).tobytes()), "08x")
+GPU0 = host_gpu(0)
+GPU1 = host_gpu(1)
 
 
 class IpcFixture(unittest.TestCase):

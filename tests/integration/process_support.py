@@ -1,9 +1,34 @@
 """What the Python integration tests share: the sanitized build's environment for the processes
-they start, and free / awaited TCP ports on loopback."""
+they start, their command line, host mode's GPU stand-ins, tensors' CRCs, and free / awaited TCP
+ports on loopback."""
 
 import os
 import socket
+import sys
 import time
+import zlib
+
+
+def host_gpu(device):
+    """Host mode's stand-in UUID of a device (common/host/host_platform.h)."""
+    return f"686f7374-0000-0000-0000-{device:012d}"
+
+
+def crc(array):
+    """A tensor's bytes as the engine simulators report them: CRC-32, 8 hex digits."""
+    import numpy as np
+    return format(zlib.crc32(np.ascontiguousarray(array).tobytes()), "08x")
+
+
+def client_test_arguments():
+    """Takes WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SIMULATOR off the command line
+    (unittest reads the rest), points the Python client at its library and returns the five."""
+    child_environment()
+    taken = sys.argv[1:6]
+    del sys.argv[1:6]
+    os.environ["WSYNC_CLIENT_LIB"] = taken[2]
+    sys.path.insert(0, taken[3])
+    return taken
 
 
 def child_environment():

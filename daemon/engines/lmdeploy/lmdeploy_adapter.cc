@@ -108,16 +108,8 @@ absl::Status LmdeployAdapter::Probe() {
 
 EngineHealth LmdeployAdapter::Health() {
   EngineHealth health;
-  auto reply = http_.Get("/health", timeouts_.probe);
-  if (!reply.ok()) {
-    health.error = std::string(reply.status().message());
-    return health;
-  }
-  if (reply->status != 200) {
-    // 503 while the engine is unhealthy; its snapshot stays in the debug log.
-    LogAnswer(endpoint_.url, "/health", *reply);
-    health.error = absl::StrCat(endpoint_.url, "/health answered HTTP ", reply->status,
-                                ": the engine is not healthy");
+  if (absl::Status healthy = http_.GetHealth(timeouts_.probe); !healthy.ok()) {
+    health.error = std::string(healthy.message());
     return health;
   }
   auto sleeping = http_.GetJson("/is_sleeping", timeouts_.probe);
@@ -228,14 +220,14 @@ absl::Status LmdeployAdapter::CheckBucketAnswer(const HttpReply& reply) const {
   if (reply.status == 200) {
     // FastAPI's JSONResponse(content=None): the body is exactly null.
     if (absl::StripAsciiWhitespace(reply.body) == "null") return absl::OkStatus();
-    LogAnswer(endpoint_.url, kBucketPath, reply);
+    http_.LogBody(kBucketPath, reply);
     return absl::InternalError(absl::StrCat(endpoint_.url, kBucketPath,
                                             " answered HTTP 200 with something other than null: "
                                             "not LMDeploy's answer to a weight update"));
   }
   if (reply.status == 400 && absl::StrContains(absl::AsciiStrToLower(reply.body), "pickle")) {
     // PR #4964: pickled payloads on HTTP /update_weights only with the server's opt-in.
-    LogAnswer(endpoint_.url, kBucketPath, reply);
+    http_.LogBody(kBucketPath, reply);
     return absl::FailedPreconditionError(absl::StrCat(
         endpoint_.url, kBucketPath,
         " answered HTTP 400, refusing pickled tensors: an LMDeploy server loads CUDA IPC "
@@ -243,7 +235,7 @@ absl::Status LmdeployAdapter::CheckBucketAnswer(const HttpReply& reply) const {
         "environment; restart it so (not retried: a configuration error)"));
   }
   if (reply.status > 200 && reply.status < 300) {
-    LogAnswer(endpoint_.url, kBucketPath, reply);
+    http_.LogBody(kBucketPath, reply);
     return absl::InternalError(absl::StrCat(endpoint_.url, kBucketPath, " answered HTTP ",
                                             reply.status,
                                             ": not LMDeploy's answer to a weight update"));

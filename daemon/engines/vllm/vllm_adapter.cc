@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "daemon/core/peer_text.h"
 #include "daemon/engines/vllm/vllm_ipc_payload.h"
 
 namespace wsync {
@@ -16,16 +15,9 @@ namespace {
 constexpr char kBucketPath[] = "/update_weights";
 constexpr char kFinishPath[] = "/finish_weight_update";
 constexpr char kStartPath[] = "/start_weight_update";
-// How much of an engine's answer the debug log keeps.
-constexpr size_t kLoggedBodyBytes = 300;
 constexpr char kRepush[] = "; the update fails and the trainer must push the whole version again";
 constexpr char kServerFlags[] =
     "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"ipc\"}'";
-
-void LogAnswer(const std::string& url, absl::string_view path, const HttpReply& reply) {
-  WSYNC_LOG(Debug, url, path, " answered HTTP ", reply.status, ": ",
-            SanitizePeerText(reply.body, kLoggedBodyBytes));
-}
 
 // ABORTED for a 409 to `path`: vLLM took the call as out of order.
 absl::Status OutOfOrder(const std::string& url, absl::string_view path, absl::string_view what) {
@@ -135,15 +127,8 @@ absl::StatusOr<bool> VllmAdapter::IsSleeping() const {
 
 EngineHealth VllmAdapter::Health() {
   EngineHealth health;
-  auto reply = http_.Get("/health", timeouts_.probe);
-  if (!reply.ok()) {
-    health.error = std::string(reply.status().message());
-    return health;
-  }
-  if (reply->status != 200) {
-    LogAnswer(endpoint_.url, "/health", *reply);
-    health.error = absl::StrCat(endpoint_.url, "/health answered HTTP ", reply->status,
-                                ": the engine is not healthy");
+  if (absl::Status healthy = http_.GetHealth(timeouts_.probe); !healthy.ok()) {
+    health.error = std::string(healthy.message());
     return health;
   }
   auto answer = http_.GetJson("/version", timeouts_.probe);
@@ -216,7 +201,7 @@ absl::Status VllmAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
   if (reply.status == 409) {
     // A session left open (an update that failed before its finish, another client, a wsyncd that
     // died): close it, so the next update starts.
-    LogAnswer(endpoint_.url, kStartPath, reply);
+    http_.LogBody(kStartPath, reply);
     {
       std::lock_guard<std::mutex> lock(mu_);
       session_open_ = true;
@@ -256,7 +241,7 @@ absl::StatusOr<EngineRequest> VllmAdapter::IpcBucketRequest(const BucketManifest
 
 absl::Status VllmAdapter::CheckBucketReply(const HttpReply& reply) const {
   if (reply.status >= 200 && reply.status < 300) return absl::OkStatus();
-  LogAnswer(endpoint_.url, kBucketPath, reply);
+  http_.LogBody(kBucketPath, reply);
   if (reply.status == 409) return OutOfOrder(endpoint_.url, kBucketPath, "the bucket");
   if (absl::StrContains(reply.body, "VLLM_ALLOW_INSECURE_SERIALIZATION")) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -284,7 +269,7 @@ absl::Status VllmAdapter::PostFinish(const UpdateInfo& update, const VllmVariant
   }
   if (!reply.ok()) return reply.status();
   if (reply->status == 409) {
-    LogAnswer(endpoint_.url, kFinishPath, *reply);
+    http_.LogBody(kFinishPath, *reply);
     return OutOfOrder(endpoint_.url, kFinishPath, "the finish");
   }
   if (absl::Status s = http_.ExpectSuccess(kFinishPath, *reply).status(); !s.ok()) {
