@@ -7,19 +7,17 @@ Usage: ipc_transport_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR 
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import (client_test_arguments, crc, free_port, host_gpu,  # noqa: E402
-                             wait_port)
+from process_support import (HostWsyncdCase, client_test_arguments, crc, free_port,  # noqa: E402
+                             host_gpu, wait_port)
 
-WSYNCD, CTL, LIB, PKG, IPC_SIM = client_test_arguments()
+_, _, _, _, IPC_SIM = client_test_arguments()
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
@@ -28,21 +26,11 @@ GPU0 = host_gpu(0)
 GPU1 = host_gpu(1)
 
 
-class IpcFixture(unittest.TestCase):
+class IpcFixture(HostWsyncdCase):
     """A host-mode wsyncd, engine simulators and wsyncctl; the tests are in the classes below."""
 
-    WSYNCD_FLAGS = []
-
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="wsync-ipc-")
-        self.sock = os.path.join(self.dir, "wsyncd.sock")
-        self.procs = {}
-        self.spawn("wsyncd", [WSYNCD, "--mode", "host", "--socket", self.sock,
-                              "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
-                              "--bucket-timeout", "3", *self.WSYNCD_FLAGS])
-        deadline = time.time() + 10
-        while not os.path.exists(self.sock) and time.time() < deadline:
-            time.sleep(0.02)
+        super().setUp()
         rng = np.random.default_rng(7)
         self.model = [
             ("model.embed_tokens.weight", rng.integers(0, 2**16, (300, 700), dtype=np.uint16),
@@ -52,25 +40,11 @@ class IpcFixture(unittest.TestCase):
             ("model.layers.0.step", np.arange(5, dtype=np.int64)),
         ]
 
-    def tearDown(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            p.wait(timeout=20)
-
-    def spawn(self, name, argv):
-        with open(os.path.join(self.dir, name + ".log"), "w") as out:
-            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
     def start_engine(self, name, gpus, port=None):
         port = port or free_port()
         self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)])
         wait_port(port)
         return port
-
-    def ctl(self, *args):
-        return subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
 
     def create_group(self, name, port, gpus, *extra):
         out = self.ctl("create-group", name, "--transport", "ipc", "--engine",

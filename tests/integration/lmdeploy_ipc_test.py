@@ -7,19 +7,17 @@ Usage: lmdeploy_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR L
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import (client_test_arguments, crc, free_port, host_gpu,  # noqa: E402
-                             wait_port)
+from process_support import (HostWsyncdCase, client_test_arguments, crc, free_port,  # noqa: E402
+                             host_gpu, wait_port)
 
-WSYNCD, CTL, LIB, PKG, SIM = client_test_arguments()
+_, _, _, _, SIM = client_test_arguments()
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
@@ -53,17 +51,9 @@ def updates_of(events):
     return cycles
 
 
-class LmdeployIpcTest(unittest.TestCase):
+class LmdeployIpcTest(HostWsyncdCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="wsync-lmdeploy-")
-        self.sock = os.path.join(self.dir, "wsyncd.sock")
-        self.procs = {}
-        self.spawn("wsyncd", [WSYNCD, "--mode", "host", "--socket", self.sock,
-                              "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
-                              "--bucket-timeout", "3"])
-        deadline = time.time() + 10
-        while not os.path.exists(self.sock) and time.time() < deadline:
-            time.sleep(0.02)
+        super().setUp()
         rng = np.random.default_rng(11)
         # Mixed dtypes, interleaved: a flattened bucket must not hold two of them.
         self.model = [
@@ -76,17 +66,6 @@ class LmdeployIpcTest(unittest.TestCase):
             ("model.layers.0.scale", rng.standard_normal(77).astype(np.float32)),
         ]
 
-    def tearDown(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            p.wait(timeout=20)
-
-    def spawn(self, name, argv):
-        with open(os.path.join(self.dir, name + ".log"), "w") as out:
-            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
     def start_engine(self, name="engine", port=None, extra=()):
         port = port or free_port()
         self.spawn(name, [sys.executable, SIM, "--port", str(port), "--gpus", GPU0, *extra])
@@ -98,9 +77,6 @@ class LmdeployIpcTest(unittest.TestCase):
         self.spawn(name, [sys.executable, SIM, "--port", str(port), "--gpus", f"{GPU0},{GPU1}"])
         wait_port(port)
         return port
-
-    def ctl(self, *args):
-        return subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
 
     def create_group(self, port, *extra, name="colo", gpus=(GPU0,)):
         return self.ctl("create-group", name, "--kind", "lmdeploy", "--transport", "ipc",

@@ -3,10 +3,17 @@ they start, their command line, host mode's GPU stand-ins, tensors' CRCs, and fr
 ports on loopback."""
 
 import os
+import subprocess
 import socket
 import sys
+import tempfile
 import time
+import unittest
 import zlib
+
+# Set by client_test_arguments: the binaries HostWsyncdCase runs.
+WSYNCD = None
+WSYNCCTL = None
 
 
 def host_gpu(device):
@@ -23,12 +30,47 @@ def crc(array):
 def client_test_arguments():
     """Takes WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SIMULATOR off the command line
     (unittest reads the rest), points the Python client at its library and returns the five."""
+    global WSYNCD, WSYNCCTL
     child_environment()
     taken = sys.argv[1:6]
     del sys.argv[1:6]
+    WSYNCD, WSYNCCTL = taken[0], taken[1]
     os.environ["WSYNC_CLIENT_LIB"] = taken[2]
     sys.path.insert(0, taken[3])
     return taken
+
+
+class HostWsyncdCase(unittest.TestCase):
+    """A host-mode wsyncd per test (1 MiB slots, 3 s bucket deadline, WSYNCD_FLAGS added), the
+    processes a test spawns (logs in its own folder, ended after it) and wsyncctl against it."""
+
+    WSYNCD_FLAGS = []
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="wsync-test-")
+        self.sock = os.path.join(self.dir, "wsyncd.sock")
+        self.procs = {}
+        self.spawn("wsyncd", [WSYNCD, "--mode", "host", "--socket", self.sock,
+                              "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
+                              "--bucket-timeout", "3", *self.WSYNCD_FLAGS])
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < deadline:
+            time.sleep(0.02)
+
+    def tearDown(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            p.wait(timeout=20)
+
+    def spawn(self, name, argv):
+        with open(os.path.join(self.dir, name + ".log"), "a") as out:
+            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def ctl(self, *args):
+        return subprocess.run([WSYNCCTL, "--socket", self.sock, *args], capture_output=True,
+                              text=True)
 
 
 def child_environment():

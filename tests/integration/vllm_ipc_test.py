@@ -7,18 +7,16 @@ Usage: vllm_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR VLLM_
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import (client_test_arguments, crc, free_port, host_gpu,  # noqa: E402
-                             wait_port)
+from process_support import (HostWsyncdCase, client_test_arguments, crc, free_port,  # noqa: E402
+                             host_gpu, wait_port)
 
-WSYNCD, CTL, LIB, PKG, SIM = client_test_arguments()
+_, _, _, _, SIM = client_test_arguments()
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
@@ -32,17 +30,9 @@ def lifecycle(requests):
     return [f"{r['method']} {r['path']}" for r in requests if r["method"] == "POST"]
 
 
-class VllmIpcTest(unittest.TestCase):
+class VllmIpcTest(HostWsyncdCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="wsync-vllm-")
-        self.sock = os.path.join(self.dir, "wsyncd.sock")
-        self.procs = {}
-        self.spawn("wsyncd", [WSYNCD, "--mode", "host", "--socket", self.sock,
-                              "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
-                              "--bucket-timeout", "3"])
-        deadline = time.time() + 10
-        while not os.path.exists(self.sock) and time.time() < deadline:
-            time.sleep(0.02)
+        super().setUp()
         self.model = self.make_model(11)
 
     @staticmethod
@@ -59,26 +49,12 @@ class VllmIpcTest(unittest.TestCase):
             ("model.layers.0.scale", rng.standard_normal(77).astype(np.float32)),
         ]
 
-    def tearDown(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs.values():
-            p.wait(timeout=20)
-
-    def spawn(self, name, argv):
-        with open(os.path.join(self.dir, name + ".log"), "a") as out:
-            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
     def start_engine(self, version, ranks=2, port=None):
         port = port or free_port()
         self.spawn("engine", [sys.executable, SIM, "--port", str(port),
                               "--gpus", ",".join([GPU0] * ranks), "--version", version])
         wait_port(port)
         return port
-
-    def ctl(self, *args):
-        return subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
 
     def create_group(self, port, *extra, ranks=2, transport="ipc"):
         return self.ctl("create-group", "colo", "--kind", "vllm", "--transport", transport,
