@@ -40,9 +40,10 @@ class IpcFixture(HostWsyncdCase):
             ("model.layers.0.step", np.arange(5, dtype=np.int64)),
         ]
 
-    def start_engine(self, name, gpus, port=None):
+    def start_engine(self, name, gpus, port=None, version=None):
         port = port or free_port()
-        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)])
+        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)]
+                   + (["--version", version] if version else []))
         wait_port(port)
         return port
 
@@ -71,6 +72,44 @@ class IpcFixture(HostWsyncdCase):
             for item in model:
                 self.assertEqual(tensors.get(item[0]), crc(item[1]), f"rank {rank} {item[0]}")
         return state
+
+
+class SglangVersionGateTest(IpcFixture):
+    """The payload each SGLang version gets (sglang_version.h): the simulator reads a flattened
+    bucket as the version it reports did, so a wrong choice fails here."""
+
+    def test_a_current_server_gets_the_uint8_bucket_and_engines_names_it(self):
+        port = self.start_engine("engine", [GPU0], version="0.5.6.post1")
+        self.create_group("colo", port, [GPU0])
+        self.push("new1")
+        self.assert_engine_holds(port, self.model, "new1")
+        self.assertIn("0.5.6.post1 (ipc uint8-flattened)", self.ctl("engines").stdout)
+
+    def test_an_old_server_is_refused_the_flattened_bucket_naming_both_versions(self):
+        port = self.start_engine("engine", [GPU0], version="0.5.5.post1")
+        out = self.ctl("create-group", "colo", "--transport", "ipc", "--engine",
+                       f"http://127.0.0.1:{port}@{GPU0}")
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("SGLang 0.5.5.post1 ", out.stderr)
+        self.assertIn(">= 0.5.6", out.stderr)
+        self.assertIn("--load-format per_tensor", out.stderr)
+        self.assertEqual(self.engine_state(port)["updates_received"], 0)
+
+    def test_an_old_server_is_served_per_tensor_bytes_checked(self):
+        port = self.start_engine("engine", [GPU0], version="0.5.5.post1")
+        self.create_group("colo", port, [GPU0], "--load-format", "per_tensor")
+        self.push("old1")
+        self.assert_engine_holds(port, self.model, "old1")
+        self.assertIn("0.5.5.post1 (ipc per-tensor)", self.ctl("engines").stdout)
+
+    def test_a_server_before_the_ipc_floor_is_refused_in_every_format(self):
+        port = self.start_engine("engine", [GPU0], version="0.4.10.post2")
+        for name, extra in (("flat", []), ("typed", ["--load-format", "per_tensor"])):
+            out = self.ctl("create-group", name, "--transport", "ipc", "--engine",
+                           f"http://127.0.0.1:{port}@{GPU0}", *extra)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("SGLang 0.4.10.post2 ", out.stderr)
+            self.assertIn(">= 0.5.1", out.stderr)
 
 
 class IpcTransportTest(IpcFixture):

@@ -14,6 +14,11 @@ It follows SGLang's receive semantics (engine-protocols.md §3.3) without torch:
   offset) and kept, as torch's IPC cache does;
 - load_format null takes list[(name, tensor)]; "flattened_bucket" takes {"flattened_tensor",
   "metadata"} and views flat[start_idx:end_idx] as each entry's dtype (uint8 bucket: bytes);
+- GET /get_server_info reports --version (default 0.5.6). A version before 0.5.6 reads a
+  flattened bucket as SGLang did before PR #13413 (weight_sync/tensor_bucket.py @07e9000):
+  flat[start_idx:end_idx] in elements of the flat tensor's own dtype, reshaped to the entry's
+  shape (a uint8 bucket of wider dtypes fails there, as torch's reshape would), then cast by value
+  to the entry's dtype (stored here as marked bytes, so a checksum shows the garbage);
 - the answer is {"success", "message"}, HTTP 200, or HTTP 400 when the load failed.
 
 GET /sim/checksums answers what the C++ simulator does (CRC-32 per tensor per rank, ranks
@@ -80,7 +85,19 @@ class Rank:
             raise LoadError(f"device {device} is not this rank's GPU ({self.gpu_uuid})")
 
 
-def load_rank(rank, entry, load_format):
+def version_tuple(text):
+    """(major, minor, patch, release) of a version string; a pre-release sorts before its
+    release, a post release with it, as wsyncd's sglang_version.cc reads them."""
+    import re
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?(.*)$", text)
+    if not m:
+        return (0, 0, 0, 0)
+    rest = m.group(4)
+    release = rest == "" or rest.startswith("+") or re.match(r"\.?post\d*(\+.*)?$", rest)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), 1 if release else 0)
+
+
+def load_rank(rank, entry, load_format, uint8_reader=True):
     try:
         data = base64.b64decode(entry, validate=True)
     except (binascii.Error, ValueError) as e:
@@ -109,6 +126,19 @@ def load_rank(rank, entry, load_format):
             if m.end_idx - m.start_idx != m.numel or m.end_idx > flat.shape[0]:
                 raise LoadError(f"{m.name}: range {m.start_idx}..{m.end_idx} is not its numel")
             piece = flat.data[m.start_idx * unit:m.end_idx * unit]
+            if not uint8_reader:
+                # The receiver before PR #13413: elements of the flat tensor's dtype, reshaped,
+                # then cast by value.
+                numel = 1
+                for d in m.shape:
+                    numel *= d
+                if numel != m.numel:
+                    raise LoadError(f"shape '{list(m.shape)}' is invalid for input of size "
+                                    f"{m.numel}")
+                if m.dtype.name != flat.dtype.name:
+                    piece = b"value-cast:" + piece
+                loaded[m.name] = piece
+                continue
             if flat.dtype.name == "uint8":
                 # The receiver since PR #13413: a byte range viewed as the entry's dtype.
                 if m.start_idx % m.dtype.itemsize or len(piece) % m.dtype.itemsize:
@@ -127,7 +157,9 @@ def load_rank(rank, entry, load_format):
 
 
 class Engine:
-    def __init__(self, gpus):
+    def __init__(self, gpus, version="0.5.6"):
+        self.version = version
+        self.uint8_reader = version_tuple(version) >= (0, 5, 6, 1)
         self.ranks = [Rank(g) for g in gpus]
         self.lock = threading.Lock()
         self.weight_version = "default"
@@ -169,7 +201,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             return self.reply(200, {})
         if self.path == "/get_server_info":
-            return self.reply(200, {"version": "0.5.6-ipc-sim", "tp_size": len(e.ranks),
+            return self.reply(200, {"version": e.version, "tp_size": len(e.ranks),
                                     "dp_size": 1, "pp_size": 1,
                                     "weight_version": e.weight_version, "simulator": True})
         if self.path == "/sim/checksums":
@@ -260,7 +292,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             with e.lock:
                 for rank, entry in zip(e.ranks, entries):
-                    load_rank(rank, entry, body.get("load_format"))
+                    load_rank(rank, entry, body.get("load_format"), e.uint8_reader)
         except (LoadError, pickle.UnpicklingError, OSError, KeyError, TypeError,
                 AttributeError) as err:
             e.last_error = str(err)
@@ -273,8 +305,11 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--gpus", required=True, help="comma-separated GPU UUIDs, one per rank")
+    parser.add_argument("--version", default="0.5.6",
+                        help="what /get_server_info reports; before 0.5.6, the old flattened "
+                             "reader")
     args = parser.parse_args()
-    Handler.engine = Engine([g for g in args.gpus.split(",") if g])
+    Handler.engine = Engine([g for g in args.gpus.split(",") if g], args.version)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

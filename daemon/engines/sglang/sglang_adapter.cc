@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/sglang/sglang_ipc_payload.h"
@@ -24,7 +25,49 @@ AdapterCapabilities SglangAdapter::Capabilities() const {
 
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
-  return CheckServerInfo(info, endpoint_);
+  WSYNC_RETURN_IF_ERROR(CheckServerInfo(info, endpoint_));
+  if (transport_ != TransportKind::kIpc) return absl::OkStatus();
+  // Each formation reads the version again: the engine behind the URL may have been upgraded.
+  WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_));
+  auto& [version, variant] = found;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ipc_variant_.has_value() || ipc_variant_->name != variant.name ||
+      version_text_ != version.text) {
+    WSYNC_LOG(Info, "engine ", endpoint_.url, ": SGLang ", version.text, ", ", variant.name);
+  }
+  ipc_variant_ = variant;
+  version_text_ = version.text;
+  return absl::OkStatus();
+}
+
+std::optional<SglangIpcVariant> SglangAdapter::ipc_variant() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ipc_variant_;
+}
+
+absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckIpcVersion(
+    const nlohmann::json& info, const std::string& url, BucketFormat format) {
+  auto field = info.find("version");
+  if (field == info.end() || !field->is_string()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        url,
+        "/get_server_info answered without a \"version\" string, and the colocated payload "
+        "depends on it: not an SGLang server wsyncd knows"));
+  }
+  const std::string text = field->get<std::string>();
+  auto version = ParseSglangVersion(text);
+  if (!version.ok()) {
+    // The engine's text is not echoed: a version wsyncd cannot read says nothing useful.
+    return absl::FailedPreconditionError(
+        absl::StrCat(url, "/get_server_info answered a version wsyncd cannot read (", text.size(),
+                     " characters, not MAJOR.MINOR.PATCH): not an SGLang server wsyncd knows"));
+  }
+  auto variant = SglangIpcVariantFor(*version, format);
+  if (!variant.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", url, ": ", variant.status().message()));
+  }
+  return std::make_pair(*std::move(version), *std::move(variant));
 }
 
 absl::Status SglangAdapter::CheckServerInfo(const nlohmann::json& info,
@@ -227,6 +270,17 @@ EngineHealth SglangAdapter::Health() {
   };
   health.engine_version = text("version");
   health.weight_version = text("weight_version");
+  if (transport_ == TransportKind::kIpc) {
+    // Which payload the engine gets, so `wsyncctl engines` names it; a server wsyncd would refuse
+    // is healthy but not updatable, and the reason stands beside it.
+    auto found = CheckIpcVersion(*info, endpoint_.url, format_);
+    if (found.ok()) {
+      health.engine_version = absl::StrCat(health.engine_version, " (", found->second.name, ")");
+    } else {
+      health.engine_version = absl::StrCat(health.engine_version, " (unsupported)");
+      health.error = std::string(found.status().message());
+    }
+  }
   return health;
 }
 

@@ -2,10 +2,14 @@
 #define WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
 
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/sglang/sglang_version.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -14,6 +18,11 @@ namespace wsync {
 // rank_offset + tp_rank; a bucket goes as load_format "flattened_bucket" (one uint8 broadcast of
 // the tensors' bytes back to back in `names` order) or null (one broadcast per tensor, typed); the
 // version is recorded at commit. Its engines join through torch's TCPStore.
+//
+// On the IPC transport (update_weights_from_tensor) Probe also reads the server's version, once
+// each time the group forms, and picks the payload from it (sglang_version.h has the table and
+// docs/engines/sglang.md the evidence): a server too old for the group's load_format is refused
+// naming its version and the minimum. The broadcast path reads no version.
 class SglangAdapter final : public EngineAdapter {
  public:
   // `transport` is the group's: it decides which route the bucket requests go to, and so which
@@ -24,6 +33,7 @@ class SglangAdapter final : public EngineAdapter {
         timeouts_(timeouts),
         format_(options.load_format()),
         memory_(options.memory()),
+        transport_(transport),
         bucket_path_(transport == TransportKind::kIpc ? "/update_weights_from_tensor"
                                                       : "/update_weights_from_distributed"),
         http_(endpoint_.url) {}
@@ -58,6 +68,12 @@ class SglangAdapter final : public EngineAdapter {
                                    BucketFormat format);
   // What Probe requires of the engine's /get_server_info answer (a JSON object).
   static absl::Status CheckServerInfo(const nlohmann::json& info, const EngineEndpoint& endpoint);
+  // On the IPC transport: the server's version (the "version" of /get_server_info) and the
+  // payload it gets with `format`, or FAILED_PRECONDITION naming the version and the minimum.
+  static absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> CheckIpcVersion(
+      const nlohmann::json& info, const std::string& url, BucketFormat format);
+  // The IPC variant the last successful Probe picked; nullopt before one and on the broadcast.
+  std::optional<SglangIpcVariant> ipc_variant() const;
 
  private:
   EngineEndpoint endpoint_;
@@ -67,10 +83,13 @@ class SglangAdapter final : public EngineAdapter {
 
   BucketFormat format_;
   SglangMemory memory_;
+  TransportKind transport_;
   const char* bucket_path_;
   EngineHttp http_;
-  std::mutex mu_;
-  bool kv_cache_released_ = false;  // weights resumed by BeginUpdate, KV cache not yet
+  mutable std::mutex mu_;
+  std::optional<SglangIpcVariant> ipc_variant_;  // set by Probe on the IPC transport
+  std::string version_text_;                     // the version ipc_variant_ was picked for
+  bool kv_cache_released_ = false;               // weights resumed by BeginUpdate, KV cache not yet
   // Resuming the weights failed, so they may still be released: the resume that follows is
   // refused.
   bool weights_unknown_ = false;

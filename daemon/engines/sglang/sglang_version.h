@@ -1,0 +1,70 @@
+#ifndef WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_VERSION_H_
+#define WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_VERSION_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "daemon/engines/bucket_format.h"
+
+namespace wsync {
+
+// SGLang's version as GET /get_server_info reports it ("version"): "0.5.6", "v0.5.6",
+// "0.5.6.post1", "0.5.3rc2", "0.5.6.dev12+g1234abc". A post release ("0.5.6.post1") is its
+// release with fixes, so it counts as the release; a pre-release (rc, dev, a, b) or any suffix
+// wsyncd does not know orders before its release: a build from between two releases may or may
+// not hold what the later one ships, so it is served as the release before.
+struct SglangVersion {
+  int major = 0;
+  int minor = 0;
+  int patch = 0;
+  bool prerelease = false;
+  std::string text;  // as the engine sent it
+
+  // Orders by (major, minor, patch), a pre-release before its release.
+  bool AtLeast(int major, int minor, int patch) const;
+};
+
+// Refuses (INVALID_ARGUMENT) text that is not MAJOR.MINOR[.PATCH][suffix], longer than
+// kMaxSglangVersionChars, or with characters other than letters, digits, '.', '+', '-', '_'.
+inline constexpr size_t kMaxSglangVersionChars = 64;
+absl::StatusOr<SglangVersion> ParseSglangVersion(absl::string_view text);
+
+// The colocated payload a server gets (docs/engines/sglang.md has the evidence for each bound):
+//
+// | SGLang          | load_format per_tensor (null) | load_format flattened_bucket           |
+// |-----------------|-------------------------------|----------------------------------------|
+// | < 0.5.1         | refused                       | refused                                |
+// | 0.5.1 - 0.5.5.x | list[(name, tensor)]          | refused: reads the bucket element-typed |
+// | >= 0.5.6        | list[(name, tensor)]          | one uint8 tensor, metadata in bytes    |
+//
+// - 0.5.1 is the first release wsyncd knows to have all it needs on the IPC path: the HTTP route
+//   with one base64 payload per TP rank (PR #4848, 2025-04), the rebuild that maps a GPU UUID to
+//   the local device (PR #4565, 2025-03; wsyncd names the GPU by UUID, which an unpatched rebuild
+//   reads as an index and fails on) and load_format "flattened_bucket" (PR #8079, 2025-07). Earlier
+//   releases may have them, but which one first does was not pinned, so they are refused.
+// - 0.5.6 is the first release after PR #13413 (merged 2025-11-17, after 0.5.5), which reads a
+//   flattened bucket as uint8 bytes with byte offsets and any mix of dtypes. The receiver before
+//   it slices the flat tensor in elements of its own dtype and casts each range's values to the
+//   entry's dtype: wsyncd's uint8 bucket would load as garbage or fail to reshape. That receiver
+//   needs one dtype per bucket, and a group's bucket rules are fixed from Capabilities() when the
+//   group is created, before Probe reads the version; so wsyncd cannot promise one dtype per bucket
+//   for such a server and refuses it, suggesting per_tensor, which every supported server reads.
+inline constexpr char kSglangMinIpcVersion[] = "0.5.1";
+inline constexpr char kSglangMinUint8FlattenedVersion[] = "0.5.6";
+
+// What one SGLang server gets on the IPC transport.
+struct SglangIpcVariant {
+  std::string name;  // "ipc uint8-flattened" or "ipc per-tensor", for logs and `wsyncctl engines`
+  BucketFormat format = BucketFormat::kFlattened;
+};
+
+// The variant `version` is served with `format`; FAILED_PRECONDITION naming the version and the
+// minimum when the server is too old for it.
+absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& version,
+                                                     BucketFormat format);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_VERSION_H_
