@@ -288,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/get_server_info":
-            return self.reply(200, {"version": "0.5.6-torch-sim", "tp_size": len(ENGINE.ranks),
+            return self.reply(200, {"version": "0.5.6+torch-sim", "tp_size": len(ENGINE.ranks),
                                     "dp_size": 1, "pp_size": 1,
                                     "weight_version": ENGINE.weight_version})
         if self.path == "/sim/checksums":
