@@ -245,6 +245,9 @@ class MappedSlot {
   // event is then polled, never waited on blindly, so an engine that died with the record pending
   // costs DEADLINE_EXCEEDED after `timeout`, not a hung trainer. Host slots have nothing to wait.
   virtual absl::Status WaitReaders(absl::Duration timeout) { return absl::OkStatus(); }
+  // WaitReaders without waiting: true once those reads are done (or cannot be known: an event
+  // that failed is reported by WaitReaders).
+  virtual bool ReadersDone() { return true; }
   // Publishes the writes made so far to the daemon (records the slot event on GPUs).
   virtual absl::Status MarkWritten() = 0;
   // Returns once the writes published by MarkWritten are done (so their sources may be freed).

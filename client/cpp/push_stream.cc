@@ -67,7 +67,6 @@ void PushStream::ReadEvents() {
       for (Outstanding& o : outstanding_) {
         if (o.sequence == event.sources_read().sequence()) o.finished = true;
       }
-      ReleaseFinishedLocked();
     } else if (event.has_bucket_done()) {
       ++progress_.buckets_done;
       progress_.bytes_done += event.bucket_done().bytes();
@@ -80,6 +79,8 @@ void PushStream::ReadEvents() {
       have_result_ = true;
       daemon_ended_ = true;
     }
+    // Any event may find an engine's load, still running at SourcesRead, done by now.
+    ReleaseFinishedLocked();
     cv_.notify_all();
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -146,7 +147,8 @@ absl::StatusOr<std::pair<uint32_t, MappedSlot*>> PushStream::AcquireSlot(
 }
 
 void PushStream::ReleaseFinishedLocked() {
-  while (!outstanding_.empty() && outstanding_.front().finished) {
+  while (!outstanding_.empty() && outstanding_.front().finished &&
+         (outstanding_.front().readers == nullptr || outstanding_.front().readers->ReadersDone())) {
     for (size_t i = 0; i < outstanding_.front().tensors; ++i) pending_.pop_front();
     released_ += outstanding_.front().tensors;
     outstanding_.pop_front();
@@ -246,7 +248,11 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    outstanding_.push_back(Outstanding{sequence, bucket.tensors.size(), !pull});
+    outstanding_.push_back(
+        // The oversize slot's mapping may be replaced by a larger one: only regular slots, which
+        // live as long as the stream, are remembered.
+        Outstanding{sequence, bucket.tensors.size(), !pull,
+                    pull && !bucket.oversize ? &slot : nullptr});
     ReleaseFinishedLocked();
   }
   if (!stream_.SendBucket(wire)) {

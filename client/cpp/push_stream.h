@@ -186,6 +186,10 @@ class PushStream {
     uint64_t sequence;
     size_t tensors;
     bool finished;  // copied by the client, or read by wsyncd (SourcesRead)
+    // Pull mode: the slot whose event an engine that read the tensors in place records after its
+    // load (LMDeploy, require_clone false, answers before the load is done): the tensors go back
+    // to the caller only once it is reached.
+    MappedSlot* readers = nullptr;
   };
   std::deque<Outstanding> outstanding_;  // sent buckets in order, not yet released
   std::deque<uint32_t> free_slots_;

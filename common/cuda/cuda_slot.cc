@@ -139,6 +139,11 @@ absl::Status CudaMappedSlot::WaitReaders(absl::Duration timeout) {
   return event_->Poll(timeout, "the slot's previous bucket");
 }
 
+bool CudaMappedSlot::ReadersDone() {
+  return event_->Poll(absl::ZeroDuration(), "the slot's previous bucket").code() !=
+         absl::StatusCode::kDeadlineExceeded;
+}
+
 absl::Status CudaMappedSlot::MarkWritten() {
   WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_->get(), active_stream()));
   return absl::OkStatus();

@@ -90,6 +90,7 @@ class CudaMappedSlot final : public MappedSlot {
                                                 uint64_t span) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
   absl::Status WaitReaders(absl::Duration timeout) override;
+  bool ReadersDone() override;
   absl::Status MarkWritten() override;
   absl::Status WaitWritten() override;
   absl::Status MarkReady() override;
