@@ -178,8 +178,7 @@ TEST_F(IpcPullTest, ABucketLargerThanASlotGoesInOneRequestReadInPlace) {
   nlohmann::json state = engine.State();
   EXPECT_EQ(state["weight_version"], "big1");
   for (const auto& t : model) {
-    EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size())))
-        << t.name;
+    EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
   }
   // Misaligned, the bucket could not be read in place, and no slot holds it: refused before
   // anything reaches the engine.

@@ -7,29 +7,17 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "daemon/engines/bucket_format.h"
+#include "daemon/engines/engine_version.h"
 
 namespace wsync {
 
-// SGLang's version as GET /get_server_info reports it ("version"): "0.5.6", "v0.5.6",
-// "0.5.6.post1", "0.5.3rc2", "0.5.6.dev12+g1234abc". A post release ("0.5.6.post1") is its
-// release with fixes, so it counts as the release; a pre-release (rc, dev, a, b) or any suffix
-// wsyncd does not know orders before its release: a build from between two releases may or may
-// not hold what the later one ships, so it is served as the release before.
-struct SglangVersion {
-  int major = 0;
-  int minor = 0;
-  int patch = 0;
-  bool prerelease = false;
-  std::string text;  // as the engine sent it
-
-  // Orders by (major, minor, patch), a pre-release before its release.
-  bool AtLeast(int major, int minor, int patch) const;
-};
-
-// Refuses (INVALID_ARGUMENT) text that is not MAJOR.MINOR[.PATCH][suffix], longer than
-// kMaxSglangVersionChars, or with characters other than letters, digits, '.', '+', '-', '_'.
-inline constexpr size_t kMaxSglangVersionChars = 64;
-absl::StatusOr<SglangVersion> ParseSglangVersion(absl::string_view text);
+// SGLang's version as GET /get_server_info reports it ("version"), read by the rules every engine's
+// version follows (engine_version.h).
+using SglangVersion = EngineVersion;
+inline constexpr size_t kMaxSglangVersionChars = kMaxEngineVersionChars;
+inline absl::StatusOr<SglangVersion> ParseSglangVersion(absl::string_view text) {
+  return ParseEngineVersion(text);
+}
 
 // The colocated payload a server gets (docs/engines/sglang.md has the evidence for each bound):
 //

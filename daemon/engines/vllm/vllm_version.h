@@ -6,25 +6,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/torch_ipc_pickle.h"
+#include "daemon/engines/engine_version.h"
 
 namespace wsync {
 
-// vLLM's version as GET /version reports it: "0.22.1", "v0.22.1", "0.22.1rc2",
-// "0.22.1.dev41+g1234abc" (a build from source). A pre-release (rc, dev, a, b) orders before its
-// release, as PEP 440 has it: a dev build of 0.22.0 may or may not hold what 0.22.0 ships, so it is
-// served as the generation before (engine-protocols.md §4.6 asks for a canary there anyway).
-struct VllmVersion {
-  int major = 0;
-  int minor = 0;
-  int patch = 0;
-  bool prerelease = false;
-  std::string text;  // as the engine sent it
-
-  // Orders by (major, minor, patch), a pre-release before its release.
-  bool AtLeast(int major, int minor, int patch) const;
-};
-
-absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text);
+// vLLM's version as GET /version reports it, read by the rules every engine's version follows
+// (engine_version.h).
+using VllmVersion = EngineVersion;
+inline absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text) {
+  return ParseEngineVersion(text);
+}
 
 // What one generation of vLLM's IPC weight transfer expects on the wire (see vllm_options.h for
 // the boundaries and where they were read).
