@@ -175,6 +175,29 @@ std::vector<SlotRow> BufferPool::Snapshot() const {
   return rows;
 }
 
+namespace {
+
+// The session holding a device's slots, empty when none does.
+template <typename Slots>
+std::string HolderOf(const Slots& slots) {
+  for (const auto& s : slots) {
+    if (!s.owner.empty()) return s.owner;
+  }
+  return "";
+}
+
+// The bytes behind a device's slots, each allocation once (the regular slots are regions of one).
+template <typename Slots>
+uint64_t AllocatedBytes(const Slots& slots) {
+  uint64_t bytes = 0;
+  for (const auto& s : slots) {
+    if (s.memory->allocation_offset() == 0) bytes += s.memory->allocation_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace
+
 ReleaseResult BufferPool::ReleaseIdle(int device) {
   ReleaseResult result;
   std::vector<std::unique_ptr<SlotMemory>> freed;  // freed after the lock is dropped
@@ -185,19 +208,14 @@ ReleaseResult BufferPool::ReleaseIdle(int device) {
         ++it;
         continue;
       }
-      std::string holder;
-      for (const Slot& s : it->second) {
-        if (!s.owner.empty()) holder = s.owner;
-      }
+      const std::string holder = HolderOf(it->second);
       if (!holder.empty()) {
         result.busy.push_back(absl::StrCat("device ", it->first, " (session ", holder, ")"));
         ++it;
         continue;
       }
-      for (Slot& s : it->second) {
-        if (s.memory->allocation_offset() == 0) result.bytes += s.memory->allocation_bytes();
-        freed.push_back(std::move(s.memory));
-      }
+      result.bytes += AllocatedBytes(it->second);
+      for (Slot& s : it->second) freed.push_back(std::move(s.memory));
       result.released.push_back(it->first);
       ++counts_[it->first].releases;
       it = devices_.erase(it);
@@ -221,11 +239,8 @@ std::vector<DeviceMemoryRow> BufferPool::Devices() const {
     auto it = devices_.find(device);
     if (it != devices_.end()) {
       row.slots = static_cast<uint32_t>(it->second.size());
-      for (const Slot& s : it->second) {
-        // Each allocation once: the regular slots are regions of one.
-        if (s.memory->allocation_offset() == 0) row.bytes_held += s.memory->allocation_bytes();
-        if (!s.owner.empty()) row.holder = s.owner;
-      }
+      row.bytes_held = AllocatedBytes(it->second);
+      row.holder = HolderOf(it->second);
     }
     rows.push_back(std::move(row));
   }

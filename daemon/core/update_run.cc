@@ -176,16 +176,19 @@ void UpdateRun::ReleaseShares(const Pending& p, SlotState from) {
   }
 }
 
+std::string UpdateRun::FeedProgress(size_t feed) const {
+  const Feed& f = feed_state_[feed];
+  return absl::StrCat(
+      "the trainer rank feeding ", FeedName(feeds_[feed]),
+      f.session_id.empty()
+          ? " never joined the update (no session began it with this group and version)"
+          : absl::StrCat(" (session ", f.session_id, ") sent ", f.submitted, " bucket(s)"));
+}
+
 std::string UpdateRun::MissingShares(uint64_t index, const Pending& p) const {
   std::vector<std::string> missing;
   for (size_t i = 0; i < p.shares.size(); ++i) {
-    if (p.shares[i].present) continue;
-    const Feed& f = feed_state_[i];
-    missing.push_back(absl::StrCat(
-        "the trainer rank feeding ", FeedName(feeds_[i]),
-        f.session_id.empty()
-            ? " never joined the update (no session began it with this group and version)"
-            : absl::StrCat(" (session ", f.session_id, ") sent ", f.submitted, " bucket(s)")));
+    if (!p.shares[i].present) missing.push_back(FeedProgress(i));
   }
   return absl::StrCat("bucket ", index, " of update ", context_.update_id,
                       " is incomplete: ", absl::StrJoin(missing, "; "));
@@ -302,11 +305,11 @@ void UpdateRun::SenderLoop() {
           continue;
         }
         if (absl::Now() >= queue_.front().deadline) {
-          Fail(absl::DeadlineExceededError(absl::StrCat(
+          absl::Status late = absl::DeadlineExceededError(absl::StrCat(
               MissingShares(taken_, queue_.front()), " after ",
-              absl::FormatDuration(context_.bucket_timeout), "; nothing of it was sent")));
+              absl::FormatDuration(context_.bucket_timeout), "; nothing of it was sent"));
           lock.unlock();
-          ReportFailure(absl::OkStatus());
+          ReportFailure(std::move(late));
           lock.lock();
           continue;
         }
@@ -556,18 +559,12 @@ UpdateOutcome UpdateRun::Commit(size_t feed) {
       if (!all_committed() && failure_.ok() && !finishing_ && !finished_) {
         std::vector<std::string> waiting;
         for (size_t i = 0; i < feed_state_.size(); ++i) {
-          if (feed_state_[i].committed) continue;
-          waiting.push_back(
-              absl::StrCat(FeedName(feeds_[i]),
-                           feed_state_[i].session_id.empty()
-                               ? " (never joined)"
-                               : absl::StrCat(" (session ", feed_state_[i].session_id, ", ",
-                                              feed_state_[i].submitted, " bucket(s) sent)")));
+          if (!feed_state_[i].committed) waiting.push_back(FeedProgress(i));
         }
         Fail(absl::DeadlineExceededError(absl::StrCat(
             "update ", context_.update_id, ": no commit within ",
-            absl::FormatDuration(context_.bucket_timeout), " from the trainer rank(s) feeding ",
-            absl::StrJoin(waiting, ", "), "; the engines keep their earlier version")));
+            absl::FormatDuration(context_.bucket_timeout), ": ", absl::StrJoin(waiting, "; "),
+            "; the engines keep their earlier version")));
       }
     }
   }
@@ -577,6 +574,7 @@ UpdateOutcome UpdateRun::Commit(size_t feed) {
 UpdateOutcome UpdateRun::Abort(absl::Status reason) { return Finish(false, std::move(reason)); }
 
 UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
+  absl::Status failed;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (finishing_ || finished_) {
@@ -593,19 +591,13 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
       queue_.clear();
     }
     closing_ = true;
+    failed = failure_;
     cv_.notify_all();
   }
   // The other trainer ranks of a TP group may be waiting for a SlotFree that will not come, or
   // blocked reading their streams: they hear the failure now, not at their deadlines. (One
   // member's own stream gets its outcome from Finish's caller.)
-  if (feeds_.size() > 1) {
-    absl::Status failed;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      failed = failure_;
-    }
-    if (!failed.ok()) ReportFailure(failed);
-  }
+  if (feeds_.size() > 1 && !failed.ok()) ReportFailure(failed);
   if (sender_.joinable()) sender_.join();
   if (reuse_thread_.joinable()) reuse_thread_.join();
   if (answer_thread_.joinable()) answer_thread_.join();

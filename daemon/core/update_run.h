@@ -176,6 +176,8 @@ class UpdateRun {
   // Takes the next item of `queue` once there is one (marking it failed_before if the update has
   // failed); false once `done` is set and the queue is empty.
   bool TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight* out);
+  // How far one feed got: its GPU, and its session's buckets or that no session joined.
+  std::string FeedProgress(size_t feed) const;
   // Why bucket `index` (at the queue's front, incomplete) lacks shares: the feeds that sent none.
   std::string MissingShares(uint64_t index, const Pending& p) const;
   // Push mode: compares the slot's checksum with the trainer's (with checksums off, only checks

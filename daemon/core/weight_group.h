@@ -64,6 +64,11 @@ struct TrainerFeed {
   std::string gpu_uuid;  // empty off the IPC path
 };
 std::string FeedName(const TrainerFeed& feed);
+// The feed each engine TP rank reads from, per engine in rank order: the device on the rank's GPU
+// (named by UUID in the spec). NOT_FOUND naming the engine and rank whose GPU wsyncd has no device
+// for. For an IPC spec only.
+absl::StatusOr<std::vector<std::vector<TrainerFeed>>> RankFeedsOf(const GroupSpec& spec,
+                                                                  const Platform& platform);
 // The feeds of a group: NOT_FOUND naming the engine and rank whose GPU wsyncd has no device for.
 absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform);
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace wsync {
 
@@ -20,25 +21,14 @@ absl::Status IpcTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
   formation_.reset();
   gpus_.clear();
-  std::vector<std::vector<RankGpu>> gpus;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
-    EngineAdapter* a = env_.adapters[i];
-    const EngineSpec& spec = env_.spec.engines[i];
-    if (!a->Capabilities().Supports(DataPath::kCudaIpc)) {
+    if (!env_.adapters[i]->Capabilities().Supports(DataPath::kCudaIpc)) {
       return absl::UnimplementedError(absl::StrCat("group '", env_.spec.name, "': engine ",
-                                                   spec.url, " cannot load buckets over IPC"));
-    }
-    std::vector<RankGpu>& engine_gpus = gpus.emplace_back();
-    for (size_t rank = 0; rank < spec.gpus.size(); ++rank) {
-      absl::StatusOr<int> device = FindDeviceByUuid(*env_.platform, spec.gpus[rank]);
-      if (!device.ok()) {
-        return absl::Status(device.status().code(),
-                            absl::StrCat("group '", env_.spec.name, "': engine ", spec.url,
-                                         " TP rank ", rank, ": ", device.status().message()));
-      }
-      engine_gpus.push_back(RankGpu{NormalizeGpuUuid(spec.gpus[rank]), *device});
+                                                   env_.spec.engines[i].url,
+                                                   " cannot load buckets over IPC"));
     }
   }
+  WSYNC_ASSIGN_OR_RETURN(auto gpus, RankFeedsOf(env_.spec, *env_.platform));
   gpus_ = std::move(gpus);
   formation_ = std::make_shared<IpcFormation>();
   return absl::OkStatus();
@@ -119,7 +109,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
     }
   }
   std::shared_ptr<IpcFormation> formation;
-  std::vector<std::vector<RankGpu>> gpus;
+  std::vector<std::vector<TrainerFeed>> gpus;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!formation_) {
@@ -140,17 +130,16 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
     std::vector<IpcBucketView> views;
     for (size_t rank = 0; rank < gpus[i].size(); ++rank) {
-      const RankGpu& gpu = gpus[i][rank];
+      const TrainerFeed& gpu = gpus[i][rank];
       auto source = std::find_if(sources.begin(), sources.end(),
                                  [&](const BucketSource& s) { return s.device == gpu.device; });
       if (source == sources.end()) {
-        return absl::InternalError(absl::StrCat("group '", env_.spec.name, "': engine ",
-                                                env_.adapters[i]->endpoint().url, " TP rank ", rank,
-                                                " is on GPU ", gpu.uuid, " (device ", gpu.device,
-                                                ") but the bucket has no source there"));
+        return absl::InternalError(absl::StrCat(
+            "group '", env_.spec.name, "': engine ", env_.adapters[i]->endpoint().url, " TP rank ",
+            rank, " is on ", FeedName(gpu), " but the bucket has no source there"));
       }
       IpcBucketView view = ViewOf(*source);
-      view.gpu_uuid = gpu.uuid;
+      view.gpu_uuid = gpu.gpu_uuid;
       views.push_back(std::move(view));
     }
     auto request = env_.adapters[i]->IpcBucketRequest(manifest, views, context);
@@ -168,7 +157,7 @@ std::string IpcTransport::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < env_.adapters.size() && i < gpus_.size(); ++i) {
     std::vector<std::string> names;
-    for (const RankGpu& gpu : gpus_[i]) names.push_back(gpu.uuid);
+    for (const TrainerFeed& gpu : gpus_[i]) names.push_back(gpu.gpu_uuid);
     parts.push_back(
         absl::StrCat(env_.adapters[i]->endpoint().url, " on ", absl::StrJoin(names, ", ")));
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "daemon/core/transport.h"
+#include "daemon/core/weight_group.h"
 #include "daemon/transport/http/engine_channels.h"
 #include "daemon/transport/ipc/ipc_bucket.h"
 
@@ -51,13 +52,9 @@ class IpcTransport final : public Transport {
   EngineChannels channels_;
 
   mutable std::mutex mu_;
-  // One engine TP rank's GPU: its normalized UUID and wsyncd's device there.
-  struct RankGpu {
-    std::string uuid;
-    int device = 0;
-  };
-  // Set by Form; each engine's ranks' GPUs, in TP-rank order.
-  std::vector<std::vector<RankGpu>> gpus_;
+  // Set by Form (RankFeedsOf); each engine's ranks' GPUs and wsyncd's devices there, in TP-rank
+  // order.
+  std::vector<std::vector<TrainerFeed>> gpus_;
   std::shared_ptr<IpcFormation> formation_;
 };
 
