@@ -98,6 +98,11 @@ class SlotMemory {
   // restoring its size for later buckets. Checked before a bucket is broadcast out of a slot that
   // wsyncd did not read first (no checksum), since the kernel's read is not guarded.
   virtual absl::Status CheckIntact() { return absl::OkStatus(); }
+  // Returns once the bucket's bytes are written: the producer's event has completed (polled,
+  // never blocking in the driver; DEADLINE_EXCEEDED after `timeout`). For readers that cannot wait
+  // on the event themselves, such as an engine told of a bucket by a message rather than by a
+  // handle it waits on. Host mode: the writes are done when the producer says so.
+  virtual absl::Status WaitProducer(absl::Duration timeout) { return absl::OkStatus(); }
 };
 
 // One collective call: `count` elements of `dtype` starting `offset` bytes into the slot. The

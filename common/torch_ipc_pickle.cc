@@ -542,4 +542,19 @@ std::string CheckpointEngineNoneFrame() {
   return std::move(out).Finish();
 }
 
+std::string CheckpointEngineAbortFrame(absl::string_view reason) {
+  // ASCII only, so the text can never be refused as UTF-8 and the frame always goes out.
+  std::string text;
+  for (char c : reason.substr(0, 512)) {
+    text.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  PickleWriter out;
+  // A constant, valid pair: Global cannot fail on it.
+  (void)out.Global("builtins", "RuntimeError");
+  (void)out.Unicode(absl::StrCat("wsync aborted the update: ", text));
+  out.Tuple1();
+  out.Reduce();
+  return std::move(out).Finish();
+}
+
 }  // namespace wsync

@@ -10,7 +10,8 @@
 // Only these GLOBALs are ever written, because SGLang's SafeUnpickler accepts exact
 // (module, name) pairs and nothing else: torch.multiprocessing.reductions.rebuild_cuda_tensor,
 // torch.Tensor, torch.Size, torch.storage.TypedStorage, torch.<dtype> for the dtypes of
-// common/dtype.h, and FlattenedTensorMetadata under the module of MetadataModule.
+// common/dtype.h, and FlattenedTensorMetadata under the module of MetadataModule. The one
+// exception is CheckpointEngineAbortFrame, read by checkpoint-engine's plain unpickler.
 
 #include <cstdint>
 #include <optional>
@@ -177,6 +178,10 @@ absl::StatusOr<std::string> CheckpointEngineBucketFrame(
     absl::Span<const CheckpointEngineTensor> tensors, uint64_t buffer_bytes);
 // The frame that ends a phase of the exchange: None.
 std::string CheckpointEngineNoneFrame();
+// The frame that makes a rank give up the update: RuntimeError(reason), which the worker raises
+// (builtins.RuntimeError: this frame goes to a plain unpickler, never to SGLang's allow-list).
+// The reason is cut to 512 bytes, and bytes outside printable ASCII become '?'.
+std::string CheckpointEngineAbortFrame(absl::string_view reason);
 
 }  // namespace wsync
 

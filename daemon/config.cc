@@ -196,7 +196,8 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
         absl::StrCat("group '", spec.name, "': \"", kind, "\" must be an object"));
   }
   for (const auto& [key, value] : options.items()) {
-    if (key != "load_format" && !(key == "memory" && spec.kind == EngineKind::kSglang)) {
+    if (key != "load_format" &&
+        !((key == "memory" || key == "ipc_route") && spec.kind == EngineKind::kSglang)) {
       return absl::InvalidArgumentError(
           absl::StrCat("group '", spec.name, "': unknown ", kind, " option \"", key, "\""));
     }
@@ -218,7 +219,17 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
       return absl::InvalidArgumentError(
           absl::StrCat("group '", spec.name, "': ", parsed.status().message()));
     }
-    spec.engine_options = std::make_shared<const SglangOptions>(format, *parsed);
+    const nlohmann::json route = options.value("ipc_route", nlohmann::json("tensor"));
+    if (!route.is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group '", spec.name, "': sglang ipc_route must be \"tensor\" or \"ipc\""));
+    }
+    auto parsed_route = ParseSglangIpcRoute(route.get<std::string>());
+    if (!parsed_route.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': ", parsed_route.status().message()));
+    }
+    spec.engine_options = std::make_shared<const SglangOptions>(format, *parsed, *parsed_route);
   }
   return spec;
 }
@@ -239,6 +250,9 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
     j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
     if (sglang->memory() != SglangMemory::kKeep) {
       j["sglang"]["memory"] = std::string(SglangMemoryName(sglang->memory()));
+    }
+    if (sglang->ipc_route() != SglangIpcRoute::kTensor) {
+      j["sglang"]["ipc_route"] = std::string(SglangIpcRouteName(sglang->ipc_route()));
     }
   }
   if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
@@ -285,6 +299,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                               "control_timeout_s",
                                               "advertise_address",
                                               "bind_address",
+                                              "ipc_socket_dir",
                                               "log_level",
                                               "groups",
                                               "engine_networks",
@@ -363,6 +378,9 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
     }
     if (j.contains("bind_address")) {
       config->daemon.group.transport.bind_address = j["bind_address"].get<std::string>();
+    }
+    if (j.contains("ipc_socket_dir")) {
+      config->daemon.group.transport.ipc_socket_dir = j["ipc_socket_dir"].get<std::string>();
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
     if (j.contains("state_dir")) config->state_dir = j["state_dir"].get<std::string>();

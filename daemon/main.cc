@@ -104,6 +104,10 @@ int main(int argc, char** argv) {
       app.add_option("--bind-address", config.daemon.group.transport.bind_address,
                      "address the rendezvous stores and collectives listen on (default: the "
                      "advertise address)");
+  auto* socket_dir_opt = app.add_option(
+      "--ipc-socket-dir", config.daemon.group.transport.ipc_socket_dir,
+      "directory for the ZMQ sockets of SGLang's map-once route (ipc_route \"ipc\"): one that "
+      "wsyncd and the engines both see");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
   std::vector<std::string> engine_networks;
   auto* networks_opt =
@@ -162,6 +166,10 @@ int main(int argc, char** argv) {
     }
     if (bind_opt->count() == 0)
       config.daemon.group.transport.bind_address = from_file.daemon.group.transport.bind_address;
+    if (socket_dir_opt->count() == 0) {
+      config.daemon.group.transport.ipc_socket_dir =
+          from_file.daemon.group.transport.ipc_socket_dir;
+    }
     if (log_opt->count() == 0) log_level = from_file.log_level;
     config.groups = from_file.groups;
     config.engine_networks = from_file.engine_networks;

@@ -8,7 +8,10 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libcli11-dev libcpp-httplib-dev libboost-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev
-  python3 python3-numpy
+  # SGLang's map-once colocated route speaks checkpoint-engine's ZMQ protocol; its host simulator
+  # is the engine side, with pyzmq.
+  libzmq3-dev cppzmq-dev
+  python3 python3-numpy python3-zmq
   curl procps openssl util-linux
   # The reliability suite (docs/RELIABILITY.md): clang and its runtimes for the ASan/UBSan build
   # and libFuzzer, llvm-symbolizer for the sanitizers' stacks.

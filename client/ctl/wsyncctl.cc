@@ -50,7 +50,8 @@ std::string OptionsText(const v1::GroupSpec& spec) {
     return absl::StrCat(
         spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR ? ", per_tensor"
                                                                          : ", flattened_bucket",
-        spec.sglang().memory() == v1::SGLANG_MEMORY_RESUME ? ", memory resume" : "");
+        spec.sglang().memory() == v1::SGLANG_MEMORY_RESUME ? ", memory resume" : "",
+        spec.sglang().ipc_route() == v1::SGLANG_IPC_ROUTE_IPC ? ", ipc route" : "");
   }
   if (spec.has_lmdeploy()) {
     return spec.lmdeploy().load_format() == v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
@@ -286,7 +287,8 @@ class Ctl {
   int CreateGroup(const std::string& name, const std::string& kind,
                   const std::vector<std::string>& engines, int device,
                   const std::string& load_format, const std::string& transport,
-                  const VllmFlags& vllm, const std::string& sglang_memory) {
+                  const VllmFlags& vllm, const std::string& sglang_memory,
+                  const std::string& sglang_ipc_route) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -328,6 +330,14 @@ class Ctl {
       }
       group->mutable_sglang()->set_memory(sglang_memory == "resume" ? v1::SGLANG_MEMORY_RESUME
                                                                     : v1::SGLANG_MEMORY_KEEP);
+    }
+    if (!sglang_ipc_route.empty()) {
+      if (k != v1::ENGINE_KIND_SGLANG) {
+        std::cerr << "wsyncctl: --sglang-ipc-route is an sglang option\n";
+        return 2;
+      }
+      group->mutable_sglang()->set_ipc_route(sglang_ipc_route == "ipc" ? v1::SGLANG_IPC_ROUTE_IPC
+                                                                       : v1::SGLANG_IPC_ROUTE_TENSOR);
     }
     if (vllm.any() && k != v1::ENGINE_KIND_VLLM) {
       std::cerr << "wsyncctl: --vllm-* options are for --kind vllm\n";
@@ -491,6 +501,14 @@ int main(int argc, char** argv) {
                    "releases it before each update; wsyncd resumes the weights before the buckets "
                    "and the KV cache after the commit)")
       ->check(CLI::IsMember({"keep", "resume"}));
+  std::string sglang_ipc_route;
+  create
+      ->add_option("--sglang-ipc-route", sglang_ipc_route,
+                   "sglang, transport ipc: tensor (default: /update_weights_from_tensor per "
+                   "bucket) or ipc (/update_weights_from_ipc once per update: each rank maps its "
+                   "buffer once and takes the buckets over ZMQ; needs checkpoint-engine in the "
+                   "engine)")
+      ->check(CLI::IsMember({"tensor", "ipc"}));
   wsync::VllmFlags vllm;
   create->add_flag("--vllm-packed", vllm.packed,
                    "vllm: each bucket as one uint8 chunk with tensor_sizes (vLLM >= 0.22.0; must "
@@ -538,7 +556,7 @@ int main(int argc, char** argv) {
   if (*updates) return ctl.Updates(limit);
   if (*create)
     return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
-                           sglang_memory);
+                           sglang_memory, sglang_ipc_route);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

@@ -94,8 +94,7 @@ absl::Status IpcEvent::Poll(absl::Duration timeout, absl::string_view what) cons
     if (done != cudaErrorNotReady) return WSYNC_CUDA_STATUS(done);
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat(what, ": its event was not reached within ", absl::FormatDuration(timeout),
-                       " (the engine that read it has not finished its load; did it die?)"));
+          absl::StrCat(what, ": its event was not reached within ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(nap);
     nap = std::min(nap * 2, absl::Milliseconds(1));

@@ -47,6 +47,10 @@ absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
   return DeviceCrc32(data(), bytes, stream_->get(), scratch_.get());
 }
 
+absl::Status CudaSlot::WaitProducer(absl::Duration timeout) {
+  return event_->Poll(timeout, "the trainer's writes to the slot (did the trainer die?)");
+}
+
 absl::StatusOr<uint32_t> CudaSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
   WSYNC_RETURN_IF_ERROR(CheckFillFits(*this, pieces, span));
   std::vector<CopyItem> items;
@@ -136,7 +140,9 @@ absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
 // that never completes would hang the stream, and because MarkReady's record would otherwise
 // replace the engine's before wsyncd's copy waits on the event.
 absl::Status CudaMappedSlot::WaitReaders(absl::Duration timeout) {
-  return event_->Poll(timeout, "the slot's previous bucket");
+  return event_->Poll(timeout,
+                      "the slot's previous bucket (the engine that read it has not finished its "
+                      "load; did it die?)");
 }
 
 bool CudaMappedSlot::ReadersDone() {

@@ -33,6 +33,8 @@ absl::string_view DataPathName(DataPath path) {
       return "broadcast";
     case DataPath::kCudaIpc:
       return "cuda-ipc";
+    case DataPath::kCudaIpcStream:
+      return "cuda-ipc-stream";
   }
   return "unknown";
 }
@@ -57,6 +59,11 @@ absl::StatusOr<EngineRequest> EngineAdapter::IpcBucketRequest(const BucketManife
                                                               const std::vector<IpcBucketView>&,
                                                               const BucketContext&) const {
   return NotOnThisPath(*this, "an IPC bucket request");
+}
+
+absl::StatusOr<EngineRequest> EngineAdapter::IpcStreamRequest(
+    const UpdateInfo&, const std::vector<IpcStreamRank>&) const {
+  return NotOnThisPath(*this, "an IPC stream request");
 }
 
 absl::StatusOr<EngineRequest> EngineAdapter::BroadcastBucketRequest(const BucketManifest&,

@@ -62,6 +62,13 @@ struct IpcBucketView {
   std::string event_handle;
 };
 
+// One TP rank of an update streamed over per-rank sockets: the GPU it runs on, as torch prints
+// its UUID, and the address wsyncd listens on for that rank ("ipc://...").
+struct IpcStreamRank {
+  std::string gpu_uuid;
+  std::string address;
+};
+
 struct EngineOutcome {
   std::string engine;
   absl::Status status;
@@ -97,6 +104,10 @@ enum class RendezvousMode {
 enum class DataPath {
   kBroadcast,  // NCCL broadcast from wsyncd as rank 0 (disaggregated)
   kCudaIpc,    // IPC handles of wsyncd's buffers or the trainer's memory (colocated)
+  // Colocated, mapped once per update: one request opens the update, each TP rank maps its
+  // buffer once, then takes each bucket's metadata as a message on its own socket
+  // (checkpoint-engine's ZMQ protocol, which SGLang's /update_weights_from_ipc speaks).
+  kCudaIpcStream,
 };
 
 absl::string_view RendezvousModeName(RendezvousMode mode);
@@ -159,6 +170,13 @@ class EngineAdapter {
   virtual absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
                                                          const std::vector<IpcBucketView>& ranks,
                                                          const BucketContext& context) const;
+
+  // --- DataPath::kCudaIpcStream (optional) ---
+  // The request that opens an update's stream: each TP rank connects to its address (`ranks` in
+  // TP-rank order) and takes the buckets there; the engine answers once every rank is done, and
+  // CheckBucketReply judges that answer.
+  virtual absl::StatusOr<EngineRequest> IpcStreamRequest(
+      const UpdateInfo& update, const std::vector<IpcStreamRank>& ranks) const;
 };
 
 // Runs `fn` on every adapter at once and returns each one's status, in adapter order.

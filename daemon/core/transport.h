@@ -77,6 +77,10 @@ class Transport {
   virtual absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,
       const BucketContext& context, absl::Time deadline) = 0;
+  // After the last bucket of an update that commits, before any engine records its version:
+  // ends what carries the buckets where that is more than the requests (a stream's final steps,
+  // where the engine post-processes its weights), and returns its outcome.
+  virtual absl::Status FinishBuckets(absl::Time deadline) { return absl::OkStatus(); }
   // Ends the update's requests still open (their answers no longer matter).
   virtual void EndUpdate(absl::string_view why) = 0;
 
@@ -93,6 +97,9 @@ struct TransportOptions {
   std::string bind_address;
   std::string advertise_address = "127.0.0.1";
   absl::Duration registration_timeout = absl::Seconds(10);
+  // Where an IPC group's stream sockets live ("ipc://" paths that the engines connect to): a
+  // directory wsyncd and the engines both see.
+  std::string ipc_socket_dir = "/tmp";
 };
 
 // What a transport is made from. The adapters belong to the group and outlive the transport.

@@ -27,14 +27,9 @@ absl::string_view GroupStateName(GroupState state) {
   return "unknown";
 }
 
-DataPath DataPathOf(TransportKind transport) {
-  switch (transport) {
-    case TransportKind::kBroadcast:
-      return DataPath::kBroadcast;
-    case TransportKind::kIpc:
-      return DataPath::kCudaIpc;
-  }
-  return DataPath::kBroadcast;
+std::vector<DataPath> DataPathsOf(TransportKind transport) {
+  if (transport == TransportKind::kIpc) return {DataPath::kCudaIpc, DataPath::kCudaIpcStream};
+  return {DataPath::kBroadcast};
 }
 
 namespace {
@@ -92,18 +87,22 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
                                                                  const GroupRecord* previous) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
   WSYNC_ASSIGN_OR_RETURN(std::vector<TrainerFeed> feeds, FeedsOf(spec, platform));
-  const DataPath path = DataPathOf(spec.transport);
+  const std::vector<DataPath> paths = DataPathsOf(spec.transport);
   std::vector<std::unique_ptr<EngineAdapter>> adapters;
   uint32_t offset = 1;
   for (const EngineSpec& e : spec.engines) {
     WSYNC_ASSIGN_OR_RETURN(
         std::unique_ptr<EngineAdapter> adapter,
         factories.adapter(spec, EngineEndpoint{e.url, e.ranks, offset}, options.timeouts));
-    if (!adapter->Capabilities().Supports(path)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("group '", spec.name, "': ", EngineKindName(spec.kind), " engine ", e.url,
-                       " cannot receive over the ", DataPathName(path), " data path that the ",
-                       TransportKindName(spec.transport), " transport needs"));
+    const AdapterCapabilities caps = adapter->Capabilities();
+    if (std::none_of(paths.begin(), paths.end(),
+                     [&](DataPath p) { return caps.Supports(p); })) {
+      std::vector<std::string> names;
+      for (DataPath p : paths) names.push_back(std::string(DataPathName(p)));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group '", spec.name, "': ", EngineKindName(spec.kind), " engine ", e.url,
+          " cannot receive over the ", absl::StrJoin(names, " or "), " data path that the ",
+          TransportKindName(spec.transport), " transport needs"));
     }
     adapters.push_back(std::move(adapter));
     offset += e.ranks;
@@ -393,8 +392,15 @@ void WeightGroup::MarkBroken(const absl::Status& status) {
   WSYNC_LOG(Warning, "group ", spec_.name, ": bucket failed, group broken: ", status.message());
 }
 
-absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update,
+absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data_deadline,
                                        std::vector<EngineOutcome>* outcomes) {
+  // The data path ends first: an engine records the version only once its weights are whole.
+  if (absl::Status s = transport_->FinishBuckets(data_deadline); !s.ok()) {
+    for (const auto& a : adapters_) outcomes->push_back(EngineOutcome{a->endpoint().url, s});
+    MarkBroken(s);
+    AbortUpdate(std::string(s.message()));
+    return s;
+  }
   std::vector<absl::Status> results =
       OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.FinishUpdate(update); });
   std::vector<std::string> errors;

@@ -52,8 +52,8 @@ struct GroupSnapshot {
   std::map<std::string, std::string> needs_full_version;
 };
 
-// The data path a transport needs every engine of its group to support.
-DataPath DataPathOf(TransportKind transport);
+// The data paths a transport can drive; every engine of its group must support one of them.
+std::vector<DataPath> DataPathsOf(TransportKind transport);
 
 // One trainer rank's share of a group's updates: the device whose slots it fills and, on the IPC
 // path, that device's GPU. A broadcast group is fed from its one device; an IPC group from every
@@ -115,7 +115,10 @@ class WeightGroup {
       const BucketContext& context, absl::Time deadline);
   // updating -> ready: records the version on every engine and resumes generation. An engine
   // that finished holds a full version again.
-  absl::Status FinishUpdate(const UpdateInfo& update, std::vector<EngineOutcome>* outcomes);
+  // `data_deadline` bounds the transport's FinishBuckets; a failure there marks the group broken
+  // and resumes the engines without recording the version.
+  absl::Status FinishUpdate(const UpdateInfo& update, absl::Time data_deadline,
+                            std::vector<EngineOutcome>* outcomes);
   // updating -> ready (or broken): resumes generation, best effort, on the engines that do not
   // wait for a full version.
   void AbortUpdate(const std::string& reason);

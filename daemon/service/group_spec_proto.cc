@@ -67,12 +67,24 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> SglangFromProto(
       return absl::InvalidArgumentError(
           absl::StrCat("unknown sglang memory ", static_cast<int>(proto.memory())));
   }
+  SglangIpcRoute route;
+  switch (proto.ipc_route()) {
+    case v1::SGLANG_IPC_ROUTE_TENSOR:
+      route = SglangIpcRoute::kTensor;
+      break;
+    case v1::SGLANG_IPC_ROUTE_IPC:
+      route = SglangIpcRoute::kIpc;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown sglang ipc_route ", static_cast<int>(proto.ipc_route())));
+  }
   switch (proto.load_format()) {
     case v1::SGLANG_LOAD_FORMAT_UNSPECIFIED:
     case v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET:
-      return std::make_shared<const SglangOptions>(BucketFormat::kFlattened, memory);
+      return std::make_shared<const SglangOptions>(BucketFormat::kFlattened, memory, route);
     case v1::SGLANG_LOAD_FORMAT_PER_TENSOR:
-      return std::make_shared<const SglangOptions>(BucketFormat::kPerTensor, memory);
+      return std::make_shared<const SglangOptions>(BucketFormat::kPerTensor, memory, route);
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unknown sglang load_format ", static_cast<int>(proto.load_format())));
@@ -200,6 +212,9 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
     out->mutable_sglang()->set_memory(sglang->memory() == SglangMemory::kResume
                                           ? v1::SGLANG_MEMORY_RESUME
                                           : v1::SGLANG_MEMORY_KEEP);
+    out->mutable_sglang()->set_ipc_route(sglang->ipc_route() == SglangIpcRoute::kIpc
+                                             ? v1::SGLANG_IPC_ROUTE_IPC
+                                             : v1::SGLANG_IPC_ROUTE_TENSOR);
   }
   if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
     out->mutable_lmdeploy()->set_load_format(lmdeploy->load_format() == BucketFormat::kPerTensor

@@ -21,16 +21,24 @@ It follows SGLang's receive semantics (engine-protocols.md §3.3) without torch:
   to the entry's dtype (stored here as marked bytes, so a checksum shows the garbage);
 - the answer is {"success", "message"}, HTTP 200, or HTTP 400 when the load failed.
 
+POST /update_weights_from_ipc (the map-once route, SGLang >= 0.5.5 here; 404 before) follows
+SGLang's handler around checkpoint-engine's worker (checkpoint_engine_worker.py, generation
+--ce-worker): each rank looks up "GPU-<its uuid>" in zmq_handles (missing: 400), connects a REP
+socket there and runs the worker; frames are plain pickles (no allow-list: torch's names resolve
+to stand-ins, builtins' exceptions to themselves); the request answers 200 {"success": true} once
+every rank is done, or 400 with the first rank's failure; flush_cache defaults to true.
+
 GET /sim/checksums answers what the C++ simulator does (CRC-32 per tensor per rank, ranks
 numbered from 1) plus ipc_opens, the mappings made, and last_error, why the last load failed (wsyncd
 reports an engine's status, not its answer). POST /sim/knobs sets faults.
 
-  sglang_ipc_sim.py --port P --gpus UUID[,UUID...]
+  sglang_ipc_sim.py --port P --gpus UUID[,UUID...] [--version V] [--ce-worker g1|g4]
 """
 
 import argparse
 import base64
 import binascii
+import builtins
 import io
 import json
 import os
@@ -43,7 +51,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_standins import (DTYPE_SIZES, Dtype, ExactNameUnpickler,  # noqa: E402,F401
-                            LoadError, ShmMappings)
+                            LoadError, ShmMappings, Size, TorchClass, check_host_device)
+import checkpoint_engine_worker  # noqa: E402
+from zmq_rep import Timeout, rep_socket  # noqa: E402
 
 METADATA_MODULE = "sglang.srt.weight_sync.tensor_bucket"
 
@@ -69,6 +79,9 @@ class Rank:
     def __init__(self, gpu_uuid):
         self.gpu_uuid = gpu_uuid
         self.shm = ShmMappings()
+        self.stream_maps = 0  # buffers mapped on the map-once route
+        self.buckets_seen = 0  # bucket frames on the map-once route
+        self.post_hooks = 0
         self.tensors = {}  # name -> bytes
 
     def rebuild_cuda_tensor(self, *args):
@@ -83,6 +96,92 @@ class Rank:
             raise LoadError("SGLang's patched reductions expect the device as a GPU UUID string")
         if device != self.gpu_uuid:
             raise LoadError(f"device {device} is not this rank's GPU ({self.gpu_uuid})")
+
+
+class PlainUnpickler(pickle.Unpickler):
+    """pickle.loads as the worker's recv_pyobj does it: any global resolves. torch's names map to
+    the stand-ins, builtins to themselves; anything else is a module this engine lacks."""
+
+    def __init__(self, data, rebuild):
+        super().__init__(io.BytesIO(data))
+        self.names = {("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rebuild,
+                      ("torch", "Tensor"): TorchClass("Tensor"), ("torch", "Size"): Size,
+                      ("torch.storage", "TypedStorage"): TorchClass("TypedStorage"),
+                      ("torch.storage", "UntypedStorage"): TorchClass("UntypedStorage")}
+        for name in DTYPE_SIZES:
+            self.names[("torch", name)] = Dtype(name)
+
+    def find_class(self, module, name):
+        if (module, name) in self.names:
+            return self.names[(module, name)]
+        if module == "builtins":
+            return getattr(builtins, name)
+        raise pickle.UnpicklingError(f"No module named '{module}'")
+
+
+def run_ipc_rank(engine, rank, address):
+    """One TP rank's worker on the map-once route; returns its failure text or None."""
+    def rebuild(*args):
+        region, start, dtype, size = rank.shm.rebuild(args, ("TypedStorage", "UntypedStorage"),
+                                                      lambda device: None)
+        return region, start, dtype, size
+
+    def map_buffer(handle):
+        func, args = handle
+        args = list(args)
+        check_host_device(rank.gpu_uuid, args[7])
+        args[6] = 0  # the worker's own device index
+        region, start, dtype, size = func(*args)
+        if dtype.name != "uint8" or len(size) != 1:
+            raise AssertionError("the buffer must be a 1-D uint8 tensor")
+        with engine.lock:
+            rank.stream_maps += 1
+        return (region, start, size[0])
+
+    def load(payload, buffer):
+        region, start, length = buffer
+
+        def view(offset, nbytes, dtype, shape):
+            return bytes(region[start + offset:start + offset + nbytes])
+        weights = checkpoint_engine_worker.extract(payload, length, view)
+        with engine.lock:
+            for name, data in weights:
+                rank.tensors[name] = data
+
+    def release(buffer):
+        # ipc_collect: the mapping is dropped, so the next update maps the buffer anew.
+        rank.shm.mappings.clear()
+
+    def on_bucket(index):
+        # Faults are placed by rank 0's bucket count, which is what updates_received reports.
+        with engine.lock:
+            n = rank.buckets_seen
+            rank.buckets_seen += 1
+            if rank is engine.ranks[0]:
+                engine.updates += 1
+        if n == engine.knobs["die_at_update"]:
+            os._exit(3)
+        if n == engine.knobs["hang_update_at"]:
+            time.sleep(3600)
+        if n == engine.knobs["fail_update_at"]:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def post_hook():
+        with engine.lock:
+            rank.post_hooks += 1
+
+    sock = rep_socket(address, timeout_s=60)
+    try:
+        checkpoint_engine_worker.serve(
+            sock, lambda data: PlainUnpickler(data, rebuild).load(), map_buffer, load,
+            post_hook=post_hook, release=release, generation=engine.ce_worker,
+            on_bucket=on_bucket)
+        return None
+    except (checkpoint_engine_worker.WorkerError, Timeout, LoadError,
+            pickle.UnpicklingError) as err:
+        return str(err)
+    finally:
+        sock.close()
 
 
 def version_tuple(text):
@@ -157,8 +256,10 @@ def load_rank(rank, entry, load_format, uint8_reader=True):
 
 
 class Engine:
-    def __init__(self, gpus, version="0.5.6"):
+    def __init__(self, gpus, version="0.5.6", ce_worker="g4"):
         self.version = version
+        self.ce_worker = ce_worker
+        self.ipc_route_bodies = []  # the map-once route's bodies, zmq_handles left out
         self.uint8_reader = version_tuple(version) >= (0, 5, 6, 1)
         self.ranks = [Rank(g) for g in gpus]
         self.lock = threading.Lock()
@@ -171,6 +272,7 @@ class Engine:
         # back. Resuming a tag not released raises (KeyError from set.remove), as SGLang does.
         self.offload_tags = set()
         self.memory_calls = []  # (route, tags) in order
+        self.flushes_by_route = 0  # flush_cache true on the map-once route
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -213,6 +315,10 @@ class Handler(BaseHTTPRequestHandler):
                                         "ipc_opens": [r.shm.opens for r in e.ranks],
                                         "offload_tags": sorted(e.offload_tags),
                                         "memory_calls": e.memory_calls,
+                                        "stream_maps": [r.stream_maps for r in e.ranks],
+                                        "post_hooks": [r.post_hooks for r in e.ranks],
+                                        "ipc_route_bodies": e.ipc_route_bodies,
+                                        "flushes_by_route": e.flushes_by_route,
                                         "last_error": e.last_error})
         self.reply(404, {"detail": "Not Found"})
 
@@ -223,6 +329,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(400, {"success": False, "message": "invalid JSON"})
         if self.path == "/update_weights_from_tensor":
             return self.update(body)
+        if self.path == "/update_weights_from_ipc":
+            return self.update_from_ipc(body)
         if self.path == "/pause_generation":
             e.paused = True
             return self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
@@ -301,6 +409,47 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200, {"success": True, "message": "Succeeded to update parameter online."})
 
 
+def update_from_ipc(self, body):
+    """SGLang's /update_weights_from_ipc: every rank runs checkpoint-engine's worker at once, and
+    the request answers once all have returned."""
+    e = self.engine
+    if version_tuple(e.version) < (0, 5, 5, 1):
+        return self.reply(404, {"detail": "Not Found"})
+    if "weights" in e.offload_tags:
+        return self.reply(500, {"detail": "the weights' memory is released"})
+    handles = body.get("zmq_handles")
+    if not isinstance(handles, dict):
+        return self.reply(400, {"success": False, "message": "zmq_handles is required"})
+    with e.lock:
+        e.ipc_route_bodies.append({k: v for k, v in body.items() if k != "zmq_handles"})
+    failures = [None] * len(e.ranks)
+
+    def run(i, rank):
+        key = "GPU-" + rank.gpu_uuid
+        if key not in handles:
+            failures[i] = f"Device UUID {key} not found in zmq_handles: {list(handles)}"
+            return
+        failures[i] = run_ipc_rank(e, rank, handles[key])
+    threads = [threading.Thread(target=run, args=(i, r)) for i, r in enumerate(e.ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    failed = [f for f in failures if f]
+    if failed:
+        e.last_error = failed[0]
+        return self.reply(400, {"success": False, "message": failed[0]})
+    with e.lock:
+        if body.get("flush_cache", True):
+            e.flushes_by_route += 1
+        if body.get("weight_version") is not None:
+            e.weight_version = body["weight_version"]
+    self.reply(200, {"success": True, "message": "IPC weight update completed successfully"})
+
+
+Handler.update_from_ipc = update_from_ipc
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
@@ -308,8 +457,11 @@ def main():
     parser.add_argument("--version", default="0.5.6",
                         help="what /get_server_info reports; before 0.5.6, the old flattened "
                              "reader")
+    parser.add_argument("--ce-worker", default="g4",
+                        choices=checkpoint_engine_worker.GENERATIONS,
+                        help="the checkpoint-engine worker generation on the map-once route")
     args = parser.parse_args()
-    Handler.engine = Engine([g for g in args.gpus.split(",") if g], args.version)
+    Handler.engine = Engine([g for g in args.gpus.split(",") if g], args.version, args.ce_worker)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

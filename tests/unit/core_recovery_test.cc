@@ -100,7 +100,7 @@ TEST_F(RecoveryTest, TheGroupIsRecordedBeforeItsEnginesJoinAndAnUpdateBeforeThey
   EXPECT_FALSE(saves[1].paused) << "recorded before any engine is paused";
   SendBucket(*group, u1);
   std::vector<EngineOutcome> finished;
-  ASSERT_TRUE(group->FinishUpdate(u1, &finished).ok());
+  ASSERT_TRUE(group->FinishUpdate(u1, absl::InfiniteFuture(), &finished).ok());
   std::optional<GroupRecord> after = store_.Get("policy");
   ASSERT_TRUE(after.has_value());
   EXPECT_EQ(after->open_version, "");
@@ -148,7 +148,7 @@ TEST_F(RecoveryTest, EnginesLeftPausedMidUpdateWaitUntilACompleteUpdate) {
   ASSERT_TRUE(group->BeginUpdate(u9).ok());
   SendBucket(*group, u9);
   std::vector<EngineOutcome> finished;
-  ASSERT_TRUE(group->FinishUpdate(u9, &finished).ok());
+  ASSERT_TRUE(group->FinishUpdate(u9, absl::InfiniteFuture(), &finished).ok());
   EXPECT_THAT(group->Snapshot().needs_full_version, IsEmpty());
   EXPECT_THAT(store_.Get("policy")->needs_full_version, IsEmpty());
   EXPECT_EQ(store_.Get("policy")->last_version, "v4");

@@ -83,7 +83,7 @@ TEST_F(FakeGroupTest, AFullUpdateRunsEveryEnginesLifecycleInOrder) {
     EXPECT_EQ(outcomes.size(), 2u);
   }
   std::vector<EngineOutcome> finished;
-  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, &finished).ok());
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &finished).ok());
   for (const char* url : {"http://a:1", "http://b:2"}) {
     EXPECT_THAT(engine(url).events(), ElementsAre("probe", "pause", "begin u1 v1", "finish u1 v1"))
         << url;

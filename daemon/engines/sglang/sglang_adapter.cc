@@ -17,7 +17,10 @@ constexpr char kBucketPath[] = "/update_weights_from_distributed";
 AdapterCapabilities SglangAdapter::Capabilities() const {
   AdapterCapabilities caps;
   caps.rendezvous = {RendezvousMode::kTorchStore};
-  caps.data_paths = {DataPath::kBroadcast, DataPath::kCudaIpc};
+  // The group's route picks how IPC buckets travel (sglang_options.h).
+  caps.data_paths = {DataPath::kBroadcast, route_ == SglangIpcRoute::kIpc
+                                               ? DataPath::kCudaIpcStream
+                                               : DataPath::kCudaIpc};
   // The flattened receiver since PR #13413 takes mixed dtypes as uint8 bytes; per tensor, every
   // tensor has its own typed broadcast. Alignment is the planner's own rule.
   return caps;
@@ -28,7 +31,7 @@ absl::Status SglangAdapter::Probe() {
   WSYNC_RETURN_IF_ERROR(CheckServerInfo(info, endpoint_));
   if (transport_ != TransportKind::kIpc) return absl::OkStatus();
   // Each formation reads the version again: the engine behind the URL may have been upgraded.
-  WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_));
+  WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_, route_));
   auto& [version, variant] = found;
   std::lock_guard<std::mutex> lock(mu_);
   if (!ipc_variant_.has_value() || ipc_variant_->name != variant.name ||
@@ -46,7 +49,8 @@ std::optional<SglangIpcVariant> SglangAdapter::ipc_variant() const {
 }
 
 absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckIpcVersion(
-    const nlohmann::json& info, const std::string& url, BucketFormat format) {
+    const nlohmann::json& info, const std::string& url, BucketFormat format,
+    SglangIpcRoute route) {
   auto field = info.find("version");
   if (field == info.end() || !field->is_string()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -62,7 +66,8 @@ absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckI
         absl::StrCat(url, "/get_server_info answered a version wsyncd cannot read (", text.size(),
                      " characters, not MAJOR.MINOR.PATCH): not an SGLang server wsyncd knows"));
   }
-  auto variant = SglangIpcVariantFor(*version, format);
+  auto variant = route == SglangIpcRoute::kIpc ? SglangIpcRouteVariantFor(*version)
+                                               : SglangIpcVariantFor(*version, format);
   if (!variant.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine ", url, ": ", variant.status().message()));
@@ -228,6 +233,28 @@ absl::StatusOr<EngineRequest> SglangAdapter::IpcBucketRequest(
   return EngineRequest{bucket_path_, body.dump()};
 }
 
+absl::StatusOr<EngineRequest> SglangAdapter::IpcStreamRequest(
+    const UpdateInfo& /*update*/, const std::vector<IpcStreamRank>& ranks) const {
+  if (ranks.size() != endpoint_.ranks) {
+    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
+                                            " TP rank(s) but the stream has ", ranks.size()));
+  }
+  // Each rank looks itself up as "GPU-" + str(torch.cuda.get_device_properties(d).uuid).
+  nlohmann::json handles = nlohmann::json::object();
+  for (const IpcStreamRank& rank : ranks) {
+    const std::string key = absl::StrCat("GPU-", rank.gpu_uuid);
+    if (handles.contains(key)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine ", endpoint_.url, " has two TP ranks on GPU ", rank.gpu_uuid,
+          ", which SGLang's map-once route cannot tell apart (it keys ranks by GPU)"));
+    }
+    handles[key] = rank.address;
+  }
+  // flush_cache defaults to true on this route: the flush waits for the commit.
+  nlohmann::json body = {{"zmq_handles", std::move(handles)}, {"flush_cache", false}};
+  return EngineRequest{bucket_path_, body.dump()};
+}
+
 absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
   // Both bucket routes answer {"success", "message"}.
   return http_.ExpectSuccess(bucket_path_, reply).status();
@@ -273,7 +300,7 @@ EngineHealth SglangAdapter::Health() {
   if (transport_ == TransportKind::kIpc) {
     // Which payload the engine gets, so `wsyncctl engines` names it; a server wsyncd would refuse
     // is healthy but not updatable, and the reason stands beside it.
-    auto found = CheckIpcVersion(*info, endpoint_.url, format_);
+    auto found = CheckIpcVersion(*info, endpoint_.url, format_, route_);
     if (found.ok()) {
       health.engine_version = absl::StrCat(health.engine_version, " (", found->second.name, ")");
     } else {
@@ -287,6 +314,17 @@ EngineHealth SglangAdapter::Health() {
 absl::Status SglangAdapter::ValidateBucket(const BucketManifest& manifest) const {
   // The flattened receiver reads the tensors back to back in `names` order; per tensor, each
   // broadcast has its own offset.
+  if (transport_ == TransportKind::kIpc && route_ == SglangIpcRoute::kIpc) {
+    // Each tensor is viewed at its own byte offset as its dtype, so only alignment matters.
+    for (const TensorEntry& t : manifest.tensors) {
+      if (t.offset % DTypeSize(t.dtype) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "' starts at byte ", t.offset, ", not aligned to its ",
+                         DTypeName(t.dtype), " elements"));
+      }
+    }
+    return absl::OkStatus();
+  }
   if (format_ == BucketFormat::kFlattened) return ValidateFlattenedLayout(manifest);
   {
     for (const TensorEntry& t : manifest.tensors) {

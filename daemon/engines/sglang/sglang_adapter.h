@@ -33,9 +33,11 @@ class SglangAdapter final : public EngineAdapter {
         timeouts_(timeouts),
         format_(options.load_format()),
         memory_(options.memory()),
+        route_(options.ipc_route()),
         transport_(transport),
-        bucket_path_(transport == TransportKind::kIpc ? "/update_weights_from_tensor"
-                                                      : "/update_weights_from_distributed"),
+        bucket_path_(transport != TransportKind::kIpc ? "/update_weights_from_distributed"
+                     : route_ == SglangIpcRoute::kIpc ? "/update_weights_from_ipc"
+                                                      : "/update_weights_from_tensor"),
         http_(endpoint_.url) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
@@ -61,6 +63,10 @@ class SglangAdapter final : public EngineAdapter {
   absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
                                                  const std::vector<IpcBucketView>& ranks,
                                                  const BucketContext& context) const override;
+  // ipc_route "ipc": POST /update_weights_from_ipc {zmq_handles: {"GPU-<uuid>": address},
+  // flush_cache: false}; the version is recorded and the cache flushed at commit.
+  absl::StatusOr<EngineRequest> IpcStreamRequest(
+      const UpdateInfo& update, const std::vector<IpcStreamRank>& ranks) const override;
 
   // The request bodies, exposed for tests that pin them to SGLang's schema.
   static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
@@ -71,7 +77,8 @@ class SglangAdapter final : public EngineAdapter {
   // On the IPC transport: the server's version (the "version" of /get_server_info) and the
   // payload it gets with `format`, or FAILED_PRECONDITION naming the version and the minimum.
   static absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> CheckIpcVersion(
-      const nlohmann::json& info, const std::string& url, BucketFormat format);
+      const nlohmann::json& info, const std::string& url, BucketFormat format,
+      SglangIpcRoute route = SglangIpcRoute::kTensor);
   // The IPC variant the last successful Probe picked; nullopt before one and on the broadcast.
   std::optional<SglangIpcVariant> ipc_variant() const;
 
@@ -83,6 +90,7 @@ class SglangAdapter final : public EngineAdapter {
 
   BucketFormat format_;
   SglangMemory memory_;
+  SglangIpcRoute route_;
   TransportKind transport_;
   const char* bucket_path_;
   EngineHttp http_;

@@ -15,17 +15,30 @@ absl::StatusOr<SglangMemory> ParseSglangMemory(absl::string_view name) {
       absl::StrCat("sglang memory must be \"keep\" or \"resume\", not \"", name, "\""));
 }
 
+absl::string_view SglangIpcRouteName(SglangIpcRoute route) {
+  return route == SglangIpcRoute::kIpc ? "ipc" : "tensor";
+}
+
+absl::StatusOr<SglangIpcRoute> ParseSglangIpcRoute(absl::string_view name) {
+  if (name == "tensor") return SglangIpcRoute::kTensor;
+  if (name == "ipc") return SglangIpcRoute::kIpc;
+  return absl::InvalidArgumentError(
+      absl::StrCat("sglang ipc_route must be \"tensor\" or \"ipc\", not \"", name, "\""));
+}
+
 bool SglangOptions::Equals(const EngineOptions& other) const {
   const auto* o = dynamic_cast<const SglangOptions*>(&other);
-  return o != nullptr && o->load_format_ == load_format_ && o->memory_ == memory_;
+  return o != nullptr && o->load_format_ == load_format_ && o->memory_ == memory_ &&
+         o->ipc_route_ == ipc_route_;
 }
 
 std::string SglangOptions::Describe() const {
-  if (memory_ == SglangMemory::kKeep) {
-    return absl::StrCat("load_format=", BucketFormatName(load_format_));
+  std::string out = absl::StrCat("load_format=", BucketFormatName(load_format_));
+  if (memory_ != SglangMemory::kKeep) absl::StrAppend(&out, ", memory=", SglangMemoryName(memory_));
+  if (ipc_route_ != SglangIpcRoute::kTensor) {
+    absl::StrAppend(&out, ", ipc_route=", SglangIpcRouteName(ipc_route_));
   }
-  return absl::StrCat("load_format=", BucketFormatName(load_format_),
-                      ", memory=", SglangMemoryName(memory_));
+  return out;
 }
 
 }  // namespace wsync

@@ -20,13 +20,23 @@ enum class SglangMemory { kKeep, kResume };
 absl::string_view SglangMemoryName(SglangMemory memory);
 absl::StatusOr<SglangMemory> ParseSglangMemory(absl::string_view name);
 
+// Which route a colocated (IPC) group's buckets take. kTensor, the default, is one
+// POST /update_weights_from_tensor per bucket, each carrying every rank's pickled handles
+// (engine-protocols.md 3.3). kIpc is POST /update_weights_from_ipc once per update: each rank
+// maps its buffer once and takes each bucket's metadata over a ZMQ socket (checkpoint-engine's
+// protocol, 3.8); the engine needs the checkpoint-engine package.
+enum class SglangIpcRoute { kTensor, kIpc };
+absl::string_view SglangIpcRouteName(SglangIpcRoute route);
+absl::StatusOr<SglangIpcRoute> ParseSglangIpcRoute(absl::string_view name);
+
 // A group's SGLang-only settings. On the broadcast, kFlattened is one uint8 broadcast of all the
 // bucket's bytes and kPerTensor one broadcast per tensor in its own dtype.
 class SglangOptions final : public EngineOptions {
  public:
   SglangOptions() = default;
-  explicit SglangOptions(BucketFormat load_format, SglangMemory memory = SglangMemory::kKeep)
-      : load_format_(load_format), memory_(memory) {}
+  explicit SglangOptions(BucketFormat load_format, SglangMemory memory = SglangMemory::kKeep,
+                         SglangIpcRoute ipc_route = SglangIpcRoute::kTensor)
+      : load_format_(load_format), memory_(memory), ipc_route_(ipc_route) {}
 
   EngineKind kind() const override { return EngineKind::kSglang; }
   absl::Status Validate() const override { return absl::OkStatus(); }
@@ -35,10 +45,12 @@ class SglangOptions final : public EngineOptions {
 
   BucketFormat load_format() const { return load_format_; }
   SglangMemory memory() const { return memory_; }
+  SglangIpcRoute ipc_route() const { return ipc_route_; }
 
  private:
   BucketFormat load_format_ = BucketFormat::kFlattened;
   SglangMemory memory_ = SglangMemory::kKeep;
+  SglangIpcRoute ipc_route_ = SglangIpcRoute::kTensor;
 };
 
 }  // namespace wsync

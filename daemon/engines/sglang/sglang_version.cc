@@ -28,4 +28,16 @@ absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& versio
   return SglangIpcVariant{"ipc uint8-flattened", BucketFormat::kFlattened};
 }
 
+absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version) {
+  if (!version.AtLeast(0, 5, 5)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "SGLang ", version.text,
+        " may predate POST /update_weights_from_ipc (the map-once route, PR #11755); wsyncd "
+        "needs SGLang >= ",
+        kSglangMinIpcRouteVersion,
+        " for ipc_route \"ipc\"; use the tensor route (the default), or upgrade the engine"));
+  }
+  return SglangIpcVariant{"ipc stream (map once)", BucketFormat::kFlattened};
+}
+
 }  // namespace wsync

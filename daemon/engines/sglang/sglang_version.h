@@ -39,7 +39,14 @@ inline absl::StatusOr<SglangVersion> ParseSglangVersion(absl::string_view text) 
 //   needs one dtype per bucket, and a group's bucket rules are fixed from Capabilities() when the
 //   group is created, before Probe reads the version; so wsyncd cannot promise one dtype per bucket
 //   for such a server and refuses it, suggesting per_tensor, which every supported server reads.
+//
+// The map-once route (ipc_route "ipc", POST /update_weights_from_ipc) came with PR #11755
+// (reviewed 2025-10-21, on main by 2025-10-30), which puts it in 0.5.4 or 0.5.5: the release was not
+// pinned, so wsyncd asks for 0.5.5 (a 0.5.4 server that has it is refused, which is safe; one that
+// lacked it would fail only at the first update). Its payload has no load_format: tensors are
+// byte offsets in one mapped buffer, any mix of dtypes.
 inline constexpr char kSglangMinIpcVersion[] = "0.5.1";
+inline constexpr char kSglangMinIpcRouteVersion[] = "0.5.5";
 inline constexpr char kSglangMinUint8FlattenedVersion[] = "0.5.6";
 
 // What one SGLang server gets on the IPC transport.
@@ -48,10 +55,12 @@ struct SglangIpcVariant {
   BucketFormat format = BucketFormat::kFlattened;
 };
 
-// The variant `version` is served with `format`; FAILED_PRECONDITION naming the version and the
-// minimum when the server is too old for it.
+// The variant `version` is served with `format` on the tensor route; FAILED_PRECONDITION naming
+// the version and the minimum when the server is too old for it.
 absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& version,
                                                      BucketFormat format);
+// The same for the map-once route ("ipc stream"), where the format does not apply.
+absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version);
 
 }  // namespace wsync
 

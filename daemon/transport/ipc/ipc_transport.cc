@@ -1,33 +1,45 @@
 #include "daemon/transport/ipc/ipc_transport.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "daemon/transport/ipc/stream_bucket.h"
 
 namespace wsync {
 
-IpcTransport::IpcTransport(TransportEnv env) : env_(std::move(env)) {
+IpcTransport::IpcTransport(TransportEnv env)
+    : env_(std::move(env)), sockets_(env_.options.ipc_socket_dir) {
   for (EngineAdapter* a : env_.adapters) {
     urls_.push_back(a->endpoint().url);
     ranks_ += a->endpoint().ranks;
   }
 }
 
-IpcTransport::~IpcTransport() { channels_.CancelAll("group torn down"); }
+IpcTransport::~IpcTransport() { EndUpdate("group torn down"); }
 
 absl::Status IpcTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
   formation_.reset();
   gpus_.clear();
+  size_t streamed = 0;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
-    if (!env_.adapters[i]->Capabilities().Supports(DataPath::kCudaIpc)) {
+    const AdapterCapabilities caps = env_.adapters[i]->Capabilities();
+    if (caps.Supports(DataPath::kCudaIpc)) continue;
+    if (!caps.Supports(DataPath::kCudaIpcStream)) {
       return absl::UnimplementedError(absl::StrCat("group '", env_.spec.name, "': engine ",
                                                    env_.spec.engines[i].url,
                                                    " cannot load buckets over IPC"));
     }
+    ++streamed;
   }
+  if (streamed != 0 && streamed != env_.adapters.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", env_.spec.name, "': its engines take IPC buckets in different ways"));
+  }
+  streamed_ = streamed != 0;
   WSYNC_ASSIGN_OR_RETURN(auto gpus, RankFeedsOf(env_.spec, *env_.platform));
   gpus_ = std::move(gpus);
   formation_ = std::make_shared<IpcFormation>();
@@ -56,13 +68,30 @@ absl::Status IpcTransport::CheckFormed() const {
   return absl::OkStatus();
 }
 
-absl::Status IpcTransport::BeginUpdate(const UpdateInfo&) {
+absl::Status IpcTransport::BeginUpdate(const UpdateInfo& update) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!formation_) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", env_.spec.name, "' is not formed; form it first"));
   }
   channels_.Open(urls_);
+  streams_.clear();
+  if (!streamed_) return absl::OkStatus();
+  std::vector<std::shared_ptr<UpdateChannel>> channels = channels_.Current();
+  const absl::Time deadline = absl::Now() + env_.options.registration_timeout;
+  for (size_t i = 0; i < env_.adapters.size(); ++i) {
+    std::vector<std::string> rank_gpus;
+    for (const TrainerFeed& gpu : gpus_[i]) rank_gpus.push_back(gpu.gpu_uuid);
+    auto stream = CheckpointEngineStream::Open(&sockets_, env_.adapters[i], channels[i], update,
+                                               rank_gpus, deadline);
+    if (!stream.ok()) {
+      for (auto& s : streams_) s->Abort("another engine's stream failed to open");
+      streams_.clear();
+      channels_.CancelAll("the update failed to begin");
+      return stream.status();
+    }
+    streams_.push_back(*std::move(stream));
+  }
   return absl::OkStatus();
 }
 
@@ -120,13 +149,23 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
     gpus = gpus_;
   }
   std::vector<std::shared_ptr<UpdateChannel>> channels = channels_.Current();
-  if (channels.empty()) {
+  std::vector<std::shared_ptr<CheckpointEngineStream>> streams;
+  bool streamed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+    streamed = streamed_;
+  }
+  if (channels.empty() || (streamed && streams.size() != env_.adapters.size())) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", env_.spec.name, "': no update is open on the transport"));
   }
   // Built before anything is written: a bucket an adapter cannot describe, or a rank whose GPU has
   // no source, reaches no engine.
   std::vector<EngineRequest> requests;
+  std::vector<std::shared_ptr<StreamResult>> results;
+  std::vector<SlotMemory*> producers;
+  for (const BucketSource& source : sources) producers.push_back(source.slot);
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
     std::vector<IpcBucketView> views;
     for (size_t rank = 0; rank < gpus[i].size(); ++rank) {
@@ -142,15 +181,50 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
       view.gpu_uuid = gpu.gpu_uuid;
       views.push_back(std::move(view));
     }
+    if (streamed) {
+      // Checked and described by the stream, which sends nothing of a bucket it refuses.
+      results.push_back(streams[i]->Send(manifest, std::move(views), producers, deadline));
+      continue;
+    }
     auto request = env_.adapters[i]->IpcBucketRequest(manifest, views, context);
     if (!request.ok()) return request.status();
     requests.push_back(std::move(*request));
+  }
+  if (streamed) {
+    return std::unique_ptr<BucketHandle>(std::make_unique<StreamBucket>(
+        urls_, std::move(results), std::move(formation), env_.on_bucket_failed));
   }
   return std::unique_ptr<BucketHandle>(IpcBucket::Start(
       env_.adapters, channels, requests, std::move(formation), deadline, env_.on_bucket_failed));
 }
 
-void IpcTransport::EndUpdate(absl::string_view why) { channels_.CancelAll(why); }
+absl::Status IpcTransport::FinishBuckets(absl::Time deadline) {
+  std::vector<std::shared_ptr<CheckpointEngineStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams = streams_;
+  }
+  // Each engine post-processes its weights at the end: they run side by side.
+  std::vector<absl::Status> results(streams.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = streams[i]->Finish(deadline); });
+  }
+  for (auto& t : threads) t.join();
+  return FirstError(results);
+}
+
+void IpcTransport::EndUpdate(absl::string_view why) {
+  std::vector<std::shared_ptr<CheckpointEngineStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams.swap(streams_);
+  }
+  for (auto& s : streams) s->Abort(why);
+  // Cancelled before the streams go: a stream's thread may be waiting on its request.
+  channels_.CancelAll(why);
+  streams.clear();
+}
 
 std::string IpcTransport::Describe() const {
   std::vector<std::string> parts;

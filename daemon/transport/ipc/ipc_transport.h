@@ -9,7 +9,9 @@
 #include "daemon/core/transport.h"
 #include "daemon/core/weight_group.h"
 #include "daemon/transport/http/engine_channels.h"
+#include "daemon/transport/ipc/checkpoint_engine_stream.h"
 #include "daemon/transport/ipc/ipc_bucket.h"
+#include "daemon/transport/ipc/stream_sockets.h"
 
 namespace wsync {
 
@@ -24,6 +26,11 @@ namespace wsync {
 // Each TP rank's payload must name memory on its own GPU, so a group whose ranks span GPUs is fed
 // by one trainer rank per GPU (the core joins their sessions into one update): a bucket has one
 // source per device, and each rank's view is the source on that rank's device.
+//
+// Engines reach the bucket one of two ways, the same for all of a group's engines: one request
+// per bucket carrying every rank's handles (DataPath::kCudaIpc), or one request per update that
+// opens a stream, each rank mapping its buffer once and taking each bucket's metadata on its own
+// socket (DataPath::kCudaIpcStream, CheckpointEngineStream).
 class IpcTransport final : public Transport {
  public:
   explicit IpcTransport(TransportEnv env);
@@ -39,6 +46,8 @@ class IpcTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,
       const BucketContext& context, absl::Time deadline) override;
+  // Streams only: ends each engine's stream and waits for its answer.
+  absl::Status FinishBuckets(absl::Time deadline) override;
   void EndUpdate(absl::string_view why) override;
   // Engine ranks only: wsyncd takes no rank.
   uint32_t world_size() const override { return ranks_; }
@@ -56,6 +65,10 @@ class IpcTransport final : public Transport {
   // order.
   std::vector<std::vector<TrainerFeed>> gpus_;
   std::shared_ptr<IpcFormation> formation_;
+  bool streamed_ = false;  // set by Form: the engines take DataPath::kCudaIpcStream
+  StreamSockets sockets_;
+  // The open update's streams, one per engine (streamed groups only).
+  std::vector<std::shared_ptr<CheckpointEngineStream>> streams_;
 };
 
 }  // namespace wsync

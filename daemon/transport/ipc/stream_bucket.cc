@@ -1,0 +1,63 @@
+#include "daemon/transport/ipc/stream_bucket.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_join.h"
+
+namespace wsync {
+
+StreamBucket::StreamBucket(std::vector<std::string> urls,
+                           std::vector<std::shared_ptr<StreamResult>> results,
+                           std::shared_ptr<IpcFormation> formation, FailureHook on_failure)
+    : urls_(std::move(urls)),
+      results_(std::move(results)),
+      formation_(std::move(formation)),
+      on_failure_(std::move(on_failure)) {}
+
+absl::Status StreamBucket::Collect() {
+  if (collected_) return combined_;
+  collected_ = true;
+  std::vector<std::string> errors;
+  absl::Status first;
+  for (const auto& result : results_) {
+    absl::Status s = result->Wait();
+    answered_at_ = std::max(answered_at_, result->ended_at());
+    if (!s.ok()) {
+      // The stream's errors name the engine and rank already.
+      errors.push_back(std::string(s.message()));
+      if (first.ok()) first = s;
+    }
+    statuses_.push_back(std::move(s));
+  }
+  if (errors.empty()) return combined_ = absl::OkStatus();
+  combined_ = absl::Status(first.code(), absl::StrJoin(errors, "; "));
+  formation_->failed = true;
+  if (on_failure_) on_failure_(combined_);
+  return combined_;
+}
+
+absl::StatusOr<BroadcastTiming> StreamBucket::WaitReusable() {
+  absl::Status s = Collect();
+  if (!s.ok()) return s;
+  return BroadcastTiming{};
+}
+
+absl::Status StreamBucket::WaitAnswered(std::vector<EngineOutcome>* outcomes) {
+  absl::Status s = Collect();
+  for (size_t i = 0; i < urls_.size(); ++i) {
+    outcomes->push_back(EngineOutcome{urls_[i], statuses_[i]});
+  }
+  return s;
+}
+
+absl::Time StreamBucket::requests_written_at() const {
+  absl::Time last = absl::InfinitePast();
+  for (const auto& result : results_) {
+    const absl::Time at = result->written_at();
+    if (at == absl::InfinitePast()) return at;
+    last = std::max(last, at);
+  }
+  return last;
+}
+
+}  // namespace wsync

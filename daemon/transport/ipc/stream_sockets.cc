@@ -1,0 +1,139 @@
+#include "daemon/transport/ipc/stream_sockets.h"
+
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <zmq.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace wsync {
+
+struct StreamSockets::Context {
+  zmq::context_t zmq;
+};
+
+struct StreamSocket::Impl {
+  std::shared_ptr<StreamSockets::Context> context;  // outlives the socket
+  zmq::socket_t socket;
+};
+
+namespace {
+
+absl::Status ZmqError(absl::string_view what, const zmq::error_t& e) {
+  return absl::UnavailableError(absl::StrCat("zmq ", what, ": ", e.what()));
+}
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < bytes; ++i) absl::StrAppendFormat(&out, "%02x", rd() & 0xff);
+  return out;
+}
+
+}  // namespace
+
+StreamSocket::StreamSocket(std::unique_ptr<Impl> impl, std::string address, std::string path)
+    : impl_(std::move(impl)), address_(std::move(address)), path_(std::move(path)) {}
+
+StreamSocket::~StreamSocket() {
+  // A frame still queued (an abort) goes out in the context's I/O thread within the linger.
+  impl_->socket.close();
+  ::unlink(path_.c_str());
+}
+
+absl::StatusOr<bool> StreamSocket::TrySend(const std::string& frame) {
+  try {
+    return impl_->socket.send(zmq::buffer(frame), zmq::send_flags::dontwait).has_value();
+  } catch (const zmq::error_t& e) {
+    return ZmqError("send", e);
+  }
+}
+
+absl::StatusOr<std::optional<std::string>> StreamSocket::TryReceive() {
+  try {
+    zmq::message_t message;
+    if (!impl_->socket.recv(message, zmq::recv_flags::dontwait).has_value()) return std::nullopt;
+    return std::optional<std::string>(message.to_string());
+  } catch (const zmq::error_t& e) {
+    return ZmqError("receive", e);
+  }
+}
+
+absl::Status StreamSocket::Poll(const std::vector<StreamSocket*>& sockets, bool writable,
+                                absl::Duration timeout, std::vector<bool>* ready) {
+  std::vector<zmq::pollitem_t> items;
+  for (StreamSocket* s : sockets) {
+    items.push_back(zmq::pollitem_t{s->impl_->socket.handle(), 0,
+                                    static_cast<short>(writable ? ZMQ_POLLOUT : ZMQ_POLLIN), 0});
+  }
+  ready->assign(sockets.size(), false);
+  try {
+    zmq::poll(items.data(), items.size(),
+              std::chrono::milliseconds(std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout))));
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return absl::OkStatus();
+    return ZmqError("poll", e);
+  }
+  for (size_t i = 0; i < items.size(); ++i) (*ready)[i] = items[i].revents != 0;
+  return absl::OkStatus();
+}
+
+StreamSockets::~StreamSockets() {
+  // The sockets, each holding the context, are gone with their streams by now.
+  if (!private_dir_.empty()) ::rmdir(private_dir_.c_str());
+}
+
+absl::Status StreamSockets::EnsureLocked() {
+  if (context_) return absl::OkStatus();
+  const std::string dir =
+      absl::StrCat(dir_.empty() ? "/tmp" : dir_, "/wsyncd-", ::getpid(), "-", RandomHex(4));
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot make the directory for engine stream sockets ", dir, ": ", std::strerror(errno),
+        " (set ipc_socket_dir to a directory wsyncd can write and the engines can reach)"));
+  }
+  // Reachable by name, not listable: chmod, since mkdir's mode is cut by the umask.
+  ::chmod(dir.c_str(), 0711);
+  try {
+    context_ = std::make_shared<Context>();
+  } catch (const zmq::error_t& e) {
+    ::rmdir(dir.c_str());
+    return ZmqError("context", e);
+  }
+  private_dir_ = dir;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StreamSocket>> StreamSockets::Bind() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (absl::Status s = EnsureLocked(); !s.ok()) return s;
+  const std::string path = absl::StrCat(private_dir_, "/", RandomHex(8), ".sock");
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine stream socket path ", path, " is longer than a unix socket allows (",
+        sizeof(sockaddr_un::sun_path) - 1, " bytes): set a shorter ipc_socket_dir"));
+  }
+  auto impl = std::make_unique<StreamSocket::Impl>(
+      StreamSocket::Impl{context_, zmq::socket_t(context_->zmq, zmq::socket_type::req)});
+  const std::string address = absl::StrCat("ipc://", path);
+  try {
+    impl->socket.set(zmq::sockopt::linger, 1000);
+    impl->socket.set(zmq::sockopt::req_relaxed, 1);
+    impl->socket.set(zmq::sockopt::req_correlate, 1);
+    impl->socket.bind(address);
+  } catch (const zmq::error_t& e) {
+    return ZmqError(absl::StrCat("bind ", address), e);
+  }
+  // An engine may run as another user: connecting needs write permission on the socket.
+  ::chmod(path.c_str(), 0666);
+  return std::unique_ptr<StreamSocket>(new StreamSocket(std::move(impl), address, path));
+}
+
+}  // namespace wsync

@@ -1,0 +1,191 @@
+"""SGLang's map-once colocated route (--sglang-ipc-route ipc, POST /update_weights_from_ipc) end to
+end in host mode: real wsyncd, wsyncctl and Python client processes against
+tests/sim/sglang_ipc_sim.py, whose ranks run checkpoint-engine's worker protocol over real ZMQ
+sockets (pyzmq) and read each bucket's tensors at their byte offsets in the buffer they mapped.
+
+Usage: sglang_ipc_route_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR IPC_SIM
+"""
+
+import os
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ipc_transport_test import GPU0, GPU1, IPC_SIM, IpcFixture  # noqa: E402
+from process_support import free_port, wait_port  # noqa: E402
+
+import numpy as np  # noqa: E402
+import wsync  # noqa: E402
+
+
+class RouteFixture(IpcFixture):
+    def start_engine(self, name, gpus, port=None, version=None, worker=None):
+        port = port or free_port()
+        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)]
+                   + (["--version", version] if version else [])
+                   + (["--ce-worker", worker] if worker else []))
+        wait_port(port)
+        return port
+
+    def create_route_group(self, port, gpus, name="colo"):
+        self.create_group(name, port, gpus, "--sglang-ipc-route", "ipc")
+
+
+class MapOnceRouteTest(RouteFixture):
+    def test_each_rank_maps_its_buffer_once_per_update_and_holds_every_byte(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_route_group(port, [GPU0])
+        self.assertIn("ipc route", self.ctl("group", "colo").stdout)
+        buckets = 0
+        for n, version in enumerate(("v1", "v2", "v3"), start=1):
+            result = self.push(version)
+            buckets += result["buckets"]
+            self.assertGreater(result["buckets"], 1, "the model spans several slots")
+            state = self.assert_engine_holds(port, self.model, version)
+            # One mapping and one post-processing step per update, however many buckets.
+            self.assertEqual(state["stream_maps"], [n])
+            self.assertEqual(state["post_hooks"], [n])
+        self.assertEqual(state["updates_received"], buckets, "one metadata frame per bucket")
+        # The cache is flushed once, at the commit, not by the route (whose default is true).
+        self.assertEqual(state["ipc_route_bodies"], [{"flush_cache": False}] * 3)
+        self.assertEqual(state["flushes_by_route"], 0)
+        self.assertIn("(ipc stream (map once))", self.ctl("engines").stdout)
+        self.assertFalse(state["paused"])
+
+    def test_a_worker_that_post_processes_at_the_first_none(self):
+        # checkpoint-engine before 0.4.0 (the 0.1.x SGLang pins) ends at the first None.
+        port = self.start_engine("engine", [GPU0], worker="g1")
+        self.create_route_group(port, [GPU0])
+        for n, version in enumerate(("g1a", "g1b"), start=1):
+            self.push(version)
+            state = self.assert_engine_holds(port, self.model, version)
+            self.assertEqual(state["post_hooks"], [n])
+
+    def test_a_server_too_old_for_the_route_is_refused_naming_both_versions(self):
+        port = self.start_engine("engine", [GPU0], version="0.5.4")
+        out = self.ctl("create-group", "colo", "--transport", "ipc", "--sglang-ipc-route", "ipc",
+                       "--engine", f"http://127.0.0.1:{port}@{GPU0}")
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("SGLang 0.5.4 ", out.stderr)
+        self.assertIn(">= 0.5.5", out.stderr)
+        self.assertIn("tensor route", out.stderr)
+        self.assertEqual(self.engine_state(port)["ipc_route_bodies"], [])
+
+    def test_a_tensor_in_another_allocation_is_refused_before_it_is_sent(self):
+        # A tensor larger than a slot (1 MiB) travels in a slot of its own: another buffer, which
+        # a rank that maps one per update cannot read.
+        port = self.start_engine("engine", [GPU0])
+        self.create_route_group(port, [GPU0])
+        big = self.model + [("model.lm_head.weight", np.ones((600, 600), dtype=np.float32))]
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("big", model=big)
+        self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
+        self.assertIn("another allocation", e.exception.message)
+        self.assertIn("--slot-bytes", e.exception.message)
+        state = self.engine_state(port)
+        self.assertNotIn("model.lm_head.weight", state["ranks"]["1"])
+        self.assertNotEqual(state["weight_version"], "big")
+        self.assertFalse(state["paused"], "generation resumed")
+        self.push("after")
+        self.assert_engine_holds(port, self.model, "after")
+
+    def test_two_ranks_on_two_gpus_each_map_their_own_gpus_buffer(self):
+        port = self.start_engine("engine", [GPU0, GPU1])
+        self.create_route_group(port, [GPU0, GPU1], name="tp")
+        results = [None, None]
+
+        def rank(i):
+            try:
+                with wsync.Client("unix:" + self.sock, device=i, name=f"rank {i}") as client:
+                    results[i] = client.push(self.model, version="tp1", group="tp")
+            except wsync.WsyncError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=rank, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        for r in results:
+            self.assertIsInstance(r, dict, r)
+        state = self.assert_engine_holds(port, self.model, "tp1")
+        self.assertEqual(sorted(state["ranks"]), ["1", "2"])
+        self.assertEqual(state["stream_maps"], [1, 1])
+
+
+class RouteFaultTest(RouteFixture):
+    def test_engine_faults_fail_the_update_naming_the_rank_and_the_next_one_succeeds(self):
+        for worker in ("g4", "g1"):
+            with self.subTest(worker=worker):
+                self.check_faults(worker)
+
+    def check_faults(self, worker):
+        name = "engine-" + worker
+        port = self.start_engine(name, [GPU0], worker=worker)
+        group = "colo-" + worker
+        self.create_route_group(port, [GPU0], name=group)
+        self.push("ok1", group=group)
+        # A rank fails to load the second bucket: g4 answers its traceback, g1 raises without
+        # answering and the engine's request fails.
+        self.knobs(port, fail_update_at=self.engine_state(port)["updates_received"] + 1)
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("bad", group=group)
+        self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
+        self.assertIn("bucket 1", e.exception.message)
+        if worker == "g4":
+            # The rank's own answer: its traceback's last line.
+            self.assertIn(f"TP rank 0 (GPU {GPU0})", e.exception.message)
+            self.assertIn("illegal memory access", e.exception.message)
+        else:
+            self.assertIn("HTTP 400", e.exception.message)
+            self.assertIn("illegal memory access", self.engine_state(port)["last_error"])
+        state = self.engine_state(port)
+        self.assertNotEqual(state["weight_version"], "bad")
+        self.assertFalse(state["paused"])
+        self.push("ok2", group=group)
+        self.assert_engine_holds(port, self.model, "ok2")
+        # A rank that hangs: the bucket deadline (3 s) ends it.
+        self.knobs(port, hang_update_at=self.engine_state(port)["updates_received"])
+        start = time.time()
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("hang", group=group)
+        self.assertLess(time.time() - start, 10)
+        self.assertEqual(e.exception.code_name, "DEADLINE_EXCEEDED")
+        self.assertIn("no answer to bucket 0", e.exception.message)
+        self.procs[name].kill()
+        self.procs[name].wait()
+        self.start_engine(name, [GPU0], port=port, worker=worker)
+        self.push("ok3", group=group)
+        self.assert_engine_holds(port, self.model, "ok3")
+        # Death halfway through an update: its request fails at once, not at the deadline.
+        self.knobs(port, die_at_update=self.engine_state(port)["updates_received"] + 1)
+        start = time.time()
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("dies", group=group)
+        self.assertLess(time.time() - start, 3)
+        self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
+        self.start_engine(name, [GPU0], port=port, worker=worker)
+        self.push("ok4", group=group)
+        self.assert_engine_holds(port, self.model, "ok4")
+        self.assertIsNone(self.procs["wsyncd"].poll(), "wsyncd stays up")
+
+
+class UnreachableSocketDirTest(RouteFixture):
+    WSYNCD_FLAGS = ["--ipc-socket-dir", "/nonexistent/wsync-sockets"]
+
+    def test_an_unusable_socket_dir_fails_the_update_naming_it_and_resumes_the_engine(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_route_group(port, [GPU0])
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("v1")
+        self.assertIn("/nonexistent/wsync-sockets", e.exception.message)
+        self.assertIn("ipc_socket_dir", e.exception.message)
+        state = self.engine_state(port)
+        self.assertFalse(state["paused"])
+        self.assertEqual(state["ipc_route_bodies"], [])
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
