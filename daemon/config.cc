@@ -221,8 +221,8 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
     }
     const nlohmann::json route = options.value("ipc_route", nlohmann::json("tensor"));
     if (!route.is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group '", spec.name, "': sglang ipc_route must be \"tensor\" or \"ipc\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': sglang ipc_route must be \"tensor\" or \"ipc\""));
     }
     auto parsed_route = ParseSglangIpcRoute(route.get<std::string>());
     if (!parsed_route.ok()) {

@@ -47,11 +47,11 @@ std::string TransportName(v1::Transport t) {
 // The engine's own options, as ", load_format per_tensor" (empty when it has none).
 std::string OptionsText(const v1::GroupSpec& spec) {
   if (spec.has_sglang()) {
-    return absl::StrCat(
-        spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR ? ", per_tensor"
-                                                                         : ", flattened_bucket",
-        spec.sglang().memory() == v1::SGLANG_MEMORY_RESUME ? ", memory resume" : "",
-        spec.sglang().ipc_route() == v1::SGLANG_IPC_ROUTE_IPC ? ", ipc route" : "");
+    return absl::StrCat(spec.sglang().load_format() == v1::SGLANG_LOAD_FORMAT_PER_TENSOR
+                            ? ", per_tensor"
+                            : ", flattened_bucket",
+                        spec.sglang().memory() == v1::SGLANG_MEMORY_RESUME ? ", memory resume" : "",
+                        spec.sglang().ipc_route() == v1::SGLANG_IPC_ROUTE_IPC ? ", ipc route" : "");
   }
   if (spec.has_lmdeploy()) {
     return spec.lmdeploy().load_format() == v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
@@ -336,8 +336,8 @@ class Ctl {
         std::cerr << "wsyncctl: --sglang-ipc-route is an sglang option\n";
         return 2;
       }
-      group->mutable_sglang()->set_ipc_route(sglang_ipc_route == "ipc" ? v1::SGLANG_IPC_ROUTE_IPC
-                                                                       : v1::SGLANG_IPC_ROUTE_TENSOR);
+      group->mutable_sglang()->set_ipc_route(
+          sglang_ipc_route == "ipc" ? v1::SGLANG_IPC_ROUTE_IPC : v1::SGLANG_IPC_ROUTE_TENSOR);
     }
     if (vllm.any() && k != v1::ENGINE_KIND_VLLM) {
       std::cerr << "wsyncctl: --vllm-* options are for --kind vllm\n";

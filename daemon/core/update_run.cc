@@ -625,9 +625,8 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
   if (outcome.status.ok()) {
     outcome.engines.clear();
     const absl::Time finishing = absl::Now();
-    outcome.status =
-        group_->FinishUpdate(UpdateInfo{context_.update_id, context_.version},
-                             absl::Now() + context_.bucket_timeout, &outcome.engines);
+    outcome.status = group_->FinishUpdate(UpdateInfo{context_.update_id, context_.version},
+                                          absl::Now() + context_.bucket_timeout, &outcome.engines);
     outcome.finish_seconds = absl::ToDoubleSeconds(absl::Now() - finishing);
   } else {
     group_->AbortUpdate(std::string(outcome.status.message()));

@@ -95,8 +95,7 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
         std::unique_ptr<EngineAdapter> adapter,
         factories.adapter(spec, EngineEndpoint{e.url, e.ranks, offset}, options.timeouts));
     const AdapterCapabilities caps = adapter->Capabilities();
-    if (std::none_of(paths.begin(), paths.end(),
-                     [&](DataPath p) { return caps.Supports(p); })) {
+    if (std::none_of(paths.begin(), paths.end(), [&](DataPath p) { return caps.Supports(p); })) {
       std::vector<std::string> names;
       for (DataPath p : paths) names.push_back(std::string(DataPathName(p)));
       return absl::FailedPreconditionError(absl::StrCat(

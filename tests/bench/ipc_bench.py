@@ -11,7 +11,10 @@ bucket size, in the same run on the same GPU:
   wsync     the trainer pushes through wsyncd (Python client into wsyncd's CUDA-IPC slots), which
             posts the engine one request per bucket naming its slot; --checksum crc32 and none.
   zero-copy the model lives in one flat buffer and is pushed in pull mode: each request names the
-            trainer's buffer, the engine's load is the only copy (--checksum none). Beyond the
+            trainer's buffer, the engine's load is the only copy (--checksum none).
+  .../map-once  the same two (--checksum none) on SGLang's map-once route (--sglang-ipc-route ipc,
+            POST /update_weights_from_ipc): one request per update, each rank maps its buffer once
+            and takes each bucket's metadata over ZMQ (checkpoint-engine's worker protocol). Beyond the
             slot sizes, --zero-copy-requests pushes with requests up to that size (pull-mode
             buckets larger than a slot, read in place; "model" = the whole model in one request)
             from a daemon with small slots: zero copy needs no staging memory.
@@ -79,9 +82,12 @@ class Daemon:
             if os.path.exists(self.sock):
                 break
             time.sleep(0.05)
-        subprocess.run([self.ctl, "--socket", self.sock, "create-group", "colo", "--transport",
-                        "ipc", "--engine", f"{engine_url}@GPU-{uuid}"], check=True, stdout=log,
-                       stderr=log)
+        # Two groups on the one engine, one per route: "colo" (update_weights_from_tensor per
+        # bucket) and "colo-route" (update_weights_from_ipc, mapped once).
+        for group, extra in (("colo", []), ("colo-route", ["--sglang-ipc-route", "ipc"])):
+            subprocess.run([self.ctl, "--socket", self.sock, "create-group", group, "--transport",
+                            "ipc", "--engine", f"{engine_url}@GPU-{uuid}", *extra], check=True,
+                           stdout=log, stderr=log)
 
     def stop(self):
         died = self.proc.poll()
@@ -185,8 +191,12 @@ def main():
     ap.add_argument("--checksums", default="crc32,none")
     ap.add_argument("--zero-copy-requests", default="4GiB,8GiB,model",
                     help="request sizes for zero copy beyond the slot sizes ('' for none)")
+    ap.add_argument("--routes", default="tensor,ipc",
+                    help="SGLang routes to measure: tensor (a request per bucket) and ipc (the "
+                         "map-once route), the latter with --checksum none only")
     ap.add_argument("--gate", action="store_true")
     args = ap.parse_args()
+    routes = [("colo", "")] + ([("colo-route", "/map-once")] if "ipc" in args.routes else [])
     os.makedirs(args.out, exist_ok=True)
     sys.path.insert(0, args.python_client)
     import wsync
@@ -237,18 +247,34 @@ def main():
                 row[f"wsync_{checksum}_median_s"] = statistics.median(times[1:])
                 row[f"wsync_{checksum}_ok"] = check_engine(engine.url, spot)
                 if checksum == "none":
-                    with wsync.Client("unix:" + daemon.sock, device=0, name="zero copy") as client:
-                        times, in_place = [], True
-                        for r in range(args.runs + 1):
-                            torch.cuda.synchronize()
-                            t0 = time.perf_counter()
-                            res = client.push(model, version=f"{text}-zero-{r}", group="colo",
-                                              pull=True)
-                            times.append(time.perf_counter() - t0)
-                            in_place &= res["buckets_read_in_place"] == res["buckets"]
-                        client.release_sources()
-                    row["zero_copy_s"] = min(times[1:])
-                    row["zero_copy_ok"] = check_engine(engine.url, spot) and in_place
+                    for group, suffix in routes:
+                        key = suffix.strip("/").replace("-", "_")
+                        if suffix:
+                            # Slots through the map-once route.
+                            with wsync.Client("unix:" + daemon.sock, device=0,
+                                              name="map once") as client:
+                                times = []
+                                for r in range(args.runs + 1):
+                                    torch.cuda.synchronize()
+                                    t0 = time.perf_counter()
+                                    client.push(model, version=f"{text}-route-{r}", group=group)
+                                    times.append(time.perf_counter() - t0)
+                            row[f"wsync_none_{key}_s"] = min(times[1:])
+                            row[f"wsync_none_{key}_ok"] = check_engine(engine.url, spot)
+                        with wsync.Client("unix:" + daemon.sock, device=0,
+                                          name="zero copy") as client:
+                            times, in_place = [], True
+                            for r in range(args.runs + 1):
+                                torch.cuda.synchronize()
+                                t0 = time.perf_counter()
+                                res = client.push(model, version=f"{text}-zero{suffix}-{r}",
+                                                  group=group, pull=True)
+                                times.append(time.perf_counter() - t0)
+                                in_place &= res["buckets_read_in_place"] == res["buckets"]
+                            client.release_sources()
+                        zkey = "zero_copy" + (f"_{key}" if key else "")
+                        row[f"{zkey}_s"] = min(times[1:])
+                        row[f"{zkey}_ok"] = check_engine(engine.url, spot) and in_place
             finally:
                 if daemon.stop() is not None:
                     row[f"wsync_{checksum}_ok"] = False
@@ -259,58 +285,67 @@ def main():
     big = []
     for text in [t for t in args.zero_copy_requests.split(",") if t]:
         limit = total if text == "model" else int(text[:-3]) * units[text[-3:]]
-        row = {"size": text, "bytes": limit, "buckets": len(plan(sizes, limit))}
-        daemon = Daemon(args, 256 << 20, "none", engine.url, uuid, log)
-        try:
-            with wsync.Client("unix:" + daemon.sock, device=0, name="zero copy") as client:
-                times, in_place = [], True
-                for r in range(args.runs + 1):
-                    torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    res = client.push(model, version=f"{text}-zero-big-{r}", group="colo",
-                                      pull=True, bucket_bytes=limit)
-                    times.append(time.perf_counter() - t0)
-                    in_place &= res["buckets_read_in_place"] == res["buckets"]
-                    row["buckets"] = res["buckets"]
-                client.release_sources()
-            row["zero_copy_s"] = min(times[1:])
-            row["zero_copy_ok"] = check_engine(engine.url, spot) and in_place
-        finally:
-            if daemon.stop() is not None:
-                row["zero_copy_ok"] = False
-        big.append(row)
-        note(f"zero copy, requests up to {text}: {json.dumps(row)}")
+        for group, suffix in routes:
+            row = {"size": text, "bytes": limit, "buckets": len(plan(sizes, limit)),
+                   "design": "zero-copy" + suffix}
+            daemon = Daemon(args, 256 << 20, "none", engine.url, uuid, log)
+            try:
+                with wsync.Client("unix:" + daemon.sock, device=0, name="zero copy") as client:
+                    times, in_place = [], True
+                    for r in range(args.runs + 1):
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        res = client.push(model, version=f"{text}-zero-big{suffix}-{r}",
+                                          group=group, pull=True, bucket_bytes=limit)
+                        times.append(time.perf_counter() - t0)
+                        in_place &= res["buckets_read_in_place"] == res["buckets"]
+                        row["buckets"] = res["buckets"]
+                    client.release_sources()
+                row["zero_copy_s"] = min(times[1:])
+                row["zero_copy_ok"] = check_engine(engine.url, spot) and in_place
+            finally:
+                if daemon.stop() is not None:
+                    row["zero_copy_ok"] = False
+            big.append(row)
+            note(f"{row['design']}, requests up to {text}: {json.dumps(row)}")
     engine.stop()
 
     print(f"# colocated update of {total / GIB:.2f} GiB ({len(model)} bf16 tensors) on "
           f"{torch.cuda.get_device_name(0)}; ceiling = one d2d copy: {ceil * 1e3:.1f} ms, "
           f"{total / ceil / GIB:.0f} GiB/s")
-    print("#  size     buckets  design        time(ms)   GiB/s  of-ceiling  vs-peers  bytes-ok")
+    print("#  size     buckets  design                time(ms)   GiB/s  of-ceiling  vs-peers  bytes-ok")
     failed = []
     for row in results:
         designs = [("peers", row["peers_s"], row["peers_ok"])]
         for checksum in args.checksums.split(","):
             designs.append((f"wsync/{checksum}", row[f"wsync_{checksum}_s"],
                             row[f"wsync_{checksum}_ok"]))
+        if "wsync_none_map_once_s" in row:
+            designs.append(("wsync/none/map-once", row["wsync_none_map_once_s"],
+                            row["wsync_none_map_once_ok"]))
         if "zero_copy_s" in row:
             designs.append(("zero-copy", row["zero_copy_s"], row["zero_copy_ok"]))
+        if "zero_copy_map_once_s" in row:
+            designs.append(("zero-copy/map-once", row["zero_copy_map_once_s"],
+                            row["zero_copy_map_once_ok"]))
         for name, seconds, ok in designs:
-            print(f"  {row['size']:>7}  {row['buckets']:>7}  {name:<12} {seconds * 1e3:9.1f} "
+            print(f"  {row['size']:>7}  {row['buckets']:>7}  {name:<20} {seconds * 1e3:9.1f} "
                   f"{total / seconds / GIB:7.1f}  {ceil / seconds:10.2f}  "
                   f"{row['peers_s'] / seconds:8.2f}  {'yes' if ok else 'NO'}")
             if not ok:
                 failed.append(f"{name} at {row['size']}: engine bytes differ")
     for row in big:
         seconds, ok = row["zero_copy_s"], row["zero_copy_ok"]
-        print(f"  {row['size']:>7}  {row['buckets']:>7}  {'zero-copy':<12} {seconds * 1e3:9.1f} "
+        print(f"  {row['size']:>7}  {row['buckets']:>7}  {row['design']:<20} {seconds * 1e3:9.1f} "
               f"{total / seconds / GIB:7.1f}  {ceil / seconds:10.2f}  {'-':>8}  "
               f"{'yes' if ok else 'NO'}")
         if not ok:
-            failed.append(f"zero-copy at {row['size']} requests: engine bytes differ")
+            failed.append(f"{row['design']} at {row['size']} requests: engine bytes differ")
     best_fraction = max(ceil / row[k] for row in results for k in row
                         if k.endswith("_s") and k.startswith("wsync_"))
     gates = [("slots reach 0.40 of the ceiling at some size", best_fraction >= 0.40)]
-    zero = [ceil / row["zero_copy_s"] for row in results + big if "zero_copy_s" in row]
+    zero = [ceil / row[k] for row in results + big for k in row
+            if k.startswith("zero_copy") and k.endswith("_s")]
     if zero:
         gates.append(("zero copy reaches 0.70 of the ceiling at some request size",
                       max(zero) >= 0.70))

@@ -362,6 +362,7 @@ enum Payload {
   kLmdeployFlattened,
   kCheckpointBuffer,
   kCheckpointBucket,
+  kCheckpointAbort,
   kPayloadCount,
 };
 
@@ -478,6 +479,26 @@ void FuzzOne(FuzzedDataProvider& in) {
       for (int128 end : ends) v = v & If(end <= int128{buffer_bytes});
       Check(CheckpointEngineBucketFrame(tensors, buffer_bytes), v, "list",
             "checkpoint-engine bucket");
+      return;
+    }
+    case kCheckpointAbort: {
+      // Outside the allow-list checker (a plain unpickler reads it): checked by layout. Any
+      // reason gives RuntimeError(prefix + at most 512 printable ASCII bytes).
+      const std::string reason = in.ConsumeRandomLengthString(4096);
+      const std::string frame = CheckpointEngineAbortFrame(reason);
+      const std::string head = std::string("\x80\x03cbuiltins\nRuntimeError\nX", 28);
+      FUZZ_CHECK(frame.compare(0, head.size(), head) == 0, "abort frame: head");
+      FUZZ_CHECK(frame.size() >= head.size() + 4 + 3, "abort frame: short");
+      uint32_t n = 0;
+      for (int i = 0; i < 4; ++i)
+        n |= uint32_t{static_cast<uint8_t>(frame[head.size() + i])} << (8 * i);
+      FUZZ_CHECK(frame.size() == head.size() + 4 + n + 3, "abort frame: text length");
+      FUZZ_CHECK(frame.compare(frame.size() - 3, 3, "\x85R.") == 0, "abort frame: tail");
+      FUZZ_CHECK(n <= 26 + 512, "abort frame: reason not cut");
+      for (uint32_t i = 0; i < n; ++i) {
+        const char c = frame[head.size() + 4 + i];
+        FUZZ_CHECK(c >= 0x20 && c < 0x7f, "abort frame: text not printable ASCII");
+      }
       return;
     }
   }

@@ -26,7 +26,8 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,ipc,ipc_lmdeploy,ipc_vllm,ipc_7b,kill,per_tensor,memory,pull,dtensor,mismatch,bench picks
+# STEPS=kernels,ipc,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,kill,per_tensor,memory,pull,
+# dtensor,mismatch,bench picks
 # steps (default: all); the Qwen2 trainer test always runs (on 2+ GPUs). The colocated steps (ipc,
 # ipc_lmdeploy, ipc_vllm, ipc_7b) run on GPU 0 alone, on any number of GPUs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
@@ -169,6 +170,69 @@ gpu0_uuid() {
     gpu0_uuid_cached=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).uuid)")
   echo "$gpu0_uuid_cached"
 }
+
+if want ipc_route; then
+  # Colocated over SGLang's map-once route (--sglang-ipc-route ipc): one POST
+  # /update_weights_from_ipc per update, during which the engine rank runs checkpoint-engine's
+  # worker over ZMQ (tests/sim/checkpoint_engine_worker.py with real torch, libzmq through ctypes
+  # from wsyncd's bundle): it maps wsyncd's slot allocation once per update and loads each bucket
+  # from its byte offsets. 3 versions from the slots and 2 zero-copy from the trainer's flat
+  # buffer, bit-identical; the older worker generation (post-processing at the first None); an
+  # engine killed at its 2nd bucket fails the update naming it, and a fresh one takes the next.
+  begin_step ipc_route
+  step "colocated, SGLang map-once route: wsyncd (cuda) + torch engine + Qwen2 trainer on GPU 0"
+  rsock=/tmp/wsync-gpu-route.sock
+  rurl=http://127.0.0.1:30031
+  rlog=$LOGS/ipc-route.log
+  # Slots above the largest tensor: the route maps one allocation per update.
+  start_wsyncd $rsock "$LOGS/route-wsyncd.log" --slot-bytes 256MiB --bucket-timeout 60
+  r_d=$wsyncd_pid
+  route_engine() {
+    python3 tests/gpu/sglang_torch_engine.py --port 30031 --gpus 0 "$@" \
+      >>"$LOGS/route-engine.log" 2>&1 &
+    r_e=$!
+    wait_url $rurl/health
+  }
+  route_push() {
+    timeout 150 python3 tests/gpu/trainer_push.py --socket $rsock --group route --engines $rurl \
+      --python-client client/python "$@" 2>&1 | tee -a "$rlog"
+    return "${PIPESTATUS[0]}"
+  }
+  route_engine || fail=1
+  wait_sock $rsock || fail=1
+  uuid=$(gpu0_uuid)
+  $B/bin/wsyncctl --socket $rsock create-group route --transport ipc --sglang-ipc-route ipc \
+    --engine "$rurl@GPU-$uuid" 2>&1 | tee "$rlog"
+  route_push --versions 3 --version-prefix route- || fail=1
+  route_push --versions 2 --pull --flat --version-prefix route-zero-copy- || fail=1
+  $B/bin/wsyncctl --socket $rsock engines 2>&1 | tee -a "$rlog"
+  stop_pids $r_e
+  route_engine --ce-worker g1 || fail=1
+  route_push --versions 2 --version-prefix route-g1- || fail=1
+  stop_pids $r_e
+  route_engine --die-at-update 1 || fail=1
+  route_push --versions 1 --version-prefix route-killed- --expect-failure 30031 || fail=1
+  stop_pids $r_e
+  route_engine || fail=1
+  route_push --versions 2 --version-prefix route-after- || fail=1
+  kill -0 $r_d || { echo "wsyncd died"; fail=1; }
+  stop_pids $r_e $r_d
+  grep -h "RESULT" "$rlog"
+  end_step
+fi
+
+if want ipc_bench; then
+  # The colocated benchmark (tests/bench/ipc_bench.py): Qwen2.5-7B shapes on GPU 0 against the
+  # one-copy ceiling and the peers' design, both SGLang routes; WSYNC_IPC_BENCH_ARGS adds flags.
+  begin_step ipc_bench
+  step "colocated benchmark: Qwen2.5-7B shapes, both SGLang routes, against the one-copy ceiling"
+  timeout ${WSYNC_BENCH_TIMEOUT:-540} python3 tests/bench/ipc_bench.py --wsyncd $B/bin/wsyncd \
+    --nccl-lib "$NCCL_LIB" --python-client client/python --out "$LOGS/bench-ipc" \
+    ${WSYNC_IPC_BENCH_ARGS:-} 2>&1 | tee "$LOGS/ipc-bench.txt"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  cp "$LOGS/ipc-bench.txt" "$OUT/" 2>/dev/null
+  end_step
+fi
 
 if want ipc_lmdeploy; then
   # Colocated, LMDeploy semantics: a real-torch LMDeploy receive side (tests/gpu/

@@ -6,7 +6,12 @@ one async broadcast per tensor) and copies it into its parameters as load_weight
 Colocated path: POST /update_weights_from_tensor takes one base64 pickle per TP rank, loaded as
 SGLang does since September 2026 (an unpickler of exact (module, name) pairs, torch's
 rebuild_cuda_tensor patched to take the GPU as its UUID), and copies the tensors into the
-parameters the same way.
+parameters the same way. The map-once route, POST /update_weights_from_ipc, runs
+checkpoint-engine's worker on every rank at once (tests/sim/checkpoint_engine_worker.py, the
+generation of --ce-worker): a REP socket connected to the address under "GPU-<uuid>", the buffer
+rebuilt once with the rank's own device index, each bucket's tensors viewed at their byte offsets
+(plain pickle, real torch), load_weights and a device synchronize before each answer, and at the
+end the mapping dropped (ipc_collect, empty_cache).
 Benchmark extras: POST /bench/receive {"sizes": [...]} posts receives back to back; POST /sim/mode
 {"data_plane": true} makes update requests answer at once (the receives come from /bench/receive).
 
@@ -24,6 +29,9 @@ import time
 import traceback
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+# The worker protocol and the REP socket are shared with the host simulator.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
 
 
 def init_custom_process_group(backend, init_method, world_size, rank, group_name, timeout=None):
@@ -102,6 +110,61 @@ def load_weights(params, received):
             p.copy_(t)
 
 
+def ipc_route_rank(gpu, tp_rank, zmq_handles, params, generation, on_bucket):
+    """One rank's share of POST /update_weights_from_ipc: checkpoint-engine's worker, with real
+    torch. Returns (ok, message)."""
+    import gc
+    import pickle
+    import torch
+    import checkpoint_engine_worker
+    from zmq_rep import Timeout, rep_socket
+
+    key = f"GPU-{torch.cuda.get_device_properties(gpu).uuid}"
+    if key not in zmq_handles:
+        return False, f"Device UUID {key} not found in zmq_handles: {list(zmq_handles)}"
+    trace = os.environ.get("WSYNC_SIM_TRACE") == "1"
+    times = {"map": 0.0, "load": 0.0, "buckets": 0}
+
+    def map_buffer(handle):
+        t0 = time.perf_counter()
+        func, args = handle
+        args = list(args)
+        args[6] = gpu  # _rebuild_ipc: the worker's own device index
+        buffer = func(*args)
+        assert buffer.dtype == torch.uint8
+        times["map"] += time.perf_counter() - t0
+        return buffer
+
+    def load(payload, buffer):
+        t0 = time.perf_counter()
+        weights = checkpoint_engine_worker.extract(
+            payload, buffer.numel(),
+            lambda off, n, dtype, shape: buffer[off:off + n].view(dtype=dtype).view(shape))
+        load_weights(params, weights)
+        torch.cuda.synchronize()
+        times["load"] += time.perf_counter() - t0
+        times["buckets"] += 1
+
+    def release(buffer):
+        del buffer
+        gc.collect()
+        torch.cuda.ipc_collect()
+        torch.cuda.empty_cache()
+
+    sock = rep_socket(zmq_handles[key], timeout_s=120)
+    try:
+        checkpoint_engine_worker.serve(sock, pickle.loads, map_buffer, load, release=release,
+                                       generation=generation, on_bucket=on_bucket)
+    except (checkpoint_engine_worker.WorkerError, Timeout) as e:
+        return False, str(e)
+    finally:
+        sock.close()
+    if trace:
+        print(f"rank {tp_rank} update_weights_from_ipc: map {times['map'] * 1e3:.2f} ms, "
+              f"{times['buckets']} bucket(s) loaded in {times['load'] * 1e3:.2f} ms", flush=True)
+    return True, "ok"
+
+
 def rank_main(gpu, tp_rank, conn, die_at_update):
     import torch
     import torch.distributed as dist
@@ -177,6 +240,17 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                           flush=True)
                 crcs.clear()
                 conn.send((True, "ok"))
+            elif cmd == "ipc_route":
+                def on_bucket(index):
+                    nonlocal updates
+                    updates += 1
+                    if updates - 1 == die_at_update:
+                        print(f"rank {tp_rank}: dying at bucket {updates - 1} as asked",
+                              flush=True)
+                        os._exit(17)
+                crcs.clear()
+                conn.send(ipc_route_rank(gpu, tp_rank, arg["zmq_handles"], params,
+                                         arg["generation"], on_bucket))
             elif cmd == "bench_receive":
                 # Receives posted back to back, as fast as rank 0 sends: the wire's ceiling.
                 need = max(arg["sizes"])
@@ -244,6 +318,8 @@ class Engine:
         self.rank_offset = 0
         self.weight_version = "default"
         self.data_plane = False
+        self.ce_worker = "g4"
+        self.route_flushes = 0  # map-once requests that asked the engine to flush its cache
 
     def all_ranks(self, cmd, arg=None):
         for _, conn in self.ranks:
@@ -295,7 +371,8 @@ class Handler(BaseHTTPRequestHandler):
             with ENGINE.lock:
                 res = ENGINE.all_ranks("checksums")
             ranks = {str(ENGINE.rank_offset + i): c for i, (_, c) in enumerate(res)}
-            return self.reply(200, {"weight_version": ENGINE.weight_version, "ranks": ranks})
+            return self.reply(200, {"weight_version": ENGINE.weight_version, "ranks": ranks,
+                                    "route_flushes": ENGINE.route_flushes})
         if self.path == "/health":
             return self.reply(200, {})
         self.reply(404, {"detail": "Not Found"})
@@ -340,6 +417,20 @@ class Handler(BaseHTTPRequestHandler):
                 print(f"update_weights_from_tensor: {(time.perf_counter() - arrived) * 1e3:.2f} ms "
                       f"from parsed request to the ranks' answers", flush=True)
             return self.result(res, "Succeeded to update parameter online.")
+        if self.path == "/update_weights_from_ipc":
+            if not isinstance(body.get("zmq_handles"), dict):
+                return self.reply(400, {"success": False, "message": "zmq_handles is required"})
+            ENGINE.route_flushes += bool(body.get("flush_cache", True))
+            arrived = time.perf_counter()
+            # Paused (wsyncd pauses first), SGLang runs this route without the update lock; the
+            # simulator takes it anyway, as nothing else updates meanwhile.
+            with ENGINE.lock:
+                res = ENGINE.all_ranks("ipc_route", {"zmq_handles": body["zmq_handles"],
+                                                     "generation": ENGINE.ce_worker})
+            if TRACE:
+                print(f"update_weights_from_ipc: {(time.perf_counter() - arrived) * 1e3:.2f} ms "
+                      f"from parsed request to the ranks' return", flush=True)
+            return self.result(res, "IPC weight update completed successfully")
         if self.path == "/destroy_weights_update_group":
             res = ENGINE.all_ranks("destroy")
             ENGINE.group = None
@@ -374,10 +465,13 @@ def main():
     ap.add_argument("--gpus", required=True, help="comma-separated GPU per TP rank")
     ap.add_argument("--die-at-update", type=int, default=-1,
                     help="the process exits when the Nth update request (0-based) arrives")
+    ap.add_argument("--ce-worker", default="g4", choices=("g1", "g4"),
+                    help="checkpoint-engine worker generation on the map-once route")
     args = ap.parse_args()
     # SIGTERM exits through sys.exit so multiprocessing reaps the rank processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     ENGINE = Engine([int(g) for g in args.gpus.split(",")], args.die_at_update)
+    ENGINE.ce_worker = args.ce_worker
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     print(f"torch engine on :{args.port}, gpus {args.gpus}, pid {os.getpid()}", flush=True)
     server.serve_forever()

@@ -7,7 +7,10 @@ vllm_torch_engine.py) on a machine without torch or a GPU:
    refusal, null answer, 500 on a rank failure and the flattened_tensor count with its layout
    floor; vLLM's session order (409s), init_info checks, pause modes, the request-form counts,
    the packed-config mismatch and the dead engine after a missing GPU UUID;
-2. with the pickles wsyncd writes (tests/pickle/write_torch_pickles, if its path is given): that
+2. checkpoint-engine's worker (tests/sim/checkpoint_engine_worker.py) over the libzmq-through-
+   ctypes REP socket the GPU machine uses (it has no pyzmq), driven by a pyzmq REQ socket: both
+   worker generations' end sequences, a failed bucket's traceback answer, and the timeout;
+3. with the pickles wsyncd writes (tests/pickle/write_torch_pickles, if its path is given): that
    the engines' exact-name unpicklers admit them (over a stand-in torch module), and that the
    vLLM entry form is told apart.
 
@@ -302,9 +305,76 @@ def pickle_checks(binary):
     del sys.modules["torch"]
 
 
+def worker_checks():
+    sys.path.insert(0, os.path.join(HERE, "..", "sim"))
+    import pickle
+    import checkpoint_engine_worker as cew
+    import zmq_rep
+    from torch_standins import Dtype
+    if not zmq_rep.HAVE_PYZMQ:
+        print("skip worker: no pyzmq to drive the ctypes socket")
+        return
+    import zmq
+    for generation in cew.GENERATIONS:
+        ctx = zmq.Context()
+        req = ctx.socket(zmq.REQ)
+        req.setsockopt(zmq.RCVTIMEO, 5000)
+        path = tempfile.mktemp(prefix="wsync-selftest-", suffix=".sock")
+        req.bind("ipc://" + path)
+        rep = zmq_rep.rep_socket("ipc://" + path, timeout_s=5, prefer_ctypes=True)
+        loaded, posts, outcome = [], [], {}
+
+        def load(payload, buffer):
+            if payload and payload[0]["name"] == "bad":
+                raise RuntimeError("bad tensor")
+            loaded.extend(cew.extract(payload, len(buffer),
+                                      lambda off, n, dtype, shape: buffer[off:off + n]))
+
+        def run():
+            try:
+                cew.serve(rep, pickle.loads, lambda h: h[1][0], load,
+                          post_hook=lambda: posts.append(1), generation=generation)
+                outcome["ok"] = True
+            except cew.WorkerError as e:
+                outcome["error"] = str(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        req.send(pickle.dumps(("func", (b"0123456789",))))
+        check(req.recv() == b"", f"worker {generation}: the buffer frame is answered empty")
+        req.send(pickle.dumps([{"name": "w", "shape": [4], "dtype": Dtype("uint8"), "offset": 2}]))
+        check(req.recv() == b"", f"worker {generation}: a bucket is answered empty")
+        check(loaded == [("w", b"2345")], f"worker {generation}: the tensor at its offset")
+        if generation == "g4":
+            req.send(pickle.dumps([{"name": "bad", "shape": [1], "dtype": Dtype("uint8"), "offset": 0}]))
+            check(b"bad tensor" in req.recv(), "worker g4: a failed bucket answers its traceback")
+        req.send(pickle.dumps(None))
+        check(req.recv() == b"", f"worker {generation}: the first None is answered")
+        if generation == "g4":
+            check(posts == [], "worker g4: no post-processing at the first None")
+            req.send(pickle.dumps(None))
+            check(req.recv() == b"", "worker g4: the second None is answered")
+        t.join(timeout=5)
+        check(outcome.get("ok") and posts == [1], f"worker {generation}: post-processed once")
+        rep.close()
+        req.close(linger=0)
+        ctx.term()
+        os.unlink(path)
+    # Nobody sends: the ctypes socket times out instead of hanging.
+    rep = zmq_rep.rep_socket("ipc:///tmp/wsync-selftest-nobody.sock", timeout_s=0.2,
+                             prefer_ctypes=True)
+    try:
+        rep.recv()
+        check(False, "worker: recv times out")
+    except zmq_rep.Timeout:
+        check(True, "worker: recv times out")
+    rep.close()
+
+
 def main():
     lmdeploy_checks()
     vllm_checks()
+    worker_checks()
     if len(sys.argv) > 1:
         pickle_checks(sys.argv[1])
     else:

@@ -296,6 +296,38 @@ TEST(Config, SglangMemoryDefaultsToKeepAndResumeSurvivesEveryPath) {
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown lmdeploy option"));
 }
 
+TEST(Config, SglangIpcRouteDefaultsToTensorAndIpcSurvivesEveryPath) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-route.json";
+  std::ofstream(path) << R"({"ipc_socket_dir": "/run/wsync", "groups": [
+      {"name": "a", "transport": "ipc", "engines": [{"url": "http://e:1", "gpus": ["GPU-0"]}]},
+      {"name": "b", "transport": "ipc", "sglang": {"ipc_route": "ipc"},
+       "engines": [{"url": "http://e:2", "gpus": ["GPU-0"]}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  EXPECT_EQ(config.daemon.group.transport.ipc_socket_dir, "/run/wsync");
+  const auto route = [](const GroupSpec& spec) {
+    return dynamic_cast<const SglangOptions&>(*spec.engine_options).ipc_route();
+  };
+  EXPECT_EQ(route(config.groups[0]), SglangIpcRoute::kTensor) << "the default";
+  EXPECT_EQ(route(config.groups[1]), SglangIpcRoute::kIpc);
+  v1::GroupSpec proto;
+  GroupSpecToProto(config.groups[1], &proto);
+  EXPECT_EQ(proto.sglang().ipc_route(), v1::SGLANG_IPC_ROUTE_IPC);
+  auto back = GroupSpecFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, config.groups[1]);
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[1]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[1]);
+  EXPECT_FALSE(config.groups[0].engine_options->Equals(*config.groups[1].engine_options));
+  std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"ipc_route": "zmq"},
+      "engines": [{"url": "http://e:1"}]}]})";
+  DaemonConfig bad;
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("\"tensor\" or \"ipc\""));
+  proto.mutable_sglang()->set_ipc_route(static_cast<v1::SglangIpcRoute>(7));
+  EXPECT_EQ(GroupSpecFromProto(proto).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   const std::string path = ::testing::TempDir() + "/wsyncd-vllm.json";
   std::ofstream(path) << R"({"groups": [

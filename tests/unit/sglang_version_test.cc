@@ -108,6 +108,61 @@ TEST(SglangVersionTest, ServersBeforeTheIpcFloorAreRefusedInEveryFormat) {
   }
 }
 
+TEST(SglangVersionTest, TheMapOnceRouteNeedsItsOwnFloorWhateverTheFormat) {
+  for (const char* text : {"0.5.5", "0.5.5.post2", "0.5.6", "0.6.0"}) {
+    auto v = SglangIpcRouteVariantFor(Parsed(text));
+    ASSERT_TRUE(v.ok()) << text << ": " << v.status();
+    EXPECT_EQ(v->name, "ipc stream (map once)");
+  }
+  for (const char* text : {"0.5.4", "0.5.5rc1", "0.5.1"}) {
+    auto v = SglangIpcRouteVariantFor(Parsed(text));
+    ASSERT_FALSE(v.ok()) << text;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(v.status().message(), AllOf(HasSubstr(absl::StrCat("SGLang ", text, " ")),
+                                            HasSubstr(">= 0.5.5"), HasSubstr("tensor route")));
+  }
+  // A 0.5.5 server refused the flattened tensor route is served the map-once route.
+  auto routed = SglangAdapter::CheckIpcVersion({{"version", "0.5.5"}}, "http://e:1",
+                                               BucketFormat::kFlattened, SglangIpcRoute::kIpc);
+  EXPECT_TRUE(routed.ok()) << routed.status();
+}
+
+TEST(SglangIpcRouteTest, TheRoutePicksTheDataPathAndTheOpeningRequestNamesEachRanksGpu) {
+  const SglangOptions options(BucketFormat::kFlattened, SglangMemory::kKeep, SglangIpcRoute::kIpc);
+  SglangAdapter adapter(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{}, options,
+                        TransportKind::kIpc);
+  EXPECT_TRUE(adapter.Capabilities().Supports(DataPath::kCudaIpcStream));
+  EXPECT_FALSE(adapter.Capabilities().Supports(DataPath::kCudaIpc));
+  SglangAdapter tensor_route(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{},
+                             SglangOptions(BucketFormat::kFlattened), TransportKind::kIpc);
+  EXPECT_TRUE(tensor_route.Capabilities().Supports(DataPath::kCudaIpc));
+  EXPECT_FALSE(tensor_route.Capabilities().Supports(DataPath::kCudaIpcStream));
+
+  auto request = adapter.IpcStreamRequest(
+      UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc:///tmp/a.sock"}, {"bbbb-2", "ipc:///tmp/b.sock"}});
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->path, "/update_weights_from_ipc");
+  // SGLang looks a rank up as "GPU-" + torch's UUID text; the route flushes by default, and
+  // wsyncd flushes once, at the commit.
+  EXPECT_EQ(
+      nlohmann::json::parse(request->json_body),
+      (nlohmann::json{{"zmq_handles",
+                       {{"GPU-aaaa-1", "ipc:///tmp/a.sock"}, {"GPU-bbbb-2", "ipc:///tmp/b.sock"}}},
+                      {"flush_cache", false}}));
+  auto same_gpu = adapter.IpcStreamRequest(
+      UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc:///tmp/a.sock"}, {"aaaa-1", "ipc:///tmp/b.sock"}});
+  EXPECT_EQ(same_gpu.status().code(), absl::StatusCode::kInvalidArgument);
+  auto short_of_ranks = adapter.IpcStreamRequest(UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc://a"}});
+  EXPECT_FALSE(short_of_ranks.ok());
+  // Tensors are viewed at their own offsets: only alignment is checked, not adjacency.
+  BucketManifest manifest;
+  manifest.tensors = {TensorEntry{"a", DType::kFloat32, {4}, 0, 16},
+                      TensorEntry{"b", DType::kBfloat16, {2}, 64, 4}};
+  EXPECT_TRUE(adapter.ValidateBucket(manifest).ok());
+  manifest.tensors[1].offset = 65;
+  EXPECT_EQ(adapter.ValidateBucket(manifest).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SglangVersionTest, CheckIpcVersionNamesTheUrlAndRefusesMissingOrUnreadableVersions) {
   const std::string url = "http://e:1";
   auto ok = SglangAdapter::CheckIpcVersion({{"version", "0.5.6"}}, url, BucketFormat::kFlattened);

@@ -454,6 +454,26 @@ TEST(TorchIpcPickle, EveryWrapperWritesASoundPickle) {
   ExpectSound(CheckpointEngineNoneFrame(), "none", 0);
 }
 
+// What the worker raises on: builtins.RuntimeError(text). Golden bytes, the layout of
+// pickle.dumps(RuntimeError("wsync aborted the update: x?"), protocol=3) less its memo (PUT)
+// opcodes, which change nothing a loader builds: PROTO 3, GLOBAL, BINUNICODE, TUPLE1, REDUCE,
+// STOP. The reason is printable ASCII and cut to 512 bytes.
+TEST(CheckpointEngineFrames, AbortIsARuntimeErrorWithPrintableText) {
+  const std::string text = "wsync aborted the update: x?";
+  std::string expected =
+      "\x80\x03"
+      "cbuiltins\nRuntimeError\n"
+      "X";
+  expected.push_back(static_cast<char>(text.size()));
+  expected.append(3, '\0');
+  expected += text + "\x85R.";
+  EXPECT_EQ(CheckpointEngineAbortFrame("x\n"), expected);
+  const std::string long_reason(2000, 'a');
+  const std::string frame = CheckpointEngineAbortFrame(long_reason);
+  EXPECT_EQ(frame.size(), expected.size() - 2 + 512);
+  EXPECT_EQ(CheckpointEngineAbortFrame("\xc3\xa9").find('\xc3'), std::string::npos);
+}
+
 struct PayloadRefusal {
   const char* what;
   absl::StatusOr<std::string> result;

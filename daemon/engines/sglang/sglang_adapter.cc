@@ -18,9 +18,8 @@ AdapterCapabilities SglangAdapter::Capabilities() const {
   AdapterCapabilities caps;
   caps.rendezvous = {RendezvousMode::kTorchStore};
   // The group's route picks how IPC buckets travel (sglang_options.h).
-  caps.data_paths = {DataPath::kBroadcast, route_ == SglangIpcRoute::kIpc
-                                               ? DataPath::kCudaIpcStream
-                                               : DataPath::kCudaIpc};
+  caps.data_paths = {DataPath::kBroadcast, route_ == SglangIpcRoute::kIpc ? DataPath::kCudaIpcStream
+                                                                          : DataPath::kCudaIpc};
   // The flattened receiver since PR #13413 takes mixed dtypes as uint8 bytes; per tensor, every
   // tensor has its own typed broadcast. Alignment is the planner's own rule.
   return caps;
@@ -49,8 +48,7 @@ std::optional<SglangIpcVariant> SglangAdapter::ipc_variant() const {
 }
 
 absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckIpcVersion(
-    const nlohmann::json& info, const std::string& url, BucketFormat format,
-    SglangIpcRoute route) {
+    const nlohmann::json& info, const std::string& url, BucketFormat format, SglangIpcRoute route) {
   auto field = info.find("version");
   if (field == info.end() || !field->is_string()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -244,9 +242,9 @@ absl::StatusOr<EngineRequest> SglangAdapter::IpcStreamRequest(
   for (const IpcStreamRank& rank : ranks) {
     const std::string key = absl::StrCat("GPU-", rank.gpu_uuid);
     if (handles.contains(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine ", endpoint_.url, " has two TP ranks on GPU ", rank.gpu_uuid,
-          ", which SGLang's map-once route cannot tell apart (it keys ranks by GPU)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine ", endpoint_.url, " has two TP ranks on GPU ", rank.gpu_uuid,
+                       ", which SGLang's map-once route cannot tell apart (it keys ranks by GPU)"));
     }
     handles[key] = rank.address;
   }
@@ -318,9 +316,9 @@ absl::Status SglangAdapter::ValidateBucket(const BucketManifest& manifest) const
     // Each tensor is viewed at its own byte offset as its dtype, so only alignment matters.
     for (const TensorEntry& t : manifest.tensors) {
       if (t.offset % DTypeSize(t.dtype) != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", t.name, "' starts at byte ", t.offset, ", not aligned to its ",
-                         DTypeName(t.dtype), " elements"));
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' starts at byte ",
+                                                       t.offset, ", not aligned to its ",
+                                                       DTypeName(t.dtype), " elements"));
       }
     }
     return absl::OkStatus();

@@ -41,9 +41,9 @@ inline absl::StatusOr<SglangVersion> ParseSglangVersion(absl::string_view text) 
 //   for such a server and refuses it, suggesting per_tensor, which every supported server reads.
 //
 // The map-once route (ipc_route "ipc", POST /update_weights_from_ipc) came with PR #11755
-// (reviewed 2025-10-21, on main by 2025-10-30), which puts it in 0.5.4 or 0.5.5: the release was not
-// pinned, so wsyncd asks for 0.5.5 (a 0.5.4 server that has it is refused, which is safe; one that
-// lacked it would fail only at the first update). Its payload has no load_format: tensors are
+// (reviewed 2025-10-21, on main by 2025-10-30), which puts it in 0.5.4 or 0.5.5: the release was
+// not pinned, so wsyncd asks for 0.5.5 (a 0.5.4 server that has it is refused, which is safe; one
+// that lacked it would fail only at the first update). Its payload has no load_format: tensors are
 // byte offsets in one mapped buffer, any mix of dtypes.
 inline constexpr char kSglangMinIpcVersion[] = "0.5.1";
 inline constexpr char kSglangMinIpcRouteVersion[] = "0.5.5";

@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<CheckpointEngineStream>> CheckpointEngineStream::
       new CheckpointEngineStream(adapter, std::move(ranks), rank_gpus));
   auto call = channel->Post(request.path, request.json_body, deadline);
   if (!call.ok()) {
-    return absl::Status(call.status().code(), absl::StrCat("engine ", adapter->endpoint().url,
-                                                           ": ", call.status().message()));
+    return absl::Status(call.status().code(), absl::StrCat("engine ", adapter->endpoint().url, ": ",
+                                                           call.status().message()));
   }
   stream->channel_ = std::move(channel);
   stream->call_ = *std::move(call);
@@ -133,8 +133,7 @@ std::shared_ptr<StreamResult> CheckpointEngineStream::Send(const BucketManifest&
   auto result = std::make_shared<StreamResult>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(
-        Job{false, manifest, std::move(views), std::move(producers), deadline, result});
+    jobs_.push_back(Job{false, manifest, std::move(views), std::move(producers), deadline, result});
   }
   cv_.notify_all();
   return result;
@@ -168,7 +167,8 @@ void CheckpointEngineStream::Run() {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || (!aborted_.ok() && !abort_sent_); });
+      cv_.wait(lock,
+               [&] { return stopping_ || !jobs_.empty() || (!aborted_.ok() && !abort_sent_); });
       if (!aborted_.ok() && !abort_sent_) {
         // Every rank hears it, busy or not (the sockets take a request while a reply is owed):
         // the worker raises, and the engine answers its request with the failure.
@@ -247,8 +247,8 @@ absl::Status CheckpointEngineStream::RunBucket(const Job& job) {
   }
   // The ranks read on arrival, without an event to wait on.
   for (SlotMemory* slot : job.producers) {
-    WSYNC_RETURN_IF_ERROR(slot->WaitProducer(std::max(job.deadline - absl::Now(),
-                                                      absl::ZeroDuration())));
+    WSYNC_RETURN_IF_ERROR(
+        slot->WaitProducer(std::max(job.deadline - absl::Now(), absl::ZeroDuration())));
   }
   if (std::any_of(maps.begin(), maps.end(), [](const std::string& m) { return !m.empty(); })) {
     WSYNC_RETURN_IF_ERROR(Exchange(maps, "the buffer's handle", job.deadline).status());
@@ -274,9 +274,10 @@ absl::Status CheckpointEngineStream::RunFinish(const Job& job) {
   auto reply = call_->Wait(job.deadline);
   if (!reply.ok()) {
     if (reply.status().code() == absl::StatusCode::kDeadlineExceeded) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "engine ", url(), " did not answer its update request before the deadline, though "
-          "every rank finished (engine hung?)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("engine ", url(),
+                       " did not answer its update request before the deadline, though "
+                       "every rank finished (engine hung?)"));
     }
     return absl::Status(reply.status().code(),
                         absl::StrCat("engine ", url(), ": ", reply.status().message()));
@@ -364,9 +365,8 @@ absl::StatusOr<CheckpointEngineStream::Ended> CheckpointEngineStream::Exchange(
     if (absl::Now() >= deadline) {
       std::vector<std::string> names;
       for (size_t r : owed) names.push_back(RankName(r));
-      return absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(names, ", "),
-                                                      ": no answer to ", what,
-                                                      " before the deadline (engine hung?)"));
+      return absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(names, ", "), ": no answer to ",
+                                                      what, " before the deadline (engine hung?)"));
     }
   }
   if (!first.ok()) return absl::Status(first.code(), absl::StrJoin(errors, "; "));

@@ -116,9 +116,9 @@ absl::StatusOr<std::unique_ptr<StreamSocket>> StreamSockets::Bind() {
   if (absl::Status s = EnsureLocked(); !s.ok()) return s;
   const std::string path = absl::StrCat(private_dir_, "/", RandomHex(8), ".sock");
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine stream socket path ", path, " is longer than a unix socket allows (",
-        sizeof(sockaddr_un::sun_path) - 1, " bytes): set a shorter ipc_socket_dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine stream socket path ", path, " is longer than a unix socket allows (",
+                     sizeof(sockaddr_un::sun_path) - 1, " bytes): set a shorter ipc_socket_dir"));
   }
   auto impl = std::make_unique<StreamSocket::Impl>(
       StreamSocket::Impl{context_, zmq::socket_t(context_->zmq, zmq::socket_type::req)});
