@@ -249,7 +249,12 @@ def main():
                 if checksum == "none":
                     for group, suffix in routes:
                         key = suffix.strip("/").replace("-", "_")
-                        if suffix:
+                        if suffix and max(sizes) > slot:
+                            # The route maps one allocation per update, and a tensor larger than
+                            # the slot would travel in a slot of its own: slots do not apply.
+                            note(f"{text}: map-once route from slots needs slots above the "
+                                 f"largest tensor ({max(sizes) / GIB:.2f} GiB); zero copy only")
+                        elif suffix:
                             # Slots through the map-once route.
                             with wsync.Client("unix:" + daemon.sock, device=0,
                                               name="map once") as client:

@@ -184,8 +184,9 @@ if want ipc_route; then
   rsock=/tmp/wsync-gpu-route.sock
   rurl=http://127.0.0.1:30031
   rlog=$LOGS/ipc-route.log
-  # Slots above the largest tensor: the route maps one allocation per update.
-  start_wsyncd $rsock "$LOGS/route-wsyncd.log" --slot-bytes 256MiB --bucket-timeout 60
+  # Slots above the largest tensor (the route maps one allocation per update), below the model
+  # (0.21 GiB), so that an update has several buckets.
+  start_wsyncd $rsock "$LOGS/route-wsyncd.log" --slot-bytes 128MiB --bucket-timeout 60
   r_d=$wsyncd_pid
   route_engine() {
     python3 tests/gpu/sglang_torch_engine.py --port 30031 --gpus 0 "$@" \

@@ -123,7 +123,7 @@ def ipc_route_rank(gpu, tp_rank, zmq_handles, params, generation, on_bucket):
     if key not in zmq_handles:
         return False, f"Device UUID {key} not found in zmq_handles: {list(zmq_handles)}"
     trace = os.environ.get("WSYNC_SIM_TRACE") == "1"
-    times = {"map": 0.0, "load": 0.0, "buckets": 0}
+    times = {"map": 0.0, "load": 0.0, "buckets": 0, "release": 0.0, "finish": 0.0}
 
     def map_buffer(handle):
         t0 = time.perf_counter()
@@ -146,22 +146,33 @@ def ipc_route_rank(gpu, tp_rank, zmq_handles, params, generation, on_bucket):
         times["buckets"] += 1
 
     def release(buffer):
+        t0 = time.perf_counter()
         del buffer
         gc.collect()
         torch.cuda.ipc_collect()
         torch.cuda.empty_cache()
+        times["release"] = time.perf_counter() - t0
+
+    def finish():
+        t0 = time.perf_counter()
+        gc.collect()
+        torch.cuda.empty_cache()
+        times["finish"] = time.perf_counter() - t0
 
     sock = rep_socket(zmq_handles[key], timeout_s=120)
     try:
         checkpoint_engine_worker.serve(sock, pickle.loads, map_buffer, load, release=release,
-                                       generation=generation, on_bucket=on_bucket)
+                                       generation=generation, on_bucket=on_bucket,
+                                       finish=finish)
     except (checkpoint_engine_worker.WorkerError, Timeout) as e:
         return False, str(e)
     finally:
         sock.close()
     if trace:
         print(f"rank {tp_rank} update_weights_from_ipc: map {times['map'] * 1e3:.2f} ms, "
-              f"{times['buckets']} bucket(s) loaded in {times['load'] * 1e3:.2f} ms", flush=True)
+              f"{times['buckets']} bucket(s) loaded in {times['load'] * 1e3:.2f} ms, release "
+              f"{times['release'] * 1e3:.2f} ms, final gc {times['finish'] * 1e3:.2f} ms",
+              flush=True)
     return True, "ok"
 
 

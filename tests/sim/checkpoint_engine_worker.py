@@ -52,12 +52,21 @@ def extract(payload, buffer_len, view):
 
 
 def serve(sock, unpickle, map_buffer, load, post_hook=None, release=None, generation="g4",
-          on_bucket=None):
+          on_bucket=None, finish=None):
     """Runs one rank's update to its end. map_buffer((func, args)) -> buffer; load(payload,
     buffer); release(buffer) drops the mapping; on_bucket(index) runs before each bucket is
-    loaded (fault injection). Raises WorkerError when the update failed."""
+    loaded (fault injection); finish() runs last, however the update ended (every generation's
+    `finally`: gc.collect and empty_cache). Raises WorkerError when the update failed."""
     if generation not in GENERATIONS:
         raise ValueError(f"generation must be one of {GENERATIONS}")
+    try:
+        _serve(sock, unpickle, map_buffer, load, post_hook, release, generation, on_bucket)
+    finally:
+        if finish is not None:
+            finish()
+
+
+def _serve(sock, unpickle, map_buffer, load, post_hook, release, generation, on_bucket):
     payload = unpickle(sock.recv())
     try:
         if not isinstance(payload, tuple):
