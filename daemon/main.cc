@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -187,6 +188,18 @@ int main(int argc, char** argv) {
   config.daemon.group.timeouts.control = absl::Seconds(control_timeout);
   if (config.daemon.group.transport.bind_address.empty()) {
     config.daemon.group.transport.bind_address = config.daemon.group.transport.advertise_address;
+  }
+  {
+    // The engines resolve the stream sockets' addresses in their own working directory, so the
+    // directory is made absolute here, and checked now rather than at the first update.
+    std::string& dir = config.daemon.group.transport.ipc_socket_dir;
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
+    if (ec || !std::filesystem::is_directory(absolute, ec)) {
+      return Fail(absl::StrCat("--ipc-socket-dir ", dir,
+                               " is not a directory (the map-once route's sockets live there)"));
+    }
+    dir = absolute.lexically_normal().string();
   }
   if (config.server.unix_socket.empty() && config.server.tcp_listen.empty()) {
     return Fail("nothing to serve on: give --socket and/or --listen");

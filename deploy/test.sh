@@ -67,7 +67,7 @@ export -f stage_deps stage_build stage_tests stage_faults stage_soak stage_sanit
   stage_asan
 
 # name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
-stages=(deps:300 build:660 tests:240 faults:150 soak:90 sanitize:630 fuzz:150 asan:180)
+stages=(deps:300 build:780 tests:240 faults:150 soak:90 sanitize:780 fuzz:150 asan:180)
 wanted=" ${WSYNC_STAGES:-deps build tests faults soak sanitize fuzz asan} "
 summary=()
 total_budget=0

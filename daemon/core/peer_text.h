@@ -20,7 +20,8 @@ inline constexpr size_t kMaxReasonBytes = 1024;
 // INVALID_ARGUMENT naming `what` unless `text` is 1..max bytes of printable ASCII or UTF-8
 // (no control characters).
 absl::Status CheckPeerLabel(absl::string_view what, absl::string_view text, size_t max_bytes);
-// `text` cut to `max_bytes` (marked "...") with control characters written as \xNN.
+// `text` cut to `max_bytes` (marked "...") with control characters, and bytes that do not form
+// well-formed UTF-8 (so also a character the cut split), written as \xNN: always valid UTF-8.
 std::string SanitizePeerText(absl::string_view text, size_t max_bytes = kMaxReasonBytes);
 
 }  // namespace wsync

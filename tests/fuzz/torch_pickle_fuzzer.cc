@@ -486,7 +486,9 @@ void FuzzOne(FuzzedDataProvider& in) {
       // reason gives RuntimeError(prefix + at most 512 printable ASCII bytes).
       const std::string reason = in.ConsumeRandomLengthString(4096);
       const std::string frame = CheckpointEngineAbortFrame(reason);
-      const std::string head = std::string("\x80\x03cbuiltins\nRuntimeError\nX", 28);
+      const std::string head =
+          "\x80\x03"
+          "cbuiltins\nRuntimeError\nX";
       FUZZ_CHECK(frame.compare(0, head.size(), head) == 0, "abort frame: head");
       FUZZ_CHECK(frame.size() >= head.size() + 4 + 3, "abort frame: short");
       uint32_t n = 0;

@@ -40,10 +40,10 @@ class IpcFixture(HostWsyncdCase):
             ("model.layers.0.step", np.arange(5, dtype=np.int64)),
         ]
 
-    def start_engine(self, name, gpus, port=None, version=None):
+    def start_engine(self, name, gpus, port=None, version=None, extra=()):
         port = port or free_port()
         self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)]
-                   + (["--version", version] if version else []))
+                   + (["--version", version] if version else []) + list(extra))
         wait_port(port)
         return port
 
@@ -110,6 +110,29 @@ class SglangVersionGateTest(IpcFixture):
             self.assertNotEqual(out.returncode, 0)
             self.assertIn("SGLang 0.4.10.post2 ", out.stderr)
             self.assertIn(">= 0.5.1", out.stderr)
+
+
+class IpcSessionTest(IpcFixture):
+    """A session build (sglang_ipc_sim --sessions, which dies on an update outside a session or a
+    second begin, as SGLang's scheduler asserts): each colocated update inside begin/end, the tensor
+    route's requests with the selector; the map-once route's request has no selector field."""
+
+    def test_tensor_route_updates_sit_inside_sessions(self):
+        port = self.start_engine("engine", [GPU0], extra=["--sessions"])
+        self.create_group("colo", port, [GPU0])
+        for version in ("s1", "s2"):
+            result = self.push(version)
+            state = self.assert_engine_holds(port, self.model, version)
+        one = ["begin all"] + ["update selector=all"] * result["buckets"] + ["end"]
+        self.assertEqual(state["session_log"], one * 2)
+        self.assertFalse(state["session_open"])
+
+    def test_map_once_route_updates_sit_inside_sessions(self):
+        port = self.start_engine("engine", [GPU0], extra=["--sessions"])
+        self.create_group("colo", port, [GPU0], "--sglang-ipc-route", "ipc")
+        self.push("r1")
+        state = self.assert_engine_holds(port, self.model, "r1")
+        self.assertEqual(state["session_log"], ["begin all", "update selector=(none)", "end"])
 
 
 class IpcTransportTest(IpcFixture):

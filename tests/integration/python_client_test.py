@@ -30,16 +30,22 @@ import wsync  # noqa: E402
 
 
 
-class PythonClientTest(unittest.TestCase):
+class SimFixture(unittest.TestCase):
+    """wsyncd (host mode, 1 MiB slots), a 2-rank sglang_sim with SIM_FLAGS and a group on it."""
+
+    SIM_FLAGS = []
+    BUCKET_TIMEOUT = "10"
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="wsync-py-")
         self.sock = os.path.join(self.dir, "wsyncd.sock")
         self.procs = []
         self.port = free_port()
-        self.spawn([SIM, "--port", str(self.port), "--tp", "2"], "sim.log")
+        self.spawn([SIM, "--port", str(self.port), "--tp", "2", *self.SIM_FLAGS], "sim.log")
         wait_port(self.port)
         self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", "1MiB",
-                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10"], "wsyncd.log")
+                    "--bind-address", "127.0.0.1", "--bucket-timeout", self.BUCKET_TIMEOUT],
+                   "wsyncd.log")
         deadline = time.time() + 10
         while not os.path.exists(self.sock) and time.time() < deadline:
             time.sleep(0.02)
@@ -60,6 +66,8 @@ class PythonClientTest(unittest.TestCase):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/sim/checksums") as r:
             return json.loads(r.read())
 
+
+class PythonClientTest(SimFixture):
     def test_push_numpy_model_and_every_rank_holds_its_bytes(self):
         rng = np.random.default_rng(3)
         bf16_bits = rng.integers(0, 2**16, size=(300, 700), dtype=np.uint16)
@@ -181,6 +189,72 @@ class PythonClientTest(unittest.TestCase):
             wsync.Client("unix:" + os.path.join(self.dir, "none.sock"), timeout=0.5)
         self.assertEqual(e.exception.code_name, "UNAVAILABLE")
         self.assertIn("wsyncd is not answering", e.exception.message)
+
+
+
+class SessionBuildTest(SimFixture):
+    """The broadcast path against a session build of SGLang (sglang_sim --sessions): every update
+    inside /begin_weight_update {"selector": "all"} ... /end_weight_update, every bucket request
+    with the selector; an update outside a session, or a second begin, would kill the simulator as
+    the scheduler's assert kills SGLang."""
+
+    SIM_FLAGS = ["--sessions"]
+    BUCKET_TIMEOUT = "3"
+
+    def knobs(self, **knobs):
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/sim/knobs",
+                                     data=json.dumps(knobs).encode(), method="POST")
+        urllib.request.urlopen(req).read()
+
+    def test_every_update_sits_inside_a_session_and_a_failed_one_ends_its_own(self):
+        rng = np.random.default_rng(5)
+        model = [(f"w{i}", rng.standard_normal(100000).astype(np.float32)) for i in range(6)]
+        logs = []
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            for version in ("s1", "s2"):
+                result = client.push(model, version=version, group="policy")
+                state = self.engine_checksums()
+                self.assertEqual(state["weight_version"], version)
+                for tensors in state["ranks"].values():
+                    for name, array in model:
+                        self.assertEqual(tensors[name], format(zlib.crc32(array.tobytes()), "08x"))
+            buckets = result["buckets"]
+            self.assertGreater(buckets, 1)
+            one = ["begin all"] + ["update selector=all"] * buckets + ["end"]
+            self.assertEqual(state["session_log"], one * 2)
+            self.assertFalse(state["session_open"])
+            # The second bucket fails: the session is ended all the same, and the next update
+            # begins a fresh one (a second begin would have killed the engine).
+            self.knobs(fail_update_at=state["updates_received"] + 1)
+            with self.assertRaises(wsync.WsyncError):
+                client.push(model, version="s3", group="policy")
+            state = self.engine_checksums()
+            self.assertFalse(state["session_open"])
+            self.assertEqual(state["session_log"][-1], "end")
+            self.assertFalse(state["paused"])
+            client.push(model, version="s4", group="policy")
+        state = self.engine_checksums()
+        self.assertEqual(state["weight_version"], "s4")
+        self.assertEqual(state["session_log"][-(buckets + 2):], one)
+
+
+class SessionBuildWithoutDocsTest(SessionBuildTest):
+    """The same server started without its OpenAPI document: the sessions are found by the route's
+    405 to a GET."""
+
+    SIM_FLAGS = ["--sessions", "--no-docs"]
+
+
+class NoSessionsTest(SimFixture):
+    """A build without sessions: no begin or end, no selector (nothing is logged)."""
+
+    def test_updates_are_sent_without_a_session(self):
+        model = [("w", np.ones(300000, np.float32))]
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            client.push(model, version="n1", group="policy")
+        state = self.engine_checksums()
+        self.assertEqual(state["weight_version"], "n1")
+        self.assertEqual(state["session_log"], [])
 
 
 if __name__ == "__main__":

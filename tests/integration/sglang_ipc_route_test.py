@@ -7,13 +7,17 @@ Usage: sglang_ipc_route_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_D
 """
 
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ipc_transport_test import GPU0, GPU1, IPC_SIM, IpcFixture  # noqa: E402
+import process_support  # noqa: E402
 from process_support import free_port, wait_port  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -172,19 +176,58 @@ class RouteFaultTest(RouteFixture):
         self.assertIsNone(self.procs["wsyncd"].poll(), "wsyncd stays up")
 
 
-class UnreachableSocketDirTest(RouteFixture):
-    WSYNCD_FLAGS = ["--ipc-socket-dir", "/nonexistent/wsync-sockets"]
-
-    def test_an_unusable_socket_dir_fails_the_update_naming_it_and_resumes_the_engine(self):
+class HostileAnswerTest(RouteFixture):
+    def test_a_rank_answer_of_any_bytes_reaches_the_trainer_and_the_history_as_utf8(self):
+        # The traceback ends "RuntimeError: ab" and 200 euro signs (3 bytes each): the 300-byte cut
+        # falls inside a character.
         port = self.start_engine("engine", [GPU0])
         self.create_route_group(port, [GPU0])
+        self.knobs(port, fail_update_at=0, fail_text="ab" + "\u20ac" * 200)
+        with self.assertRaises(wsync.WsyncError) as e:
+            self.push("bad")
+        self.assertIn("TP rank 0", e.exception.message)
+        self.assertIn("RuntimeError: ab\u20ac\u20ac", e.exception.message)
+        out = self.ctl("updates")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("RuntimeError: a", out.stdout)
+        self.push("after")
+        self.assert_engine_holds(port, self.model, "after")
+
+
+class SocketDirTest(RouteFixture):
+    SOCKET_DIR = tempfile.mkdtemp(prefix="wsync-route-sockets-")
+    WSYNCD_FLAGS = ["--ipc-socket-dir", SOCKET_DIR]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.SOCKET_DIR, ignore_errors=True)
+
+    def test_a_socket_dir_gone_fails_the_update_naming_it_and_resumes_the_engine(self):
+        port = self.start_engine("engine", [GPU0])
+        self.create_route_group(port, [GPU0])
+        os.rmdir(self.SOCKET_DIR)
         with self.assertRaises(wsync.WsyncError) as e:
             self.push("v1")
-        self.assertIn("/nonexistent/wsync-sockets", e.exception.message)
+        self.assertIn(self.SOCKET_DIR, e.exception.message)
         self.assertIn("ipc_socket_dir", e.exception.message)
         state = self.engine_state(port)
         self.assertFalse(state["paused"])
         self.assertEqual(state["ipc_route_bodies"], [])
+        # Back again: the next update makes its private directory there, and removes its sockets.
+        os.mkdir(self.SOCKET_DIR)
+        self.push("v2")
+        self.assert_engine_holds(port, self.model, "v2")
+        (private,) = os.listdir(self.SOCKET_DIR)
+        self.assertEqual(os.stat(os.path.join(self.SOCKET_DIR, private)).st_mode & 0o777, 0o711)
+        self.assertEqual(os.listdir(os.path.join(self.SOCKET_DIR, private)), [])
+
+    def test_a_socket_dir_that_is_not_a_directory_stops_wsyncd_at_start(self):
+        with tempfile.NamedTemporaryFile() as f:
+            out = subprocess.run([process_support.WSYNCD, "--mode", "host", "--socket",
+                                  os.path.join(self.dir, "other.sock"), "--ipc-socket-dir", f.name],
+                                 capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn(f"--ipc-socket-dir {f.name} is not a directory", out.stderr)
 
 
 if __name__ == "__main__":

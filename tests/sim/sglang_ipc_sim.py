@@ -28,6 +28,11 @@ socket there and runs the worker; frames are plain pickles (no allow-list: torch
 to stand-ins, builtins' exceptions to themselves); the request answers 200 {"success": true} once
 every rank is done, or 400 with the first rank's failure; flush_cache defaults to true.
 
+--sessions makes it a session build (engine-protocols.md 3.5, 3.7): POST /begin_weight_update
+{"selector"} and /end_weight_update exist (GET on them: 405), and a weight update outside a session,
+or a begin while one is open, kills the process (the scheduler's assert). GET /openapi.json lists
+the routes (404 with --no-docs).
+
 GET /sim/checksums answers what the C++ simulator does (CRC-32 per tensor per rank, ranks
 numbered from 1) plus ipc_opens, the mappings made, and last_error, why the last load failed (wsyncd
 reports an engine's status, not its answer). POST /sim/knobs sets faults.
@@ -164,7 +169,8 @@ def run_ipc_rank(engine, rank, address):
         if n == engine.knobs["hang_update_at"]:
             time.sleep(3600)
         if n == engine.knobs["fail_update_at"]:
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            raise RuntimeError(engine.knobs.get("fail_text") or
+                               "CUDA error: an illegal memory access was encountered")
 
     def post_hook():
         with engine.lock:
@@ -256,8 +262,12 @@ def load_rank(rank, entry, load_format, uint8_reader=True):
 
 
 class Engine:
-    def __init__(self, gpus, version="0.5.6", ce_worker="g4"):
+    def __init__(self, gpus, version="0.5.6", ce_worker="g4", sessions=False, no_docs=False):
         self.version = version
+        self.sessions = sessions
+        self.no_docs = no_docs
+        self.session_open = False
+        self.session_log = []  # "begin <selector>", "end", "update selector=<s>" in order
         self.ce_worker = ce_worker
         self.ipc_route_bodies = []  # the map-once route's bodies, zmq_handles left out
         self.uint8_reader = version_tuple(version) >= (0, 5, 6, 1)
@@ -306,6 +316,20 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {"version": e.version, "tp_size": len(e.ranks),
                                     "dp_size": 1, "pp_size": 1,
                                     "weight_version": e.weight_version, "simulator": True})
+        if self.path == "/openapi.json":
+            if e.no_docs:
+                return self.reply(404, {"detail": "Not Found"})
+            posts = ["/update_weights_from_tensor", "/update_weights_from_ipc", "/pause_generation",
+                     "/continue_generation", "/update_weight_version", "/flush_cache",
+                     "/release_memory_occupation", "/resume_memory_occupation"]
+            if e.sessions:
+                posts += ["/begin_weight_update", "/end_weight_update"]
+            paths = {p: {"post": {"summary": p}} for p in posts}
+            paths["/get_server_info"] = {"get": {"summary": "server info"}}
+            return self.reply(200, {"openapi": "3.1.0", "info": {"title": "FastAPI"},
+                                    "paths": paths})
+        if self.path in ("/begin_weight_update", "/end_weight_update") and e.sessions:
+            return self.reply(405, {"detail": "Method Not Allowed"})
         if self.path == "/sim/checksums":
             with e.lock:
                 ranks = {str(i + 1): {n: format(zlib.crc32(b), "08x") for n, b in r.tensors.items()}
@@ -319,6 +343,8 @@ class Handler(BaseHTTPRequestHandler):
                                         "post_hooks": [r.post_hooks for r in e.ranks],
                                         "ipc_route_bodies": e.ipc_route_bodies,
                                         "flushes_by_route": e.flushes_by_route,
+                                        "session_open": e.session_open,
+                                        "session_log": e.session_log,
                                         "last_error": e.last_error})
         self.reply(404, {"detail": "Not Found"})
 
@@ -327,10 +353,34 @@ class Handler(BaseHTTPRequestHandler):
         body = self.body()
         if body is None:
             return self.reply(400, {"success": False, "message": "invalid JSON"})
-        if self.path == "/update_weights_from_tensor":
-            return self.update(body)
-        if self.path == "/update_weights_from_ipc":
+        if self.path in ("/update_weights_from_tensor", "/update_weights_from_ipc"):
+            if e.sessions:
+                with e.lock:
+                    if not e.session_open:
+                        sys.stderr.write("sglang_ipc_sim: AssertionError: weight update outside a "
+                                         "session (the scheduler dies)\n")
+                        os._exit(6)
+                    e.session_log.append(f"update selector={body.get('selector', '(none)')}")
+            if self.path == "/update_weights_from_tensor":
+                return self.update(body)
             return self.update_from_ipc(body)
+        if self.path == "/begin_weight_update" and e.sessions:
+            with e.lock:
+                if e.session_open:
+                    sys.stderr.write("sglang_ipc_sim: AssertionError: a weight update session is "
+                                     "already open (the scheduler dies)\n")
+                    os._exit(6)
+                e.session_open = True
+                e.session_log.append(f"begin {body.get('selector', '?')}")
+            return self.reply(200, {"success": True, "message": "Weight update session started."})
+        if self.path == "/end_weight_update" and e.sessions:
+            with e.lock:
+                if not e.session_open:
+                    return self.reply(400, {"success": False,
+                                            "message": "No weight update session is open."})
+                e.session_open = False
+                e.session_log.append("end")
+            return self.reply(200, {"success": True, "message": "Weight update session ended."})
         if self.path == "/pause_generation":
             e.paused = True
             return self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
@@ -460,8 +510,12 @@ def main():
     parser.add_argument("--ce-worker", default="g4",
                         choices=checkpoint_engine_worker.GENERATIONS,
                         help="the checkpoint-engine worker generation on the map-once route")
+    parser.add_argument("--sessions", action="store_true",
+                        help="a session build: updates only inside begin/end, or the process dies")
+    parser.add_argument("--no-docs", action="store_true", help="serve no /openapi.json")
     args = parser.parse_args()
-    Handler.engine = Engine([g for g in args.gpus.split(",") if g], args.version, args.ce_worker)
+    Handler.engine = Engine([g for g in args.gpus.split(",") if g], args.version, args.ce_worker,
+                            args.sessions, args.no_docs)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -275,6 +277,17 @@ void SglangSim::Routes() {
         body["names"].size() != body["shapes"].size()) {
       return SuccessReply(res, false, "names, dtypes and shapes must have equal lengths");
     }
+    if (knobs_.sessions && !body.is_discarded()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!session_open_) {
+        std::fprintf(stderr,
+                     "sglang_sim: AssertionError: weight update outside a session (the "
+                     "scheduler dies)\n");
+        std::_Exit(6);
+      }
+      session_log_.push_back(
+          absl::StrCat("update selector=", body.value("selector", std::string("(none)"))));
+    }
     if (knobs_.data_plane) {
       // The bytes were (or will be) taken by the receives /sim/receive_ahead posted.
       if (knobs_.answer_delay_ms > 0) absl::SleepFor(absl::Milliseconds(knobs_.answer_delay_ms));
@@ -338,6 +351,56 @@ void SglangSim::Routes() {
         }
         SuccessReply(res, true, "Succeeded to destroy custom process group.");
       });
+  server_->Get("/openapi.json", [this](const SimHttpRequest&, SimHttpResponse& res) {
+    if (knobs_.no_docs) {
+      res.status = 404;
+      res.set_content("{\"detail\":\"Not Found\"}", "application/json");
+      return;
+    }
+    json paths = json::object();
+    std::vector<std::string> posts = {"/init_weights_update_group",
+                                      "/update_weights_from_distributed",
+                                      "/destroy_weights_update_group",
+                                      "/pause_generation",
+                                      "/continue_generation",
+                                      "/update_weight_version",
+                                      "/flush_cache"};
+    if (knobs_.sessions) {
+      posts.push_back("/begin_weight_update");
+      posts.push_back("/end_weight_update");
+    }
+    for (const std::string& p : posts) paths[p] = {{"post", {{"summary", p}}}};
+    paths["/get_server_info"] = {{"get", {{"summary", "server info"}}}};
+    Reply(res, 200, {{"openapi", "3.1.0"}, {"info", {{"title", "FastAPI"}}}, {"paths", paths}});
+  });
+  if (knobs_.sessions) {
+    // FastAPI answers a route's other methods with 405.
+    server_->Get("/begin_weight_update", [](const SimHttpRequest&, SimHttpResponse& res) {
+      res.status = 405;
+      res.set_content("{\"detail\":\"Method Not Allowed\"}", "application/json");
+    });
+    server_->Post("/begin_weight_update", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+      json body = json::parse(req.body, nullptr, false);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (session_open_) {
+        std::fprintf(stderr,
+                     "sglang_sim: AssertionError: a weight update session is already "
+                     "open (the scheduler dies)\n");
+        std::_Exit(6);
+      }
+      session_open_ = true;
+      session_log_.push_back(absl::StrCat(
+          "begin ", body.is_object() ? body.value("selector", std::string("all")) : "?"));
+      SuccessReply(res, true, "Weight update session started.");
+    });
+    server_->Post("/end_weight_update", [this](const SimHttpRequest&, SimHttpResponse& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!session_open_) return SuccessReply(res, false, "No weight update session is open.");
+      session_open_ = false;
+      session_log_.push_back("end");
+      SuccessReply(res, true, "Weight update session ended.");
+    });
+  }
   server_->Post("/pause_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
     std::lock_guard<std::mutex> lock(mu_);
     paused_ = true;
@@ -440,11 +503,10 @@ json SglangSim::Checksums() const {
       ranks[std::to_string(group_->rank_offset + r->tp_rank)] = tensors;
     }
   }
-  return {{"weight_version", weight_version_},
-          {"ranks", ranks},
-          {"updates_received", updates_.load()},
-          {"paused", paused_},
-          {"group", group_ ? group_->name : ""}};
+  return {{"weight_version", weight_version_},   {"ranks", ranks},
+          {"updates_received", updates_.load()}, {"paused", paused_},
+          {"group", group_ ? group_->name : ""}, {"session_open", session_open_},
+          {"session_log", session_log_}};
 }
 
 }  // namespace wsync

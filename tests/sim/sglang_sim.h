@@ -37,6 +37,12 @@ struct SimKnobs {
   // answer_delay_ms) without receiving; POST /sim/receive_ahead posted the receives beforehand.
   bool data_plane = false;
   std::string version = "0.5.6";
+  // A session build (engine-protocols.md 3.5, 3.7): POST /begin_weight_update {"selector"} and
+  // /end_weight_update exist, and the scheduler asserts that every weight update sits inside one
+  // and that no begin comes while one is open: the process dies otherwise, as SGLang's does.
+  bool sessions = false;
+  // The server serves no /openapi.json (--disable-fastapi-docs): 404 there.
+  bool no_docs = false;
 };
 
 class SglangSim {
@@ -121,6 +127,9 @@ class SglangSim {
   std::unique_ptr<Group> group_;
   std::string weight_version_ = "default";
   bool paused_ = false;
+  bool session_open_ = false;
+  // "begin <selector>", "end", and "update selector=<s>" for each bucket request, in order.
+  std::vector<std::string> session_log_;
   std::vector<std::string> log_;
 };
 

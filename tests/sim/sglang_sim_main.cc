@@ -21,6 +21,10 @@ int main(int argc, char** argv) {
   app.add_option("--hang-update-at", knobs.hang_update_at);
   app.add_option("--die-at-update", knobs.die_at_update);
   app.add_option("--answer-delay-ms", knobs.answer_delay_ms, "sleep after receiving a bucket");
+  app.add_flag("--sessions", knobs.sessions,
+               "a session build: every update inside /begin_weight_update ... /end_weight_update, "
+               "or the process dies");
+  app.add_flag("--no-docs", knobs.no_docs, "serve no /openapi.json");
   CLI11_PARSE(app, argc, argv);
 
   sigset_t stop;

@@ -323,6 +323,13 @@ TEST(PeerText, IsCutAndEscapedForLogsAndErrors) {
   EXPECT_EQ(SanitizePeerText("a\nb\x7f"), "a\\x0ab\\x7f");
   EXPECT_EQ(SanitizePeerText(std::string(10, 'x'), 4), "xxxx...");
   EXPECT_EQ(SanitizePeerText("fine"), "fine");
+  // Always UTF-8, as protobuf strings must be: well-formed characters stay, stray bytes and a
+  // character the cut splits are escaped.
+  EXPECT_EQ(SanitizePeerText("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
+  EXPECT_EQ(SanitizePeerText("a\x80" "b\xff" "c"), "a\\x80b\\xffc");
+  EXPECT_EQ(SanitizePeerText("\xed\xa0\x80"), "\\xed\\xa0\\x80") << "a surrogate";
+  EXPECT_EQ(SanitizePeerText("\xc0\xaf"), "\\xc0\\xaf") << "an overlong form";
+  EXPECT_EQ(SanitizePeerText("ab\xe2\x82\xac", 4), "ab\\xe2\\x82...");
 }
 
 TEST_F(FakeDaemonTest, ASlotWaitsForTheAnswerWhenTheTransportReusesItOnlyThen) {

@@ -28,6 +28,21 @@ AdapterCapabilities SglangAdapter::Capabilities() const {
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
   WSYNC_RETURN_IF_ERROR(CheckServerInfo(info, endpoint_));
+  // Read again at each formation, like the version: a server may be replaced by another build.
+  auto sessions = ProbeSglangSessions(http_, endpoint_.url, timeouts_.probe);
+  if (!sessions.ok()) {
+    return absl::Status(sessions.status().code(),
+                        absl::StrCat("engine ", endpoint_.url, ": ", sessions.status().message()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (*sessions != sessions_) {
+      WSYNC_LOG(Info, "engine ", endpoint_.url,
+                *sessions ? ": weight-update sessions (begin/end around every update)"
+                          : ": no weight-update sessions");
+    }
+    sessions_ = *sessions;
+  }
   if (transport_ != TransportKind::kIpc) return absl::OkStatus();
   // Each formation reads the version again: the engine behind the URL may have been upgraded.
   WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_, route_));
@@ -40,6 +55,11 @@ absl::Status SglangAdapter::Probe() {
   ipc_variant_ = variant;
   version_text_ = version.text;
   return absl::OkStatus();
+}
+
+bool SglangAdapter::sessions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_;
 }
 
 std::optional<SglangIpcVariant> SglangAdapter::ipc_variant() const {
@@ -135,7 +155,38 @@ absl::Status SglangAdapter::PauseGeneration() {
       .status();
 }
 
-absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
+absl::Status SglangAdapter::EndSession() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!session_open_) return absl::OkStatus();
+  }
+  WSYNC_RETURN_IF_ERROR(
+      http_.PostExpectSuccess("/end_weight_update", nlohmann::json::object(), timeouts_.control)
+          .status());
+  std::lock_guard<std::mutex> lock(mu_);
+  session_open_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& update) {
+  WSYNC_RETURN_IF_ERROR(ResumeWeights());
+  bool sessions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions = sessions_;
+  }
+  if (!sessions) return absl::OkStatus();
+  // A session a failed end left open would make this begin the server's second: end it first.
+  WSYNC_RETURN_IF_ERROR(EndSession());
+  WSYNC_RETURN_IF_ERROR(
+      http_.PostExpectSuccess("/begin_weight_update", {{"selector", "all"}}, timeouts_.control)
+          .status());
+  std::lock_guard<std::mutex> lock(mu_);
+  session_open_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status SglangAdapter::ResumeWeights() {
   if (memory_ != SglangMemory::kResume) return absl::OkStatus();
   absl::Status resumed = http_.PostExpectStatus("/resume_memory_occupation",
                                                 {{"tags", {"weights"}}}, timeouts_.control);
@@ -185,7 +236,13 @@ absl::Status SglangAdapter::ResumeGeneration() {
           endpoint_.url, ") or let the next update do it"));
     }
   }
-  // Generation needs its KV cache back first (an aborted update resumes here).
+  // An aborted update resumes here: its session ends first (best effort: a server that cannot end
+  // it keeps it marked open, and the next update ends it before its begin), then generation needs
+  // its KV cache back.
+  if (absl::Status ended = EndSession(); !ended.ok()) {
+    WSYNC_LOG(Warning, "engine ", endpoint_.url,
+              ": ending its weight-update session failed: ", ended.message());
+  }
   WSYNC_RETURN_IF_ERROR(ResumeKvCache());
   return http_
       .PostExpectSuccess("/continue_generation", nlohmann::json::object(), timeouts_.control)
@@ -193,7 +250,8 @@ absl::Status SglangAdapter::ResumeGeneration() {
 }
 
 nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
-                                         const std::string& group_name, BucketFormat format) {
+                                         const std::string& group_name, BucketFormat format,
+                                         bool selector) {
   nlohmann::json names = nlohmann::json::array();
   nlohmann::json dtypes = nlohmann::json::array();
   nlohmann::json shapes = nlohmann::json::array();
@@ -202,21 +260,24 @@ nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
     dtypes.push_back(std::string(DTypeName(t.dtype)));
     shapes.push_back(t.shape);
   }
-  return {{"names", std::move(names)},
-          {"dtypes", std::move(dtypes)},
-          {"shapes", std::move(shapes)},
-          {"group_name", group_name},
-          {"flush_cache", false},
-          {"abort_all_requests", false},
-          {"load_format", format == BucketFormat::kFlattened ? nlohmann::json("flattened_bucket")
-                                                             : nlohmann::json(nullptr)}};
+  nlohmann::json body = {
+      {"names", std::move(names)},
+      {"dtypes", std::move(dtypes)},
+      {"shapes", std::move(shapes)},
+      {"group_name", group_name},
+      {"flush_cache", false},
+      {"abort_all_requests", false},
+      {"load_format", format == BucketFormat::kFlattened ? nlohmann::json("flattened_bucket")
+                                                         : nlohmann::json(nullptr)}};
+  if (selector) body["selector"] = "all";
+  return body;
 }
 
 absl::StatusOr<EngineRequest> SglangAdapter::BroadcastBucketRequest(
     const BucketManifest& manifest, const std::string& group_name,
     const BucketContext& /*context*/) const {
   // The version is recorded once, at commit (/update_weight_version), not on a bucket.
-  return EngineRequest{kBucketPath, BucketBody(manifest, group_name, format_).dump()};
+  return EngineRequest{kBucketPath, BucketBody(manifest, group_name, format_, sessions()).dump()};
 }
 
 absl::StatusOr<EngineRequest> SglangAdapter::IpcBucketRequest(
@@ -228,6 +289,8 @@ absl::StatusOr<EngineRequest> SglangAdapter::IpcBucketRequest(
                                             " view(s)"));
   }
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json body, SglangIpcBucketBody(manifest, ranks, format_));
+  // Session builds add the selector to this request's struct too.
+  if (sessions()) body["selector"] = "all";
   return EngineRequest{bucket_path_, body.dump()};
 }
 
@@ -261,13 +324,16 @@ absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
 absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
   // Every bucket was loaded, so the engine holds the whole version: each step is tried even when
   // an earlier one failed, and the engine resumes generation rather than waiting, paused, for an
-  // update that may not come. The first failure is the update's.
-  absl::Status first =
-      http_
-          .PostExpectSuccess("/update_weight_version",
-                             {{"new_version", update.version}, {"abort_all_requests", false}},
-                             timeouts_.control)
-          .status();
+  // update that may not come. The first failure is the update's. The session ends first (the
+  // server may finish loading there); if it cannot, the version is not recorded.
+  absl::Status first = EndSession();
+  if (first.ok()) {
+    first = http_
+                .PostExpectSuccess("/update_weight_version",
+                                   {{"new_version", update.version}, {"abort_all_requests", false}},
+                                   timeouts_.control)
+                .status();
+  }
   // The KV cache is back before it is flushed and generation resumes; without it the engine
   // cannot generate, so it stays paused.
   absl::Status kv = ResumeKvCache();

@@ -9,6 +9,7 @@
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/sglang/sglang_sessions.h"
 #include "daemon/engines/sglang/sglang_version.h"
 #include "nlohmann/json.hpp"
 
@@ -23,6 +24,11 @@ namespace wsync {
 // each time the group forms, and picks the payload from it (sglang_version.h has the table and
 // docs/engines/sglang.md the evidence): a server too old for the group's load_format is refused
 // naming its version and the minimum. The broadcast path reads no version.
+//
+// On every transport Probe also asks whether the server has weight-update sessions
+// (sglang_sessions.h). Where it has, every update sits inside POST /begin_weight_update
+// {"selector": "all"} (after pausing) and /end_weight_update (before the version is recorded, or
+// best effort when an update is aborted), and every bucket request says "selector": "all".
 class SglangAdapter final : public EngineAdapter {
  public:
   // `transport` is the group's: it decides which route the bucket requests go to, and so which
@@ -46,7 +52,8 @@ class SglangAdapter final : public EngineAdapter {
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
   absl::Status PauseGeneration() override;
-  // With memory "resume": the weights' memory, before the first bucket.
+  // With memory "resume": the weights' memory, before the first bucket; then, on a server with
+  // sessions, /begin_weight_update.
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   // With memory "resume", the KV cache first if this update resumed the weights.
   absl::Status ResumeGeneration() override;
@@ -70,8 +77,9 @@ class SglangAdapter final : public EngineAdapter {
 
   // The request bodies, exposed for tests that pin them to SGLang's schema.
   static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
+  // `selector`: the server has sessions, and the request names what it updates ("all").
   static nlohmann::json BucketBody(const BucketManifest& manifest, const std::string& group_name,
-                                   BucketFormat format);
+                                   BucketFormat format, bool selector = false);
   // What Probe requires of the engine's /get_server_info answer (a JSON object).
   static absl::Status CheckServerInfo(const nlohmann::json& info, const EngineEndpoint& endpoint);
   // On the IPC transport: the server's version (the "version" of /get_server_info) and the
@@ -81,12 +89,18 @@ class SglangAdapter final : public EngineAdapter {
       SglangIpcRoute route = SglangIpcRoute::kTensor);
   // The IPC variant the last successful Probe picked; nullopt before one and on the broadcast.
   std::optional<SglangIpcVariant> ipc_variant() const;
+  // Whether the last successful Probe found weight-update sessions.
+  bool sessions() const;
 
  private:
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   // Resumes the KV cache if this update resumed the weights and it is still released.
   absl::Status ResumeKvCache();
+  // Ends the open session, if any; the session counts as closed only once the server said so.
+  absl::Status EndSession();
+  // With memory "resume": the weights' memory, before the first bucket.
+  absl::Status ResumeWeights();
 
   BucketFormat format_;
   SglangMemory memory_;
@@ -101,6 +115,8 @@ class SglangAdapter final : public EngineAdapter {
   // Resuming the weights failed, so they may still be released: the resume that follows is
   // refused.
   bool weights_unknown_ = false;
+  bool sessions_ = false;      // set by Probe
+  bool session_open_ = false;  // begun and not yet ended (or its end failed)
 };
 
 }  // namespace wsync

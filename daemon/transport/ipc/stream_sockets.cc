@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <zmq.hpp>
 
@@ -92,8 +93,16 @@ StreamSockets::~StreamSockets() {
 
 absl::Status StreamSockets::EnsureLocked() {
   if (context_) return absl::OkStatus();
+  // Engines resolve the address in their own working directory: it must be absolute.
+  std::error_code ec;
+  const std::filesystem::path base =
+      std::filesystem::absolute(std::filesystem::path(dir_.empty() ? "/tmp" : dir_), ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine stream socket directory ", dir_, ": ", ec.message()));
+  }
   const std::string dir =
-      absl::StrCat(dir_.empty() ? "/tmp" : dir_, "/wsyncd-", ::getpid(), "-", RandomHex(4));
+      absl::StrCat(base.lexically_normal().string(), "/wsyncd-", ::getpid(), "-", RandomHex(4));
   if (::mkdir(dir.c_str(), 0700) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot make the directory for engine stream sockets ", dir, ": ", std::strerror(errno),
@@ -127,6 +136,9 @@ absl::StatusOr<std::unique_ptr<StreamSocket>> StreamSockets::Bind() {
     impl->socket.set(zmq::sockopt::linger, 1000);
     impl->socket.set(zmq::sockopt::req_relaxed, 1);
     impl->socket.set(zmq::sockopt::req_correlate, 1);
+    // A rank's answer is empty or a traceback: a larger one drops that rank's connection rather
+    // than being held in wsyncd's memory (the bucket then fails at its deadline).
+    impl->socket.set(zmq::sockopt::maxmsgsize, int64_t{1} << 20);
     impl->socket.bind(address);
   } catch (const zmq::error_t& e) {
     return ZmqError(absl::StrCat("bind ", address), e);
