@@ -65,6 +65,26 @@ class IpcFixture(HostWsyncdCase):
         with wsync.Client("unix:" + self.sock, device=0, name="ipc test") as client:
             return client.push(model or self.model, version=version, group=group)
 
+    def push_ranks(self, versions, models=None, devices=(0, 1), group="tp"):
+        """Pushes from one client per device at once; returns each rank's result or error."""
+        results = [None] * len(devices)
+
+        def rank(i):
+            try:
+                with wsync.Client("unix:" + self.sock, device=devices[i],
+                                  name=f"trainer rank {i}") as client:
+                    results[i] = client.push((models or [self.model] * len(devices))[i],
+                                             version=versions[i], group=group)
+            except wsync.WsyncError as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=rank, args=(i,)) for i in range(len(devices))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        return results
+
     def assert_engine_holds(self, port, model, version):
         state = self.engine_state(port)
         self.assertEqual(state["weight_version"], version)
@@ -228,26 +248,6 @@ class TpAcrossGpusTest(IpcFixture):
     """An engine whose 2 TP ranks are on 2 GPUs: one trainer rank per GPU, each pushing into its
     own GPU's slots; wsyncd joins their sessions by group and version into one update, and each
     engine rank maps only its own GPU's slots (the simulator refuses a slot of another device)."""
-
-    def push_ranks(self, versions, models=None, devices=(0, 1), group="tp"):
-        """Pushes from one client per device at once; returns each rank's result or error."""
-        results = [None] * len(devices)
-
-        def rank(i):
-            try:
-                with wsync.Client("unix:" + self.sock, device=devices[i],
-                                  name=f"trainer rank {i}") as client:
-                    results[i] = client.push((models or [self.model] * len(devices))[i],
-                                             version=versions[i], group=group)
-            except wsync.WsyncError as e:
-                results[i] = e
-
-        threads = [threading.Thread(target=rank, args=(i,)) for i in range(len(devices))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        return results
 
     def start_tp_engine(self):
         port = self.start_engine("engine", [GPU0, GPU1])

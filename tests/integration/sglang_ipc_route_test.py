@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -98,21 +97,7 @@ class MapOnceRouteTest(RouteFixture):
     def test_two_ranks_on_two_gpus_each_map_their_own_gpus_buffer(self):
         port = self.start_engine("engine", [GPU0, GPU1])
         self.create_route_group(port, [GPU0, GPU1], name="tp")
-        results = [None, None]
-
-        def rank(i):
-            try:
-                with wsync.Client("unix:" + self.sock, device=i, name=f"rank {i}") as client:
-                    results[i] = client.push(self.model, version="tp1", group="tp")
-            except wsync.WsyncError as e:
-                results[i] = e
-
-        threads = [threading.Thread(target=rank, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        for r in results:
+        for r in self.push_ranks(["tp1", "tp1"]):
             self.assertIsInstance(r, dict, r)
         state = self.assert_engine_holds(port, self.model, "tp1")
         self.assertEqual(sorted(state["ranks"]), ["1", "2"])

@@ -264,6 +264,18 @@ TEST(Config, SglangOptionsSitUnderTheirKindAndUnknownKeysAreRefused) {
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("given twice"));
 }
 
+// A spec read from a config file comes back equal through the admin API's proto and the state
+// directory's JSON record.
+void ExpectSurvivesProtoAndJson(const GroupSpec& spec, v1::GroupSpec* proto) {
+  GroupSpecToProto(spec, proto);
+  auto back = GroupSpecFromProto(*proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec);
+  auto again = GroupSpecFromJson(GroupSpecToJson(spec));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, spec);
+}
+
 TEST(Config, SglangMemoryDefaultsToKeepAndResumeSurvivesEveryPath) {
   const std::string path = ::testing::TempDir() + "/wsyncd-memory.json";
   std::ofstream(path) << R"({"groups": [
@@ -279,14 +291,8 @@ TEST(Config, SglangMemoryDefaultsToKeepAndResumeSurvivesEveryPath) {
   EXPECT_EQ(memory(config.groups[1]), SglangMemory::kResume);
   // The admin API and the state directory's records carry it too.
   v1::GroupSpec proto;
-  GroupSpecToProto(config.groups[1], &proto);
+  ExpectSurvivesProtoAndJson(config.groups[1], &proto);
   EXPECT_EQ(proto.sglang().memory(), v1::SGLANG_MEMORY_RESUME);
-  auto back = GroupSpecFromProto(proto);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, config.groups[1]);
-  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[1]));
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(*again, config.groups[1]);
   std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"memory": "sometimes"},
       "engines": [{"url": "http://e:1"}]}]})";
   DaemonConfig bad;
@@ -311,14 +317,8 @@ TEST(Config, SglangIpcRouteDefaultsToTensorAndIpcSurvivesEveryPath) {
   EXPECT_EQ(route(config.groups[0]), SglangIpcRoute::kTensor) << "the default";
   EXPECT_EQ(route(config.groups[1]), SglangIpcRoute::kIpc);
   v1::GroupSpec proto;
-  GroupSpecToProto(config.groups[1], &proto);
+  ExpectSurvivesProtoAndJson(config.groups[1], &proto);
   EXPECT_EQ(proto.sglang().ipc_route(), v1::SGLANG_IPC_ROUTE_IPC);
-  auto back = GroupSpecFromProto(proto);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, config.groups[1]);
-  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[1]));
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(*again, config.groups[1]);
   EXPECT_FALSE(config.groups[0].engine_options->Equals(*config.groups[1].engine_options));
   std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"ipc_route": "zmq"},
       "engines": [{"url": "http://e:1"}]}]})";

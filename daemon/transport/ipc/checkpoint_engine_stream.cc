@@ -297,10 +297,24 @@ absl::Status CheckpointEngineStream::AnsweredEarly(absl::string_view what) {
                                                   judged.message()));
 }
 
+std::optional<absl::StatusOr<CheckpointEngineStream::Ended>> CheckpointEngineStream::Interrupted(
+    const std::vector<size_t>& pending, absl::string_view what, absl::Time deadline,
+    bool answer_ends, absl::string_view late, absl::string_view hint) {
+  if (absl::Status aborted = Aborted(); !aborted.ok()) return aborted;
+  if (call_->ended_at() != absl::InfinitePast()) {
+    if (answer_ends) return Ended::kAnswered;
+    return AnsweredEarly(what);
+  }
+  if (absl::Now() < deadline) return std::nullopt;
+  std::vector<std::string> names;
+  for (size_t r : pending) names.push_back(RankName(r));
+  return absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(names, ", "), ": ", late, " ", what,
+                                                  " before the deadline", hint));
+}
+
 absl::StatusOr<CheckpointEngineStream::Ended> CheckpointEngineStream::Exchange(
     const std::vector<std::string>& frames, absl::string_view what, absl::Time deadline,
     bool answer_ends) {
-  auto answered = [&] { return call_->ended_at() != absl::InfinitePast(); };
   // Sent: a rank takes its frame once it has connected (the engine's handler connects them).
   std::vector<size_t> unsent;
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -319,18 +333,10 @@ absl::StatusOr<CheckpointEngineStream::Ended> CheckpointEngineStream::Exchange(
       }
     }
     if (unsent.empty()) break;
-    WSYNC_RETURN_IF_ERROR(Aborted());
-    if (answered()) {
-      if (answer_ends) return Ended::kAnswered;
-      return AnsweredEarly(what);
-    }
-    if (absl::Now() >= deadline) {
-      std::vector<std::string> names;
-      for (size_t r : unsent) names.push_back(RankName(r));
-      return absl::DeadlineExceededError(
-          absl::StrCat(absl::StrJoin(names, ", "), ": never connected to take ", what,
-                       " before the deadline (is the engine's filesystem where wsyncd's sockets "
-                       "are? see ipc_socket_dir)"));
+    if (auto ended = Interrupted(unsent, what, deadline, answer_ends, "never connected to take",
+                                 " (is the engine's filesystem where wsyncd's sockets are? see "
+                                 "ipc_socket_dir)")) {
+      return *std::move(ended);
     }
     std::vector<StreamSocket*> waiting;
     for (size_t r : unsent) waiting.push_back(ranks_[r].get());
@@ -357,16 +363,9 @@ absl::StatusOr<CheckpointEngineStream::Ended> CheckpointEngineStream::Exchange(
       it = owed.erase(it);
     }
     if (owed.empty()) break;
-    WSYNC_RETURN_IF_ERROR(Aborted());
-    if (answered()) {
-      if (answer_ends) return Ended::kAnswered;
-      return AnsweredEarly(what);
-    }
-    if (absl::Now() >= deadline) {
-      std::vector<std::string> names;
-      for (size_t r : owed) names.push_back(RankName(r));
-      return absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(names, ", "), ": no answer to ",
-                                                      what, " before the deadline (engine hung?)"));
+    if (auto ended =
+            Interrupted(owed, what, deadline, answer_ends, "no answer to", " (engine hung?)")) {
+      return *std::move(ended);
     }
   }
   if (!first.ok()) return absl::Status(first.code(), absl::StrJoin(errors, "; "));

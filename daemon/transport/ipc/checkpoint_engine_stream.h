@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,6 +107,13 @@ class CheckpointEngineStream {
   // is an error, since it came before every rank was done.
   absl::StatusOr<Ended> Exchange(const std::vector<std::string>& frames, absl::string_view what,
                                  absl::Time deadline, bool answer_ends = false);
+  // Between polls of `pending` ranks: an abort, the engine's answer (kAnswered with
+  // `answer_ends`, else AnsweredEarly) or the deadline ("<ranks>: <late> <what> before the
+  // deadline<hint>") ends the wait; nullopt keeps waiting.
+  std::optional<absl::StatusOr<Ended>> Interrupted(const std::vector<size_t>& pending,
+                                                   absl::string_view what, absl::Time deadline,
+                                                   bool answer_ends, absl::string_view late,
+                                                   absl::string_view hint);
   // The error for an opening request that was answered while ranks still owed a reply.
   absl::Status AnsweredEarly(absl::string_view what);
   absl::Status Aborted() const;
