@@ -39,7 +39,7 @@ absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeEngineAdapter(const GroupSpec
     case EngineKind::kLmdeploy: {
       auto options = OptionsOf<LmdeployOptions>(spec);
       if (!options.ok()) return options.status();
-      return std::make_unique<LmdeployAdapter>(endpoint, timeouts, **options);
+      return std::make_unique<LmdeployAdapter>(endpoint, timeouts, **options, spec.transport);
     }
     case EngineKind::kVllm: {
       auto options = OptionsOf<VllmOptions>(spec);

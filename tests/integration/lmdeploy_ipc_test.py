@@ -281,12 +281,15 @@ class LmdeployIpcTest(HostWsyncdCase):
         self.assertIn("--disable-fastapi-docs", out.stderr)
         self.assertEqual(self.engine_state(port)["updates_received"], 0)
 
-    def test_a_broadcast_group_of_lmdeploy_engines_is_refused_at_creation(self):
-        port = self.start_engine()
+    def test_a_broadcast_group_needs_a_server_with_the_nccl_routes(self):
+        # Before LMDeploy PR #4638 there is no /init_weights_update_group: refused at Probe,
+        # before any engine call (the NCCL path itself runs in python_client_test).
+        port = self.start_engine(extra=["--no-nccl-routes"])
         out = self.ctl("create-group", "disagg", "--kind", "lmdeploy", "--engine",
                        f"http://127.0.0.1:{port}")
         self.assertNotEqual(out.returncode, 0)
-        self.assertIn("cannot receive over the broadcast data path", out.stderr)
+        self.assertIn("without POST /init_weights_update_group (PR #4638", out.stderr)
+        self.assertEqual(self.engine_state(port)["updates_received"], 0)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class SimFixture(unittest.TestCase):
 
     SIM_FLAGS = []
     BUCKET_TIMEOUT = "10"
+    GROUP_FLAGS = []
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="wsync-py-")
@@ -50,7 +51,8 @@ class SimFixture(unittest.TestCase):
         while not os.path.exists(self.sock) and time.time() < deadline:
             time.sleep(0.02)
         subprocess.run([CTL, "--socket", self.sock, "create-group", "policy", "--engine",
-                        f"http://127.0.0.1:{self.port}#2"], check=True, capture_output=True)
+                        f"http://127.0.0.1:{self.port}#2", *self.GROUP_FLAGS], check=True,
+                       capture_output=True)
 
     def spawn(self, argv, log):
         with open(os.path.join(self.dir, log), "w") as out:
@@ -255,6 +257,93 @@ class NoSessionsTest(SimFixture):
         state = self.engine_checksums()
         self.assertEqual(state["weight_version"], "n1")
         self.assertEqual(state["session_log"], [])
+
+
+class LmdeployNcclTest(SimFixture):
+    """LMDeploy over NCCL (PR #4638) against sglang_sim --lmdeploy, 2 TP ranks: group_name on
+    every route, flattened buckets of one dtype each (the planner cuts them so; the simulator
+    refuses mixed dtypes as FlattenedTensorBucket does), `finished` once per update on the
+    trainer's last bucket, and the sleep/wake cut around it."""
+
+    SIM_FLAGS = ["--lmdeploy"]
+    GROUP_FLAGS = ["--kind", "lmdeploy"]
+
+    def model(self, seed):
+        rng = np.random.default_rng(seed)
+        return [
+            ("model.embed_tokens.weight",
+             rng.integers(0, 2**16, size=(300, 700), dtype=np.uint16), "bfloat16"),
+            ("model.norm.weight", rng.standard_normal(1001).astype(np.float32)),
+            ("model.layers.0.step", np.arange(5, dtype=np.int64)),
+            ("lm_head.weight", rng.standard_normal((256, 513)).astype(np.float32)),
+            ("model.layers.0.bias", rng.integers(0, 2**16, size=(4099,), dtype=np.uint16),
+             "bfloat16"),
+        ]
+
+    def check(self, model):
+        state = self.engine_checksums()
+        self.assertEqual(sorted(state["ranks"]), ["1", "2"])
+        for rank, tensors in state["ranks"].items():
+            for item in model:
+                expect = format(zlib.crc32(np.ascontiguousarray(item[1]).tobytes()), "08x")
+                self.assertEqual(tensors[item[0]], expect, f"rank {rank} {item[0]}")
+        return state
+
+    def test_every_rank_holds_the_bytes_and_each_update_finishes_once(self):
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            for n in (1, 2, 3):
+                model = self.model(n)
+                result = client.push(model, version=f"l{n}", group="policy")
+                self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+                self.assertGreaterEqual(result["buckets"], 4, "one dtype per bucket")
+                state = self.check(model)
+                self.assertEqual(state["finished"], n)
+        self.assertEqual(state["sleep_log"],
+                         ["sleep level=1", "wakeup tags=weights", "wakeup tags=kv_cache"] * 3)
+        self.assertFalse(state["sleeping"])
+        self.assertEqual(state["group"], "policy", "group_name on every route")
+
+
+class LmdeployNcclPerTensorTest(LmdeployNcclTest):
+    """load_format null: one broadcast per tensor, so a bucket may mix dtypes."""
+
+    GROUP_FLAGS = ["--kind", "lmdeploy", "--load-format", "per_tensor"]
+
+    def test_every_rank_holds_the_bytes_and_each_update_finishes_once(self):
+        model = self.model(9)
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            result = client.push(model, version="p1", group="policy")
+        self.assertLess(result["buckets"], 4, "dtypes share buckets")
+        self.assertEqual(self.check(model)["finished"], 1)
+
+
+class LmdeployOtherBackendTest(unittest.TestCase):
+    def test_a_backend_answering_501_is_refused_at_creation_naming_it(self):
+        tmp = tempfile.mkdtemp(prefix="wsync-py-")
+        sock = os.path.join(tmp, "wsyncd.sock")
+        port = free_port()
+        procs = []
+        try:
+            for argv, log in (([SIM, "--port", str(port), "--lmdeploy", "--backend-501"],
+                               "sim.log"),
+                              ([WSYNCD, "--mode", "host", "--socket", sock, "--bind-address",
+                                "127.0.0.1"], "wsyncd.log")):
+                with open(os.path.join(tmp, log), "w") as out:
+                    procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+            wait_port(port)
+            deadline = time.time() + 10
+            while not os.path.exists(sock) and time.time() < deadline:
+                time.sleep(0.02)
+            out = subprocess.run([CTL, "--socket", sock, "create-group", "policy", "--kind",
+                                  "lmdeploy", "--engine", f"http://127.0.0.1:{port}"],
+                                 capture_output=True, text=True)
+            self.assertNotEqual(out.returncode, 0)
+            self.assertIn("answered HTTP 501", out.stderr)
+            self.assertIn("pytorch backend", out.stderr)
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(timeout=20)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,6 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/host/host_platform.h"
-#include "daemon/core/weight_group.h"
-#include "daemon/group_factories.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -300,11 +297,12 @@ TEST_F(LmdeployAdapterTest, AnUnhealthyEngineIsNamedWithItsStatus) {
   EXPECT_THAT(health.error, HasSubstr("/health answered HTTP 503"));
 }
 
-TEST(LmdeployAdapter, FlattenedBucketsHoldOneDtypeAndOnlyTheIpcPathIsOffered) {
+TEST(LmdeployAdapter, FlattenedBucketsHoldOneDtypeOnBothPaths) {
   LmdeployAdapter flat(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions());
   const AdapterCapabilities caps = flat.Capabilities();
   EXPECT_TRUE(caps.Supports(DataPath::kCudaIpc));
-  EXPECT_FALSE(caps.Supports(DataPath::kBroadcast));
+  EXPECT_TRUE(caps.Supports(DataPath::kBroadcast));
+  EXPECT_TRUE(caps.Supports(RendezvousMode::kTorchStore));
   EXPECT_TRUE(caps.bucket_rules.one_dtype) << "the client's planner cuts buckets at a dtype change";
   BucketManifest mixed;
   mixed.tensors = {TensorEntry{"a", DType::kBfloat16, {2}, 0, 4},
@@ -314,23 +312,64 @@ TEST(LmdeployAdapter, FlattenedBucketsHoldOneDtypeAndOnlyTheIpcPathIsOffered) {
                              LmdeployOptions(BucketFormat::kPerTensor));
   EXPECT_FALSE(per_tensor.Capabilities().bucket_rules.one_dtype);
   EXPECT_TRUE(per_tensor.ValidateBucket(mixed).ok());
-  // The NCCL path's hooks are not built: a transport that called one would hear so.
-  EXPECT_EQ(flat.InitBroadcastGroup(Rendezvous{"127.0.0.1", 1, 2, "g"}).code(),
-            absl::StatusCode::kUnimplemented);
 }
 
-TEST(LmdeployAdapter, ABroadcastGroupOfLmdeployEnginesIsRefusedWhenCreated) {
-  GroupSpec spec;
-  spec.name = "disagg";
-  spec.kind = EngineKind::kLmdeploy;
-  spec.transport = TransportKind::kBroadcast;
-  spec.engines = {EngineSpec{"http://127.0.0.1:1", 1}};
-  spec.engine_options = std::make_shared<const LmdeployOptions>();
-  HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto group = WeightGroup::Create(spec, &platform, GroupOptions{}, DefaultGroupFactories());
-  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(group.status().message(),
-              HasSubstr("lmdeploy engine http://127.0.0.1:1 cannot receive over the broadcast"));
+TEST(LmdeployNccl, RequestsCarryTheGroupNameTheFormatAndFinishedAsLmdeployReadsThem) {
+  LmdeployAdapter flat(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{}, LmdeployOptions(),
+                       TransportKind::kBroadcast);
+  BucketManifest bucket;
+  bucket.tensors = {TensorEntry{"a", DType::kBfloat16, {2, 3}, 0, 12},
+                    TensorEntry{"b", DType::kBfloat16, {5}, 12, 10}};
+  auto request = flat.BroadcastBucketRequest(bucket, "wsync-g", BucketContext{"u1", "v1", 0, true});
+  ASSERT_TRUE(request.ok());
+  EXPECT_EQ(request->path, "/update_weights_from_distributed");
+  EXPECT_EQ(nlohmann::json::parse(request->json_body),
+            (nlohmann::json{{"names", {"a", "b"}},
+                            {"dtypes", {"bfloat16", "bfloat16"}},
+                            {"shapes", {{2, 3}, {5}}},
+                            {"group_name", "wsync-g"},
+                            {"load_format", "flattened_bucket"},
+                            {"finished", true}}));
+  // One element-typed broadcast of the concatenation (the old SGLang layout).
+  auto pieces = flat.BroadcastPieces(bucket);
+  ASSERT_TRUE(pieces.ok());
+  ASSERT_EQ(pieces->size(), 1u);
+  EXPECT_EQ((*pieces)[0].dtype, DType::kBfloat16);
+  EXPECT_EQ((*pieces)[0].count, 11u);
+  // Mixed dtypes (FlattenedTensorBucket raises) and a gap (not one concatenation) are refused
+  // before any byte moves.
+  BucketManifest mixed = bucket;
+  mixed.tensors[1].dtype = DType::kFloat16;
+  EXPECT_EQ(flat.ValidateBucket(mixed).code(), absl::StatusCode::kInvalidArgument);
+  BucketManifest gap = bucket;
+  gap.tensors[1].offset = 16;
+  EXPECT_FALSE(flat.ValidateBucket(gap).ok());
+  LmdeployAdapter per_tensor(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{},
+                             LmdeployOptions(BucketFormat::kPerTensor), TransportKind::kBroadcast);
+  pieces = per_tensor.BroadcastPieces(mixed);
+  ASSERT_TRUE(pieces.ok());
+  ASSERT_EQ(pieces->size(), 2u);
+  EXPECT_EQ((*pieces)[1].dtype, DType::kFloat16);
+  EXPECT_EQ((*pieces)[1].count, 5u);
+  EXPECT_TRUE(nlohmann::json::parse(
+                  per_tensor.BroadcastBucketRequest(mixed, "g", BucketContext{})->json_body)
+                  .at("load_format")
+                  .is_null());
+  // {success, message} answers; 501 is another backend, a configuration error.
+  EXPECT_TRUE(flat.CheckBucketReply(Reply(200, R"({"success": true, "message": "ok"})")).ok());
+  EXPECT_FALSE(flat.CheckBucketReply(Reply(400, R"({"success": false, "message": "x"})")).ok());
+  absl::Status other = flat.CheckBucketReply(Reply(501, R"({"detail": "Not Implemented"})"));
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other.message(), HasSubstr("pytorch backend"));
+}
+
+TEST_F(LmdeployAdapterTest, ABroadcastGroupNeedsTheInitRouteOfPr4638) {
+  Start();
+  LmdeployAdapter a(EngineEndpoint{url_, 1, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+                    LmdeployOptions(), TransportKind::kBroadcast);
+  absl::Status probed = a.Probe();
+  EXPECT_EQ(probed.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(probed.message(), HasSubstr("without POST /init_weights_update_group (PR #4638"));
 }
 
 }  // namespace

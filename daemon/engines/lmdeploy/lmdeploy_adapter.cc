@@ -11,11 +11,13 @@
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/lmdeploy/lmdeploy_ipc_payload.h"
+#include "daemon/engines/lmdeploy/lmdeploy_nccl_payload.h"
 
 namespace wsync {
 namespace {
 
 constexpr char kBucketPath[] = "/update_weights";
+constexpr char kDistributedPath[] = "/update_weights_from_distributed";
 constexpr char kOpenApiPath[] = "/openapi.json";
 // How much of an engine's answer the debug log keeps.
 constexpr size_t kLoggedBodyBytes = 300;
@@ -37,19 +39,20 @@ bool HasRoute(const nlohmann::json& paths, const char* method, const char* path)
 }  // namespace
 
 LmdeployAdapter::LmdeployAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts,
-                                 LmdeployOptions options)
+                                 LmdeployOptions options, TransportKind transport)
     : endpoint_(std::move(endpoint)),
       timeouts_(timeouts),
       format_(options.load_format()),
+      transport_(transport),
       http_(endpoint_.url) {}
 
 AdapterCapabilities LmdeployAdapter::Capabilities() const {
   AdapterCapabilities caps;
-  // The NCCL path (/update_weights_from_distributed, torch's TCPStore) is a later step; until
-  // then no rendezvous and no broadcast, so WeightGroup refuses a broadcast group of these.
-  caps.data_paths = {DataPath::kCudaIpc};
-  // The flattened bucket is one tensor of one dtype, and LMDeploy casts an entry of another
-  // dtype instead of viewing its bytes; per tensor, each view has its own dtype.
+  caps.rendezvous = {RendezvousMode::kTorchStore};
+  caps.data_paths = {DataPath::kCudaIpc, DataPath::kBroadcast};
+  // On both paths the flattened bucket is one tensor of one dtype: LMDeploy casts an entry of
+  // another dtype instead of viewing its bytes (IPC), and FlattenedTensorBucket refuses mixed
+  // dtypes (NCCL); per tensor, each has its own dtype.
   caps.bucket_rules.one_dtype = format_ == BucketFormat::kFlattened;
   return caps;
 }
@@ -103,6 +106,12 @@ absl::Status LmdeployAdapter::Probe() {
     WSYNC_LOG(Info, "engine ", endpoint_.url, ": LMDeploy ", update_group ? "with" : "without",
               " the NCCL weight-update routes (/init_weights_update_group, PR #4638)");
   }
+  if (transport_ == TransportKind::kBroadcast && !update_group) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", endpoint_.url,
+        " is an LMDeploy server without POST /init_weights_update_group (PR #4638, 2026-06-16), "
+        "so it cannot join a broadcast group: upgrade it, or use the ipc transport"));
+  }
   return absl::OkStatus();
 }
 
@@ -132,6 +141,8 @@ EngineHealth LmdeployAdapter::Health() {
 }
 
 absl::Status LmdeployAdapter::ValidateBucket(const BucketManifest& manifest) const {
+  // The broadcast's receive is one concatenation: back to back, as the pieces say.
+  if (transport_ == TransportKind::kBroadcast) return BroadcastPieces(manifest).status();
   if (format_ == BucketFormat::kFlattened) return LmdeployBucketDtype(manifest).status();
   // Per tensor, every view has its own dtype and offset; ValidateManifest keeps them aligned.
   return absl::OkStatus();
@@ -206,7 +217,53 @@ absl::StatusOr<EngineRequest> LmdeployAdapter::IpcBucketRequest(
   return EngineRequest{kBucketPath, body->dump()};
 }
 
+absl::Status LmdeployAdapter::NotPytorchBackend(const char* path) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      endpoint_.url, path,
+      " answered HTTP 501: only LMDeploy's pytorch backend (--backend pytorch, Ray executor) "
+      "serves weight-update groups; restart the server so (not retried: a configuration error)"));
+}
+
+absl::Status LmdeployAdapter::PostDistributed(const char* path, const nlohmann::json& body) const {
+  WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Post(path, body, timeouts_.control));
+  if (reply.status == 501) return NotPytorchBackend(path);
+  return http_.ExpectSuccess(path, reply).status();
+}
+
+absl::Status LmdeployAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
+  WSYNC_RETURN_IF_ERROR(PostDistributed("/init_weights_update_group",
+                                        LmdeployInitGroupBody(rendezvous, endpoint_.rank_offset)));
+  std::lock_guard<std::mutex> lock(mu_);
+  group_name_ = rendezvous.group_name;
+  return absl::OkStatus();
+}
+
+absl::Status LmdeployAdapter::DestroyBroadcastGroup(const std::string& group_name) {
+  return PostDistributed("/destroy_weights_update_group", {{"group_name", group_name}});
+}
+
+absl::StatusOr<EngineRequest> LmdeployAdapter::BroadcastBucketRequest(
+    const BucketManifest& manifest, const std::string& group_name,
+    const BucketContext& context) const {
+  if (context.last) {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_update_ = context.update_id;
+  }
+  return EngineRequest{
+      kDistributedPath,
+      LmdeployDistributedBucketBody(manifest, group_name, format_, context.last).dump()};
+}
+
+absl::StatusOr<std::vector<BroadcastPiece>> LmdeployAdapter::BroadcastPieces(
+    const BucketManifest& manifest) const {
+  return LmdeployBroadcastPieces(manifest, format_);
+}
+
 absl::Status LmdeployAdapter::CheckBucketReply(const HttpReply& reply) const {
+  if (transport_ == TransportKind::kBroadcast) {
+    if (reply.status == 501) return NotPytorchBackend(kDistributedPath);
+    return http_.ExpectSuccess(kDistributedPath, reply).status();
+  }
   absl::Status status = CheckBucketAnswer(reply);
   if (!status.ok()) {
     // A request that failed may have failed before or after the worker cached its tensor.
@@ -255,7 +312,16 @@ absl::Status LmdeployAdapter::FinishUpdate(const UpdateInfo& update) {
     std::lock_guard<std::mutex> lock(mu_);
     ForgetHeldLocked();
   }
-  if (!finished) {
+  if (!finished && transport_ == TransportKind::kBroadcast) {
+    std::string group;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      group = group_name_;
+    }
+    // Names empty: nothing is broadcast, and the finished hooks run.
+    WSYNC_RETURN_IF_ERROR(
+        PostDistributed(kDistributedPath, LmdeployDistributedFinishBody(group, format_)));
+  } else if (!finished) {
     WSYNC_ASSIGN_OR_RETURN(nlohmann::json body, LmdeployFinishOnlyBody(endpoint_.ranks, format_));
     WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Post(kBucketPath, body, timeouts_.control));
     WSYNC_RETURN_IF_ERROR(CheckBucketReply(reply));

@@ -14,11 +14,15 @@
 
 namespace wsync {
 
-// LMDeploy's PyTorch engine (shared/docs/engine-protocols.md §5), on the colocated path: every
+// LMDeploy's PyTorch engine (shared/docs/engine-protocols.md §5). Colocated (transport ipc): every
 // bucket is one POST /update_weights naming wsyncd's slot over CUDA IPC (lmdeploy_ipc_payload.h).
-// Its NCCL path (/update_weights_from_distributed) is not built yet: the broadcast hooks stay
-// UNIMPLEMENTED and Capabilities names only kCudaIpc, so a broadcast group of LMDeploy engines
-// is refused when it is created.
+// Disaggregated (transport broadcast, PR #4638): the engine's ranks join wsyncd's collective
+// through torch's TCPStore (POST /init_weights_update_group with its required group_name), and
+// every bucket is one POST /update_weights_from_distributed whose receive runs while wsyncd
+// broadcasts (lmdeploy_nccl_payload.h): one element-typed broadcast per flattened bucket of one
+// dtype, or one per tensor. Its answers are {success, message}; 501 means a backend other than
+// pytorch, which has no such routes, and is a configuration error. A server without the init
+// route is refused a broadcast group at Probe.
 //
 // Probe: LMDeploy has no version route, so the routes are read from GET /openapi.json. A server
 // whose document lacks POST /update_weights, /sleep or /wakeup is refused, naming what is
@@ -70,7 +74,8 @@ namespace wsync {
 // words (they go to the debug log).
 class LmdeployAdapter final : public EngineAdapter {
  public:
-  LmdeployAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, LmdeployOptions options);
+  LmdeployAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, LmdeployOptions options,
+                  TransportKind transport = TransportKind::kIpc);
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   AdapterCapabilities Capabilities() const override;
@@ -87,6 +92,14 @@ class LmdeployAdapter final : public EngineAdapter {
                                                  const std::vector<IpcBucketView>& ranks,
                                                  const BucketContext& context) const override;
 
+  absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
+  absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
+  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
+                                                       const std::string& group_name,
+                                                       const BucketContext& context) const override;
+  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
+      const BucketManifest& manifest) const override;
+
   // What Probe found in the engine's OpenAPI document: whether it has the NCCL path's routes
   // (POST /init_weights_update_group, PR #4638). False until a Probe succeeds.
   bool has_weights_update_group() const { return has_weights_update_group_.load(); }
@@ -99,7 +112,12 @@ class LmdeployAdapter final : public EngineAdapter {
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   BucketFormat format_;
+  TransportKind transport_;
   EngineHttp http_;
+  // The NCCL path's control call: {success, message}, with 501 (another backend) named.
+  absl::Status PostDistributed(const char* path, const nlohmann::json& body) const;
+  // 501 from a disaggregated route: the server's backend is not pytorch.
+  absl::Status NotPytorchBackend(const char* path) const;
   std::atomic<bool> has_weights_update_group_{false};
   // CheckBucketReply's reading of the answer.
   absl::Status CheckBucketAnswer(const HttpReply& reply) const;
@@ -123,6 +141,8 @@ class LmdeployAdapter final : public EngineAdapter {
   // The update `held_` belongs to, and per TP rank the tensor its worker holds (empty: none).
   mutable std::string held_update_;
   mutable std::vector<std::optional<HeldTensor>> held_;
+  // The engine group the ranks joined (InitBroadcastGroup), for the finish-only request.
+  std::string group_name_;
 };
 
 }  // namespace wsync

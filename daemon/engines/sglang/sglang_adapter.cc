@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/sglang/sglang_ipc_payload.h"
+#include "daemon/engines/torch_group_body.h"
 
 namespace wsync {
 namespace {
@@ -126,12 +127,7 @@ absl::Status SglangAdapter::CheckServerInfo(const nlohmann::json& info,
 }
 
 nlohmann::json SglangAdapter::InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset) {
-  return {{"master_address", rendezvous.master_address},
-          {"master_port", rendezvous.master_port},
-          {"rank_offset", rank_offset},
-          {"world_size", rendezvous.world_size},
-          {"group_name", rendezvous.group_name},
-          {"backend", "nccl"}};
+  return TorchGroupInitBody(rendezvous, rank_offset);
 }
 
 absl::Status SglangAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
@@ -252,23 +248,12 @@ absl::Status SglangAdapter::ResumeGeneration() {
 nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
                                          const std::string& group_name, BucketFormat format,
                                          bool selector) {
-  nlohmann::json names = nlohmann::json::array();
-  nlohmann::json dtypes = nlohmann::json::array();
-  nlohmann::json shapes = nlohmann::json::array();
-  for (const TensorEntry& t : manifest.tensors) {
-    names.push_back(t.name);
-    dtypes.push_back(std::string(DTypeName(t.dtype)));
-    shapes.push_back(t.shape);
-  }
-  nlohmann::json body = {
-      {"names", std::move(names)},
-      {"dtypes", std::move(dtypes)},
-      {"shapes", std::move(shapes)},
-      {"group_name", group_name},
-      {"flush_cache", false},
-      {"abort_all_requests", false},
-      {"load_format", format == BucketFormat::kFlattened ? nlohmann::json("flattened_bucket")
-                                                         : nlohmann::json(nullptr)}};
+  nlohmann::json body = BucketTensorLists(manifest);
+  body["group_name"] = group_name;
+  body["flush_cache"] = false;
+  body["abort_all_requests"] = false;
+  body["load_format"] = format == BucketFormat::kFlattened ? nlohmann::json("flattened_bucket")
+                                                           : nlohmann::json(nullptr);
   if (selector) body["selector"] = "all";
   return body;
 }
