@@ -34,6 +34,16 @@ happens); loading while the weights sleep fails (500) and is counted, as lmdeplo
 GET /openapi.json lists the routes (LMDeploy has no version route), /health and /is_sleeping
 report the state.
 
+The NCCL path (PR #4638, engine-protocols.md 5.2), real torch.distributed and NCCL:
+POST /init_weights_update_group {master_address, master_port, rank_offset, world_size,
+group_name (required), backend} makes every rank join through SGLang's helper (tcp:// TCPStore,
+PrefixStore(group_name), ProcessGroupNCCL without device_id) as rank rank_offset + tp_rank; a
+name already held is refused. POST /update_weights_from_distributed {names, dtypes, shapes,
+group_name, load_format, finished}: "flattened_bucket" is FlattenedTensorBucket (ValueError on
+mixed dtypes) and one broadcast of the element-typed concatenation, split by numel; null is one
+async broadcast per tensor; names may be empty (finish only); finished synchronises. POST
+/destroy_weights_update_group {group_name}. They answer {success, message}, 200 or 400.
+
 The flattened_tensor count: every arrival of flattened_tensor is counted per cycle (a cycle ends
 with a `finished` request: one weight version), per GPU and per dtype, beside the layout's floor:
 the arrivals a sender that sends it only when it must would make, i.e. the first non-empty call
@@ -65,8 +75,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_engine_common import (FifoLock, JsonReplies, RankPool, digest_of,  # noqa: E402
-                                 exact_name_unpickler, load_weights, rank_checksums, stamp,
-                                 unpickle)
+                                 exact_name_unpickler, init_custom_process_group, load_weights,
+                                 rank_checksums, stamp, unpickle)
 
 METADATA_MODULE = "lmdeploy.utils"
 ROUTES = [
@@ -74,7 +84,11 @@ ROUTES = [
     ("/generate", "post"), ("/health", "get"), ("/terminate", "get"),
     ("/update_weights", "post"), ("/sleep", "post"), ("/wakeup", "post"),
     ("/is_sleeping", "get"), ("/abort_request", "post"),
+    ("/init_weights_update_group", "post"), ("/update_weights_from_distributed", "post"),
+    ("/destroy_weights_update_group", "post"),
 ]
+NCCL_PATHS = ("/init_weights_update_group", "/update_weights_from_distributed",
+              "/destroy_weights_update_group")
 REFUSE_PICKLE = ("Pickle payloads are not accepted on HTTP /update_weights; set "
                  "LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1 for trusted IPC or use "
                  "load_format='safetensors'")
@@ -97,6 +111,7 @@ class RankState:
         self.ipc_key = None
         self.updates = 0
         self.casts = 0
+        self.groups = {}  # group_name -> ProcessGroupNCCL (the NCCL path)
 
 
 def rank_main(gpu, tp_rank, conn, die_at_update):
@@ -191,6 +206,60 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                 torch.cuda.empty_cache()
                 st.crcs.clear()
                 conn.send((True, info))
+            elif cmd == "dist_init":
+                name = arg["group_name"]
+                if name in st.groups:
+                    raise RuntimeError(f"group '{name}' already initialized")
+                st.groups[name] = init_custom_process_group(
+                    arg.get("backend", "nccl"),
+                    f"tcp://{arg['master_address']}:{arg['master_port']}", arg["world_size"],
+                    arg["rank_offset"] + tp_rank, name)
+                conn.send((True, "ok"))
+            elif cmd == "dist_update":
+                import torch.distributed as dist
+                body = arg["body"]
+                pg = st.groups.get(body["group_name"])
+                if pg is None:
+                    raise RuntimeError(f"group '{body['group_name']}' is not initialized")
+                st.updates += 1
+                if st.updates - 1 == die_at_update:
+                    print(f"rank {tp_rank}: dying at update {st.updates - 1} as asked", flush=True)
+                    os._exit(17)
+                dtypes = [getattr(torch, d) for d in body["dtypes"]]
+                shapes = [torch.Size(s) for s in body["shapes"]]
+                received = []
+                if body["names"] and body.get("load_format") == "flattened_bucket":
+                    if any(d != dtypes[0] for d in dtypes):
+                        raise ValueError("All tensors in a FlattenedTensorBucket must share a "
+                                         "dtype")
+                    numels = [s.numel() for s in shapes]
+                    flat = torch.empty(sum(numels), dtype=dtypes[0], device=f"cuda:{gpu}")
+                    dist.broadcast(flat, src=0, group=pg)
+                    at = 0
+                    for name, shape, n in zip(body["names"], shapes, numels):
+                        received.append((name, flat[at:at + n].view(shape)))
+                        at += n
+                elif body["names"]:
+                    handles = []
+                    for name, shape, dtype in zip(body["names"], shapes, dtypes):
+                        t = torch.empty(shape, dtype=dtype, device=f"cuda:{gpu}")
+                        handles.append(dist.broadcast(t, src=0, group=pg, async_op=True))
+                        received.append((name, t))
+                    for h in handles:
+                        h.wait()
+                if received and arg["weights_asleep"]:
+                    raise RuntimeError("weights loaded while the engine's weights sleep")
+                load_weights(st.params, received)
+                if body.get("finished", False):
+                    torch.cuda.synchronize()
+                st.crcs.clear()
+                conn.send((True, len(received)))
+            elif cmd == "dist_destroy":
+                import torch.distributed as dist
+                pg = st.groups.pop(arg, None)
+                if pg is not None:
+                    dist.destroy_process_group(pg)
+                conn.send((True, "ok"))
             elif cmd == "sleep":
                 torch.cuda.synchronize()
                 st.ipc_event = None
@@ -350,7 +419,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         raw = self.raw_body()
-        if url.path not in ("/update_weights", "/sleep", "/wakeup"):
+        if url.path not in ("/update_weights", "/sleep", "/wakeup") + NCCL_PATHS:
             return self.reply(404, {"detail": "Not Found"})
         media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
         if media != "application/json":
@@ -374,10 +443,46 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
+        if url.path in NCCL_PATHS:
+            return self.nccl(url.path, body)
         if not isinstance(body, dict) or not isinstance(
                 body.get("serialized_named_tensors"), (str, list, dict)):
             return self.error(400, "serialized_named_tensors: Field required")
         return self.update(body)
+
+    def nccl(self, path, body):
+        """The NCCL path's routes: {success, message}, 200 or 400, as LMDeploy answers them."""
+        e = ENGINE
+        if not isinstance(body, dict) or not body.get("group_name"):
+            return self.reply(400, {"success": False, "message": "group_name is required"})
+        if path == "/init_weights_update_group":
+            with e.lock:
+                res = e.ranks.all("dist_init", body)
+            ok_message = "Succeeded to initialize custom process group."
+        elif path == "/destroy_weights_update_group":
+            with e.lock:
+                res = e.ranks.all("dist_destroy", body["group_name"])
+            ok_message = "Succeeded to destroy custom process group."
+        else:
+            finished = bool(body.get("finished", False))
+            with e.lock:
+                asleep = "weights" in e.sleeping_tags
+                res = e.ranks.all("dist_update", {"body": body, "weights_asleep": asleep})
+                with e.state:
+                    e.updates += 1
+                    if all(ok for ok, _ in res):
+                        e.event(f"update:{sum(v for _, v in res)}" +
+                                (":finished" if finished else ""))
+                        if finished:
+                            e.finished_calls += 1
+            ok_message = "Succeeded to update parameter online from distributed."
+        bad = [m for ok, m in res if not ok]
+        if bad:
+            with e.state:
+                e.last_error = "; ".join(bad)
+            print(f"{stamp()} {path} failed: {'; '.join(bad)}", flush=True)
+            return self.reply(400, {"success": False, "message": "; ".join(bad)})
+        self.reply(200, {"success": True, "message": ok_message})
 
     def update(self, body):
         e = ENGINE

@@ -26,8 +26,8 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,ipc,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,kill,per_tensor,memory,pull,
-# dtensor,mismatch,bench picks
+# STEPS=kernels,ipc,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,kill,per_tensor,
+# memory,pull,dtensor,mismatch,bench picks
 # steps (default: all); the Qwen2 trainer test always runs (on 2+ GPUs). The colocated steps (ipc,
 # ipc_lmdeploy, ipc_vllm, ipc_7b) run on GPU 0 alone, on any number of GPUs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
 # benchmark also runs with 3 receiving ranks. WSYNC_BENCH_ARGS adds benchmark flags (no quoted
@@ -455,6 +455,53 @@ PY
   echo; steps_summary
   echo "GPU RESULT: $([[ $fail -eq 0 ]] && echo PASS || echo FAIL) (one GPU: unit tests, kernels, colocated steps, session)"
   exit $fail
+fi
+
+if want lmdeploy_nccl; then
+  # LMDeploy over NCCL (PR #4638), 2+ GPUs: wsyncd in CUDA mode on GPU 0 as rank 0, the LMDeploy
+  # torch engine's rank on GPU 1 joining through wsyncd's TCPStore (tests/gpu/
+  # lmdeploy_torch_engine.py: SGLang's helper, ProcessGroupNCCL without device_id), fed by the
+  # Qwen2 trainer. Flattened buckets (one dtype each, one element-typed broadcast) and per tensor,
+  # bit-identical; an engine killed at its 2nd bucket fails the update naming it, and a fresh one
+  # joins the re-formed group for the next.
+  begin_step lmdeploy_nccl
+  step "LMDeploy over NCCL: wsyncd (cuda, GPU 0) + LMDeploy torch engine (GPU 1) + Qwen2 trainer"
+  nsock=/tmp/wsync-gpu-lmdeploy-nccl.sock
+  nurl=http://127.0.0.1:30051
+  nlog=$LOGS/lmdeploy-nccl.log
+  start_wsyncd $nsock "$LOGS/lmdeploy-nccl-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
+  n_d=$wsyncd_pid
+  n_engine() {
+    python3 tests/gpu/lmdeploy_torch_engine.py --port 30051 --gpus 1 --no-digest-log "$@" \
+      >>"$LOGS/lmdeploy-nccl-engine.log" 2>&1 &
+    n_e=$!
+    wait_url $nurl/health
+  }
+  n_push() {
+    timeout 150 python3 tests/gpu/trainer_push.py --socket $nsock --group "$1" --engines $nurl \
+      --python-client client/python --version-prefix "$1-" "${@:2}" 2>&1 | tee -a "$nlog"
+    return "${PIPESTATUS[0]}"
+  }
+  n_engine || fail=1
+  wait_sock $nsock || fail=1
+  for format in flattened_bucket per_tensor; do
+    $B/bin/wsyncctl --socket $nsock create-group "lmd-$format" --kind lmdeploy \
+      --load-format "$format" --engine "$nurl" 2>&1 | tee -a "$nlog"
+    n_push "lmd-$format" --versions 3 || fail=1
+    $B/bin/wsyncctl --socket $nsock destroy-group "lmd-$format" 2>&1 | tee -a "$nlog"
+  done
+  $B/bin/wsyncctl --socket $nsock create-group lmd --kind lmdeploy --engine "$nurl" 2>&1 |
+    tee -a "$nlog"
+  stop_pids $n_e
+  n_engine --die-at-update 1 || fail=1
+  n_push lmd --versions 1 --version-prefix lmd-killed- --expect-failure 30051 || fail=1
+  stop_pids $n_e
+  n_engine || fail=1
+  n_push lmd --versions 2 --version-prefix lmd-after- || fail=1
+  kill -0 $n_d || { echo "wsyncd died"; fail=1; }
+  stop_pids $n_e $n_d
+  grep -h "RESULT" "$nlog"
+  end_step
 fi
 
 step "wsyncd (cuda) + torch engine(s) + Qwen2 trainer"

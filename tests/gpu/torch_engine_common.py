@@ -18,7 +18,8 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sglang_torch_engine import FifoLock, load_weights  # noqa: E402,F401  (re-exported)
+from sglang_torch_engine import (FifoLock, init_custom_process_group,  # noqa: E402,F401
+                                 load_weights)  # re-exported
 
 # Every dtype common/dtype.h knows, as torch attribute names.
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32",
