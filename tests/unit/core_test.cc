@@ -326,7 +326,10 @@ TEST(PeerText, IsCutAndEscapedForLogsAndErrors) {
   // Always UTF-8, as protobuf strings must be: well-formed characters stay, stray bytes and a
   // character the cut splits are escaped.
   EXPECT_EQ(SanitizePeerText("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");
-  EXPECT_EQ(SanitizePeerText("a\x80" "b\xff" "c"), "a\\x80b\\xffc");
+  EXPECT_EQ(SanitizePeerText("a\x80"
+                             "b\xff"
+                             "c"),
+            "a\\x80b\\xffc");
   EXPECT_EQ(SanitizePeerText("\xed\xa0\x80"), "\\xed\\xa0\\x80") << "a surrogate";
   EXPECT_EQ(SanitizePeerText("\xc0\xaf"), "\\xc0\\xaf") << "an overlong form";
   EXPECT_EQ(SanitizePeerText("ab\xe2\x82\xac", 4), "ab\\xe2\\x82...");
