@@ -12,6 +12,7 @@
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/lmdeploy/lmdeploy_ipc_payload.h"
 #include "daemon/engines/lmdeploy/lmdeploy_nccl_payload.h"
+#include "daemon/engines/torch_group_body.h"
 
 namespace wsync {
 namespace {
@@ -232,7 +233,7 @@ absl::Status LmdeployAdapter::PostDistributed(const char* path, const nlohmann::
 
 absl::Status LmdeployAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
   WSYNC_RETURN_IF_ERROR(PostDistributed("/init_weights_update_group",
-                                        LmdeployInitGroupBody(rendezvous, endpoint_.rank_offset)));
+                                        TorchGroupInitBody(rendezvous, endpoint_.rank_offset)));
   std::lock_guard<std::mutex> lock(mu_);
   group_name_ = rendezvous.group_name;
   return absl::OkStatus();

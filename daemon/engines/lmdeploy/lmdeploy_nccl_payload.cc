@@ -6,10 +6,6 @@
 
 namespace wsync {
 
-nlohmann::json LmdeployInitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset) {
-  return TorchGroupInitBody(rendezvous, rank_offset);
-}
-
 namespace {
 
 nlohmann::json LoadFormat(BucketFormat format) {

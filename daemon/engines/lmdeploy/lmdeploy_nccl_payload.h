@@ -17,8 +17,8 @@ namespace wsync {
 // SGLang's (TCPStore rendezvous, PrefixStore(group_name), ProcessGroupNCCL without device_id),
 // ranks rank_offset + tp_rank, and group_name required on every call (no default).
 
-// POST /init_weights_update_group.
-nlohmann::json LmdeployInitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
+// POST /init_weights_update_group is the helper's own body: TorchGroupInitBody
+// (daemon/engines/torch_group_body.h).
 
 // POST /update_weights_from_distributed for one bucket: names, dtypes, shapes in order,
 // group_name, load_format ("flattened_bucket" or null) and `finished` (the update's last bucket:
