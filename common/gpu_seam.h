@@ -163,6 +163,14 @@ class RootCommunicator {
     if (!ticket.ok()) return ticket.status();
     return WaitBroadcast(*ticket, deadline).status();
   }
+  // Takes part in the peers' one-element float32 SUM all-reduce and waits for it to finish.
+  // vLLM's communicator runs exactly this right after ncclCommInitRank and before any other
+  // collective, so a group of vLLM engines calls it once, before its first broadcast and while
+  // the engines' init requests are in flight; a rank 0 that skips it deadlocks every rank.
+  // Platforms without it answer UNIMPLEMENTED.
+  virtual absl::Status WarmUpAllReduce(absl::Time deadline) {
+    return absl::UnimplementedError("this communicator has no all-reduce");
+  }
   // Breaks running and later operations (ncclCommAbort). Safe from any thread.
   virtual void Abort(absl::string_view reason) = 0;
   virtual std::string Describe() const = 0;

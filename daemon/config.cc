@@ -77,7 +77,8 @@ absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value, const std::s
 }
 
 // {"packed": bool, "pause_mode": "keep" | "wait" | "abort", "wake_weights": bool,
-//  "reset_prefix_cache": bool}, every key optional (VllmOptions' defaults).
+//  "reset_prefix_cache": bool, "rendezvous": "store" | "unique-id", "packed_chunk_bytes": int},
+// every key optional (VllmOptions' defaults).
 absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmOptionsFromJson(
     const nlohmann::json& options, const std::string& group) {
   if (!options.is_object()) {
@@ -89,6 +90,8 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmOptionsFromJson(
   bool wake_weights = defaults.wake_weights();
   bool reset_prefix_cache = defaults.reset_prefix_cache();
   VllmPauseMode pause_mode = defaults.pause_mode();
+  VllmRendezvous rendezvous = defaults.rendezvous();
+  uint64_t chunk_bytes = defaults.packed_chunk_bytes();
   for (const auto& [key, value] : options.items()) {
     bool* flag = key == "packed"               ? &packed
                  : key == "wake_weights"       ? &wake_weights
@@ -106,12 +109,25 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmOptionsFromJson(
             "group '", group, "': vllm option \"pause_mode\" must be keep, wait or abort"));
       }
       WSYNC_ASSIGN_OR_RETURN(pause_mode, ParseVllmPauseMode(value.get<std::string>()));
+    } else if (key == "rendezvous") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group '", group, "': vllm option \"rendezvous\" must be store or unique-id"));
+      }
+      WSYNC_ASSIGN_OR_RETURN(rendezvous, ParseVllmRendezvous(value.get<std::string>()));
+    } else if (key == "packed_chunk_bytes") {
+      if (!value.is_number_unsigned() || value.get<uint64_t>() == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group '", group, "': vllm option \"packed_chunk_bytes\" must be a positive integer"));
+      }
+      chunk_bytes = value.get<uint64_t>();
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("group '", group, "': unknown vllm option \"", key, "\""));
     }
   }
-  return std::make_shared<const VllmOptions>(packed, pause_mode, wake_weights, reset_prefix_cache);
+  return std::make_shared<const VllmOptions>(packed, pause_mode, wake_weights, reset_prefix_cache,
+                                             rendezvous, chunk_bytes);
 }
 
 }  // namespace
@@ -262,7 +278,9 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
     j["vllm"] = {{"packed", vllm->packed()},
                  {"pause_mode", std::string(VllmPauseModeName(vllm->pause_mode()))},
                  {"wake_weights", vllm->wake_weights()},
-                 {"reset_prefix_cache", vllm->reset_prefix_cache()}};
+                 {"reset_prefix_cache", vllm->reset_prefix_cache()},
+                 {"rendezvous", std::string(VllmRendezvousName(vllm->rendezvous()))},
+                 {"packed_chunk_bytes", vllm->packed_chunk_bytes()}};
   }
   return j;
 }

@@ -64,6 +64,7 @@ std::string OptionsText(const v1::GroupSpec& spec) {
                         : o.pause_mode() == v1::VLLM_PAUSE_MODE_ABORT ? "abort"
                                                                       : "keep";
     return absl::StrCat(o.packed() ? ", packed" : ", unpacked", ", pause ", pause,
+                        o.rendezvous() == v1::VLLM_RENDEZVOUS_UNIQUE_ID ? ", unique-id" : "",
                         o.wake_weights() ? ", wakes weights" : "",
                         o.keep_prefix_cache() ? ", keeps prefix cache" : "");
   }
@@ -76,8 +77,13 @@ struct VllmFlags {
   std::string pause_mode;
   bool wake_weights = false;
   bool keep_prefix_cache = false;
+  std::string rendezvous;
+  uint64_t packed_chunk_bytes = 0;
 
-  bool any() const { return packed || !pause_mode.empty() || wake_weights || keep_prefix_cache; }
+  bool any() const {
+    return packed || !pause_mode.empty() || wake_weights || keep_prefix_cache ||
+           !rendezvous.empty() || packed_chunk_bytes != 0;
+  }
 };
 
 // "yes: <why>" for an engine left paused mid-update, "no" otherwise.
@@ -351,6 +357,9 @@ class Ctl {
                                                      : v1::VLLM_PAUSE_MODE_KEEP);
       o->set_wake_weights(vllm.wake_weights);
       o->set_keep_prefix_cache(vllm.keep_prefix_cache);
+      o->set_rendezvous(vllm.rendezvous == "unique-id" ? v1::VLLM_RENDEZVOUS_UNIQUE_ID
+                                                       : v1::VLLM_RENDEZVOUS_STORE);
+      o->set_packed_chunk_bytes(vllm.packed_chunk_bytes);
     }
     for (const std::string& e : engines) {
       auto* spec = group->add_engines();
@@ -511,8 +520,16 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"tensor", "ipc"}));
   wsync::VllmFlags vllm;
   create->add_flag("--vllm-packed", vllm.packed,
-                   "vllm: each bucket as one uint8 chunk with tensor_sizes (vLLM >= 0.22.0; must "
-                   "match the server's own packed setting where it has one)");
+                   "vllm: ipc: each bucket as one uint8 chunk with tensor_sizes (vLLM >= 0.22.0); "
+                   "broadcast: uint8 chunks cut as vLLM's packed producer cuts them");
+  create
+      ->add_option("--vllm-rendezvous", vllm.rendezvous,
+                   "vllm, broadcast: store (default; the workers' StatelessProcessGroup meets "
+                   "wsyncd's TCPStore) or unique-id (the NCCL id in the init request; vLLM >= "
+                   "0.30.0)")
+      ->check(CLI::IsMember({"store", "unique-id"}));
+  create->add_option("--vllm-packed-chunk-bytes", vllm.packed_chunk_bytes,
+                     "vllm, broadcast, packed: packed_buffer_size_bytes (default 1 GiB)");
   create
       ->add_option("--vllm-pause-mode", vllm.pause_mode,
                    "vllm: what /pause does with requests in flight: keep (default; they wait), "

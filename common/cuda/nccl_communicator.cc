@@ -202,6 +202,36 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcastFrom(
   return id;
 }
 
+absl::Status NcclRootCommunicator::WarmUpAllReduce(absl::Time deadline) {
+  // Under broadcast_mu_: nothing may be queued on the stream before it.
+  std::lock_guard<std::mutex> order(broadcast_mu_);
+  WSYNC_RETURN_IF_ERROR(WaitReady(deadline));
+  WSYNC_ASSIGN_OR_RETURN(auto zero, DeviceBuffer::Create(device_, sizeof(float)));
+  WSYNC_ASSIGN_OR_RETURN(auto done, TimingEvent::Create(device_));
+  {
+    WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+    std::lock_guard<std::mutex> lock(comm_mu_);
+    if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
+    cudaStream_t stream = stream_->get();
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero->data(), 0, sizeof(float), stream));
+    ncclResult_t r =
+        nccl_->AllReduce(zero->data(), zero->data(), 1, ncclFloat32, ncclSum, comm_, stream);
+    while (r == ncclInProgress) {
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            "the warm-up ncclAllReduce could not be queued before the deadline");
+      }
+      nccl_->CommGetAsyncError(comm_, &r);
+    }
+    WSYNC_RETURN_IF_ERROR(nccl_->Check(r, "ncclAllReduce"));
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(done->get(), stream));
+  }
+  absl::Status s = WaitFor(done->get(), deadline, "the warm-up ncclAllReduce");
+  if (!s.ok() && s.code() != absl::StatusCode::kAborted) Abort(s.message());
+  // `zero` is freed only after the all-reduce finished or the communicator was aborted.
+  return s;
+}
+
 absl::StatusOr<BroadcastTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
                                                                     absl::Time deadline) {
   Ticket t;

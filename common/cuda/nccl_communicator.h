@@ -29,6 +29,7 @@ class NcclRootCommunicator final : public RootCommunicator {
                                               const std::vector<BroadcastPiece>& pieces,
                                               absl::Time deadline) override;
   absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
+  absl::Status WarmUpAllReduce(absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;
 

@@ -207,6 +207,42 @@ absl::StatusOr<uint64_t> HostRootCommunicator::StartBroadcastFrom(
   return ticket;
 }
 
+absl::Status HostRootCommunicator::WarmUpAllReduce(absl::Time deadline) {
+  WSYNC_RETURN_IF_ERROR(WaitForPeers(deadline));
+  std::vector<std::pair<int, int>> fds;  // rank, socket
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!jobs_.empty() || next_ticket_ != 0) {
+      return absl::FailedPreconditionError("the warm-up all-reduce must precede every broadcast");
+    }
+    for (const auto& [rank, fd] : peers_) fds.emplace_back(rank, fd.get());
+  }
+  float sum = 0;
+  for (const auto& [rank, fd] : fds) {
+    float value = 0;
+    if (absl::Status s = ReadExact(fd, &value, sizeof(value), deadline); !s.ok()) {
+      Abort("warm-up all-reduce failed");
+      return absl::Status(s.code(), absl::StrCat("rank ", rank,
+                                                 " never joined the warm-up "
+                                                 "all-reduce: ",
+                                                 s.message()));
+    }
+    sum += value;
+  }
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+    warm_up_sum_ = sum;
+    ticket = next_ticket_++;
+    unwaited_.insert(ticket);
+    jobs_.push_back(
+        Job{ticket, {{reinterpret_cast<const char*>(&warm_up_sum_), sizeof(float)}}, deadline});
+    jobs_cv_.notify_all();
+  }
+  return WaitBroadcast(ticket, deadline).status();
+}
+
 void HostRootCommunicator::SendLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -416,6 +452,13 @@ absl::Status HostCollectivePeer::ReceiveScattered(const std::vector<iovec>& piec
   for (const iovec& piece : pieces) bytes += piece.iov_len;
   WSYNC_RETURN_IF_ERROR(ReadHeader(bytes, deadline));
   return ReadExactV(fd_.get(), pieces, deadline);
+}
+
+absl::StatusOr<float> HostCollectivePeer::AllReduceSum(float value, absl::Time deadline) {
+  WSYNC_RETURN_IF_ERROR(WriteAll(fd_.get(), &value, sizeof(value), deadline));
+  float sum = 0;
+  WSYNC_RETURN_IF_ERROR(Receive(&sum, sizeof(sum), deadline));
+  return sum;
 }
 
 absl::Status HostCollectivePeer::ReceivePartial(void* dst, uint64_t bytes, uint64_t partial,

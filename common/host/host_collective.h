@@ -8,6 +8,8 @@
 // Id layout: "WSYNCHC1" | u16 port (LE) | 16-byte token | u8 address length | address | zeros.
 // Peer hello: "WSYNCHC1" | token | u32 rank | u32 world. Root answers one byte, 0 = accepted.
 // Each broadcast: u64 sequence | u64 byte count | payload.
+// The warm-up all-reduce (one float32, SUM): each peer sends its 4 bytes to the root, which adds
+// them to its own zero and broadcasts the 4-byte sum as the next broadcast.
 
 #include <atomic>
 #include <condition_variable>
@@ -49,6 +51,7 @@ class HostRootCommunicator final : public RootCommunicator {
                                               const std::vector<BroadcastPiece>& pieces,
                                               absl::Time deadline) override;
   absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
+  absl::Status WarmUpAllReduce(absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;
 
@@ -91,6 +94,7 @@ class HostRootCommunicator final : public RootCommunicator {
   uint64_t next_ticket_ = 0;
   absl::Time last_end_ = absl::InfinitePast();
   bool stopping_ = false;
+  float warm_up_sum_ = 0;  // the all-reduce's result, broadcast from here
 };
 
 // An engine rank's side, used by the engine simulators.
@@ -104,6 +108,8 @@ class HostCollectivePeer {
   // Receives one broadcast whose bytes fill `pieces` back to back, in order (a flattened bucket
   // landing in its tensors' own storage); its byte count must be the pieces' total.
   absl::Status ReceiveScattered(const std::vector<iovec>& pieces, absl::Time deadline);
+  // The warm-up all-reduce's peer side: sends `value`, returns the sum of every rank's.
+  absl::StatusOr<float> AllReduceSum(float value, absl::Time deadline);
   // Receives the first `partial` bytes of a broadcast of `bytes` and stops (fault injection).
   absl::Status ReceivePartial(void* dst, uint64_t bytes, uint64_t partial, absl::Time deadline);
   int rank() const { return rank_; }

@@ -24,12 +24,22 @@ struct EngineEndpoint {
   uint32_t rank_offset = 1;  // its first rank in the group
 };
 
+// How an engine's ranks can join a collective with wsyncd.
+enum class RendezvousMode {
+  kTorchStore,          // torch's TCPStore + ProcessGroupNCCL (SGLang, LMDeploy)
+  kVllmUniqueId,        // vLLM: the base64 ncclUniqueId in the init request
+  kVllmStatelessStore,  // vLLM: StatelessProcessGroup over a TCPStore
+};
+
 // Where engines meet wsyncd to join one instance of a group's collective.
 struct Rendezvous {
-  std::string master_address;
+  std::string master_address;  // the store ("" and port 0 without one)
   uint16_t master_port = 0;
   uint32_t world_size = 0;
   std::string group_name;
+  RendezvousMode mode = RendezvousMode::kTorchStore;
+  // kVllmUniqueId: rank 0's 128-byte id, which the init request carries; "" otherwise.
+  std::string unique_id;
 };
 
 struct EngineHealth {
@@ -94,12 +104,6 @@ struct BucketContext {
   bool last = false;
 };
 
-// How an engine's ranks can join a collective with wsyncd.
-enum class RendezvousMode {
-  kTorchStore,          // torch's TCPStore + ProcessGroupNCCL (SGLang, LMDeploy)
-  kVllmUniqueId,        // vLLM: the base64 ncclUniqueId in the init request
-  kVllmStatelessStore,  // vLLM: StatelessProcessGroup over a TCPStore
-};
 // How a bucket's bytes can reach an engine.
 enum class DataPath {
   kBroadcast,  // NCCL broadcast from wsyncd as rank 0 (disaggregated)

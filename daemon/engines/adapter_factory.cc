@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeEngineAdapter(const GroupSpec
     case EngineKind::kVllm: {
       auto options = OptionsOf<VllmOptions>(spec);
       if (!options.ok()) return options.status();
-      return std::make_unique<VllmAdapter>(endpoint, timeouts, **options);
+      return std::make_unique<VllmAdapter>(endpoint, timeouts, **options, spec.transport);
     }
   }
   return EngineKindNotSupported(spec.kind);

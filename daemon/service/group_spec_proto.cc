@@ -122,8 +122,22 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmFromProto(const v1::Vll
       return absl::InvalidArgumentError(
           absl::StrCat("unknown vllm pause_mode ", static_cast<int>(proto.pause_mode())));
   }
-  return std::make_shared<const VllmOptions>(proto.packed(), pause, proto.wake_weights(),
-                                             !proto.keep_prefix_cache());
+  VllmRendezvous rendezvous;
+  switch (proto.rendezvous()) {
+    case v1::VLLM_RENDEZVOUS_UNSPECIFIED:
+    case v1::VLLM_RENDEZVOUS_STORE:
+      rendezvous = VllmRendezvous::kStore;
+      break;
+    case v1::VLLM_RENDEZVOUS_UNIQUE_ID:
+      rendezvous = VllmRendezvous::kUniqueId;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown vllm rendezvous ", static_cast<int>(proto.rendezvous())));
+  }
+  return std::make_shared<const VllmOptions>(
+      proto.packed(), pause, proto.wake_weights(), !proto.keep_prefix_cache(), rendezvous,
+      proto.packed_chunk_bytes() == 0 ? kVllmDefaultPackedChunkBytes : proto.packed_chunk_bytes());
 }
 
 v1::VllmPauseMode VllmPauseModeToProto(VllmPauseMode mode) {
@@ -227,6 +241,10 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
     o->set_pause_mode(VllmPauseModeToProto(vllm->pause_mode()));
     o->set_wake_weights(vllm->wake_weights());
     o->set_keep_prefix_cache(!vllm->reset_prefix_cache());
+    o->set_rendezvous(vllm->rendezvous() == VllmRendezvous::kUniqueId
+                          ? v1::VLLM_RENDEZVOUS_UNIQUE_ID
+                          : v1::VLLM_RENDEZVOUS_STORE);
+    o->set_packed_chunk_bytes(vllm->packed_chunk_bytes());
   }
 }
 

@@ -4,6 +4,7 @@
 #include "daemon/transport/broadcast/broadcast_transport.h"
 #include "daemon/transport/broadcast/store_peers.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
+#include "daemon/transport/broadcast/unique_id_rendezvous.h"
 #include "daemon/transport/ipc/ipc_transport.h"
 
 namespace wsync {
@@ -11,13 +12,26 @@ namespace wsync {
 absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
   switch (env.spec.transport) {
     case TransportKind::kBroadcast: {
-      // Every engine of the group must meet rank 0 the same way.
+      // Every engine of the group meets rank 0 the same way: the first engine's mode (an
+      // adapter names the one its group's options chose first), which all must support.
+      if (env.adapters.empty()) return absl::InvalidArgumentError("a group needs engines");
+      const std::vector<RendezvousMode> modes = env.adapters.front()->Capabilities().rendezvous;
+      if (modes.empty()) {
+        return absl::UnimplementedError(absl::StrCat("group '", env.spec.name, "': engine ",
+                                                     env.adapters.front()->endpoint().url,
+                                                     " cannot join a broadcast group"));
+      }
+      const RendezvousMode mode = modes.front();
       for (EngineAdapter* a : env.adapters) {
-        if (!a->Capabilities().Supports(RendezvousMode::kTorchStore)) {
-          return absl::UnimplementedError(absl::StrCat(
-              "group '", env.spec.name, "': engine ", a->endpoint().url,
-              " cannot join through torch's TCPStore, the only rendezvous built so far"));
+        if (!a->Capabilities().Supports(mode)) {
+          return absl::UnimplementedError(absl::StrCat("group '", env.spec.name, "': engine ",
+                                                       a->endpoint().url, " cannot join through ",
+                                                       RendezvousModeName(mode)));
         }
+      }
+      if (mode == RendezvousMode::kVllmUniqueId) {
+        return std::make_unique<BroadcastTransport>(std::move(env),
+                                                    std::make_unique<UniqueIdRendezvous>());
       }
       std::vector<std::string> urls;
       for (EngineAdapter* a : env.adapters) urls.push_back(a->endpoint().url);
@@ -27,7 +41,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
             absl::StrCat("group '", env.spec.name, "': ", peers.status().message()));
       }
       auto rendezvous = std::make_unique<TorchStoreRendezvous>(
-          env.options.bind_address, env.options.advertise_address, std::move(*peers));
+          mode, env.options.bind_address, env.options.advertise_address, std::move(*peers));
       return std::make_unique<BroadcastTransport>(std::move(env), std::move(rendezvous));
     }
     case TransportKind::kIpc:

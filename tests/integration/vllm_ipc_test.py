@@ -239,12 +239,14 @@ class VllmIpcTest(HostWsyncdCase):
                                       "POST /resume"])
         self.assertEqual(state["sleeping_tags"], [])
 
-    def test_a_broadcast_group_of_vllm_engines_is_refused_at_creation(self):
+    def test_a_broadcast_group_on_a_server_without_the_nccl_routes_names_the_flags(self):
+        # This simulator serves the IPC backend only: no /get_world_size.
         port = self.start_engine("0.29.0")
         out = self.ctl("create-group", "disagg", "--kind", "vllm", "--engine",
                        f"http://127.0.0.1:{port}")
         self.assertNotEqual(out.returncode, 0)
-        self.assertIn("cannot receive over the broadcast data path", out.stderr)
+        self.assertIn("/get_world_size?include_dp=true answered HTTP 404", out.stderr)
+        self.assertIn("\"backend\": \"nccl\"", out.stderr)
 
 
 if __name__ == "__main__":

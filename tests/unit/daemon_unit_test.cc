@@ -328,6 +328,34 @@ TEST(Config, SglangIpcRouteDefaultsToTensorAndIpcSurvivesEveryPath) {
   EXPECT_EQ(GroupSpecFromProto(proto).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(Config, VllmBroadcastOptionsNameTheRendezvousAndChunkAndSurviveARecord) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-vllm-nccl.json";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "c", "kind": "vllm", "transport": "broadcast",
+       "vllm": {"packed": true, "rendezvous": "unique-id", "packed_chunk_bytes": 65536},
+       "engines": [{"url": "http://e:3"}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  const auto* c = dynamic_cast<const VllmOptions*>(config.groups[0].engine_options.get());
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->rendezvous(), VllmRendezvous::kUniqueId);
+  EXPECT_EQ(c->packed_chunk_bytes(), 65536u);
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[0]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[0]);
+  v1::GroupSpec proto;
+  GroupSpecToProto(config.groups[0], &proto);
+  EXPECT_EQ(proto.vllm().rendezvous(), v1::VLLM_RENDEZVOUS_UNIQUE_ID);
+  EXPECT_EQ(proto.vllm().packed_chunk_bytes(), 65536u);
+  for (const char* bad : {R"("rendezvous": "tcp")", R"("packed_chunk_bytes": 0)"}) {
+    std::ofstream(path) << absl::StrCat(
+        R"({"groups": [{"name": "g", "kind": "vllm", "transport": "broadcast", "vllm": {)", bad,
+        R"(}, "engines": [{"url": "http://e:1"}]}]})");
+    DaemonConfig refused;
+    EXPECT_EQ(LoadConfigFile(path, &refused).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   const std::string path = ::testing::TempDir() + "/wsyncd-vllm.json";
   std::ofstream(path) << R"({"groups": [
@@ -351,7 +379,8 @@ TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   EXPECT_EQ(b->pause_mode(), VllmPauseMode::kAbort);
   EXPECT_TRUE(b->wake_weights());
   EXPECT_FALSE(b->reset_prefix_cache());
-  EXPECT_EQ(b->Describe(), "packed, pause=abort, wake_weights, keep prefix cache");
+  EXPECT_EQ(b->Describe(),
+            "packed, pause=abort, wake_weights, keep prefix cache, rendezvous=store");
   // Written (a group record) and read back: the same spec.
   auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[1]));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -439,7 +468,7 @@ TEST(GroupSpecProto, VllmOptionsTravelInTheirOwnMessageWithZeroAsTheDefault) {
   auto defaults = GroupSpecFromProto(proto);
   ASSERT_TRUE(defaults.ok()) << defaults.status();
   EXPECT_EQ(defaults->engine_options->Describe(),
-            "unpacked, pause=keep, no wake, reset_prefix_cache");
+            "unpacked, pause=keep, no wake, reset_prefix_cache, rendezvous=store");
   proto.mutable_vllm();  // all zero: the same defaults
   auto zero = GroupSpecFromProto(proto);
   ASSERT_TRUE(zero.ok());
@@ -449,7 +478,8 @@ TEST(GroupSpecProto, VllmOptionsTravelInTheirOwnMessageWithZeroAsTheDefault) {
   proto.mutable_vllm()->set_keep_prefix_cache(true);
   auto spec = GroupSpecFromProto(proto);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->engine_options->Describe(), "packed, pause=wait, no wake, keep prefix cache");
+  EXPECT_EQ(spec->engine_options->Describe(),
+            "packed, pause=wait, no wake, keep prefix cache, rendezvous=store");
   v1::GroupSpec back;
   GroupSpecToProto(*spec, &back);
   EXPECT_TRUE(back.vllm().packed());
@@ -555,7 +585,8 @@ TEST_F(NotAnEngine, ErrorsNameTheEngineRouteAndStatusButNeverItsAnswer) {
   absl::Status probe = a.Probe();
   EXPECT_EQ(probe.code(), absl::StatusCode::kInternal);
   ExpectNamedNotEchoed(probe, url_ + "/get_server_info", 200);
-  absl::Status init = a.InitBroadcastGroup(Rendezvous{"127.0.0.1", 1, 2, "g"});
+  absl::Status init =
+      a.InitBroadcastGroup(Rendezvous{"127.0.0.1", 1, 2, "g", RendezvousMode::kTorchStore, ""});
   EXPECT_EQ(init.code(), absl::StatusCode::kFailedPrecondition);
   ExpectNamedNotEchoed(init, url_ + "/init_weights_update_group", 400);
   EXPECT_THAT(init.message(), HasSubstr("success=false"));
@@ -708,7 +739,8 @@ TEST(TorchStoreRendezvous, UniqueIdKeyMatchesTheHelpersPrefixChain) {
 }
 
 TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
-  nlohmann::json body = SglangAdapter::InitGroupBody(Rendezvous{"10.0.0.1", 29500, 4, "policy"}, 2);
+  nlohmann::json body = SglangAdapter::InitGroupBody(
+      Rendezvous{"10.0.0.1", 29500, 4, "policy", RendezvousMode::kTorchStore, ""}, 2);
   EXPECT_EQ(body, nlohmann::json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
       "rank_offset": 2, "world_size": 4, "group_name": "policy", "backend": "nccl"})"));
 }

@@ -43,11 +43,14 @@ class VllmAdapterTest : public ::testing::Test {
         std::string body = R"({"message": "ok"})";
         if (route == "/version") body = nlohmann::json{{"version", version_}}.dump();
         if (route == "/is_sleeping") body = nlohmann::json{{"is_sleeping", sleeping_}}.dump();
+        if (route == "/get_world_size") body = nlohmann::json{{"world_size", world_size_}}.dump();
         if (res.status != 200) body = kSecret;
         res.set_content(body, "application/json");
       };
     };
-    for (const char* get : {"/version", "/is_sleeping", "/health"}) server_.Get(get, record(get));
+    for (const char* get : {"/version", "/is_sleeping", "/health", "/get_world_size"}) {
+      server_.Get(get, record(get));
+    }
     for (const char* post :
          {"/init_weight_transfer_engine", "/pause", "/resume", "/wake_up", "/start_weight_update",
           "/update_weights", "/finish_weight_update", "/reset_prefix_cache"}) {
@@ -96,6 +99,7 @@ class VllmAdapterTest : public ::testing::Test {
 
   std::string version_ = "0.29.0";
   bool sleeping_ = false;
+  int world_size_ = 1;
   std::map<std::string, int> status_;
   SimHttpServer server_;
   std::string url_;
@@ -124,13 +128,19 @@ TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {
   EXPECT_THAT(s.message(), HasSubstr(">= 0.17.0"));
   EXPECT_THAT(Seen(), ElementsAre("GET /version")) << "nothing is initialised on it";
   // Packed chunks need a newer server than IPC itself.
-  auto packed = VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", true);
+  const VllmOptions packed_options(true, VllmPauseMode::kKeep, false, true);
+  auto packed = VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", packed_options,
+                                          TransportKind::kIpc);
   EXPECT_EQ(packed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(packed.status().message(), HasSubstr("vLLM 0.20.1 reads no packed IPC updates"));
-  EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", false).ok());
-  auto other = VllmAdapter::CheckVersion({{"detail", kSecret}}, "http://e:1", false);
+  EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", VllmOptions(),
+                                        TransportKind::kIpc)
+                  .ok());
+  auto other = VllmAdapter::CheckVersion({{"detail", kSecret}}, "http://e:1", VllmOptions(),
+                                         TransportKind::kIpc);
   EXPECT_THAT(other.status().message(), HasSubstr("not a vLLM server"));
-  auto garbled = VllmAdapter::CheckVersion({{"version", kSecret}}, "http://e:1", false);
+  auto garbled = VllmAdapter::CheckVersion({{"version", kSecret}}, "http://e:1", VllmOptions(),
+                                           TransportKind::kIpc);
   EXPECT_EQ(garbled.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(garbled.status().message(), Not(HasSubstr(kSecret)));
 }
@@ -284,23 +294,65 @@ TEST_F(VllmAdapterTest, HealthShowsTheVersionAndVariant) {
   EXPECT_THAT(Seen(), ElementsAre("GET /health", "GET /version", "GET /is_sleeping"));
 }
 
-TEST(VllmAdapter, OnlyTheIpcPathWithoutBucketRulesAndBroadcastGroupsAreRefused) {
-  VllmAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions());
-  const AdapterCapabilities caps = a.Capabilities();
+TEST(VllmAdapter, EachTransportHasItsDataPathAndTheGroupsRendezvousWithoutBucketRules) {
+  VllmAdapter ipc(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions());
+  AdapterCapabilities caps = ipc.Capabilities();
   EXPECT_TRUE(caps.Supports(DataPath::kCudaIpc));
   EXPECT_FALSE(caps.Supports(DataPath::kBroadcast));
+  EXPECT_TRUE(caps.rendezvous.empty());
   EXPECT_EQ(caps.bucket_rules, BucketRules{});
-  GroupSpec spec;
-  spec.name = "disagg";
-  spec.kind = EngineKind::kVllm;
-  spec.transport = TransportKind::kBroadcast;
-  spec.engines = {EngineSpec{"http://127.0.0.1:1", 1}};
-  spec.engine_options = std::make_shared<const VllmOptions>();
-  HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto group = WeightGroup::Create(spec, &platform, GroupOptions{}, DefaultGroupFactories());
-  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(group.status().message(),
-              HasSubstr("vllm engine http://127.0.0.1:1 cannot receive over the broadcast"));
+  VllmAdapter store(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions(),
+                    TransportKind::kBroadcast);
+  caps = store.Capabilities();
+  EXPECT_TRUE(caps.Supports(DataPath::kBroadcast));
+  EXPECT_FALSE(caps.Supports(DataPath::kCudaIpc));
+  EXPECT_THAT(caps.rendezvous, ElementsAre(RendezvousMode::kVllmStatelessStore));
+  EXPECT_EQ(caps.bucket_rules, BucketRules{}) << "chunks are cut per request, not by the planner";
+  VllmAdapter uid(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{},
+                  VllmOptions(false, VllmPauseMode::kKeep, false, true, VllmRendezvous::kUniqueId),
+                  TransportKind::kBroadcast);
+  EXPECT_THAT(uid.Capabilities().rendezvous, ElementsAre(RendezvousMode::kVllmUniqueId));
+}
+
+TEST(VllmAdapter, NcclVersionGatesNameTheVersionAndTheMinimum) {
+  const VllmOptions uid(false, VllmPauseMode::kKeep, false, true, VllmRendezvous::kUniqueId);
+  auto old = VllmAdapter::CheckVersion({{"version", "0.15.1"}}, "http://e:1", VllmOptions(),
+                                       TransportKind::kBroadcast);
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(old.status().message(), HasSubstr("vLLM 0.15.1 has no NCCL weight transfer"));
+  EXPECT_THAT(old.status().message(), HasSubstr(">= 0.16.0"));
+  // 0.16 has NCCL but no IPC: the transport decides which minimum applies.
+  EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.16.0"}}, "http://e:1", VllmOptions(),
+                                        TransportKind::kBroadcast)
+                  .ok());
+  auto no_uid = VllmAdapter::CheckVersion({{"version", "0.29.2"}}, "http://e:1", uid,
+                                          TransportKind::kBroadcast);
+  EXPECT_EQ(no_uid.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(no_uid.status().message(), HasSubstr("vLLM 0.29.2 reads no nccl_unique_id_b64"));
+  EXPECT_THAT(no_uid.status().message(), HasSubstr("0.30.0"));
+  auto found = VllmAdapter::CheckVersion({{"version", "0.30.0"}}, "http://e:1", uid,
+                                         TransportKind::kBroadcast);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(found->second.nccl_unique_id);
+  EXPECT_EQ(found->second.nccl_packed_at, VllmPackedAt::kInitInfo);
+  EXPECT_TRUE(found->second.session_routes);
+}
+
+TEST_F(VllmAdapterTest, ABroadcastProbeChecksTheWorkerCountAndInitsNothing) {
+  version_ = "0.30.0";
+  world_size_ = 4;
+  Start();
+  VllmAdapter wrong(EngineEndpoint{url_, 2, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+                    VllmOptions(), TransportKind::kBroadcast);
+  absl::Status s = wrong.Probe();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("has 4 worker(s)"));
+  EXPECT_THAT(s.message(), HasSubstr("gives it 2 rank(s)"));
+  EXPECT_THAT(Seen(), ElementsAre("GET /version", "GET /get_world_size?include_dp=true"))
+      << "the NCCL group is initialised when the group forms, not at the probe";
+  VllmAdapter right(EngineEndpoint{url_, 4, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+                    VllmOptions(), TransportKind::kBroadcast);
+  EXPECT_TRUE(right.Probe().ok());
 }
 
 }  // namespace

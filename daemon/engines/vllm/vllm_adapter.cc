@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/engines/vllm/vllm_ipc_payload.h"
+#include "daemon/engines/vllm/vllm_nccl_payload.h"
 
 namespace wsync {
 namespace {
@@ -16,8 +17,16 @@ constexpr char kBucketPath[] = "/update_weights";
 constexpr char kFinishPath[] = "/finish_weight_update";
 constexpr char kStartPath[] = "/start_weight_update";
 constexpr char kRepush[] = "; the update fails and the trainer must push the whole version again";
-constexpr char kServerFlags[] =
-    "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config '{\"backend\": \"ipc\"}'";
+constexpr char kInitPath[] = "/init_weight_transfer_engine";
+
+// How the server must be started for the transport.
+const char* ServerFlags(TransportKind transport) {
+  return transport == TransportKind::kBroadcast
+             ? "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config "
+               "'{\"backend\": \"nccl\"}'"
+             : "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config "
+               "'{\"backend\": \"ipc\"}'";
+}
 
 // ABORTED for a 409 to `path`: vLLM took the call as out of order.
 absl::Status OutOfOrder(const std::string& url, absl::string_view path, absl::string_view what) {
@@ -27,17 +36,25 @@ absl::Status OutOfOrder(const std::string& url, absl::string_view path, absl::st
 
 }  // namespace
 
-VllmAdapter::VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options)
+VllmAdapter::VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options,
+                         TransportKind transport)
     : endpoint_(std::move(endpoint)),
       timeouts_(timeouts),
       options_(std::move(options)),
+      transport_(transport),
       http_(endpoint_.url) {}
 
 AdapterCapabilities VllmAdapter::Capabilities() const {
   AdapterCapabilities caps;
-  // The NCCL backend (unique id or stateless store, the packed '>' chunk rule) is a later step;
-  // until then no rendezvous and no broadcast, so WeightGroup refuses a broadcast group of these.
-  caps.data_paths = {DataPath::kCudaIpc};
+  if (transport_ == TransportKind::kBroadcast) {
+    // One rendezvous, the group's choice: every engine of the group must meet rank 0 alike.
+    caps.rendezvous = {options_.rendezvous() == VllmRendezvous::kUniqueId
+                           ? RendezvousMode::kVllmUniqueId
+                           : RendezvousMode::kVllmStatelessStore};
+    caps.data_paths = {DataPath::kBroadcast};
+  } else {
+    caps.data_paths = {DataPath::kCudaIpc};
+  }
   // No bucket rules: see the class comment.
   return caps;
 }
@@ -48,7 +65,8 @@ std::optional<VllmVariant> VllmAdapter::variant() const {
 }
 
 absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
-    const nlohmann::json& answer, const std::string& url, bool packed) {
+    const nlohmann::json& answer, const std::string& url, const VllmOptions& options,
+    TransportKind transport) {
   auto field = answer.find("version");
   if (field == answer.end() || !field->is_string()) {
     return absl::FailedPreconditionError(
@@ -62,12 +80,20 @@ absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
         absl::StrCat(url, "/version answered a version wsyncd cannot read (", text.size(),
                      " characters, not MAJOR.MINOR.PATCH): not a vLLM server wsyncd knows"));
   }
-  auto variant = VllmVariantFor(*version);
+  const bool nccl = transport == TransportKind::kBroadcast;
+  auto variant = nccl ? VllmNcclVariantFor(*version) : VllmVariantFor(*version);
   if (!variant.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine ", url, ": ", variant.status().message()));
   }
-  if (packed && !variant->packed_ipc) {
+  if (nccl && options.rendezvous() == VllmRendezvous::kUniqueId && !variant->nccl_unique_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", url, ": vLLM ", version->text,
+        " reads no nccl_unique_id_b64 (it came with vLLM ", kVllmMinUniqueIdVersion,
+        "); create the group with the store rendezvous (--vllm-rendezvous store), or upgrade "
+        "the engine"));
+  }
+  if (!nccl && options.packed() && !variant->packed_ipc) {
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, ": vLLM ", version->text,
         " reads no packed IPC updates (they came with vLLM 0.22.0); create the group without "
@@ -85,29 +111,57 @@ absl::Status VllmAdapter::Probe() {
     }
     return answer.status();
   }
-  WSYNC_ASSIGN_OR_RETURN(auto found, CheckVersion(*answer, endpoint_.url, options_.packed()));
+  WSYNC_ASSIGN_OR_RETURN(auto found, CheckVersion(*answer, endpoint_.url, options_, transport_));
   auto& [version, variant] = found;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!variant_.has_value() || variant_->name != variant.name || version_text_ != version.text) {
-      WSYNC_LOG(Info, "engine ", endpoint_.url, ": vLLM ", version.text, ", IPC variant ",
+      WSYNC_LOG(Info, "engine ", endpoint_.url, ": vLLM ", version.text, ", variant ",
                 variant.name);
     }
     variant_ = variant;
     version_text_ = version.text;
   }
+  if (transport_ == TransportKind::kBroadcast) return CheckWorldSize();
   // The IPC backend needs nothing at init (its init_info is empty), but the route must answer:
   // it is how a server without the dev routes or without the ipc backend shows itself.
-  auto init = http_.PostExpectSuccess("/init_weight_transfer_engine",
-                                      {{"init_info", nlohmann::json::object()}}, timeouts_.control);
+  auto init = http_.PostExpectSuccess(kInitPath, {{"init_info", nlohmann::json::object()}},
+                                      timeouts_.control);
   if (!init.ok()) {
     if (init.status().code() == absl::StatusCode::kUnimplemented) {
       return absl::FailedPreconditionError(absl::StrCat(
           init.status().message(),
-          "; vLLM serves the weight-transfer routes only in dev mode: ", kServerFlags));
+          "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags(transport_)));
     }
     return absl::Status(init.status().code(),
-                        absl::StrCat(init.status().message(), " (", kServerFlags, ")"));
+                        absl::StrCat(init.status().message(), " (", ServerFlags(transport_), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VllmAdapter::CheckWorldSize() const {
+  auto answer = http_.GetJson("/get_world_size?include_dp=true", timeouts_.probe);
+  if (!answer.ok()) {
+    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          answer.status().message(),
+          "; vLLM serves /get_world_size only in dev mode: ", ServerFlags(transport_)));
+    }
+    return answer.status();
+  }
+  auto size = answer->find("world_size");
+  if (size == answer->end() || !size->is_number_unsigned()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(endpoint_.url,
+                     "/get_world_size answered without a non-negative world_size: not a vLLM "
+                     "server wsyncd knows"));
+  }
+  if (size->get<uint64_t>() != endpoint_.ranks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", endpoint_.url, " has ", size->get<uint64_t>(),
+        " worker(s) (GET /get_world_size?include_dp=true: TP x PP x DP) but the group gives it ",
+        endpoint_.ranks, " rank(s): every worker joins the group, so give the engine ",
+        size->get<uint64_t>()));
   }
   return absl::OkStatus();
 }
@@ -120,7 +174,7 @@ absl::StatusOr<bool> VllmAdapter::IsSleeping() const {
         absl::StrCat(endpoint_.url,
                      "/is_sleeping answered without a boolean is_sleeping: not a vLLM server "
                      "with the sleep routes (",
-                     kServerFlags, ")"));
+                     ServerFlags(transport_), ")"));
   }
   return flag->get<bool>();
 }
@@ -136,7 +190,7 @@ EngineHealth VllmAdapter::Health() {
     health.error = std::string(answer.status().message());
     return health;
   }
-  auto found = CheckVersion(*answer, endpoint_.url, options_.packed());
+  auto found = CheckVersion(*answer, endpoint_.url, options_, transport_);
   auto sleeping = IsSleeping();
   if (!sleeping.ok()) {
     health.error = std::string(sleeping.status().message());
@@ -216,6 +270,47 @@ absl::Status VllmAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
   std::lock_guard<std::mutex> lock(mu_);
   session_open_ = true;
   return absl::OkStatus();
+}
+
+absl::Status VllmAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
+  std::optional<VllmVariant> variant = this->variant();
+  if (!variant.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url, " was never probed"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(nlohmann::json body,
+                         VllmNcclInitBody(rendezvous, endpoint_, *variant, options_));
+  // Answers once every worker has run ncclCommInitRank and the warm-up all-reduce.
+  auto init = http_.PostExpectSuccess(kInitPath, body, timeouts_.control);
+  if (init.ok()) return absl::OkStatus();
+  if (init.status().code() == absl::StatusCode::kUnimplemented) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        init.status().message(),
+        "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags(transport_)));
+  }
+  return absl::Status(init.status().code(),
+                      absl::StrCat(init.status().message(), " (", ServerFlags(transport_), ")"));
+}
+
+absl::Status VllmAdapter::DestroyBroadcastGroup(const std::string& /*group_name*/) {
+  // vLLM has no route that drops its weight-transfer group; the next init replaces it.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EngineRequest> VllmAdapter::BroadcastBucketRequest(
+    const BucketManifest& manifest, const std::string& /*group_name*/,
+    const BucketContext& /*context*/) const {
+  std::optional<VllmVariant> variant = this->variant();
+  if (!variant.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url, " was never probed"));
+  }
+  return EngineRequest{kBucketPath, VllmNcclBucketBody(manifest, *variant, options_).dump()};
+}
+
+absl::StatusOr<std::vector<BroadcastPiece>> VllmAdapter::BroadcastPieces(
+    const BucketManifest& manifest) const {
+  return VllmNcclPieces(manifest, options_.packed(), options_.packed_chunk_bytes());
 }
 
 absl::StatusOr<EngineRequest> VllmAdapter::IpcBucketRequest(const BucketManifest& manifest,

@@ -13,15 +13,26 @@
 
 namespace wsync {
 
-// vLLM's native weight transfer (shared/docs/engine-protocols.md §4) on the colocated path: every
-// bucket is one POST /update_weights whose ipc_handles_pickled names wsyncd's slot on each TP
-// rank's GPU (vllm_ipc_payload.h). The NCCL backend is not built yet: Capabilities names only
-// kCudaIpc, so a broadcast group of vLLM engines is refused when it is created.
+// vLLM's native weight transfer (shared/docs/engine-protocols.md §4), on either backend, as the
+// group's transport says:
+//  ipc        every bucket is one POST /update_weights whose ipc_handles_pickled names wsyncd's
+//             slot on each TP rank's GPU (vllm_ipc_payload.h).
+//  broadcast  wsyncd is rank 0 of the workers' NCCL group; every bucket is one POST
+//             /update_weights naming its tensors while wsyncd broadcasts them, one per tensor or
+//             in packed chunks (vllm_nccl_payload.h).
 //
 // Probe (each time the group forms): GET /version picks the variant (vllm_version.h); a server
-// older than kVllmMinIpcVersion, or one too old for the packed option, is FAILED_PRECONDITION
-// naming both versions. Then POST /init_weight_transfer_engine {"init_info": {}}, which the IPC
-// backend accepts as a no-op; a 404 there means the server lacks VLLM_SERVER_DEV_MODE=1.
+// older than the backend's minimum, or too old for an option asked for (packed IPC, the unique-id
+// rendezvous), is FAILED_PRECONDITION naming both versions. IPC: then POST
+// /init_weight_transfer_engine {"init_info": {}}, which the IPC backend accepts as a no-op; a 404
+// there means the server lacks VLLM_SERVER_DEV_MODE=1. Broadcast: GET /get_world_size
+// ?include_dp=true must equal the engine's ranks in the group (vLLM numbers its workers
+// rank_offset + dp_index * TP * PP + rank, so the group's count must be all of them).
+//
+// Broadcast group init (InitBroadcastGroup): POST /init_weight_transfer_engine with the
+// rendezvous (the base64 unique id, or the store's address) answers only after every worker ran
+// ncclCommInitRank and the one-element all-reduce with rank 0, which the transport joins
+// meanwhile. vLLM has no route that tears the group down: a new init replaces it.
 //
 // An update:
 //   PauseGeneration  GET /is_sleeping, never an update into a sleeping engine (its EngineCore
@@ -48,13 +59,16 @@ namespace wsync {
 // VLLM_ALLOW_INSECURE_SERIALIZATION=1 is a configuration error instead (FAILED_PRECONDITION):
 // re-pushing would not help. No error carries the engine's words (they go to the debug log).
 //
-// Bucket rules: none. vLLM's IPC consumer rebuilds each tensor from the names/shapes/dtypes it is
-// sent (a dtype per tensor, so buckets may mix them), and the packed consumer clones every tensor
-// and reads the chunk boundaries from tensor_sizes, so wsyncd's slot-sized buckets are valid
-// chunks as they come; the NCCL path's close-after ('>') rule is that path's alone.
+// Bucket rules: none. On the NCCL path every request is chunked from its own first tensor, so
+// the '>' chunk cut is made per bucket by BroadcastPieces, whatever the bucket's size. vLLM's IPC
+// consumer rebuilds each tensor from the names/shapes/dtypes it is sent (a dtype per tensor, so
+// buckets may mix them), and the packed consumer clones every tensor and reads the chunk boundaries
+// from tensor_sizes, so wsyncd's slot-sized buckets are valid chunks as they come; the NCCL path's
+// close-after ('>') rule is that path's alone.
 class VllmAdapter final : public EngineAdapter {
  public:
-  VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options);
+  VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options,
+              TransportKind transport = TransportKind::kIpc);
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   AdapterCapabilities Capabilities() const override;
@@ -67,6 +81,14 @@ class VllmAdapter final : public EngineAdapter {
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
 
+  absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
+  absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
+  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
+                                                       const std::string& group_name,
+                                                       const BucketContext& context) const override;
+  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
+      const BucketManifest& manifest) const override;
+
   absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
                                                  const std::vector<IpcBucketView>& ranks,
                                                  const BucketContext& context) const override;
@@ -74,12 +96,16 @@ class VllmAdapter final : public EngineAdapter {
   // The variant the last successful Probe picked; nullopt before one.
   std::optional<VllmVariant> variant() const;
 
-  // Reads an answer to GET /version: the variant, or FAILED_PRECONDITION naming the version and
-  // the minimum (or the packed option's minimum when `packed`). Exposed for tests.
+  // Reads an answer to GET /version: the variant for the transport, or FAILED_PRECONDITION
+  // naming the version and the minimum for the backend or for an option `options` asks for.
+  // Exposed for tests.
   static absl::StatusOr<std::pair<VllmVersion, VllmVariant>> CheckVersion(
-      const nlohmann::json& answer, const std::string& url, bool packed);
+      const nlohmann::json& answer, const std::string& url, const VllmOptions& options,
+      TransportKind transport);
 
  private:
+  // The broadcast probe: GET /get_world_size?include_dp=true against the engine's ranks.
+  absl::Status CheckWorldSize() const;
   // GET /is_sleeping's flag.
   absl::StatusOr<bool> IsSleeping() const;
   // POST /finish_weight_update as the variant wants it; ABORTED on a 409.
@@ -90,6 +116,7 @@ class VllmAdapter final : public EngineAdapter {
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   VllmOptions options_;
+  TransportKind transport_;
   EngineHttp http_;
   mutable std::mutex mu_;
   std::optional<VllmVariant> variant_;

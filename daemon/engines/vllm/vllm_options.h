@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_ENGINES_VLLM_VLLM_OPTIONS_H_
 #define WSYNC_DAEMON_ENGINES_VLLM_VLLM_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,17 @@ enum class VllmPauseMode { kKeep, kWait, kAbort };
 
 absl::string_view VllmPauseModeName(VllmPauseMode mode);
 absl::StatusOr<VllmPauseMode> ParseVllmPauseMode(absl::string_view name);
+
+// How a broadcast group's vLLM workers find wsyncd's communicator (engine-protocols.md 4.2).
+enum class VllmRendezvous {
+  kStore,     // master_address/master_port: StatelessProcessGroup over wsyncd's TCPStore
+  kUniqueId,  // nccl_unique_id_b64 in init_info: no store, every rank enters init at once
+};
+absl::string_view VllmRendezvousName(VllmRendezvous mode);  // "store", "unique-id"
+absl::StatusOr<VllmRendezvous> ParseVllmRendezvous(absl::string_view name);
+
+// vLLM's packed_buffer_size_bytes default (packed_tensor.py): 1 GiB.
+inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 
 // Version gates (engine-protocols.md §4.6), as read for this adapter; vllm_version.cc applies them
 // to GET /version. Marks: R read in upstream source or docs, I inferred.
@@ -40,6 +52,26 @@ absl::StatusOr<VllmPauseMode> ParseVllmPauseMode(absl::string_view name);
 //   finish, resume "with vllm>=0.22.0" (R).
 // - weight_version in finish: §4.1 "newest" (R); 0.29.0 from the versioned docs (I).
 //
+// The NCCL backend (VllmNcclVariantFor), its own gates:
+//
+//   behaviour                              before                        from
+//   NCCL weight-transfer engine            absent                        0.16.0
+//   packed, packed_buffer_size_bytes,      in update_info                0.28.0: in init_info
+//     packed_num_buffers
+//   init_info.nccl_unique_id_b64           absent (store only)           0.30.0
+//   session routes, finish weight_version  as the IPC rows above
+//
+// Sources:
+// - NCCL engine: vLLM PR #31943; open-instruct PR #1515 ("vLLM 0.16.0 introduced native weight
+//   transfer APIs"); the v0.16.0 API docs for weight_transfer/nccl_engine (R).
+// - packed moved: TRL PR #7001 ("0.28.0 ... moves packed from the per-update info to the init
+//   info", vLLM PR #50902) and SkyRL PR #2114 (R); the v0.23.0 and v0.25.0 docs show it in
+//   NCCLWeightTransferUpdateInfo (R); nccl_common.py's kw_only init dataclass with packed (R).
+// - unique id: vLLM PR #53784 (merged 2026-08; adds nccl_unique_id_b64 and
+//   PyNcclCommunicator.from_unique_id_bytes, R); a torch-free downstream trainer that posts it
+//   "checked against v0.30.0" (R). The first release carrying it is not documented: 0.30.0 is
+//   the earliest seen working, so older servers are refused (I).
+//
 // The 0.22.0 and 0.29.0 boundaries are the first releases the sources above show with the
 // behaviour, not commits bisected in vLLM's history (its repository was too large to fetch here):
 // confirm each against a real server (a canary update) before relying on it. A dev or rc build
@@ -62,17 +94,28 @@ absl::StatusOr<VllmPauseMode> ParseVllmPauseMode(absl::string_view name);
 //                      flow of §4.4.
 //  reset_prefix_cache  true (default): POST /reset_prefix_cache after finishing, since the cached
 //                      KV was computed with the old weights.
+//  rendezvous          broadcast groups: store (default; every vLLM with the NCCL backend) or
+//                      unique-id (vLLM >= kVllmMinUniqueIdVersion).
+//  packed_chunk_bytes  broadcast groups, packed: the chunk size both sides cut by, vLLM's
+//                      packed_buffer_size_bytes (default 1 GiB), sent with `packed`.
+//
+// On the NCCL path `packed` is the wire format too: uint8 chunks (packed) or one broadcast per
+// tensor, sent to the workers in the field their generation reads, so they always agree.
 class VllmOptions final : public EngineOptions {
  public:
   VllmOptions() = default;
-  VllmOptions(bool packed, VllmPauseMode pause_mode, bool wake_weights, bool reset_prefix_cache)
+  VllmOptions(bool packed, VllmPauseMode pause_mode, bool wake_weights, bool reset_prefix_cache,
+              VllmRendezvous rendezvous = VllmRendezvous::kStore,
+              uint64_t packed_chunk_bytes = kVllmDefaultPackedChunkBytes)
       : packed_(packed),
         pause_mode_(pause_mode),
         wake_weights_(wake_weights),
-        reset_prefix_cache_(reset_prefix_cache) {}
+        reset_prefix_cache_(reset_prefix_cache),
+        rendezvous_(rendezvous),
+        packed_chunk_bytes_(packed_chunk_bytes) {}
 
   EngineKind kind() const override { return EngineKind::kVllm; }
-  absl::Status Validate() const override { return absl::OkStatus(); }
+  absl::Status Validate() const override;
   bool Equals(const EngineOptions& other) const override;
   // "unpacked, pause=keep, no wake, reset_prefix_cache".
   std::string Describe() const override;
@@ -81,12 +124,16 @@ class VllmOptions final : public EngineOptions {
   VllmPauseMode pause_mode() const { return pause_mode_; }
   bool wake_weights() const { return wake_weights_; }
   bool reset_prefix_cache() const { return reset_prefix_cache_; }
+  VllmRendezvous rendezvous() const { return rendezvous_; }
+  uint64_t packed_chunk_bytes() const { return packed_chunk_bytes_; }
 
  private:
   bool packed_ = false;
   VllmPauseMode pause_mode_ = VllmPauseMode::kKeep;
   bool wake_weights_ = false;
   bool reset_prefix_cache_ = true;
+  VllmRendezvous rendezvous_ = VllmRendezvous::kStore;
+  uint64_t packed_chunk_bytes_ = kVllmDefaultPackedChunkBytes;
 };
 
 }  // namespace wsync

@@ -29,4 +29,23 @@ absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version) {
   return v;
 }
 
+absl::StatusOr<VllmVariant> VllmNcclVariantFor(const VllmVersion& version) {
+  if (!version.AtLeast(0, 16, 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "vLLM ", version.text, " has no NCCL weight transfer; wsyncd needs vLLM >= ",
+        kVllmMinNcclVersion, " (started with --weight-transfer-config '{\"backend\": \"nccl\"}')"));
+  }
+  VllmVariant v;
+  v.session_routes = version.AtLeast(0, 22, 0);
+  v.finish_weight_version = version.AtLeast(0, 29, 0);
+  v.nccl_packed_at =
+      version.AtLeast(0, 28, 0) ? VllmPackedAt::kInitInfo : VllmPackedAt::kUpdateInfo;
+  v.nccl_unique_id = version.AtLeast(0, 30, 0);
+  v.name = absl::StrCat(
+      "nccl", v.session_routes ? "-session" : "",
+      v.nccl_packed_at == VllmPackedAt::kInitInfo ? "-packed-at-init" : "-packed-per-update",
+      v.finish_weight_version ? "-version" : "", v.nccl_unique_id ? "-unique-id" : "");
+  return v;
+}
+
 }  // namespace wsync

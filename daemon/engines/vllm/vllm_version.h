@@ -17,7 +17,16 @@ inline absl::StatusOr<VllmVersion> ParseVllmVersion(absl::string_view text) {
   return ParseEngineVersion(text);
 }
 
-// What one generation of vLLM's IPC weight transfer expects on the wire (see vllm_options.h for
+// Where a generation of vLLM's NCCL backend reads `packed` and its sizes. Its init and update
+// dataclasses are built with **dict and refuse an unknown key, so the fields go exactly where the
+// generation reads them. (A design that moved them into the server's --weight-transfer-config,
+// vLLM PR #47357, was closed unmerged: no release reads them from there.)
+enum class VllmPackedAt {
+  kUpdateInfo,  // each /update_weights request's update_info (0.16.0 to 0.27.x)
+  kInitInfo,    // /init_weight_transfer_engine's init_info (0.28.0, PR #50902)
+};
+
+// What one generation of vLLM's weight transfer expects on the wire (see vllm_options.h for
 // the boundaries and where they were read).
 struct VllmVariant {
   std::string name;  // e.g. "ipc-args-session", for logs and `wsyncctl engines`
@@ -34,14 +43,25 @@ struct VllmVariant {
   bool chunk_flags = false;
   // /finish_weight_update reads {"weight_version": str}.
   bool finish_weight_version = false;
+  // NCCL backend only: where `packed` is read, and whether init_info reads nccl_unique_id_b64.
+  VllmPackedAt nccl_packed_at = VllmPackedAt::kUpdateInfo;
+  bool nccl_unique_id = false;
 };
 
 // The first release whose IPC engine wsyncd can drive (PR #34171).
 inline constexpr char kVllmMinIpcVersion[] = "0.17.0";
 
+// The first release with the NCCL weight-transfer engine, and the first whose init_info reads
+// nccl_unique_id_b64.
+inline constexpr char kVllmMinNcclVersion[] = "0.16.0";
+inline constexpr char kVllmMinUniqueIdVersion[] = "0.30.0";
+
 // The variant of `version`; FAILED_PRECONDITION naming the version and kVllmMinIpcVersion when it
 // has no IPC weight transfer at all.
 absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version);
+// The same for the NCCL backend: FAILED_PRECONDITION naming the version and kVllmMinNcclVersion
+// below it.
+absl::StatusOr<VllmVariant> VllmNcclVariantFor(const VllmVersion& version);
 
 }  // namespace wsync
 

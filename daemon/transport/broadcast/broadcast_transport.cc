@@ -43,6 +43,17 @@ absl::Status BroadcastTransport::Form() {
   collective_ = std::make_shared<FormedCollective>(std::move(*comm));
   auto rdv = rendezvous_->Open(env_.spec.name, collective_->comm->unique_id(), world_size_);
   if (!rdv.ok()) return fail(rdv.status());
+  // vLLM's ranks finish their init request only after ncclCommInitRank and a one-element
+  // all-reduce with rank 0 (engine-protocols.md 4.2), so rank 0 joins that all-reduce while the
+  // requests are in flight; torch's engines connect lazily, at their first broadcast.
+  const bool warm_up = rendezvous_->mode() != RendezvousMode::kTorchStore;
+  absl::Status warmed;
+  std::thread warm_up_thread;
+  if (warm_up) {
+    warm_up_thread = std::thread([&, comm = collective_->comm] {
+      warmed = comm->WarmUpAllReduce(absl::Now() + env_.options.registration_timeout);
+    });
+  }
   std::vector<absl::Status> inits =
       OnEachEngine(env_.adapters, [&](EngineAdapter& a) { return a.InitBroadcastGroup(*rdv); });
   std::vector<std::string> errors;
@@ -52,6 +63,11 @@ absl::Status BroadcastTransport::Form() {
     errors.push_back(std::string(s.message()));
     if (code == absl::StatusCode::kOk) code = s.code();
   }
+  if (warm_up) {
+    // An engine that failed to join leaves the all-reduce waiting for it: abort it.
+    if (!errors.empty()) collective_->Fail("engines failed to join");
+    warm_up_thread.join();
+  }
   if (!errors.empty()) {
     // Engines that did join must drop the group, or they refuse the next init under this name.
     for (size_t i = 0; i < inits.size(); ++i) {
@@ -60,6 +76,12 @@ absl::Status BroadcastTransport::Form() {
     return fail(absl::Status(
         code, absl::StrCat("group '", env_.spec.name,
                            "': engines failed to join: ", absl::StrJoin(errors, "; "))));
+  }
+  if (!warmed.ok()) {
+    return fail(absl::Status(warmed.code(), absl::StrCat("group '", env_.spec.name,
+                                                         "': the warm-up all-reduce after the "
+                                                         "engines' init failed: ",
+                                                         warmed.message())));
   }
   if (absl::Status s = rendezvous_->WaitJoined(absl::Now() + env_.options.registration_timeout);
       !s.ok()) {
@@ -167,9 +189,12 @@ std::string BroadcastTransport::rendezvous() const {
 
 std::string BroadcastTransport::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return absl::StrCat("broadcast, world ", world_size_, ", store ", rendezvous_->address(), ", ",
-                      collective_ ? collective_->comm->Describe() : std::string("no communicator"),
-                      ", ", rank_map_);
+  const std::string store = rendezvous_->address();
+  return absl::StrCat(
+      "broadcast, world ", world_size_, ", ",
+      store.empty() ? std::string("unique id in the init request") : absl::StrCat("store ", store),
+      ", ", collective_ ? collective_->comm->Describe() : std::string("no communicator"), ", ",
+      rank_map_);
 }
 
 }  // namespace wsync

@@ -11,7 +11,7 @@
 namespace wsync {
 
 // How the engine ranks of a broadcast group find rank 0's communicator: one strategy per
-// rendezvous mode (torch's TCPStore now; vLLM's base64 unique id and its stateless store next).
+// rendezvous mode (RendezvousMode: torch's TCPStore in its two layouts, vLLM's base64 unique id).
 // The transport calls it under its own lock, one call at a time.
 class RendezvousStrategy {
  public:
@@ -28,9 +28,10 @@ class RendezvousStrategy {
   // FAILED_PRECONDITION saying who left when an engine rank that joined has left since (its
   // engine restarted or died).
   virtual absl::Status CheckJoined() const = 0;
-  // "host:port" engines connect to, or "" while closed.
+  // "host:port" engines connect to, or "" while closed (or when there is no store).
   virtual std::string address() const = 0;
   virtual void Close() = 0;
+  virtual RendezvousMode mode() const = 0;
 };
 
 }  // namespace wsync

@@ -5,11 +5,35 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/pickle_writer.h"
+#include "common/status_macros.h"
 
 namespace wsync {
 
 std::string TorchStoreRendezvous::UniqueIdKey(const std::string& group_name) {
   return absl::StrCat("/", group_name, "/", group_name, "//cuda//0");
+}
+
+absl::StatusOr<std::string> TorchStoreRendezvous::VllmUniqueIdPickle(absl::string_view id) {
+  if (id.size() != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("an ncclUniqueId is 128 bytes, not ", id.size()));
+  }
+  PickleWriter w;
+  WSYNC_RETURN_IF_ERROR(w.Global("_ctypes", "_unpickle"));
+  WSYNC_RETURN_IF_ERROR(
+      w.Global("vllm.distributed.device_communicators.pynccl_wrapper", "ncclUniqueId"));
+  w.EmptyDict();  // the instance __dict__
+  WSYNC_RETURN_IF_ERROR(w.Bytes(id));
+  w.Tuple2();  // ({}, id)
+  w.Tuple2();  // (cls, ({}, id))
+  w.Reduce();
+  return std::move(w).Finish();
+}
+
+std::string TorchStoreRendezvous::IdKey() const {
+  return mode_ == RendezvousMode::kVllmStatelessStore ? std::string(kVllmIdKey)
+                                                      : UniqueIdKey(group_name_);
 }
 
 absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_name,
@@ -27,9 +51,14 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
   store_ = std::move(*store);
   group_name_ = group_name;
   world_size_ = world_size;
-  // Published before any engine is asked to join: engines fetch it at their first collective.
-  if (absl::Status s = store_->Set(UniqueIdKey(group_name_), unique_id); !s.ok()) return s;
-  return Rendezvous{advertise_address_, store_->port(), world_size_, group_name_};
+  // Published before any engine is asked to join: torch's engines fetch it at their first
+  // collective, vLLM's inside their init request.
+  std::string value = unique_id;
+  if (mode_ == RendezvousMode::kVllmStatelessStore) {
+    WSYNC_ASSIGN_OR_RETURN(value, VllmUniqueIdPickle(unique_id));
+  }
+  if (absl::Status s = store_->Set(IdKey(), value); !s.ok()) return s;
+  return Rendezvous{advertise_address_, store_->port(), world_size_, group_name_, mode_, ""};
 }
 
 absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
@@ -69,7 +98,7 @@ absl::Status TorchStoreRendezvous::CheckJoined() const {
 
 std::string TorchStoreRendezvous::Diagnose() const {
   if (!store_) return "the group's store is gone";
-  const std::string key = UniqueIdKey(group_name_);
+  const std::string key = IdKey();
   std::vector<uint32_t> connected = store_->ConnectedPids();
   std::vector<uint32_t> fetched = store_->FetchersOf(key);
   std::vector<uint32_t> never;
@@ -82,7 +111,10 @@ std::string TorchStoreRendezvous::Diagnose() const {
       absl::StrCat("store ", address(), ": ", connected.size(), " of ", world_size_ - 1,
                    " engine ranks connected (pids ", absl::StrJoin(connected, ","), "), ",
                    fetched.size(), " fetched the NCCL id ", key);
-  if (!never.empty()) {
+  if (!never.empty() && mode_ == RendezvousMode::kVllmStatelessStore) {
+    absl::StrAppend(&report, "; pids ", absl::StrJoin(never, ","),
+                    " joined the store but never read the id");
+  } else if (!never.empty()) {
     absl::StrAppend(&report, "; pids ", absl::StrJoin(never, ","),
                     " joined the store but never fetched the id: an engine whose default process "
                     "group is bound to a device (device_id) builds this group with ncclCommSplit "
@@ -102,7 +134,9 @@ std::string TorchStoreRendezvous::address() const {
 
 void TorchStoreRendezvous::Close() {
   if (!store_) return;
-  store_->ErasePrefix(absl::StrCat("/", group_name_, "/"));
+  store_->ErasePrefix(mode_ == RendezvousMode::kVllmStatelessStore
+                          ? std::string("/broadcast_from/")
+                          : absl::StrCat("/", group_name_, "/"));
   store_.reset();
   members_.clear();
 }

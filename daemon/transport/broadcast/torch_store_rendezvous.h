@@ -10,17 +10,24 @@
 
 namespace wsync {
 
-// torch's own rendezvous, as SGLang and LMDeploy engines use it: wsyncd serves a TCPStore on a
-// fresh port per group instance and writes rank 0's ncclUniqueId under the key the engines'
-// ProcessGroupNCCL reads (shared/docs/tcpstore-protocol.md); each engine rank's store client
-// ADDs "init/" when it connects.
+// A rendezvous over torch's TCPStore, served by wsyncd on a fresh port per group instance, in
+// one of two layouts (mode):
+//  kTorchStore          SGLang and LMDeploy: each engine rank's ProcessGroupNCCL reads rank 0's
+//                       raw ncclUniqueId under "/G/G//cuda//0" (shared/docs/tcpstore-protocol.md
+//                       5).
+//  kVllmStatelessStore  vLLM: each worker's StatelessProcessGroup reads broadcast_obj's first
+//                       object, "/broadcast_from/0/0", a pickle of vLLM's ctypes ncclUniqueId
+//                       (tcpstore-protocol.md 6). Its counter restarts at 0 in every new group,
+//                       which the fresh store per instance keeps from reading a stale id.
+// Each engine rank's store client ADDs "init/" when it connects, in both layouts.
 class TorchStoreRendezvous final : public RendezvousStrategy {
  public:
   // The store listens on bind_address ("" = the advertise address) and lets in only
   // `allowed_peers` (numeric IPs; empty = anyone).
-  TorchStoreRendezvous(std::string bind_address, std::string advertise_address,
+  TorchStoreRendezvous(RendezvousMode mode, std::string bind_address, std::string advertise_address,
                        std::set<std::string> allowed_peers)
-      : bind_address_(std::move(bind_address)),
+      : mode_(mode),
+        bind_address_(std::move(bind_address)),
         advertise_address_(std::move(advertise_address)),
         allowed_peers_(std::move(allowed_peers)) {}
   ~TorchStoreRendezvous() override { Close(); }
@@ -32,11 +39,20 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
   absl::Status CheckJoined() const override;
   std::string address() const override;
   void Close() override;
+  RendezvousMode mode() const override { return mode_; }
 
   // The store key engines' ProcessGroupNCCL reads the id from ("/G/G//cuda//0").
   static std::string UniqueIdKey(const std::string& group_name);
+  // The key vLLM's StatelessProcessGroup reads its first broadcast object from.
+  static constexpr char kVllmIdKey[] = "/broadcast_from/0/0";
+  // pickle.dumps of vLLM's ncclUniqueId holding `id` (128 bytes): _ctypes._unpickle(cls,
+  // ({}, id)), the class named by its module path, which is part of the bytes.
+  static absl::StatusOr<std::string> VllmUniqueIdPickle(absl::string_view id);
 
  private:
+  // The key and value this layout publishes rank 0's id as.
+  std::string IdKey() const;
+  const RendezvousMode mode_;
   const std::string bind_address_;
   const std::string advertise_address_;
   const std::set<std::string> allowed_peers_;
