@@ -26,7 +26,7 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,ipc,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,kill,per_tensor,
+# STEPS=kernels,ipc,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,vllm_nccl,kill,per_tensor,
 # memory,pull,dtensor,mismatch,bench picks
 # steps (default: all); the Qwen2 trainer test always runs (on 2+ GPUs). The colocated steps (ipc,
 # ipc_lmdeploy, ipc_vllm, ipc_7b) run on GPU 0 alone, on any number of GPUs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
@@ -501,6 +501,48 @@ if want lmdeploy_nccl; then
   kill -0 $n_d || { echo "wsyncd died"; fail=1; }
   stop_pids $n_e $n_d
   grep -h "RESULT" "$nlog"
+  end_step
+fi
+
+if want vllm_nccl; then
+  # vLLM over NCCL, 2+ GPUs: wsyncd in CUDA mode on GPU 0 as rank 0, the vLLM torch engine's worker
+  # on GPU 1 (tests/gpu/vllm_nccl_torch_engine.py: ctypes NCCL as vLLM's PyNccl, the real
+  # TCPStore client, ncclCommInitRank and the one-element all-reduce), fed by the Qwen2 trainer.
+  # Both rendezvous modes, unpacked and packed (64 MiB chunks), on the newest generation (packed
+  # in init_info) and on 0.27 (packed in every update_info), bit-identical on every version.
+  begin_step vllm_nccl
+  step "vLLM over NCCL: wsyncd (cuda, GPU 0) + vLLM torch engine (GPU 1) + Qwen2 trainer"
+  vsock=/tmp/wsync-gpu-vllm-nccl.sock
+  vurl=http://127.0.0.1:30061
+  vlog=$LOGS/vllm-nccl.log
+  start_wsyncd $vsock "$LOGS/vllm-nccl-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
+  v_d=$wsyncd_pid
+  wait_sock $vsock || fail=1
+  for gen in 0.30.0 0.27.0; do
+    python3 tests/gpu/vllm_nccl_torch_engine.py --port 30061 --gpus 1 --version $gen \
+      >>"$LOGS/vllm-nccl-engine.log" 2>&1 &
+    v_e=$!
+    wait_url $vurl/health || fail=1
+    modes=("store" "store --vllm-packed --vllm-packed-chunk-bytes 67108864")
+    [[ $gen == 0.30.0 ]] && modes+=("unique-id" "unique-id --vllm-packed")
+    i=0
+    for mode in "${modes[@]}"; do
+      i=$((i + 1))
+      group="vllm-${gen//./}-$i"
+      # shellcheck disable=SC2086
+      $B/bin/wsyncctl --socket $vsock create-group "$group" --kind vllm --transport broadcast \
+        --vllm-rendezvous $mode --engine "$vurl" 2>&1 | tee -a "$vlog"
+      timeout 150 python3 tests/gpu/trainer_push.py --socket $vsock --group "$group" \
+        --engines $vurl --python-client client/python --version-prefix "$group-" --versions 2 \
+        2>&1 | tee -a "$vlog"
+      [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "vLLM NCCL $gen $mode: FAILED"; fail=1; }
+      $B/bin/wsyncctl --socket $vsock destroy-group "$group" 2>&1 | tee -a "$vlog"
+    done
+    stop_pids $v_e
+  done
+  kill -0 $v_d || { echo "wsyncd died"; fail=1; }
+  stop_pids $v_d
+  grep -h "RESULT" "$vlog"
   end_step
 fi
 

@@ -125,18 +125,19 @@ absl::Status VllmAdapter::Probe() {
   if (transport_ == TransportKind::kBroadcast) return CheckWorldSize();
   // The IPC backend needs nothing at init (its init_info is empty), but the route must answer:
   // it is how a server without the dev routes or without the ipc backend shows itself.
-  auto init = http_.PostExpectSuccess(kInitPath, {{"init_info", nlohmann::json::object()}},
-                                      timeouts_.control);
-  if (!init.ok()) {
-    if (init.status().code() == absl::StatusCode::kUnimplemented) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          init.status().message(),
-          "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags(transport_)));
-    }
-    return absl::Status(init.status().code(),
-                        absl::StrCat(init.status().message(), " (", ServerFlags(transport_), ")"));
+  return PostInit({{"init_info", nlohmann::json::object()}});
+}
+
+absl::Status VllmAdapter::PostInit(const nlohmann::json& body) const {
+  auto init = http_.PostExpectSuccess(kInitPath, body, timeouts_.control);
+  if (init.ok()) return absl::OkStatus();
+  if (init.status().code() == absl::StatusCode::kUnimplemented) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        init.status().message(),
+        "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags(transport_)));
   }
-  return absl::OkStatus();
+  return absl::Status(init.status().code(),
+                      absl::StrCat(init.status().message(), " (", ServerFlags(transport_), ")"));
 }
 
 absl::Status VllmAdapter::CheckWorldSize() const {
@@ -281,15 +282,7 @@ absl::Status VllmAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json body,
                          VllmNcclInitBody(rendezvous, endpoint_, *variant, options_));
   // Answers once every worker has run ncclCommInitRank and the warm-up all-reduce.
-  auto init = http_.PostExpectSuccess(kInitPath, body, timeouts_.control);
-  if (init.ok()) return absl::OkStatus();
-  if (init.status().code() == absl::StatusCode::kUnimplemented) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        init.status().message(),
-        "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags(transport_)));
-  }
-  return absl::Status(init.status().code(),
-                      absl::StrCat(init.status().message(), " (", ServerFlags(transport_), ")"));
+  return PostInit(body);
 }
 
 absl::Status VllmAdapter::DestroyBroadcastGroup(const std::string& /*group_name*/) {

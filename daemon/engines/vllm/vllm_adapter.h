@@ -104,6 +104,8 @@ class VllmAdapter final : public EngineAdapter {
       TransportKind transport);
 
  private:
+  // POST /init_weight_transfer_engine; a 404 is named as a server without the dev routes.
+  absl::Status PostInit(const nlohmann::json& body) const;
   // The broadcast probe: GET /get_world_size?include_dp=true against the engine's ranks.
   absl::Status CheckWorldSize() const;
   // GET /is_sleeping's flag.
