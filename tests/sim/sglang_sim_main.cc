@@ -1,11 +1,10 @@
 // sglang_sim: an SGLang server's weight-update API for host-mode tests and the demo.
 
-#include <signal.h>
-
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
 #include "tests/sim/sglang_sim.h"
+#include "tests/sim/stop_signals.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"sglang_sim: SGLang weight-update endpoints over wsync's host collective"};
@@ -31,12 +30,7 @@ int main(int argc, char** argv) {
                "with --lmdeploy: a non-pytorch backend (the disaggregated routes answer 501)");
   CLI11_PARSE(app, argc, argv);
 
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t stop = wsync::BlockStopSignals();
 
   wsync::SglangSim sim(tp, knobs);
   auto bound = sim.Start(host, port);
@@ -46,8 +40,7 @@ int main(int argc, char** argv) {
   }
   std::printf("sglang_sim: tp %d serving on http://%s:%d\n", tp, host.c_str(), *bound);
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
+  wsync::WaitForStopSignal(stop);
   sim.Stop();
   return 0;
 }

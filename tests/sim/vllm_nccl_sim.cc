@@ -111,7 +111,14 @@ class VllmNcclSim::Turn {
 };
 
 VllmNcclSim::VllmNcclSim(int tp_size, VllmSimKnobs knobs)
-    : tp_size_(tp_size), knobs_(std::move(knobs)) {}
+    : tp_size_(tp_size), knobs_(std::move(knobs)) {
+  // An unreadable version stays 0.0: a build older than every gate.
+  std::vector<std::string> parts = absl::StrSplit(knobs_.version, '.');
+  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &major_) ||
+      !absl::SimpleAtoi(parts[1], &minor_)) {
+    major_ = minor_ = 0;
+  }
+}
 
 VllmNcclSim::~VllmNcclSim() { Stop(); }
 
@@ -126,12 +133,7 @@ void VllmNcclSim::Stop() {
 }
 
 bool VllmNcclSim::AtLeast(int major, int minor) const {
-  std::vector<std::string> parts = absl::StrSplit(knobs_.version, '.');
-  int ma = 0, mi = 0;
-  if (parts.size() < 2 || !absl::SimpleAtoi(parts[0], &ma) || !absl::SimpleAtoi(parts[1], &mi)) {
-    return false;
-  }
-  return ma > major || (ma == major && mi >= minor);
+  return major_ > major || (major_ == major && minor_ >= minor);
 }
 
 absl::Status VllmNcclSim::JoinRank(Rank& rank, const json& info, const std::string& unique_id,

@@ -79,6 +79,8 @@ class VllmNcclSim {
 
   const int tp_size_;
   const VllmSimKnobs knobs_;
+  int major_ = 0;  // of knobs_.version, read once
+  int minor_ = 0;
   std::unique_ptr<SimHttpServer> server_;
   std::atomic<int> updates_{0};
 

@@ -1,10 +1,9 @@
 // vllm_nccl_sim: a vLLM server's NCCL weight-transfer API over wsync's host collective.
 
-#include <signal.h>
-
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "tests/sim/stop_signals.h"
 #include "tests/sim/vllm_nccl_sim.h"
 
 int main(int argc, char** argv) {
@@ -22,12 +21,7 @@ int main(int argc, char** argv) {
                  "the Nth /update_weights answers 409");
   CLI11_PARSE(app, argc, argv);
 
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const sigset_t stop = wsync::BlockStopSignals();
 
   wsync::VllmNcclSim sim(tp, knobs);
   auto bound = sim.Start(host, port);
@@ -38,8 +32,7 @@ int main(int argc, char** argv) {
   std::printf("vllm_nccl_sim: vLLM %s, %d worker(s), serving on http://%s:%d\n",
               knobs.version.c_str(), tp, host.c_str(), *bound);
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&stop, &sig);
+  wsync::WaitForStopSignal(stop);
   sim.Stop();
   return 0;
 }

@@ -3,6 +3,15 @@
 #include "absl/strings/str_cat.h"
 
 namespace wsync {
+namespace {
+
+// The session routes (PR #39212) and finish's weight_version: the same releases for both backends.
+void ApplySessionGates(const VllmVersion& version, VllmVariant& v) {
+  v.session_routes = version.AtLeast(0, 22, 0);
+  v.finish_weight_version = version.AtLeast(0, 29, 0);
+}
+
+}  // namespace
 
 absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version) {
   if (!version.AtLeast(0, 17, 0)) {
@@ -11,21 +20,16 @@ absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version) {
         kVllmMinIpcVersion, " (started with --weight-transfer-config '{\"backend\": \"ipc\"}')"));
   }
   VllmVariant v;
+  ApplySessionGates(version, v);
   if (!version.AtLeast(0, 22, 0)) {
     v.name = "ipc-func-args";
     v.entry_form = VllmEntryForm::kFuncArgs;
     return v;
   }
   v.entry_form = VllmEntryForm::kArgsOnly;
-  v.session_routes = true;
   v.packed_ipc = true;
   v.chunk_flags = true;
-  if (!version.AtLeast(0, 29, 0)) {
-    v.name = "ipc-args-session";
-    return v;
-  }
-  v.name = "ipc-args-session-version";
-  v.finish_weight_version = true;
+  v.name = v.finish_weight_version ? "ipc-args-session-version" : "ipc-args-session";
   return v;
 }
 
@@ -36,8 +40,7 @@ absl::StatusOr<VllmVariant> VllmNcclVariantFor(const VllmVersion& version) {
         kVllmMinNcclVersion, " (started with --weight-transfer-config '{\"backend\": \"nccl\"}')"));
   }
   VllmVariant v;
-  v.session_routes = version.AtLeast(0, 22, 0);
-  v.finish_weight_version = version.AtLeast(0, 29, 0);
+  ApplySessionGates(version, v);
   v.nccl_packed_at =
       version.AtLeast(0, 28, 0) ? VllmPackedAt::kInitInfo : VllmPackedAt::kUpdateInfo;
   v.nccl_unique_id = version.AtLeast(0, 30, 0);
