@@ -204,13 +204,14 @@ class Ctl {
     auto s = admin()->ListEngines(Context().get(), v1::ListEnginesRequest(), &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
-    Table t({"GROUP", "ENGINE", "RANKS", "HEALTHY", "ENGINE VERSION", "WEIGHT VERSION",
-             "NEEDS FULL VERSION", "ERROR"});
+    Table t({"GROUP", "ENGINE", "KIND", "RANKS", "HEALTHY", "ENGINE VERSION", "VARIANT",
+             "WEIGHT VERSION", "NEEDS FULL VERSION", "ERROR"});
     for (const auto& e : resp.engines()) {
-      t.AddRow({e.group(), e.url(),
-                absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1),
-                e.healthy() ? "yes" : "no", e.engine_version(), e.weight_version(),
-                NeedsFullVersion(e), e.last_error()});
+      const std::string healthy = !e.healthy() ? "no" : e.sleeping() ? "yes (sleeping)" : "yes";
+      t.AddRow({e.group(), e.url(), e.kind(),
+                absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1), healthy,
+                e.engine_version(), e.variant(), e.weight_version(), NeedsFullVersion(e),
+                e.last_error()});
     }
     t.Print(std::cout);
     return 0;

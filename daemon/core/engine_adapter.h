@@ -42,9 +42,15 @@ struct Rendezvous {
   std::string unique_id;
 };
 
+// What `wsyncctl engines` shows of an engine, read from it at the time of asking.
 struct EngineHealth {
   bool healthy = false;
+  // As the engine reports it; "" for an engine without a version route (LMDeploy).
   std::string engine_version;
+  // The payload variant wsyncd speaks to it, chosen from the version or the routes it serves:
+  // "unsupported" (with the reason in error) for a server wsyncd would refuse.
+  std::string variant;
+  bool sleeping = false;  // its weights or KV cache are released (vLLM, LMDeploy)
   std::string weight_version;
   std::string error;
 };

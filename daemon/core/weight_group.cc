@@ -525,7 +525,7 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
     threads.emplace_back([&, i] {
       const EngineEndpoint& e = adapters_[i]->endpoint();
       auto it = waiting.find(e.url);
-      rows[i] = EngineRow{spec_.name, e, adapters_[i]->Health(),
+      rows[i] = EngineRow{spec_.name, spec_.kind, e, adapters_[i]->Health(),
                           it == waiting.end() ? std::string() : it->second};
     });
   }

@@ -92,7 +92,13 @@ class FakeAdapter final : public EngineAdapter {
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   AdapterCapabilities Capabilities() const override { return capabilities_; }
   absl::Status Probe() override;
-  EngineHealth Health() override { return EngineHealth{true, "fake", "", ""}; }
+  EngineHealth Health() override {
+    EngineHealth health;
+    health.healthy = true;
+    health.engine_version = "fake";
+    health.variant = "fake";
+    return health;
+  }
   absl::Status ValidateBucket(const BucketManifest&) const override { return absl::OkStatus(); }
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;

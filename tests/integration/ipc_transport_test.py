@@ -103,7 +103,7 @@ class SglangVersionGateTest(IpcFixture):
         self.create_group("colo", port, [GPU0])
         self.push("new1")
         self.assert_engine_holds(port, self.model, "new1")
-        self.assertIn("0.5.6.post1 (ipc uint8-flattened)", self.ctl("engines").stdout)
+        self.assert_engine_shown("sglang", "0.5.6.post1", "ipc uint8-flattened")
 
     def test_an_old_server_is_refused_the_flattened_bucket_naming_both_versions(self):
         port = self.start_engine("engine", [GPU0], version="0.5.5.post1")
@@ -120,7 +120,7 @@ class SglangVersionGateTest(IpcFixture):
         self.create_group("colo", port, [GPU0], "--load-format", "per_tensor")
         self.push("old1")
         self.assert_engine_holds(port, self.model, "old1")
-        self.assertIn("0.5.5.post1 (ipc per-tensor)", self.ctl("engines").stdout)
+        self.assert_engine_shown("sglang", "0.5.5.post1", "ipc per-tensor")
 
     def test_a_server_before_the_ipc_floor_is_refused_in_every_format(self):
         port = self.start_engine("engine", [GPU0], version="0.4.10.post2")

@@ -2,6 +2,7 @@
 they start, their command line, host mode's GPU stand-ins, tensors' CRCs, and free / awaited TCP
 ports on loopback."""
 
+import json
 import os
 import subprocess
 import socket
@@ -71,6 +72,16 @@ class HostWsyncdCase(unittest.TestCase):
     def ctl(self, *args):
         return subprocess.run([WSYNCCTL, "--socket", self.sock, *args], capture_output=True,
                               text=True)
+
+    def assert_engine_shown(self, kind, version, variant, index=0):
+        """`wsyncctl --json engines` names engine `index`'s kind, version and variant, and the
+        table shows the variant."""
+        listed = self.ctl("--json", "engines")
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        engine = json.loads(listed.stdout)["engines"][index]
+        self.assertEqual((engine.get("kind"), engine.get("engine_version"), engine.get("variant")),
+                         (kind, version, variant), engine)
+        self.assertIn(variant, self.ctl("engines").stdout)
 
 
 def child_environment():

@@ -302,6 +302,13 @@ class LmdeployNcclTest(SimFixture):
                          ["sleep level=1", "wakeup tags=weights", "wakeup tags=kv_cache"] * 3)
         self.assertFalse(state["sleeping"])
         self.assertEqual(state["group"], "policy", "group_name on every route")
+        # No version route: the routes the probe read stand in for one.
+        listed = subprocess.run([CTL, "--socket", self.sock, "--json", "engines"],
+                                capture_output=True, text=True)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        engine = json.loads(listed.stdout)["engines"][0]
+        self.assertEqual((engine["kind"], engine["engine_version"], engine["variant"]),
+                         ("lmdeploy", "routes of PR #4638", "nccl flattened_bucket"))
 
 
 class LmdeployNcclPerTensorTest(LmdeployNcclTest):

@@ -54,7 +54,7 @@ class MapOnceRouteTest(RouteFixture):
         # The cache is flushed once, at the commit, not by the route (whose default is true).
         self.assertEqual(state["ipc_route_bodies"], [{"flush_cache": False}] * 3)
         self.assertEqual(state["flushes_by_route"], 0)
-        self.assertIn("(ipc stream (map once))", self.ctl("engines").stdout)
+        self.assertIn("ipc stream (map once)", self.ctl("engines").stdout)
         self.assertFalse(state["paused"])
 
     def test_a_worker_that_post_processes_at_the_first_none(self):

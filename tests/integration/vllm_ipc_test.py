@@ -131,8 +131,7 @@ class VllmIpcTest(HostWsyncdCase):
         init = [r for r in self.state(port)["requests"]
                 if r["path"] == "/init_weight_transfer_engine"]
         self.assertEqual(init[0]["body"], {"init_info": {}})
-        engines = self.ctl("engines")
-        self.assertIn("vllm 0.29.0 (ipc-args-session-version)", engines.stdout)
+        self.assert_engine_shown("vllm", "0.29.0", "ipc-args-session-version")
         listed = json.loads(self.ctl("--json", "group", "colo").stdout)
         self.assertEqual(listed["spec"]["kind"], "ENGINE_KIND_VLLM")
         self.assertIn("vllm", listed["spec"])
@@ -150,7 +149,7 @@ class VllmIpcTest(HostWsyncdCase):
         out = self.create_group(port)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.three_versions(port, sessions=False, weight_version=False, packed=False)
-        self.assertIn("vllm 0.18.0 (ipc-func-args)", self.ctl("engines").stdout)
+        self.assert_engine_shown("vllm", "0.18.0", "ipc-func-args")
 
     def test_packed_on_a_build_without_packed_ipc_is_refused_at_creation(self):
         port = self.start_engine("0.20.0")

@@ -196,6 +196,15 @@ class VllmNcclTest(VllmNcclFixture):
         self.push(model, "two")
         self.assert_holds(a, model, ["1", "2"])
         self.assert_holds(b, model, ["3"])
+        # Each engine's own version picks its own variant, and the listing names both.
+        listed = subprocess.run([CTL, "--socket", self.sock, "--json", "engines"],
+                                capture_output=True, text=True)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        shown = [(e["kind"], e["engine_version"], e["variant"])
+                 for e in json.loads(listed.stdout)["engines"]]
+        self.assertEqual(shown, [
+            ("vllm", "0.30.0", "nccl-session-packed-at-init-version-unique-id"),
+            ("vllm", "0.28.1", "nccl-session-packed-at-init")])
 
     def test_versions_too_old_are_refused_naming_the_version_and_the_minimum(self):
         port = self.engine("0.29.0")

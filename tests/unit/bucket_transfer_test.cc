@@ -136,7 +136,11 @@ class HeldEngineAdapter final : public EngineAdapter {
     return absl::FailedPreconditionError(absl::StrCat("answered HTTP ", reply.status));
   }
   absl::Status FinishUpdate(const UpdateInfo&) override { return absl::OkStatus(); }
-  EngineHealth Health() override { return EngineHealth{true, "", "", ""}; }
+  EngineHealth Health() override {
+    EngineHealth health;
+    health.healthy = true;
+    return health;
+  }
   absl::Status ValidateBucket(const BucketManifest&) const override { return absl::OkStatus(); }
   absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
       const BucketManifest& m) const override {

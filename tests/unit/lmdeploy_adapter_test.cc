@@ -283,10 +283,18 @@ TEST(LmdeployBucketReply, APickleRefusalNamesTheServersOptIn) {
 
 TEST_F(LmdeployAdapterTest, HealthIsTheHealthRouteAndSaysWhetherTheEngineSleeps) {
   Start();
-  EngineHealth health = Adapter().Health();
+  LmdeployAdapter a = Adapter();
+  EngineHealth health = a.Health();
   EXPECT_TRUE(health.healthy) << health.error;
-  EXPECT_EQ(health.engine_version, "lmdeploy (sleeping)");
+  EXPECT_TRUE(health.sleeping);
+  // No version route, and Health does not read the routes itself: until a Probe has, it says so.
+  EXPECT_EQ(health.engine_version, "not probed");
   EXPECT_THAT(Seen(), ElementsAre("GET /health", "GET /is_sleeping"));
+  ASSERT_TRUE(a.Probe().ok());
+  health = a.Health();
+  EXPECT_EQ(health.engine_version, "routes before PR #4638");
+  EXPECT_EQ(health.variant, "ipc flattened_bucket");
+  EXPECT_TRUE(health.error.empty());
 }
 
 TEST_F(LmdeployAdapterTest, AnUnhealthyEngineIsNamedWithItsStatus) {
@@ -370,6 +378,27 @@ TEST_F(LmdeployAdapterTest, ABroadcastGroupNeedsTheInitRouteOfPr4638) {
   absl::Status probed = a.Probe();
   EXPECT_EQ(probed.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(probed.message(), HasSubstr("without POST /init_weights_update_group (PR #4638"));
+  EngineHealth health = a.Health();
+  EXPECT_TRUE(health.healthy);
+  EXPECT_EQ(health.variant, "unsupported");
+  EXPECT_THAT(health.error, HasSubstr("PR #4638"));
+}
+
+TEST_F(LmdeployAdapterTest, TheRoutesOfPr4638AreTheVersionAndNcclTheVariant) {
+  openapi_ = OpenApi({{"/update_weights", "post"},
+                      {"/sleep", "post"},
+                      {"/wakeup", "post"},
+                      {"/init_weights_update_group", "post"},
+                      {"/update_weights_from_distributed", "post"},
+                      {"/destroy_weights_update_group", "post"}});
+  Start();
+  LmdeployAdapter a(EngineEndpoint{url_, 2, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+                    LmdeployOptions(BucketFormat::kPerTensor), TransportKind::kBroadcast);
+  ASSERT_TRUE(a.Probe().ok());
+  EngineHealth health = a.Health();
+  EXPECT_EQ(health.engine_version, "routes of PR #4638");
+  EXPECT_EQ(health.variant, "nccl per_tensor");
+  EXPECT_TRUE(health.error.empty()) << health.error;
 }
 
 }  // namespace

@@ -225,7 +225,8 @@ TEST_F(SglangProbeTest, ProbePicksTheVariantAndHealthNamesIt) {
   EXPECT_EQ(adapter.ipc_variant()->name, "ipc uint8-flattened");
   EngineHealth health = adapter.Health();
   EXPECT_TRUE(health.healthy);
-  EXPECT_EQ(health.engine_version, "0.5.6 (ipc uint8-flattened)");
+  EXPECT_EQ(health.engine_version, "0.5.6");
+  EXPECT_EQ(health.variant, "ipc uint8-flattened");
   EXPECT_EQ(health.weight_version, "w0");
   EXPECT_TRUE(health.error.empty());
 }
@@ -239,12 +240,13 @@ TEST_F(SglangProbeTest, AnOldServerIsRefusedAtProbeAndShownUnsupported) {
                                       HasSubstr(">= 0.5.6"), HasSubstr("per_tensor")));
   EngineHealth health = adapter.Health();
   EXPECT_TRUE(health.healthy);
-  EXPECT_EQ(health.engine_version, "0.5.5.post1 (unsupported)");
+  EXPECT_EQ(health.engine_version, "0.5.5.post1");
+  EXPECT_EQ(health.variant, "unsupported");
   EXPECT_THAT(health.error, HasSubstr(">= 0.5.6"));
 
   SglangAdapter per_tensor = Adapter(BucketFormat::kPerTensor, TransportKind::kIpc);
   ASSERT_TRUE(per_tensor.Probe().ok());
-  EXPECT_EQ(per_tensor.Health().engine_version, "0.5.5.post1 (ipc per-tensor)");
+  EXPECT_EQ(per_tensor.Health().variant, "ipc per-tensor");
 }
 
 TEST_F(SglangProbeTest, TheBroadcastPathReadsNoVersion) {
@@ -252,7 +254,9 @@ TEST_F(SglangProbeTest, TheBroadcastPathReadsNoVersion) {
   SglangAdapter adapter = Adapter(BucketFormat::kFlattened, TransportKind::kBroadcast);
   EXPECT_TRUE(adapter.Probe().ok());
   EXPECT_FALSE(adapter.ipc_variant().has_value());
-  EXPECT_EQ(adapter.Health().engine_version, "not-a-version");
+  EngineHealth health = adapter.Health();
+  EXPECT_EQ(health.engine_version, "not-a-version");
+  EXPECT_EQ(health.variant, "nccl flattened_bucket");
 }
 
 }  // namespace

@@ -290,7 +290,9 @@ TEST_F(VllmAdapterTest, HealthShowsTheVersionAndVariant) {
   Start();
   EngineHealth health = Adapter().Health();
   EXPECT_TRUE(health.healthy) << health.error;
-  EXPECT_EQ(health.engine_version, "vllm 0.22.1 (ipc-args-session)");
+  EXPECT_EQ(health.engine_version, "0.22.1");
+  EXPECT_EQ(health.variant, "ipc-args-session");
+  EXPECT_FALSE(health.sleeping);
   EXPECT_THAT(Seen(), ElementsAre("GET /health", "GET /version", "GET /is_sleeping"));
 }
 

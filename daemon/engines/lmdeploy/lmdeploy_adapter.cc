@@ -103,7 +103,9 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const
 absl::Status LmdeployAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Get(kOpenApiPath, timeouts_.probe));
   WSYNC_ASSIGN_OR_RETURN(const bool update_group, CheckOpenApi(reply, endpoint_.url));
-  if (update_group != has_weights_update_group_.exchange(update_group)) {
+  // The routes first: Health reads them once probed_ is set.
+  const bool changed = has_weights_update_group_.exchange(update_group) != update_group;
+  if (!probed_.exchange(true) || changed) {
     WSYNC_LOG(Info, "engine ", endpoint_.url, ": LMDeploy ", update_group ? "with" : "without",
               " the NCCL weight-update routes (/init_weights_update_group, PR #4638)");
   }
@@ -135,9 +137,24 @@ EngineHealth LmdeployAdapter::Health() {
     return health;
   }
   health.healthy = true;
-  // LMDeploy reports no version; the kind and whether it sleeps (between an update's sleep and
-  // its last wakeup, or put to sleep by someone else) say more than nothing.
-  health.engine_version = flag.get<bool>() ? "lmdeploy (sleeping)" : "lmdeploy";
+  // Between an update's sleep and its last wakeup, or put to sleep by someone else.
+  health.sleeping = flag.get<bool>();
+  // LMDeploy reports no version: what its routes said at the last Probe stands in for one
+  // (every formation probes them; Health does not fetch the whole document each time).
+  if (!probed_.load()) {
+    health.engine_version = "not probed";
+    health.variant = "-";
+    return health;
+  }
+  const bool update_group = has_weights_update_group_.load();
+  health.engine_version = update_group ? "routes of PR #4638" : "routes before PR #4638";
+  if (transport_ == TransportKind::kBroadcast && !update_group) {
+    health.variant = "unsupported";
+    health.error = "no POST /init_weights_update_group (PR #4638), which a broadcast group needs";
+    return health;
+  }
+  health.variant = absl::StrCat(transport_ == TransportKind::kBroadcast ? "nccl " : "ipc ",
+                                BucketFormatName(format_));
   return health;
 }
 

@@ -30,8 +30,8 @@ namespace wsync {
 // answers 404) is refused naming that flag. Whether POST /init_weights_update_group is there
 // (PR #4638, the NCCL path) is kept for that path.
 //
-// Health: GET /health (200 while healthy or sleeping) and GET /is_sleeping, shown with the
-// engine's kind as its version.
+// Health: GET /health (200 while healthy or sleeping) and GET /is_sleeping; for a version, what
+// the last Probe read of the routes.
 //
 // An update, as the clean cut LMDeploy offers (it has no pause route):
 //   PauseGeneration  POST /sleep?level=1          stops every session and moves the weights to
@@ -119,6 +119,7 @@ class LmdeployAdapter final : public EngineAdapter {
   // 501 from a disaggregated route: the server's backend is not pytorch.
   absl::Status NotPytorchBackend(const char* path) const;
   std::atomic<bool> has_weights_update_group_{false};
+  std::atomic<bool> probed_{false};  // a Probe has read the routes
   // CheckBucketReply's reading of the answer.
   absl::Status CheckBucketAnswer(const HttpReply& reply) const;
   // Forgets what the ranks' workers cache (they dropped it, or it cannot be known).

@@ -346,16 +346,22 @@ EngineHealth SglangAdapter::Health() {
   };
   health.engine_version = text("version");
   health.weight_version = text("weight_version");
+  // Which payload the engine gets, so `wsyncctl engines` names it; a server wsyncd would refuse
+  // is healthy but not updatable, and the reason stands beside it.
   if (transport_ == TransportKind::kIpc) {
-    // Which payload the engine gets, so `wsyncctl engines` names it; a server wsyncd would refuse
-    // is healthy but not updatable, and the reason stands beside it.
     auto found = CheckIpcVersion(*info, endpoint_.url, format_, route_);
     if (found.ok()) {
-      health.engine_version = absl::StrCat(health.engine_version, " (", found->second.name, ")");
+      health.variant = found->second.name;
     } else {
-      health.engine_version = absl::StrCat(health.engine_version, " (unsupported)");
+      health.variant = "unsupported";
       health.error = std::string(found.status().message());
     }
+  } else {
+    health.variant = absl::StrCat("nccl ", BucketFormatName(format_));
+  }
+  // Sessions are what the last Probe found (every formation probes them).
+  if (sessions() && health.variant != "unsupported") {
+    absl::StrAppend(&health.variant, ", sessions");
   }
   return health;
 }

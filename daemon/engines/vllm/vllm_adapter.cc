@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
 #include "daemon/engines/vllm/vllm_ipc_payload.h"
 #include "daemon/engines/vllm/vllm_nccl_payload.h"
 
@@ -197,16 +198,19 @@ EngineHealth VllmAdapter::Health() {
     health.error = std::string(sleeping.status().message());
     return health;
   }
+  health.healthy = true;
+  health.sleeping = *sleeping;
+  const nlohmann::json& version = (*answer)["version"];
+  if (version.is_string()) {
+    health.engine_version = SanitizePeerText(version.get<std::string>(), kMaxVersionBytes);
+  }
   if (!found.ok()) {
-    // Healthy, but not one wsyncd can update: the reason stands where the version would.
-    health.healthy = true;
-    health.engine_version = "vllm (unsupported)";
+    // Healthy, but not one wsyncd can update: the reason stands beside the version.
+    health.variant = "unsupported";
     health.error = std::string(found.status().message());
     return health;
   }
-  health.healthy = true;
-  health.engine_version = absl::StrCat("vllm ", found->first.text, " (", found->second.name,
-                                       *sleeping ? ", sleeping)" : ")");
+  health.variant = found->second.name;
   return health;
 }
 
