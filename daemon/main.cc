@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/host/fault_guard.h"
 #include "common/host/host_platform.h"
 #include "common/host/shm_sweep.h"
@@ -279,6 +281,10 @@ int main(int argc, char** argv) {
               "the engines, nor tell which engines it left paused in the middle of an update");
   }
 
+  // Fresh at every start: engines know each group as "<name>.<incarnation>", so a group an
+  // earlier wsyncd left at an engine never stands in the way of this one's, by name.
+  config.daemon.group.incarnation = absl::StrFormat("%08x", std::random_device{}());
+  WSYNC_LOG(Info, "incarnation ", config.daemon.group.incarnation);
   wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories(),
                          std::move(state));
   auto server = wsync::DaemonServer::Start(&core, config.server);

@@ -211,7 +211,8 @@ class Ctl {
       t.AddRow({e.group(), e.url(), e.kind(),
                 absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1), healthy,
                 e.engine_version(), e.variant(), e.weight_version(), NeedsFullVersion(e),
-                e.last_error()});
+                e.needs_restart().empty() ? e.last_error()
+                                          : absl::StrCat("needs a restart: ", e.needs_restart())});
     }
     t.Print(std::cout);
     return 0;

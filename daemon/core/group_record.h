@@ -16,8 +16,12 @@ namespace wsync {
 struct GroupRecord {
   GroupSpec spec;
   // The weight-update group name the engines were asked to init; they may hold it until asked to
-  // destroy it.
+  // destroy it. Each wsyncd incarnation names its groups afresh (the group's name and the
+  // incarnation's id), so an engine that still holds this one never meets its name again.
   std::string engine_group;
+  // The port of the group's last rendezvous store (0: none yet). The next incarnation's store
+  // avoids it: an engine rank still retrying the old store must not reach the new one.
+  uint16_t store_port = 0;
   // The update open at the engines (generation paused for it) when this was written; empty when
   // none. Written before the engines are paused, so a record never says less than the engines
   // hold.

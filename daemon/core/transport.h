@@ -88,6 +88,9 @@ class Transport {
   virtual uint32_t world_size() const = 0;
   // Where engines meet wsyncd ("host:port"), or "" while there is no meeting point.
   virtual std::string rendezvous() const = 0;
+  // The engines (URLs) whose join failed in the last Form; empty when it succeeded or failed
+  // before any engine was asked.
+  virtual std::vector<std::string> EnginesFailedToJoin() const { return {}; }
   virtual std::string Describe() const = 0;
 };
 
@@ -105,6 +108,10 @@ struct TransportOptions {
 // What a transport is made from. The adapters belong to the group and outlive the transport.
 struct TransportEnv {
   GroupSpec spec;
+  // The name the engines know the group by: the spec's name and wsyncd's incarnation.
+  std::string engine_group;
+  // Store ports an earlier wsyncd used for this group, which a new store must not take.
+  std::vector<uint16_t> avoid_store_ports;
   Platform* platform = nullptr;
   std::vector<EngineAdapter*> adapters;
   TransportOptions options;

@@ -4,6 +4,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
@@ -34,6 +35,17 @@ std::vector<DataPath> DataPathsOf(TransportKind transport) {
 
 namespace {
 
+// The port of a rendezvous address ("host:port"); 0 for "" or anything else.
+uint16_t StorePort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  uint32_t port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port > 65535) {
+    return 0;
+  }
+  return static_cast<uint16_t>(port);
+}
+
 std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAdapter>>& owned) {
   std::vector<EngineAdapter*> out;
   for (const auto& a : owned) out.push_back(a.get());
@@ -41,6 +53,10 @@ std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAda
 }
 
 }  // namespace
+
+std::string EngineGroupName(const std::string& name, const std::string& incarnation) {
+  return incarnation.empty() ? name : absl::StrCat(name, ".", incarnation);
+}
 
 std::string FeedName(const TrainerFeed& feed) {
   if (feed.gpu_uuid.empty()) return absl::StrCat("device ", feed.device);
@@ -107,8 +123,13 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
     offset += e.ranks;
   }
   std::shared_ptr<WeightGroup> group(
-      new WeightGroup(spec, std::move(feeds), std::move(adapters), store));
+      new WeightGroup(spec, EngineGroupName(spec.name, options.incarnation), std::move(feeds),
+                      std::move(adapters), store));
   TransportEnv env;
+  env.engine_group = group->engine_group_;
+  if (previous != nullptr && previous->store_port != 0) {
+    env.avoid_store_ports.push_back(previous->store_port);
+  }
   env.spec = std::move(spec);
   env.platform = platform;
   env.adapters = group->adapter_ptrs_;
@@ -120,20 +141,22 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
   return group;
 }
 
-WeightGroup::WeightGroup(GroupSpec spec, std::vector<TrainerFeed> feeds,
+WeightGroup::WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
                          std::vector<std::unique_ptr<EngineAdapter>> adapters,
                          GroupStateStore* store)
     : spec_(std::move(spec)),
       feeds_(std::move(feeds)),
       adapters_(std::move(adapters)),
       adapter_ptrs_(Pointers(adapters_)),
-      store_(store) {
+      store_(store),
+      engine_group_(std::move(engine_group)) {
   for (const auto& a : adapters_) bucket_rules_.Merge(a->Capabilities().bucket_rules);
 }
 
 void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
                            const GroupOptions& options, const GroupFactories& factories) {
   last_version_ = previous.last_version;
+  store_port_ = previous.store_port;
   // Engines the earlier wsyncd left paused mid-update, or still waiting for a full version, wait
   // on: they may hold tensors of two versions under the older one's label.
   std::set<std::string> current;
@@ -162,6 +185,7 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
     }
   }
   if (previous.engine_group.empty()) return;
+  after_restart_ = true;
   // Never formed: it only gives the earlier engines adapters to be asked through.
   auto stale = Create(previous.spec, platform, options, factories);
   if (!stale.ok()) {
@@ -177,7 +201,8 @@ absl::Status WeightGroup::PersistLocked() {
   if (store_ == nullptr) return absl::OkStatus();
   GroupRecord record;
   record.spec = spec_;
-  record.engine_group = spec_.name;
+  record.engine_group = engine_group_;
+  record.store_port = store_port_;
   record.open_update_id = open_update_.update_id;
   record.open_version = open_update_.version;
   record.last_version = last_version_;
@@ -236,9 +261,25 @@ absl::Status WeightGroup::FormLocked() {
   error_.clear();
   // Before any init: an engine still holding the earlier wsyncd's group refuses to join.
   LeaveStaleLocked();
-  auto fail = [&](absl::Status s) {
+  auto fail = [&](absl::Status s, bool joining = false) {
     std::vector<std::string> notes;
-    for (const auto& [url, note] : stale_notes_) notes.push_back(note);
+    if (joining && after_restart_) {
+      // The earlier wsyncd's group may still be held where an engine failed to join: by name,
+      // each of those engines needs a restart (the rest joined, so they hold nothing stale).
+      for (const std::string& url : transport_->EnginesFailedToJoin()) {
+        auto noted = stale_notes_.find(url);
+        needs_restart_[url] =
+            noted != stale_notes_.end()
+                ? noted->second
+                : absl::StrCat("engine ", url,
+                               " failed to join after wsyncd restarted and may still hold the "
+                               "group '",
+                               stale_engine_group_, "' the earlier wsyncd made: restart it");
+        notes.push_back(needs_restart_[url]);
+      }
+    } else {
+      for (const auto& [url, note] : stale_notes_) notes.push_back(note);
+    }
     if (!notes.empty()) {
       s = absl::Status(s.code(), absl::StrCat(s.message(), "; ", absl::StrJoin(notes, "; ")));
     }
@@ -255,8 +296,17 @@ absl::Status WeightGroup::FormLocked() {
   // Recorded before the engines init it, so a wsyncd that dies from here on leaves a record of
   // the group they may hold.
   if (absl::Status s = PersistLocked(); !s.ok()) return fail(s);
-  if (absl::Status s = transport_->Form(); !s.ok()) return fail(s);
+  if (absl::Status s = transport_->Form(); !s.ok()) return fail(s, /*joining=*/true);
   stale_notes_.clear();
+  needs_restart_.clear();
+  after_restart_ = false;
+  if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0) {
+    store_port_ = port;
+    if (absl::Status s = PersistLocked(); !s.ok()) {
+      // The group works; only the next incarnation's choice of port is less sure.
+      WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
+    }
+  }
   state_ = GroupState::kReady;
   WSYNC_LOG(Info, "group ", spec_.name, " ready: ", transport_->Describe());
   return absl::OkStatus();
@@ -514,10 +564,11 @@ GroupSnapshot WeightGroup::Snapshot() const {
 }
 
 std::vector<EngineRow> WeightGroup::ProbeEngines() {
-  std::map<std::string, std::string> waiting;
+  std::map<std::string, std::string> waiting, restarts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     waiting = needs_full_;
+    restarts = needs_restart_;
   }
   std::vector<EngineRow> rows(adapters_.size());
   std::vector<std::thread> threads;
@@ -525,8 +576,10 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
     threads.emplace_back([&, i] {
       const EngineEndpoint& e = adapters_[i]->endpoint();
       auto it = waiting.find(e.url);
+      auto restart = restarts.find(e.url);
       rows[i] = EngineRow{spec_.name, spec_.kind, e, adapters_[i]->Health(),
-                          it == waiting.end() ? std::string() : it->second};
+                          it == waiting.end() ? std::string() : it->second,
+                          restart == restarts.end() ? std::string() : restart->second};
     });
   }
   for (auto& t : threads) t.join();

@@ -28,7 +28,13 @@ absl::string_view GroupStateName(GroupState state);
 struct GroupOptions {
   TransportOptions transport;
   AdapterTimeouts timeouts;
+  // This wsyncd's incarnation id, fresh at each start: the engines know a group as
+  // "<name>.<incarnation>" ("" keeps the bare name, for tests).
+  std::string incarnation;
 };
+
+// The name the engines know group `name` by in incarnation `incarnation`.
+std::string EngineGroupName(const std::string& name, const std::string& incarnation);
 
 struct EngineRow {
   std::string group;
@@ -37,6 +43,8 @@ struct EngineRow {
   EngineHealth health;
   // Why the engine waits, paused, for a complete update; empty when it does not.
   std::string needs_full_version;
+  // Why the engine must be restarted before it can join again; empty when it need not.
+  std::string needs_restart;
 };
 
 struct GroupSnapshot {
@@ -133,7 +141,7 @@ class WeightGroup {
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 
  private:
-  WeightGroup(GroupSpec spec, std::vector<TrainerFeed> feeds,
+  WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
               std::vector<std::unique_ptr<EngineAdapter>> adapters, GroupStateStore* store);
   absl::Status FormLocked();
   absl::Status DestroyLocked(bool forget);
@@ -178,6 +186,18 @@ class WeightGroup {
   // Engine URL -> why it may still hold the earlier wsyncd's engine group (it cannot drop one);
   // named in formation errors until a formation succeeds.
   std::map<std::string, std::string> stale_notes_;
+  // The name the engines know this group by (EngineGroupName).
+  const std::string engine_group_;
+  // The port of the last store the engines were sent to, this incarnation's or (until this one
+  // forms) the earlier one's; recorded so the next incarnation avoids it.
+  uint16_t store_port_ = 0;
+  // Set while no formation has succeeded since an earlier wsyncd's record was taken over: an
+  // engine that fails to join then may still hold that wsyncd's group, which only its restart
+  // drops.
+  bool after_restart_ = false;
+  // Engine URL -> why it needs a restart (an engine that failed to join after a restart);
+  // cleared by a formation that succeeds.
+  std::map<std::string, std::string> needs_restart_;
 };
 
 }  // namespace wsync

@@ -41,7 +41,8 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
             absl::StrCat("group '", env.spec.name, "': ", peers.status().message()));
       }
       auto rendezvous = std::make_unique<TorchStoreRendezvous>(
-          mode, env.options.bind_address, env.options.advertise_address, std::move(*peers));
+          mode, env.options.bind_address, env.options.advertise_address, std::move(*peers),
+          std::set<uint16_t>(env.avoid_store_ports.begin(), env.avoid_store_ports.end()));
       return std::make_unique<BroadcastTransport>(std::move(env), std::move(rendezvous));
     }
     case TransportKind::kIpc:

@@ -310,6 +310,13 @@ nlohmann::json SimState(int port) {
   return res && res->status == 200 ? nlohmann::json::parse(res->body) : nlohmann::json();
 }
 
+// The store port the state directory's record of group "policy" names (-1 when unreadable).
+int RecordedStorePort(const std::string& state_dir) {
+  std::ifstream in(state_dir + "/groups/policy.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j.value("store_port", -1) : -1;
+}
+
 // Every rank of the engine at `port` holds `name` as `t` has it.
 bool Holds(int port, const OwnedTensor& t) {
   nlohmann::json j = SimState(port);
@@ -342,6 +349,10 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   };
   auto daemon = StartDaemon(flags);
   ASSERT_THAT(wait_ready(), HasSubstr("ready"));
+  // The engines know the group by its name and this wsyncd's incarnation.
+  const std::string first_group = SimState(pa)["group"];
+  EXPECT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  EXPECT_EQ(SimState(pb)["group"], first_group);
   auto v1 = SmallModel(1), v2 = SmallModel(2), v3 = SmallModel(3);
   {
     auto client = Connect();
@@ -361,6 +372,8 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
     EXPECT_EQ(daemon->Wait(absl::Seconds(5)), 128 + SIGKILL);
     pusher.join();
   }
+  const int first_port = RecordedStorePort(dir_ + "/state");
+  EXPECT_GT(first_port, 0);
   // What the issue describes: both engines paused, holding v2's tensors under the label v1 (how
   // many of v2's buckets they still take from their sockets' buffers after wsyncd died varies).
   for (int port : {pa, pb}) {
@@ -378,7 +391,17 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   const std::string group = wait_ready();
   EXPECT_THAT(group, HasSubstr("ready")) << daemon->Log();
   EXPECT_THAT(group, ::testing::Not(HasSubstr("already initialized")));
-  EXPECT_THAT(daemon->Log(), HasSubstr("dropped the group 'policy' an earlier wsyncd left"));
+  EXPECT_THAT(daemon->Log(),
+              HasSubstr("dropped the group '" + first_group + "' an earlier wsyncd left"));
+  const std::string second_group = SimState(pa)["group"];
+  EXPECT_THAT(second_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  EXPECT_NE(second_group, first_group);
+  // A fresh store port too, recorded for the incarnation after this one.
+  auto listed = nlohmann::json::parse(Ctl({"--json", "group", "policy"}).second);
+  const std::string rendezvous = listed.value("rendezvous", "");
+  EXPECT_THAT(rendezvous, ::testing::StartsWith("127.0.0.1:"));
+  EXPECT_NE(rendezvous, absl::StrCat("127.0.0.1:", first_port));
+  EXPECT_EQ(absl::StrCat("127.0.0.1:", RecordedStorePort(dir_ + "/state")), rendezvous);
   auto [erc, engines] = Ctl({"engines"});
   EXPECT_EQ(erc, 0) << engines;
   EXPECT_THAT(engines, HasSubstr("NEEDS FULL VERSION"));
@@ -412,6 +435,69 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   auto [nrc, none] = Ctl({"resume-engine", "policy"});
   EXPECT_EQ(nrc, 1);
   EXPECT_THAT(none, HasSubstr("no engine of group 'policy' waits for a full version"));
+}
+
+TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
+  const int pa = FreePort(), pb = FreePort();
+  auto sim_a = StartSim(pa, 1);
+  auto sim_b = StartSim(pb, 1);
+  const std::string url_a = absl::StrCat("http://127.0.0.1:", pa);
+  const std::string url_b = absl::StrCat("http://127.0.0.1:", pb);
+  const std::string config = dir_ + "/wsyncd.json";
+  std::ofstream(config) << R"({"groups": [{"name": "policy", "engines": [{"url": ")" << url_a
+                        << R"("}, {"url": ")" << url_b << R"("}]}]})";
+  const std::vector<std::string> flags = {"--config", config, "--state-dir", dir_ + "/state"};
+  auto wait_state = [&](const std::string& state) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    std::string group;
+    while (absl::Now() < deadline) {
+      group = Ctl({"group", "policy"}).second;
+      if (group.find(state) != std::string::npos) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return group;
+  };
+  auto daemon = StartDaemon(flags);
+  ASSERT_THAT(wait_state("ready"), HasSubstr("ready"));
+  const std::string first_group = SimState(pb)["group"];
+  // Engine b's ranks are wedged in the group: it cannot drop it, so it cannot join another.
+  httplib::Client http_b("127.0.0.1", pb);
+  ASSERT_TRUE(http_b.Post("/sim/knobs", R"({"fail_destroy": true})", "application/json"));
+  daemon->Signal(SIGKILL);
+  EXPECT_EQ(daemon->Wait(absl::Seconds(5)), 128 + SIGKILL);
+
+  std::filesystem::remove(socket_);
+  daemon = StartDaemon(flags);
+  const std::string group = wait_state("broken");
+  EXPECT_THAT(group, HasSubstr("broken")) << daemon->Log();
+  // By name: b needs a restart, and why; a joined (then left the failed formation) and does not.
+  const std::string needs =
+      "engine " + url_b + " failed to join after wsyncd restarted and may still hold the group '" +
+      first_group + "' the earlier wsyncd made: restart it";
+  EXPECT_THAT(group, HasSubstr(needs));
+  auto [erc, engines] = Ctl({"engines"});
+  EXPECT_EQ(erc, 0);
+  EXPECT_THAT(engines, HasSubstr("needs a restart: " + needs));
+  auto json_engines = nlohmann::json::parse(Ctl({"--json", "engines"}).second);
+  ASSERT_EQ(json_engines["engines"].size(), 2u);
+  for (const auto& e : json_engines["engines"]) {
+    EXPECT_EQ(e.value("needs_restart", ""), e["url"] == url_b ? needs : "") << e.dump();
+  }
+  // a dropped both the stale group and the failed one.
+  EXPECT_EQ(SimState(pa)["group"], "");
+
+  // The operator restarts b; the next update forms the group and lands everywhere.
+  sim_b->Signal(SIGTERM);
+  sim_b->Wait(absl::Seconds(5));
+  sim_b = StartSim(pb, 1);
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "after the restart").ok());
+  auto v1 = SmallModel(1);
+  auto pushed = client->Push("policy", "v1", Refs(v1));
+  ASSERT_TRUE(pushed.ok()) << pushed.status() << daemon->Log();
+  ExpectEngineHolds(pa, v1, "v1", 1);
+  ExpectEngineHolds(pb, v1, "v1", 1);
+  EXPECT_THAT(Ctl({"engines"}).second, ::testing::Not(HasSubstr("needs a restart")));
 }
 
 TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {

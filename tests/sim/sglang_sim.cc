@@ -374,6 +374,9 @@ void SglangSim::Routes() {
           if (!group_ || group_->name != name) {
             return SuccessReply(res, false, absl::StrCat("group '", name, "' not found"));
           }
+          if (knobs_.fail_destroy) {
+            return SuccessReply(res, false, "Failed to destroy custom process group: simulated");
+          }
           dropped = std::move(group_);
         }
         SuccessReply(res, true, "Succeeded to destroy custom process group.");
@@ -515,6 +518,7 @@ void SglangSim::Routes() {
     knobs_.die_at_update = body.value("die_at_update", knobs_.die_at_update);
     knobs_.answer_delay_ms = body.value("answer_delay_ms", knobs_.answer_delay_ms);
     knobs_.never_fetch_id = body.value("never_fetch_id", knobs_.never_fetch_id);
+    knobs_.fail_destroy = body.value("fail_destroy", knobs_.fail_destroy);
     knobs_.data_plane = body.value("data_plane", knobs_.data_plane);
     Reply(res, 200, {{"updates_received", updates_.load()}});
   });

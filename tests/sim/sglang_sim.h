@@ -39,6 +39,9 @@ struct SimKnobs {
   int die_at_update = -1;       // the process exits halfway through receiving the Nth bucket
   int answer_delay_ms = 0;      // time spent after receiving, as load_weights takes
   bool never_fetch_id = false;  // joins the store but never reads the id (the device_id hazard)
+  // destroy_weights_update_group answers success=false and keeps the group: an engine whose
+  // ranks are wedged in the old group's collective, which only a restart clears.
+  bool fail_destroy = false;
   // Benchmark data-plane mode, as the torch simulator's: update requests are answered (after
   // answer_delay_ms) without receiving; POST /sim/receive_ahead posted the receives beforehand.
   bool data_plane = false;

@@ -655,7 +655,8 @@ GroupRecord ARecord(const std::string& name) {
   r.spec.device = 1;
   r.spec.engines = {{"http://e:1", 2}, {"http://[fd00::1]:30000", 1}};
   r.spec.engine_options = std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
-  r.engine_group = name;
+  r.engine_group = name + ".1a2b3c4d";
+  r.store_port = 41234;
   r.open_update_id = "u3";
   r.open_version = "step-3";
   r.last_version = "step-2";

@@ -12,7 +12,9 @@ namespace wsync {
 
 BroadcastTransport::BroadcastTransport(TransportEnv env,
                                        std::unique_ptr<RendezvousStrategy> rendezvous)
-    : env_(std::move(env)), rendezvous_(std::move(rendezvous)) {
+    : env_(std::move(env)),
+      engine_group_(env_.engine_group.empty() ? env_.spec.name : env_.engine_group),
+      rendezvous_(std::move(rendezvous)) {
   std::vector<std::string> parts;
   for (EngineAdapter* a : env_.adapters) {
     const EngineEndpoint& e = a->endpoint();
@@ -33,6 +35,7 @@ BroadcastTransport::~BroadcastTransport() {
 absl::Status BroadcastTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
   ReleaseLocked("forming afresh");
+  failed_to_join_.clear();
   auto fail = [&](absl::Status s) {
     ReleaseLocked("formation failed");
     return s;
@@ -41,7 +44,7 @@ absl::Status BroadcastTransport::Form() {
       env_.platform->CreateRootCommunicator(env_.spec.device, static_cast<int>(world_size_));
   if (!comm.ok()) return fail(comm.status());
   collective_ = std::make_shared<FormedCollective>(std::move(*comm));
-  auto rdv = rendezvous_->Open(env_.spec.name, collective_->comm->unique_id(), world_size_);
+  auto rdv = rendezvous_->Open(engine_group_, collective_->comm->unique_id(), world_size_);
   if (!rdv.ok()) return fail(rdv.status());
   // vLLM's ranks finish their init request only after ncclCommInitRank and a one-element
   // all-reduce with rank 0 (engine-protocols.md 4.2), so rank 0 joins that all-reduce while the
@@ -58,8 +61,10 @@ absl::Status BroadcastTransport::Form() {
       OnEachEngine(env_.adapters, [&](EngineAdapter& a) { return a.InitBroadcastGroup(*rdv); });
   std::vector<std::string> errors;
   absl::StatusCode code = absl::StatusCode::kOk;
-  for (const absl::Status& s : inits) {
+  for (size_t i = 0; i < inits.size(); ++i) {
+    const absl::Status& s = inits[i];
     if (s.ok()) continue;
+    failed_to_join_.push_back(urls_[i]);
     errors.push_back(std::string(s.message()));
     if (code == absl::StatusCode::kOk) code = s.code();
   }
@@ -71,7 +76,7 @@ absl::Status BroadcastTransport::Form() {
   if (!errors.empty()) {
     // Engines that did join must drop the group, or they refuse the next init under this name.
     for (size_t i = 0; i < inits.size(); ++i) {
-      if (inits[i].ok()) (void)env_.adapters[i]->DestroyBroadcastGroup(env_.spec.name);
+      if (inits[i].ok()) (void)env_.adapters[i]->DestroyBroadcastGroup(engine_group_);
     }
     return fail(absl::Status(
         code, absl::StrCat("group '", env_.spec.name,
@@ -103,7 +108,7 @@ void BroadcastTransport::Disband() {
   // formation here: the group disbands only between updates.)
   std::thread finalize([&collective] { collective.reset(); });
   std::vector<absl::Status> results = OnEachEngine(
-      env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(env_.spec.name); });
+      env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(engine_group_); });
   finalize.join();
   for (const absl::Status& s : results) {
     if (!s.ok()) WSYNC_LOG(Warning, "group ", env_.spec.name, ": destroy: ", s.message());
@@ -170,7 +175,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> BroadcastTransport::StartBucket(
   }
   auto transfer = BucketTransfer::Start(
       env_.adapters, channels, std::move(collective), sources.front(), manifest, context,
-      env_.spec.name, rank_map_, deadline, env_.on_bucket_failed, [this] { return Diagnose(); });
+      engine_group_, rank_map_, deadline, env_.on_bucket_failed, [this] { return Diagnose(); });
   if (!transfer.ok()) return transfer.status();
   return std::unique_ptr<BucketHandle>(std::move(*transfer));
 }
@@ -182,6 +187,11 @@ std::string BroadcastTransport::Diagnose() const {
   return rendezvous_->Diagnose();
 }
 
+std::vector<std::string> BroadcastTransport::EnginesFailedToJoin() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_to_join_;
+}
+
 std::string BroadcastTransport::rendezvous() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rendezvous_->address();
@@ -191,7 +201,7 @@ std::string BroadcastTransport::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string store = rendezvous_->address();
   return absl::StrCat(
-      "broadcast, world ", world_size_, ", ",
+      "broadcast as '", engine_group_, "', world ", world_size_, ", ",
       store.empty() ? std::string("unique id in the init request") : absl::StrCat("store ", store),
       ", ", collective_ ? collective_->comm->Describe() : std::string("no communicator"), ", ",
       rank_map_);

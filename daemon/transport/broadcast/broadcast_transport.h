@@ -35,6 +35,7 @@ class BroadcastTransport final : public Transport {
   void EndUpdate(absl::string_view why) override;
   uint32_t world_size() const override { return world_size_; }
   std::string rendezvous() const override;
+  std::vector<std::string> EnginesFailedToJoin() const override;
   std::string Describe() const override;
 
  private:
@@ -43,6 +44,8 @@ class BroadcastTransport final : public Transport {
   std::string Diagnose() const;
 
   const TransportEnv env_;
+  // The name the engines know the group by (env_.engine_group, or the spec's without one).
+  const std::string engine_group_;
   uint32_t world_size_ = 1;
   std::string rank_map_;  // "rank 1 = URL, ranks 2-3 = URL"
   std::vector<std::string> urls_;
@@ -53,6 +56,7 @@ class BroadcastTransport final : public Transport {
   std::unique_ptr<RendezvousStrategy> rendezvous_;
   // The current formation; buckets in flight share it, so it outlives them.
   std::shared_ptr<FormedCollective> collective_;
+  std::vector<std::string> failed_to_join_;  // by the last Form
 };
 
 }  // namespace wsync

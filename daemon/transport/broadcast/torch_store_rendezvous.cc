@@ -45,10 +45,25 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
   // One store connection per engine rank, room for each to reconnect once, and a margin.
   options.limits.max_connections = std::max<int>(16, 2 * static_cast<int>(world_size) + 8);
   options.max_registered = world_size - 1;
-  auto store = TcpStoreServer::Start(bind_address_.empty() ? advertise_address_ : bind_address_, 0,
-                                     std::move(options));
-  if (!store.ok()) return store.status();
-  store_ = std::move(*store);
+  // The kernel picks the port; one it picks again from avoid_ports_ is held open while it picks
+  // another, so each try gets a new one.
+  const std::string address = bind_address_.empty() ? advertise_address_ : bind_address_;
+  std::vector<std::unique_ptr<TcpStoreServer>> refused;
+  for (int attempt = 0;; ++attempt) {
+    auto store = TcpStoreServer::Start(address, 0, options);
+    if (!store.ok()) return store.status();
+    const uint16_t port = (*store)->port();
+    if (port != last_port_ && avoid_ports_.count(port) == 0) {
+      store_ = std::move(*store);
+      break;
+    }
+    if (attempt == 16) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the kernel gave the store only ports an earlier group instance used (last ", port,
+          ")"));
+    }
+    refused.push_back(std::move(*store));
+  }
   group_name_ = group_name;
   world_size_ = world_size;
   // Published before any engine is asked to join: torch's engines fetch it at their first
@@ -137,6 +152,7 @@ void TorchStoreRendezvous::Close() {
   store_->ErasePrefix(mode_ == RendezvousMode::kVllmStatelessStore
                           ? std::string("/broadcast_from/")
                           : absl::StrCat("/", group_name_, "/"));
+  last_port_ = store_->port();
   store_.reset();
   members_.clear();
 }

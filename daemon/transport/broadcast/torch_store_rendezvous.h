@@ -23,13 +23,17 @@ namespace wsync {
 class TorchStoreRendezvous final : public RendezvousStrategy {
  public:
   // The store listens on bind_address ("" = the advertise address) and lets in only
-  // `allowed_peers` (numeric IPs; empty = anyone).
+  // `allowed_peers` (numeric IPs; empty = anyone). It never takes a port of `avoid_ports` (an
+  // earlier wsyncd's stores for this group), nor, in a later Open, the port of the one before:
+  // an engine rank of an older group instance that still retries its store must find nothing
+  // there rather than this instance's store.
   TorchStoreRendezvous(RendezvousMode mode, std::string bind_address, std::string advertise_address,
-                       std::set<std::string> allowed_peers)
+                       std::set<std::string> allowed_peers, std::set<uint16_t> avoid_ports = {})
       : mode_(mode),
         bind_address_(std::move(bind_address)),
         advertise_address_(std::move(advertise_address)),
-        allowed_peers_(std::move(allowed_peers)) {}
+        allowed_peers_(std::move(allowed_peers)),
+        avoid_ports_(std::move(avoid_ports)) {}
   ~TorchStoreRendezvous() override { Close(); }
 
   absl::StatusOr<Rendezvous> Open(const std::string& group_name, const std::string& unique_id,
@@ -56,6 +60,8 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
   const std::string bind_address_;
   const std::string advertise_address_;
   const std::set<std::string> allowed_peers_;
+  const std::set<uint16_t> avoid_ports_;
+  uint16_t last_port_ = 0;  // the port of the store the last Close closed
   std::string group_name_;
   uint32_t world_size_ = 0;
   std::unique_ptr<TcpStoreServer> store_;
