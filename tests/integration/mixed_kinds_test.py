@@ -1,0 +1,174 @@
+"""One wsyncd serving groups of all three engine kinds side by side (host mode): an SGLang group
+with weight-update sessions, a vLLM group (store rendezvous, packed chunks, the warm-up
+all-reduce) and an LMDeploy group (one dtype per flattened bucket, `finished` on the last), each
+with two TP ranks, each fed from its own device by its own trainer, all pushing at once. Every rank
+of every engine must hold every tensor's bytes, each engine must see exactly its own kind's calls,
+and wsyncctl must name each engine's kind, version and variant.
+
+Usage: mixed_kinds_test.py WSYNCD SGLANG_SIM VLLM_NCCL_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_support import child_environment, free_port, wait_port  # noqa: E402
+
+child_environment()
+
+WSYNCD, SGLANG_SIM, VLLM_SIM, CTL, LIB, PKG = sys.argv[1:7]
+del sys.argv[1:7]
+os.environ["WSYNC_CLIENT_LIB"] = LIB
+sys.path.insert(0, PKG)
+
+import numpy as np  # noqa: E402
+import wsync  # noqa: E402
+
+CHUNK = 40000  # vLLM's packed chunk size for the group
+
+
+def make_model(seed):
+    """Mixed dtypes, so LMDeploy's planner rule (one dtype per bucket) cuts buckets the others
+    do not."""
+    rng = np.random.default_rng(seed)
+    return [
+        ("model.layers.0.step", np.arange(7, dtype=np.int64)),
+        ("model.norm.weight", rng.standard_normal(1001).astype(np.float32)),
+        ("lm_head.weight", rng.standard_normal((64, 513)).astype(np.float32)),
+        ("model.embed_tokens.weight", rng.integers(0, 2**16, size=(300, 70), dtype=np.uint16),
+         "bfloat16"),
+        ("model.layers.0.bias", rng.integers(0, 2**16, size=(4099,), dtype=np.uint16),
+         "bfloat16"),
+    ]
+
+
+def crc(item):
+    return format(zlib.crc32(np.ascontiguousarray(item[1]).tobytes()), "08x")
+
+
+class MixedKindsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="wsync-mixed-")
+        self.sock = os.path.join(self.dir, "wsyncd.sock")
+        self.procs = []
+        self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", "1MiB",
+                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10"], "wsyncd.log")
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < deadline:
+            time.sleep(0.02)
+
+    def tearDown(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=20)
+
+    def spawn(self, argv, log):
+        with open(os.path.join(self.dir, log), "w") as out:
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+
+    def engine(self, argv):
+        port = free_port()
+        self.spawn([*argv, "--port", str(port), "--tp", "2"], f"engine-{port}.log")
+        wait_port(port)
+        return port
+
+    def ctl(self, *args):
+        out = subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout
+
+    def state(self, port):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
+            return json.loads(r.read())
+
+    def assert_holds(self, port, model):
+        state = self.state(port)
+        self.assertEqual(sorted(state["ranks"]), ["1", "2"], port)
+        for rank, tensors in state["ranks"].items():
+            for item in model:
+                self.assertEqual(tensors.get(item[0]), crc(item), f"{port} rank {rank} {item[0]}")
+        return state
+
+    def test_three_kinds_update_at_once_and_each_rank_holds_the_bytes(self):
+        sglang = self.engine([SGLANG_SIM, "--sessions"])
+        vllm = self.engine([VLLM_SIM, "--version", "0.30.0"])
+        lmdeploy = self.engine([SGLANG_SIM, "--lmdeploy"])
+        groups = {
+            "sg": (0, ["--kind", "sglang", "--engine", f"http://127.0.0.1:{sglang}#2"]),
+            "vl": (1, ["--kind", "vllm", "--engine", f"http://127.0.0.1:{vllm}#2",
+                       "--vllm-packed", "--vllm-packed-chunk-bytes", str(CHUNK)]),
+            "lm": (2, ["--kind", "lmdeploy", "--engine", f"http://127.0.0.1:{lmdeploy}#2"]),
+        }
+        for name, (device, flags) in groups.items():
+            self.ctl("create-group", name, "--transport", "broadcast", "--device", str(device),
+                     *flags)
+
+        results = {}
+        for round_ in (1, 2):
+            model = make_model(round_)
+            errors = []
+
+            def push(name, device):
+                try:
+                    with wsync.Client("unix:" + self.sock, device=device) as client:
+                        results[name] = client.push(model, version=f"{name}-v{round_}",
+                                                    group=name)
+                except Exception as e:  # reported below, with the group's name
+                    errors.append(f"{name}: {e}")
+
+            threads = [threading.Thread(target=push, args=(name, device))
+                       for name, (device, _) in groups.items()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+            self.assertEqual(errors, [])
+            for name, result in results.items():
+                self.assertTrue(all(e["ok"] for e in result["engines"]), (name, result))
+
+            sg = self.assert_holds(sglang, model)
+            self.assertEqual(sg["weight_version"], f"sg-v{round_}")
+            buckets = results["sg"]["buckets"]
+            self.assertEqual(sg["session_log"][-(buckets + 2):],
+                             ["begin all"] + ["update selector=all"] * buckets + ["end"])
+            self.assertEqual(sg["group"], self.state(sglang)["group"])
+
+            vl = self.assert_holds(vllm, model)
+            self.assertEqual(vl["weight_version"], f"vl-v{round_}")
+            self.assertTrue(vl["packed"])
+            self.assertEqual(vl["inits"], 1, "one init and warm-up for both rounds")
+
+            lm = self.assert_holds(lmdeploy, model)
+            self.assertEqual(lm["finished"], round_, "finished once per update")
+            # int64, then float32 twice, then bfloat16 twice: one bucket per dtype run, where the
+            # other kinds take the whole model in one bucket.
+            self.assertEqual(results["lm"]["buckets"], 3, "one dtype per bucket")
+            self.assertEqual(results["sg"]["buckets"], 1)
+            self.assertFalse(lm["sleeping"])
+
+        # Each engine knows its group by its own name, and wsyncctl names every engine's kind,
+        # version and variant.
+        self.assertRegex(self.state(sglang)["group"], r"^sg\.[0-9a-f]{8}$")
+        self.assertRegex(self.state(lmdeploy)["group"], r"^lm\.[0-9a-f]{8}$")
+        shown = {e["group"]: (e["kind"], e["engine_version"], e["variant"])
+                 for e in json.loads(self.ctl("--json", "engines"))["engines"]}
+        self.assertEqual(shown, {
+            "sg": ("sglang", "0.5.6", "nccl flattened_bucket, sessions"),
+            "vl": ("vllm", "0.30.0", "nccl-session-packed-at-init-version-unique-id"),
+            "lm": ("lmdeploy", "routes of PR #4638", "nccl flattened_bucket"),
+        })
+        updates = json.loads(self.ctl("--json", "updates"))["updates"]
+        self.assertEqual(len(updates), 6)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
