@@ -188,8 +188,11 @@ class Platform {
   virtual absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> AllocateSlots(int device,
                                                                                  uint32_t count,
                                                                                  uint64_t bytes);
+  // `nccl_library` names the NCCL the group's engines run (a path or soname: NCCL connects only
+  // peers of its own version, and each engine kind may bundle its own); "" is the platform's
+  // default (wsyncd's --nccl-lib).
   virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
-      int device, int world_size) = 0;
+      int device, int world_size, const std::string& nccl_library) = 0;
   // Maps a trainer allocation announced for pull mode: a cudaIpcMemHandle_t on GPUs, a
   // shared-memory name in host mode. Fails unless it holds at least `bytes`. `session_tag` is the
   // announcing session's (OpenSession reply): in host mode only a segment that session's client

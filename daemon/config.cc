@@ -137,9 +137,9 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   GroupSpec spec;
   spec.name = g.at("name").get<std::string>();
   // A misspelt key would otherwise leave an option at its default without a word.
-  static const std::set<std::string> kKeys = {"name",   "kind",     "transport",
-                                              "device", "engines",  "sglang",
-                                              "vllm",   "lmdeploy", "load_format"};
+  static const std::set<std::string> kKeys = {
+      "name", "kind", "transport", "device", "engines", "sglang", "vllm", "lmdeploy",
+      "load_format", "nccl_lib"};
   for (const auto& [key, value] : g.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(
@@ -154,6 +154,7 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
         spec.device, IntegerValue(g["device"], absl::StrCat("group '", spec.name, "': device"), 0,
                                   std::numeric_limits<int32_t>::max()));
   }
+  if (g.contains("nccl_lib")) spec.nccl_library = g.at("nccl_lib").get<std::string>();
   for (const auto& e : g.at("engines")) {
     EngineSpec engine{e.at("url").get<std::string>(), 1};
     if (e.contains("ranks")) {
@@ -262,6 +263,7 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
                       {"transport", std::string(TransportKindName(spec.transport))},
                       {"device", spec.device},
                       {"engines", std::move(engines)}};
+  if (!spec.nccl_library.empty()) j["nccl_lib"] = spec.nccl_library;
   if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
     j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
     if (sglang->memory() != SglangMemory::kKeep) {

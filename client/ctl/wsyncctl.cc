@@ -181,6 +181,7 @@ class Ctl {
     std::cout << "group " << spec.name() << ": " << KindName(spec.kind()) << ", "
               << StateName(g.state()) << ", world " << g.world_size() << ", device "
               << spec.device() << ", " << TransportName(spec.transport()) << OptionsText(spec)
+              << (spec.nccl_library().empty() ? "" : ", NCCL " + spec.nccl_library())
               << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
               << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     std::cout << "bucket rules: " << g.bucket_rules() << "\n";
@@ -296,7 +297,7 @@ class Ctl {
                   const std::vector<std::string>& engines, int device,
                   const std::string& load_format, const std::string& transport,
                   const VllmFlags& vllm, const std::string& sglang_memory,
-                  const std::string& sglang_ipc_route) {
+                  const std::string& sglang_ipc_route, const std::string& nccl_library) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -307,6 +308,7 @@ class Ctl {
     }
     group->set_kind(k);
     group->set_device(device);
+    group->set_nccl_library(nccl_library);
     if (transport == "ipc") {
       group->set_transport(v1::TRANSPORT_IPC);
     } else if (transport == "broadcast" || transport.empty()) {
@@ -542,6 +544,10 @@ int main(int argc, char** argv) {
                    "instead of refusing the update");
   create->add_flag("--vllm-keep-prefix-cache", vllm.keep_prefix_cache,
                    "vllm: do not reset the prefix cache after an update");
+  std::string nccl_library;
+  create->add_option("--nccl-lib", nccl_library,
+                     "broadcast: the libnccl.so.2 rank 0 loads for this group, the one its engines' "
+                     "torch runs (default: wsyncd's --nccl-lib)");
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;
@@ -575,7 +581,7 @@ int main(int argc, char** argv) {
   if (*updates) return ctl.Updates(limit);
   if (*create)
     return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
-                           sglang_memory, sglang_ipc_route);
+                           sglang_memory, sglang_ipc_route, nccl_library);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

@@ -26,7 +26,7 @@ std::string FormatUuid(const cudaUUID_t& uuid) {
 
 class CudaPlatform final : public Platform {
  public:
-  explicit CudaPlatform(std::unique_ptr<NcclLibrary> nccl) : nccl_(std::move(nccl)) {}
+  explicit CudaPlatform(std::unique_ptr<NcclLibraries> nccl) : nccl_(std::move(nccl)) {}
   absl::string_view name() const override { return "cuda"; }
   absl::StatusOr<std::unique_ptr<SlotMemory>> AllocateSlot(int device, uint64_t bytes) override {
     WSYNC_ASSIGN_OR_RETURN(auto slot, CudaSlot::Create(device, bytes));
@@ -40,9 +40,9 @@ class CudaPlatform final : public Platform {
     return out;
   }
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
-      int device, int world_size) override {
-    WSYNC_ASSIGN_OR_RETURN(auto comm,
-                           NcclRootCommunicator::Create(nccl_.get(), device, world_size));
+      int device, int world_size, const std::string& nccl_library) override {
+    WSYNC_ASSIGN_OR_RETURN(const NcclLibrary* nccl, nccl_->Get(nccl_library));
+    WSYNC_ASSIGN_OR_RETURN(auto comm, NcclRootCommunicator::Create(nccl, device, world_size));
     return std::unique_ptr<RootCommunicator>(std::move(comm));
   }
   // A CUDA IPC handle is the exporting process's to give: the session tag names nothing here.
@@ -65,7 +65,7 @@ class CudaPlatform final : public Platform {
   }
 
  private:
-  std::unique_ptr<NcclLibrary> nccl_;
+  std::unique_ptr<NcclLibraries> nccl_;
 };
 
 }  // namespace
@@ -79,12 +79,13 @@ absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformO
         "no CUDA device is visible (", cudaGetErrorString(err),
         "); wsyncd --mode=cuda needs a GPU node (use --mode=host only for development)"));
   }
-  WSYNC_ASSIGN_OR_RETURN(auto nccl, NcclLibrary::Load(options.nccl_library));
+  WSYNC_ASSIGN_OR_RETURN(auto nccl, NcclLibraries::Create(options.nccl_library));
   int runtime = 0, driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);
   *description = absl::StrCat(devices, " CUDA device(s), runtime ", runtime, ", driver ", driver,
-                              ", NCCL ", nccl->version_string(), " from ", nccl->path());
+                              ", NCCL ", nccl->default_library().version_string(), " from ",
+                              nccl->default_library().path());
   return std::unique_ptr<Platform>(new CudaPlatform(std::move(nccl)));
 }
 

@@ -271,7 +271,8 @@ void NcclRootCommunicator::Abort(absl::string_view reason) {
 }
 
 std::string NcclRootCommunicator::Describe() const {
-  return absl::StrCat("NCCL ", nccl_->version_string(), " rank 0 on device ", device_);
+  return absl::StrCat("NCCL ", nccl_->version_string(), " (", nccl_->path(), ") rank 0 on device ",
+                      device_);
 }
 
 }  // namespace wsync::cuda

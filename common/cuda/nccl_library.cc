@@ -63,4 +63,28 @@ absl::Status NcclLibrary::Check(ncclResult_t result, const char* call) const {
   return absl::InternalError(text);
 }
 
+absl::StatusOr<std::unique_ptr<NcclLibraries>> NcclLibraries::Create(
+    const std::string& default_library) {
+  auto loaded = NcclLibrary::Load(default_library);
+  if (!loaded.ok()) return loaded.status();
+  return std::unique_ptr<NcclLibraries>(new NcclLibraries(std::move(*loaded)));
+}
+
+NcclLibraries::NcclLibraries(std::unique_ptr<NcclLibrary> default_library)
+    : default_(default_library.get()) {
+  loaded_[default_library->path()] = std::move(default_library);
+}
+
+absl::StatusOr<const NcclLibrary*> NcclLibraries::Get(const std::string& path) {
+  if (path.empty()) return default_;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = loaded_.find(path);
+  if (it != loaded_.end()) return it->second.get();
+  auto loaded = NcclLibrary::Load(path);
+  if (!loaded.ok()) return loaded.status();
+  const NcclLibrary* library = loaded->get();
+  loaded_[path] = std::move(*loaded);
+  return library;
+}
+
 }  // namespace wsync::cuda

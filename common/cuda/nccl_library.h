@@ -6,7 +6,9 @@
 
 #include <nccl.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -40,6 +42,26 @@ class NcclLibrary {
   void* handle_;
   std::string path_;
   int version_ = 0;
+};
+
+// Every NCCL library the daemon's groups asked for, each loaded once (by the exact path or soname
+// given) and kept for the life of the process, since unloading NCCL is not safe. Two libraries of
+// different versions live side by side (RTLD_LOCAL), each with its own communicators. Thread-safe.
+class NcclLibraries {
+ public:
+  // `default_library` is loaded at once; Get("") returns it.
+  static absl::StatusOr<std::unique_ptr<NcclLibraries>> Create(const std::string& default_library);
+
+  // The library at `path` ("" for the default), loaded on first use; a path that fails to load
+  // is tried again on the next call (the operator may install it meanwhile).
+  absl::StatusOr<const NcclLibrary*> Get(const std::string& path);
+  const NcclLibrary& default_library() const { return *default_; }
+
+ private:
+  explicit NcclLibraries(std::unique_ptr<NcclLibrary> default_library);
+  const NcclLibrary* default_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<NcclLibrary>> loaded_;
 };
 
 }  // namespace wsync::cuda

@@ -400,8 +400,10 @@ void HostRootCommunicator::Abort(absl::string_view reason) {
 
 std::string HostRootCommunicator::Describe() const {
   auto id = HostCollectiveId::Decode(unique_id_);
-  return id.ok() ? absl::StrCat("host collective at ", id->address, ":", id->port)
-                 : "host collective";
+  std::string text = id.ok() ? absl::StrCat("host collective at ", id->address, ":", id->port)
+                             : std::string("host collective");
+  if (!note_.empty()) absl::StrAppend(&text, " (", note_, ")");
+  return text;
 }
 
 absl::StatusOr<std::unique_ptr<HostCollectivePeer>> HostCollectivePeer::Join(

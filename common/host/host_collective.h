@@ -54,6 +54,8 @@ class HostRootCommunicator final : public RootCommunicator {
   absl::Status WarmUpAllReduce(absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;
+  // Added to Describe (set before the communicator is shared).
+  void set_note(std::string note) { note_ = std::move(note); }
 
   // Ranks that have joined so far.
   std::vector<int> JoinedRanks() const;
@@ -77,6 +79,7 @@ class HostRootCommunicator final : public RootCommunicator {
   const int world_size_;
   const std::string unique_id_;
   const std::string token_;
+  std::string note_;  // see set_note
   std::thread accept_thread_;
 
   mutable std::mutex mu_;

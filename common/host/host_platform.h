@@ -18,8 +18,9 @@ class HostPlatform final : public Platform {
   // One shared-memory segment (ShmArena) per call.
   absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> AllocateSlots(int device, uint32_t count,
                                                                          uint64_t bytes) override;
-  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(int device,
-                                                                           int world_size) override;
+  // The host collective never loads NCCL: a group's nccl_library is named in its description.
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
+      int device, int world_size, const std::string& nccl_library) override;
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
                                                           uint64_t bytes,
                                                           const std::string& session_tag) override;

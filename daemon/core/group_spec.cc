@@ -1,5 +1,7 @@
 #include "daemon/core/group_spec.h"
 
+#include <algorithm>
+
 #include <cctype>
 
 #include "absl/strings/match.h"
@@ -48,7 +50,7 @@ absl::string_view TransportKindName(TransportKind kind) {
 
 bool GroupSpec::operator==(const GroupSpec& other) const {
   if (name != other.name || kind != other.kind || transport != other.transport ||
-      engines != other.engines || device != other.device) {
+      engines != other.engines || device != other.device || nccl_library != other.nccl_library) {
     return false;
   }
   if (engine_options == nullptr || other.engine_options == nullptr) {
@@ -110,6 +112,21 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   }
   if (spec.engines.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine"));
+  }
+  if (!spec.nccl_library.empty()) {
+    if (spec.transport != TransportKind::kBroadcast) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group '", spec.name, "': an NCCL library is for broadcast groups; the ",
+          TransportKindName(spec.transport), " transport loads none"));
+    }
+    const bool printable =
+        std::all_of(spec.nccl_library.begin(), spec.nccl_library.end(),
+                    [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (spec.nccl_library.size() > 4096 || !printable) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group '", spec.name, "': the NCCL library must be a printable path of at most 4096 "
+          "characters"));
+    }
   }
   // Summed wide: engines declaring 2^31 ranks each must not wrap around to a small world.
   uint64_t ranks = 0;

@@ -56,6 +56,11 @@ struct GroupSpec {
   int device = 0;  // the GPU whose slots feed the group (rank 0 of a broadcast)
   // Never null in a validated spec; of the same kind as `kind`.
   std::shared_ptr<const EngineOptions> engine_options;
+  // The NCCL library wsyncd's rank 0 loads for this group (a path or soname), "" for wsyncd's
+  // --nccl-lib. NCCL connects only peers of its own version, and each engine bundles its own
+  // (vLLM and SGLang the nvidia-nccl wheel their torch pins), so groups of different engines
+  // may each need a different one. Broadcast groups only.
+  std::string nccl_library;
 
   bool operator==(const GroupSpec& other) const;
 };

@@ -179,6 +179,7 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
           absl::StrCat("unknown transport ", static_cast<int>(proto.transport())));
   }
   spec.device = proto.device();
+  spec.nccl_library = proto.nccl_library();
   for (const v1::EngineSpec& e : proto.engines()) {
     spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks(),
                                       std::vector<std::string>(e.gpus().begin(), e.gpus().end())});
@@ -211,6 +212,7 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
   out->set_name(spec.name);
   out->set_kind(KindToProto(spec.kind));
   out->set_device(spec.device);
+  out->set_nccl_library(spec.nccl_library);
   out->set_transport(spec.transport == TransportKind::kIpc ? v1::TRANSPORT_IPC
                                                            : v1::TRANSPORT_BROADCAST);
   for (const EngineSpec& e : spec.engines) {

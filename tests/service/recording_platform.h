@@ -61,8 +61,8 @@ class RecordingPlatform final : public Platform {
     return inner_.AllocateSlots(device, count, bytes);
   }
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
-      int device, int world_size) override {
-    auto comm = inner_.CreateRootCommunicator(device, world_size);
+      int device, int world_size, const std::string& nccl_library) override {
+    auto comm = inner_.CreateRootCommunicator(device, world_size, nccl_library);
     if (!comm.ok()) return comm.status();
     return std::unique_ptr<RootCommunicator>(new Recorded(std::move(*comm), log_));
   }

@@ -356,6 +356,51 @@ TEST(Config, VllmBroadcastOptionsNameTheRendezvousAndChunkAndSurviveARecord) {
   }
 }
 
+TEST(Config, AGroupsNcclLibraryTravelsEverywhereAndOnlyBroadcastGroupsTakeOne) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-nccl-lib.json";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "v", "kind": "vllm", "nccl_lib": "/opt/vllm/nvidia/nccl/lib/libnccl.so.2",
+       "engines": [{"url": "http://e:3"}]},
+      {"name": "s", "engines": [{"url": "http://e:4"}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  EXPECT_EQ(config.groups[0].nccl_library, "/opt/vllm/nvidia/nccl/lib/libnccl.so.2");
+  EXPECT_EQ(config.groups[1].nccl_library, "") << "the daemon's --nccl-lib";
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[0]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[0]);
+  EXPECT_FALSE(*again == config.groups[1]);
+  v1::GroupSpec proto;
+  GroupSpecToProto(config.groups[0], &proto);
+  EXPECT_EQ(proto.nccl_library(), "/opt/vllm/nvidia/nccl/lib/libnccl.so.2");
+  auto back = GroupSpecFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, config.groups[0]);
+
+  GroupSpec ipc = config.groups[1];
+  ipc.transport = TransportKind::kIpc;
+  ipc.engines[0].gpus = {"GPU-0"};
+  ipc.nccl_library = "libnccl.so.2";
+  absl::Status refused = ValidateGroupSpec(ipc);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("for broadcast groups"));
+  GroupSpec odd = config.groups[0];
+  odd.nccl_library = "lib\nnccl.so";  // a control character
+  EXPECT_EQ(ValidateGroupSpec(odd).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HostPlatform, AGroupsNcclLibraryIsNamedAsNotLoadedInHostMode) {
+  HostPlatform platform("127.0.0.1", "127.0.0.1");
+  auto plain = platform.CreateRootCommunicator(0, 2, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_THAT((*plain)->Describe(), ::testing::Not(::testing::HasSubstr("NCCL")));
+  auto named = platform.CreateRootCommunicator(0, 2, "/opt/nccl/libnccl.so.2");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_THAT((*named)->Describe(),
+              ::testing::HasSubstr("the group's NCCL /opt/nccl/libnccl.so.2 is not loaded in host "
+                                   "mode"));
+}
+
 TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   const std::string path = ::testing::TempDir() + "/wsyncd-vllm.json";
   std::ofstream(path) << R"({"groups": [
