@@ -139,7 +139,7 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   // A misspelt key would otherwise leave an option at its default without a word.
   static const std::set<std::string> kKeys = {
       "name", "kind", "transport", "device", "engines", "sglang", "vllm", "lmdeploy",
-      "load_format", "nccl_lib"};
+      "load_format", "nccl_lib", "check_weights"};
   for (const auto& [key, value] : g.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(
@@ -155,6 +155,7 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
                                   std::numeric_limits<int32_t>::max()));
   }
   if (g.contains("nccl_lib")) spec.nccl_library = g.at("nccl_lib").get<std::string>();
+  if (g.contains("check_weights")) spec.check_weights = g.at("check_weights").get<bool>();
   for (const auto& e : g.at("engines")) {
     EngineSpec engine{e.at("url").get<std::string>(), 1};
     if (e.contains("ranks")) {
@@ -264,6 +265,7 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
                       {"device", spec.device},
                       {"engines", std::move(engines)}};
   if (!spec.nccl_library.empty()) j["nccl_lib"] = spec.nccl_library;
+  if (spec.check_weights) j["check_weights"] = true;
   if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
     j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
     if (sglang->memory() != SglangMemory::kKeep) {

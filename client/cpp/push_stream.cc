@@ -320,7 +320,8 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.bucket_rules = planner_.rules().Describe();
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
-        e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message())});
+        e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message()),
+        e.engine_version(), e.weights_check()});
   }
   return out;
 }

@@ -44,6 +44,8 @@ struct PushProgress {
 struct EngineResultView {
   std::string engine;
   absl::Status status;
+  std::string engine_version;  // as wsyncd read it ("" where the engine reports none)
+  std::string weights_check;   // the check after the commit, where the group asks for one
 };
 
 struct PushResult {

@@ -71,7 +71,9 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
   for (const auto& e : result.engines) {
     j["engines"].push_back({{"engine", e.engine},
                             {"ok", e.status.ok()},
-                            {"message", std::string(e.status.message())}});
+                            {"message", std::string(e.status.message())},
+                            {"engine_version", e.engine_version},
+                            {"weights_check", e.weights_check}});
   }
   std::string s = j.dump();
   *result_json = static_cast<char*>(std::malloc(s.size() + 1));

@@ -182,6 +182,7 @@ class Ctl {
               << StateName(g.state()) << ", world " << g.world_size() << ", device "
               << spec.device() << ", " << TransportName(spec.transport()) << OptionsText(spec)
               << (spec.nccl_library().empty() ? "" : ", NCCL " + spec.nccl_library())
+              << (spec.check_weights() ? ", weights checked after each commit" : "")
               << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
               << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     std::cout << "bucket rules: " << g.bucket_rules() << "\n";
@@ -297,7 +298,8 @@ class Ctl {
                   const std::vector<std::string>& engines, int device,
                   const std::string& load_format, const std::string& transport,
                   const VllmFlags& vllm, const std::string& sglang_memory,
-                  const std::string& sglang_ipc_route, const std::string& nccl_library) {
+                  const std::string& sglang_ipc_route, const std::string& nccl_library,
+                  bool check_weights) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -309,6 +311,7 @@ class Ctl {
     group->set_kind(k);
     group->set_device(device);
     group->set_nccl_library(nccl_library);
+    group->set_check_weights(check_weights);
     if (transport == "ipc") {
       group->set_transport(v1::TRANSPORT_IPC);
     } else if (transport == "broadcast" || transport.empty()) {
@@ -548,6 +551,10 @@ int main(int argc, char** argv) {
   create->add_option("--nccl-lib", nccl_library,
                      "broadcast: the libnccl.so.2 rank 0 loads for this group, the one its engines' "
                      "torch runs (default: wsyncd's --nccl-lib)");
+  bool check_weights = false;
+  create->add_flag("--check-weights", check_weights,
+                   "sglang, vllm: after every commit, compare the engines' own weight checksums "
+                   "with each other; an engine that differs fails the update");
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;
@@ -581,7 +588,8 @@ int main(int argc, char** argv) {
   if (*updates) return ctl.Updates(limit);
   if (*create)
     return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
-                           sglang_memory, sglang_ipc_route, nccl_library);
+                           sglang_memory, sglang_ipc_route, nccl_library,
+                           check_weights);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

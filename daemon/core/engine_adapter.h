@@ -3,8 +3,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -86,9 +88,27 @@ struct IpcStreamRank {
 };
 
 struct EngineOutcome {
+  EngineOutcome() = default;
+  EngineOutcome(std::string engine, absl::Status status, std::string engine_version = "",
+                std::string weights_check = "")
+      : engine(std::move(engine)),
+        status(std::move(status)),
+        engine_version(std::move(engine_version)),
+        weights_check(std::move(weights_check)) {}
+
   std::string engine;
   absl::Status status;
+  // The engine's version as its last Probe read it (EngineAdapter::probed_version).
+  std::string engine_version;
+  // The check of its weights after the commit, when the group asks for one: "agrees with ...",
+  // "differs from ...", or why it could not run; "" when the group asks for none.
+  std::string weights_check;
 };
+
+// An engine's checksums of the weights it serves, by the engine's own tensor key (which names the
+// rank or shard it lies on), as its checker route reports them. Engines of one group and TP size
+// hold the same shards, so equal weights give equal maps.
+using WeightChecksums = std::map<std::string, std::string>;
 
 struct AdapterTimeouts {
   absl::Duration control = absl::Seconds(30);  // init, pause, resume, version, destroy
@@ -160,6 +180,14 @@ class EngineAdapter {
   virtual absl::Status FinishUpdate(const UpdateInfo& update) = 0;
   // OK when the engine's answer to one of its bucket requests says it loaded the bucket.
   virtual absl::Status CheckBucketReply(const HttpReply& reply) const = 0;
+  // The version the last successful Probe read ("" before one, or where the engine reports none).
+  virtual std::string probed_version() const { return ""; }
+  // The engine's checksums of the weights it serves (SGLang /weights_checker, vLLM
+  // /weight_checker), asked after a commit, with generation resumed; UNIMPLEMENTED where the
+  // engine has no checker.
+  virtual absl::StatusOr<WeightChecksums> ChecksumWeights() {
+    return absl::UnimplementedError("this engine kind has no weight checker");
+  }
 
   // --- DataPath::kBroadcast (optional) ---
   // Asks the engine's ranks to join the group's collective; returns once they have (or failed).

@@ -50,7 +50,8 @@ absl::string_view TransportKindName(TransportKind kind) {
 
 bool GroupSpec::operator==(const GroupSpec& other) const {
   if (name != other.name || kind != other.kind || transport != other.transport ||
-      engines != other.engines || device != other.device || nccl_library != other.nccl_library) {
+      engines != other.engines || device != other.device || nccl_library != other.nccl_library ||
+      check_weights != other.check_weights) {
     return false;
   }
   if (engine_options == nullptr || other.engine_options == nullptr) {
@@ -112,6 +113,10 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   }
   if (spec.engines.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine"));
+  }
+  if (spec.check_weights && spec.kind == EngineKind::kLmdeploy) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", spec.name, "': LMDeploy has no weight checker to compare engines with"));
   }
   if (!spec.nccl_library.empty()) {
     if (spec.transport != TransportKind::kBroadcast) {

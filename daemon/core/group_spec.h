@@ -61,6 +61,10 @@ struct GroupSpec {
   // (vLLM and SGLang the nvidia-nccl wheel their torch pins), so groups of different engines
   // may each need a different one. Broadcast groups only.
   std::string nccl_library;
+  // After every commit, ask each engine's own weight checker for its checksums and compare the
+  // engines with each other (weights_check.h): an engine whose weights differ fails the update and
+  // waits, paused, for a full version. SGLang and vLLM only (LMDeploy has no checker).
+  bool check_weights = false;
 
   bool operator==(const GroupSpec& other) const;
 };

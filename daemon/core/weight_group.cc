@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/weights_check.h"
 
 namespace wsync {
 
@@ -443,9 +444,13 @@ void WeightGroup::MarkBroken(const absl::Status& status) {
 
 absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data_deadline,
                                        std::vector<EngineOutcome>* outcomes) {
+  auto outcome = [&](size_t i, absl::Status status) {
+    return EngineOutcome{adapters_[i]->endpoint().url, std::move(status),
+                         adapters_[i]->probed_version(), ""};
+  };
   // The data path ends first: an engine records the version only once its weights are whole.
   if (absl::Status s = transport_->FinishBuckets(data_deadline); !s.ok()) {
-    for (const auto& a : adapters_) outcomes->push_back(EngineOutcome{a->endpoint().url, s});
+    for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(outcome(i, s));
     MarkBroken(s);
     AbortUpdate(std::string(s.message()));
     return s;
@@ -454,11 +459,40 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.FinishUpdate(update); });
   std::vector<std::string> errors;
   absl::Status first;
+  const size_t first_outcome = outcomes->size();
   for (size_t i = 0; i < results.size(); ++i) {
-    outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
+    outcomes->push_back(outcome(i, results[i]));
     if (!results[i].ok()) {
       errors.push_back(absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message()));
       if (first.ok()) first = results[i];
+    }
+  }
+  // The engines' own checksums, compared while the update still holds the group (so no other
+  // update pauses the engines under the checkers) and after they resumed (vLLM's checker
+  // refuses a paused engine).
+  WeightsCheck check;
+  if (spec_.check_weights && errors.empty()) {
+    std::vector<absl::StatusOr<WeightChecksums>> sums(adapters_.size());
+    OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) {
+      const size_t i = std::find(adapter_ptrs_.begin(), adapter_ptrs_.end(), &a) -
+                       adapter_ptrs_.begin();
+      sums[i] = a.ChecksumWeights();
+      return absl::OkStatus();
+    });
+    std::vector<EngineEndpoint> endpoints;
+    for (const auto& a : adapters_) endpoints.push_back(a->endpoint());
+    check = CompareEngineWeights(endpoints, sums);
+    std::vector<EngineAdapter*> differing;
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      (*outcomes)[first_outcome + i].weights_check = check.notes[i];
+      if (!check.differs[i]) continue;
+      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[i]);
+      differing.push_back(adapter_ptrs_[i]);
+    }
+    // An engine that differs must not serve what it holds: paused, it waits for a full version.
+    for (const absl::Status& s :
+         OnEachEngine(differing, [](EngineAdapter& a) { return a.PauseGeneration(); })) {
+      if (!s.ok()) WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -469,6 +503,10 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   // A complete update landed on the engines that finished it: they hold one version again.
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok()) needs_full_.erase(adapters_[i]->endpoint().url);
+    if (!check.differs.empty() && check.differs[i]) {
+      needs_full_[adapters_[i]->endpoint().url] =
+          absl::StrCat("after version '", update.version, "' its weights ", check.notes[i]);
+    }
   }
   open_update_ = UpdateInfo{};
   if (errors.empty()) last_version_ = update.version;
@@ -476,6 +514,14 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   if (!errors.empty()) {
     error_ = absl::StrJoin(errors, "; ");
     return absl::Status(first.code(), absl::StrCat("commit failed on ", error_));
+  }
+  if (!check.error.empty()) {
+    error_ = check.error;
+    WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
+              "': ", check.error);
+    return absl::DataLossError(absl::StrCat("the engines' weights differ after version '",
+                                            update.version, "': ", check.error,
+                                            "; push the whole version again"));
   }
   return absl::OkStatus();
 }

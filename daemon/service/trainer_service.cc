@@ -83,6 +83,8 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
     er->set_ok(o.status.ok());
     er->set_code(static_cast<int32_t>(o.status.code()));
     er->set_message(std::string(o.status.message()));
+    er->set_engine_version(o.engine_version);
+    er->set_weights_check(o.weights_check);
   }
   return e;
 }

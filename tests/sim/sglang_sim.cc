@@ -211,11 +211,15 @@ absl::Status SglangSim::ReceiveOnRank(Rank& rank, const json& body, int update_i
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  auto corrupt = rank.tp_rank == 0 ? rank.tensors.find(knobs_.corrupt_tensor) : rank.tensors.end();
   for (Tensor* t : targets) {
     if (t == nullptr) continue;
     t->held.Swap(t->incoming);
     t->present = true;
     t->crc_valid = false;
+    if (corrupt != rank.tensors.end() && t == &corrupt->second && t->held.size() > 0) {
+      t->held.data()[0] ^= 0xff;
+    }
   }
   return absl::OkStatus();
 }
@@ -508,6 +512,28 @@ void SglangSim::Routes() {
     }
     Reply(res, 200, {{"ranks", ranks}});
   });
+  if (knobs_.weights_checker) {
+    server_->Post("/weights_checker", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+      json body = json::parse(req.body, nullptr, false);
+      if (!body.is_object() || body.value("action", "") != "checksum") {
+        return SuccessReply(res, false, "unsupported action");
+      }
+      // Checksums() keys the ranks by global rank; the checker lists them in TP order.
+      json ranks = Checksums()["ranks"];
+      json rank_list = json::array();
+      std::vector<std::pair<int, json>> by_rank;
+      for (const auto& [key, tensors] : ranks.items()) by_rank.emplace_back(std::stoi(key), tensors);
+      std::sort(by_rank.begin(), by_rank.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t r = 0; r < by_rank.size(); ++r) {
+        const std::string all = by_rank[r].second.dump();
+        rank_list.push_back({{"checksums", by_rank[r].second},
+                             {"per_gpu_checksum", Crc32Hex(Crc32(all.data(), all.size()))},
+                             {"parallelism_info", {{"tp_rank", r}, {"tp_size", by_rank.size()}}}});
+      }
+      Reply(res, 200, {{"success", true}, {"message", "checksum"}, {"ranks", rank_list}});
+    });
+  }
   server_->Post("/sim/knobs", [this](const SimHttpRequest& req, SimHttpResponse& res) {
     json body = json::parse(req.body, nullptr, false);
     if (!body.is_object()) return Reply(res, 400, {{"error", "JSON object expected"}});
@@ -519,6 +545,7 @@ void SglangSim::Routes() {
     knobs_.answer_delay_ms = body.value("answer_delay_ms", knobs_.answer_delay_ms);
     knobs_.never_fetch_id = body.value("never_fetch_id", knobs_.never_fetch_id);
     knobs_.fail_destroy = body.value("fail_destroy", knobs_.fail_destroy);
+    knobs_.corrupt_tensor = body.value("corrupt_tensor", knobs_.corrupt_tensor);
     knobs_.data_plane = body.value("data_plane", knobs_.data_plane);
     Reply(res, 200, {{"updates_received", updates_.load()}});
   });

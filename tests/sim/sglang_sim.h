@@ -42,6 +42,11 @@ struct SimKnobs {
   // destroy_weights_update_group answers success=false and keeps the group: an engine whose
   // ranks are wedged in the old group's collective, which only a restart clears.
   bool fail_destroy = false;
+  // POST /weights_checker {"action": "checksum"} answers each rank's checksums (SGLang's
+  // {success, message, ranks: [{checksums, per_gpu_checksum, parallelism_info}]}); without it, 404.
+  bool weights_checker = false;
+  // TP rank 0 keeps this tensor with its first byte flipped when it receives it.
+  std::string corrupt_tensor{};
   // Benchmark data-plane mode, as the torch simulator's: update requests are answered (after
   // answer_delay_ms) without receiving; POST /sim/receive_ahead posted the receives beforehand.
   bool data_plane = false;

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
                "a session build: every update inside /begin_weight_update ... /end_weight_update, "
                "or the process dies");
   app.add_flag("--no-docs", knobs.no_docs, "serve no /openapi.json");
+  app.add_flag("--weights-checker", knobs.weights_checker, "serve POST /weights_checker");
   app.add_flag("--lmdeploy", knobs.lmdeploy,
                "present LMDeploy's NCCL weight-update routes instead of SGLang's");
   app.add_flag("--backend-501", knobs.backend_501,

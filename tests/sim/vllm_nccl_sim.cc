@@ -234,7 +234,13 @@ absl::Status VllmNcclSim::ReceiveOnRank(Rank& rank, const std::vector<TensorEntr
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < tensors.size(); ++i) rank.tensors[tensors[i].name] = std::move(bytes[i]);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (rank.rank == group_->rank_offset && tensors[i].name == knobs_.corrupt_tensor &&
+        !bytes[i].empty()) {
+      bytes[i][0] = static_cast<char>(bytes[i][0] ^ 0xff);
+    }
+    rank.tensors[tensors[i].name] = std::move(bytes[i]);
+  }
   return absl::OkStatus();
 }
 
@@ -265,6 +271,33 @@ void VllmNcclSim::Routes() {
     paused_ = false;
     res.set_content(json{{"status", "resumed"}}.dump(), "application/json");
   });
+  if (knobs_.weight_checker) {
+    server_->Post("/weight_checker", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+      json body = json::parse(req.body, nullptr, false);
+      if (!body.is_object() || body.value("action", "") != "checksum") {
+        res.status = 400;
+        res.set_content(json{{"detail", "unknown action"}}.dump(), "application/json");
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (paused_) {
+        res.status = 409;
+        res.set_content(json{{"detail", "engine is paused"}}.dump(), "application/json");
+        return;
+      }
+      json checksums = json::object();
+      if (group_) {
+        for (const auto& r : group_->ranks) {
+          for (const auto& [name, bytes] : r->tensors) {
+            checksums[absl::StrCat("dp0:pp0:pcp0:tp", r->rank - group_->rank_offset, ":ep0:",
+                                   name)] = Crc32Hex(Crc32(bytes.data(), bytes.size()));
+          }
+        }
+      }
+      res.status = 200;
+      res.set_content(json{{"checksums", checksums}}.dump(), "application/json");
+    });
+  }
   server_->Post("/reset_prefix_cache", [log](const SimHttpRequest&, SimHttpResponse& res) {
     log("reset_prefix_cache");
     res.status = 200;

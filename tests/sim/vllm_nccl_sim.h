@@ -41,6 +41,12 @@ struct VllmSimKnobs {
   std::string version = "0.30.0";
   int fail_update_at = -1;      // the Nth /update_weights (0-based) answers 500 without receiving
   int conflict_update_at = -1;  // the Nth /update_weights answers 409 without receiving
+  // POST /weight_checker {"action": "checksum"} answers {"checksums": {key: hex}}, keyed as vLLM
+  // keys them ("dp0:pp0:pcp0:tp<r>:ep0:<name>"), and 409 while paused; without it, 404.
+  bool weight_checker = false;
+  // The first worker keeps this tensor with its first byte flipped: weights that differ from the
+  // trainer's and from every other engine's.
+  std::string corrupt_tensor{};
 };
 
 class VllmNcclSim {

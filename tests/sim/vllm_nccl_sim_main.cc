@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   app.add_option("--fail-update-at", knobs.fail_update_at, "the Nth /update_weights answers 500");
   app.add_option("--conflict-update-at", knobs.conflict_update_at,
                  "the Nth /update_weights answers 409");
+  app.add_flag("--weight-checker", knobs.weight_checker, "serve POST /weight_checker");
+  app.add_option("--corrupt-tensor", knobs.corrupt_tensor,
+                 "the first worker keeps this tensor with its first byte flipped");
   CLI11_PARSE(app, argc, argv);
 
   const sigset_t stop = wsync::BlockStopSignals();

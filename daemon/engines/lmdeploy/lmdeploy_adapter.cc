@@ -118,6 +118,11 @@ absl::Status LmdeployAdapter::Probe() {
   return absl::OkStatus();
 }
 
+std::string LmdeployAdapter::probed_version() const {
+  if (!probed_.load()) return "";
+  return has_weights_update_group_.load() ? "routes of PR #4638" : "routes before PR #4638";
+}
+
 EngineHealth LmdeployAdapter::Health() {
   EngineHealth health;
   if (absl::Status healthy = http_.GetHealth(timeouts_.probe); !healthy.ok()) {
@@ -147,7 +152,7 @@ EngineHealth LmdeployAdapter::Health() {
     return health;
   }
   const bool update_group = has_weights_update_group_.load();
-  health.engine_version = update_group ? "routes of PR #4638" : "routes before PR #4638";
+  health.engine_version = probed_version();
   if (transport_ == TransportKind::kBroadcast && !update_group) {
     health.variant = "unsupported";
     health.error = "no POST /init_weights_update_group (PR #4638), which a broadcast group needs";

@@ -87,6 +87,8 @@ class LmdeployAdapter final : public EngineAdapter {
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
+  // What the routes told (LMDeploy has no version route); it has no weight checker either.
+  std::string probed_version() const override;
 
   absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
                                                  const std::vector<IpcBucketView>& ranks,

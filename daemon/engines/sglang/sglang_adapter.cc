@@ -7,6 +7,7 @@
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/sglang/sglang_ipc_payload.h"
 #include "daemon/engines/torch_group_body.h"
+#include "daemon/engines/weight_checker.h"
 
 namespace wsync {
 namespace {
@@ -44,7 +45,13 @@ absl::Status SglangAdapter::Probe() {
     }
     sessions_ = *sessions;
   }
-  if (transport_ != TransportKind::kIpc) return absl::OkStatus();
+  if (transport_ != TransportKind::kIpc) {
+    const nlohmann::json& version = info["version"];
+    std::lock_guard<std::mutex> lock(mu_);
+    version_text_ =
+        version.is_string() ? SanitizePeerText(version.get<std::string>(), kMaxVersionBytes) : "";
+    return absl::OkStatus();
+  }
   // Each formation reads the version again: the engine behind the URL may have been upgraded.
   WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_, route_));
   auto& [version, variant] = found;
@@ -56,6 +63,23 @@ absl::Status SglangAdapter::Probe() {
   ipc_variant_ = variant;
   version_text_ = version.text;
   return absl::OkStatus();
+}
+
+std::string SglangAdapter::probed_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_text_;
+}
+
+absl::StatusOr<WeightChecksums> SglangAdapter::ChecksumWeights() {
+  auto answer = http_.PostExpectSuccess("/weights_checker", {{"action", "checksum"}},
+                                        timeouts_.control);
+  if (!answer.ok()) {
+    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::UnimplementedError("this SGLang build has no /weights_checker (404)");
+    }
+    return answer.status();
+  }
+  return SglangWeightChecksums(*answer, endpoint_.url);
 }
 
 bool SglangAdapter::sessions() const {

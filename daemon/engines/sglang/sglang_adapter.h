@@ -89,6 +89,10 @@ class SglangAdapter final : public EngineAdapter {
       SglangIpcRoute route = SglangIpcRoute::kTensor);
   // The IPC variant the last successful Probe picked; nullopt before one and on the broadcast.
   std::optional<SglangIpcVariant> ipc_variant() const;
+  std::string probed_version() const override;
+  // POST /weights_checker {"action": "checksum"}; UNIMPLEMENTED where the build has none (404).
+  absl::StatusOr<WeightChecksums> ChecksumWeights() override;
+
   // Whether the last successful Probe found weight-update sessions.
   bool sessions() const;
 
@@ -110,7 +114,7 @@ class SglangAdapter final : public EngineAdapter {
   EngineHttp http_;
   mutable std::mutex mu_;
   std::optional<SglangIpcVariant> ipc_variant_;  // set by Probe on the IPC transport
-  std::string version_text_;                     // the version ipc_variant_ was picked for
+  std::string version_text_;                     // the version the last Probe read
   bool kv_cache_released_ = false;               // weights resumed by BeginUpdate, KV cache not yet
   // Resuming the weights failed, so they may still be released: the resume that follows is
   // refused.

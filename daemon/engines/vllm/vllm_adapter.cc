@@ -10,6 +10,7 @@
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/vllm/vllm_ipc_payload.h"
 #include "daemon/engines/vllm/vllm_nccl_payload.h"
+#include "daemon/engines/weight_checker.h"
 
 namespace wsync {
 namespace {
@@ -127,6 +128,23 @@ absl::Status VllmAdapter::Probe() {
   // The IPC backend needs nothing at init (its init_info is empty), but the route must answer:
   // it is how a server without the dev routes or without the ipc backend shows itself.
   return PostInit({{"init_info", nlohmann::json::object()}});
+}
+
+std::string VllmAdapter::probed_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_text_;
+}
+
+absl::StatusOr<WeightChecksums> VllmAdapter::ChecksumWeights() {
+  auto answer =
+      http_.PostExpectSuccess("/weight_checker", {{"action", "checksum"}}, timeouts_.control);
+  if (!answer.ok()) {
+    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::UnimplementedError("this vLLM build has no /weight_checker (404)");
+    }
+    return answer.status();
+  }
+  return VllmWeightChecksums(*answer, endpoint_.url);
 }
 
 absl::Status VllmAdapter::PostInit(const nlohmann::json& body) const {

@@ -80,6 +80,10 @@ class VllmAdapter final : public EngineAdapter {
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
+  std::string probed_version() const override;
+  // POST /weight_checker {"action": "checksum"} (409 while paused or asleep, so after resume);
+  // UNIMPLEMENTED where the build has none (404).
+  absl::StatusOr<WeightChecksums> ChecksumWeights() override;
 
   absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
   absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
