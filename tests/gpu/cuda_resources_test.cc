@@ -6,11 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/checksum.h"
+#include "common/cuda/cuda_platform.h"
 #include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_source.h"
 #include "common/cuda/cuda_status.h"
@@ -286,6 +290,39 @@ TEST(CudaArena, PollingAnEventNeverWaitsPastItsTimeout) {
   EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
   EXPECT_NE(early.message().find("slot 0"), absl::string_view::npos);
   EXPECT_TRUE((*event)->Poll(absl::Seconds(10), "slot 0").ok());
+}
+
+// Groups whose engines run different NCCL builds each get their own library in one wsyncd: both
+// load side by side and each starts a communicator of its own (rank 0's init runs without
+// blocking; no peer joins on one GPU, since NCCL refuses two ranks of a communicator on one
+// device, so the communicators are aborted unjoined). WSYNC_SECOND_NCCL names the second
+// library (run_gpu_tests.sh: torch's bundled copy); the first is the loader's libnccl.so.2.
+TEST(NcclPerGroup, TwoLibrariesLoadSideBySideAndEachStartsACommunicator) {
+  SKIP_WITHOUT_GPU();
+  const char* second = std::getenv("WSYNC_SECOND_NCCL");
+  if (second == nullptr || *second == '\0') {
+    GTEST_SKIP() << "WSYNC_SECOND_NCCL names no second NCCL library";
+  }
+  std::string description;
+  auto platform = CreateCudaPlatform({"libnccl.so.2"}, &description);
+  ASSERT_TRUE(platform.ok()) << platform.status();
+  auto first_comm = (*platform)->CreateRootCommunicator(0, 2, "");
+  ASSERT_TRUE(first_comm.ok()) << first_comm.status();
+  auto second_comm = (*platform)->CreateRootCommunicator(0, 2, second);
+  ASSERT_TRUE(second_comm.ok()) << second_comm.status();
+  EXPECT_NE((*first_comm)->Describe().find("(libnccl.so.2)"), std::string::npos)
+      << (*first_comm)->Describe();
+  EXPECT_NE((*second_comm)->Describe().find(absl::StrCat("(", second, ")")), std::string::npos)
+      << (*second_comm)->Describe();
+  EXPECT_EQ((*first_comm)->unique_id().size(), 128u);
+  EXPECT_EQ((*second_comm)->unique_id().size(), 128u);
+  EXPECT_NE((*first_comm)->unique_id(), (*second_comm)->unique_id());
+  std::printf("first: %s\nsecond: %s\n", (*first_comm)->Describe().c_str(),
+              (*second_comm)->Describe().c_str());
+  (*first_comm)->Abort("test done");
+  (*second_comm)->Abort("test done");
+  auto missing = (*platform)->CreateRootCommunicator(0, 2, "/nonexistent/libnccl.so.2");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {

@@ -101,7 +101,8 @@ step "machine"
 ngpu=$(nvidia-smi -L | wc -l)
 
 step "gpu unit tests"
-$B/bin/cuda_resources_test 2>&1 | tee "$LOGS/cuda_resources_test.log" | tail -5
+# The second NCCL of the per-group test: torch's copy beside the loader's libnccl.so.2.
+WSYNC_SECOND_NCCL="$NCCL_LIB" $B/bin/cuda_resources_test 2>&1 | tee "$LOGS/cuda_resources_test.log" | tail -8
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 
 if want kernels; then
