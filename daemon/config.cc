@@ -137,9 +137,9 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   GroupSpec spec;
   spec.name = g.at("name").get<std::string>();
   // A misspelt key would otherwise leave an option at its default without a word.
-  static const std::set<std::string> kKeys = {
-      "name", "kind", "transport", "device", "engines", "sglang", "vllm", "lmdeploy",
-      "load_format", "nccl_lib", "check_weights"};
+  static const std::set<std::string> kKeys = {"name",        "kind",     "transport",    "device",
+                                              "engines",     "sglang",   "vllm",         "lmdeploy",
+                                              "load_format", "nccl_lib", "check_weights"};
   for (const auto& [key, value] : g.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(

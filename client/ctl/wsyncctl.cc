@@ -182,8 +182,8 @@ class Ctl {
               << StateName(g.state()) << ", world " << g.world_size() << ", device "
               << spec.device() << ", " << TransportName(spec.transport()) << OptionsText(spec)
               << (spec.nccl_library().empty() ? "" : ", NCCL " + spec.nccl_library())
-              << (spec.check_weights() ? ", weights checked after each commit" : "")
-              << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
+              << (spec.check_weights() ? ", weights checked after each commit" : "") << ", store "
+              << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
               << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     std::cout << "bucket rules: " << g.bucket_rules() << "\n";
     if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
@@ -548,9 +548,10 @@ int main(int argc, char** argv) {
   create->add_flag("--vllm-keep-prefix-cache", vllm.keep_prefix_cache,
                    "vllm: do not reset the prefix cache after an update");
   std::string nccl_library;
-  create->add_option("--nccl-lib", nccl_library,
-                     "broadcast: the libnccl.so.2 rank 0 loads for this group, the one its engines' "
-                     "torch runs (default: wsyncd's --nccl-lib)");
+  create->add_option(
+      "--nccl-lib", nccl_library,
+      "broadcast: the libnccl.so.2 rank 0 loads for this group, the one its engines' "
+      "torch runs (default: wsyncd's --nccl-lib)");
   bool check_weights = false;
   create->add_flag("--check-weights", check_weights,
                    "sglang, vllm: after every commit, compare the engines' own weight checksums "
@@ -588,8 +589,7 @@ int main(int argc, char** argv) {
   if (*updates) return ctl.Updates(limit);
   if (*create)
     return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
-                           sglang_memory, sglang_ipc_route, nccl_library,
-                           check_weights);
+                           sglang_memory, sglang_ipc_route, nccl_library, check_weights);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

@@ -1,7 +1,6 @@
 #include "common/host/host_platform.h"
 
 #include "absl/strings/str_cat.h"
-
 #include "absl/strings/str_format.h"
 #include "common/host/host_collective.h"
 #include "common/host/host_source.h"
@@ -44,7 +43,8 @@ absl::StatusOr<std::unique_ptr<RootCommunicator>> HostPlatform::CreateRootCommun
   auto comm = HostRootCommunicator::Create(bind_address_, advertise_address_, world_size);
   if (!comm.ok()) return comm.status();
   if (!nccl_library.empty()) {
-    (*comm)->set_note(absl::StrCat("the group's NCCL ", nccl_library, " is not loaded in host mode"));
+    (*comm)->set_note(
+        absl::StrCat("the group's NCCL ", nccl_library, " is not loaded in host mode"));
   }
   return std::unique_ptr<RootCommunicator>(std::move(*comm));
 }

@@ -419,8 +419,8 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
     if (!outcome.sessions.empty()) record.session_id = absl::StrJoin(outcome.sessions, ",");
     for (const EngineOutcome& e : outcome.engines) {
       record.engine_results.push_back(absl::StrCat(
-          e.engine, e.engine_version.empty() ? "" : absl::StrCat(" (", e.engine_version, ")"),
-          ": ", e.status.ok() ? "ok" : e.status.ToString(),
+          e.engine, e.engine_version.empty() ? "" : absl::StrCat(" (", e.engine_version, ")"), ": ",
+          e.status.ok() ? "ok" : e.status.ToString(),
           e.weights_check.empty() || !e.status.ok() ? "" : absl::StrCat("; ", e.weights_check)));
     }
     history_.Upsert(record);

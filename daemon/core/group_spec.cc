@@ -1,7 +1,6 @@
 #include "daemon/core/group_spec.h"
 
 #include <algorithm>
-
 #include <cctype>
 
 #include "absl/strings/match.h"
@@ -120,17 +119,17 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   }
   if (!spec.nccl_library.empty()) {
     if (spec.transport != TransportKind::kBroadcast) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group '", spec.name, "': an NCCL library is for broadcast groups; the ",
-          TransportKindName(spec.transport), " transport loads none"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name, "': an NCCL library is for broadcast groups; the ",
+                       TransportKindName(spec.transport), " transport loads none"));
     }
-    const bool printable =
-        std::all_of(spec.nccl_library.begin(), spec.nccl_library.end(),
-                    [](char c) { return c >= 0x20 && c < 0x7f; });
+    const bool printable = std::all_of(spec.nccl_library.begin(), spec.nccl_library.end(),
+                                       [](char c) { return c >= 0x20 && c < 0x7f; });
     if (spec.nccl_library.size() > 4096 || !printable) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group '", spec.name, "': the NCCL library must be a printable path of at most 4096 "
-          "characters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", spec.name,
+                       "': the NCCL library must be a printable path of at most 4096 "
+                       "characters"));
     }
   }
   // Summed wide: engines declaring 2^31 ranks each must not wrap around to a small world.

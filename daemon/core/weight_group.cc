@@ -474,8 +474,8 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   if (spec_.check_weights && errors.empty()) {
     std::vector<absl::StatusOr<WeightChecksums>> sums(adapters_.size());
     OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) {
-      const size_t i = std::find(adapter_ptrs_.begin(), adapter_ptrs_.end(), &a) -
-                       adapter_ptrs_.begin();
+      const size_t i =
+          std::find(adapter_ptrs_.begin(), adapter_ptrs_.end(), &a) - adapter_ptrs_.begin();
       sums[i] = a.ChecksumWeights();
       return absl::OkStatus();
     });
@@ -623,7 +623,10 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
       const EngineEndpoint& e = adapters_[i]->endpoint();
       auto it = waiting.find(e.url);
       auto restart = restarts.find(e.url);
-      rows[i] = EngineRow{spec_.name, spec_.kind, e, adapters_[i]->Health(),
+      rows[i] = EngineRow{spec_.name,
+                          spec_.kind,
+                          e,
+                          adapters_[i]->Health(),
                           it == waiting.end() ? std::string() : it->second,
                           restart == restarts.end() ? std::string() : restart->second};
     });

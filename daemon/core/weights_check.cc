@@ -67,8 +67,8 @@ WeightsCheck CompareEngineWeights(const std::vector<EngineEndpoint>& engines,
     if (largest_sets > 1) majority = nullptr;
     for (const auto& [print, indices] : by_print) {
       for (size_t i : indices) {
-        const std::string head = absl::StrCat("checksum ", print, " over ",
-                                              checksums[i]->size(), " tensor(s)");
+        const std::string head =
+            absl::StrCat("checksum ", print, " over ", checksums[i]->size(), " tensor(s)");
         if (members == 1) {
           check.notes[i] = absl::StrCat(head, "; no other engine of TP ", ranks, " to compare");
           continue;
@@ -94,7 +94,8 @@ WeightsCheck CompareEngineWeights(const std::vector<EngineEndpoint>& engines,
           }
         }
         const std::vector<std::string> keys = DifferingKeys(*checksums[i], *checksums[other]);
-        std::vector<std::string> shown(keys.begin(), keys.begin() + std::min<size_t>(3, keys.size()));
+        std::vector<std::string> shown(keys.begin(),
+                                       keys.begin() + std::min<size_t>(3, keys.size()));
         check.differs[i] = true;
         check.notes[i] = absl::StrCat(head, ", differs from ", engines[other].url, " in ",
                                       keys.size(), " tensor(s): ", absl::StrJoin(shown, ", "),

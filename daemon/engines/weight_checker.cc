@@ -10,13 +10,14 @@ namespace {
 constexpr size_t kMaxChecksums = 1 << 20;
 
 absl::Status NotAChecker(const std::string& url, const char* route, const char* what) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("engine ", url, " answered ", route, " ", what, ": not a weight checker wsyncd "
-                                                                   "knows"));
+  return absl::FailedPreconditionError(absl::StrCat("engine ", url, " answered ", route, " ", what,
+                                                    ": not a weight checker wsyncd "
+                                                    "knows"));
 }
 
 // Adds `checksums` (name -> hex string) under `prefix`; false when an entry is not a string.
-bool AddChecksums(const nlohmann::json& checksums, const std::string& prefix, WeightChecksums* out) {
+bool AddChecksums(const nlohmann::json& checksums, const std::string& prefix,
+                  WeightChecksums* out) {
   if (!checksums.is_object()) return false;
   for (const auto& [name, value] : checksums.items()) {
     if (!value.is_string() || out->size() >= kMaxChecksums) return false;

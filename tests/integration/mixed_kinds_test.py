@@ -21,6 +21,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import child_environment, free_port, wait_port  # noqa: E402
+from process_support import mixed_dtype_model as make_model  # noqa: E402
 
 child_environment()
 
@@ -33,21 +34,6 @@ import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
 CHUNK = 40000  # vLLM's packed chunk size for the group
-
-
-def make_model(seed):
-    """Mixed dtypes, so LMDeploy's planner rule (one dtype per bucket) cuts buckets the others
-    do not."""
-    rng = np.random.default_rng(seed)
-    return [
-        ("model.layers.0.step", np.arange(7, dtype=np.int64)),
-        ("model.norm.weight", rng.standard_normal(1001).astype(np.float32)),
-        ("lm_head.weight", rng.standard_normal((64, 513)).astype(np.float32)),
-        ("model.embed_tokens.weight", rng.integers(0, 2**16, size=(300, 70), dtype=np.uint16),
-         "bfloat16"),
-        ("model.layers.0.bias", rng.integers(0, 2**16, size=(4099,), dtype=np.uint16),
-         "bfloat16"),
-    ]
 
 
 def crc(item):

@@ -28,6 +28,23 @@ def crc(array):
     return format(zlib.crc32(np.ascontiguousarray(array).tobytes()), "08x")
 
 
+def mixed_dtype_model(seed):
+    """Five (name, array[, dtype]) tensors of int64, float32 and bfloat16, ordered so every
+    tensor's offset is a multiple of its item size: the whole model is one bucket wherever dtypes
+    may share one, and three (one per dtype run) where they may not."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    return [
+        ("model.layers.0.step", np.arange(5, dtype=np.int64)),
+        ("model.norm.weight", rng.standard_normal(1001).astype(np.float32)),
+        ("lm_head.weight", rng.standard_normal((64, 513)).astype(np.float32)),
+        ("model.embed_tokens.weight", rng.integers(0, 2**16, size=(300, 70), dtype=np.uint16),
+         "bfloat16"),
+        ("model.layers.0.bias", rng.integers(0, 2**16, size=(4099,), dtype=np.uint16),
+         "bfloat16"),
+    ]
+
+
 def client_test_arguments():
     """Takes WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SIMULATOR off the command line
     (unittest reads the rest), points the Python client at its library and returns the five."""

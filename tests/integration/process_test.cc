@@ -65,6 +65,18 @@ class ProcessTest : public ::testing::Test {
     return RunCommand(argv, dir_ + "/ctl.log");
   }
 
+  // `wsyncctl group policy` once it shows `state`, or as it is after 15 s.
+  std::string WaitForGroup(const std::string& state) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(15);
+    std::string group;
+    while (absl::Now() < deadline) {
+      group = Ctl({"group", "policy"}).second;
+      if (group.find(state) != std::string::npos) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return group;
+  }
+
   std::unique_ptr<Client> Connect() {
     auto c = Client::Connect("unix:" + socket_);
     EXPECT_TRUE(c.ok()) << c.status();
@@ -337,18 +349,8 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   std::ofstream(config) << R"({"groups": [{"name": "policy", "engines": [{"url": ")" << url_a
                         << R"("}, {"url": ")" << url_b << R"(", "ranks": 2}]}]})";
   const std::vector<std::string> flags = {"--config", config, "--state-dir", dir_ + "/state"};
-  auto wait_ready = [&] {
-    const absl::Time deadline = absl::Now() + absl::Seconds(15);
-    std::string group;
-    while (absl::Now() < deadline) {
-      group = Ctl({"group", "policy"}).second;
-      if (group.find("ready") != std::string::npos) break;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    return group;
-  };
   auto daemon = StartDaemon(flags);
-  ASSERT_THAT(wait_ready(), HasSubstr("ready"));
+  ASSERT_THAT(WaitForGroup("ready"), HasSubstr("ready"));
   // The engines know the group by its name and this wsyncd's incarnation.
   const std::string first_group = SimState(pa)["group"];
   EXPECT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
@@ -388,7 +390,7 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   // engines are reported, and stay paused.
   std::filesystem::remove(socket_);
   daemon = StartDaemon(flags);
-  const std::string group = wait_ready();
+  const std::string group = WaitForGroup("ready");
   EXPECT_THAT(group, HasSubstr("ready")) << daemon->Log();
   EXPECT_THAT(group, ::testing::Not(HasSubstr("already initialized")));
   EXPECT_THAT(daemon->Log(),
@@ -447,18 +449,8 @@ TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   std::ofstream(config) << R"({"groups": [{"name": "policy", "engines": [{"url": ")" << url_a
                         << R"("}, {"url": ")" << url_b << R"("}]}]})";
   const std::vector<std::string> flags = {"--config", config, "--state-dir", dir_ + "/state"};
-  auto wait_state = [&](const std::string& state) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(15);
-    std::string group;
-    while (absl::Now() < deadline) {
-      group = Ctl({"group", "policy"}).second;
-      if (group.find(state) != std::string::npos) break;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-    return group;
-  };
   auto daemon = StartDaemon(flags);
-  ASSERT_THAT(wait_state("ready"), HasSubstr("ready"));
+  ASSERT_THAT(WaitForGroup("ready"), HasSubstr("ready"));
   const std::string first_group = SimState(pb)["group"];
   // Engine b's ranks are wedged in the group: it cannot drop it, so it cannot join another.
   httplib::Client http_b("127.0.0.1", pb);
@@ -468,7 +460,7 @@ TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
 
   std::filesystem::remove(socket_);
   daemon = StartDaemon(flags);
-  const std::string group = wait_state("broken");
+  const std::string group = WaitForGroup("broken");
   EXPECT_THAT(group, HasSubstr("broken")) << daemon->Log();
   // By name: b needs a restart, and why; a joined (then left the failed formation) and does not.
   const std::string needs =

@@ -522,7 +522,8 @@ void SglangSim::Routes() {
       json ranks = Checksums()["ranks"];
       json rank_list = json::array();
       std::vector<std::pair<int, json>> by_rank;
-      for (const auto& [key, tensors] : ranks.items()) by_rank.emplace_back(std::stoi(key), tensors);
+      for (const auto& [key, tensors] : ranks.items())
+        by_rank.emplace_back(std::stoi(key), tensors);
       std::sort(by_rank.begin(), by_rank.end(),
                 [](const auto& a, const auto& b) { return a.first < b.first; });
       for (size_t r = 0; r < by_rank.size(); ++r) {

@@ -289,8 +289,8 @@ void VllmNcclSim::Routes() {
       if (group_) {
         for (const auto& r : group_->ranks) {
           for (const auto& [name, bytes] : r->tensors) {
-            checksums[absl::StrCat("dp0:pp0:pcp0:tp", r->rank - group_->rank_offset, ":ep0:",
-                                   name)] = Crc32Hex(Crc32(bytes.data(), bytes.size()));
+            checksums[absl::StrCat("dp0:pp0:pcp0:tp", r->rank - group_->rank_offset,
+                                   ":ep0:", name)] = Crc32Hex(Crc32(bytes.data(), bytes.size()));
           }
         }
       }

@@ -60,11 +60,11 @@ TEST(WeightsCheck, EachTpSizeIsComparedOnItsOwnAndAMissingCheckerIsOnlyNoted) {
 }
 
 TEST(WeightChecker, SglangRanksAreKeyedByTpRankAndAWrongShapeIsRefused) {
-  auto sums = SglangWeightChecksums(
-      nlohmann::json::parse(R"({"success": true, "message": "", "ranks": [
+  auto sums =
+      SglangWeightChecksums(nlohmann::json::parse(R"({"success": true, "message": "", "ranks": [
           {"checksums": {"w": "aa", "v": "bb"}, "per_gpu_checksum": "x"},
           {"checksums": {"w": "cc"}, "per_gpu_checksum": "y"}]})"),
-      "http://e");
+                            "http://e");
   ASSERT_TRUE(sums.ok()) << sums.status();
   EXPECT_EQ(*sums, (WeightChecksums{{"tp0/v", "bb"}, {"tp0/w", "aa"}, {"tp1/w", "cc"}}));
   auto engine = SglangWeightChecksums(

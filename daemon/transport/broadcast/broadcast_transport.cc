@@ -40,9 +40,8 @@ absl::Status BroadcastTransport::Form() {
     ReleaseLocked("formation failed");
     return s;
   };
-  auto comm =
-      env_.platform->CreateRootCommunicator(env_.spec.device, static_cast<int>(world_size_),
-                                            env_.spec.nccl_library);
+  auto comm = env_.platform->CreateRootCommunicator(env_.spec.device, static_cast<int>(world_size_),
+                                                    env_.spec.nccl_library);
   if (!comm.ok()) return fail(comm.status());
   collective_ = std::make_shared<FormedCollective>(std::move(*comm));
   auto rdv = rendezvous_->Open(engine_group_, collective_->comm->unique_id(), world_size_);

@@ -59,8 +59,7 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
     }
     if (attempt == 16) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "the kernel gave the store only ports an earlier group instance used (last ", port,
-          ")"));
+          "the kernel gave the store only ports an earlier group instance used (last ", port, ")"));
     }
     refused.push_back(std::move(*store));
   }
