@@ -264,10 +264,12 @@ absl::Status WeightGroup::FormLocked() {
   LeaveStaleLocked();
   auto fail = [&](absl::Status s, bool joining = false) {
     std::vector<std::string> notes;
-    if (joining && after_restart_) {
+    const std::vector<std::string> failed =
+        joining && after_restart_ ? transport_->EnginesFailedToJoin() : std::vector<std::string>();
+    if (!failed.empty()) {
       // The earlier wsyncd's group may still be held where an engine failed to join: by name,
       // each of those engines needs a restart (the rest joined, so they hold nothing stale).
-      for (const std::string& url : transport_->EnginesFailedToJoin()) {
+      for (const std::string& url : failed) {
         auto noted = stale_notes_.find(url);
         needs_restart_[url] =
             noted != stale_notes_.end()

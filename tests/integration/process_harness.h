@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -21,13 +22,16 @@ namespace wsync {
 
 class ChildProcess {
  public:
-  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path)
+  // `env`: "NAME=value" entries set in the child on top of this process's environment.
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path,
+               const std::vector<std::string>& env = {})
       : log_path_(log_path) {
     pid_ = ::fork();
     if (pid_ == 0) {
       int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
+      for (const std::string& entry : env) ::putenv(const_cast<char*>(entry.c_str()));
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
