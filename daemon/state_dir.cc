@@ -110,6 +110,7 @@ nlohmann::json StateDir::RecordToJson(const GroupRecord& record) {
                       {"group", GroupSpecToJson(record.spec)},
                       {"engine_group", record.engine_group},
                       {"store_port", record.store_port},
+                      {"stale_engine_groups", record.stale_engine_groups},
                       {"last_version", record.last_version},
                       {"needs_full_version", record.needs_full_version}};
   j["open_update"] = record.open_version.empty() ? nlohmann::json(nullptr)
@@ -128,6 +129,7 @@ absl::StatusOr<GroupRecord> StateDir::RecordFromJson(const nlohmann::json& j) {
     WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(record.spec));
     record.engine_group = j.at("engine_group").get<std::string>();
     record.store_port = j.value("store_port", uint16_t{0});
+    record.stale_engine_groups = j.value("stale_engine_groups", std::vector<std::string>());
     record.last_version = j.value("last_version", std::string());
     if (j.contains("open_update") && j["open_update"].is_object()) {
       record.open_update_id = j["open_update"].value("id", std::string());

@@ -181,7 +181,10 @@ absl::Status DaemonCore::DeclareWithRecord(const GroupSpec& spec, const GroupRec
                   previous->engine_group, "' an earlier wsyncd left");
       }
     }
-    if (allowed->spec.engines.empty()) allowed->engine_group.clear();
+    if (allowed->spec.engines.empty()) {
+      allowed->engine_group.clear();
+      allowed->stale_engine_groups.clear();
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (groups_.count(spec.name) != 0) {

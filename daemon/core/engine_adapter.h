@@ -113,6 +113,8 @@ using WeightChecksums = std::map<std::string, std::string>;
 struct AdapterTimeouts {
   absl::Duration control = absl::Seconds(30);  // init, pause, resume, version, destroy
   absl::Duration probe = absl::Seconds(5);     // health
+  // An engine's checksums of its weights (a pass over all of them on every rank).
+  absl::Duration checksum = absl::Minutes(5);
 };
 
 // The update an engine is taking part in.

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "daemon/core/group_spec.h"
@@ -19,6 +20,10 @@ struct GroupRecord {
   // destroy it. Each wsyncd incarnation names its groups afresh (the group's name and the
   // incarnation's id), so an engine that still holds this one never meets its name again.
   std::string engine_group;
+  // Names earlier incarnations gave the group that engines may still hold: kept, and asked to be
+  // dropped before every formation, until one succeeds (an engine down at the first try is asked
+  // again, also by the incarnation after the next crash).
+  std::vector<std::string> stale_engine_groups;
   // The port of the group's last rendezvous store (0: none yet). The next incarnation's store
   // avoids it: an engine rank still retrying the old store must not reach the new one.
   uint16_t store_port = 0;

@@ -4,6 +4,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -185,17 +186,23 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
                 "LMDeploy: POST /wakeup; vLLM: POST /resume)");
     }
   }
-  if (previous.engine_group.empty()) return;
+  std::vector<std::string> names = previous.stale_engine_groups;
+  if (!previous.engine_group.empty()) names.push_back(previous.engine_group);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::erase(names, engine_group_);
+  if (names.empty()) return;
   after_restart_ = true;
+  stale_engine_groups_ = std::move(names);
   // Never formed: it only gives the earlier engines adapters to be asked through.
   auto stale = Create(previous.spec, platform, options, factories);
   if (!stale.ok()) {
-    WSYNC_LOG(Warning, "group ", spec_.name, ": cannot ask the earlier engines to drop the group '",
-              previous.engine_group, "': ", stale.status().message());
+    WSYNC_LOG(Warning, "group ", spec_.name,
+              ": cannot ask the earlier engines to drop the group(s) '",
+              absl::StrJoin(stale_engine_groups_, "', '"), "': ", stale.status().message());
     return;
   }
   stale_ = std::move(*stale);
-  stale_engine_group_ = previous.engine_group;
 }
 
 absl::Status WeightGroup::PersistLocked() {
@@ -203,6 +210,7 @@ absl::Status WeightGroup::PersistLocked() {
   GroupRecord record;
   record.spec = spec_;
   record.engine_group = engine_group_;
+  record.stale_engine_groups = stale_engine_groups_;
   record.store_port = store_port_;
   record.open_update_id = open_update_.update_id;
   record.open_version = open_update_.version;
@@ -227,24 +235,27 @@ std::vector<EngineAdapter*> WeightGroup::UnflaggedLocked() const {
 
 void WeightGroup::LeaveStaleLocked() {
   if (stale_ == nullptr) return;
-  const std::vector<absl::Status> results = stale_->transport_->LeaveStale(stale_engine_group_);
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string& url = stale_->spec_.engines[i].url;
-    if (results[i].ok()) {
-      WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, " dropped the group '",
-                stale_engine_group_, "' an earlier wsyncd left");
-    } else if (results[i].code() == absl::StatusCode::kUnimplemented) {
-      stale_notes_[url] = absl::StrCat(
-          "engine ", url, " has no route to drop the group '", stale_engine_group_,
-          "' an earlier wsyncd left; if it still holds it, it refuses to join: restart it");
-      WSYNC_LOG(Warning, "group ", spec_.name, ": ", stale_notes_[url]);
-    } else {
-      // Most often the engine held no such group (it restarted too), or is down.
-      WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, ": dropping the group '",
-                stale_engine_group_, "' an earlier wsyncd left: ", results[i].message());
+  // Asked before every formation until one succeeds: an engine down now is asked again.
+  for (const std::string& name : stale_engine_groups_) {
+    const std::vector<absl::Status> results = stale_->transport_->LeaveStale(name);
+    for (size_t i = 0; i < results.size(); ++i) {
+      const std::string& url = stale_->spec_.engines[i].url;
+      if (results[i].ok()) {
+        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, " dropped the group '", name,
+                  "' an earlier wsyncd left");
+      } else if (results[i].code() == absl::StatusCode::kUnimplemented) {
+        stale_notes_[url] = absl::StrCat(
+            "engine ", url, " has no route to drop the group '", name,
+            "' an earlier wsyncd left; if it still holds it, it refuses to join: restart it");
+        WSYNC_LOG(Warning, "group ", spec_.name, ": ", stale_notes_[url]);
+      } else {
+        // Most often the engine held no such group (it restarted too, or dropped it at an
+        // earlier try), or is down.
+        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, ": dropping the group '", name,
+                  "' an earlier wsyncd left: ", results[i].message());
+      }
     }
   }
-  stale_.reset();
 }
 
 WeightGroup::~WeightGroup() {
@@ -269,6 +280,7 @@ absl::Status WeightGroup::FormLocked() {
     if (!failed.empty()) {
       // The earlier wsyncd's group may still be held where an engine failed to join: by name,
       // each of those engines needs a restart (the rest joined, so they hold nothing stale).
+      needs_restart_.clear();
       for (const std::string& url : failed) {
         auto noted = stale_notes_.find(url);
         needs_restart_[url] =
@@ -277,7 +289,8 @@ absl::Status WeightGroup::FormLocked() {
                 : absl::StrCat("engine ", url,
                                " failed to join after wsyncd restarted and may still hold the "
                                "group '",
-                               stale_engine_group_, "' the earlier wsyncd made: restart it");
+                               absl::StrJoin(stale_engine_groups_, "', '"),
+                               "' an earlier wsyncd made: restart it");
         notes.push_back(needs_restart_[url]);
       }
     } else {
@@ -303,12 +316,13 @@ absl::Status WeightGroup::FormLocked() {
   stale_notes_.clear();
   needs_restart_.clear();
   after_restart_ = false;
-  if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0) {
-    store_port_ = port;
-    if (absl::Status s = PersistLocked(); !s.ok()) {
-      // The group works; only the next incarnation's choice of port is less sure.
-      WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
-    }
+  // Every engine joined this incarnation's group: none holds an earlier one any more.
+  stale_.reset();
+  stale_engine_groups_.clear();
+  if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0) store_port_ = port;
+  if (absl::Status s = PersistLocked(); !s.ok()) {
+    // The group works; only what the next incarnation knows of it is less sure.
+    WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
   }
   state_ = GroupState::kReady;
   WSYNC_LOG(Info, "group ", spec_.name, " ready: ", transport_->Describe());
@@ -492,9 +506,25 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       differing.push_back(adapter_ptrs_[i]);
     }
     // An engine that differs must not serve what it holds: paused, it waits for a full version.
-    for (const absl::Status& s :
-         OnEachEngine(differing, [](EngineAdapter& a) { return a.PauseGeneration(); })) {
-      if (!s.ok()) WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
+    // One that cannot be paused is serving them: said in its outcome and in the update's error.
+    const std::vector<absl::Status> paused =
+        OnEachEngine(differing, [](EngineAdapter& a) { return a.PauseGeneration(); });
+    for (size_t k = 0, i = 0; i < adapters_.size(); ++i) {
+      if (!check.differs[i]) continue;
+      const absl::Status& pause = paused[k++];
+      if (pause.ok()) continue;
+      check.notes[i] = absl::StrCat(
+          check.notes[i], "; pausing it failed, so it still serves them: ", pause.message());
+      (*outcomes)[first_outcome + i].weights_check = check.notes[i];
+      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[i]);
+      absl::StrAppend(&check.error, "; engine ", adapters_[i]->endpoint().url,
+                      ": pausing it failed, so it still serves them");
+    }
+    if (std::all_of(check.notes.begin(), check.notes.end(), [](const std::string& note) {
+          return absl::StartsWith(note, "not checked");
+        })) {
+      WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
+                "' compared no engine: ", absl::StrJoin(check.notes, "; "));
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -165,10 +165,12 @@ class WeightGroup {
   BucketRules bucket_rules_;
   // Set once by Create; its failure hook calls back into this group.
   std::unique_ptr<Transport> transport_;
-  // A group made from the earlier wsyncd's record (its engines, never formed) and the engine
-  // group name it used; cleared once its engines were asked to drop it.
+  // A group made from the earlier wsyncd's record (its engines, never formed), through which they
+  // are asked to drop the names below.
   std::shared_ptr<WeightGroup> stale_;
-  std::string stale_engine_group_;
+  // The names that earlier incarnations gave the group, as recorded; until a formation succeeds
+  // (then cleared, with stale_) the engines are asked to drop them before every formation.
+  std::vector<std::string> stale_engine_groups_;
 
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;

@@ -21,7 +21,7 @@ struct WeightsCheck {
 // TP size is compared on its own. Where the engines of a TP size disagree, the engines outside
 // the one largest set of equal answers differ; with no single largest set, every engine of that
 // size differs, since nothing says which holds the trainer's weights. An engine whose checker
-// failed or that has none is noted and neither agrees nor differs.
+// failed, that has none, or that listed no tensors is noted and neither agrees nor differs.
 WeightsCheck CompareEngineWeights(const std::vector<EngineEndpoint>& engines,
                                   const std::vector<absl::StatusOr<WeightChecksums>>& checksums);
 

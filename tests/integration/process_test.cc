@@ -465,7 +465,7 @@ TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   // By name: b needs a restart, and why; a joined (then left the failed formation) and does not.
   const std::string needs =
       "engine " + url_b + " failed to join after wsyncd restarted and may still hold the group '" +
-      first_group + "' the earlier wsyncd made: restart it";
+      first_group + "' an earlier wsyncd made: restart it";
   EXPECT_THAT(group, HasSubstr(needs));
   auto [erc, engines] = Ctl({"engines"});
   EXPECT_EQ(erc, 0);
@@ -477,6 +477,15 @@ TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   }
   // a dropped both the stale group and the failed one.
   EXPECT_EQ(SimState(pa)["group"], "");
+  // Until a formation succeeds, the record keeps the old name, to be asked again (also by the
+  // incarnation after another crash).
+  auto record = [&] {
+    std::ifstream in(dir_ + "/state/groups/policy.json");
+    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  };
+  EXPECT_EQ(record().value("stale_engine_groups", nlohmann::json()),
+            nlohmann::json::array({first_group}));
+  EXPECT_NE(record().value("engine_group", ""), first_group);
 
   // The operator restarts b; the next update forms the group and lands everywhere.
   sim_b->Signal(SIGTERM);
@@ -490,6 +499,7 @@ TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   ExpectEngineHolds(pa, v1, "v1", 1);
   ExpectEngineHolds(pb, v1, "v1", 1);
   EXPECT_THAT(Ctl({"engines"}).second, ::testing::Not(HasSubstr("needs a restart")));
+  EXPECT_EQ(record().value("stale_engine_groups", nlohmann::json()), nlohmann::json::array());
 }
 
 TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {

@@ -702,6 +702,7 @@ GroupRecord ARecord(const std::string& name) {
   r.spec.engine_options = std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
   r.engine_group = name + ".1a2b3c4d";
   r.store_port = 41234;
+  r.stale_engine_groups = {name + ".0badf00d"};
   r.open_update_id = "u3";
   r.open_version = "step-3";
   r.last_version = "step-2";

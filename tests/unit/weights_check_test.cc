@@ -59,6 +59,14 @@ TEST(WeightsCheck, EachTpSizeIsComparedOnItsOwnAndAMissingCheckerIsOnlyNoted) {
   EXPECT_EQ(check.notes[3], "not checked: this engine kind has no weight checker");
 }
 
+TEST(WeightsCheck, AnEmptyAnswerProvesNothingAndIsNotCompared) {
+  WeightsCheck check = CompareEngineWeights({Engine("http://a", 1), Engine("http://b", 1)},
+                                            {WeightChecksums{}, WeightChecksums{}});
+  EXPECT_EQ(check.error, "");
+  EXPECT_THAT(check.differs, ElementsAre(false, false));
+  EXPECT_EQ(check.notes[0], "not checked: the checker listed no tensors");
+}
+
 TEST(WeightChecker, SglangRanksAreKeyedByTpRankAndAWrongShapeIsRefused) {
   auto sums =
       SglangWeightChecksums(nlohmann::json::parse(R"({"success": true, "message": "", "ranks": [
