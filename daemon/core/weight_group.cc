@@ -190,7 +190,6 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
   if (!previous.engine_group.empty()) names.push_back(previous.engine_group);
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
-  std::erase(names, engine_group_);
   if (names.empty()) return;
   after_restart_ = true;
   stale_engine_groups_ = std::move(names);
@@ -316,11 +315,16 @@ absl::Status WeightGroup::FormLocked() {
   stale_notes_.clear();
   needs_restart_.clear();
   after_restart_ = false;
-  // Every engine joined this incarnation's group: none holds an earlier one any more.
+  // Every engine joined this incarnation's group: none holds an earlier one any more. Recorded
+  // again only when that, or the store's port, changed what the record says.
+  bool changed = !stale_engine_groups_.empty();
   stale_.reset();
   stale_engine_groups_.clear();
-  if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0) store_port_ = port;
-  if (absl::Status s = PersistLocked(); !s.ok()) {
+  if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0 && port != store_port_) {
+    store_port_ = port;
+    changed = true;
+  }
+  if (absl::Status s = changed ? PersistLocked() : absl::OkStatus(); !s.ok()) {
     // The group works; only what the next incarnation knows of it is less sure.
     WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
   }
