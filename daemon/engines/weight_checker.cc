@@ -27,7 +27,35 @@ bool AddChecksums(const nlohmann::json& checksums, const std::string& prefix,
   return true;
 }
 
+using ChecksumReader = absl::StatusOr<WeightChecksums> (*)(const nlohmann::json& answer,
+                                                           const std::string& url);
+
+absl::StatusOr<WeightChecksums> Ask(const EngineHttp& http, const std::string& url,
+                                    const char* engine, const char* route, ChecksumReader read,
+                                    absl::Duration timeout) {
+  auto answer = http.PostExpectSuccess(route, {{"action", "checksum"}}, timeout);
+  if (!answer.ok()) {
+    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
+      return absl::UnimplementedError(
+          absl::StrCat("this ", engine, " build has no ", route, " (404)"));
+    }
+    return answer.status();
+  }
+  return read(*answer, url);
+}
+
 }  // namespace
+
+absl::StatusOr<WeightChecksums> AskSglangWeightChecker(const EngineHttp& http,
+                                                       const std::string& url,
+                                                       absl::Duration timeout) {
+  return Ask(http, url, "SGLang", "/weights_checker", &SglangWeightChecksums, timeout);
+}
+
+absl::StatusOr<WeightChecksums> AskVllmWeightChecker(const EngineHttp& http, const std::string& url,
+                                                     absl::Duration timeout) {
+  return Ask(http, url, "vLLM", "/weight_checker", &VllmWeightChecksums, timeout);
+}
 
 absl::StatusOr<WeightChecksums> SglangWeightChecksums(const nlohmann::json& answer,
                                                       const std::string& url) {

@@ -4,7 +4,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/engines/http_json.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -25,6 +27,14 @@ absl::StatusOr<WeightChecksums> SglangWeightChecksums(const nlohmann::json& answ
 // already naming the rank.
 absl::StatusOr<WeightChecksums> VllmWeightChecksums(const nlohmann::json& answer,
                                                     const std::string& url);
+
+// POSTs {"action": "checksum"} to the engine's checker route and reads the answer as that engine
+// writes it; UNIMPLEMENTED where the build has no such route (404).
+absl::StatusOr<WeightChecksums> AskSglangWeightChecker(const EngineHttp& http,
+                                                       const std::string& url,
+                                                       absl::Duration timeout);
+absl::StatusOr<WeightChecksums> AskVllmWeightChecker(const EngineHttp& http, const std::string& url,
+                                                     absl::Duration timeout);
 
 }  // namespace wsync
 

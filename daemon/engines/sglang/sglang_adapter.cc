@@ -71,15 +71,7 @@ std::string SglangAdapter::probed_version() const {
 }
 
 absl::StatusOr<WeightChecksums> SglangAdapter::ChecksumWeights() {
-  auto answer =
-      http_.PostExpectSuccess("/weights_checker", {{"action", "checksum"}}, timeouts_.checksum);
-  if (!answer.ok()) {
-    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
-      return absl::UnimplementedError("this SGLang build has no /weights_checker (404)");
-    }
-    return answer.status();
-  }
-  return SglangWeightChecksums(*answer, endpoint_.url);
+  return AskSglangWeightChecker(http_, endpoint_.url, timeouts_.checksum);
 }
 
 bool SglangAdapter::sessions() const {

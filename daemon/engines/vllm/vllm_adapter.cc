@@ -136,15 +136,7 @@ std::string VllmAdapter::probed_version() const {
 }
 
 absl::StatusOr<WeightChecksums> VllmAdapter::ChecksumWeights() {
-  auto answer =
-      http_.PostExpectSuccess("/weight_checker", {{"action", "checksum"}}, timeouts_.checksum);
-  if (!answer.ok()) {
-    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
-      return absl::UnimplementedError("this vLLM build has no /weight_checker (404)");
-    }
-    return answer.status();
-  }
-  return VllmWeightChecksums(*answer, endpoint_.url);
+  return AskVllmWeightChecker(http_, endpoint_.url, timeouts_.checksum);
 }
 
 absl::Status VllmAdapter::PostInit(const nlohmann::json& body) const {
