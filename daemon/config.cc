@@ -137,9 +137,9 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   GroupSpec spec;
   spec.name = g.at("name").get<std::string>();
   // A misspelt key would otherwise leave an option at its default without a word.
-  static const std::set<std::string> kKeys = {"name",        "kind",     "transport",    "device",
-                                              "engines",     "sglang",   "vllm",         "lmdeploy",
-                                              "load_format", "nccl_lib", "check_weights"};
+  static const std::set<std::string> kKeys = {
+      "name", "kind",     "transport",   "device",   "engines",       "sglang",
+      "vllm", "lmdeploy", "load_format", "nccl_lib", "check_weights", "quorum"};
   for (const auto& [key, value] : g.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(
@@ -156,6 +156,11 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   }
   if (g.contains("nccl_lib")) spec.nccl_library = g.at("nccl_lib").get<std::string>();
   if (g.contains("check_weights")) spec.check_weights = g.at("check_weights").get<bool>();
+  if (g.contains("quorum")) {
+    WSYNC_ASSIGN_OR_RETURN(
+        spec.quorum, IntegerValue(g["quorum"], absl::StrCat("group '", spec.name, "': quorum"), 0,
+                                  std::numeric_limits<uint32_t>::max()));
+  }
   for (const auto& e : g.at("engines")) {
     EngineSpec engine{e.at("url").get<std::string>(), 1};
     if (e.contains("ranks")) {
@@ -266,6 +271,7 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
                       {"engines", std::move(engines)}};
   if (!spec.nccl_library.empty()) j["nccl_lib"] = spec.nccl_library;
   if (spec.check_weights) j["check_weights"] = true;
+  if (spec.quorum != 0) j["quorum"] = spec.quorum;
   if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
     j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
     if (sglang->memory() != SglangMemory::kKeep) {

@@ -182,8 +182,11 @@ class Ctl {
               << StateName(g.state()) << ", world " << g.world_size() << ", device "
               << spec.device() << ", " << TransportName(spec.transport()) << OptionsText(spec)
               << (spec.nccl_library().empty() ? "" : ", NCCL " + spec.nccl_library())
-              << (spec.check_weights() ? ", weights checked after each commit" : "") << ", store "
-              << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
+              << (spec.check_weights() ? ", weights checked after each commit" : "")
+              << (spec.quorum() == 0 ? std::string()
+                                     : absl::StrCat(", quorum ", spec.quorum(), " of ",
+                                                    spec.engines_size(), " engines"))
+              << ", store " << (g.rendezvous().empty() ? "-" : g.rendezvous()) << ", last version "
               << (g.last_version().empty() ? "-" : g.last_version()) << "\n";
     std::cout << "bucket rules: " << g.bucket_rules() << "\n";
     if (!g.error().empty()) std::cout << "last error: " << g.error() << "\n";
@@ -299,7 +302,7 @@ class Ctl {
                   const std::string& load_format, const std::string& transport,
                   const VllmFlags& vllm, const std::string& sglang_memory,
                   const std::string& sglang_ipc_route, const std::string& nccl_library,
-                  bool check_weights) {
+                  bool check_weights, uint32_t quorum) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
@@ -312,6 +315,7 @@ class Ctl {
     group->set_device(device);
     group->set_nccl_library(nccl_library);
     group->set_check_weights(check_weights);
+    group->set_quorum(quorum);
     if (transport == "ipc") {
       group->set_transport(v1::TRANSPORT_IPC);
     } else if (transport == "broadcast" || transport.empty()) {
@@ -556,6 +560,10 @@ int main(int argc, char** argv) {
   create->add_flag("--check-weights", check_weights,
                    "sglang, vllm: after every commit, compare the engines' own weight checksums "
                    "with each other; an engine that differs fails the update");
+  uint32_t quorum = 0;
+  create->add_option("--quorum", quorum,
+                     "engines an update needs (default 0: all); with fewer, an update goes on "
+                     "without engines that fail and commits once this many committed");
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;
@@ -589,7 +597,7 @@ int main(int argc, char** argv) {
   if (*updates) return ctl.Updates(limit);
   if (*create)
     return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
-                           sglang_memory, sglang_ipc_route, nccl_library, check_weights);
+                           sglang_memory, sglang_ipc_route, nccl_library, check_weights, quorum);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

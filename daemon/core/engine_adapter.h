@@ -166,6 +166,9 @@ class EngineAdapter {
  public:
   virtual ~EngineAdapter() = default;
   virtual const EngineEndpoint& endpoint() const = 0;
+  // The engine's first rank when its group forms without some of its engines (a quorum group
+  // renumbers the ones it keeps). Called only between updates, while no other call runs.
+  virtual void SetRankOffset(uint32_t rank_offset) = 0;
   virtual AdapterCapabilities Capabilities() const = 0;
 
   // Checks version, parallel sizes and anything else that would make the group fail later.

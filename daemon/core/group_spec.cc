@@ -50,7 +50,7 @@ absl::string_view TransportKindName(TransportKind kind) {
 bool GroupSpec::operator==(const GroupSpec& other) const {
   if (name != other.name || kind != other.kind || transport != other.transport ||
       engines != other.engines || device != other.device || nccl_library != other.nccl_library ||
-      check_weights != other.check_weights) {
+      check_weights != other.check_weights || quorum != other.quorum) {
     return false;
   }
   if (engine_options == nullptr || other.engine_options == nullptr) {
@@ -112,6 +112,11 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   }
   if (spec.engines.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine"));
+  }
+  if (spec.quorum > spec.engines.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "': a quorum of ",
+                                                   spec.quorum, " engines is more than its ",
+                                                   spec.engines.size()));
   }
   if (spec.check_weights && spec.kind == EngineKind::kLmdeploy) {
     return absl::InvalidArgumentError(absl::StrCat(

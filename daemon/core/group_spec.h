@@ -65,6 +65,13 @@ struct GroupSpec {
   // engines with each other (weights_check.h): an engine whose weights differ fails the update and
   // waits, paused, for a full version. SGLang and vLLM only (LMDeploy has no checker).
   bool check_weights = false;
+  // How many engines an update needs; 0: all of them (all or nothing). With fewer, an update
+  // goes on without an engine that fails: before its first bucket (it fails its probe, its join
+  // or its pause; a broadcast group re-forms without it, ranks renumbered), during it on the
+  // IPC transport's per-bucket requests (it gets no later bucket of the update), and at the
+  // commit. The update commits once at least `quorum` engines committed it; every engine left
+  // out is paused where it answers and waits for a full version, and the result names each.
+  uint32_t quorum = 0;
 
   bool operator==(const GroupSpec& other) const;
 };

@@ -2,6 +2,7 @@
 #define WSYNC_DAEMON_CORE_TRANSPORT_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,6 +92,9 @@ class Transport {
   // The engines (URLs) whose join failed in the last Form; empty when it succeeded or failed
   // before any engine was asked.
   virtual std::vector<std::string> EnginesFailedToJoin() const { return {}; }
+  // The engines the open update went on without (TransportEnv::engines_needed), by URL, with
+  // why; empty where every engine took every bucket, and on transports that drop none.
+  virtual std::map<std::string, absl::Status> DroppedEngines() const { return {}; }
   virtual std::string Describe() const = 0;
 };
 
@@ -114,6 +118,10 @@ struct TransportEnv {
   std::vector<uint16_t> avoid_store_ports;
   Platform* platform = nullptr;
   std::vector<EngineAdapter*> adapters;
+  // How many of `adapters` an update needs (a quorum group); 0: all. Where engines are
+  // independent of each other (CUDA IPC requests), a transport may drop an engine whose bucket
+  // failed from the rest of the update while this many remain, instead of failing the bucket.
+  size_t engines_needed = 0;
   TransportOptions options;
   // Called once per failed bucket, from the update's threads: the group is broken.
   std::function<void(const absl::Status&)> on_bucket_failed;

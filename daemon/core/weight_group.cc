@@ -126,33 +126,79 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
   }
   std::shared_ptr<WeightGroup> group(
       new WeightGroup(spec, EngineGroupName(spec.name, options.incarnation), std::move(feeds),
-                      std::move(adapters), store));
-  TransportEnv env;
-  env.engine_group = group->engine_group_;
+                      std::move(adapters), store, platform, factories, options.transport));
   if (previous != nullptr && previous->store_port != 0) {
-    env.avoid_store_ports.push_back(previous->store_port);
+    group->avoid_store_ports_.push_back(previous->store_port);
   }
-  env.spec = std::move(spec);
-  env.platform = platform;
-  env.adapters = group->adapter_ptrs_;
-  env.options = options.transport;
-  WeightGroup* raw = group.get();
-  env.on_bucket_failed = [raw](const absl::Status& s) { raw->MarkBroken(s); };
-  WSYNC_ASSIGN_OR_RETURN(group->transport_, factories.transport(std::move(env)));
+  {
+    std::lock_guard<std::mutex> lock(group->mu_);
+    WSYNC_RETURN_IF_ERROR(group->MakeTransportLocked(group->AllEngines()));
+  }
   if (previous != nullptr) group->TakeOver(*previous, platform, options, factories);
   return group;
 }
 
 WeightGroup::WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
                          std::vector<std::unique_ptr<EngineAdapter>> adapters,
-                         GroupStateStore* store)
+                         GroupStateStore* store, Platform* platform, GroupFactories factories,
+                         TransportOptions transport_options)
     : spec_(std::move(spec)),
       feeds_(std::move(feeds)),
       adapters_(std::move(adapters)),
       adapter_ptrs_(Pointers(adapters_)),
       store_(store),
+      platform_(platform),
+      factories_(std::move(factories)),
+      transport_options_(std::move(transport_options)),
       engine_group_(std::move(engine_group)) {
   for (const auto& a : adapters_) bucket_rules_.Merge(a->Capabilities().bucket_rules);
+}
+
+std::vector<size_t> WeightGroup::AllEngines() const {
+  std::vector<size_t> all(adapters_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
+}
+
+std::vector<EngineAdapter*> WeightGroup::AdaptersAt(const std::vector<size_t>& indexes) const {
+  std::vector<EngineAdapter*> out;
+  for (size_t i : indexes) out.push_back(adapter_ptrs_[i]);
+  return out;
+}
+
+absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members) {
+  TransportEnv env;
+  env.engine_group = engine_group_;
+  env.avoid_store_ports = avoid_store_ports_;
+  // A store made again for the same group never takes the port engines were last sent to.
+  if (store_port_ != 0) env.avoid_store_ports.push_back(store_port_);
+  env.spec = spec_;
+  env.spec.engines.clear();
+  uint32_t offset = 1;
+  for (size_t i : members) {
+    env.spec.engines.push_back(spec_.engines[i]);
+    adapters_[i]->SetRankOffset(offset);
+    offset += spec_.engines[i].ranks;
+    env.adapters.push_back(adapter_ptrs_[i]);
+  }
+  env.engines_needed = quorum_group() ? spec_.quorum : 0;
+  env.platform = platform_;
+  env.options = transport_options_;
+  env.on_bucket_failed = [this](const absl::Status& s) { MarkBroken(s); };
+  absl::StatusOr<std::unique_ptr<Transport>> made = factories_.transport(std::move(env));
+  if (!made.ok()) {
+    // The transport in place keeps its engines, numbered as it made them.
+    offset = 1;
+    for (size_t i : members_) {
+      adapters_[i]->SetRankOffset(offset);
+      offset += spec_.engines[i].ranks;
+    }
+    return made.status();
+  }
+  if (transport_) transport_->Release("the group's engines changed");
+  transport_ = *std::move(made);
+  members_ = members;
+  return absl::OkStatus();
 }
 
 void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
@@ -264,10 +310,34 @@ WeightGroup::~WeightGroup() {
 
 absl::Status WeightGroup::Form() {
   std::lock_guard<std::mutex> lock(mu_);
+  set_aside_.clear();
   return FormLocked();
 }
 
-absl::Status WeightGroup::FormLocked() {
+void WeightGroup::SetAsideLocked(size_t i, const absl::Status& why) {
+  const std::string& url = adapters_[i]->endpoint().url;
+  WSYNC_LOG(Warning, "group ", spec_.name, ": going on without engine ", url, " (quorum ",
+            engines_needed(), " of ", adapters_.size(), "): ", why.message());
+  set_aside_[url] = why;
+}
+
+namespace {
+
+// UNAVAILABLE: a quorum group has too few engines left, each left-out one named with why.
+absl::Status TooFewEngines(const GroupSpec& spec, size_t needed, size_t left,
+                           const std::map<std::string, absl::Status>& set_aside) {
+  std::vector<std::string> why;
+  for (const auto& [url, status] : set_aside)
+    why.push_back(absl::StrCat(url, ": ", status.message()));
+  return absl::UnavailableError(absl::StrCat("group '", spec.name, "' needs ", needed, " of its ",
+                                             spec.engines.size(), " engines and ", left,
+                                             " are left; without ", absl::StrJoin(why, "; ")));
+}
+
+}  // namespace
+
+absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
+  if (candidates.empty()) candidates = AllEngines();
   state_ = GroupState::kForming;
   error_.clear();
   // Before any init: an engine still holding the earlier wsyncd's group refuses to join.
@@ -303,23 +373,67 @@ absl::Status WeightGroup::FormLocked() {
     WSYNC_LOG(Warning, "group ", spec_.name, ": formation failed: ", s.message());
     return s;
   };
-  if (absl::Status s =
-          FirstError(OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.Probe(); }));
-      !s.ok()) {
-    return fail(s);
+  const std::vector<absl::Status> probes =
+      OnEachEngine(AdaptersAt(candidates), [](EngineAdapter& a) { return a.Probe(); });
+  if (!quorum_group()) {
+    if (absl::Status s = FirstError(probes); !s.ok()) return fail(s);
+  } else {
+    std::vector<size_t> answered;
+    for (size_t k = 0; k < candidates.size(); ++k) {
+      if (probes[k].ok()) {
+        answered.push_back(candidates[k]);
+      } else {
+        SetAsideLocked(candidates[k], probes[k]);
+      }
+    }
+    candidates = std::move(answered);
+    if (candidates.size() < engines_needed()) {
+      return fail(TooFewEngines(spec_, engines_needed(), candidates.size(), set_aside_));
+    }
   }
   // Recorded before the engines init it, so a wsyncd that dies from here on leaves a record of
   // the group they may hold.
   if (absl::Status s = PersistLocked(); !s.ok()) return fail(s);
-  if (absl::Status s = transport_->Form(); !s.ok()) return fail(s, /*joining=*/true);
+  for (;;) {
+    if (candidates != members_) {
+      if (absl::Status s = MakeTransportLocked(candidates); !s.ok()) return fail(s);
+    }
+    const absl::Status formed = transport_->Form();
+    if (formed.ok()) break;
+    // A quorum group forms again without the engines that failed to join, while enough remain.
+    const std::vector<std::string> failed =
+        quorum_group() ? transport_->EnginesFailedToJoin() : std::vector<std::string>();
+    if (failed.empty()) return fail(formed, /*joining=*/true);
+    std::vector<size_t> joined;
+    for (size_t i : candidates) {
+      const std::string& url = adapters_[i]->endpoint().url;
+      if (std::find(failed.begin(), failed.end(), url) == failed.end()) {
+        joined.push_back(i);
+        continue;
+      }
+      SetAsideLocked(
+          i, absl::Status(formed.code(), absl::StrCat("it failed to join: ", formed.message())));
+      if (after_restart_) {
+        needs_restart_[url] = absl::StrCat(
+            "engine ", url, " failed to join after wsyncd restarted and may still hold the group '",
+            absl::StrJoin(stale_engine_groups_, "', '"), "' an earlier wsyncd made: restart it");
+      }
+    }
+    if (joined.size() < engines_needed()) return fail(formed, /*joining=*/true);
+    candidates = std::move(joined);
+  }
   stale_notes_.clear();
-  needs_restart_.clear();
-  after_restart_ = false;
+  for (size_t i : members_) needs_restart_.erase(adapters_[i]->endpoint().url);
   // Every engine joined this incarnation's group: none holds an earlier one any more. Recorded
-  // again only when that, or the store's port, changed what the record says.
-  bool changed = !stale_engine_groups_.empty();
-  stale_.reset();
-  stale_engine_groups_.clear();
+  // again only when that, or the store's port, changed what the record says. (An engine a
+  // quorum group formed without is asked to drop them again before the next formation.)
+  bool changed = false;
+  if (members_.size() == adapters_.size()) {
+    after_restart_ = false;
+    changed = !stale_engine_groups_.empty();
+    stale_.reset();
+    stale_engine_groups_.clear();
+  }
   if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0 && port != store_port_) {
     store_port_ = port;
     changed = true;
@@ -380,6 +494,23 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is already being updated"));
   }
+  set_aside_.clear();
+  if (quorum_group() && state_ == GroupState::kReady && members_.size() < adapters_.size()) {
+    // Engines an earlier update went on without are asked again: if one answers its probe now,
+    // the group forms again to take it back.
+    std::vector<size_t> outside;
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      if (std::find(members_.begin(), members_.end(), i) == members_.end()) outside.push_back(i);
+    }
+    const std::vector<absl::Status> probes =
+        OnEachEngine(AdaptersAt(outside), [](EngineAdapter& a) { return a.Probe(); });
+    if (std::any_of(probes.begin(), probes.end(), [](const absl::Status& s) { return s.ok(); })) {
+      WSYNC_LOG(Info, "group ", spec_.name, ": an engine it went without answers again");
+      state_ = GroupState::kForming;
+    } else {
+      for (size_t k = 0; k < outside.size(); ++k) SetAsideLocked(outside[k], probes[k]);
+    }
+  }
   if (state_ == GroupState::kReady) {
     if (absl::Status formed = transport_->CheckFormed(); !formed.ok()) {
       // Re-forming now spares the update a failure.
@@ -412,15 +543,7 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     open_update_ = UpdateInfo{};
     if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
   };
-  if (absl::Status s = FirstError(
-          OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.PauseGeneration(); }));
-      !s.ok()) {
-    resume_all();
-    return s;
-  }
-  if (absl::Status s = FirstError(
-          OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.BeginUpdate(update); }));
-      !s.ok()) {
+  if (absl::Status s = PauseMembersLocked(update); !s.ok()) {
     resume_all();
     return s;
   }
@@ -430,6 +553,46 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
   }
   state_ = GroupState::kUpdating;
   update_open_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status WeightGroup::PauseMembersLocked(const UpdateInfo& update) {
+  if (!quorum_group()) {
+    WSYNC_RETURN_IF_ERROR(FirstError(
+        OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.PauseGeneration(); })));
+    return FirstError(
+        OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.BeginUpdate(update); }));
+  }
+  // Each engine on its own: one that fails to pause or to open its update is left out.
+  const std::vector<size_t> members = members_;
+  const std::vector<absl::Status> results =
+      OnEachEngine(AdaptersAt(members), [&](EngineAdapter& a) {
+        WSYNC_RETURN_IF_ERROR(a.PauseGeneration());
+        return a.BeginUpdate(update);
+      });
+  std::vector<size_t> kept;
+  for (size_t k = 0; k < members.size(); ++k) {
+    if (results[k].ok()) {
+      kept.push_back(members[k]);
+    } else {
+      SetAsideLocked(members[k], results[k]);
+    }
+  }
+  if (kept.size() == members.size()) return absl::OkStatus();
+  if (kept.size() < engines_needed()) {
+    return TooFewEngines(spec_, engines_needed(), kept.size(), set_aside_);
+  }
+  // The transport must not wait on them: a broadcast's collective counts every rank it formed
+  // with, and IPC requests go to every engine it holds. The engines kept join again paused, with
+  // their updates open.
+  transport_->Disband();
+  transport_->Release("forming again without the engines left out");
+  if (absl::Status s = FormLocked(kept); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("group '", spec_.name,
+                                               "': forming again without the engines left out "
+                                               "failed: ",
+                                               s.message()));
+  }
   return absl::OkStatus();
 }
 
@@ -475,52 +638,78 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
     AbortUpdate(std::string(s.message()));
     return s;
   }
-  std::vector<absl::Status> results =
-      OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.FinishUpdate(update); });
-  std::vector<std::string> errors;
-  absl::Status first;
-  const size_t first_outcome = outcomes->size();
-  for (size_t i = 0; i < results.size(); ++i) {
-    outcomes->push_back(outcome(i, results[i]));
-    if (!results[i].ok()) {
-      errors.push_back(absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message()));
-      if (first.ok()) first = results[i];
+  // Per engine: how its update ended. Those the update went on without (set aside before the
+  // first bucket, or dropped by the transport after a failed one) are not asked to commit.
+  std::vector<absl::Status> results(adapters_.size());
+  std::vector<size_t> finishers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [url, why] : transport_->DroppedEngines()) set_aside_.emplace(url, why);
+    std::vector<bool> member(adapters_.size(), false);
+    for (size_t i : members_) member[i] = true;
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      auto aside = set_aside_.find(adapters_[i]->endpoint().url);
+      if (member[i] && aside == set_aside_.end()) {
+        finishers.push_back(i);
+        continue;
+      }
+      const absl::Status why = aside != set_aside_.end()
+                                   ? aside->second
+                                   : absl::UnavailableError("not in the group's formation");
+      results[i] =
+          absl::Status(why.code(), absl::StrCat("left out of this update: ", why.message()));
     }
   }
+  const std::vector<absl::Status> finished =
+      OnEachEngine(AdaptersAt(finishers), [&](EngineAdapter& a) { return a.FinishUpdate(update); });
+  for (size_t k = 0; k < finishers.size(); ++k) results[finishers[k]] = finished[k];
+  const size_t first_outcome = outcomes->size();
+  for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(outcome(i, results[i]));
+  std::vector<size_t> committed;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    if (results[i].ok()) committed.push_back(i);
+  }
+  // All or nothing, unless the group's quorum says how many must commit.
+  const bool commit_ok = committed.size() >= engines_needed();
+  // And, with the check, enough engines agree.
+  bool landed = commit_ok;
   // The engines' own checksums, compared while the update still holds the group (so no other
   // update pauses the engines under the checkers) and after they resumed (vLLM's checker
-  // refuses a paused engine).
+  // refuses a paused engine). Only engines that committed are compared.
   WeightsCheck check;
-  if (spec_.check_weights && errors.empty()) {
-    std::vector<absl::StatusOr<WeightChecksums>> sums(adapters_.size());
-    OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) {
-      const size_t i =
-          std::find(adapter_ptrs_.begin(), adapter_ptrs_.end(), &a) - adapter_ptrs_.begin();
-      sums[i] = a.ChecksumWeights();
+  std::vector<bool> differs(adapters_.size(), false);
+  if (spec_.check_weights && commit_ok) {
+    const std::vector<EngineAdapter*> checked = AdaptersAt(committed);
+    std::vector<absl::StatusOr<WeightChecksums>> sums(checked.size());
+    OnEachEngine(checked, [&](EngineAdapter& a) {
+      sums[std::find(checked.begin(), checked.end(), &a) - checked.begin()] = a.ChecksumWeights();
       return absl::OkStatus();
     });
     std::vector<EngineEndpoint> endpoints;
-    for (const auto& a : adapters_) endpoints.push_back(a->endpoint());
+    for (EngineAdapter* a : checked) endpoints.push_back(a->endpoint());
     check = CompareEngineWeights(endpoints, sums);
     std::vector<EngineAdapter*> differing;
-    for (size_t i = 0; i < adapters_.size(); ++i) {
-      (*outcomes)[first_outcome + i].weights_check = check.notes[i];
-      if (!check.differs[i]) continue;
-      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[i]);
+    for (size_t k = 0; k < committed.size(); ++k) {
+      const size_t i = committed[k];
+      (*outcomes)[first_outcome + i].weights_check = check.notes[k];
+      if (!check.differs[k]) continue;
+      differs[i] = true;
+      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[k]);
       differing.push_back(adapter_ptrs_[i]);
     }
     // An engine that differs must not serve what it holds: paused, it waits for a full version.
     // One that cannot be paused is serving them: said in its outcome and in the update's error.
     const std::vector<absl::Status> paused =
         OnEachEngine(differing, [](EngineAdapter& a) { return a.PauseGeneration(); });
-    for (size_t k = 0, i = 0; i < adapters_.size(); ++i) {
-      if (!check.differs[i]) continue;
-      const absl::Status& pause = paused[k++];
+    for (size_t j = 0, k = 0; k < committed.size(); ++k) {
+      if (!check.differs[k]) continue;
+      const size_t i = committed[k];
+      const absl::Status& pause = paused[j++];
       if (pause.ok()) continue;
-      check.notes[i] = absl::StrCat(
-          check.notes[i], "; pausing it failed, so it still serves them: ", pause.message());
-      (*outcomes)[first_outcome + i].weights_check = check.notes[i];
-      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[i]);
+      check.notes[k] = absl::StrCat(
+          check.notes[k], "; pausing it failed, so it still serves them: ", pause.message());
+      (*outcomes)[first_outcome + i].weights_check = check.notes[k];
+      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[k]);
       absl::StrAppend(&check.error, "; engine ", adapters_[i]->endpoint().url,
                       ": pausing it failed, so it still serves them");
     }
@@ -530,6 +719,26 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
                 "' compared no engine: ", absl::StrJoin(check.notes, "; "));
     }
+    const size_t agreeing =
+        committed.size() - std::count(check.differs.begin(), check.differs.end(), true);
+    landed = check.error.empty() || (quorum_group() && agreeing >= engines_needed());
+  }
+  // A quorum group's version landed without some engines: they must not serve what they hold
+  // (an older version, or part of this one), so each is paused where it answers and waits for a
+  // full version.
+  std::vector<size_t> missed;
+  std::vector<std::string> errors;
+  absl::Status first;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    if (!results[i].ok()) {
+      missed.push_back(i);
+      errors.push_back(absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message()));
+      if (first.ok()) first = results[i];
+    }
+  }
+  const size_t kept = committed.size() - std::count(differs.begin(), differs.end(), true);
+  if (commit_ok && !missed.empty()) {
+    OnEachEngine(AdaptersAt(missed), [](EngineAdapter& a) { return a.PauseGeneration(); });
   }
   std::lock_guard<std::mutex> lock(mu_);
   transport_->EndUpdate("the update finished");
@@ -537,27 +746,51 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   ++updates_;
   // A complete update landed on the engines that finished it: they hold one version again.
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].ok()) needs_full_.erase(adapters_[i]->endpoint().url);
-    if (!check.differs.empty() && check.differs[i]) {
-      needs_full_[adapters_[i]->endpoint().url] =
-          absl::StrCat("after version '", update.version, "' its weights ", check.notes[i]);
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    const std::string& url = adapters_[i]->endpoint().url;
+    if (results[i].ok() && !differs[i]) needs_full_.erase(url);
+    if (differs[i]) {
+      const std::string& note = (*outcomes)[first_outcome + i].weights_check;
+      needs_full_[url] = absl::StrCat("after version '", update.version, "' its weights ", note);
     }
   }
+  std::string quorum_note;
+  if (commit_ok && !missed.empty()) {
+    quorum_note = absl::StrCat("version '", update.version, "' committed on ", kept, " of ",
+                               adapters_.size(), " engines (quorum ", engines_needed(), ")");
+    for (size_t i : missed) {
+      needs_full_[adapters_[i]->endpoint().url] =
+          absl::StrCat("missed version '", update.version, "': ", results[i].message());
+    }
+    WSYNC_LOG(Warning, "group ", spec_.name, ": ", quorum_note, "; without ",
+              absl::StrJoin(errors, "; "));
+  }
   open_update_ = UpdateInfo{};
-  if (errors.empty()) last_version_ = update.version;
+  set_aside_.clear();
+  if (commit_ok) last_version_ = update.version;
   if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
-  if (!errors.empty()) {
+  if (!commit_ok) {
     error_ = absl::StrJoin(errors, "; ");
+    if (quorum_group()) {
+      return absl::Status(
+          first.code(),
+          absl::StrCat("commit failed: ", committed.size(), " of ", adapters_.size(),
+                       " engines committed, quorum ", engines_needed(), "; ", error_));
+    }
     return absl::Status(first.code(), absl::StrCat("commit failed on ", error_));
   }
   if (!check.error.empty()) {
     error_ = check.error;
     WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
               "': ", check.error);
-    return absl::DataLossError(absl::StrCat("the engines' weights differ after version '",
-                                            update.version, "': ", check.error,
-                                            "; push the whole version again"));
+    if (!landed) {
+      return absl::DataLossError(absl::StrCat("the engines' weights differ after version '",
+                                              update.version, "': ", check.error,
+                                              "; push the whole version again"));
+    }
+  }
+  if (!quorum_note.empty()) {
+    error_ = absl::StrCat(quorum_note, "; without ", absl::StrJoin(errors, "; "));
   }
   return absl::OkStatus();
 }
@@ -575,6 +808,7 @@ void WeightGroup::AbortUpdate(const std::string& reason) {
   update_open_ = false;
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   open_update_ = UpdateInfo{};
+  set_aside_.clear();
   if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
 }
 
@@ -647,16 +881,19 @@ GroupSnapshot WeightGroup::Snapshot() const {
 
 std::vector<EngineRow> WeightGroup::ProbeEngines() {
   std::map<std::string, std::string> waiting, restarts;
+  // Copied under the lock: a quorum group renumbers its engines' ranks when it forms.
+  std::vector<EngineEndpoint> endpoints;
   {
     std::lock_guard<std::mutex> lock(mu_);
     waiting = needs_full_;
     restarts = needs_restart_;
+    for (const auto& a : adapters_) endpoints.push_back(a->endpoint());
   }
   std::vector<EngineRow> rows(adapters_.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     threads.emplace_back([&, i] {
-      const EngineEndpoint& e = adapters_[i]->endpoint();
+      const EngineEndpoint& e = endpoints[i];
       auto it = waiting.find(e.url);
       auto restart = restarts.find(e.url);
       rows[i] = EngineRow{spec_.name,

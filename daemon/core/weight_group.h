@@ -142,8 +142,28 @@ class WeightGroup {
 
  private:
   WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
-              std::vector<std::unique_ptr<EngineAdapter>> adapters, GroupStateStore* store);
-  absl::Status FormLocked();
+              std::vector<std::unique_ptr<EngineAdapter>> adapters, GroupStateStore* store,
+              Platform* platform, GroupFactories factories, TransportOptions transport_options);
+  // Probes the engines at `candidates` (indexes into adapters_; empty: all) and forms the
+  // transport over them. A quorum group leaves out those that fail the probe or the join (they
+  // go to set_aside_) while enough remain, making the transport again over the rest.
+  absl::Status FormLocked(std::vector<size_t> candidates = {});
+  // Makes the transport over the engines at `members`, renumbering their ranks from 1 in that
+  // order, and releases the one before (disband it first where the engines hold it).
+  absl::Status MakeTransportLocked(const std::vector<size_t>& members);
+  // Pauses the members and opens the update on each. A quorum group sets aside an engine that
+  // fails either (a broadcast group then forms again without it); otherwise the first failure
+  // is returned, with every engine resumed by the caller.
+  absl::Status PauseMembersLocked(const UpdateInfo& update);
+  // Leaves the engine at adapters_[i] out of the open update: its outcome, and the full version
+  // it then needs, say why.
+  void SetAsideLocked(size_t i, const absl::Status& why);
+  // A group whose updates need fewer than all of its engines (spec_.quorum).
+  bool quorum_group() const { return spec_.quorum != 0 && spec_.quorum < adapters_.size(); }
+  size_t engines_needed() const { return spec_.quorum == 0 ? adapters_.size() : spec_.quorum; }
+  std::vector<EngineAdapter*> AdaptersAt(const std::vector<size_t>& indexes) const;
+  // Every engine's index, in spec order.
+  std::vector<size_t> AllEngines() const;
   absl::Status DestroyLocked(bool forget);
   void MarkBroken(const absl::Status& status);
   // Takes what an earlier wsyncd's record says of this group: its last version, the engines that
@@ -162,6 +182,12 @@ class WeightGroup {
   const std::vector<std::unique_ptr<EngineAdapter>> adapters_;
   const std::vector<EngineAdapter*> adapter_ptrs_;
   GroupStateStore* const store_;
+  // What a transport is made from, again whenever a quorum group's members change.
+  Platform* const platform_;
+  const GroupFactories factories_;
+  const TransportOptions transport_options_;
+  // The store port the earlier incarnation recorded, which no store of this one takes.
+  std::vector<uint16_t> avoid_store_ports_;
   BucketRules bucket_rules_;
   // Set once by Create; its failure hook calls back into this group.
   std::unique_ptr<Transport> transport_;
@@ -174,6 +200,12 @@ class WeightGroup {
 
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;
+  // The engines the transport was made over (indexes into adapters_, in rank order): all of them,
+  // or for a quorum group those it formed with.
+  std::vector<size_t> members_;
+  // Engine URL -> why the open update (or, between updates, the last formation) goes on without
+  // it (a quorum group only).
+  std::map<std::string, absl::Status> set_aside_;
   // From BeginUpdate until FinishUpdate or AbortUpdate, whatever the state: a bucket that failed
   // breaks the group while the update's threads still hold its transport, which must stay formed
   // under them until the update ends.

@@ -181,6 +181,7 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
   spec.device = proto.device();
   spec.nccl_library = proto.nccl_library();
   spec.check_weights = proto.check_weights();
+  spec.quorum = proto.quorum();
   for (const v1::EngineSpec& e : proto.engines()) {
     spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks(),
                                       std::vector<std::string>(e.gpus().begin(), e.gpus().end())});
@@ -215,6 +216,7 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
   out->set_device(spec.device);
   out->set_nccl_library(spec.nccl_library);
   out->set_check_weights(spec.check_weights);
+  out->set_quorum(spec.quorum);
   out->set_transport(spec.transport == TransportKind::kIpc ? v1::TRANSPORT_IPC
                                                            : v1::TRANSPORT_BROADCAST);
   for (const EngineSpec& e : spec.engines) {

@@ -61,6 +61,17 @@ absl::Status FakeEngine::TakeProbeFailure() {
   return std::exchange(probe_failure_, absl::OkStatus());
 }
 
+void FakeEngine::FailCalls(const std::string& call, absl::Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  call_failures_[call] = std::move(status);
+}
+
+absl::Status FakeEngine::CallFailure(const std::string& call) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = call_failures_.find(call);
+  return it == call_failures_.end() ? absl::OkStatus() : it->second;
+}
+
 void FakeEngine::LacksDestroy() {
   std::lock_guard<std::mutex> lock(mu_);
   lacks_destroy_ = true;
@@ -80,12 +91,13 @@ std::shared_ptr<FakeEngine> FakeCluster::Engine(const std::string& url) {
 
 absl::Status FakeAdapter::Probe() {
   engine_->Record("probe");
+  if (absl::Status s = engine_->CallFailure("probe"); !s.ok()) return s;
   return engine_->TakeProbeFailure();
 }
 
 absl::Status FakeAdapter::PauseGeneration() {
   engine_->Record("pause");
-  return absl::OkStatus();
+  return engine_->CallFailure("pause");
 }
 
 absl::Status FakeAdapter::ResumeGeneration() {
@@ -95,12 +107,12 @@ absl::Status FakeAdapter::ResumeGeneration() {
 
 absl::Status FakeAdapter::BeginUpdate(const UpdateInfo& update) {
   engine_->Record(absl::StrCat("begin ", update.update_id, " ", update.version));
-  return absl::OkStatus();
+  return engine_->CallFailure("begin");
 }
 
 absl::Status FakeAdapter::FinishUpdate(const UpdateInfo& update) {
   engine_->Record(absl::StrCat("finish ", update.update_id, " ", update.version));
-  return absl::OkStatus();
+  return engine_->CallFailure("finish");
 }
 
 absl::Status FakeAdapter::CheckBucketReply(const HttpReply& reply) const {

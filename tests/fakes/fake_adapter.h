@@ -42,6 +42,10 @@ class FakeEngine {
   // The next probe fails with `status`.
   void FailNextProbe(absl::Status status);
   absl::Status TakeProbeFailure();
+  // Every call of `call` ("probe", "pause", "begin", "finish", or "join": the fake transport's
+  // formation) fails with `status` until set back to OK.
+  void FailCalls(const std::string& call, absl::Status status);
+  absl::Status CallFailure(const std::string& call) const;
   // Makes the engine one without a route to drop a weight-update group (an old server).
   void LacksDestroy();
   bool lacks_destroy() const;
@@ -55,6 +59,7 @@ class FakeEngine {
   bool held_ = false;
   bool lacks_destroy_ = false;
   absl::Status probe_failure_;
+  std::map<std::string, absl::Status> call_failures_;
   absl::Status next_failure_;
 };
 
@@ -90,6 +95,7 @@ class FakeAdapter final : public EngineAdapter {
         capabilities_(std::move(capabilities)) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
+  void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
   AdapterCapabilities Capabilities() const override { return capabilities_; }
   absl::Status Probe() override;
   EngineHealth Health() override {

@@ -100,6 +100,17 @@ FakeTransport::FakeTransport(TransportEnv env, std::shared_ptr<FakeCluster> clus
 
 absl::Status FakeTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
+  failed_to_join_.clear();
+  std::string why;
+  for (EngineAdapter* a : env_.adapters) {
+    absl::Status join = cluster_->Engine(a->endpoint().url)->CallFailure("join");
+    if (join.ok()) continue;
+    failed_to_join_.push_back(a->endpoint().url);
+    why = std::string(join.message());
+  }
+  if (!failed_to_join_.empty()) {
+    return absl::UnavailableError(absl::StrCat("engine(s) failed to join: ", why));
+  }
   formed_ = true;
   log_->engines_lost = false;
   ++log_->formed;

@@ -51,6 +51,10 @@ class FakeTransport final : public Transport {
   uint32_t world_size() const override;
   std::string rendezvous() const override;
   std::string Describe() const override { return "fake transport"; }
+  std::vector<std::string> EnginesFailedToJoin() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failed_to_join_;
+  }
 
  private:
   const TransportEnv env_;
@@ -60,6 +64,7 @@ class FakeTransport final : public Transport {
   mutable std::mutex mu_;
   bool formed_ = false;
   bool open_ = false;
+  std::vector<std::string> failed_to_join_;  // by the last Form
 };
 
 // Factories that give every group fake adapters (with `capabilities`) and fake transports.

@@ -117,6 +117,7 @@ class HeldEngineAdapter final : public EngineAdapter {
  public:
   explicit HeldEngineAdapter(std::string url) : endpoint_{std::move(url), 1, 1} {}
   const EngineEndpoint& endpoint() const override { return endpoint_; }
+  void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
   AdapterCapabilities Capabilities() const override {
     return AdapterCapabilities{{RendezvousMode::kTorchStore}, {DataPath::kBroadcast}, {}};
   }

@@ -389,6 +389,42 @@ TEST(Config, AGroupsNcclLibraryTravelsEverywhereAndOnlyBroadcastGroupsTakeOne) {
   EXPECT_EQ(ValidateGroupSpec(odd).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(Config, AGroupsQuorumTravelsEverywhereAndIsCheckedAgainstItsEngines) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-quorum.json";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "q", "quorum": 2, "check_weights": true,
+       "engines": [{"url": "http://e:3"}, {"url": "http://e:4"}, {"url": "http://e:5"}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  EXPECT_EQ(config.groups[0].quorum, 2u);
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[0]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[0]);
+  v1::GroupSpec proto;
+  GroupSpecToProto(config.groups[0], &proto);
+  EXPECT_EQ(proto.quorum(), 2u);
+  auto back = GroupSpecFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, config.groups[0]);
+  GroupSpec all = config.groups[0];
+  all.quorum = 0;
+  EXPECT_FALSE(all == config.groups[0]);
+
+  // Checked where every spec is (the group is declared), whichever path it came by.
+  GroupSpec over = config.groups[0];
+  over.quorum = 4;
+  EXPECT_THAT(ValidateGroupSpec(over).message(),
+              ::testing::HasSubstr("a quorum of 4 engines is more than its 3"));
+  for (const char* bad : {R"({"groups": [{"name": "q", "quorum": -1,
+                               "engines": [{"url": "http://e:3"}]}]})",
+                          R"({"groups": [{"name": "q", "quorum": "two",
+                               "engines": [{"url": "http://e:3"}]}]})"}) {
+    std::ofstream(path) << bad;
+    DaemonConfig refused;
+    EXPECT_EQ(LoadConfigFile(path, &refused).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(HostPlatform, AGroupsNcclLibraryIsNamedAsNotLoadedInHostMode) {
   HostPlatform platform("127.0.0.1", "127.0.0.1");
   auto plain = platform.CreateRootCommunicator(0, 2, "");

@@ -47,6 +47,7 @@ class SglangAdapter final : public EngineAdapter {
         http_(endpoint_.url) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
+  void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
   AdapterCapabilities Capabilities() const override;
   absl::Status Probe() override;
   EngineHealth Health() override;

@@ -71,6 +71,7 @@ class VllmAdapter final : public EngineAdapter {
               TransportKind transport = TransportKind::kIpc);
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
+  void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
   AdapterCapabilities Capabilities() const override;
   absl::Status Probe() override;
   EngineHealth Health() override;

@@ -4,28 +4,31 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 
 namespace wsync {
 
 IpcBucket::IpcBucket(std::vector<EngineAdapter*> adapters,
                      std::vector<std::shared_ptr<UpdateChannel>> channels,
                      std::shared_ptr<IpcFormation> formation, absl::Time deadline,
-                     FailureHook on_failure)
+                     FailureHook on_failure, std::shared_ptr<EngineDrops> drops)
     : adapters_(std::move(adapters)),
       channels_(std::move(channels)),
       formation_(std::move(formation)),
       deadline_(deadline),
       on_failure_(std::move(on_failure)),
+      drops_(std::move(drops)),
       calls_(adapters_.size()),
-      results_(adapters_.size()) {}
+      results_(adapters_.size()),
+      skipped_(adapters_.size(), false) {}
 
 std::unique_ptr<IpcBucket> IpcBucket::Start(
     const std::vector<EngineAdapter*>& adapters,
     const std::vector<std::shared_ptr<UpdateChannel>>& channels,
     const std::vector<EngineRequest>& requests, std::shared_ptr<IpcFormation> formation,
-    absl::Time deadline, FailureHook on_failure) {
-  auto bucket = std::unique_ptr<IpcBucket>(
-      new IpcBucket(adapters, channels, std::move(formation), deadline, std::move(on_failure)));
+    absl::Time deadline, FailureHook on_failure, std::shared_ptr<EngineDrops> drops) {
+  auto bucket = std::unique_ptr<IpcBucket>(new IpcBucket(
+      adapters, channels, std::move(formation), deadline, std::move(on_failure), std::move(drops)));
   bucket->launch_status_ = bucket->Launch(requests);
   return bucket;
 }
@@ -40,9 +43,16 @@ absl::Status IpcBucket::Launch(const std::vector<EngineRequest>& requests) {
         "update begins afresh");
   }
   for (size_t i = 0; i < channels_.size(); ++i) {
+    if (drops_ != nullptr && drops_->dropped(i)) {
+      skipped_[i] = true;
+      results_[i] = drops_->all()[i];
+      continue;
+    }
     auto call = channels_[i]->Post(requests[i].path, requests[i].json_body, deadline_);
     if (!call.ok()) {
       results_[i] = call.status();
+      // Left out from here on where the quorum allows; the other engines still get the bucket.
+      if (drops_ != nullptr && drops_->TryDrop({{i, call.status()}})) continue;
       return absl::Status(
           call.status().code(),
           absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", call.status().message()));
@@ -68,11 +78,13 @@ absl::Status IpcBucket::Collect() {
     absl::Time at;
     absl::Status status;
     std::string text;
+    size_t engine;
   };
   std::vector<Cause> causes;
   std::vector<std::string> not_sent;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     const std::string& url = adapters_[i]->endpoint().url;
+    if (skipped_[i]) continue;
     if (calls_[i] == nullptr) {
       // Not written: either it failed (results_ has why) or an earlier engine's write did.
       if (results_[i].ok()) {
@@ -81,7 +93,7 @@ absl::Status IpcBucket::Collect() {
         not_sent.push_back(url);
       } else {
         causes.push_back(Cause{absl::InfinitePast(), results_[i],
-                               absl::StrCat("engine ", url, ": ", results_[i].message())});
+                               absl::StrCat("engine ", url, ": ", results_[i].message()), i});
       }
       continue;
     }
@@ -101,7 +113,20 @@ absl::Status IpcBucket::Collect() {
     answered_at_ = std::max(answered_at_, calls_[i]->ended_at());
     if (!results_[i].ok()) {
       causes.push_back(
-          Cause{at, results_[i], absl::StrCat("engine ", url, ": ", results_[i].message())});
+          Cause{at, results_[i], absl::StrCat("engine ", url, ": ", results_[i].message()), i});
+    }
+  }
+  if (drops_ != nullptr && !causes.empty() && not_sent.empty()) {
+    // A quorum group goes on without the engines that failed, where enough remain. An engine an
+    // earlier bucket dropped after this one's request went out is already left out: its answer
+    // no longer matters.
+    std::map<size_t, absl::Status> failed;
+    for (const Cause& c : causes) failed.emplace(c.engine, c.status);
+    if (drops_->TryDrop(failed)) {
+      for (const Cause& c : causes) {
+        WSYNC_LOG(Warning, "IPC bucket: ", c.text, "; the update goes on without it");
+      }
+      causes.clear();
     }
   }
   if (causes.empty() && not_sent.empty()) return combined_ = absl::OkStatus();

@@ -12,6 +12,7 @@
 #include "daemon/core/engine_adapter.h"
 #include "daemon/core/transport.h"
 #include "daemon/transport/http/update_channel.h"
+#include "daemon/transport/ipc/engine_drops.h"
 
 namespace wsync {
 
@@ -27,6 +28,10 @@ struct IpcFormation {
 // only once every engine has answered: WaitReusable waits for the answers. Requests are written
 // in bucket order on each engine's pipelined channel, so request k+1 waits at the engine while it
 // loads bucket k.
+//
+// In a quorum group (`drops`), an engine dropped by an earlier bucket gets no request, and an
+// engine that fails this one is dropped where enough engines remain: the bucket then succeeds for
+// the others, and the failed engine's outcome says why it was left out.
 class IpcBucket final : public BucketHandle {
  public:
   using FailureHook = std::function<void(const absl::Status&)>;
@@ -36,7 +41,7 @@ class IpcBucket final : public BucketHandle {
       const std::vector<EngineAdapter*>& adapters,
       const std::vector<std::shared_ptr<UpdateChannel>>& channels,
       const std::vector<EngineRequest>& requests, std::shared_ptr<IpcFormation> formation,
-      absl::Time deadline, FailureHook on_failure);
+      absl::Time deadline, FailureHook on_failure, std::shared_ptr<EngineDrops> drops = nullptr);
   ~IpcBucket() override;
 
   bool launched() const override { return launch_status_.ok(); }
@@ -49,7 +54,8 @@ class IpcBucket final : public BucketHandle {
  private:
   IpcBucket(std::vector<EngineAdapter*> adapters,
             std::vector<std::shared_ptr<UpdateChannel>> channels,
-            std::shared_ptr<IpcFormation> formation, absl::Time deadline, FailureHook on_failure);
+            std::shared_ptr<IpcFormation> formation, absl::Time deadline, FailureHook on_failure,
+            std::shared_ptr<EngineDrops> drops);
   absl::Status Launch(const std::vector<EngineRequest>& requests);
   // Waits for the answers once; the combined error names every engine that failed.
   absl::Status Collect();
@@ -60,9 +66,11 @@ class IpcBucket final : public BucketHandle {
   const std::shared_ptr<IpcFormation> formation_;
   const absl::Time deadline_;
   FailureHook on_failure_;
+  const std::shared_ptr<EngineDrops> drops_;  // null: no engine is ever dropped
   absl::Status launch_status_;
   std::vector<std::shared_ptr<ChannelCall>> calls_;  // per engine, once written
   std::vector<absl::Status> results_;                // per engine, after Collect
+  std::vector<bool> skipped_;  // per engine: dropped before this bucket, sent nothing
   bool collected_ = false;
   absl::Status combined_;
   absl::Time answered_at_ = absl::InfinitePast();

@@ -76,6 +76,9 @@ absl::Status IpcTransport::BeginUpdate(const UpdateInfo& update) {
   }
   channels_.Open(urls_);
   streams_.clear();
+  drops_ = env_.engines_needed == 0 || streamed_
+               ? nullptr
+               : std::make_shared<EngineDrops>(env_.adapters.size(), env_.engines_needed);
   if (!streamed_) return absl::OkStatus();
   std::vector<std::shared_ptr<UpdateChannel>> channels = channels_.Current();
   const absl::Time deadline = absl::Now() + env_.options.registration_timeout;
@@ -151,10 +154,12 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
   std::vector<std::shared_ptr<UpdateChannel>> channels = channels_.Current();
   std::vector<std::shared_ptr<CheckpointEngineStream>> streams;
   bool streamed = false;
+  std::shared_ptr<EngineDrops> drops;
   {
     std::lock_guard<std::mutex> lock(mu_);
     streams = streams_;
     streamed = streamed_;
+    drops = drops_;
   }
   if (channels.empty() || (streamed && streams.size() != env_.adapters.size())) {
     return absl::FailedPreconditionError(
@@ -194,8 +199,9 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
     return std::unique_ptr<BucketHandle>(std::make_unique<StreamBucket>(
         urls_, std::move(results), std::move(formation), env_.on_bucket_failed));
   }
-  return std::unique_ptr<BucketHandle>(IpcBucket::Start(
-      env_.adapters, channels, requests, std::move(formation), deadline, env_.on_bucket_failed));
+  return std::unique_ptr<BucketHandle>(IpcBucket::Start(env_.adapters, channels, requests,
+                                                        std::move(formation), deadline,
+                                                        env_.on_bucket_failed, std::move(drops)));
 }
 
 absl::Status IpcTransport::FinishBuckets(absl::Time deadline) {
@@ -224,6 +230,18 @@ void IpcTransport::EndUpdate(absl::string_view why) {
   // Cancelled before the streams go: a stream's thread may be waiting on its request.
   channels_.CancelAll(why);
   streams.clear();
+}
+
+std::map<std::string, absl::Status> IpcTransport::DroppedEngines() const {
+  std::shared_ptr<EngineDrops> drops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drops = drops_;
+  }
+  std::map<std::string, absl::Status> out;
+  if (drops == nullptr) return out;
+  for (const auto& [engine, why] : drops->all()) out.emplace(urls_[engine], why);
+  return out;
 }
 
 std::string IpcTransport::Describe() const {

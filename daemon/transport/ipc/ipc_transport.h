@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_TRANSPORT_IPC_IPC_TRANSPORT_H_
 #define WSYNC_DAEMON_TRANSPORT_IPC_IPC_TRANSPORT_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,8 @@ class IpcTransport final : public Transport {
   // Streams only: ends each engine's stream and waits for its answer.
   absl::Status FinishBuckets(absl::Time deadline) override;
   void EndUpdate(absl::string_view why) override;
+  // Per-request groups with a quorum only: the engines dropped after a failed bucket.
+  std::map<std::string, absl::Status> DroppedEngines() const override;
   // Engine ranks only: wsyncd takes no rank.
   uint32_t world_size() const override { return ranks_; }
   std::string rendezvous() const override { return ""; }
@@ -69,6 +72,9 @@ class IpcTransport final : public Transport {
   StreamSockets sockets_;
   // The open update's streams, one per engine (streamed groups only).
   std::vector<std::shared_ptr<CheckpointEngineStream>> streams_;
+  // The open update's dropped engines (per-request groups with a quorum; null otherwise). A
+  // stream carries an engine's buckets to its end and fails the update as a whole instead.
+  std::shared_ptr<EngineDrops> drops_;
 };
 
 }  // namespace wsync

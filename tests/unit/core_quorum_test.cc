@@ -1,0 +1,236 @@
+// A group's failure policy with fake engines and a fake transport: a quorum group goes on without
+// engines that fail their probe, join, pause or commit (renumbering the ranks of those it keeps),
+// commits once enough engines committed, and holds back each engine it left out until a full
+// version; an all-or-nothing group fails instead.
+#include <cstring>
+
+#include "absl/time/clock.h"
+#include "common/host/host_platform.h"
+#include "daemon/core/weight_group.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/fakes/fake_adapter.h"
+#include "tests/fakes/fake_transport.h"
+
+namespace wsync {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+constexpr const char* kA = "http://a:1";
+constexpr const char* kB = "http://b:2";
+constexpr const char* kC = "http://c:3";
+
+class QuorumTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<WeightGroup> MakeGroup(uint32_t quorum) {
+    GroupSpec spec = FakeGroupSpec("policy", {kA, kB, kC});
+    spec.quorum = quorum;
+    auto group = WeightGroup::Create(spec, &platform_, GroupOptions{},
+                                     FakeGroupFactories(cluster_, FakeCapabilities(), {}, log_));
+    EXPECT_TRUE(group.ok()) << group.status();
+    return group.ok() ? *group : nullptr;
+  }
+  FakeEngine& engine(const std::string& url) { return *cluster_->Engine(url); }
+
+  // One bucket of `bytes` through the group's transport, answered by every engine it reaches.
+  void SendBucket(WeightGroup& group, const std::string& update, const std::string& bytes) {
+    auto slot = platform_.AllocateSlot(0, 4096);
+    ASSERT_TRUE(slot.ok());
+    std::memcpy((*slot)->data(), bytes.data(), bytes.size());
+    BucketManifest m;
+    m.tensors.push_back(
+        TensorEntry{"w", DType::kUint8, {static_cast<int64_t>(bytes.size())}, 0, bytes.size()});
+    auto handle =
+        group.StartBucket({BucketSource{0, slot->get(), nullptr}}, m,
+                          BucketContext{update, "", 0, true}, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    ASSERT_TRUE((*handle)->WaitReusable().ok());
+    std::vector<EngineOutcome> outcomes;
+    ASSERT_TRUE((*handle)->WaitAnswered(&outcomes).ok());
+  }
+  // Each engine's URL and rank offset, as the group numbers them now.
+  static std::vector<std::pair<std::string, uint32_t>> Offsets(const GroupSnapshot& snap) {
+    std::vector<std::pair<std::string, uint32_t>> out;
+    for (const EngineEndpoint& e : snap.endpoints) out.emplace_back(e.url, e.rank_offset);
+    return out;
+  }
+
+  HostPlatform platform_{"127.0.0.1", "127.0.0.1"};
+  std::shared_ptr<FakeCluster> cluster_ = std::make_shared<FakeCluster>();
+  std::shared_ptr<FakeTransportLog> log_ = std::make_shared<FakeTransportLog>();
+};
+
+TEST_F(QuorumTest, AnEngineThatFailsItsProbeIsLeftOutUntilItAnswersAgain) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kB).FailCalls("probe", absl::UnavailableError("engine unreachable"));
+  ASSERT_TRUE(group->Form().ok());
+  GroupSnapshot snap = group->Snapshot();
+  EXPECT_EQ(snap.world_size, 3u) << "wsyncd and the two engines kept";
+  // The engines kept are numbered as if b were never there; b keeps no rank of the formation.
+  const auto offsets = Offsets(snap);
+  EXPECT_EQ(offsets[0], std::make_pair(std::string(kA), 1u));
+  EXPECT_EQ(offsets[2], std::make_pair(std::string(kC), 2u));
+
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  SendBucket(*group, "u1", "abcdef");
+  std::vector<EngineOutcome> outcomes;
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_TRUE(outcomes[0].status.ok());
+  EXPECT_EQ(outcomes[1].engine, kB);
+  EXPECT_EQ(outcomes[1].status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(outcomes[1].status.message(),
+              HasSubstr("left out of this update: engine unreachable"));
+  EXPECT_TRUE(outcomes[2].status.ok());
+  EXPECT_EQ(engine(kA).buckets().size(), 1u);
+  EXPECT_EQ(engine(kC).buckets().size(), 1u);
+  EXPECT_THAT(engine(kB).buckets(), IsEmpty()) << "nothing reaches an engine left out";
+  // b was asked to probe (form, then again at the update) and, the version landing without it,
+  // to pause: it must not serve an older version as if it were the group's.
+  EXPECT_THAT(engine(kB).events(), ElementsAre("probe", "probe", "pause"));
+  snap = group->Snapshot();
+  EXPECT_EQ(snap.last_version, "v1");
+  EXPECT_THAT(snap.error, HasSubstr("version 'v1' committed on 2 of 3 engines (quorum 2)"));
+  ASSERT_EQ(snap.needs_full_version.count(kB), 1u);
+  EXPECT_THAT(snap.needs_full_version[kB], HasSubstr("missed version 'v1'"));
+
+  // Back: the next update forms the group again with all three, b numbered between a and c, and
+  // the full version it gets lets it serve again.
+  engine(kB).FailCalls("probe", absl::OkStatus());
+  const int formed = log_->formed;
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "v2"}).ok());
+  EXPECT_EQ(log_->formed, formed + 1);
+  snap = group->Snapshot();
+  EXPECT_EQ(snap.world_size, 4u);
+  EXPECT_EQ(Offsets(snap)[1], std::make_pair(std::string(kB), 2u));
+  EXPECT_EQ(Offsets(snap)[2], std::make_pair(std::string(kC), 3u));
+  SendBucket(*group, "u2", "ghij");
+  outcomes.clear();
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u2", "v2"}, absl::InfiniteFuture(), &outcomes).ok());
+  for (const EngineOutcome& o : outcomes) EXPECT_TRUE(o.status.ok()) << o.engine;
+  EXPECT_EQ(engine(kB).buckets().size(), 1u);
+  EXPECT_THAT(group->Snapshot().needs_full_version, IsEmpty());
+}
+
+TEST_F(QuorumTest, AnEngineStillDownIsNotFormedAgainForEachUpdate) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kC).FailCalls("probe", absl::UnavailableError("engine unreachable"));
+  ASSERT_TRUE(group->Form().ok());
+  for (const char* id : {"u1", "u2"}) {
+    ASSERT_TRUE(group->BeginUpdate(UpdateInfo{id, id}).ok());
+    SendBucket(*group, id, "xy");
+    std::vector<EngineOutcome> outcomes;
+    ASSERT_TRUE(group->FinishUpdate(UpdateInfo{id, id}, absl::InfiniteFuture(), &outcomes).ok());
+    EXPECT_EQ(outcomes[2].status.code(), absl::StatusCode::kUnavailable);
+  }
+  EXPECT_EQ(log_->formed, 1) << "the formation without c is kept while c stays down";
+}
+
+TEST_F(QuorumTest, TooFewEnginesLeftFailsNamingEachOneLeftOut) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kB).FailCalls("probe", absl::UnavailableError("engine unreachable"));
+  engine(kC).FailCalls("probe", absl::FailedPreconditionError("version 0.4.0 is too old"));
+  absl::Status formed = group->Form();
+  EXPECT_EQ(formed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(formed.message(), HasSubstr("needs 2 of its 3 engines and 1 are left"));
+  EXPECT_THAT(formed.message(), HasSubstr("http://b:2: engine unreachable"));
+  EXPECT_THAT(formed.message(), HasSubstr("http://c:3: version 0.4.0 is too old"));
+  EXPECT_EQ(group->Snapshot().state, GroupState::kBroken);
+  EXPECT_EQ(log_->formed, 0);
+}
+
+TEST_F(QuorumTest, AnEngineThatFailsToJoinIsLeftOutAndTheRestFormAgain) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kA).FailCalls("join", absl::DeadlineExceededError("rank 1 never registered"));
+  ASSERT_TRUE(group->Form().ok());
+  EXPECT_EQ(log_->formed, 1) << "one formation that failed, then one without a";
+  const auto offsets = Offsets(group->Snapshot());
+  EXPECT_EQ(offsets[1], std::make_pair(std::string(kB), 1u));
+  EXPECT_EQ(offsets[2], std::make_pair(std::string(kC), 2u));
+  EXPECT_EQ(group->Snapshot().world_size, 3u);
+}
+
+TEST_F(QuorumTest, AnEngineThatFailsToPauseIsLeftOutAndTheGroupFormsWithoutIt) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  EXPECT_EQ(group->Snapshot().world_size, 4u);
+  engine(kC).FailCalls("pause", absl::UnavailableError("engine unreachable"));
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  // The collective counts every rank it formed with: it is made again without c.
+  EXPECT_EQ(log_->disbanded, 1);
+  EXPECT_EQ(log_->formed, 2);
+  EXPECT_EQ(group->Snapshot().world_size, 3u);
+  SendBucket(*group, "u1", "pq");
+  std::vector<EngineOutcome> outcomes;
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
+  EXPECT_THAT(outcomes[2].status.message(), HasSubstr("left out of this update"));
+  EXPECT_THAT(engine(kC).buckets(), IsEmpty());
+  EXPECT_THAT(engine(kC).events(), Not(Contains("finish u1 v1")));
+  EXPECT_EQ(group->Snapshot().needs_full_version.count(kC), 1u);
+}
+
+TEST_F(QuorumTest, ACommitByEnoughEnginesLandsAndTheOneThatFailedWaitsForAFullVersion) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  SendBucket(*group, "u1", "abc");
+  engine(kB).FailCalls("finish", absl::InternalError("answered HTTP 500"));
+  std::vector<EngineOutcome> outcomes;
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
+  EXPECT_EQ(outcomes[1].status.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(engine(kB).events().back(), "pause") << "held back after its commit failed";
+  const GroupSnapshot snap = group->Snapshot();
+  EXPECT_EQ(snap.last_version, "v1");
+  EXPECT_THAT(snap.needs_full_version.at(kB), HasSubstr("missed version 'v1': answered HTTP 500"));
+}
+
+TEST_F(QuorumTest, ACommitByTooFewEnginesFailsAndSaysHowManyCommitted) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  SendBucket(*group, "u1", "abc");
+  engine(kB).FailCalls("finish", absl::InternalError("answered HTTP 500"));
+  engine(kC).FailCalls("finish", absl::InternalError("answered HTTP 503"));
+  std::vector<EngineOutcome> outcomes;
+  absl::Status s = group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(s.message(), HasSubstr("commit failed: 1 of 3 engines committed, quorum 2"));
+  EXPECT_THAT(s.message(), HasSubstr("http://c:3: answered HTTP 503"));
+  EXPECT_EQ(group->Snapshot().last_version, "");
+}
+
+TEST_F(QuorumTest, WithoutAQuorumOneEngineThatFailsToPauseFailsTheUpdate) {
+  auto group = MakeGroup(0);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  engine(kC).FailCalls("pause", absl::UnavailableError("engine unreachable"));
+  absl::Status s = group->BeginUpdate(UpdateInfo{"u1", "v1"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(log_->formed, 1);
+  EXPECT_EQ(engine(kA).events().back(), "resume");
+}
+
+TEST(QuorumSpec, AQuorumAboveTheEngineCountIsRefused) {
+  GroupSpec spec = FakeGroupSpec("policy", {kA, kB});
+  spec.quorum = 3;
+  absl::Status s = ValidateGroupSpec(spec);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("a quorum of 3 engines is more than its 2"));
+  spec.quorum = 2;
+  EXPECT_TRUE(ValidateGroupSpec(spec).ok());
+}
+
+}  // namespace
+}  // namespace wsync
