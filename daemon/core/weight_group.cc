@@ -174,6 +174,8 @@ absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members
   if (store_port_ != 0) env.avoid_store_ports.push_back(store_port_);
   env.spec = spec_;
   env.spec.engines.clear();
+  // An engine outside the formation holds no rank of it.
+  for (const auto& a : adapters_) a->SetRankOffset(0);
   uint32_t offset = 1;
   for (size_t i : members) {
     env.spec.engines.push_back(spec_.engines[i]);
@@ -189,6 +191,7 @@ absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members
   if (!made.ok()) {
     // The transport in place keeps its engines, numbered as it made them.
     offset = 1;
+    for (const auto& a : adapters_) a->SetRankOffset(0);
     for (size_t i : members_) {
       adapters_[i]->SetRankOffset(offset);
       offset += spec_.engines[i].ranks;
@@ -240,7 +243,11 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
   after_restart_ = true;
   stale_engine_groups_ = std::move(names);
   // Never formed: it only gives the earlier engines adapters to be asked through.
-  auto stale = Create(previous.spec, platform, options, factories);
+  // Never formed, so it needs no quorum (and the record's engines may have been cut to those
+  // still allowed, fewer than its quorum).
+  GroupSpec stale_spec = previous.spec;
+  stale_spec.quorum = 0;
+  auto stale = Create(stale_spec, platform, options, factories);
   if (!stale.ok()) {
     WSYNC_LOG(Warning, "group ", spec_.name,
               ": cannot ask the earlier engines to drop the group(s) '",
@@ -310,15 +317,52 @@ WeightGroup::~WeightGroup() {
 
 absl::Status WeightGroup::Form() {
   std::lock_guard<std::mutex> lock(mu_);
+  // A trainer's update may have formed the group first (it forms a group that is not ready); its
+  // threads use the transport without the lock, so nothing here may make it again.
+  if (update_open_) return absl::OkStatus();
   set_aside_.clear();
   return FormLocked();
 }
 
-void WeightGroup::SetAsideLocked(size_t i, const absl::Status& why) {
+void WeightGroup::SetAsideLocked(size_t i, const absl::Status& why, bool back_off) {
   const std::string& url = adapters_[i]->endpoint().url;
   WSYNC_LOG(Warning, "group ", spec_.name, ": going on without engine ", url, " (quorum ",
             engines_needed(), " of ", adapters_.size(), "): ", why.message());
   set_aside_[url] = why;
+  if (!back_off) return;
+  // An engine that answers its probe but fails to join or to pause would otherwise make every
+  // update form the group again (on a broadcast: a new NCCL group, and a wait for its join).
+  Retry& retry = retry_[url];
+  retry.backoff = retry.backoff == absl::ZeroDuration()
+                      ? kFirstRetry
+                      : std::min(retry.backoff * 2, kLongestRetry);
+  retry.at = absl::Now() + retry.backoff;
+}
+
+bool WeightGroup::BackingOffLocked(size_t i, absl::Time now) const {
+  auto it = retry_.find(adapters_[i]->endpoint().url);
+  return it != retry_.end() && it->second.at > now;
+}
+
+std::vector<size_t> WeightGroup::RetryableLocked() {
+  const absl::Time now = absl::Now();
+  std::vector<size_t> retryable;
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    if (!BackingOffLocked(i, now)) retryable.push_back(i);
+  }
+  if (retryable.size() < engines_needed()) return AllEngines();
+  NoteBackingOffLocked(now);
+  return retryable;
+}
+
+void WeightGroup::NoteBackingOffLocked(absl::Time now) {
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    if (!BackingOffLocked(i, now)) continue;
+    const Retry& retry = retry_.at(adapters_[i]->endpoint().url);
+    set_aside_[adapters_[i]->endpoint().url] = absl::UnavailableError(
+        absl::StrCat("it failed to join or to pause; tried again in ",
+                     absl::FormatDuration(absl::Trunc(retry.at - now, absl::Seconds(1)))));
+  }
 }
 
 namespace {
@@ -337,7 +381,7 @@ absl::Status TooFewEngines(const GroupSpec& spec, size_t needed, size_t left,
 }  // namespace
 
 absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
-  if (candidates.empty()) candidates = AllEngines();
+  if (candidates.empty()) candidates = quorum_group() ? RetryableLocked() : AllEngines();
   state_ = GroupState::kForming;
   error_.clear();
   // Before any init: an engine still holding the earlier wsyncd's group refuses to join.
@@ -349,7 +393,7 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
     if (!failed.empty()) {
       // The earlier wsyncd's group may still be held where an engine failed to join: by name,
       // each of those engines needs a restart (the rest joined, so they hold nothing stale).
-      needs_restart_.clear();
+      for (size_t i : members_) needs_restart_.erase(adapters_[i]->endpoint().url);
       for (const std::string& url : failed) {
         auto noted = stale_notes_.find(url);
         needs_restart_[url] =
@@ -412,7 +456,8 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
         continue;
       }
       SetAsideLocked(
-          i, absl::Status(formed.code(), absl::StrCat("it failed to join: ", formed.message())));
+          i, absl::Status(formed.code(), absl::StrCat("it failed to join: ", formed.message())),
+          /*back_off=*/true);
       if (after_restart_) {
         needs_restart_[url] = absl::StrCat(
             "engine ", url, " failed to join after wsyncd restarted and may still hold the group '",
@@ -423,7 +468,12 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
     candidates = std::move(joined);
   }
   stale_notes_.clear();
-  for (size_t i : members_) needs_restart_.erase(adapters_[i]->endpoint().url);
+  for (size_t i : members_) {
+    const std::string& url = adapters_[i]->endpoint().url;
+    needs_restart_.erase(url);
+    set_aside_.erase(url);
+    retry_.erase(url);
+  }
   // Every engine joined this incarnation's group: none holds an earlier one any more. Recorded
   // again only when that, or the store's port, changed what the record says. (An engine a
   // quorum group formed without is asked to drop them again before the next formation.)
@@ -497,10 +547,13 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
   set_aside_.clear();
   if (quorum_group() && state_ == GroupState::kReady && members_.size() < adapters_.size()) {
     // Engines an earlier update went on without are asked again: if one answers its probe now,
-    // the group forms again to take it back.
+    // the group forms again to take it back. One that failed to join or to pause is asked only
+    // once its back-off has passed.
+    const absl::Time now = absl::Now();
     std::vector<size_t> outside;
     for (size_t i = 0; i < adapters_.size(); ++i) {
-      if (std::find(members_.begin(), members_.end(), i) == members_.end()) outside.push_back(i);
+      const bool member = std::find(members_.begin(), members_.end(), i) != members_.end();
+      if (!member && !BackingOffLocked(i, now)) outside.push_back(i);
     }
     const std::vector<absl::Status> probes =
         OnEachEngine(AdaptersAt(outside), [](EngineAdapter& a) { return a.Probe(); });
@@ -509,6 +562,7 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
       state_ = GroupState::kForming;
     } else {
       for (size_t k = 0; k < outside.size(); ++k) SetAsideLocked(outside[k], probes[k]);
+      NoteBackingOffLocked(now);
     }
   }
   if (state_ == GroupState::kReady) {
@@ -575,7 +629,7 @@ absl::Status WeightGroup::PauseMembersLocked(const UpdateInfo& update) {
     if (results[k].ok()) {
       kept.push_back(members[k]);
     } else {
-      SetAsideLocked(members[k], results[k]);
+      SetAsideLocked(members[k], results[k], /*back_off=*/true);
     }
   }
   if (kept.size() == members.size()) return absl::OkStatus();
@@ -642,9 +696,12 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   // first bucket, or dropped by the transport after a failed one) are not asked to commit.
   std::vector<absl::Status> results(adapters_.size());
   std::vector<size_t> finishers;
+  // Engines the transport dropped mid-update: each may hold part of this version.
+  std::map<std::string, absl::Status> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [url, why] : transport_->DroppedEngines()) set_aside_.emplace(url, why);
+    dropped = transport_->DroppedEngines();
+    for (const auto& [url, why] : dropped) set_aside_.emplace(url, why);
     std::vector<bool> member(adapters_.size(), false);
     for (size_t i : members_) member[i] = true;
     for (size_t i = 0; i < adapters_.size(); ++i) {
@@ -678,6 +735,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   // refuses a paused engine). Only engines that committed are compared.
   WeightsCheck check;
   std::vector<bool> differs(adapters_.size(), false);
+  bool differing_serves = false;  // an engine whose weights differ could not be paused
   if (spec_.check_weights && commit_ok) {
     const std::vector<EngineAdapter*> checked = AdaptersAt(committed);
     std::vector<absl::StatusOr<WeightChecksums>> sums(checked.size());
@@ -712,6 +770,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[k]);
       absl::StrAppend(&check.error, "; engine ", adapters_[i]->endpoint().url,
                       ": pausing it failed, so it still serves them");
+      differing_serves = true;
     }
     if (std::all_of(check.notes.begin(), check.notes.end(), [](const std::string& note) {
           return absl::StartsWith(note, "not checked");
@@ -721,7 +780,8 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
     }
     const size_t agreeing =
         committed.size() - std::count(check.differs.begin(), check.differs.end(), true);
-    landed = check.error.empty() || (quorum_group() && agreeing >= engines_needed());
+    landed = check.error.empty() ||
+             (quorum_group() && agreeing >= engines_needed() && !differing_serves);
   }
   // A quorum group's version landed without some engines: they must not serve what they hold
   // (an older version, or part of this one), so each is paused where it answers and waits for a
@@ -738,8 +798,44 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   }
   const size_t kept = committed.size() - std::count(differs.begin(), differs.end(), true);
   if (commit_ok && !missed.empty()) {
-    OnEachEngine(AdaptersAt(missed), [](EngineAdapter& a) { return a.PauseGeneration(); });
+    const std::vector<absl::Status> paused =
+        OnEachEngine(AdaptersAt(missed), [](EngineAdapter& a) { return a.PauseGeneration(); });
+    for (size_t k = 0; k < missed.size(); ++k) {
+      if (paused[k].ok()) continue;
+      // Most often it is down; if not, it serves an older version than the group's.
+      const size_t i = missed[k];
+      results[i] = absl::Status(
+          results[i].code(),
+          absl::StrCat(results[i].message(), "; pausing it failed too: ", paused[k].message()));
+      (*outcomes)[first_outcome + i].status = results[i];
+      errors[k] = absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message());
+    }
   }
+  // A quorum group's update that failed at the commit: an engine dropped mid-update may hold part
+  // of this version, so it stays paused and waits for a full one; an engine set aside before any
+  // bucket holds its earlier version whole and resumes, as after any failed update.
+  std::vector<EngineAdapter*> resume_set_aside;
+  if (!commit_ok && quorum_group()) {
+    std::vector<size_t> partial;
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      const std::string& url = adapters_[i]->endpoint().url;
+      if (dropped.count(url) != 0) {
+        partial.push_back(i);
+      } else if (std::find(finishers.begin(), finishers.end(), i) == finishers.end()) {
+        resume_set_aside.push_back(adapter_ptrs_[i]);
+      }
+    }
+    OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) { return a.PauseGeneration(); });
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i : partial) {
+      needs_full_[adapters_[i]->endpoint().url] =
+          absl::StrCat("dropped from update ", update.update_id, " to version '", update.version,
+                       "', which failed: it may hold part of it: ", results[i].message());
+    }
+    std::erase_if(resume_set_aside,
+                  [&](EngineAdapter* a) { return needs_full_.count(a->endpoint().url) != 0; });
+  }
+  OnEachEngine(resume_set_aside, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
   transport_->EndUpdate("the update finished");
   update_open_ = false;

@@ -157,7 +157,15 @@ class WeightGroup {
   absl::Status PauseMembersLocked(const UpdateInfo& update);
   // Leaves the engine at adapters_[i] out of the open update: its outcome, and the full version
   // it then needs, say why.
-  void SetAsideLocked(size_t i, const absl::Status& why);
+  // `back_off`: it answered its probe but failed to join or to pause; it is not tried again
+  // before its back-off (kFirstRetry, doubling to kLongestRetry) has passed.
+  void SetAsideLocked(size_t i, const absl::Status& why, bool back_off = false);
+  bool BackingOffLocked(size_t i, absl::Time now) const;
+  // The engines to form with: all but those backing off (set aside, named), unless that leaves
+  // too few.
+  std::vector<size_t> RetryableLocked();
+  // Sets aside, naming when they are tried again, the engines backing off.
+  void NoteBackingOffLocked(absl::Time now);
   // A group whose updates need fewer than all of its engines (spec_.quorum).
   bool quorum_group() const { return spec_.quorum != 0 && spec_.quorum < adapters_.size(); }
   size_t engines_needed() const { return spec_.quorum == 0 ? adapters_.size() : spec_.quorum; }
@@ -206,6 +214,14 @@ class WeightGroup {
   // Engine URL -> why the open update (or, between updates, the last formation) goes on without
   // it (a quorum group only).
   std::map<std::string, absl::Status> set_aside_;
+  // Engine URL -> when it may be tried again, after it failed to join or to pause.
+  struct Retry {
+    absl::Time at;
+    absl::Duration backoff;
+  };
+  static constexpr absl::Duration kFirstRetry = absl::Seconds(30);
+  static constexpr absl::Duration kLongestRetry = absl::Minutes(10);
+  std::map<std::string, Retry> retry_;
   // From BeginUpdate until FinishUpdate or AbortUpdate, whatever the state: a bucket that failed
   // breaks the group while the update's threads still hold its transport, which must stay formed
   // under them until the update ends.

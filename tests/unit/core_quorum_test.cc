@@ -27,11 +27,12 @@ constexpr const char* kC = "http://c:3";
 
 class QuorumTest : public ::testing::Test {
  protected:
-  std::shared_ptr<WeightGroup> MakeGroup(uint32_t quorum) {
+  std::shared_ptr<WeightGroup> MakeGroup(uint32_t quorum, const GroupRecord* previous = nullptr) {
     GroupSpec spec = FakeGroupSpec("policy", {kA, kB, kC});
     spec.quorum = quorum;
     auto group = WeightGroup::Create(spec, &platform_, GroupOptions{},
-                                     FakeGroupFactories(cluster_, FakeCapabilities(), {}, log_));
+                                     FakeGroupFactories(cluster_, FakeCapabilities(), {}, log_),
+                                     nullptr, previous);
     EXPECT_TRUE(group.ok()) << group.status();
     return group.ok() ? *group : nullptr;
   }
@@ -52,6 +53,13 @@ class QuorumTest : public ::testing::Test {
     ASSERT_TRUE((*handle)->WaitReusable().ok());
     std::vector<EngineOutcome> outcomes;
     ASSERT_TRUE((*handle)->WaitAnswered(&outcomes).ok());
+  }
+  // One update of one bucket, committed.
+  void Update(WeightGroup& group, const std::string& id) {
+    ASSERT_TRUE(group.BeginUpdate(UpdateInfo{id, id}).ok());
+    SendBucket(group, id, "xy");
+    std::vector<EngineOutcome> outcomes;
+    ASSERT_TRUE(group.FinishUpdate(UpdateInfo{id, id}, absl::InfiniteFuture(), &outcomes).ok());
   }
   // Each engine's URL and rank offset, as the group numbers them now.
   static std::vector<std::pair<std::string, uint32_t>> Offsets(const GroupSnapshot& snap) {
@@ -220,6 +228,77 @@ TEST_F(QuorumTest, WithoutAQuorumOneEngineThatFailsToPauseFailsTheUpdate) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(log_->formed, 1);
   EXPECT_EQ(engine(kA).events().back(), "resume");
+}
+
+// An engine that answers its probe but cannot join (or pause) would make every update form the
+// group again, on a broadcast a new NCCL group and a wait for the join: it backs off instead.
+TEST_F(QuorumTest, AnEngineThatKeepsFailingToJoinIsNotTriedAtEveryUpdate) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kC).FailCalls("join", absl::DeadlineExceededError("rank never registered"));
+  ASSERT_TRUE(group->Form().ok());
+  const int formed = log_->formed, disbanded = log_->disbanded;
+  for (const char* id : {"u1", "u2", "u3"}) Update(*group, id);
+  EXPECT_EQ(log_->formed, formed);
+  EXPECT_EQ(log_->disbanded, disbanded);
+  EXPECT_THAT(engine(kC).events(), ElementsAre("probe", "pause", "pause", "pause"))
+      << "probed once, then only paused (held back) after each version it missed";
+}
+
+TEST_F(QuorumTest, AnEngineThatKeepsFailingToPauseCostsOneFormationNotOnePerUpdate) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  engine(kC).FailCalls("pause", absl::InternalError("pause refused"));
+  const int formed = log_->formed, disbanded = log_->disbanded;
+  for (const char* id : {"u1", "u2", "u3"}) Update(*group, id);
+  EXPECT_EQ(log_->formed, formed + 1);
+  EXPECT_EQ(log_->disbanded, disbanded + 1);
+}
+
+TEST_F(QuorumTest, ACommitShortOfTheQuorumResumesAnEngineSetAsideBeforeAnyBucket) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  engine(kC).FailCalls("begin", absl::InternalError("begin refused"));
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  SendBucket(*group, "u1", "abc");
+  engine(kB).FailCalls("finish", absl::InternalError("answered HTTP 500"));
+  std::vector<EngineOutcome> outcomes;
+  EXPECT_FALSE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
+  // c got no byte of v1: it still holds its earlier version whole and serves it again.
+  EXPECT_EQ(engine(kC).events().back(), "resume");
+  EXPECT_EQ(group->Snapshot().needs_full_version.count(kC), 0u);
+}
+
+TEST_F(QuorumTest, AnEngineFormedBackInByTheSameUpdateIsNotLeftOut) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kC).FailCalls("probe", absl::UnavailableError("down"));
+  ASSERT_TRUE(group->Form().ok());
+  engine(kC).FailCalls("probe", absl::OkStatus());
+  engine(kC).FailNextProbe(absl::UnavailableError("slow probe"));  // the update's first look
+  log_->engines_lost = true;  // then the group is found lost and forms again, with c back
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  SendBucket(*group, "u1", "abc");
+  std::vector<EngineOutcome> outcomes;
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
+  EXPECT_TRUE(outcomes[2].status.ok()) << outcomes[2].status;
+  EXPECT_EQ(engine(kC).buckets().size(), 1u);
+  EXPECT_THAT(engine(kC).events(), Contains("finish u1 v1"));
+}
+
+TEST_F(QuorumTest, AnEarlierRecordsEnginesAreAskedToDropItsGroupWhateverItsQuorum) {
+  // The record's engines may have been cut to those still allowed, below its quorum; the group
+  // made from it only asks them to drop the old name and never forms.
+  GroupRecord previous;
+  previous.spec = FakeGroupSpec("policy", {kA});
+  previous.spec.quorum = 2;
+  previous.engine_group = "policy.old";
+  auto group = MakeGroup(2, &previous);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  EXPECT_THAT(engine(kA).events(), Contains("leave-stale policy.old"));
 }
 
 TEST(QuorumSpec, AQuorumAboveTheEngineCountIsRefused) {

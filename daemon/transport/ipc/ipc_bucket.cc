@@ -160,9 +160,10 @@ absl::Status IpcBucket::WaitAnswered(std::vector<EngineOutcome>* outcomes) {
 
 absl::Time IpcBucket::requests_written_at() const {
   absl::Time last = absl::InfinitePast();
-  for (const auto& call : calls_) {
-    if (call == nullptr) return absl::InfinitePast();
-    last = std::max(last, call->written_at());
+  for (size_t i = 0; i < calls_.size(); ++i) {
+    if (skipped_[i]) continue;  // dropped from the update earlier: nothing to write
+    if (calls_[i] == nullptr) return absl::InfinitePast();
+    last = std::max(last, calls_[i]->written_at());
   }
   return last;
 }
