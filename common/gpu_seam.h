@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -205,6 +206,11 @@ class Platform {
   // Engines on the same GPUs see other indexes (CUDA_VISIBLE_DEVICES), never other UUIDs, so
   // colocated groups name their engines' GPUs by UUID.
   virtual absl::StatusOr<std::vector<std::string>> DeviceUuids() const = 0;
+  // Every NCCL library loaded so far, by the path or soname it was asked by, with its version
+  // ("2.28.9"); empty where none is (host mode).
+  virtual std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const {
+    return {};
+  }
 };
 
 // A GPU UUID as DeviceUuids gives it: lower case, without nvidia-smi's "GPU-" prefix.

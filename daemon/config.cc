@@ -331,7 +331,8 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                               "log_level",
                                               "groups",
                                               "engine_networks",
-                                              "state_dir"};
+                                              "state_dir",
+                                              "metrics_listen"};
   for (const auto& [key, value] : j.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", key, "\""));
@@ -412,6 +413,9 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
     if (j.contains("state_dir")) config->state_dir = j["state_dir"].get<std::string>();
+    if (j.contains("metrics_listen")) {
+      config->metrics_listen = j["metrics_listen"].get<std::string>();
+    }
     if (j.contains("groups")) {
       for (const auto& g : j["groups"]) {
         WSYNC_ASSIGN_OR_RETURN(GroupSpec spec, GroupSpecFromJson(g));

@@ -23,6 +23,8 @@ struct DaemonConfig {
   std::optional<std::vector<std::string>> engine_networks;
   // Where group records are kept (StateDir); empty: nowhere.
   std::string state_dir;
+  // Where Prometheus scrapes /metrics ("HOST:PORT"); empty: no metrics listener.
+  std::string metrics_listen;
 };
 
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/host/fault_guard.h"
@@ -23,6 +24,7 @@
 #include "daemon/config.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/group_factories.h"
+#include "daemon/metrics/metrics_server.h"
 #include "daemon/service/server.h"
 #include "daemon/state_dir.h"
 
@@ -123,6 +125,10 @@ int main(int argc, char** argv) {
       "directory where wsyncd records the groups it has open at the engines, so that after a "
       "crash the next wsyncd drops their stale groups and keeps engines left paused mid-update "
       "paused until a full version ('' for none)");
+  auto* metrics_opt = app.add_option(
+      "--metrics-listen", config.metrics_listen,
+      "serve Prometheus metrics at http://HOST:PORT/metrics (off by default; the port is not "
+      "authenticated, so bind it to an address only the scraper reaches)");
   std::string nccl_lib = "libnccl.so.2";
   app.add_option("--nccl-lib", nccl_lib,
                  "libnccl to load: use the engines' own (torch's site-packages/nvidia/nccl/lib), "
@@ -177,6 +183,7 @@ int main(int argc, char** argv) {
     config.groups = from_file.groups;
     config.engine_networks = from_file.engine_networks;
     if (state_opt->count() == 0) config.state_dir = from_file.state_dir;
+    if (metrics_opt->count() == 0) config.metrics_listen = from_file.metrics_listen;
   }
   if (networks_opt->count() > 0) config.engine_networks = engine_networks;
   auto level = wsync::ParseLogLevel(log_level);
@@ -285,8 +292,19 @@ int main(int argc, char** argv) {
   // earlier wsyncd left at an engine never stands in the way of this one's, by name.
   config.daemon.group.incarnation = absl::StrFormat("%08x", std::random_device{}());
   WSYNC_LOG(Info, "incarnation ", config.daemon.group.incarnation);
+  // Made before the core, which reports each update to it, and stopped before the core goes.
+  wsync::DaemonMetrics metrics;
+  if (!config.metrics_listen.empty()) config.daemon.observer = metrics.observer();
   wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories(),
                          std::move(state));
+  absl::Cleanup stop_metrics = [&metrics] { metrics.Stop(); };
+  if (!config.metrics_listen.empty()) {
+    if (auto s = metrics.Serve(config.metrics_listen, &core); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+    WSYNC_LOG(Info, "metrics at http://", config.metrics_listen, "/metrics (port ", metrics.port(),
+              ")");
+  }
   auto server = wsync::DaemonServer::Start(&core, config.server);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   if (auto s = core.Recover(config.groups, records); !s.ok()) {

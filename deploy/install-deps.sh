@@ -7,6 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libcli11-dev libcpp-httplib-dev libboost-dev nlohmann-json3-dev zlib1g-dev
+  # Prometheus metrics; the tests parse a scrape with the Python client, a parser not ours.
+  prometheus-cpp-dev python3-prometheus-client
   libgtest-dev libgmock-dev
   # SGLang's map-once colocated route speaks checkpoint-engine's ZMQ protocol; its host simulator
   # is the engine side, with pyzmq.

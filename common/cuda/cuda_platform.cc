@@ -63,6 +63,9 @@ class CudaPlatform final : public Platform {
     }
     return uuids;
   }
+  std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const override {
+    return nccl_->List();
+  }
 
  private:
   std::unique_ptr<NcclLibraries> nccl_;

@@ -75,6 +75,13 @@ NcclLibraries::NcclLibraries(std::unique_ptr<NcclLibrary> default_library)
   loaded_[default_library->path()] = std::move(default_library);
 }
 
+std::vector<std::pair<std::string, std::string>> NcclLibraries::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [path, library] : loaded_) out.emplace_back(path, library->version_string());
+  return out;
+}
+
 absl::StatusOr<const NcclLibrary*> NcclLibraries::Get(const std::string& path) {
   if (path.empty()) return default_;
   std::lock_guard<std::mutex> lock(mu_);

@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -56,11 +58,13 @@ class NcclLibraries {
   // is tried again on the next call (the operator may install it meanwhile).
   absl::StatusOr<const NcclLibrary*> Get(const std::string& path);
   const NcclLibrary& default_library() const { return *default_; }
+  // Each library loaded, by the path or soname it was asked by, with its version ("2.28.9").
+  std::vector<std::pair<std::string, std::string>> List() const;
 
  private:
   explicit NcclLibraries(std::unique_ptr<NcclLibrary> default_library);
   const NcclLibrary* default_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<NcclLibrary>> loaded_;
 };
 

@@ -393,6 +393,11 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
   context.verify_checksums = options_.checksum != "none";
+  if (UpdateObserver* observer = options_.observer) {
+    context.on_bucket = [observer, group_name](uint64_t bytes, const BucketTiming& timing) {
+      observer->BucketDone(group_name, bytes, timing);
+    };
+  }
 
   UpdateRecord record;
   record.update_id = context.update_id;
@@ -427,6 +432,9 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
           e.weights_check.empty() || !e.status.ok() ? "" : absl::StrCat("; ", e.weights_check)));
     }
     history_.Upsert(record);
+    if (options_.observer != nullptr) {
+      options_.observer->UpdateDone(record.group, record.version, record.state, outcome);
+    }
     for (const std::string& s : outcome.sessions) sessions_.EndUpdate(s);
     WSYNC_LOG(Info, "update ", record.update_id, " ", record.state, ": ", outcome.buckets,
               " buckets, ", outcome.bytes, " bytes in ", outcome.seconds, " s",

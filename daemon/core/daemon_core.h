@@ -19,6 +19,7 @@
 #include "daemon/core/session_registry.h"
 #include "daemon/core/transport.h"
 #include "daemon/core/update_history.h"
+#include "daemon/core/update_observer.h"
 #include "daemon/core/update_run.h"
 #include "daemon/core/weight_group.h"
 
@@ -48,6 +49,8 @@ struct DaemonOptions {
   NetworkAllowList engine_networks = NetworkAllowList::Loopback();
   // How engine host names are resolved for that check.
   HostResolver resolve_host = ResolveHost;
+  // Hears every bucket and update as they end (metrics, logs); null: nobody. Outlives the core.
+  UpdateObserver* observer = nullptr;
 };
 
 struct SessionView {
@@ -146,6 +149,7 @@ class DaemonCore {
   // Ends a drain: sessions and updates are taken again. Returns whether wsyncd was draining.
   bool Undrain();
   const DaemonOptions& options() const { return options_; }
+  const Platform& platform() const { return *platform_; }
 
  private:
   void ReapLoop();

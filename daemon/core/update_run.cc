@@ -523,6 +523,7 @@ void UpdateRun::AnswerLoop() {
       totals_.request_late += timing.request_late;
       totals_.total += timing.total;
     }
+    if (context_.on_bucket) context_.on_bucket(span, timing);
     for (size_t i = 0; i < p.shares.size(); ++i) {
       if (UpdateEvents* events = feed_state_[i].events.load()) {
         events->BucketDone(p.shares[i].sequence, span,

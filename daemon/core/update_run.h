@@ -75,6 +75,8 @@ struct UpdateContext {
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
   bool verify_checksums = true;
+  // Told of each bucket that reached every engine (its bytes and time split); may be empty.
+  std::function<void(uint64_t bytes, const BucketTiming& timing)> on_bucket;
 };
 
 // One update of one group, as a pipeline fed by one trainer session per feed of the group (one

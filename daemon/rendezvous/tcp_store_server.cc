@@ -33,6 +33,12 @@ constexpr int kMaxRequestsPerTurn = 64;
 // have descriptors left.
 std::atomic<int> g_open_connections{0};
 
+}  // namespace
+
+int TcpStoreServer::OpenConnectionsInProcess() { return g_open_connections.load(); }
+
+namespace {
+
 int ProcessConnectionBudget() {
   static const int budget = [] {
     rlimit rl{};

@@ -32,6 +32,8 @@ namespace wsync {
 class TcpStoreServer {
  public:
   static constexpr uint32_t kValidationMagic = StoreState::kValidationMagic;
+  // Connections open on every store of this process (the engines' ranks and wsyncd's own).
+  static int OpenConnectionsInProcess();
 
   struct Options {
     StoreLimits limits;

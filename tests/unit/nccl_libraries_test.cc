@@ -37,6 +37,10 @@ TEST(NcclLibraries, AGroupsOwnLibraryIsLoadedOnceAndKept) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, *other);
   EXPECT_NE(*other, &(*libraries)->default_library());
+  // What the metrics name: each library once, by the name it was asked by, with its version.
+  const std::string version = (*libraries)->default_library().version_string();
+  EXPECT_EQ((*libraries)->List(), (std::vector<std::pair<std::string, std::string>>{
+                                      {"libnccl.so", version}, {"libnccl.so.2", version}}));
 }
 
 TEST(NcclLibraries, AMissingOrForeignLibraryIsRefusedByNameAndTriedAgainLater) {

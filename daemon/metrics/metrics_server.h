@@ -1,0 +1,41 @@
+#ifndef WSYNC_DAEMON_METRICS_METRICS_SERVER_H_
+#define WSYNC_DAEMON_METRICS_METRICS_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/core/daemon_core.h"
+#include "daemon/metrics/state_collector.h"
+#include "daemon/metrics/update_metrics.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+
+namespace wsync {
+
+// wsyncd's Prometheus endpoint: GET /metrics on `--metrics-listen` in the text exposition
+// format, served by prometheus-cpp's exposer. It holds the update metrics (which the core must be
+// given as its observer before it starts) and reads the core's state at each scrape.
+class DaemonMetrics {
+ public:
+  DaemonMetrics();
+  // Listens on "HOST:PORT" (port 0: any) and serves the core's state along with the update
+  // metrics. UNAVAILABLE when the address cannot be bound.
+  absl::Status Serve(const std::string& listen, DaemonCore* core);
+  // The observer to put in DaemonOptions before the core is made.
+  UpdateObserver* observer() { return &updates_; }
+  // The port served (after Serve), 0 before.
+  int port() const;
+  // Stops serving; the core may go after this.
+  void Stop() { exposer_.reset(); }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  UpdateMetrics updates_;
+  std::shared_ptr<StateCollector> state_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_METRICS_METRICS_SERVER_H_

@@ -1,0 +1,138 @@
+#include "daemon/metrics/state_collector.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/rendezvous/tcp_store_server.h"
+
+namespace wsync {
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// A label value as the exposition format may carry it: cut, since an engine's error can be long.
+std::string LabelValue(const std::string& value) {
+  constexpr size_t kMax = 256;
+  return value.size() <= kMax ? value : absl::StrCat(value.substr(0, kMax), "...");
+}
+
+class Families {
+ public:
+  void Gauge(const std::string& name, const std::string& help, const Labels& labels, double value) {
+    prometheus::MetricFamily& family = Find(name, help);
+    prometheus::ClientMetric metric;
+    for (const auto& [k, v] : labels) metric.label.push_back({k, LabelValue(v)});
+    metric.gauge.value = value;
+    family.metric.push_back(std::move(metric));
+  }
+  // A family with no series yet still says it exists (its HELP and TYPE).
+  void Declare(const std::string& name, const std::string& help) { Find(name, help); }
+  std::vector<prometheus::MetricFamily> Take() { return std::move(families_); }
+
+ private:
+  prometheus::MetricFamily& Find(const std::string& name, const std::string& help) {
+    auto it = index_.find(name);
+    if (it != index_.end()) return families_[it->second];
+    index_[name] = families_.size();
+    prometheus::MetricFamily family;
+    family.name = name;
+    family.help = help;
+    family.type = prometheus::MetricType::Gauge;
+    families_.push_back(std::move(family));
+    return families_.back();
+  }
+
+  std::vector<prometheus::MetricFamily> families_;
+  std::map<std::string, size_t> index_;
+};
+
+}  // namespace
+
+std::vector<EngineRow> StateCollector::Engines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time now = absl::Now();
+  if (now - engines_probed_ >= engine_probe_interval_) {
+    engines_ = core_->ListEngines();
+    engines_probed_ = now;
+  }
+  return engines_;
+}
+
+std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
+  Families out;
+  const DaemonStatusView status = core_->Status();
+  out.Gauge("wsync_up", "1 while wsyncd serves, labelled with its mode (cuda or host)",
+            {{"mode", status.mode}}, 1);
+  out.Gauge("wsync_draining", "1 while wsyncd refuses new sessions and updates", {},
+            status.draining ? 1 : 0);
+  out.Gauge("wsync_sessions", "Trainer sessions open", {}, static_cast<double>(status.sessions));
+  size_t running = 0;
+  for (const UpdateRecord& r : core_->ListUpdates(core_->options().history_limit)) {
+    running += r.state == "running" ? 1 : 0;
+  }
+  out.Gauge("wsync_updates_running", "Weight updates begun and not yet ended", {},
+            static_cast<double>(running));
+
+  out.Declare("wsync_group_state", "1 for the group's state, 0 for the others");
+  out.Declare("wsync_group_world_size", "Ranks in the group's formation, wsyncd's included");
+  for (const GroupSnapshot& g : core_->ListGroups()) {
+    for (GroupState state : {GroupState::kForming, GroupState::kReady, GroupState::kUpdating,
+                             GroupState::kBroken, GroupState::kDestroyed}) {
+      out.Gauge("wsync_group_state", "1 for the group's state, 0 for the others",
+                {{"group", g.spec.name}, {"state", std::string(GroupStateName(state))}},
+                g.state == state ? 1 : 0);
+    }
+    out.Gauge("wsync_group_world_size", "Ranks in the group's formation, wsyncd's included",
+              {{"group", g.spec.name}}, g.world_size);
+  }
+
+  out.Declare("wsync_engine_healthy", "1 if the engine answered its last health probe");
+  out.Declare("wsync_engine_needs_full_version",
+              "1 while the engine waits, paused, for a complete update");
+  out.Declare("wsync_engine_error_info", "1 for each engine whose last probe failed, with why");
+  for (const EngineRow& e : Engines()) {
+    out.Gauge("wsync_engine_healthy", "1 if the engine answered its last health probe",
+              {{"group", e.group},
+               {"engine", e.endpoint.url},
+               {"kind", std::string(EngineKindName(e.kind))}},
+              e.health.healthy ? 1 : 0);
+    out.Gauge("wsync_engine_needs_full_version",
+              "1 while the engine waits, paused, for a complete update",
+              {{"group", e.group}, {"engine", e.endpoint.url}},
+              e.needs_full_version.empty() ? 0 : 1);
+    if (!e.health.error.empty()) {
+      out.Gauge("wsync_engine_error_info", "1 for each engine whose last probe failed, with why",
+                {{"group", e.group}, {"engine", e.endpoint.url}, {"error", e.health.error}}, 1);
+    }
+  }
+
+  std::map<std::pair<int, std::string>, int> slots;
+  for (const SlotRow& row : core_->ListBuffers()) {
+    ++slots[{row.device, std::string(SlotStateName(row.state))}];
+  }
+  out.Declare("wsync_slots", "Slots per device and state");
+  for (const auto& [key, count] : slots) {
+    out.Gauge("wsync_slots", "Slots per device and state",
+              {{"device", std::to_string(key.first)}, {"state", key.second}}, count);
+  }
+  out.Declare("wsync_device_memory_held_bytes",
+              "Device memory (host mode: shared memory) the slots hold");
+  for (const DeviceMemoryRow& d : core_->ListDeviceMemory()) {
+    out.Gauge("wsync_device_memory_held_bytes",
+              "Device memory (host mode: shared memory) the slots hold",
+              {{"device", std::to_string(d.device)}}, static_cast<double>(d.bytes_held));
+  }
+  out.Gauge("wsync_store_connections", "TCPStore connections open on wsyncd's stores", {},
+            TcpStoreServer::OpenConnectionsInProcess());
+  out.Declare("wsync_nccl_library_info", "1 for each NCCL library loaded, with its version");
+  for (const auto& [library, version] : core_->platform().LoadedNcclLibraries()) {
+    out.Gauge("wsync_nccl_library_info", "1 for each NCCL library loaded, with its version",
+              {{"library", library}, {"version", version}}, 1);
+  }
+  return out.Take();
+}
+
+}  // namespace wsync
