@@ -206,6 +206,9 @@ class Platform {
   // Engines on the same GPUs see other indexes (CUDA_VISIBLE_DEVICES), never other UUIDs, so
   // colocated groups name their engines' GPUs by UUID.
   virtual absl::StatusOr<std::vector<std::string>> DeviceUuids() const = 0;
+  // OK while every device answers; otherwise which one does not and why (a GPU that fell off
+  // the bus, or a context with a sticky error, fails every later call: wsyncd needs a restart).
+  virtual absl::Status CheckDevices() const { return absl::OkStatus(); }
   // Every NCCL library loaded so far, by the path or soname it was asked by, with its version
   // ("2.28.9"); empty where none is (host mode).
   virtual std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const {

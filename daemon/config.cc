@@ -332,7 +332,9 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                               "groups",
                                               "engine_networks",
                                               "state_dir",
-                                              "metrics_listen"};
+                                              "metrics_listen",
+                                              "log_format",
+                                              "log_repeat_seconds"};
   for (const auto& [key, value] : j.items()) {
     if (kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", key, "\""));
@@ -413,6 +415,10 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
     if (j.contains("state_dir")) config->state_dir = j["state_dir"].get<std::string>();
+    if (j.contains("log_format")) config->log_format = j["log_format"].get<std::string>();
+    if (j.contains("log_repeat_seconds")) {
+      config->log_repeat_seconds = j["log_repeat_seconds"].get<double>();
+    }
     if (j.contains("metrics_listen")) {
       config->metrics_listen = j["metrics_listen"].get<std::string>();
     }

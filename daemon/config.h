@@ -25,6 +25,10 @@ struct DaemonConfig {
   std::string state_dir;
   // Where Prometheus scrapes /metrics ("HOST:PORT"); empty: no metrics listener.
   std::string metrics_listen;
+  // "text" or "json" (ParseLogFormat).
+  std::string log_format = "text";
+  // The same log line again within this many seconds is held back and counted; 0: never.
+  double log_repeat_seconds = 10;
 };
 
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.

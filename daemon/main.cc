@@ -27,6 +27,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/service/server.h"
 #include "daemon/state_dir.h"
+#include "daemon/systemd_notifier.h"
 
 namespace {
 
@@ -114,6 +115,13 @@ int main(int argc, char** argv) {
       "directory for the ZMQ sockets of SGLang's map-once route (ipc_route \"ipc\"): one that "
       "wsyncd and the engines both see");
   auto* log_opt = app.add_option("--log-level", log_level, "debug, info, warning, error");
+  auto* log_format_opt = app.add_option(
+      "--log-format", config.log_format,
+      "text, or json: one object per line ({ts, level, msg} and, for updates, their fields) for "
+      "log collectors");
+  auto* repeat_opt = app.add_option(
+      "--log-repeat-seconds", config.log_repeat_seconds,
+      "the same line again within this many seconds is held back and counted (0: never)");
   std::vector<std::string> engine_networks;
   auto* networks_opt =
       app.add_option("--engine-networks", engine_networks,
@@ -180,6 +188,8 @@ int main(int argc, char** argv) {
           from_file.daemon.group.transport.ipc_socket_dir;
     }
     if (log_opt->count() == 0) log_level = from_file.log_level;
+    if (log_format_opt->count() == 0) config.log_format = from_file.log_format;
+    if (repeat_opt->count() == 0) config.log_repeat_seconds = from_file.log_repeat_seconds;
     config.groups = from_file.groups;
     config.engine_networks = from_file.engine_networks;
     if (state_opt->count() == 0) config.state_dir = from_file.state_dir;
@@ -189,6 +199,11 @@ int main(int argc, char** argv) {
   auto level = wsync::ParseLogLevel(log_level);
   if (!level.ok()) return Fail(std::string(level.status().message()));
   wsync::SetLogLevel(*level);
+  auto log_format = wsync::ParseLogFormat(config.log_format);
+  if (!log_format.ok()) return Fail(std::string(log_format.status().message()));
+  wsync::SetLogFormat(*log_format);
+  if (config.log_repeat_seconds < 0) return Fail("--log-repeat-seconds must not be negative");
+  wsync::SetLogRepeatWindow(absl::Seconds(config.log_repeat_seconds));
   auto bytes = wsync::ParseByteSize(slot_bytes);
   if (!bytes.ok()) return Fail(std::string(bytes.status().message()));
   config.daemon.slot_bytes = *bytes;
@@ -313,9 +328,24 @@ int main(int argc, char** argv) {
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
             " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",
             config.daemon.slot_bytes, " bytes per device)");
+  // The watchdog checks the socket trainers use; a daemon serving only TLS over TCP is checked
+  // through an in-process channel (its health, not its listener).
+  const std::string self = config.server.unix_socket.empty()
+                               ? std::string("an in-process channel")
+                               : absl::StrCat("unix:", config.server.unix_socket);
+  wsync::DaemonServer* raw_server = server->get();
+  wsync::SystemdNotifier systemd(self, [&config, raw_server]() {
+    return config.server.unix_socket.empty()
+               ? raw_server->InProcessChannel()
+               : grpc::CreateChannel(absl::StrCat("unix:", config.server.unix_socket),
+                                     grpc::InsecureChannelCredentials());
+  });
+  systemd.Ready(absl::StrCat("serving on ", (*server)->listen_description()));
+  systemd.StartWatchdog();
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
+  systemd.Stopping();
   WSYNC_LOG(Info, "signal ", sig, ": draining (running updates get 30 s to finish)");
   wsync::DrainResult drained = core.Drain(absl::Seconds(30));
   if (!drained.drained) WSYNC_LOG(Warning, "updates still running after the drain deadline");

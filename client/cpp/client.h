@@ -91,6 +91,8 @@ class Client {
   absl::StatusOr<std::pair<uint32_t, MappedSlot*>> OversizeSlot(uint64_t bytes);
   v1::Trainer::Stub* trainer() { return trainer_.get(); }
   v1::Admin::Stub* admin() { return admin_.get(); }
+  // The connection itself, for stubs of other services (grpc.health.v1).
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
 
  private:
   explicit Client(std::shared_ptr<grpc::Channel> channel);

@@ -203,6 +203,10 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const PlannedTensor& pt : bucket.tensors)
       tensors.push_back(pending_[pt.index - released_]);
+    // The plan as it stands, for the daemon's progress view (a push fed tensor by tensor learns
+    // its totals as it goes).
+    wire.set_planned_buckets(std::max<uint64_t>(progress_.buckets_total, sequence + 1));
+    wire.set_planned_bytes(progress_.bytes_total);
   }
   const bool pull =
       options_.pull && options_.exporter != nullptr && DescribeSources(tensors, &wire);

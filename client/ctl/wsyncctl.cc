@@ -2,9 +2,16 @@
 
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
@@ -15,7 +22,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
+#include "client/cpp/progress_bar.h"
 #include "client/ctl/table.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "wsync/v1/admin.grpc.pb.h"
 
 namespace wsync {
@@ -102,6 +112,48 @@ int PrintJson(const google::protobuf::Message& m) {
   return 0;
 }
 
+// Whether a TCP connection to "host:port" opens within `timeout`.
+absl::Status ReachTcp(const std::string& address, absl::Duration timeout) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return absl::InvalidArgumentError("not host:port");
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found);
+      rc != 0) {
+    return absl::NotFoundError(gai_strerror(rc));
+  }
+  absl::Status result = absl::UnavailableError("no address");
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1 ? 0 : -1;
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (rc == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)) {
+        errno = err;
+        rc = -1;
+      } else if (rc != 0) {
+        errno = ETIMEDOUT;
+      }
+    }
+    const int saved = errno;
+    close(fd);
+    if (rc == 0) {
+      result = absl::OkStatus();
+      break;
+    }
+    result = absl::UnavailableError(absl::StrCat("cannot connect: ", strerror(saved)));
+  }
+  freeaddrinfo(found);
+  return result;
+}
+
 int Error(const grpc::Status& s) {
   std::cerr << "wsyncctl: " << s.error_message() << " (" << s.error_code() << ")\n";
   return 1;
@@ -128,6 +180,178 @@ class Ctl {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(g_.timeout)));
     return ctx;
+  }
+
+  // Asks the standard health service about each of `services` ("" is wsyncd as a whole); 0 when
+  // every one is SERVING, else 1 (a probe's answer).
+  int Health(const std::vector<std::string>& services) {
+    auto stub = grpc::health::v1::Health::NewStub(client_->channel());
+    bool all = true;
+    nlohmann::json out = nlohmann::json::object();
+    Table t({"SERVICE", "STATUS"});
+    for (const std::string& service : services) {
+      grpc::health::v1::HealthCheckRequest req;
+      req.set_service(service);
+      grpc::health::v1::HealthCheckResponse resp;
+      auto s = stub->Check(Context().get(), req, &resp);
+      const std::string status =
+          s.ok() ? grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status())
+                 : absl::StrCat("ERROR: ", s.error_message());
+      all = all && s.ok() && resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+      out[service] = status;
+      t.AddRow({service.empty() ? "(wsyncd)" : service, status});
+    }
+    if (g_.json) {
+      std::cout << out.dump(2) << "\n";
+    } else {
+      t.Print(std::cout);
+    }
+    return all ? 0 : 1;
+  }
+
+  // Checks what an operator checks first, one line each (OK, WARN or FAIL and why): the daemon,
+  // its GPUs and how they are shared, its NCCL, each group's store port, each engine, and the
+  // last commit. Exits 1 when any check FAILs.
+  int Doctor() {
+    struct Check {
+      std::string verdict, what, detail;
+    };
+    std::vector<Check> checks;
+    auto add = [&](const char* verdict, std::string what, std::string detail) {
+      checks.push_back({verdict, std::move(what), std::move(detail)});
+    };
+    v1::DaemonStatus st;
+    if (auto s = admin()->GetStatus(Context().get(), v1::GetStatusRequest(), &st); !s.ok()) {
+      return Error(s);
+    }
+    const bool host = st.mode() == "host";
+    add("OK", "daemon",
+        absl::StrCat("wsyncd ", st.version(), ", mode ", st.mode(), ", up ",
+                     absl::FormatDuration(absl::Seconds(st.uptime_seconds()))));
+    if (st.draining()) add("WARN", "draining", "new sessions and updates are refused (undrain)");
+    if (!st.devices_error().empty()) {
+      add("FAIL", "GPUs", st.devices_error());
+    } else if (st.device_uuids_size() == 0) {
+      add(host ? "OK" : "FAIL", "GPUs", "none visible");
+    } else {
+      add("OK", "GPUs",
+          absl::StrCat(st.device_uuids_size(), host ? " host stand-in(s): " : " visible: ",
+                       absl::StrJoin(st.device_uuids(), ", ")));
+    }
+    if (host) {
+      add("OK", "GPU sharing", st.gpu_sharing());
+    } else {
+      add(st.gpu_sharing() == "mps" ? "OK" : "WARN", "GPU sharing",
+          st.gpu_sharing() == "mps"
+              ? "MPS"
+              : absl::StrCat(st.gpu_sharing(),
+                             ": without MPS the trainer's copies and wsyncd's broadcasts take "
+                             "turns on the GPU"));
+    }
+    if (host) {
+      add("OK", "NCCL", "none in host mode");
+    } else if (st.nccl_libraries_size() == 0) {
+      add("FAIL", "NCCL", "no library loaded");
+    } else {
+      add("OK", "NCCL", absl::StrJoin(st.nccl_libraries(), "; "));
+    }
+    v1::ListGroupsResponse groups;
+    if (auto s = admin()->ListGroups(Context().get(), v1::ListGroupsRequest(), &groups); !s.ok()) {
+      return Error(s);
+    }
+    for (const v1::GroupInfo& g : groups.groups()) {
+      const std::string what = absl::StrCat("group ", g.spec().name());
+      if (!g.error().empty() && g.state() == v1::GROUP_STATE_BROKEN) {
+        add("FAIL", what, absl::StrCat("broken: ", g.error()));
+      }
+      if (g.rendezvous().empty()) continue;
+      absl::Status reached = ReachTcp(g.rendezvous(), absl::Seconds(2));
+      add(reached.ok() ? "OK" : "FAIL", absl::StrCat(what, " store"),
+          reached.ok() ? absl::StrCat(g.rendezvous(), " accepts connections")
+                       : absl::StrCat(g.rendezvous(), ": ", reached.message()));
+    }
+    v1::ListEnginesResponse engines;
+    if (auto s = admin()->ListEngines(Context().get(), v1::ListEnginesRequest(), &engines);
+        !s.ok()) {
+      return Error(s);
+    }
+    for (const v1::EngineInfo& e : engines.engines()) {
+      const std::string what = absl::StrCat("engine ", e.url());
+      if (!e.needs_restart().empty()) {
+        add("FAIL", what, e.needs_restart());
+      } else if (!e.healthy()) {
+        add("FAIL", what, absl::StrCat("not answering: ", e.last_error()));
+      } else if (e.needs_full_version()) {
+        add("WARN", what,
+            absl::StrCat("paused, waiting for a full version: ", e.needs_full_version_reason()));
+      } else {
+        add("OK", what,
+            absl::StrCat(e.kind(), " ", e.engine_version(), ", weights '", e.weight_version(),
+                         "'"));
+      }
+    }
+    if (st.last_commit_unix_seconds() == 0) {
+      add("WARN", "last update", "none committed since wsyncd started");
+    } else {
+      const absl::Duration ago = absl::Now() - absl::FromUnixSeconds(st.last_commit_unix_seconds());
+      add("OK", "last update", absl::StrCat("committed ", absl::ToInt64Seconds(ago), " s ago"));
+    }
+    bool failed = false;
+    nlohmann::json out = nlohmann::json::array();
+    Table t({"CHECK", "RESULT", "DETAIL"});
+    for (const Check& c : checks) {
+      failed = failed || c.verdict == "FAIL";
+      out.push_back({{"check", c.what}, {"result", c.verdict}, {"detail", c.detail}});
+      t.AddRow({c.what, c.verdict, c.detail});
+    }
+    if (g_.json) {
+      std::cout << out.dump(2) << "\n";
+    } else {
+      t.Print(std::cout);
+    }
+    return failed ? 1 : 0;
+  }
+
+  // The running updates as they go: bucket k of n, bytes, GiB/s, each engine's answers and the
+  // slowest. On a terminal the view is redrawn in place every `interval`; elsewhere each poll is
+  // printed as it comes. `count` polls (0: until interrupted).
+  int Watch(double interval, int count) {
+    const bool terminal = isatty(STDOUT_FILENO) == 1;
+    for (int n = 0; count == 0 || n < count; ++n) {
+      if (n > 0) absl::SleepFor(absl::Seconds(interval));
+      v1::ListProgressResponse resp;
+      auto s = admin()->ListProgress(Context().get(), v1::ListProgressRequest(), &resp);
+      if (!s.ok()) return Error(s);
+      if (g_.json) {
+        PrintJson(resp);
+        std::cout << "\n" << std::flush;
+        continue;
+      }
+      std::string out = terminal ? "\033[H\033[2J" : "";
+      absl::StrAppend(&out, absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()), "  ",
+                      resp.updates_size(), " update(s) running\n");
+      for (const v1::UpdateProgress& u : resp.updates()) {
+        absl::StrAppend(&out, "update ", u.update_id(), "  group ", u.group(), "  version '",
+                        u.version(), "'  ", absl::StrFormat("%.1f s", u.seconds()), "\n  ",
+                        ProgressBar(u.buckets_done(), u.buckets_planned(), u.bytes_done(),
+                                    u.bytes_planned(), u.gib_per_second()),
+                        "\n");
+        Table t({"ENGINE", "STATE", "BUCKETS", "LAST ANSWER", "MEAN ANSWER"});
+        for (const v1::EngineProgress& e : u.engines()) {
+          t.AddRow({e.url(), e.state(), absl::StrCat(e.buckets_answered()),
+                    absl::StrFormat("%.3f s", e.last_answer_seconds()),
+                    absl::StrFormat("%.3f s", e.mean_answer_seconds())});
+        }
+        std::ostringstream table;
+        t.Print(table);
+        absl::StrAppend(&out, table.str());
+        if (!u.slowest_engine().empty()) {
+          absl::StrAppend(&out, "slowest engine: ", u.slowest_engine(), "\n");
+        }
+      }
+      std::cout << out << std::flush;
+    }
+    return 0;
   }
 
   int Status() {
@@ -564,6 +788,25 @@ int main(int argc, char** argv) {
   create->add_option("--quorum", quorum,
                      "engines an update needs (default 0: all); with fewer, an update goes on "
                      "without engines that fail and commits once this many committed");
+  double watch_interval = 0.5;
+  int watch_count = 0;
+  auto* watch = app.add_subcommand(
+      "watch", "show the running updates as they go: buckets, bytes, GiB/s, each engine");
+  watch->add_option("--interval", watch_interval, "seconds between polls")
+      ->check(CLI::Range(0.05, 3600.0));
+  watch->add_option("--count", watch_count, "polls, then exit (0: until interrupted)");
+  auto* doctor = app.add_subcommand(
+      "doctor",
+      "check the daemon, its GPUs, MPS, NCCL, each group's store port, each engine and the last "
+      "commit; exits 1 when a check fails");
+  std::vector<std::string> health_services;
+  auto* health = app.add_subcommand(
+      "health",
+      "ask the standard gRPC health service; exits 0 when every service asked is SERVING, 1 "
+      "otherwise (also when wsyncd does not answer): for probes");
+  health->add_option("--service", health_services,
+                     "service to ask: '' (wsyncd: its GPUs answer), wsync.v1.Trainer (also not "
+                     "draining), wsync.v1.Admin (default: all three)");
   auto* destroy = app.add_subcommand("destroy-group", "tear a weight group down");
   destroy->add_option("name", name)->required();
   uint32_t drain_timeout = 60;
@@ -587,8 +830,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   wsync::Ctl ctl(g);
-  if (int rc = ctl.Connect(); rc != 0) return rc;
+  if (int rc = ctl.Connect(); rc != 0) return *health ? 1 : rc;
+  if (*health) {
+    if (health_services.empty()) health_services = {"", "wsync.v1.Trainer", "wsync.v1.Admin"};
+    return ctl.Health(health_services);
+  }
   if (*status) return ctl.Status();
+  if (*doctor) return ctl.Doctor();
+  if (*watch) return ctl.Watch(watch_interval, watch_count);
   if (*groups) return ctl.Groups();
   if (*group) return ctl.Group(name);
   if (*engines) return ctl.Engines();

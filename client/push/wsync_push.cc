@@ -2,6 +2,7 @@
 // simulators) checks that every engine rank holds exactly the trainer's bytes.
 
 #include <httplib.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <map>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/cpp/client.h"
+#include "client/cpp/progress_bar.h"
 #include "client/push/synthetic_model.h"
 #include "common/checksum.h"
 #include "nlohmann/json.hpp"
@@ -125,11 +127,21 @@ int main(int argc, char** argv) {
     }
     std::printf("update %s: %zu tensors, %.2f GiB\n", version.c_str(), model.size(),
                 total / double(1ull << 30));
+    // On a terminal, one bar redrawn in place; in a log, one line per bucket.
+    const bool terminal = isatty(STDOUT_FILENO) == 1;
     auto result = (*client)->Push(group, version, refs, [&](const wsync::PushProgress& p) {
-      std::printf("  bucket %3llu/%llu  %8.1f MiB  %6.2f GiB/s\n",
-                  static_cast<unsigned long long>(p.buckets_done),
-                  static_cast<unsigned long long>(p.buckets_total), p.bytes_done / double(1 << 20),
-                  p.seconds > 0 ? p.bytes_done / p.seconds / double(1ull << 30) : 0.0);
+      const double rate = p.seconds > 0 ? p.bytes_done / p.seconds / double(1ull << 30) : 0.0;
+      if (terminal) {
+        std::printf("\r  %s", wsync::ProgressBar(p.buckets_done, p.buckets_total, p.bytes_done,
+                                                 p.bytes_total, rate)
+                                  .c_str());
+        if (p.buckets_done == p.buckets_total) std::printf("\n");
+      } else {
+        std::printf("  bucket %3llu/%llu  %8.1f MiB  %6.2f GiB/s\n",
+                    static_cast<unsigned long long>(p.buckets_done),
+                    static_cast<unsigned long long>(p.buckets_total),
+                    p.bytes_done / double(1 << 20), rate);
+      }
       std::fflush(stdout);
     });
     if (!result.ok()) {

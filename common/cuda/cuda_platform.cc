@@ -63,6 +63,21 @@ class CudaPlatform final : public Platform {
     }
     return uuids;
   }
+  absl::Status CheckDevices() const override {
+    int count = 0;
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+    for (int d = 0; d < count; ++d) {
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaError_t set = cudaSetDevice(d);
+      cudaError_t info = set == cudaSuccess ? cudaMemGetInfo(&free_bytes, &total_bytes) : set;
+      if (info != cudaSuccess) {
+        return absl::UnavailableError(absl::StrCat("GPU ", d,
+                                                   " does not answer: ", cudaGetErrorName(info),
+                                                   ": ", cudaGetErrorString(info)));
+      }
+    }
+    return absl::OkStatus();
+  }
   std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const override {
     return nccl_->List();
   }

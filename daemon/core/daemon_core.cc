@@ -12,6 +12,12 @@
 #include "daemon/core/peer_text.h"
 
 namespace wsync {
+namespace {
+
+// Logs one line for an ended update (UpdateRecord's state and the outcome's timings).
+void LogUpdate(const UpdateRecord& record, const UpdateOutcome& outcome);
+
+}  // namespace
 
 DaemonCore::DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options,
                        GroupFactories factories, std::unique_ptr<GroupStateStore> state)
@@ -436,9 +442,7 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
       options_.observer->UpdateDone(record.group, record.version, record.state, outcome);
     }
     for (const std::string& s : outcome.sessions) sessions_.EndUpdate(s);
-    WSYNC_LOG(Info, "update ", record.update_id, " ", record.state, ": ", outcome.buckets,
-              " buckets, ", outcome.bytes, " bytes in ", outcome.seconds, " s",
-              outcome.status.ok() ? "" : absl::StrCat(" (", outcome.status.ToString(), ")"));
+    LogUpdate(record, outcome);
     std::lock_guard<std::mutex> lock(mu_);
     --running_updates_;
     cv_.notify_all();
@@ -446,6 +450,49 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
   return std::make_shared<UpdateRun>(std::move(context), group, &pool_, feed, session.id, events,
                                      std::move(on_done));
 }
+
+namespace {
+
+void LogUpdate(const UpdateRecord& record, const UpdateOutcome& outcome) {
+  const LogLevel level = outcome.status.ok() ? LogLevel::kInfo : LogLevel::kWarning;
+  if (!LogEnabled(level)) return;
+  const BucketTiming& t = outcome.bucket_totals;
+  const double gib = static_cast<double>(outcome.bytes) / (1ull << 30);
+  const double rate = outcome.seconds > 0 ? gib / outcome.seconds : 0;
+  std::vector<std::string> engines;
+  for (const EngineOutcome& e : outcome.engines) {
+    engines.push_back(absl::StrCat(e.engine, " ", e.status.ok() ? "ok" : e.status.ToString()));
+  }
+  // One line per update: what happened and where its time went (bucket phases summed).
+  const std::string message = absl::StrFormat(
+      "update %s of group %s to version '%s' %s: %u buckets, %.3f GiB in %.3f s (%.2f GiB/s); "
+      "first launch %.3f s, verify %.3f s, idle %.3f s, wire %.3f s, answer %.3f s, finish "
+      "%.3f s%s%s",
+      record.update_id, record.group, record.version, record.state, outcome.buckets, gib,
+      outcome.seconds, rate, outcome.first_launch_seconds, t.verify, t.idle_before, t.active,
+      t.answer, outcome.finish_seconds,
+      engines.empty() ? "" : absl::StrCat("; engines: ", absl::StrJoin(engines, ", ")),
+      outcome.status.ok() ? "" : absl::StrCat(" (", outcome.status.ToString(), ")"));
+  LogLine(level, message,
+          {{"event", "update"},
+           {"update_id", record.update_id},
+           {"group", record.group},
+           {"version", record.version},
+           {"outcome", record.state},
+           {"status", std::string(absl::StatusCodeToString(outcome.status.code()))},
+           {"buckets", static_cast<uint64_t>(outcome.buckets)},
+           {"bytes", static_cast<uint64_t>(outcome.bytes)},
+           {"seconds", outcome.seconds},
+           {"gib_per_second", rate},
+           {"first_launch_seconds", outcome.first_launch_seconds},
+           {"verify_seconds", t.verify},
+           {"idle_seconds", t.idle_before},
+           {"wire_seconds", t.active},
+           {"answer_seconds", t.answer},
+           {"finish_seconds", outcome.finish_seconds}});
+}
+
+}  // namespace
 
 DaemonStatusView DaemonCore::Status() const {
   DaemonStatusView v;
@@ -462,6 +509,34 @@ DaemonStatusView DaemonCore::Status() const {
   v.committed = history_.committed();
   v.failed = history_.failed();
   v.bytes_sent = history_.bytes_sent();
+  v.last_commit = history_.last_committed_at();
+  return v;
+}
+
+std::vector<UpdateProgressView> DaemonCore::ListProgress() const {
+  std::vector<std::shared_ptr<JoinPoint>> points;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [group, point] : join_points_) points.push_back(point);
+  }
+  std::vector<UpdateProgressView> out;
+  for (const auto& point : points) {
+    std::shared_ptr<UpdateRun> run;
+    {
+      std::lock_guard<std::mutex> lock(point->mu);
+      run = point->run.lock();
+    }
+    if (run != nullptr && run->running()) out.push_back(run->Progress());
+  }
+  return out;
+}
+
+DaemonStatusView DaemonCore::Diagnose() const {
+  DaemonStatusView v = Status();
+  absl::StatusOr<std::vector<std::string>> uuids = platform_->DeviceUuids();
+  if (uuids.ok()) v.device_uuids = *std::move(uuids);
+  v.devices = uuids.ok() ? platform_->CheckDevices() : uuids.status();
+  v.nccl_libraries = platform_->LoadedNcclLibraries();
   return v;
 }
 

@@ -72,6 +72,12 @@ struct DaemonStatusView {
   uint64_t committed = 0;
   uint64_t failed = 0;
   uint64_t bytes_sent = 0;
+  absl::Time last_commit = absl::InfinitePast();
+  // The devices wsyncd serves, by GPU UUID (host mode: its stand-ins), and whether they answer.
+  std::vector<std::string> device_uuids;
+  absl::Status devices;
+  // Each NCCL library loaded, with its version.
+  std::vector<std::pair<std::string, std::string>> nccl_libraries;
 };
 
 struct DrainResult {
@@ -145,11 +151,17 @@ class DaemonCore {
   ReleaseResult ReleaseBuffers(int device) { return pool_.ReleaseIdle(device); }
   std::vector<UpdateRecord> ListUpdates(size_t limit) const { return history_.Latest(limit); }
   DaemonStatusView Status() const;
+  // The updates running now, as far as each has come.
+  std::vector<UpdateProgressView> ListProgress() const;
+  // Status() and what takes the platform longer to say: its devices and NCCL libraries.
+  DaemonStatusView Diagnose() const;
   DrainResult Drain(absl::Duration timeout);
   // Ends a drain: sessions and updates are taken again. Returns whether wsyncd was draining.
   bool Undrain();
   const DaemonOptions& options() const { return options_; }
   const Platform& platform() const { return *platform_; }
+  // OK while every device answers (Platform::CheckDevices).
+  absl::Status CheckDevices() const { return platform_->CheckDevices(); }
 
  private:
   void ReapLoop();

@@ -103,6 +103,9 @@ struct EngineOutcome {
   // The check of its weights after the commit, when the group asks for one: "agrees with ...",
   // "differs from ...", or why it could not run; "" when the group asks for none.
   std::string weights_check;
+  // From its bucket request written to its answer (a pipelined request includes its wait behind
+  // the previous bucket); 0 where not measured.
+  double answer_seconds = 0;
 };
 
 // An engine's checksums of the weights it serves, by the engine's own tensor key (which names the

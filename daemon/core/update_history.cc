@@ -9,9 +9,10 @@ void UpdateHistory::Upsert(const UpdateRecord& record) {
       const bool was_running = it->state == "running";
       *it = record;
       if (was_running && record.state != "running") {
-        if (record.state == "committed")
+        if (record.state == "committed") {
           ++committed_;
-        else
+          last_committed_at_ = record.started + absl::Seconds(record.seconds);
+        } else
           ++failed_;
         bytes_sent_ += record.bytes;
       }
@@ -40,6 +41,11 @@ uint64_t UpdateHistory::committed() const {
 uint64_t UpdateHistory::failed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failed_;
+}
+
+absl::Time UpdateHistory::last_committed_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_committed_at_;
 }
 
 uint64_t UpdateHistory::bytes_sent() const {

@@ -35,6 +35,8 @@ class UpdateHistory {
   uint64_t committed() const;
   uint64_t failed() const;
   uint64_t bytes_sent() const;
+  // When the last committed update ended (InfinitePast: none yet).
+  absl::Time last_committed_at() const;
 
  private:
   const size_t limit_;
@@ -43,6 +45,7 @@ class UpdateHistory {
   uint64_t committed_ = 0;
   uint64_t failed_ = 0;
   uint64_t bytes_sent_ = 0;
+  absl::Time last_committed_at_ = absl::InfinitePast();
 };
 
 }  // namespace wsync

@@ -1,5 +1,7 @@
 #include "daemon/core/update_run.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -54,6 +56,11 @@ void UpdateRun::ForEachJoined(Fn fn) {
 bool UpdateRun::accepting() {
   std::lock_guard<std::mutex> lock(mu_);
   return !finished_ && !finishing_ && !closing_;
+}
+
+bool UpdateRun::running() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !finished_;
 }
 
 absl::Status UpdateRun::Join(size_t feed, const std::string& session_id, UpdateEvents* events) {
@@ -486,6 +493,23 @@ void UpdateRun::AnswerLoop() {
         ++buckets_;
         if (direct) ++buckets_read_in_place_;
         bytes_ += span;
+        for (const EngineOutcome& o : outcomes) {
+          auto it = std::find_if(engine_progress_.begin(), engine_progress_.end(),
+                                 [&](const EngineProgressView& e) { return e.engine == o.engine; });
+          if (it == engine_progress_.end()) {
+            EngineProgressView fresh;
+            fresh.engine = o.engine;
+            it = engine_progress_.insert(engine_progress_.end(), std::move(fresh));
+          }
+          if (!o.status.ok()) {
+            // A quorum group went on without it.
+            if (it->left_out.empty()) it->left_out = std::string(o.status.message());
+            continue;
+          }
+          ++it->buckets_answered;
+          it->last_answer_seconds = o.answer_seconds;
+          it->total_answer_seconds += o.answer_seconds;
+        }
       } else {
         Fail(status);
         for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
@@ -531,6 +555,28 @@ void UpdateRun::AnswerLoop() {
       }
     }
   }
+}
+
+void UpdateRun::NotePlan(size_t feed, uint64_t buckets, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Every feed sends the same buckets (its own share of each): the largest plan is the update's.
+  buckets_planned_ = std::max(buckets_planned_, buckets);
+  bytes_planned_ = std::max(bytes_planned_, bytes);
+}
+
+UpdateProgressView UpdateRun::Progress() {
+  std::lock_guard<std::mutex> lock(mu_);
+  UpdateProgressView v;
+  v.update_id = context_.update_id;
+  v.group = group_->spec().name;
+  v.version = context_.version;
+  v.buckets_done = buckets_;
+  v.bytes_done = bytes_;
+  v.buckets_planned = buckets_planned_;
+  v.bytes_planned = bytes_planned_;
+  v.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+  v.engines = engine_progress_;
+  return v;
 }
 
 absl::Status UpdateRun::failure() {

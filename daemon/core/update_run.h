@@ -55,6 +55,28 @@ struct UpdateOutcome {
   double finish_seconds = 0;
 };
 
+// One engine of a running update, as far as it has come.
+struct EngineProgressView {
+  std::string engine;
+  uint64_t buckets_answered = 0;
+  double last_answer_seconds = 0;
+  double total_answer_seconds = 0;
+  std::string left_out;  // why the update goes on without it; empty while it takes part
+};
+
+// How far a running update has come (wsyncctl watch).
+struct UpdateProgressView {
+  std::string update_id;
+  std::string group;
+  std::string version;
+  uint64_t buckets_done = 0;
+  uint64_t bytes_done = 0;
+  uint64_t buckets_planned = 0;  // the trainers' plan; 0 until one says
+  uint64_t bytes_planned = 0;
+  double seconds = 0;
+  std::vector<EngineProgressView> engines;
+};
+
 // What the trainer hears while its update runs (the gRPC stream implements it).
 class UpdateEvents {
  public:
@@ -115,6 +137,8 @@ class UpdateRun {
 
   // False once the update began to end (committed by every feed, aborted, or finished).
   bool accepting();
+  // False once the update ended (its outcome is known); an update being committed still runs.
+  bool running();
   // Session `session_id` feeds `feed` from now on. ALREADY_EXISTS if a session feeds it, and
   // the update's failure if it failed or ended.
   absl::Status Join(size_t feed, const std::string& session_id, UpdateEvents* events);
@@ -130,6 +154,9 @@ class UpdateRun {
   UpdateOutcome Abort(absl::Status reason);
   // The first failure, if any (a failed update still needs Abort to finish it).
   absl::Status failure();
+  // A trainer rank's plan for the update as it stands (0: unknown), for progress.
+  void NotePlan(size_t feed, uint64_t buckets, uint64_t bytes);
+  UpdateProgressView Progress();
 
  private:
   // One trainer session feeding one device's slots.
@@ -232,6 +259,10 @@ class UpdateRun {
   absl::Status failure_;
   std::set<std::string> names_;
   std::vector<EngineOutcome> bucket_outcomes_;
+  // Per engine, in the order they first answered: what progress reports.
+  std::vector<EngineProgressView> engine_progress_;
+  uint64_t buckets_planned_ = 0;
+  uint64_t bytes_planned_ = 0;
   uint64_t buckets_ = 0;
   uint64_t buckets_read_in_place_ = 0;
   uint64_t bytes_ = 0;
@@ -259,6 +290,7 @@ class UpdateMember {
   UpdateOutcome Commit();
   UpdateOutcome Abort(absl::Status reason);
   absl::Status failure() { return run_->failure(); }
+  void NotePlan(uint64_t buckets, uint64_t bytes) { run_->NotePlan(feed_, buckets, bytes); }
 
  private:
   std::shared_ptr<UpdateRun> run_;

@@ -123,10 +123,43 @@ grpc::Status AdminService::ListUpdates(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::ListProgress(grpc::ServerContext* context,
+                                        const v1::ListProgressRequest*,
+                                        v1::ListProgressResponse* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "ListProgress");
+  for (const UpdateProgressView& v : core_->ListProgress()) {
+    v1::UpdateProgress* u = resp->add_updates();
+    u->set_update_id(v.update_id);
+    u->set_group(v.group);
+    u->set_version(v.version);
+    u->set_buckets_done(v.buckets_done);
+    u->set_bytes_done(v.bytes_done);
+    u->set_buckets_planned(v.buckets_planned);
+    u->set_bytes_planned(v.bytes_planned);
+    u->set_seconds(v.seconds);
+    u->set_gib_per_second(v.seconds > 0 ? v.bytes_done / v.seconds / double(1ull << 30) : 0);
+    double slowest = -1;
+    for (const EngineProgressView& e : v.engines) {
+      v1::EngineProgress* p = u->add_engines();
+      p->set_url(e.engine);
+      p->set_buckets_answered(e.buckets_answered);
+      p->set_last_answer_seconds(e.last_answer_seconds);
+      const double mean = e.buckets_answered > 0 ? e.total_answer_seconds / e.buckets_answered : 0;
+      p->set_mean_answer_seconds(mean);
+      p->set_state(e.left_out.empty() ? "receiving" : absl::StrCat("left out: ", e.left_out));
+      if (e.left_out.empty() && e.buckets_answered > 0 && mean > slowest) {
+        slowest = mean;
+        u->set_slowest_engine(e.engine);
+      }
+    }
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminService::GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest*,
                                      v1::DaemonStatus* resp) {
   WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "GetStatus");
-  DaemonStatusView v = core_->Status();
+  DaemonStatusView v = core_->Diagnose();
   resp->set_version(WSYNC_VERSION);
   resp->set_mode(v.mode);
   resp->set_uptime_seconds(absl::ToInt64Seconds(v.uptime));
@@ -141,6 +174,14 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext* context, const v1::Get
   resp->set_listen(listen_);
   resp->set_checksum(core_->options().checksum);
   resp->set_gpu_sharing(core_->options().gpu_sharing);
+  if (v.last_commit != absl::InfinitePast()) {
+    resp->set_last_commit_unix_seconds(absl::ToUnixSeconds(v.last_commit));
+  }
+  for (const std::string& uuid : v.device_uuids) resp->add_device_uuids(uuid);
+  resp->set_devices_error(std::string(v.devices.message()));
+  for (const auto& [library, version] : v.nccl_libraries) {
+    resp->add_nccl_libraries(absl::StrCat(library, " ", version));
+  }
   return grpc::Status::OK;
 }
 

@@ -30,6 +30,8 @@ class AdminService final : public v1::Admin::Service {
                            v1::ListBuffersResponse*) override;
   grpc::Status ListUpdates(grpc::ServerContext*, const v1::ListUpdatesRequest*,
                            v1::ListUpdatesResponse*) override;
+  grpc::Status ListProgress(grpc::ServerContext*, const v1::ListProgressRequest*,
+                            v1::ListProgressResponse*) override;
   grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
                          v1::DaemonStatus*) override;
   grpc::Status Drain(grpc::ServerContext*, const v1::DrainRequest*, v1::DrainResponse*) override;

@@ -1,5 +1,6 @@
 #include "daemon/service/server.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +80,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   auto server = std::unique_ptr<DaemonServer>(new DaemonServer(
       core, absl::StrJoin(listens, ","), std::move(auth), std::move(unix_listener)));
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(64 << 20);
   // Every sync call holds a thread for its life (update streams, session holds): bounded, so
@@ -103,7 +105,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   }
   server->tcp_port_ = tcp_port;
   if (server->unix_listener_) server->unix_listener_->Serve(server->server_.get());
-  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  server->health_ =
+      std::make_unique<HealthReporter>(core, server->server_->GetHealthCheckService());
   return server;
 }
 
@@ -113,6 +116,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   if (!server_) return;
   // No new connections are handed to a server that is shutting down.
   if (unix_listener_) unix_listener_->Stop();
+  health_.reset();
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();

@@ -10,6 +10,7 @@
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/authorizer.h"
+#include "daemon/service/health_reporter.h"
 #include "daemon/service/trainer_service.h"
 #include "daemon/service/unix_listener.h"
 
@@ -33,7 +34,8 @@ struct ServerOptions {
   bool insecure_listen = false;
 };
 
-// The gRPC front of a DaemonCore: trainer, admin and grpc.health.v1 services.
+// The gRPC front of a DaemonCore: trainer and admin services, grpc.health.v1 (per service, see
+// HealthReporter) and server reflection, so generic gRPC tools can list and call the API.
 class DaemonServer {
  public:
   static constexpr int kMaxServerThreads = 512;
@@ -58,6 +60,7 @@ class DaemonServer {
   TrainerService trainer_;
   AdminService admin_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HealthReporter> health_;  // after server_, stopped before it
 };
 
 }  // namespace wsync

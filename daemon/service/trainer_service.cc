@@ -273,6 +273,7 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
     if (!resolved.ok()) return refused(resolved.status());
     pulled = std::move(*resolved);
   }
+  if (bucket.planned_buckets() != 0) run.NotePlan(bucket.planned_buckets(), bucket.planned_bytes());
   return run.SubmitBucket(bucket.slot(), std::move(*manifest), bucket.checksum(), bucket.sequence(),
                           std::move(pulled), bucket.last());
 }

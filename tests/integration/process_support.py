@@ -15,6 +15,9 @@ import zlib
 # Set by client_test_arguments: the binaries HostWsyncdCase runs.
 WSYNCD = None
 WSYNCCTL = None
+# A sanitized build's test: its libwsync_client.so loads only into an interpreter that preloads
+# the sanitizer's runtime, which only this test's own interpreter does.
+SANITIZED = "WSYNC_CHILD_ASAN_OPTIONS" in os.environ
 
 
 def host_gpu(device):

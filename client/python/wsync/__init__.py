@@ -86,6 +86,25 @@ def _candidates():
         yield found
 
 
+def progress_bar(p, width=24):
+    """One line of a push's progress (the dict push() reports), for a terminal."""
+    fraction = min(1.0, p["bytes_done"] / p["bytes_total"]) if p["bytes_total"] else 0.0
+    filled = int(fraction * width + 0.5)
+    return (f"[{'#' * filled}{'.' * (width - filled)}] bucket {p['buckets_done']}/"
+            f"{p['buckets_total']}  {p['bytes_done'] / 2**30:.2f}/{p['bytes_total'] / 2**30:.2f} "
+            f"GiB  {p['gib_per_second']:.2f} GiB/s")
+
+
+def terminal_bar(stream):
+    """A push() progress callback that redraws one bar line on `stream` (a terminal)."""
+    def draw(p):
+        stream.write("\r" + progress_bar(p))
+        if p["buckets_done"] == p["buckets_total"]:
+            stream.write("\n")
+        stream.flush()
+    return draw
+
+
 def load_library():
     errors = []
     for path in _candidates():
@@ -198,7 +217,8 @@ class Client:
         e.g. "one dtype per bucket, close after 64 MiB" or "none").
         Buckets are planned by the C++ client under those rules, which wsyncd announces when the
         update starts, so a model of mixed dtypes simply travels in more buckets.
-        progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s.
+        progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s;
+        left None, a bar is drawn on stderr when it is a terminal; False draws nothing.
         pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
         work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did, and
         buckets_read_in_place how many of those went out with no copy at all.
@@ -216,11 +236,15 @@ class Client:
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
 
+        report = progress
+        if progress is None and sys.stderr.isatty():
+            report = terminal_bar(sys.stderr)
+
         def on_progress(_user, done, total, bytes_done, bytes_total, seconds):
-            if progress is not None:
-                progress({"buckets_done": done, "buckets_total": total, "bytes_done": bytes_done,
-                          "bytes_total": bytes_total, "seconds": seconds,
-                          "gib_per_second": bytes_done / seconds / 2**30 if seconds > 0 else 0.0})
+            if report:
+                report({"buckets_done": done, "buckets_total": total, "bytes_done": bytes_done,
+                        "bytes_total": bytes_total, "seconds": seconds,
+                        "gib_per_second": bytes_done / seconds / 2**30 if seconds > 0 else 0.0})
 
         callback = _PROGRESS(on_progress)
         err = ctypes.create_string_buffer(8192)

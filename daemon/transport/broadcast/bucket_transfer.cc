@@ -172,6 +172,7 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
   std::vector<std::string> cancelled;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
+    outcomes->back().answer_seconds = AnswerSeconds(calls[i].get());
     if (results[i].code() == absl::StatusCode::kCancelled) {
       // Still named: an engine that never answered is often the one that never joined.
       cancelled.push_back(adapters_[i]->endpoint().url);

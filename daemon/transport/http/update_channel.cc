@@ -265,4 +265,11 @@ void UpdateChannel::ReadLoop(int fd) {
   }
 }
 
+double AnswerSeconds(const ChannelCall* call) {
+  if (call == nullptr) return 0;
+  const absl::Time ended = call->ended_at();
+  if (ended == absl::InfinitePast() || call->written_at() == absl::InfinitePast()) return 0;
+  return absl::ToDoubleSeconds(ended - call->written_at());
+}
+
 }  // namespace wsync

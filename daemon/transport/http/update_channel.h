@@ -45,6 +45,10 @@ class ChannelCall {
   Done then_;
 };
 
+// Seconds from the call's request written to its answer (including any wait behind the requests
+// before it on its connection); 0 for a call that is null or has not ended.
+double AnswerSeconds(const ChannelCall* call);
+
 // The weight-update requests of one update to one engine, written in order on one keep-alive
 // HTTP/1.1 connection without waiting for answers (pipelining). An HTTP/1.1 server answers a
 // connection's requests one at a time, in the order they came (uvicorn, which serves SGLang,

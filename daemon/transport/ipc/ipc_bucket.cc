@@ -154,6 +154,7 @@ absl::Status IpcBucket::WaitAnswered(std::vector<EngineOutcome>* outcomes) {
   absl::Status s = Collect();
   for (size_t i = 0; i < adapters_.size(); ++i) {
     outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results_[i]});
+    outcomes->back().answer_seconds = AnswerSeconds(calls_[i].get());
   }
   return s;
 }

@@ -1,0 +1,57 @@
+#include "daemon/service/health_reporter.h"
+
+#include "absl/time/clock.h"
+#include "common/log.h"
+
+namespace wsync {
+
+HealthReporter::HealthReporter(DaemonCore* core, grpc::HealthCheckServiceInterface* health,
+                               absl::Duration drain_poll, absl::Duration device_poll)
+    : core_(core), health_(health), drain_poll_(drain_poll), device_poll_(device_poll) {
+  Set(kAdminService, true, "");
+  thread_ = std::thread([this] { Loop(); });
+}
+
+HealthReporter::~HealthReporter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void HealthReporter::Set(const std::string& service, bool serving, const std::string& why) {
+  auto it = serving_.find(service);
+  if (it != serving_.end() && it->second == serving) return;
+  serving_[service] = serving;
+  health_->SetServingStatus(service, serving);
+  const std::string name = service.empty() ? std::string("wsyncd") : service;
+  if (serving) {
+    WSYNC_LOG(Info, "health: ", name, " SERVING");
+  } else {
+    WSYNC_LOG(Warning, "health: ", name, " NOT_SERVING: ", why);
+  }
+}
+
+void HealthReporter::Loop() {
+  absl::Status devices = core_->CheckDevices();
+  absl::Time devices_checked = absl::Now();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (absl::Now() - devices_checked >= device_poll_) {
+      lock.unlock();
+      devices = core_->CheckDevices();
+      lock.lock();
+      devices_checked = absl::Now();
+    }
+    const bool draining = core_->Status().draining;
+    const std::string gpu_why = devices.ok() ? "" : std::string(devices.message());
+    Set("", devices.ok(), gpu_why);
+    Set(kTrainerService, devices.ok() && !draining,
+        !devices.ok() ? gpu_why : "draining: new sessions and updates are refused");
+    cv_.wait_for(lock, absl::ToChronoNanoseconds(drain_poll_), [this] { return stop_; });
+  }
+}
+
+}  // namespace wsync

@@ -1,0 +1,52 @@
+#ifndef WSYNC_DAEMON_SERVICE_HEALTH_REPORTER_H_
+#define WSYNC_DAEMON_SERVICE_HEALTH_REPORTER_H_
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "daemon/core/daemon_core.h"
+
+namespace wsync {
+
+// Keeps the standard health service (grpc.health.v1.Health) in step with the daemon, per service:
+//   ""                  SERVING while every GPU answers (liveness: a broken GPU needs a restart)
+//   "wsync.v1.Trainer"  SERVING while every GPU answers and wsyncd is not draining (readiness:
+//                       new sessions and updates are taken)
+//   "wsync.v1.Admin"    SERVING while wsyncd runs
+// Draining is polled every `drain_poll`, the GPUs (Platform::CheckDevices) every `device_poll`;
+// each change is logged.
+class HealthReporter {
+ public:
+  static constexpr char kTrainerService[] = "wsync.v1.Trainer";
+  static constexpr char kAdminService[] = "wsync.v1.Admin";
+
+  HealthReporter(DaemonCore* core, grpc::HealthCheckServiceInterface* health,
+                 absl::Duration drain_poll = absl::Milliseconds(200),
+                 absl::Duration device_poll = absl::Seconds(5));
+  // Stops the polls; the statuses stay as they were last set.
+  ~HealthReporter();
+
+ private:
+  void Loop();
+  void Set(const std::string& service, bool serving, const std::string& why);
+
+  DaemonCore* const core_;
+  grpc::HealthCheckServiceInterface* const health_;
+  const absl::Duration drain_poll_;
+  const absl::Duration device_poll_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::map<std::string, bool> serving_;  // as last set
+  std::thread thread_;
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_SERVICE_HEALTH_REPORTER_H_
