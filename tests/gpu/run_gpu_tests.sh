@@ -26,7 +26,7 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,ipc,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,vllm_nccl,kill,per_tensor,
+# STEPS=kernels,ipc,ops,quorum,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,vllm_nccl,kill,per_tensor,
 # memory,pull,dtensor,mismatch,bench picks
 # steps (default: all); the Qwen2 trainer test always runs (on 2+ GPUs). The colocated steps (ipc,
 # ipc_lmdeploy, ipc_vllm, ipc_7b) run on GPU 0 alone, on any number of GPUs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
@@ -171,6 +171,106 @@ gpu0_uuid() {
     gpu0_uuid_cached=$(python3 -c "import torch; print(torch.cuda.get_device_properties(0).uuid)")
   echo "$gpu0_uuid_cached"
 }
+
+if want ops; then
+  # Operations in CUDA mode (issue 14): wsyncd with --metrics-listen and a notify socket of our
+  # own standing in for systemd, a colocated group fed two versions by the Qwen2 trainer, then the
+  # metrics (the NCCL library loaded, device memory held, updates and bucket phases), wsyncctl
+  # health and doctor (the GPU by UUID, NCCL's version), READY and WATCHDOG, and STOPPING at
+  # SIGTERM.
+  begin_step ops
+  step "operations in CUDA mode: metrics, health, doctor, systemd notify"
+  osock=/tmp/wsync-gpu-ops.sock
+  olog=$LOGS/ops.log
+  notify=$LOGS/ops-notify.sock
+  python3 -c "
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.bind(sys.argv[1])
+with open(sys.argv[2], 'a') as f:
+    while True:
+        f.write(s.recv(4096).decode().replace(chr(10), ' ') + chr(10)); f.flush()
+" "$notify" "$LOGS/ops-notify.txt" &
+o_n=$!
+  sleep 0.5
+  NOTIFY_SOCKET=$notify WATCHDOG_USEC=2000000 start_wsyncd $osock "$LOGS/ops-wsyncd.log" \
+    --slot-bytes 64MiB --bucket-timeout 60 --metrics-listen 127.0.0.1:19464
+  o_d=$wsyncd_pid
+  python3 tests/gpu/sglang_torch_engine.py --port 30051 --gpus 0 >"$LOGS/ops-engine.log" 2>&1 &
+  o_e=$!
+  wait_sock $osock && wait_url http://127.0.0.1:30051/health || fail=1
+  $B/bin/wsyncctl --socket $osock create-group ops --transport ipc \
+    --engine "http://127.0.0.1:30051@GPU-$(gpu0_uuid)" 2>&1 | tee -a "$olog"
+  timeout 150 python3 tests/gpu/trainer_push.py --socket $osock --group ops \
+    --engines http://127.0.0.1:30051 --python-client client/python --versions 2 \
+    --version-prefix ops- 2>&1 | tee -a "$olog"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  curl -sf http://127.0.0.1:19464/metrics >"$OUT/ops-metrics.txt" || fail=1
+  for want_line in 'wsync_up{mode="cuda"} 1' 'wsync_nccl_library_info{' \
+      'wsync_updates_total{group="ops",outcome="committed"} 2' \
+      'wsync_bucket_phase_seconds_count{group="ops",phase="total"}' \
+      'wsync_device_memory_held_bytes{device="0"}' 'wsync_engine_healthy{'; do
+    grep -qF "$want_line" "$OUT/ops-metrics.txt" || { echo "metrics lack: $want_line"; fail=1; }
+  done
+  grep -E '^wsync_(up|nccl_library_info|updates_total|device_memory_held_bytes|engine_healthy)' \
+    "$OUT/ops-metrics.txt" | tee -a "$olog"
+  $B/bin/wsyncctl --socket $osock health 2>&1 | tee -a "$olog"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "health is not SERVING"; fail=1; }
+  $B/bin/wsyncctl --socket $osock doctor 2>&1 | tee "$OUT/ops-doctor.txt" | tee -a "$olog"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "doctor failed a check"; fail=1; }
+  grep -qE "^GPUs +OK +[0-9]+ visible: " "$OUT/ops-doctor.txt" || fail=1
+  grep -qE "^NCCL +OK +.*2\.[0-9]+\.[0-9]+" "$OUT/ops-doctor.txt" || fail=1
+  stop_pids $o_d
+  sleep 0.5
+  cp "$LOGS/ops-notify.txt" "$OUT/ops-notify.txt"
+  for msg in "READY=1" "WATCHDOG=1" "STOPPING=1"; do
+    grep -q "^$msg" "$OUT/ops-notify.txt" || { echo "systemd never heard $msg"; fail=1; }
+  done
+  stop_pids $o_e $o_n
+  end_step
+fi
+
+if want quorum; then
+  # A colocated group's quorum over real CUDA IPC (issue 13): three torch engine ranks on GPU 0,
+  # quorum 2; the middle engine dies at its 2nd bucket. The update goes on without it and commits
+  # on the other two, bit-identical; wsyncctl names the dead one as needing a full version.
+  begin_step quorum
+  step "colocated quorum: 3 torch engines on GPU 0, one dies mid-update"
+  qsock=/tmp/wsync-gpu-quorum.sock
+  qlog=$LOGS/quorum.log
+  start_wsyncd $qsock "$LOGS/quorum-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
+  q_d=$wsyncd_pid
+  q_e=()
+  for port in 30061 30062 30063; do
+    extra=()
+    [[ $port == 30062 ]] && extra=(--die-at-update 1)
+    python3 tests/gpu/sglang_torch_engine.py --port $port --gpus 0 "${extra[@]}" \
+      >"$LOGS/quorum-engine-$port.log" 2>&1 &
+    q_e+=($!)
+  done
+  wait_sock $qsock || fail=1
+  for port in 30061 30062 30063; do wait_url http://127.0.0.1:$port/health || fail=1; done
+  engines=()
+  for port in 30061 30062 30063; do engines+=(--engine "http://127.0.0.1:$port@GPU-$(gpu0_uuid)"); done
+  $B/bin/wsyncctl --socket $qsock create-group q --transport ipc --quorum 2 "${engines[@]}" \
+    2>&1 | tee -a "$qlog"
+  timeout 150 python3 tests/gpu/trainer_push.py --socket $qsock --group q \
+    --engines http://127.0.0.1:30061,http://127.0.0.1:30063 --python-client client/python \
+    --versions 1 --version-prefix quorum- 2>&1 | tee -a "$qlog"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  grep -qF "('http://127.0.0.1:30062', False)" "$qlog" || { echo "the dead engine is not named"; fail=1; }
+  $B/bin/wsyncctl --socket $qsock --json engines >"$LOGS/quorum-engines.json"
+  python3 -c "
+import json, sys
+rows = {e['url']: e['needs_full_version'] for e in json.load(open(sys.argv[1]))['engines']}
+print(rows)
+sys.exit(0 if rows == {'http://127.0.0.1:30061': False, 'http://127.0.0.1:30062': True,
+                       'http://127.0.0.1:30063': False} else 1)" "$LOGS/quorum-engines.json" \
+    2>&1 | tee -a "$qlog"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+  kill -0 $q_d || { echo "wsyncd died"; fail=1; }
+  stop_pids $q_d "${q_e[@]}"
+  end_step
+fi
 
 if want ipc_route; then
   # Colocated over SGLang's map-once route (--sglang-ipc-route ipc): one POST
