@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 
@@ -17,14 +18,17 @@ std::atomic<int> g_format{static_cast<int>(LogFormat::kText)};
 constexpr const char* kLetters[] = {"D", "I", "W", "E"};
 constexpr const char* kNames[] = {"debug", "info", "warning", "error"};
 
-// Lines held back as repeats, by level and text; the oldest is forgotten past kMaxTracked.
+// Lines held back as repeats, by a hash of level and text (a line may quote a peer's input and
+// be long: it is not kept); the oldest is forgotten past kMaxTracked. The table is made full size
+// at the first line, so a burst of distinct errors later allocates nothing.
 class Repeats {
  public:
+  Repeats() { seen_.reserve(kMaxTracked); }
   // How many like it were held back since it was last written, or -1 to hold this one back.
   int64_t Admit(LogLevel level, absl::string_view text, absl::Time now) {
     std::lock_guard<std::mutex> lock(mu_);
     if (window_ == absl::ZeroDuration()) return 0;
-    const std::string key = absl::StrCat(static_cast<int>(level), text);
+    const uint64_t key = absl::HashOf(static_cast<int>(level), text);
     auto it = seen_.find(key);
     if (it != seen_.end() && now - it->second.shown < window_) {
       ++it->second.held;
@@ -50,16 +54,16 @@ class Repeats {
   }
 
  private:
-  static constexpr size_t kMaxTracked = 1024;
+  static constexpr size_t kMaxTracked = 512;
   struct Seen {
     absl::Time shown;
     int64_t held;
-    std::list<std::string>::iterator order;
+    std::list<uint64_t>::iterator order;
   };
   std::mutex mu_;
   absl::Duration window_ = absl::Seconds(10);
-  absl::flat_hash_map<std::string, Seen> seen_;
-  std::list<std::string> order_;
+  absl::flat_hash_map<uint64_t, Seen> seen_;
+  std::list<uint64_t> order_;
 };
 
 Repeats& TheRepeats() {
