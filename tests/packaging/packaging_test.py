@@ -1,19 +1,24 @@
 """The clients where trainers are, each installed and used from a clean directory outside the
 tree: the Python client with `pip install ./client/python` (into a fresh venv, offline, carrying
 libwsync_client.so) pushing a model to a host-mode wsyncd, and the C/C++ client installed by
-`cmake --install` and found by a consumer project with find_package(wsync).
+`cmake --install` and found by a consumer project with find_package(wsync), whose C++ code
+pushes a tensor through <wsync/wsync.hpp>.
 
 Usage: packaging_test.py WSYNCD SGLANG_SIM LIBWSYNC_CLIENT SOURCE_DIR BUILD_DIR
 """
 
+import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 import unittest
+import urllib.request
+import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 from process_support import child_environment, free_port, wait_port  # noqa: E402
@@ -51,6 +56,15 @@ class PackagingTest(unittest.TestCase):
             p.wait(timeout=20)
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def group_with_engine(self):
+        """An SGLang simulator and a group "g" of it; returns its port."""
+        port = free_port()
+        self.spawn([SGLANG_SIM, "--port", str(port)])
+        wait_port(port)
+        run([os.path.join(BUILD, "client", "wsyncctl"), "--socket", self.sock, "create-group",
+             "g", "--engine", f"http://127.0.0.1:{port}"])
+        return port
+
     def spawn(self, argv):
         log = open(os.path.join(self.dir, f"proc{len(self.procs)}.log"), "w")
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
@@ -73,11 +87,7 @@ class PackagingTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(installed, "libwsync_client.so")),
                         "the library travels with the package")
 
-        port = free_port()
-        self.spawn([SGLANG_SIM, "--port", str(port)])
-        wait_port(port)
-        run([os.path.join(BUILD, "client", "wsyncctl"), "--socket", self.sock, "create-group",
-             "g", "--engine", f"http://127.0.0.1:{port}"])
+        self.group_with_engine()
         script = textwrap.dedent(f"""
             import numpy as np, wsync
             model = [("w", np.arange(1000, dtype=np.float32))]
@@ -89,11 +99,11 @@ class PackagingTest(unittest.TestCase):
                   cwd=self.dir)
         self.assertEqual(out.stdout.split(), ["1", "True"])
 
-    def test_find_package_finds_the_installed_client_which_opens_a_session(self):
+    def test_find_package_finds_the_installed_client_which_pushes_a_tensor(self):
         prefix = os.path.join(self.dir, "prefix")
         run(["cmake", "--install", BUILD, "--prefix", prefix])
-        for path in ("include/wsync/wsync_c.h", "lib/cmake/wsync/wsyncConfig.cmake",
-                     "bin/wsyncd", "bin/wsyncctl"):
+        for path in ("include/wsync/wsync_c.h", "include/wsync/wsync.hpp",
+                     "lib/cmake/wsync/wsyncConfig.cmake", "bin/wsyncd", "bin/wsyncctl"):
             self.assertTrue(os.path.exists(os.path.join(prefix, path)), path)
         consumer = os.path.join(self.dir, "consumer")
         shutil.copytree(os.path.join(SOURCE, "tests", "packaging", "consumer"), consumer)
@@ -101,8 +111,18 @@ class PackagingTest(unittest.TestCase):
         run(["cmake", "-S", consumer, "-B", build, f"-DCMAKE_PREFIX_PATH={prefix}"],
             env=self.env)
         run(["cmake", "--build", build], env=self.env)
-        out = run([os.path.join(build, "consumer"), "unix:" + self.sock], env=self.env)
-        self.assertRegex(out.stdout, r"^client \S+, slot bytes 1048576$")
+        port = self.group_with_engine()
+        out = run([os.path.join(build, "consumer"), "unix:" + self.sock, "g"], env=self.env)
+        first, result = out.stdout.splitlines()
+        self.assertRegex(first, r"^client \S+, slot bytes 1048576$")
+        result = json.loads(result)
+        self.assertEqual(result["buckets"], 1)
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        # The engine holds the tensor's exact bytes: float32 0..999.
+        want = format(zlib.crc32(struct.pack("<1000f", *range(1000))), "08x")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
+            ranks = json.loads(r.read())["ranks"]
+        self.assertEqual({rank: tensors["w"] for rank, tensors in ranks.items()}, {"1": want})
 
 
 if __name__ == "__main__":

@@ -1,30 +1,30 @@
-// Connects to a wsyncd through the installed client, opens and closes a session, and prints what
-// it heard: the client's version and the daemon's slot size.
-#include <wsync/wsync_c.h>
-
+// A trainer's C++ code outside the tree, built against the installed package: connects to wsyncd
+// through <wsync/wsync.hpp>, opens a session and pushes one float32 tensor (0, 1, ..., 999) to
+// the group named on the command line, then prints the daemon's JSON result.
 #include <cstdio>
+#include <vector>
+#include <wsync/wsync.hpp>
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: consumer unix:/path/to/wsyncd.sock\n");
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: consumer unix:/path/to/wsyncd.sock GROUP\n");
     return 2;
   }
-  char err[512] = {0};
-  wsync_client* client = nullptr;
-  if (wsync_connect(argv[1], 10.0, &client, err, sizeof(err)) != 0) {
-    std::fprintf(stderr, "connect: %s\n", err);
+  try {
+    wsync::Client client(argv[1]);
+    client.OpenSession(0, "find_package consumer");
+    std::vector<float> values(1000);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+    const int64_t shape[] = {1000};
+    std::vector<wsync_tensor> tensors = {
+        {"w", "float32", 1, shape, values.data(), values.size() * sizeof(float)}};
+    std::printf("client %s, slot bytes %llu\n", wsync::Client::Version().c_str(),
+                static_cast<unsigned long long>(client.SlotBytes()));
+    std::printf("%s\n", client.Push(argv[2], "cpp-v1", tensors).c_str());
+    client.CloseSession();
+  } catch (const wsync::Error& e) {
+    std::fprintf(stderr, "wsync error %d: %s\n", e.code(), e.what());
     return 1;
   }
-  if (wsync_open_session(client, 0, "find_package consumer", err, sizeof(err)) != 0) {
-    std::fprintf(stderr, "open session: %s\n", err);
-    return 1;
-  }
-  std::printf("client %s, slot bytes %llu\n", wsync_version(),
-              static_cast<unsigned long long>(wsync_slot_bytes(client)));
-  if (wsync_close_session(client, err, sizeof(err)) != 0) {
-    std::fprintf(stderr, "close session: %s\n", err);
-    return 1;
-  }
-  wsync_close(client);
   return 0;
 }
