@@ -17,7 +17,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments,  # noqa: E402
-                             free_port, mixed_dtype_model, wait_port)
+                             free_port, mixed_dtype_model, sim_knobs, wait_port)
 
 _, _, _, _, SGLANG_SIM = client_test_arguments()
 
@@ -54,9 +54,7 @@ class MetricsTest(HostWsyncdCase):
         return samples
 
     def knobs(self, **knobs):
-        req = urllib.request.Request(f"{self.url}/sim/knobs", data=json.dumps(knobs).encode(),
-                                     method="POST")
-        urllib.request.urlopen(req).read()
+        sim_knobs(self.engine_port, **knobs)
 
     def push(self, version, model):
         with wsync.Client("unix:" + self.sock, device=0) as client:

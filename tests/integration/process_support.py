@@ -104,6 +104,21 @@ class HostWsyncdCase(unittest.TestCase):
         self.assertIn(variant, self.ctl("engines").stdout)
 
 
+def sim_state(port):
+    """An engine simulator's /sim/checksums: what each rank holds, and its state."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
+        return json.loads(r.read())
+
+
+def sim_knobs(port, **knobs):
+    """Sets an engine simulator's fault knobs (POST /sim/knobs)."""
+    import urllib.request
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/sim/knobs",
+                                 data=json.dumps(knobs).encode(), method="POST")
+    urllib.request.urlopen(req).read()
+
+
 def child_environment():
     """The sanitized build preloads ASan's runtime into the test's interpreter only: the processes
     it starts (sanitized executables with a runtime of their own) take the options as given."""

@@ -18,11 +18,10 @@ import os
 import signal
 import sys
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments, crc, free_port,  # noqa: E402
-                             host_gpu, mixed_dtype_model, wait_port)
+                             host_gpu, mixed_dtype_model, sim_knobs, sim_state, wait_port)
 
 _, _, _, _, IPC_SIM = client_test_arguments()
 SGLANG_SIM = sys.argv.pop(1)
@@ -32,14 +31,23 @@ import wsync  # noqa: E402
 
 
 class QuorumCase(HostWsyncdCase):
-    def state(self, port):
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
-            return json.loads(r.read())
+    state = staticmethod(sim_state)
+    knobs = staticmethod(sim_knobs)
 
-    def knobs(self, port, **knobs):
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/sim/knobs",
-                                     data=json.dumps(knobs).encode(), method="POST")
-        urllib.request.urlopen(req).read()
+    def engines(self, argv, count):
+        """Starts `count` simulators (argv + --port); returns their ports and URLs."""
+        ports = []
+        for i in range(count):
+            port = free_port()
+            self.spawn(f"engine{i}", [*argv, "--port", str(port)])
+            wait_port(port)
+            ports.append(port)
+        return ports, [f"http://127.0.0.1:{p}" for p in ports]
+
+    def create(self, group, suffix, urls, *flags):
+        out = self.ctl("create-group", group, "--quorum", "2", *flags,
+                       *[x for u in urls for x in ("--engine", u + suffix)])
+        self.assertEqual(out.returncode, 0, out.stderr)
 
     def push(self, group, version, model):
         with wsync.Client("unix:" + self.sock, device=0) as client:
@@ -60,18 +68,9 @@ class QuorumCase(HostWsyncdCase):
 
 
 class BroadcastQuorumTest(QuorumCase):
-    def engine(self, name, port=None):
-        port = port or free_port()
-        self.spawn(name, [SGLANG_SIM, "--port", str(port), "--tp", "2"])
-        wait_port(port)
-        return port
-
     def test_a_dead_engine_is_left_out_the_rest_renumbered_and_it_rejoins_when_back(self):
-        ports = [self.engine(f"engine{i}") for i in range(3)]
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
-        out = self.ctl("create-group", "q", "--kind", "sglang", "--quorum", "2",
-                       *[x for u in urls for x in ("--engine", u + "#2")])
-        self.assertEqual(out.returncode, 0, out.stderr)
+        ports, urls = self.engines([SGLANG_SIM, "--tp", "2"], 3)
+        self.create("q", "#2", urls)
         self.assertIn("quorum 2 of 3 engines", self.ctl("group", "q").stdout)
         self.push("q", "v1", mixed_dtype_model(1))
         # The middle engine dies (SIGKILL: no goodbye to anyone).
@@ -94,7 +93,8 @@ class BroadcastQuorumTest(QuorumCase):
         self.assertEqual(self.waiting(), {urls[0]: False, urls[1]: True, urls[2]: False})
         # Back on its port (a fresh process holding nothing): formed in again, it gets the whole
         # next version and is no longer held back.
-        self.engine("engine1b", ports[1])
+        self.spawn("engine1b", [SGLANG_SIM, "--tp", "2", "--port", str(ports[1])])
+        wait_port(ports[1])
         model = mixed_dtype_model(3)
         result = self.push("q", "v3", model)
         self.assertTrue(all(e["ok"] for e in result["engines"]), result)
@@ -104,11 +104,8 @@ class BroadcastQuorumTest(QuorumCase):
         self.assertEqual(set(self.waiting().values()), {False})
 
     def test_too_few_engines_fail_the_update_naming_each_one(self):
-        ports = [self.engine(f"engine{i}") for i in range(3)]
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
-        out = self.ctl("create-group", "q", "--kind", "sglang", "--quorum", "2",
-                       *[x for u in urls for x in ("--engine", u + "#2")])
-        self.assertEqual(out.returncode, 0, out.stderr)
+        ports, urls = self.engines([SGLANG_SIM, "--tp", "2"], 3)
+        self.create("q", "#2", urls)
         for name in ("engine1", "engine2"):
             self.procs[name].send_signal(signal.SIGKILL)
             self.procs[name].wait()
@@ -121,7 +118,7 @@ class BroadcastQuorumTest(QuorumCase):
         self.assertFalse(self.state(ports[0])["paused"], "the engine left serving is resumed")
 
     def test_a_quorum_above_the_engine_count_is_refused(self):
-        port = self.engine("engine0")
+        [port], _ = self.engines([SGLANG_SIM], 1)
         out = self.ctl("create-group", "q", "--kind", "sglang", "--quorum", "2", "--engine",
                        f"http://127.0.0.1:{port}")
         self.assertNotEqual(out.returncode, 0)
@@ -138,18 +135,9 @@ class IpcQuorumTest(QuorumCase):
         self.model = [(f"model.layers.{i}.weight", rng.standard_normal(200_000).astype(np.float32))
                       for i in range(8)]
 
-    def engine(self, name):
-        port = free_port()
-        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", self.GPU])
-        wait_port(port)
-        return port
-
     def test_an_engine_whose_bucket_fails_gets_no_more_and_the_others_take_the_version(self):
-        ports = [self.engine(f"engine{i}") for i in range(3)]
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
-        out = self.ctl("create-group", "colo", "--transport", "ipc", "--quorum", "2",
-                       *[x for u in urls for x in ("--engine", f"{u}@{self.GPU}")])
-        self.assertEqual(out.returncode, 0, out.stderr)
+        ports, urls = self.engines([sys.executable, IPC_SIM, "--gpus", self.GPU], 3)
+        self.create("colo", "@" + self.GPU, urls, "--transport", "ipc")
         self.knobs(ports[1], fail_update_at=1)
         result = self.push("colo", "v1", self.model)
         self.assertEqual(result["buckets"], 8, result)
@@ -174,8 +162,7 @@ class IpcQuorumTest(QuorumCase):
         self.assertFalse(self.state(ports[1])["paused"])
 
     def test_without_a_quorum_the_same_failure_fails_the_update(self):
-        ports = [self.engine(f"engine{i}") for i in range(2)]
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
+        ports, urls = self.engines([sys.executable, IPC_SIM, "--gpus", self.GPU], 2)
         out = self.ctl("create-group", "colo", "--transport", "ipc",
                        *[x for u in urls for x in ("--engine", f"{u}@{self.GPU}")])
         self.assertEqual(out.returncode, 0, out.stderr)

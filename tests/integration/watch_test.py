@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import unittest
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import process_support  # noqa: E402
@@ -53,10 +52,7 @@ class TerminalCase(HostWsyncdCase):
             subprocess.run(["tmux", "kill-session", "-t", s], capture_output=True)
         super().tearDown()
 
-    def knobs(self, port, **knobs):
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/sim/knobs",
-                                     data=json.dumps(knobs).encode(), method="POST")
-        urllib.request.urlopen(req).read()
+    knobs = staticmethod(process_support.sim_knobs)
 
     def terminal(self, command, env=None):
         """Runs `command` (argv) in a fresh 160x50 tmux session; returns its name."""

@@ -54,6 +54,12 @@ class QuorumTest : public ::testing::Test {
     std::vector<EngineOutcome> outcomes;
     ASSERT_TRUE((*handle)->WaitAnswered(&outcomes).ok());
   }
+  // Forms the group, begins update u1 to v1 and sends it one bucket that every engine takes.
+  void BeginWithOneBucket(WeightGroup& group) {
+    ASSERT_TRUE(group.Form().ok());
+    ASSERT_TRUE(group.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+    SendBucket(group, "u1", "abc");
+  }
   // One update of one bucket, committed.
   void Update(WeightGroup& group, const std::string& id) {
     ASSERT_TRUE(group.BeginUpdate(UpdateInfo{id, id}).ok());
@@ -190,9 +196,7 @@ TEST_F(QuorumTest, AnEngineThatFailsToPauseIsLeftOutAndTheGroupFormsWithoutIt) {
 TEST_F(QuorumTest, ACommitByEnoughEnginesLandsAndTheOneThatFailedWaitsForAFullVersion) {
   auto group = MakeGroup(2);
   ASSERT_NE(group, nullptr);
-  ASSERT_TRUE(group->Form().ok());
-  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-  SendBucket(*group, "u1", "abc");
+  BeginWithOneBucket(*group);
   engine(kB).FailCalls("finish", absl::InternalError("answered HTTP 500"));
   std::vector<EngineOutcome> outcomes;
   ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
@@ -206,9 +210,7 @@ TEST_F(QuorumTest, ACommitByEnoughEnginesLandsAndTheOneThatFailedWaitsForAFullVe
 TEST_F(QuorumTest, ACommitByTooFewEnginesFailsAndSaysHowManyCommitted) {
   auto group = MakeGroup(2);
   ASSERT_NE(group, nullptr);
-  ASSERT_TRUE(group->Form().ok());
-  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-  SendBucket(*group, "u1", "abc");
+  BeginWithOneBucket(*group);
   engine(kB).FailCalls("finish", absl::InternalError("answered HTTP 500"));
   engine(kC).FailCalls("finish", absl::InternalError("answered HTTP 503"));
   std::vector<EngineOutcome> outcomes;
