@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace wsync {
@@ -12,11 +13,14 @@ std::string ProgressBar(uint64_t buckets_done, uint64_t buckets_total, uint64_t 
       bytes_total > 0 ? std::min(1.0, static_cast<double>(bytes_done) / bytes_total) : 0.0;
   const int filled = static_cast<int>(fraction * width + 0.5);
   const double gib = 1ull << 30;
-  return absl::StrFormat("[%s%s] bucket %llu/%llu  %.2f/%.2f GiB  %.2f GiB/s",
-                         std::string(filled, '#'), std::string(width - filled, '.'),
-                         static_cast<unsigned long long>(buckets_done),
-                         static_cast<unsigned long long>(buckets_total), bytes_done / gib,
-                         bytes_total / gib, gib_per_second);
+  // A plan not known yet (a client that sends none) shows as "?".
+  const std::string buckets =
+      buckets_total == 0 ? "?" : absl::StrCat(static_cast<unsigned long long>(buckets_total));
+  const std::string bytes = bytes_total == 0 ? "?" : absl::StrFormat("%.2f", bytes_total / gib);
+  return absl::StrFormat("[%s%s] bucket %llu/%s  %.2f/%s GiB  %.2f GiB/s", std::string(filled, '#'),
+                         std::string(width - filled, '.'),
+                         static_cast<unsigned long long>(buckets_done), buckets, bytes_done / gib,
+                         bytes, gib_per_second);
 }
 
 }  // namespace wsync
