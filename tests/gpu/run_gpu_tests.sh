@@ -26,7 +26,7 @@ collect() {
   done
 }
 trap collect EXIT
-# STEPS=kernels,ipc,ops,quorum,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,vllm_nccl,kill,per_tensor,
+# STEPS=kernels,ipc,ops,quorum,ipc_tp2,ipc_route,ipc_bench,ipc_lmdeploy,ipc_vllm,ipc_7b,lmdeploy_nccl,vllm_nccl,kill,per_tensor,
 # memory,pull,dtensor,mismatch,bench picks
 # steps (default: all); the Qwen2 trainer test always runs (on 2+ GPUs). The colocated steps (ipc,
 # ipc_lmdeploy, ipc_vllm, ipc_7b) run on GPU 0 alone, on any number of GPUs. With 4+ GPUs a second engine with 2 TP ranks joins the group, and the
@@ -270,6 +270,43 @@ sys.exit(0 if rows == {'http://127.0.0.1:30061': False, 'http://127.0.0.1:30062'
   kill -0 $q_d || { echo "wsyncd died"; fail=1; }
   stop_pids $q_d "${q_e[@]}"
   end_step
+fi
+
+if want ipc_tp2; then
+  # Colocated with TP=2 (issue 15, item 4): one engine whose two TP ranks are on GPUs 0 and 1, fed
+  # by two trainer ranks, one per GPU, each filling wsyncd's slots on its own GPU; wsyncd joins
+  # their sessions into one update and each engine rank loads from the slots of its GPU. Every
+  # rank must hold every tensor bit-identical, for 2 versions.
+  begin_step ipc_tp2
+  if [[ $ngpu -lt 2 ]]; then
+    end_step SKIP "needs 2 GPUs, this machine has $ngpu"
+  else
+    step "colocated TP=2: two trainer ranks on GPUs 0 and 1, one engine with a rank on each"
+    tsock=/tmp/wsync-gpu-tp2.sock
+    tlog=$LOGS/ipc-tp2.log
+    start_wsyncd $tsock "$LOGS/tp2-wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60
+    t_d=$wsyncd_pid
+    python3 tests/gpu/sglang_torch_engine.py --port 30071 --gpus 0,1 >"$LOGS/tp2-engine.log" 2>&1 &
+    t_e=$!
+    wait_sock $tsock && wait_url http://127.0.0.1:30071/health || fail=1
+    uuid1=$(python3 -c "import torch; print(torch.cuda.get_device_properties(1).uuid)")
+    $B/bin/wsyncctl --socket $tsock create-group tp2 --transport ipc \
+      --engine "http://127.0.0.1:30071@GPU-$(gpu0_uuid),GPU-$uuid1" 2>&1 | tee -a "$tlog"
+    t_p=()
+    for rank in 0 1; do
+      timeout 200 python3 tests/gpu/trainer_push.py --socket $tsock --group tp2 \
+        --engines http://127.0.0.1:30071 --python-client client/python --versions 2 \
+        --version-prefix tp2- --device $rank --tp-rank $rank >"$LOGS/tp2-trainer$rank.log" 2>&1 &
+      t_p+=($!)
+    done
+    for rank in 0 1; do
+      wait "${t_p[$rank]}" || { echo "trainer rank $rank failed"; fail=1; }
+      cat "$LOGS/tp2-trainer$rank.log" | tee -a "$tlog"
+    done
+    kill -0 $t_d || { echo "wsyncd died"; fail=1; }
+    stop_pids $t_d $t_e
+    end_step
+  fi
 fi
 
 if want ipc_route; then

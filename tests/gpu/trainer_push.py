@@ -175,6 +175,11 @@ def main():
     ap.add_argument("--release-sources", action="store_true",
                     help="after each version, have wsyncd close its mappings of this process "
                          "(pull mode: there must be some); the next version maps them again")
+    ap.add_argument("--device", type=int, default=0,
+                    help="the GPU this trainer rank's model lives on and whose slots it fills")
+    ap.add_argument("--tp-rank", type=int, default=None,
+                    help="a colocated group whose engine's TP ranks span GPUs: this rank's place "
+                         "among them (one trainer process per GPU pushes the same version)")
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
@@ -184,7 +189,7 @@ def main():
         config = Qwen2Config(vocab_size=32000, hidden_size=1024, intermediate_size=2816,
                              num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4,
                              tie_word_embeddings=False)
-        model = Qwen2ForCausalLM(config).to("cuda:0", torch.bfloat16)
+        model = Qwen2ForCausalLM(config).to(f"cuda:{args.device}", torch.bfloat16)
     else:
         model = ShapesModel()
         total = sum(t.numel() * t.element_size() for t in model.parameters())
@@ -196,7 +201,8 @@ def main():
     forms_before = engine_forms(urls) if args.expect_form else {}
     ok = True
     memory = []
-    with wsync.Client("unix:" + args.socket, device=0, name="gpu trainer") as client:
+    with wsync.Client("unix:" + args.socket, device=args.device,
+                      name=f"gpu trainer (device {args.device})") as client:
         for v in range(1, args.versions + 1):
             with torch.no_grad():
                 for p in model.parameters():
@@ -218,7 +224,8 @@ def main():
                     sys.exit(0 if hit else 1)
                 print("TRAINER RESULT: FAIL (push succeeded)", flush=True)
                 sys.exit(1)
-            result = client.push(state, version=version, group=args.group, pull=args.pull)
+            result = client.push(state, version=version, group=args.group, pull=args.pull,
+                                 tp_rank=args.tp_rank)
             total = sum(t.numel() * t.element_size() for t in state.values())
             print(f"version {version}: {result['buckets']} buckets "
                   f"({result['buckets_pulled']} pulled by wsyncd, "
