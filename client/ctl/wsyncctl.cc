@@ -24,6 +24,7 @@
 #include "client/cpp/client.h"
 #include "client/cpp/progress_bar.h"
 #include "client/ctl/table.h"
+#include "common/net.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "wsync/v1/admin.grpc.pb.h"
@@ -112,16 +113,16 @@ int PrintJson(const google::protobuf::Message& m) {
   return 0;
 }
 
-// Whether a TCP connection to "host:port" opens within `timeout`.
+// Whether a TCP connection to "host:port" opens within `timeout`. (ConnectTcp retries a refused
+// connection and leaves one attempt unbounded; a check wants one bounded attempt.)
 absl::Status ReachTcp(const std::string& address, absl::Duration timeout) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return absl::InvalidArgumentError("not host:port");
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  absl::StatusOr<std::pair<std::string, uint16_t>> host_port = SplitHostPort(address);
+  if (!host_port.ok()) return host_port.status();
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &found);
+  if (int rc = getaddrinfo(host_port->first.c_str(), std::to_string(host_port->second).c_str(),
+                           &hints, &found);
       rc != 0) {
     return absl::NotFoundError(gai_strerror(rc));
   }

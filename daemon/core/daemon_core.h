@@ -151,6 +151,12 @@ class DaemonCore {
   ReleaseResult ReleaseBuffers(int device) { return pool_.ReleaseIdle(device); }
   std::vector<UpdateRecord> ListUpdates(size_t limit) const { return history_.Latest(limit); }
   DaemonStatusView Status() const;
+  bool draining() const { return draining_; }
+  // Updates begun and not yet ended.
+  int running_updates() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_updates_;
+  }
   // The updates running now, as far as each has come.
   std::vector<UpdateProgressView> ListProgress() const;
   // Status() and what takes the platform longer to say: its devices and NCCL libraries.

@@ -166,6 +166,22 @@ std::vector<EngineAdapter*> WeightGroup::AdaptersAt(const std::vector<size_t>& i
   return out;
 }
 
+void WeightGroup::NumberRanksLocked(const std::vector<size_t>& members) {
+  // An engine outside the formation holds no rank of it.
+  for (const auto& a : adapters_) a->SetRankOffset(0);
+  uint32_t offset = 1;
+  for (size_t i : members) {
+    adapters_[i]->SetRankOffset(offset);
+    offset += spec_.engines[i].ranks;
+  }
+}
+
+std::string WeightGroup::RestartNoteLocked(const std::string& url) const {
+  return absl::StrCat(
+      "engine ", url, " failed to join after wsyncd restarted and may still hold the group '",
+      absl::StrJoin(stale_engine_groups_, "', '"), "' an earlier wsyncd made: restart it");
+}
+
 absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members) {
   TransportEnv env;
   env.engine_group = engine_group_;
@@ -174,13 +190,9 @@ absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members
   if (store_port_ != 0) env.avoid_store_ports.push_back(store_port_);
   env.spec = spec_;
   env.spec.engines.clear();
-  // An engine outside the formation holds no rank of it.
-  for (const auto& a : adapters_) a->SetRankOffset(0);
-  uint32_t offset = 1;
+  NumberRanksLocked(members);
   for (size_t i : members) {
     env.spec.engines.push_back(spec_.engines[i]);
-    adapters_[i]->SetRankOffset(offset);
-    offset += spec_.engines[i].ranks;
     env.adapters.push_back(adapter_ptrs_[i]);
   }
   env.engines_needed = quorum_group() ? spec_.quorum : 0;
@@ -190,12 +202,7 @@ absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members
   absl::StatusOr<std::unique_ptr<Transport>> made = factories_.transport(std::move(env));
   if (!made.ok()) {
     // The transport in place keeps its engines, numbered as it made them.
-    offset = 1;
-    for (const auto& a : adapters_) a->SetRankOffset(0);
-    for (size_t i : members_) {
-      adapters_[i]->SetRankOffset(offset);
-      offset += spec_.engines[i].ranks;
-    }
+    NumberRanksLocked(members_);
     return made.status();
   }
   if (transport_) transport_->Release("the group's engines changed");
@@ -396,14 +403,7 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
       for (size_t i : members_) needs_restart_.erase(adapters_[i]->endpoint().url);
       for (const std::string& url : failed) {
         auto noted = stale_notes_.find(url);
-        needs_restart_[url] =
-            noted != stale_notes_.end()
-                ? noted->second
-                : absl::StrCat("engine ", url,
-                               " failed to join after wsyncd restarted and may still hold the "
-                               "group '",
-                               absl::StrJoin(stale_engine_groups_, "', '"),
-                               "' an earlier wsyncd made: restart it");
+        needs_restart_[url] = noted != stale_notes_.end() ? noted->second : RestartNoteLocked(url);
         notes.push_back(needs_restart_[url]);
       }
     } else {
@@ -458,11 +458,7 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
       SetAsideLocked(
           i, absl::Status(formed.code(), absl::StrCat("it failed to join: ", formed.message())),
           /*back_off=*/true);
-      if (after_restart_) {
-        needs_restart_[url] = absl::StrCat(
-            "engine ", url, " failed to join after wsyncd restarted and may still hold the group '",
-            absl::StrJoin(stale_engine_groups_, "', '"), "' an earlier wsyncd made: restart it");
-      }
+      if (after_restart_) needs_restart_[url] = RestartNoteLocked(url);
     }
     if (joined.size() < engines_needed()) return fail(formed, /*joining=*/true);
     candidates = std::move(joined);
@@ -728,8 +724,6 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   }
   // All or nothing, unless the group's quorum says how many must commit.
   const bool commit_ok = committed.size() >= engines_needed();
-  // And, with the check, enough engines agree.
-  bool landed = commit_ok;
   // The engines' own checksums, compared while the update still holds the group (so no other
   // update pauses the engines under the checkers) and after they resumed (vLLM's checker
   // refuses a paused engine). Only engines that committed are compared.
@@ -778,10 +772,6 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
                 "' compared no engine: ", absl::StrJoin(check.notes, "; "));
     }
-    const size_t agreeing =
-        committed.size() - std::count(check.differs.begin(), check.differs.end(), true);
-    landed = check.error.empty() ||
-             (quorum_group() && agreeing >= engines_needed() && !differing_serves);
   }
   // A quorum group's version landed without some engines: they must not serve what they hold
   // (an older version, or part of this one), so each is paused where it answers and waits for a
@@ -796,7 +786,13 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       if (first.ok()) first = results[i];
     }
   }
+  // The engines that hold the version: committed, and (with the check) not differing.
   const size_t kept = committed.size() - std::count(differs.begin(), differs.end(), true);
+  // It landed when enough committed and, with the check, enough of them agree and none that
+  // differs still serves.
+  const bool landed =
+      commit_ok &&
+      (check.error.empty() || (quorum_group() && kept >= engines_needed() && !differing_serves));
   if (commit_ok && !missed.empty()) {
     const std::vector<absl::Status> paused =
         OnEachEngine(AdaptersAt(missed), [](EngineAdapter& a) { return a.PauseGeneration(); });

@@ -151,6 +151,10 @@ class WeightGroup {
   // Makes the transport over the engines at `members`, renumbering their ranks from 1 in that
   // order, and releases the one before (disband it first where the engines hold it).
   absl::Status MakeTransportLocked(const std::vector<size_t>& members);
+  // Gives the engines at `members` their ranks from 1, in that order, and every other engine 0.
+  void NumberRanksLocked(const std::vector<size_t>& members);
+  // Why the engine at `url`, which failed to join since a restart, needs one of its own.
+  std::string RestartNoteLocked(const std::string& url) const;
   // Pauses the members and opens the update on each. A quorum group sets aside an engine that
   // fails either (a broadcast group then forms again without it); otherwise the first failure
   // is returned, with every engine resumed by the caller.

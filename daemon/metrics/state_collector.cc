@@ -69,12 +69,8 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   out.Gauge("wsync_draining", "1 while wsyncd refuses new sessions and updates", {},
             status.draining ? 1 : 0);
   out.Gauge("wsync_sessions", "Trainer sessions open", {}, static_cast<double>(status.sessions));
-  size_t running = 0;
-  for (const UpdateRecord& r : core_->ListUpdates(core_->options().history_limit)) {
-    running += r.state == "running" ? 1 : 0;
-  }
   out.Gauge("wsync_updates_running", "Weight updates begun and not yet ended", {},
-            static_cast<double>(running));
+            core_->running_updates());
 
   out.Declare("wsync_group_state", "1 for the group's state, 0 for the others");
   out.Declare("wsync_group_world_size", "Ranks in the group's formation, wsyncd's included");

@@ -45,7 +45,7 @@ void HealthReporter::Loop() {
       lock.lock();
       devices_checked = absl::Now();
     }
-    const bool draining = core_->Status().draining;
+    const bool draining = core_->draining();
     const std::string gpu_why = devices.ok() ? "" : std::string(devices.message());
     Set("", devices.ok(), gpu_why);
     Set(kTrainerService, devices.ok() && !draining,

@@ -9,15 +9,15 @@ namespace {
 TEST(EngineDrops, EnginesAreDroppedOnlyWhileTheQuorumRemains) {
   EngineDrops drops(/*engines=*/4, /*needed=*/2);
   EXPECT_TRUE(drops.TryDrop({{1, absl::InternalError("answered HTTP 500")}}));
-  EXPECT_TRUE(drops.dropped(1));
-  EXPECT_FALSE(drops.dropped(0));
+  EXPECT_EQ(drops.WhyDropped(1).message(), "answered HTTP 500");
+  EXPECT_TRUE(drops.WhyDropped(0).ok());
   // Counted once: an engine dropped already fails again in a pipelined bucket.
   EXPECT_TRUE(drops.TryDrop({{1, absl::InternalError("again")}}));
   EXPECT_EQ(drops.all().at(1).message(), "answered HTTP 500") << "the first reason is kept";
   // Two more would leave one of the two needed: neither is dropped.
   EXPECT_FALSE(drops.TryDrop({{0, absl::InternalError("x")}, {2, absl::InternalError("y")}}));
-  EXPECT_FALSE(drops.dropped(0));
-  EXPECT_FALSE(drops.dropped(2));
+  EXPECT_TRUE(drops.WhyDropped(0).ok());
+  EXPECT_TRUE(drops.WhyDropped(2).ok());
   EXPECT_TRUE(drops.TryDrop({{3, absl::DeadlineExceededError("hung")}}));
   EXPECT_EQ(drops.all().size(), 2u);
   EXPECT_FALSE(drops.TryDrop({{0, absl::InternalError("x")}}));

@@ -2,9 +2,10 @@
 
 namespace wsync {
 
-bool EngineDrops::dropped(size_t engine) const {
+absl::Status EngineDrops::WhyDropped(size_t engine) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return dropped_.count(engine) != 0;
+  auto it = dropped_.find(engine);
+  return it == dropped_.end() ? absl::OkStatus() : it->second;
 }
 
 bool EngineDrops::TryDrop(const std::map<size_t, absl::Status>& failed) {

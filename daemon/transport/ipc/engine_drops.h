@@ -19,7 +19,8 @@ class EngineDrops {
   // `engines` in the update; `needed` 0: none may be dropped.
   EngineDrops(size_t engines, size_t needed) : engines_(engines), needed_(needed) {}
 
-  bool dropped(size_t engine) const;
+  // Why `engine` was dropped; OK while it was not.
+  absl::Status WhyDropped(size_t engine) const;
   // Drops the engines of `failed` (index -> why), all or none: false, dropping none, when fewer
   // than `needed` would remain. Engines already dropped are not counted twice.
   bool TryDrop(const std::map<size_t, absl::Status>& failed);

@@ -43,9 +43,10 @@ absl::Status IpcBucket::Launch(const std::vector<EngineRequest>& requests) {
         "update begins afresh");
   }
   for (size_t i = 0; i < channels_.size(); ++i) {
-    if (drops_ != nullptr && drops_->dropped(i)) {
+    if (absl::Status why = drops_ != nullptr ? drops_->WhyDropped(i) : absl::OkStatus();
+        !why.ok()) {
       skipped_[i] = true;
-      results_[i] = drops_->all()[i];
+      results_[i] = why;
       continue;
     }
     auto call = channels_[i]->Post(requests[i].path, requests[i].json_body, deadline_);
