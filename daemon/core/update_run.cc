@@ -535,7 +535,9 @@ void UpdateRun::AnswerLoop() {
     timing.idle_before = first_done_ ? sent->idle_before_seconds : 0;
     first_done_ = true;
     timing.active = sent->active_seconds;
-    timing.answer = absl::ToDoubleSeconds(answered_at - sent_at);
+    // The engines may answer before this run's reuse thread stamps sent_at (the answer is the
+    // handle's own time); their answer then cost nothing after the sources were free.
+    timing.answer = std::max(0.0, absl::ToDoubleSeconds(answered_at - sent_at));
     timing.request_late = request_late;
     timing.total = absl::ToDoubleSeconds(answered_at - f.turn);
     {
