@@ -330,16 +330,16 @@ int main(int argc, char** argv) {
             config.daemon.slot_bytes, " bytes per device)");
   // The watchdog checks the socket trainers use; a daemon serving only TLS over TCP is checked
   // through an in-process channel (its health, not its listener).
-  const std::string self = config.server.unix_socket.empty()
-                               ? std::string("an in-process channel")
-                               : absl::StrCat("unix:", config.server.unix_socket);
+  const std::string socket_target =
+      config.server.unix_socket.empty() ? "" : absl::StrCat("unix:", config.server.unix_socket);
   wsync::DaemonServer* raw_server = server->get();
-  wsync::SystemdNotifier systemd(self, [&config, raw_server]() {
-    return config.server.unix_socket.empty()
-               ? raw_server->InProcessChannel()
-               : grpc::CreateChannel(absl::StrCat("unix:", config.server.unix_socket),
-                                     grpc::InsecureChannelCredentials());
-  });
+  wsync::SystemdNotifier systemd(
+      socket_target.empty() ? "an in-process channel" : socket_target,
+      [socket_target, raw_server]() {
+        return socket_target.empty()
+                   ? raw_server->InProcessChannel()
+                   : grpc::CreateChannel(socket_target, grpc::InsecureChannelCredentials());
+      });
   systemd.Ready(absl::StrCat("serving on ", (*server)->listen_description()));
   systemd.StartWatchdog();
 

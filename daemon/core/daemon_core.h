@@ -166,8 +166,6 @@ class DaemonCore {
   bool Undrain();
   const DaemonOptions& options() const { return options_; }
   const Platform& platform() const { return *platform_; }
-  // OK while every device answers (Platform::CheckDevices).
-  absl::Status CheckDevices() const { return platform_->CheckDevices(); }
 
  private:
   void ReapLoop();

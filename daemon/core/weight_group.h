@@ -201,7 +201,8 @@ class WeightGroup {
   // The store port the earlier incarnation recorded, which no store of this one takes.
   std::vector<uint16_t> avoid_store_ports_;
   BucketRules bucket_rules_;
-  // Set once by Create; its failure hook calls back into this group.
+  // Made by MakeTransportLocked: at Create, and again when a quorum group forms with other
+  // members. Its failure hook calls back into this group.
   std::unique_ptr<Transport> transport_;
   // A group made from the earlier wsyncd's record (its engines, never formed), through which they
   // are asked to drop the names below.

@@ -21,30 +21,31 @@ std::string LabelValue(const std::string& value) {
 
 class Families {
  public:
-  void Gauge(const std::string& name, const std::string& help, const Labels& labels, double value) {
-    prometheus::MetricFamily& family = Find(name, help);
-    prometheus::ClientMetric metric;
-    for (const auto& [k, v] : labels) metric.label.push_back({k, LabelValue(v)});
-    metric.gauge.value = value;
-    family.metric.push_back(std::move(metric));
-  }
   // A family with no series yet still says it exists (its HELP and TYPE).
-  void Declare(const std::string& name, const std::string& help) { Find(name, help); }
-  std::vector<prometheus::MetricFamily> Take() { return std::move(families_); }
-
- private:
-  prometheus::MetricFamily& Find(const std::string& name, const std::string& help) {
-    auto it = index_.find(name);
-    if (it != index_.end()) return families_[it->second];
+  void Declare(const std::string& name, const std::string& help) {
+    if (index_.count(name) != 0) return;
     index_[name] = families_.size();
     prometheus::MetricFamily family;
     family.name = name;
     family.help = help;
     family.type = prometheus::MetricType::Gauge;
     families_.push_back(std::move(family));
-    return families_.back();
   }
+  // One series of a family Declare named.
+  void Add(const std::string& name, const Labels& labels, double value) {
+    prometheus::ClientMetric metric;
+    for (const auto& [k, v] : labels) metric.label.push_back({k, LabelValue(v)});
+    metric.gauge.value = value;
+    families_[index_.at(name)].metric.push_back(std::move(metric));
+  }
+  // A family of one series.
+  void Gauge(const std::string& name, const std::string& help, const Labels& labels, double value) {
+    Declare(name, help);
+    Add(name, labels, value);
+  }
+  std::vector<prometheus::MetricFamily> Take() { return std::move(families_); }
 
+ private:
   std::vector<prometheus::MetricFamily> families_;
   std::map<std::string, size_t> index_;
 };
@@ -77,12 +78,11 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   for (const GroupSnapshot& g : core_->ListGroups()) {
     for (GroupState state : {GroupState::kForming, GroupState::kReady, GroupState::kUpdating,
                              GroupState::kBroken, GroupState::kDestroyed}) {
-      out.Gauge("wsync_group_state", "1 for the group's state, 0 for the others",
-                {{"group", g.spec.name}, {"state", std::string(GroupStateName(state))}},
-                g.state == state ? 1 : 0);
+      out.Add("wsync_group_state",
+              {{"group", g.spec.name}, {"state", std::string(GroupStateName(state))}},
+              g.state == state ? 1 : 0);
     }
-    out.Gauge("wsync_group_world_size", "Ranks in the group's formation, wsyncd's included",
-              {{"group", g.spec.name}}, g.world_size);
+    out.Add("wsync_group_world_size", {{"group", g.spec.name}}, g.world_size);
   }
 
   out.Declare("wsync_engine_healthy", "1 if the engine answered its last health probe");
@@ -90,18 +90,16 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
               "1 while the engine waits, paused, for a complete update");
   out.Declare("wsync_engine_error_info", "1 for each engine whose last probe failed, with why");
   for (const EngineRow& e : Engines()) {
-    out.Gauge("wsync_engine_healthy", "1 if the engine answered its last health probe",
-              {{"group", e.group},
-               {"engine", e.endpoint.url},
-               {"kind", std::string(EngineKindName(e.kind))}},
-              e.health.healthy ? 1 : 0);
-    out.Gauge("wsync_engine_needs_full_version",
-              "1 while the engine waits, paused, for a complete update",
-              {{"group", e.group}, {"engine", e.endpoint.url}},
-              e.needs_full_version.empty() ? 0 : 1);
+    out.Add("wsync_engine_healthy",
+            {{"group", e.group},
+             {"engine", e.endpoint.url},
+             {"kind", std::string(EngineKindName(e.kind))}},
+            e.health.healthy ? 1 : 0);
+    out.Add("wsync_engine_needs_full_version", {{"group", e.group}, {"engine", e.endpoint.url}},
+            e.needs_full_version.empty() ? 0 : 1);
     if (!e.health.error.empty()) {
-      out.Gauge("wsync_engine_error_info", "1 for each engine whose last probe failed, with why",
-                {{"group", e.group}, {"engine", e.endpoint.url}, {"error", e.health.error}}, 1);
+      out.Add("wsync_engine_error_info",
+              {{"group", e.group}, {"engine", e.endpoint.url}, {"error", e.health.error}}, 1);
     }
   }
 
@@ -111,22 +109,19 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   }
   out.Declare("wsync_slots", "Slots per device and state");
   for (const auto& [key, count] : slots) {
-    out.Gauge("wsync_slots", "Slots per device and state",
-              {{"device", std::to_string(key.first)}, {"state", key.second}}, count);
+    out.Add("wsync_slots", {{"device", std::to_string(key.first)}, {"state", key.second}}, count);
   }
   out.Declare("wsync_device_memory_held_bytes",
               "Device memory (host mode: shared memory) the slots hold");
   for (const DeviceMemoryRow& d : core_->ListDeviceMemory()) {
-    out.Gauge("wsync_device_memory_held_bytes",
-              "Device memory (host mode: shared memory) the slots hold",
-              {{"device", std::to_string(d.device)}}, static_cast<double>(d.bytes_held));
+    out.Add("wsync_device_memory_held_bytes", {{"device", std::to_string(d.device)}},
+            static_cast<double>(d.bytes_held));
   }
   out.Gauge("wsync_store_connections", "TCPStore connections open on wsyncd's stores", {},
             TcpStoreServer::OpenConnectionsInProcess());
   out.Declare("wsync_nccl_library_info", "1 for each NCCL library loaded, with its version");
   for (const auto& [library, version] : core_->platform().LoadedNcclLibraries()) {
-    out.Gauge("wsync_nccl_library_info", "1 for each NCCL library loaded, with its version",
-              {{"library", library}, {"version", version}}, 1);
+    out.Add("wsync_nccl_library_info", {{"library", library}, {"version", version}}, 1);
   }
   return out.Take();
 }

@@ -35,13 +35,13 @@ void HealthReporter::Set(const std::string& service, bool serving, const std::st
 }
 
 void HealthReporter::Loop() {
-  absl::Status devices = core_->CheckDevices();
+  absl::Status devices = core_->platform().CheckDevices();
   absl::Time devices_checked = absl::Now();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (absl::Now() - devices_checked >= device_poll_) {
       lock.unlock();
-      devices = core_->CheckDevices();
+      devices = core_->platform().CheckDevices();
       lock.lock();
       devices_checked = absl::Now();
     }
