@@ -7,6 +7,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 
@@ -87,6 +89,26 @@ absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown log format '", name, "' (text, json)"));
 }
 
+namespace {
+
+// A text line is one record: a newline or other control byte in a message (a peer's text) would
+// forge or garble lines, so each is written as \xNN.
+std::string OneLine(absl::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (const char ch : message) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else {
+      out.push_back(ch);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void LogLine(LogLevel level, absl::string_view message, const std::vector<LogField>& fields) {
   const absl::Time now = absl::Now();
   const int64_t held = TheRepeats().Admit(level, message, now);
@@ -114,7 +136,7 @@ void LogLine(LogLevel level, absl::string_view message, const std::vector<LogFie
     // Invalid UTF-8 (a peer's bytes in a message) is replaced, never a reason to lose the line.
     line = j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   } else {
-    line = absl::StrCat(ts, " ", kLetters[static_cast<int>(level)], " ", message,
+    line = absl::StrCat(ts, " ", kLetters[static_cast<int>(level)], " ", OneLine(message),
                         held > 0 ? absl::StrCat(" (and ", held, " more like it held back)") : "",
                         "\n");
   }

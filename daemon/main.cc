@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
   auto* bytes_opt = app.add_option("--slot-bytes", slot_bytes, "size of each slot, e.g. 512MiB");
   // Timeouts are above zero, as in the config file: a negative one fails everything at once.
   auto* bt_opt = app.add_option("--bucket-timeout", bucket_timeout,
-                                "seconds a bucket may take end to end before the update fails")
+                                "seconds a bucket may take end to end, and a trainer may stay "
+                                "silent during its update, before the update fails")
                      ->check(CLI::PositiveNumber);
   auto* checksum_opt =
       app.add_option("--checksum", config.daemon.checksum,

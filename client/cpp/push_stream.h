@@ -46,6 +46,8 @@ struct EngineResultView {
   absl::Status status;
   std::string engine_version;  // as wsyncd read it ("" where the engine reports none)
   std::string weights_check;   // the check after the commit, where the group asks for one
+  // Why it waits, paused, for a full version after this update; "" when it holds one whole.
+  std::string needs_full_version;
 };
 
 struct PushResult {

@@ -103,6 +103,9 @@ struct EngineOutcome {
   // The check of its weights after the commit, when the group asks for one: "agrees with ...",
   // "differs from ...", or why it could not run; "" when the group asks for none.
   std::string weights_check;
+  // Why, after this update, the engine waits paused for a full version (it may hold part of a
+  // version that did not land on it); "" when it holds one version whole.
+  std::string needs_full_version;
   // From its bucket request written to its answer (a pipelined request includes its wait behind
   // the previous bucket); 0 where not measured.
   double answer_seconds = 0;

@@ -14,6 +14,10 @@ namespace wsync {
 // update history, or a newline that forges a log line, is refused before anything is recorded.
 inline constexpr size_t kMaxVersionBytes = 256;
 inline constexpr size_t kMaxNameBytes = 128;
+// A tensor's name (a module path such as "model.layers.0.mlp.down_proj.weight").
+inline constexpr size_t kMaxTensorNameBytes = 1024;
+// How much of a tensor's name an error quotes.
+inline constexpr size_t kQuotedNameBytes = 200;
 // Free text from a trainer (an abort reason) is cut to this and its control characters escaped.
 inline constexpr size_t kMaxReasonBytes = 1024;
 

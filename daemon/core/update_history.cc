@@ -1,8 +1,28 @@
 #include "daemon/core/update_history.h"
 
+#include "absl/strings/str_cat.h"
+#include "daemon/core/peer_text.h"
+
 namespace wsync {
 
-void UpdateHistory::Upsert(const UpdateRecord& record) {
+UpdateRecord BoundedRecord(UpdateRecord record) {
+  if (record.status.message().size() > kMaxRecordTextBytes) {
+    record.status = absl::Status(record.status.code(),
+                                 SanitizePeerText(record.status.message(), kMaxRecordTextBytes));
+  }
+  if (record.engine_results.size() > kMaxRecordEngines) {
+    const size_t more = record.engine_results.size() - kMaxRecordEngines;
+    record.engine_results.resize(kMaxRecordEngines);
+    record.engine_results.push_back(absl::StrCat("... and ", more, " more engine(s)"));
+  }
+  for (std::string& e : record.engine_results) {
+    if (e.size() > kMaxRecordTextBytes) e = SanitizePeerText(e, kMaxRecordTextBytes);
+  }
+  return record;
+}
+
+void UpdateHistory::Upsert(const UpdateRecord& given) {
+  const UpdateRecord record = BoundedRecord(given);
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
     if (it->update_id == record.update_id) {

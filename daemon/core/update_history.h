@@ -26,6 +26,12 @@ struct UpdateRecord {
   std::vector<std::string> engine_results;
 };
 
+// A record's texts are cut so that the history stays small whatever the engines and the trainer
+// sent: `limit` records of at most kMaxRecordEngines + 1 texts of kMaxRecordTextBytes each.
+inline constexpr size_t kMaxRecordTextBytes = 4096;
+inline constexpr size_t kMaxRecordEngines = 256;
+UpdateRecord BoundedRecord(UpdateRecord record);
+
 // The last `limit` updates, newest last.
 class UpdateHistory {
  public:

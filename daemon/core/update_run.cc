@@ -8,6 +8,7 @@
 #include "common/checksum.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
 
 namespace wsync {
 
@@ -21,11 +22,13 @@ UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, 
       on_done_(std::move(on_done)),
       started_(absl::Now()),
       feed_state_(feeds_.size()) {
+  last_progress_ = started_;
   feed_state_.at(first).session_id = session_id;
   feed_state_[first].events = events;
   sender_ = std::thread([this] { SenderLoop(); });
   reuse_thread_ = std::thread([this] { ReuseLoop(); });
   answer_thread_ = std::thread([this] { AnswerLoop(); });
+  idle_thread_ = std::thread([this] { IdleLoop(); });
 }
 
 UpdateRun::~UpdateRun() {
@@ -38,6 +41,39 @@ UpdateRun::~UpdateRun() {
   if (sender_.joinable()) sender_.join();
   if (reuse_thread_.joinable()) reuse_thread_.join();
   if (answer_thread_.joinable()) answer_thread_.join();
+  if (idle_thread_.joinable()) idle_thread_.join();
+}
+
+bool UpdateRun::TrainersTurnLocked() const {
+  // Buckets in flight are bounded by their own deadlines, a bucket that lacks a feed's share by
+  // its deadline, and a commit waiting for the other feeds by its own.
+  if (transfers_started_ != transfers_settled_) return false;
+  if (!queue_.empty() && queue_.front().present == feeds_.size()) return false;
+  for (const Feed& f : feed_state_) {
+    if (f.committed) return false;
+  }
+  return true;
+}
+
+void UpdateRun::IdleLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!finishing_ && !finished_) {
+    const absl::Time deadline = last_progress_ + context_.bucket_timeout;
+    if (absl::Now() >= deadline && TrainersTurnLocked()) break;
+    // Woken by every change of the run; the deadline moves with each sign of progress.
+    cv_.wait_until(lock, absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Seconds(1))));
+  }
+  if (finishing_ || finished_) return;
+  std::vector<std::string> feeds;
+  for (size_t i = 0; i < feed_state_.size(); ++i) feeds.push_back(FeedProgress(i));
+  absl::Status idle = absl::DeadlineExceededError(absl::StrCat(
+      "update ", context_.update_id, " of version '", context_.version, "': the trainer sent ",
+      buckets_ == 0 && taken_ == 0 ? "no bucket" : "nothing more", " for ",
+      absl::FormatDuration(context_.bucket_timeout), " (", absl::StrJoin(feeds, "; "),
+      "); aborted so that its engines do not stay paused (wsyncd --bucket-timeout bounds it)"));
+  lock.unlock();
+  WSYNC_LOG(Warning, idle.message());
+  Finish(false, std::move(idle), /*tell_every_feed=*/true);
 }
 
 uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
@@ -80,6 +116,7 @@ absl::Status UpdateRun::Join(size_t feed, const std::string& session_id, UpdateE
   }
   f.session_id = session_id;
   f.events = events;
+  last_progress_ = absl::Now();
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -95,6 +132,20 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   if (!failure_.ok()) return failure_;
   Feed& f = feed_state_.at(feed);
   const std::string& session = f.session_id;
+  // Names are kept (names_), quoted in refusals and logged: bounded and printable before anything
+  // else reads them.
+  for (size_t i = 0; i < manifest.tensors.size(); ++i) {
+    absl::Status name = CheckPeerLabel(absl::StrCat("the name of tensor ", i),
+                                       manifest.tensors[i].name, kMaxTensorNameBytes);
+    if (!name.ok()) {
+      Fail(absl::Status(
+          name.code(),
+          absl::StrCat("bucket ", sequence, " refused: ", name.message(), " (",
+                       SanitizePeerText(manifest.tensors[i].name, kQuotedNameBytes), ")")));
+      cv_.notify_all();
+      return failure_;
+    }
+  }
   const int device = feeds_[feed].device;
   const auto refuse = [&](const absl::Status& s, absl::string_view what) {
     Fail(absl::Status(s.code(), absl::StrCat("bucket ", sequence, what, s.message())));
@@ -168,6 +219,7 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   share.pulled = std::move(pulled);
   ++joined->present;
   ++f.submitted;
+  last_progress_ = absl::Now();
   cv_.notify_all();
   return absl::OkStatus();
 }
@@ -216,6 +268,20 @@ void UpdateRun::ReportFailure(absl::Status status) {
     early.bytes = bytes_;
   }
   early.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
+  // No bucket starts after a failure, so the engines reached so far are those that will wait,
+  // paused, for a full version once the update ends.
+  for (const std::string& url : group_->ReachedEngines()) {
+    auto it = std::find_if(early.engines.begin(), early.engines.end(),
+                           [&](const EngineOutcome& o) { return o.engine == url; });
+    if (it == early.engines.end()) {
+      it = early.engines.insert(early.engines.end(),
+                                EngineOutcome{url, absl::AbortedError("the update failed")});
+    }
+    it->needs_full_version = absl::StrCat(
+        "version '", context_.version,
+        "' reached it and failed: it may hold part of it, so it stays paused until a complete "
+        "update or an operator's resume");
+  }
   ForEachJoined([&](UpdateEvents* events) { events->Failed(early); });
 }
 
@@ -331,6 +397,7 @@ void UpdateRun::SenderLoop() {
       p = std::move(queue_.front());
       queue_.pop_front();
       index = taken_++;
+      last_progress_ = absl::Now();
       if (!failure_.ok() || !previous_launched) {
         // After a failure queued buckets are dropped: the trainer gets the failure, not SlotFree.
         ReleaseShares(p, SlotState::kQueued);
@@ -515,6 +582,7 @@ void UpdateRun::AnswerLoop() {
         for (const auto& o : outcomes) bucket_outcomes_.push_back(o);
       }
       ++transfers_settled_;
+      last_progress_ = absl::Now();
       cv_.notify_all();
     }
     // How long the engines, done with the previous bucket, waited for this one's request.
@@ -622,7 +690,7 @@ UpdateOutcome UpdateRun::Commit(size_t feed) {
 
 UpdateOutcome UpdateRun::Abort(absl::Status reason) { return Finish(false, std::move(reason)); }
 
-UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
+UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason, bool tell_every_feed) {
   absl::Status failed;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -646,7 +714,8 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
   // The other trainer ranks of a TP group may be waiting for a SlotFree that will not come, or
   // blocked reading their streams: they hear the failure now, not at their deadlines. (One
   // member's own stream gets its outcome from Finish's caller.)
-  if (feeds_.size() > 1 && !failed.ok()) ReportFailure(failed);
+  // (Until finished_ is set every member's stream is alive: each waits for the outcome.)
+  if ((feeds_.size() > 1 || tell_every_feed) && !failed.ok()) ReportFailure(failed);
   if (sender_.joinable()) sender_.join();
   if (reuse_thread_.joinable()) reuse_thread_.join();
   if (answer_thread_.joinable()) answer_thread_.join();
@@ -678,7 +747,19 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason) {
                                           absl::Now() + context_.bucket_timeout, &outcome.engines);
     outcome.finish_seconds = absl::ToDoubleSeconds(absl::Now() - finishing);
   } else {
-    group_->AbortUpdate(std::string(outcome.status.message()));
+    group_->AbortUpdate(std::string(outcome.status.message()), &outcome.engines);
+  }
+  if (!outcome.status.ok()) {
+    std::vector<std::string> paused;
+    for (const EngineOutcome& e : outcome.engines) {
+      if (!e.needs_full_version.empty()) paused.push_back(e.engine);
+    }
+    if (!paused.empty()) {
+      outcome.status = absl::Status(
+          outcome.status.code(),
+          absl::StrCat(outcome.status.message(),
+                       "; left paused, waiting for a full version: ", absl::StrJoin(paused, ", ")));
+    }
   }
   for (size_t i = 0; i < feeds_.size(); ++i) {
     if (!feed_state_[i].session_id.empty()) {

@@ -202,6 +202,11 @@ class UpdateRun {
   void ReuseLoop();
   // Collects the engines' answers, in order, and records each bucket's outcome.
   void AnswerLoop();
+  // Ends the update when the trainer, whose turn it is (nothing queued or in flight for the
+  // engines), sent nothing for the bucket timeout: before its first bucket or between buckets.
+  // Without it a trainer that begins an update and goes silent keeps the engines paused.
+  void IdleLoop();
+  bool TrainersTurnLocked() const;
   // Takes the next item of `queue` once there is one (marking it failed_before if the update has
   // failed); false once `done` is set and the queue is empty.
   bool TakeNext(std::deque<InFlight>& queue, const bool& done, InFlight* out);
@@ -227,7 +232,9 @@ class UpdateRun {
   template <typename Fn>
   void ForEachJoined(Fn fn);
   void Fail(absl::Status status);
-  UpdateOutcome Finish(bool commit, absl::Status reason);
+  // `tell_every_feed`: the failure goes to every member's stream, also the caller's (a member
+  // hears it from its own call's outcome otherwise).
+  UpdateOutcome Finish(bool commit, absl::Status reason, bool tell_every_feed = false);
 
   UpdateContext context_;
   std::shared_ptr<WeightGroup> group_;
@@ -270,6 +277,10 @@ class UpdateRun {
   std::thread sender_;
   std::thread reuse_thread_;
   std::thread answer_thread_;
+  std::thread idle_thread_;
+  // The last sign of progress: the start, a feed joining, a bucket received, taken by the sender
+  // or settled.
+  absl::Time last_progress_;
 };
 
 // One trainer session's part in an update: what its stream calls. Members of one update share

@@ -135,7 +135,66 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
     WSYNC_RETURN_IF_ERROR(group->MakeTransportLocked(group->AllEngines()));
   }
   if (previous != nullptr) group->TakeOver(*previous, platform, options, factories);
+  if (group->quorum_group()) {
+    const absl::Duration interval = options.left_out_check_interval;
+    group->watcher_ = std::thread([g = group.get(), interval] { g->WatchLeftOut(interval); });
+  }
   return group;
+}
+
+void WeightGroup::WatchLeftOut(absl::Duration interval) {
+  std::unique_lock<std::mutex> wait(watcher_mu_);
+  while (!watcher_stop_) {
+    watcher_cv_.wait_for(wait, absl::ToChronoSeconds(interval));
+    if (watcher_stop_) break;
+    wait.unlock();
+    std::vector<size_t> outside;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const absl::Time now = absl::Now();
+      if (state_ == GroupState::kReady || state_ == GroupState::kUpdating) {
+        for (size_t i = 0; i < adapters_.size(); ++i) {
+          const bool member = std::find(members_.begin(), members_.end(), i) != members_.end();
+          if (!member && !BackingOffLocked(i, now)) outside.push_back(i);
+        }
+      }
+      // An engine that became a member again is no longer watched.
+      std::erase_if(left_out_health_, [&](const auto& entry) {
+        return std::none_of(outside.begin(), outside.end(),
+                            [&](size_t i) { return adapters_[i]->endpoint().url == entry.first; });
+      });
+    }
+    // Health is the engine's read-only route, bounded by the probe timeout; adapters answer it
+    // while an update uses them (wsyncctl engines does the same).
+    const std::vector<absl::Status> heard = OnEachEngine(AdaptersAt(outside), [](EngineAdapter& a) {
+      const EngineHealth h = a.Health();
+      if (h.healthy) return absl::OkStatus();
+      return absl::UnavailableError(
+          absl::StrCat("its last health check failed", h.error.empty() ? "" : ": ", h.error));
+    });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t k = 0; k < outside.size(); ++k) {
+        const std::string& url = adapters_[outside[k]]->endpoint().url;
+        const auto before = left_out_health_.find(url);
+        if (heard[k].ok() && (before == left_out_health_.end() || !before->second.ok())) {
+          WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url,
+                    " answers again; the next update forms the group with it");
+        }
+        left_out_health_[url] = heard[k];
+      }
+    }
+    wait.lock();
+  }
+}
+
+std::set<std::string> WeightGroup::AnsweringAgain() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> out;
+  for (const auto& [url, heard] : left_out_health_) {
+    if (heard.ok()) out.insert(url);
+  }
+  return out;
 }
 
 WeightGroup::WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
@@ -318,6 +377,12 @@ void WeightGroup::LeaveStaleLocked() {
 }
 
 WeightGroup::~WeightGroup() {
+  {
+    std::lock_guard<std::mutex> wait(watcher_mu_);
+    watcher_stop_ = true;
+  }
+  watcher_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
   std::lock_guard<std::mutex> lock(mu_);
   if (transport_) transport_->Release("group torn down");
 }
@@ -336,6 +401,8 @@ void WeightGroup::SetAsideLocked(size_t i, const absl::Status& why, bool back_of
   WSYNC_LOG(Warning, "group ", spec_.name, ": going on without engine ", url, " (quorum ",
             engines_needed(), " of ", adapters_.size(), "): ", why.message());
   set_aside_[url] = why;
+  // What is known of it until the background check hears from it.
+  left_out_health_[url] = why;
   if (!back_off) return;
   // An engine that answers its probe but fails to join or to pause would otherwise make every
   // update form the group again (on a broadcast: a new NCCL group, and a wait for its join).
@@ -541,23 +608,33 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
         absl::StrCat("group '", spec_.name, "' is already being updated"));
   }
   set_aside_.clear();
+  reached_.clear();
   if (quorum_group() && state_ == GroupState::kReady && members_.size() < adapters_.size()) {
-    // Engines an earlier update went on without are asked again: if one answers its probe now,
-    // the group forms again to take it back. One that failed to join or to pause is asked only
-    // once its back-off has passed.
+    // Engines an earlier update went on without: if the background check heard one answer, the
+    // group forms again to take it back. No engine is asked anything here: an engine that is
+    // down must not cost the update its control timeout. One that failed to join or to pause
+    // is tried only once its back-off has passed.
     const absl::Time now = absl::Now();
     std::vector<size_t> outside;
+    bool answering = false;
     for (size_t i = 0; i < adapters_.size(); ++i) {
       const bool member = std::find(members_.begin(), members_.end(), i) != members_.end();
-      if (!member && !BackingOffLocked(i, now)) outside.push_back(i);
+      if (member || BackingOffLocked(i, now)) continue;
+      outside.push_back(i);
+      auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
+      answering = answering || (heard != left_out_health_.end() && heard->second.ok());
     }
-    const std::vector<absl::Status> probes =
-        OnEachEngine(AdaptersAt(outside), [](EngineAdapter& a) { return a.Probe(); });
-    if (std::any_of(probes.begin(), probes.end(), [](const absl::Status& s) { return s.ok(); })) {
+    if (answering) {
       WSYNC_LOG(Info, "group ", spec_.name, ": an engine it went without answers again");
+      left_out_health_.clear();
       state_ = GroupState::kForming;
     } else {
-      for (size_t k = 0; k < outside.size(); ++k) SetAsideLocked(outside[k], probes[k]);
+      for (size_t i : outside) {
+        auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
+        SetAsideLocked(i, heard != left_out_health_.end()
+                              ? heard->second
+                              : absl::UnavailableError("not heard from since it was left out"));
+      }
       NoteBackingOffLocked(now);
     }
   }
@@ -661,6 +738,12 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> WeightGroup::StartBucket(
       return absl::FailedPreconditionError(
           absl::StrCat("group '", spec_.name, "' is ", GroupStateName(state_), ", not updating"));
     }
+    // Counted before any byte moves: from here on the engine may hold part of this version.
+    const std::map<std::string, absl::Status> dropped = transport_->DroppedEngines();
+    for (size_t i : members_) {
+      const std::string& url = adapters_[i]->endpoint().url;
+      if (set_aside_.count(url) == 0 && dropped.count(url) == 0) reached_.insert(url);
+    }
   }
   // Outside the lock: a launch may wait on the engines, and its failure hook takes the lock.
   return transport_->StartBucket(sources, manifest, context, deadline);
@@ -685,7 +768,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   if (absl::Status s = transport_->FinishBuckets(data_deadline); !s.ok()) {
     for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(outcome(i, s));
     MarkBroken(s);
-    AbortUpdate(std::string(s.message()));
+    AbortUpdate(std::string(s.message()), outcomes);
     return s;
   }
   // Per engine: how its update ended. Those the update went on without (set aside before the
@@ -807,29 +890,36 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       errors[k] = absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message());
     }
   }
-  // A quorum group's update that failed at the commit: an engine dropped mid-update may hold part
-  // of this version, so it stays paused and waits for a full one; an engine set aside before any
-  // bucket holds its earlier version whole and resumes, as after any failed update.
+  // An update that failed at the commit: an engine it reached that did not commit may hold part
+  // of this version, so it stays paused and waits for a full one; an engine it never reached
+  // (set aside before any bucket) holds its earlier version whole and resumes.
   std::vector<EngineAdapter*> resume_set_aside;
-  if (!commit_ok && quorum_group()) {
+  if (!commit_ok) {
     std::vector<size_t> partial;
-    for (size_t i = 0; i < adapters_.size(); ++i) {
-      const std::string& url = adapters_[i]->endpoint().url;
-      if (dropped.count(url) != 0) {
-        partial.push_back(i);
-      } else if (std::find(finishers.begin(), finishers.end(), i) == finishers.end()) {
-        resume_set_aside.push_back(adapter_ptrs_[i]);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < adapters_.size(); ++i) {
+        if (results[i].ok()) continue;
+        const std::string& url = adapters_[i]->endpoint().url;
+        if (reached_.count(url) != 0) {
+          partial.push_back(i);
+        } else if (needs_full_.count(url) == 0) {
+          resume_set_aside.push_back(adapter_ptrs_[i]);
+        }
       }
     }
-    OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) { return a.PauseGeneration(); });
+    const std::vector<absl::Status> paused =
+        OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) { return a.PauseGeneration(); });
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i : partial) {
-      needs_full_[adapters_[i]->endpoint().url] =
-          absl::StrCat("dropped from update ", update.update_id, " to version '", update.version,
-                       "', which failed: it may hold part of it: ", results[i].message());
+    for (size_t k = 0; k < partial.size(); ++k) {
+      const size_t i = partial[k];
+      std::string why = absl::StrCat("update ", update.update_id, " to version '", update.version,
+                                     "' reached it and did not commit: it may hold part of it (",
+                                     results[i].message(), ")");
+      if (!paused[k].ok()) absl::StrAppend(&why, "; pausing it failed: ", paused[k].message());
+      MarkPartialLocked(i, why, nullptr);
+      (*outcomes)[first_outcome + i].needs_full_version = needs_full_[adapters_[i]->endpoint().url];
     }
-    std::erase_if(resume_set_aside,
-                  [&](EngineAdapter* a) { return needs_full_.count(a->endpoint().url) != 0; });
   }
   OnEachEngine(resume_set_aside, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
@@ -860,6 +950,12 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   open_update_ = UpdateInfo{};
   set_aside_.clear();
   if (commit_ok) last_version_ = update.version;
+  reached_.clear();
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    auto waiting = needs_full_.find(adapters_[i]->endpoint().url);
+    if (waiting != needs_full_.end())
+      (*outcomes)[first_outcome + i].needs_full_version = waiting->second;
+  }
   if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
   if (!commit_ok) {
     error_ = absl::StrJoin(errors, "; ");
@@ -887,13 +983,27 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   return absl::OkStatus();
 }
 
-void WeightGroup::AbortUpdate(const std::string& reason) {
+void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutcome>* outcomes) {
   WSYNC_LOG(Info, "group ", spec_.name, ": update aborted: ", reason);
   std::vector<EngineAdapter*> resume;
   {
     std::lock_guard<std::mutex> lock(mu_);
     transport_->EndUpdate(absl::StrCat("update aborted: ", reason));
-    resume = UnflaggedLocked();
+    // Paused since BeginUpdate, an engine a bucket reached stays so: resuming it would serve a
+    // mix of two versions under the old version's name.
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      const std::string& url = adapters_[i]->endpoint().url;
+      if (reached_.count(url) != 0) {
+        MarkPartialLocked(
+            i,
+            absl::StrCat("update ", open_update_.update_id, " to version '", open_update_.version,
+                         "' reached it and was aborted: it may hold part of it (", reason, ")"),
+            outcomes);
+      } else if (needs_full_.count(url) == 0) {
+        resume.push_back(adapter_ptrs_[i]);
+      }
+    }
+    reached_.clear();
   }
   OnEachEngine(resume, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
@@ -902,6 +1012,23 @@ void WeightGroup::AbortUpdate(const std::string& reason) {
   open_update_ = UpdateInfo{};
   set_aside_.clear();
   if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
+}
+
+void WeightGroup::MarkPartialLocked(size_t i, const std::string& why,
+                                    std::vector<EngineOutcome>* outcomes) {
+  const std::string& url = adapters_[i]->endpoint().url;
+  needs_full_[url] = why;
+  WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url,
+            " stays paused until a complete update or an operator's resume: ", why);
+  if (outcomes == nullptr) return;
+  auto it = std::find_if(outcomes->begin(), outcomes->end(),
+                         [&](const EngineOutcome& o) { return o.engine == url; });
+  if (it == outcomes->end()) {
+    it = outcomes->insert(outcomes->end(),
+                          EngineOutcome{url, absl::AbortedError("the update did not commit"),
+                                        adapters_[i]->probed_version(), ""});
+  }
+  it->needs_full_version = why;
 }
 
 absl::StatusOr<std::vector<std::string>> WeightGroup::ResumeEngines(const std::string& url) {
@@ -953,6 +1080,11 @@ absl::StatusOr<std::vector<std::string>> WeightGroup::ResumeEngines(const std::s
                      "failed: ", absl::StrJoin(errors, "; ")));
   }
   return resumed;
+}
+
+std::set<std::string> WeightGroup::ReachedEngines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reached_;
 }
 
 GroupSnapshot WeightGroup::Snapshot() const {

@@ -1,10 +1,13 @@
 #ifndef WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
 #define WSYNC_DAEMON_CORE_WEIGHT_GROUP_H_
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +34,9 @@ struct GroupOptions {
   // This wsyncd's incarnation id, fresh at each start: the engines know a group as
   // "<name>.<incarnation>" ("" keeps the bare name, for tests).
   std::string incarnation;
+  // How often a quorum group asks the engines it went without, in the background, whether they
+  // answer again (the next update then forms the group again with them).
+  absl::Duration left_out_check_interval = absl::Seconds(5);
 };
 
 // The name the engines know group `name` by in incarnation `incarnation`.
@@ -128,14 +134,21 @@ class WeightGroup {
   // and resumes the engines without recording the version.
   absl::Status FinishUpdate(const UpdateInfo& update, absl::Time data_deadline,
                             std::vector<EngineOutcome>* outcomes);
-  // updating -> ready (or broken): resumes generation, best effort, on the engines that do not
-  // wait for a full version.
-  void AbortUpdate(const std::string& reason);
+  // updating -> ready (or broken). An engine that a bucket of this update reached may hold part
+  // of its version: it stays paused, waiting for a full version, and is named in `outcomes` (when
+  // given). The others resume, best effort, unless they already wait for a full version.
+  void AbortUpdate(const std::string& reason, std::vector<EngineOutcome>* outcomes = nullptr);
+
+  // The engines a bucket of the open update was started towards (URLs).
+  std::set<std::string> ReachedEngines() const;
 
   // The union of the engines' bucket rules: what the client's planner must obey.
   const BucketRules& bucket_rules() const { return bucket_rules_; }
   GroupSnapshot Snapshot() const;
   std::vector<EngineRow> ProbeEngines();
+  // The engines a quorum group went without that answered their last background health check:
+  // the next update forms the group again to take them back.
+  std::set<std::string> AnsweringAgain() const;
   const GroupSpec& spec() const { return spec_; }
   // The trainer ranks an update needs, one per device (FeedsOf).
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
@@ -144,6 +157,10 @@ class WeightGroup {
   WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
               std::vector<std::unique_ptr<EngineAdapter>> adapters, GroupStateStore* store,
               Platform* platform, GroupFactories factories, TransportOptions transport_options);
+  // A quorum group's background thread: every `interval` it asks the engines outside the
+  // formation (and not backing off) for their health, off every update's path, so that an update
+  // never waits for an engine that is down.
+  void WatchLeftOut(absl::Duration interval);
   // Probes the engines at `candidates` (indexes into adapters_; empty: all) and forms the
   // transport over them. A quorum group leaves out those that fail the probe or the join (they
   // go to set_aside_) while enough remain, making the transport again over the rest.
@@ -188,6 +205,9 @@ class WeightGroup {
   absl::Status PersistLocked();
   // The adapters of the engines that do not wait for a full version.
   std::vector<EngineAdapter*> UnflaggedLocked() const;
+  // Marks the engine at adapters_[i] as waiting, paused, for a full version because the open
+  // update reached it and did not commit, and names it in `outcomes` (when given).
+  void MarkPartialLocked(size_t i, const std::string& why, std::vector<EngineOutcome>* outcomes);
 
   const GroupSpec spec_;
   const std::vector<TrainerFeed> feeds_;
@@ -227,6 +247,13 @@ class WeightGroup {
   static constexpr absl::Duration kFirstRetry = absl::Seconds(30);
   static constexpr absl::Duration kLongestRetry = absl::Minutes(10);
   std::map<std::string, Retry> retry_;
+  // Engine URL -> what the background check last heard from an engine outside the formation:
+  // OK when it answered healthy.
+  std::map<std::string, absl::Status> left_out_health_;
+  std::thread watcher_;
+  std::mutex watcher_mu_;
+  std::condition_variable watcher_cv_;
+  bool watcher_stop_ = false;  // guarded by watcher_mu_
   // From BeginUpdate until FinishUpdate or AbortUpdate, whatever the state: a bucket that failed
   // breaks the group while the update's threads still hold its transport, which must stay formed
   // under them until the update ends.
@@ -236,6 +263,9 @@ class WeightGroup {
   uint64_t updates_ = 0;
   // The update the engines were paused for, as recorded; version empty when none.
   UpdateInfo open_update_;
+  // Engine URLs that a bucket of the open update was started towards: each may hold part of its
+  // version, so if the update does not commit it must not serve what it holds.
+  std::set<std::string> reached_;
   // Engine URL -> why it waits for a full version.
   std::map<std::string, std::string> needs_full_;
   // Engine URL -> why it may still hold the earlier wsyncd's engine group (it cannot drop one);

@@ -85,6 +85,7 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
     er->set_message(std::string(o.status.message()));
     er->set_engine_version(o.engine_version);
     er->set_weights_check(o.weights_check);
+    er->set_needs_full_version(o.needs_full_version);
   }
   return e;
 }
@@ -127,8 +128,9 @@ absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket) {
   for (const v1::TensorSpec& t : bucket.tensors()) {
     auto dtype = ParseDType(t.dtype());
     if (!dtype.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", t.name(), "': ", dtype.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("tensor '",
+                                                     SanitizePeerText(t.name(), kQuotedNameBytes),
+                                                     "': ", dtype.status().message()));
     }
     m.tensors.push_back(TensorEntry{t.name(), *dtype,
                                     std::vector<int64_t>(t.shape().begin(), t.shape().end()),

@@ -89,6 +89,16 @@ std::shared_ptr<FakeEngine> FakeCluster::Engine(const std::string& url) {
   return engine;
 }
 
+void FakeEngine::CountHealthCheck() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++health_checks_;
+}
+
+int FakeEngine::health_checks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return health_checks_;
+}
+
 absl::Status FakeAdapter::Probe() {
   engine_->Record("probe");
   if (absl::Status s = engine_->CallFailure("probe"); !s.ok()) return s;

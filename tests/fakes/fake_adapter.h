@@ -46,6 +46,8 @@ class FakeEngine {
   // formation) fails with `status` until set back to OK.
   void FailCalls(const std::string& call, absl::Status status);
   absl::Status CallFailure(const std::string& call) const;
+  void CountHealthCheck();
+  int health_checks() const;
   // Makes the engine one without a route to drop a weight-update group (an old server).
   void LacksDestroy();
   bool lacks_destroy() const;
@@ -58,6 +60,7 @@ class FakeEngine {
   uint64_t answered_ = 0;  // tickets answered so far
   bool held_ = false;
   bool lacks_destroy_ = false;
+  int health_checks_ = 0;
   absl::Status probe_failure_;
   std::map<std::string, absl::Status> call_failures_;
   absl::Status next_failure_;
@@ -98,9 +101,12 @@ class FakeAdapter final : public EngineAdapter {
   void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
   AdapterCapabilities Capabilities() const override { return capabilities_; }
   absl::Status Probe() override;
+  // Healthy unless its probes are made to fail (FailCalls("probe", ...)).
   EngineHealth Health() override {
+    engine_->CountHealthCheck();
     EngineHealth health;
-    health.healthy = true;
+    health.healthy = engine_->CallFailure("probe").ok();
+    if (!health.healthy) health.error = std::string(engine_->CallFailure("probe").message());
     health.engine_version = "fake";
     health.variant = "fake";
     return health;

@@ -195,6 +195,9 @@ TEST_F(FaultMatrix, EngineAnswersHttp500) {
     Injected got = TimedFailingPush(absl::StrCat("v500-", round), &s);
     EXPECT_THAT(std::string(s.message()), HasSubstr(cluster_->engine_url(1)));
     EXPECT_THAT(std::string(s.message()), HasSubstr("HTTP 500"));
+    // Both engines took part of the version: neither may serve that mix.
+    const absl::Status held = cluster_->EnginesHeldBack();
+    EXPECT_TRUE(held.ok()) << held;
     return got;
   });
 }
@@ -288,6 +291,8 @@ TEST_F(FaultMatrix, TrainerKilledMidUpdate) {
     got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
     EXPECT_TRUE(opened.ok()) << opened << cluster_->DaemonLog();
     EXPECT_THAT(state, ::testing::AnyOf("aborted", "failed"));
+    const absl::Status held = cluster_->EnginesHeldBack();
+    EXPECT_TRUE(held.ok()) << held;
     got.detected_as = absl::StrCat("its update ", state, ", its session closed, the slots free");
     for (int e = 0; e < RealCluster::kEngines; ++e) {
       EXPECT_TRUE(cluster_->SetKnobs(e, {{"answer_delay_ms", 0}}).ok());

@@ -139,6 +139,41 @@ absl::StatusOr<std::vector<v1::UpdateRecord>> RealCluster::Updates() {
   return std::vector<v1::UpdateRecord>(resp.updates().begin(), resp.updates().end());
 }
 
+absl::StatusOr<bool> RealCluster::EnginePaused(int i) {
+  httplib::Client http("127.0.0.1", ports_[i]);
+  http.set_read_timeout(30, 0);
+  auto res = http.Get("/sim/checksums");
+  if (!res || res->status != 200) {
+    return absl::UnavailableError(absl::StrCat("engine ", i, ": no /sim/checksums"));
+  }
+  const nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+  if (j.is_discarded()) return absl::DataLossError("/sim/checksums is not JSON");
+  return j.value("paused", false);
+}
+
+absl::Status RealCluster::EnginesHeldBack() {
+  auto group = Group();
+  if (!group.ok()) return group.status();
+  for (int i = 0; i < kEngines; ++i) {
+    auto paused = EnginePaused(i);
+    if (!paused.ok()) return paused.status();
+    if (!*paused) {
+      return absl::DataLossError(absl::StrCat(
+          "engine ", i, " was resumed after an update that did not commit, though it got part "
+                        "of it"));
+    }
+    bool flagged = false;
+    for (const v1::EngineInfo& e : group->engines()) {
+      if (e.url() == engine_url(i)) flagged = e.needs_full_version();
+    }
+    if (!flagged) {
+      return absl::DataLossError(
+          absl::StrCat("wsyncd does not say that engine ", i, " waits for a full version"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RealCluster::EnginesHold(const std::vector<OwnedTensor>& model,
                                       const std::string& version) {
   std::map<std::string, std::string> expected;
@@ -157,6 +192,10 @@ absl::Status RealCluster::EnginesHold(const std::vector<OwnedTensor>& model,
       return absl::DataLossError(
           absl::StrCat("engine ", i, " reports version ",
                        j.is_discarded() ? "?" : j.value("weight_version", "?"), ", not ", version));
+    }
+    if (j.value("paused", false)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("engine ", i, " holds ", version, " but is still paused"));
     }
     if (static_cast<int>(j["ranks"].size()) != engine_ranks(i)) {
       return absl::DataLossError(absl::StrCat("engine ", i, ": ", j["ranks"].size(), " ranks"));

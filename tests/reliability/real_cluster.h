@@ -61,7 +61,13 @@ class RealCluster {
   absl::StatusOr<v1::GroupInfo> Group();
   absl::StatusOr<std::vector<v1::UpdateRecord>> Updates();
 
-  // Every rank of every engine holds `model` byte for byte under `version`.
+  // Whether engine i is paused (its generation stopped), as it reports itself.
+  absl::StatusOr<bool> EnginePaused(int i);
+  // Checks what an update that did not commit must leave: every engine paused, and wsyncd saying
+  // of each that it waits for a full version (both engines get every bucket of a broadcast).
+  absl::Status EnginesHeldBack();
+  // Every rank of every engine holds `model` byte for byte under `version`, and serves it (not
+  // paused).
   absl::Status EnginesHold(const std::vector<OwnedTensor>& model, const std::string& version);
   // Pushes `model` as `version` through `client` and checks the engines hold it.
   absl::Status PushAndVerify(Client& client, const std::string& version,

@@ -30,13 +30,25 @@ class QuorumTest : public ::testing::Test {
   std::shared_ptr<WeightGroup> MakeGroup(uint32_t quorum, const GroupRecord* previous = nullptr) {
     GroupSpec spec = FakeGroupSpec("policy", {kA, kB, kC});
     spec.quorum = quorum;
-    auto group = WeightGroup::Create(spec, &platform_, GroupOptions{},
+    // The background check of engines left out runs often, so that tests wait little for it.
+    GroupOptions options;
+    options.left_out_check_interval = absl::Milliseconds(20);
+    auto group = WeightGroup::Create(spec, &platform_, options,
                                      FakeGroupFactories(cluster_, FakeCapabilities(), {}, log_),
                                      nullptr, previous);
     EXPECT_TRUE(group.ok()) << group.status();
     return group.ok() ? *group : nullptr;
   }
   FakeEngine& engine(const std::string& url) { return *cluster_->Engine(url); }
+  // Waits (5 s at most) until the group's background check heard `url` answer again.
+  static bool HeardAgain(const WeightGroup& group, const std::string& url) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (absl::Now() < deadline) {
+      if (group.AnsweringAgain().count(url) != 0) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  }
 
   // One bucket of `bytes` through the group's transport, answered by every engine it reaches.
   void SendBucket(WeightGroup& group, const std::string& update, const std::string& bytes) {
@@ -99,15 +111,16 @@ TEST_F(QuorumTest, AnEngineThatFailsItsProbeIsLeftOutUntilItAnswersAgain) {
   EXPECT_TRUE(outcomes[0].status.ok());
   EXPECT_EQ(outcomes[1].engine, kB);
   EXPECT_EQ(outcomes[1].status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(outcomes[1].status.message(),
-              HasSubstr("left out of this update: engine unreachable"));
+  EXPECT_THAT(outcomes[1].status.message(), HasSubstr("left out of this update: "));
+  EXPECT_THAT(outcomes[1].status.message(), HasSubstr("engine unreachable"));
   EXPECT_TRUE(outcomes[2].status.ok());
   EXPECT_EQ(engine(kA).buckets().size(), 1u);
   EXPECT_EQ(engine(kC).buckets().size(), 1u);
   EXPECT_THAT(engine(kB).buckets(), IsEmpty()) << "nothing reaches an engine left out";
-  // b was asked to probe (form, then again at the update) and, the version landing without it,
-  // to pause: it must not serve an older version as if it were the group's.
-  EXPECT_THAT(engine(kB).events(), ElementsAre("probe", "probe", "pause"));
+  // b was asked to probe when the group formed, never on the update's path (only its health, in
+  // the background), and, the version landing without it, to pause: it must not serve an older
+  // version as if it were the group's.
+  EXPECT_THAT(engine(kB).events(), ElementsAre("probe", "pause"));
   snap = group->Snapshot();
   EXPECT_EQ(snap.last_version, "v1");
   EXPECT_THAT(snap.error, HasSubstr("version 'v1' committed on 2 of 3 engines (quorum 2)"));
@@ -117,6 +130,7 @@ TEST_F(QuorumTest, AnEngineThatFailsItsProbeIsLeftOutUntilItAnswersAgain) {
   // Back: the next update forms the group again with all three, b numbered between a and c, and
   // the full version it gets lets it serve again.
   engine(kB).FailCalls("probe", absl::OkStatus());
+  ASSERT_TRUE(HeardAgain(*group, kB));
   const int formed = log_->formed;
   ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "v2"}).ok());
   EXPECT_EQ(log_->formed, formed + 1);
@@ -145,6 +159,32 @@ TEST_F(QuorumTest, AnEngineStillDownIsNotFormedAgainForEachUpdate) {
     EXPECT_EQ(outcomes[2].status.code(), absl::StatusCode::kUnavailable);
   }
   EXPECT_EQ(log_->formed, 1) << "the formation without c is kept while c stays down";
+}
+
+// An engine that is down costs an update nothing: it is asked only in the background, so the
+// update never waits for its timeout (each update used to probe it again, and a real engine that
+// does not answer holds a probe for the whole control timeout).
+TEST_F(QuorumTest, AnEngineLeftOutIsCheckedInTheBackgroundNeverOnTheUpdatesPath) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kC).FailCalls("probe", absl::UnavailableError("engine unreachable"));
+  ASSERT_TRUE(group->Form().ok());
+  for (const char* id : {"u1", "u2", "u3"}) Update(*group, id);
+  EXPECT_THAT(engine(kC).events(), ElementsAre("probe", "pause", "pause", "pause"))
+      << "no probe of c on any update's path";
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (engine(kC).health_checks() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_GE(engine(kC).health_checks(), 2) << "checked in the background";
+  EXPECT_EQ(engine(kA).health_checks(), 0) << "members are not checked";
+  EXPECT_EQ(group->AnsweringAgain().count(kC), 0u);
+  // Once it answers, the next update takes it back.
+  engine(kC).FailCalls("probe", absl::OkStatus());
+  ASSERT_TRUE(HeardAgain(*group, kC));
+  Update(*group, "u4");
+  EXPECT_THAT(engine(kC).events(), Contains("finish u4 u4"));
+  EXPECT_THAT(group->Snapshot().needs_full_version, IsEmpty());
 }
 
 TEST_F(QuorumTest, TooFewEnginesLeftFailsNamingEachOneLeftOut) {
@@ -278,9 +318,10 @@ TEST_F(QuorumTest, AnEngineFormedBackInByTheSameUpdateIsNotLeftOut) {
   ASSERT_NE(group, nullptr);
   engine(kC).FailCalls("probe", absl::UnavailableError("down"));
   ASSERT_TRUE(group->Form().ok());
+  // c answers again, but before the background check hears it the update sets it aside; then
+  // the group is found lost and forms again, with c back.
   engine(kC).FailCalls("probe", absl::OkStatus());
-  engine(kC).FailNextProbe(absl::UnavailableError("slow probe"));  // the update's first look
-  log_->engines_lost = true;  // then the group is found lost and forms again, with c back
+  log_->engines_lost = true;
   ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
   SendBucket(*group, "u1", "abc");
   std::vector<EngineOutcome> outcomes;

@@ -21,8 +21,10 @@
 namespace wsync {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr uint64_t kSlotBytes = 4096;
 
@@ -147,12 +149,106 @@ TEST_F(FakeGroupTest, AFailedBucketBreaksTheGroupAndTheNextUpdateFormsItAgain) {
   EXPECT_THAT(group->BeginUpdate(UpdateInfo{"u9", "v9"}).message(),
               HasSubstr("already being updated"));
   EXPECT_EQ(log_->formed, 1) << "not re-formed under the open update";
-  group->AbortUpdate("bucket failed");
+  std::vector<EngineOutcome> aborted;
+  group->AbortUpdate("bucket failed", &aborted);
   EXPECT_EQ(group->Snapshot().state, GroupState::kBroken);
-  EXPECT_THAT(engine("http://a:1").events().back(), "resume");
+  // Both engines got the bucket (b failed loading it): each may hold part of v1, so neither
+  // serves again until a complete update.
+  EXPECT_EQ(engine("http://a:1").events().back(), "begin u1 v1");
+  EXPECT_EQ(group->Snapshot().needs_full_version.size(), 2u);
+  ASSERT_EQ(aborted.size(), 2u);
   ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "v1"}).ok());
   EXPECT_EQ(log_->formed, 2) << "re-formed before the next update";
   EXPECT_EQ(log_->disbanded, 1) << "the engines were asked to drop the broken group first";
+}
+
+// An update that did not commit must not leave engines serving a mix of two versions under the
+// old one's name: every engine a bucket reached stays paused and is named, until a complete
+// update (or an operator's resume); the engines it never reached resume.
+TEST_F(FakeGroupTest, AnAbortedUpdateKeepsTheEnginesItReachedPausedUntilACompleteOne) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  auto slot = Slot(0, Pattern(64, 5));
+  auto handle =
+      group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
+                         BucketContext{"u1", "v1", 0, false}, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(handle.ok());
+  std::vector<EngineOutcome> answers;
+  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  EXPECT_THAT(group->ReachedEngines(), ElementsAre("http://a:1", "http://b:2"));
+  std::vector<EngineOutcome> outcomes;
+  group->AbortUpdate("the trainer disconnected before commit", &outcomes);
+  ASSERT_EQ(outcomes.size(), 2u);
+  for (const EngineOutcome& o : outcomes) {
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kAborted) << o.engine;
+    EXPECT_THAT(o.needs_full_version,
+                HasSubstr("update u1 to version 'v1' reached it and was aborted: it may hold "
+                          "part of it (the trainer disconnected before commit)"));
+    EXPECT_THAT(engine(o.engine).events(), Not(Contains("resume"))) << o.engine;
+  }
+  GroupSnapshot snap = group->Snapshot();
+  EXPECT_EQ(snap.state, GroupState::kReady);
+  EXPECT_EQ(snap.needs_full_version.size(), 2u);
+  EXPECT_TRUE(group->ReachedEngines().empty());
+
+  // An update that ends before any bucket leaves them as they were: still waiting.
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "v2"}).ok());
+  group->AbortUpdate("aborted before any bucket");
+  EXPECT_EQ(group->Snapshot().needs_full_version.size(), 2u);
+  EXPECT_THAT(engine("http://a:1").events(), Not(Contains("resume")));
+
+  // A complete update lands on both: they hold one version again and serve it.
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u3", "v3"}).ok());
+  handle = group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
+                              BucketContext{"u3", "v3", 0, true}, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(handle.ok());
+  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  outcomes.clear();
+  ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u3", "v3"}, absl::InfiniteFuture(), &outcomes).ok());
+  for (const EngineOutcome& o : outcomes) EXPECT_EQ(o.needs_full_version, "") << o.engine;
+  EXPECT_TRUE(group->Snapshot().needs_full_version.empty());
+}
+
+TEST_F(FakeGroupTest, AnUpdateEndedBeforeAnyBucketResumesEveryEngine) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  std::vector<EngineOutcome> outcomes;
+  group->AbortUpdate("the trainer went away", &outcomes);
+  EXPECT_TRUE(outcomes.empty()) << "no engine to name";
+  for (const char* url : {"http://a:1", "http://b:2"}) {
+    EXPECT_EQ(engine(url).events().back(), "resume") << url;
+  }
+  EXPECT_TRUE(group->Snapshot().needs_full_version.empty());
+}
+
+// All or nothing: when the commit fails on one engine, the one that failed it holds every bucket
+// of a version it did not record; it stays paused. The one that committed serves the version.
+TEST_F(FakeGroupTest, AnEngineThatFailedTheCommitOfAnUpdateItLoadedStaysPaused) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  auto slot = Slot(0, Pattern(64, 5));
+  auto handle =
+      group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
+                         BucketContext{"u1", "v1", 0, true}, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(handle.ok());
+  std::vector<EngineOutcome> answers;
+  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  engine("http://b:2").FailCalls("finish", absl::NotFoundError("no /update_weight_version"));
+  std::vector<EngineOutcome> outcomes;
+  absl::Status s =
+      group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes);
+  EXPECT_FALSE(s.ok());
+  ASSERT_EQ(outcomes.size(), 2u);
+  EXPECT_EQ(outcomes[0].needs_full_version, "");
+  EXPECT_THAT(outcomes[1].needs_full_version, HasSubstr("reached it and did not commit"));
+  EXPECT_EQ(engine("http://b:2").events().back(), "pause");
+  EXPECT_EQ(group->Snapshot().needs_full_version.count("http://b:2"), 1u);
 }
 
 TEST_F(FakeGroupTest, AGroupWhoseEnginesLostItIsFormedAgainBeforeTheUpdate) {
@@ -238,11 +334,11 @@ class RecordingEvents final : public UpdateEvents {
 
 class FakeDaemonTest : public ::testing::Test {
  protected:
-  void Start(FakeTransportOptions options) {
+  void Start(FakeTransportOptions options, absl::Duration bucket_timeout = absl::Seconds(10)) {
     DaemonOptions daemon;
     daemon.slots_per_device = 2;
     daemon.slot_bytes = kSlotBytes;
-    daemon.bucket_timeout = absl::Seconds(10);
+    daemon.bucket_timeout = bucket_timeout;
     daemon.engine_networks = *NetworkAllowList::Parse({"a"});
     core_ = std::make_unique<DaemonCore>(std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"),
                                          daemon,
@@ -317,6 +413,75 @@ TEST_F(FakeDaemonTest, OversizedOrUnprintableNamesAreRefusedBeforeAnythingIsKept
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_TRUE((*run)->Abort(absl::AbortedError("done")).status.code() ==
               absl::StatusCode::kAborted);
+}
+
+// A trainer that begins an update and then sends nothing must not keep the engines paused for
+// as long as its connection lives: the bucket timeout bounds its silence.
+TEST_F(FakeDaemonTest, ATrainerSilentBeforeItsFirstBucketEndsTheUpdateAtTheBucketTimeout) {
+  Start({}, absl::Milliseconds(300));
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (engine().events().back() != "resume" && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(engine().events().back(), "resume") << "the engine got nothing and serves again";
+  UpdateOutcome outcome = (*run)->Commit();
+  EXPECT_EQ(outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(outcome.status.message(), HasSubstr("the trainer sent no bucket for 300ms"));
+  ASSERT_EQ(core_->ListUpdates(1).size(), 1u);
+  EXPECT_EQ(core_->ListUpdates(1)[0].state, "failed");
+}
+
+TEST_F(FakeDaemonTest, ATrainerSilentBetweenBucketsEndsTheUpdateAndTheEngineWaitsPaused) {
+  Start({}, absl::Milliseconds(300));
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(Submit(**run, 0, Pattern(100, 1), 0, false).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (core_->ListUpdates(1)[0].state == "running" && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  UpdateOutcome outcome = (*run)->Abort(absl::AbortedError("late"));
+  EXPECT_EQ(outcome.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(outcome.status.message(), HasSubstr("the trainer sent nothing more for 300ms"));
+  EXPECT_THAT(outcome.status.message(),
+              HasSubstr("left paused, waiting for a full version: http://a:1"));
+  EXPECT_THAT(engine().events(), Not(Contains("resume")))
+      << "it holds the first bucket of v1: it must not serve that mix";
+  const std::vector<EngineRow> rows = core_->ListEngines();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_THAT(rows[0].needs_full_version, HasSubstr("reached it and was aborted"));
+}
+
+// A 16 MiB tensor name would be kept, logged and quoted in every refusal: refused at the door,
+// quoted cut and escaped.
+TEST_F(FakeDaemonTest, OversizedOrUnprintableTensorNamesAreRefusedAndQuotedCut) {
+  Start({});
+  RecordingEvents events;
+  for (const std::string& name :
+       {std::string(16 << 20, 'n'), std::string("w\n2026-11-27T00:00:00.000 I forged")}) {
+    auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+    ASSERT_TRUE(run.ok()) << run.status();
+    std::string bad = name;
+    if (bad.size() < 100) bad[1] = '\n';
+    BucketManifest m;
+    m.tensors.push_back(TensorEntry{bad, DType::kUint8, {8}, 0, 8});
+    std::memcpy(session_.slots[0]->data(), "abcdefgh", 8);
+    absl::Status s = (*run)->SubmitBucket(0, m, Crc32("abcdefgh", 8), 0, {}, true);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("the name of tensor 0"));
+    EXPECT_LT(s.message().size(), 600u);
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+    UpdateOutcome outcome = (*run)->Abort(s);
+    EXPECT_LT(outcome.status.message().size(), 600u);
+  }
+  EXPECT_TRUE(engine().buckets().empty()) << "nothing of a refused bucket reaches the engine";
+  for (const UpdateRecord& r : core_->ListUpdates(10)) {
+    EXPECT_LT(r.status.message().size(), 600u);
+  }
 }
 
 TEST(PeerText, IsCutAndEscapedForLogsAndErrors) {
