@@ -597,6 +597,81 @@ TEST_F(FaultMatrix, NonEngineAnswersServerInfo) {
   serving.join();
 }
 
+// A trainer that begins an update and then sends nothing: before, the engines stayed paused for
+// as long as its stream lived. The bucket timeout (3 s here) ends the update, and the engines,
+// which got no byte of it, serve again.
+TEST_F(FaultMatrix, TrainerSilentAfterBegin) {
+  StartCluster();
+  RunRounds([&](int round) {
+    UpdateStream stream(client_->trainer(), absl::Seconds(20));
+    auto started = stream.Begin(client_->session_id(), "policy", absl::StrCat("vsilent-", round));
+    EXPECT_TRUE(started.ok()) << started.status();
+    const absl::Time t0 = absl::Now();
+    v1::UpdateEvent e;
+    bool result = false;
+    while (!result && stream.Next(&e)) result = e.has_result();
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_TRUE(result) << "no result before the stream's own deadline";
+    EXPECT_EQ(e.result().code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_THAT(e.result().message(), HasSubstr("the trainer sent no bucket for 3s"));
+    EXPECT_LT(got.detection_s, 3 + 2.0) << "the bucket timeout is 3 s";
+    got.detected_as =
+        absl::StrCat("DEADLINE_EXCEEDED: ", e.result().message().substr(0, 90), "...");
+    stream.CloseWrites();
+    (void)stream.Finish();
+    for (int i = 0; i < RealCluster::kEngines; ++i) {
+      auto paused = cluster_->EnginePaused(i);
+      EXPECT_TRUE(paused.ok() && !*paused) << "engine " << i << " got nothing: it serves again";
+    }
+    return got;
+  });
+}
+
+// Tensor names of 16 MiB, and one with a newline: refused. Before, each refusal quoted the name
+// into the update history, the log and the answer (1 GB of RSS after 16 refusals, `wsyncctl
+// updates` past the client's message limit, forged log lines).
+TEST_F(FaultMatrix, HugeAndForgedTensorNames) {
+  StartCluster();
+  const int64_t rss_before = SampleResources(cluster_->daemon_pid()).rss_kib;
+  const size_t log_before = cluster_->DaemonLog().size();
+  RunRounds([&](int round) {
+    Injected got;
+    got.inputs = 0;
+    got.detection_s = 0;
+    for (int i = 0; i < 6; ++i) {
+      // Twice the same 16 MiB name (refused as a duplicate, quoting it, before), or a newline.
+      v1::Bucket bucket;
+      bucket.set_slot(0);
+      for (int k = 0; k < (i % 2 == 0 ? 2 : 1); ++k) {
+        auto* t = bucket.add_tensors();
+        t->set_name(i % 2 == 0 ? std::string(16 << 20, 'n')
+                               : std::string("w\n2026-11-27T00:00:00.000 I forged line"));
+        t->set_dtype("uint8");
+        t->add_shape(8);
+        t->set_offset(8 * k);
+        t->set_length(8);
+      }
+      const absl::Time t0 = absl::Now();
+      const absl::Status s = SendRawBucket(*client_, bucket);
+      got.detection_s = std::max(got.detection_s, absl::ToDoubleSeconds(absl::Now() - t0));
+      ++got.inputs;
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s.ToString().substr(0, 300);
+      EXPECT_LT(s.message().size(), 1000u);
+      got.detected_as = CodeAndMessage(s);
+    }
+    auto updates = cluster_->Updates();
+    EXPECT_TRUE(updates.ok()) << "the history is readable: " << updates.status();
+    return got;
+  });
+  const std::string log = cluster_->DaemonLog();
+  EXPECT_LT(log.size() - log_before, 1u << 20) << "the log quotes names cut";
+  EXPECT_EQ(log.find("\n2026-11-27T00:00:00.000 I forged"), std::string::npos)
+      << "a forged log line";
+  EXPECT_LT(SampleResources(cluster_->daemon_pid()).rss_kib - rss_before, 128 * 1024)
+      << "9 refused buckets of 16 MiB names are not kept";
+}
+
 std::string Seconds(double s) {
   if (s < 0) return "-";
   return s < 1 ? absl::StrFormat("%.1f ms", s * 1000) : absl::StrFormat("%.2f s", s);

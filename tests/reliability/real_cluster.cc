@@ -158,9 +158,10 @@ absl::Status RealCluster::EnginesHeldBack() {
     auto paused = EnginePaused(i);
     if (!paused.ok()) return paused.status();
     if (!*paused) {
-      return absl::DataLossError(absl::StrCat(
-          "engine ", i, " was resumed after an update that did not commit, though it got part "
-                        "of it"));
+      return absl::DataLossError(
+          absl::StrCat("engine ", i,
+                       " was resumed after an update that did not commit, though it got part "
+                       "of it"));
     }
     bool flagged = false;
     for (const v1::EngineInfo& e : group->engines()) {

@@ -241,8 +241,7 @@ TEST_F(FakeGroupTest, AnEngineThatFailedTheCommitOfAnUpdateItLoadedStaysPaused) 
   ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
   engine("http://b:2").FailCalls("finish", absl::NotFoundError("no /update_weight_version"));
   std::vector<EngineOutcome> outcomes;
-  absl::Status s =
-      group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes);
+  absl::Status s = group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes);
   EXPECT_FALSE(s.ok());
   ASSERT_EQ(outcomes.size(), 2u);
   EXPECT_EQ(outcomes[0].needs_full_version, "");
