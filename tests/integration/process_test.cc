@@ -51,13 +51,18 @@ class ProcessTest : public ::testing::Test {
                                      "127.0.0.1", "--bind-address",
                                      "127.0.0.1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<ChildProcess>(argv, dir_ + "/wsyncd.log");
+    auto p = std::make_unique<ChildProcess>(argv, dir_ + "/wsyncd.log", StateEnv());
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (!std::filesystem::exists(socket_) && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
     }
     return p;
   }
+
+  // Every wsyncd a test starts keeps its default state directory in the test's own folder
+  // ($XDG_STATE_HOME/wsync), never the user's, and apart from other tests running beside it.
+  std::vector<std::string> StateEnv() const { return {"XDG_STATE_HOME=" + state_home()}; }
+  std::string state_home() const { return dir_ + "/xdg-state"; }
 
   std::pair<int, std::string> Ctl(std::vector<std::string> args) {
     std::vector<std::string> argv = {WSYNCCTL_BIN, "--socket", socket_};
@@ -224,7 +229,8 @@ TEST_F(ProcessTest, ConfigDeclaredGroupFormsAndSocketIsPrivateAndSigtermStopsCle
   // A second daemon may not take over a live socket.
   auto first = StartDaemon();
   auto second = std::make_unique<ChildProcess>(
-      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_},
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_, "--state-dir",
+                               dir_ + "/second-state"},
       dir_ + "/second.log");
   EXPECT_EQ(second->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(second->Log(), HasSubstr("another wsyncd is already serving"));
@@ -529,7 +535,7 @@ TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
   auto refused = std::make_unique<ChildProcess>(
       std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_, "--config",
                                config},
-      dir_ + "/refused.log");
+      dir_ + "/refused.log", StateEnv());
   EXPECT_EQ(refused->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(refused->Log(),
               HasSubstr("config group 'policy': group 'policy': engine http://10.255.0.1:30000 is "
@@ -538,7 +544,7 @@ TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
 
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
   auto p = std::make_unique<ChildProcess>(std::vector<std::string>{WSYNCD_BIN, "--socket", socket_},
-                                          dir_ + "/cuda.log");
+                                          dir_ + "/cuda.log", StateEnv());
   EXPECT_EQ(p->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(p->Log(), HasSubstr("--mode=host"));
   // A wsyncd built without CUDA (the sanitized build) says so instead of looking for a device.
