@@ -445,6 +445,79 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   EXPECT_THAT(none, HasSubstr("no engine of group 'policy' waits for a full version"));
 }
 
+// Without --state-dir, wsyncd keeps its records in the default directory ($XDG_STATE_HOME/wsync
+// here): one killed and started again the same way finds the group it made, has the engine drop
+// the engine group the dead one left, and the trainer's next update lands with no engine restart.
+TEST_F(ProcessTest, AKilledWsyncdStartedAgainWithTheDefaultStateDirReformsTheGroup) {
+  const int pa = FreePort();
+  auto sim = StartSim(pa, 2);
+  auto daemon = StartDaemon();
+  const std::vector<std::string> create = {"create-group", "policy", "--engine",
+                                           absl::StrCat("http://127.0.0.1:", pa, "#2")};
+  auto [crc, created] = Ctl(create);
+  ASSERT_EQ(crc, 0) << created;
+  {
+    auto client = Connect();
+    ASSERT_TRUE(client->OpenSession(0, "before the crash").ok());
+    ASSERT_TRUE(client->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  }
+  const std::string first_group = SimState(pa)["group"];
+  ASSERT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  EXPECT_TRUE(std::filesystem::exists(state_home() + "/wsync/groups/policy.json"));
+  daemon->Signal(SIGKILL);
+  ASSERT_EQ(daemon->Wait(absl::Seconds(5)), 128 + SIGKILL);
+
+  std::filesystem::remove(socket_);
+  daemon = StartDaemon();
+  // The trainer starts as it did before the crash: creating the group it has is a no-op.
+  auto [rc, out] = Ctl(create);
+  EXPECT_EQ(rc, 0) << out << daemon->Log();
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "after the crash").ok());
+  auto v2 = SmallModel(2);
+  auto pushed = client->Push("policy", "v2", Refs(v2));
+  ASSERT_TRUE(pushed.ok()) << pushed.status() << daemon->Log();
+  ExpectEngineHolds(pa, v2, "v2", 2);
+  EXPECT_THAT(daemon->Log(),
+              HasSubstr("dropped the group '" + first_group + "' an earlier wsyncd left"));
+  EXPECT_THAT(daemon->Log(), HasSubstr("state directory " + state_home() +
+                                       "/wsync (the default: $XDG_STATE_HOME/wsync"));
+  EXPECT_TRUE(sim->running()) << "the engine was never restarted";
+}
+
+// One wsyncd per state directory, the default one included: a second is refused at start,
+// naming the first's pid and how to give it another; '' runs without one.
+TEST_F(ProcessTest, ASecondWsyncdOnTheSameStateDirIsRefusedNamingTheFirst) {
+  auto first = StartDaemon();
+  ASSERT_TRUE(first->running()) << first->Log();
+  auto second = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", dir_ + "/second.sock"},
+      dir_ + "/second.log", StateEnv());
+  EXPECT_EQ(second->Wait(absl::Seconds(10)), 1) << second->Log();
+  EXPECT_THAT(second->Log(),
+              HasSubstr(absl::StrCat("state directory ", state_home(),
+                                     "/wsync is in use by wsyncd pid ", first->pid())));
+  EXPECT_THAT(second->Log(), HasSubstr("--state-dir"));
+  std::ifstream lock(state_home() + "/wsync/lock");
+  int holder = 0;
+  lock >> holder;
+  EXPECT_EQ(holder, first->pid());
+  struct stat st {};
+  ASSERT_EQ(::stat((state_home() + "/wsync").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  auto stateless = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", dir_ + "/third.sock",
+                               "--state-dir", ""},
+      dir_ + "/third.log", StateEnv());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!std::filesystem::exists(dir_ + "/third.sock") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(stateless->running()) << stateless->Log();
+  EXPECT_THAT(stateless->Log(), HasSubstr("--state-dir '': if wsyncd dies"));
+}
+
 TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   const int pa = FreePort(), pb = FreePort();
   auto sim_a = StartSim(pa, 1);
