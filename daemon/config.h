@@ -21,8 +21,8 @@ struct DaemonConfig {
   std::vector<GroupSpec> groups;
   // "engine_networks" as given; absent: the default EngineNetworksFor makes.
   std::optional<std::vector<std::string>> engine_networks;
-  // Where group records are kept (StateDir); empty: nowhere.
-  std::string state_dir;
+  // Where group records are kept (StateDir). Absent: ChooseDefaultStateDir's; empty: nowhere.
+  std::optional<std::string> state_dir;
   // Where Prometheus scrapes /metrics ("HOST:PORT"); empty: no metrics listener.
   std::string metrics_listen;
   // "text" or "json" (ParseLogFormat).

@@ -129,11 +129,14 @@ int main(int argc, char** argv) {
                      "comma-separated hosts, addresses and networks (CIDR) engines may be at "
                      "(default: loopback and the config's groups' hosts)")
           ->delimiter(',');
+  std::string state_dir;
   auto* state_opt = app.add_option(
-      "--state-dir", config.state_dir,
+      "--state-dir", state_dir,
       "directory where wsyncd records the groups it has open at the engines, so that after a "
       "crash the next wsyncd drops their stale groups and keeps engines left paused mid-update "
-      "paused until a full version ('' for none)");
+      "paused until a full version; one wsyncd per directory. Default: $STATE_DIRECTORY "
+      "(systemd), else $XDG_STATE_HOME/wsync, else /var/lib/wsync for root, else "
+      "~/.local/state/wsync; '' for none");
   auto* metrics_opt = app.add_option(
       "--metrics-listen", config.metrics_listen,
       "serve Prometheus metrics at http://HOST:PORT/metrics (off by default; the port is not "
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
                  "libnccl to load: use the engines' own (torch's site-packages/nvidia/nccl/lib), "
                  "since NCCL refuses peers of another version");
   CLI11_PARSE(app, argc, argv);
+  if (state_opt->count() > 0) config.state_dir = state_dir;
 
   if (!config_path.empty()) {
     wsync::DaemonConfig from_file = config;
@@ -288,21 +292,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<wsync::StateDir> state;
-  std::vector<wsync::GroupRecord> records;
-  if (!config.state_dir.empty()) {
-    auto opened = wsync::StateDir::Open(config.state_dir);
-    if (!opened.ok()) return Fail(std::string(opened.status().message()));
-    state = std::move(*opened);
-    std::vector<std::string> problems;
-    records = state->LoadAll(&problems);
-    for (const std::string& p : problems) WSYNC_LOG(Error, "state directory: ", p);
-    WSYNC_LOG(Info, "state directory ", state->path(), ": ", records.size(), " group record(s)");
-  } else {
-    WSYNC_LOG(Warning,
-              "no --state-dir: if wsyncd dies, the next one cannot drop the groups it left at "
-              "the engines, nor tell which engines it left paused in the middle of an update");
-  }
+  auto state = wsync::OpenStateDir(config.state_dir);
+  if (!state.ok()) return Fail(std::string(state.status().message()));
 
   // Fresh at every start: engines know each group as "<name>.<incarnation>", so a group an
   // earlier wsyncd left at an engine never stands in the way of this one's, by name.
@@ -312,7 +303,7 @@ int main(int argc, char** argv) {
   wsync::DaemonMetrics metrics;
   if (!config.metrics_listen.empty()) config.daemon.observer = metrics.observer();
   wsync::DaemonCore core(std::move(platform), config.daemon, wsync::DefaultGroupFactories(),
-                         std::move(state));
+                         std::move(state->dir));
   absl::Cleanup stop_metrics = [&metrics] { metrics.Stop(); };
   if (!config.metrics_listen.empty()) {
     if (auto s = metrics.Serve(config.metrics_listen, &core); !s.ok()) {
@@ -323,7 +314,7 @@ int main(int argc, char** argv) {
   }
   auto server = wsync::DaemonServer::Start(&core, config.server);
   if (!server.ok()) return Fail(std::string(server.status().message()));
-  if (auto s = core.Recover(config.groups, records); !s.ok()) {
+  if (auto s = core.Recover(config.groups, state->records); !s.ok()) {
     return Fail(std::string(s.message()));
   }
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),

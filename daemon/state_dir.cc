@@ -2,18 +2,26 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/config.h"
 
@@ -81,7 +89,77 @@ absl::Status WriteFileDurably(const std::string& tmp, const std::string& path,
   return absl::OkStatus();
 }
 
+// Takes the lock on `file` for as long as the returned descriptor is open, and writes this
+// process's pid into it; refuses naming the pid the holder wrote.
+absl::StatusOr<UniqueFd> TakeLock(const std::string& dir, const std::string& file) {
+  UniqueFd lock(::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return Errno(absl::StrCat("state directory: cannot open ", file));
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return Errno(absl::StrCat("state directory: cannot lock ", file));
+    char text[32] = {};
+    const ssize_t n = ::pread(lock.get(), text, sizeof(text) - 1, 0);
+    int pid = 0;
+    const bool known = n > 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid) && pid > 0;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state directory ", dir, " is in use by ",
+        known ? absl::StrCat("wsyncd pid ", pid) : std::string("another wsyncd"), " (it holds ",
+        file,
+        "); stop it, or give this wsyncd its own directory with --state-dir DIR (config "
+        "\"state_dir\")"));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(lock.get(), 0) != 0 ||
+      ::pwrite(lock.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return Errno(absl::StrCat("state directory: cannot write ", file));
+  }
+  return lock;
+}
+
+bool Absolute(absl::string_view path) { return absl::StartsWith(path, "/"); }
+
 }  // namespace
+
+StateDirEnvironment StateDirEnvironment::OfThisProcess() {
+  const auto get = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value == nullptr ? std::string() : std::string(value);
+  };
+  StateDirEnvironment env;
+  env.state_directory = get("STATE_DIRECTORY");
+  env.xdg_state_home = get("XDG_STATE_HOME");
+  env.home = get("HOME");
+  env.root = ::geteuid() == 0;
+  if (env.home.empty()) {
+    std::vector<char> buffer(16384);
+    passwd entry{};
+    passwd* found = nullptr;
+    if (::getpwuid_r(::geteuid(), &entry, buffer.data(), buffer.size(), &found) == 0 &&
+        found != nullptr && found->pw_dir != nullptr) {
+      env.home = found->pw_dir;
+    }
+  }
+  return env;
+}
+
+absl::StatusOr<DefaultStateDir> ChooseDefaultStateDir(const StateDirEnvironment& env) {
+  const std::string systemd(*absl::StrSplit(env.state_directory, ':').begin());
+  if (Absolute(systemd)) {
+    return DefaultStateDir{systemd, "$STATE_DIRECTORY, systemd's StateDirectory="};
+  }
+  if (Absolute(env.xdg_state_home)) {
+    return DefaultStateDir{absl::StrCat(absl::StripSuffix(env.xdg_state_home, "/"), "/wsync"),
+                           "$XDG_STATE_HOME/wsync"};
+  }
+  if (env.root) return DefaultStateDir{"/var/lib/wsync", "root's default"};
+  if (Absolute(env.home)) {
+    return DefaultStateDir{absl::StrCat(absl::StripSuffix(env.home, "/"), "/.local/state/wsync"),
+                           "$HOME/.local/state/wsync"};
+  }
+  return absl::FailedPreconditionError(
+      "no state directory: $STATE_DIRECTORY, $XDG_STATE_HOME and $HOME are unset or relative; "
+      "give one with --state-dir DIR (config \"state_dir\"), or run without one with "
+      "--state-dir ''");
+}
 
 absl::StatusOr<std::unique_ptr<StateDir>> StateDir::Open(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("the state directory is ''");
@@ -89,13 +167,17 @@ absl::StatusOr<std::unique_ptr<StateDir>> StateDir::Open(const std::string& path
   if (absl::Status s = MakeDirs(dir + "/groups"); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("state directory: ", s.message()));
   }
-  UniqueFd lock(::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock.valid()) return Errno(absl::StrCat("state directory: cannot open ", dir, "/lock"));
-  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("state directory ", dir,
-                     " is in use by another wsyncd; give each wsyncd its own --state-dir"));
+  // A directory that was already there (systemd's and Kubernetes' are made 0755 unless told
+  // otherwise) is closed to everyone else: the records name the engines and their groups.
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return Errno(absl::StrCat("state directory: stat ", dir));
+  if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "state directory %s is mode %04o and cannot be made 0700 (%s); chmod 0700 it as its "
+        "owner, or choose another with --state-dir DIR",
+        dir, st.st_mode & 07777, std::strerror(errno)));
   }
+  WSYNC_ASSIGN_OR_RETURN(UniqueFd lock, TakeLock(dir, dir + "/lock"));
   return std::unique_ptr<StateDir>(new StateDir(dir, std::move(lock)));
 }
 
@@ -197,6 +279,33 @@ absl::Status StateDir::Remove(const std::string& group) {
     return Errno(absl::StrCat("remove ", FileOf(group)));
   }
   return SyncDir(path_ + "/groups");
+}
+
+absl::StatusOr<OpenedState> OpenStateDir(const std::optional<std::string>& configured) {
+  OpenedState opened;
+  std::string path, source = "configured";
+  if (configured.has_value()) {
+    path = *configured;
+  } else {
+    WSYNC_ASSIGN_OR_RETURN(DefaultStateDir chosen,
+                           ChooseDefaultStateDir(StateDirEnvironment::OfThisProcess()));
+    path = chosen.path;
+    source = absl::StrCat("the default: ", chosen.source, "; --state-dir chooses another");
+  }
+  if (path.empty()) {
+    WSYNC_LOG(Warning,
+              "--state-dir '': if wsyncd dies, the next one cannot drop the groups it left at "
+              "the engines (they refuse the new ones until restarted), nor tell which engines it "
+              "left paused in the middle of an update");
+    return opened;
+  }
+  WSYNC_ASSIGN_OR_RETURN(opened.dir, StateDir::Open(path));
+  std::vector<std::string> problems;
+  opened.records = opened.dir->LoadAll(&problems);
+  for (const std::string& p : problems) WSYNC_LOG(Error, "state directory: ", p);
+  WSYNC_LOG(Info, "state directory ", opened.dir->path(), " (", source,
+            "): ", opened.records.size(), " group record(s)");
+  return opened;
 }
 
 }  // namespace wsync

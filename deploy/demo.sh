@@ -30,6 +30,9 @@ echo "== engines: sglang simulator tp=1 on :$port_a, tp=2 on :$port_b"
 "$build/tests/sglang_sim" --port "$port_a" --tp 1 >"$work/engine-a.log" 2>&1 & pids+=($!)
 "$build/tests/sglang_sim" --port "$port_b" --tp 2 >"$work/engine-b.log" 2>&1 & pids+=($!)
 
+# The run's own state directory: a wsyncd started again after a crash finds the group there and
+# re-forms it without an engine restart, and demo runs never share records, nor the default
+# directory's lock with a wsyncd already running.
 cat >"$work/wsyncd.json" <<JSON
 {
   "mode": "host",
@@ -38,6 +41,7 @@ cat >"$work/wsyncd.json" <<JSON
   "slot_bytes": "256MiB",
   "advertise_address": "127.0.0.1",
   "bind_address": "127.0.0.1",
+  "state_dir": "$work/state",
   "groups": [
     {"name": "policy", "kind": "sglang", "device": 0,
      "engines": [{"url": "http://127.0.0.1:$port_a", "ranks": 1},

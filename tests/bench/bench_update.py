@@ -29,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -119,6 +120,12 @@ def note(msg):
     print(f"[{time.perf_counter() - T0:7.1f} s] {msg}", file=sys.stderr, flush=True)
 
 
+def own_state_environment():
+    """The environment of a wsyncd of its own: its default state directory in a fresh folder, so
+    that no wsyncd restores an earlier one's groups."""
+    return dict(os.environ, XDG_STATE_HOME=tempfile.mkdtemp(prefix="wsync-bench-state-"))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -134,7 +141,8 @@ class Daemon:
             [args.wsyncd, "--mode", "cuda", "--nccl-lib", args.nccl_lib, "--socket", self.sock,
              "--slot-bytes", str(slot_bytes), "--bucket-timeout", str(args.bucket_timeout),
              "--bind-address",
-             "127.0.0.1", "--advertise-address", "127.0.0.1", *extra], stdout=log, stderr=log)
+             "127.0.0.1", "--advertise-address", "127.0.0.1", *extra], stdout=log, stderr=log,
+            env=own_state_environment())
         for _ in range(300):
             if os.path.exists(self.sock):
                 break

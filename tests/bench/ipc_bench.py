@@ -41,7 +41,8 @@ import urllib.request
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_update import free_port, note, plan, post, qwen25_7b_shapes  # noqa: E402
+from bench_update import free_port, note, own_state_environment, plan, post  # noqa: E402
+from bench_update import qwen25_7b_shapes  # noqa: E402
 
 GIB = 2**30
 
@@ -77,7 +78,8 @@ class Daemon:
         self.proc = subprocess.Popen(
             [args.wsyncd, "--mode", "cuda", "--nccl-lib", args.nccl_lib, "--socket", self.sock,
              "--slot-bytes", str(slot_bytes), "--slots", str(args.slots_per_device),
-             "--checksum", checksum, "--bucket-timeout", "120"], stdout=log, stderr=log)
+             "--checksum", checksum, "--bucket-timeout", "120"], stdout=log, stderr=log,
+            env=own_state_environment())
         for _ in range(300):
             if os.path.exists(self.sock):
                 break

@@ -81,11 +81,16 @@ stop_pids() {
   for _ in $(seq 1 50); do kill -0 "$@" 2>/dev/null || break; sleep 0.2; done
   kill -9 "$@" 2>/dev/null; wait "$@" 2>/dev/null
 }
+# Every wsyncd here (and those the benchmarks start) keeps its default state directory (root's
+# /var/lib/wsync otherwise) in a folder of its own: no step restores an earlier step's groups, and
+# wsyncds side by side never share a directory's lock. Call before each start: fresh_state
+fresh_state() { XDG_STATE_HOME=$(mktemp -d "$LOGS/state.XXXXXX"); export XDG_STATE_HOME; }
 # wsyncd in CUDA mode on GPU 0's slots: start_wsyncd SOCKET LOG [wsyncd options...]; sets wsyncd_pid
 start_wsyncd() {
   local sock=$1 log=$2
   shift 2
   rm -f "$sock"
+  fresh_state
   $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket "$sock" --bind-address 127.0.0.1 \
     --advertise-address 127.0.0.1 "$@" >"$log" 2>&1 &
   wsyncd_pid=$!
@@ -118,6 +123,7 @@ if want ipc; then
   # bucket from wsyncd's slots through CUDA IPC, as SGLang's update_weights_from_tensor does (exact-
   # name unpickler, the GPU named by UUID); both load formats, then an engine killed mid-update.
   step "colocated (ipc): wsyncd (cuda) + torch engine + Qwen2 trainer on GPU 0"
+  fresh_state
   $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket $sock --slot-bytes 64MiB \
     --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     >"$LOGS/ipc-wsyncd.log" 2>&1 &
@@ -569,6 +575,7 @@ if [[ $ngpu -lt 2 ]]; then
   # second GPU. What one GPU can show: wsyncd in CUDA mode serving a trainer's session, with its
   # slots mapped into the trainer process through CUDA IPC.
   step "one GPU: wsyncd (cuda) serves a Python trainer session over CUDA IPC"
+  fresh_state
   $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket $sock --slot-bytes 64MiB \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 >"$LOGS/wsyncd.log" 2>&1 &
   d1=$!
@@ -686,6 +693,7 @@ fi
 
 step "wsyncd (cuda) + torch engine(s) + Qwen2 trainer"
 pids=()
+fresh_state
 $B/bin/wsyncd --mode cuda --nccl-lib "$NCCL_LIB" --socket $sock --slot-bytes 64MiB \
   --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
   >"$LOGS/wsyncd.log" 2>&1 & pids+=($!)
@@ -772,6 +780,7 @@ step "NCCL version mismatch: wsyncd on the system NCCL, engine on torch's"
 sys_nccl=$(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2* 2>/dev/null | head -1)
 if [[ -n $sys_nccl ]]; then
   sock2=/tmp/wsync-gpu-mismatch.sock
+  fresh_state
   $B/bin/wsyncd --mode cuda --nccl-lib "$sys_nccl" --socket $sock2 --slot-bytes 64MiB \
     --bucket-timeout 60 --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     >"$LOGS/wsyncd-mismatch.log" 2>&1 & d2=$!

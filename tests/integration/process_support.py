@@ -87,7 +87,8 @@ class HostWsyncdCase(unittest.TestCase):
 
     def spawn(self, name, argv):
         with open(os.path.join(self.dir, name + ".log"), "a") as out:
-            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                                env=state_environment(self.dir))
 
     def ctl(self, *args):
         return subprocess.run([WSYNCCTL, "--socket", self.sock, *args], capture_output=True,
@@ -121,10 +122,19 @@ def sim_knobs(port, **knobs):
 
 def child_environment():
     """The sanitized build preloads ASan's runtime into the test's interpreter only: the processes
-    it starts (sanitized executables with a runtime of their own) take the options as given."""
+    it starts (sanitized executables with a runtime of their own) take the options as given.
+    A wsyncd started without --state-dir keeps its records under $XDG_STATE_HOME (or root's
+    /var/lib/wsync): this test's own folder, never the user's nor another test's."""
     if "WSYNC_CHILD_ASAN_OPTIONS" in os.environ:
         os.environ.pop("LD_PRELOAD", None)
         os.environ["ASAN_OPTIONS"] = os.environ.pop("WSYNC_CHILD_ASAN_OPTIONS")
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="wsync-state-home-")
+
+
+def state_environment(folder):
+    """The environment for a wsyncd of its own: its default state directory in `folder`, so that
+    a wsyncd after it finds none of its groups (one wsyncd per state directory)."""
+    return dict(os.environ, XDG_STATE_HOME=os.path.join(folder, "state-home"))
 
 
 def free_port():

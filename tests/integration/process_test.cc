@@ -51,13 +51,18 @@ class ProcessTest : public ::testing::Test {
                                      "127.0.0.1", "--bind-address",
                                      "127.0.0.1"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<ChildProcess>(argv, dir_ + "/wsyncd.log");
+    auto p = std::make_unique<ChildProcess>(argv, dir_ + "/wsyncd.log", StateEnv());
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (!std::filesystem::exists(socket_) && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
     }
     return p;
   }
+
+  // Every wsyncd a test starts keeps its default state directory in the test's own folder
+  // ($XDG_STATE_HOME/wsync), never the user's, and apart from other tests running beside it.
+  std::vector<std::string> StateEnv() const { return {"XDG_STATE_HOME=" + state_home()}; }
+  std::string state_home() const { return dir_ + "/xdg-state"; }
 
   std::pair<int, std::string> Ctl(std::vector<std::string> args) {
     std::vector<std::string> argv = {WSYNCCTL_BIN, "--socket", socket_};
@@ -224,7 +229,8 @@ TEST_F(ProcessTest, ConfigDeclaredGroupFormsAndSocketIsPrivateAndSigtermStopsCle
   // A second daemon may not take over a live socket.
   auto first = StartDaemon();
   auto second = std::make_unique<ChildProcess>(
-      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_},
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_, "--state-dir",
+                               dir_ + "/second-state"},
       dir_ + "/second.log");
   EXPECT_EQ(second->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(second->Log(), HasSubstr("another wsyncd is already serving"));
@@ -439,6 +445,79 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   EXPECT_THAT(none, HasSubstr("no engine of group 'policy' waits for a full version"));
 }
 
+// Without --state-dir, wsyncd keeps its records in the default directory ($XDG_STATE_HOME/wsync
+// here): one killed and started again the same way finds the group it made, has the engine drop
+// the engine group the dead one left, and the trainer's next update lands with no engine restart.
+TEST_F(ProcessTest, AKilledWsyncdStartedAgainWithTheDefaultStateDirReformsTheGroup) {
+  const int pa = FreePort();
+  auto sim = StartSim(pa, 2);
+  auto daemon = StartDaemon();
+  const std::vector<std::string> create = {"create-group", "policy", "--engine",
+                                           absl::StrCat("http://127.0.0.1:", pa, "#2")};
+  auto [crc, created] = Ctl(create);
+  ASSERT_EQ(crc, 0) << created;
+  {
+    auto client = Connect();
+    ASSERT_TRUE(client->OpenSession(0, "before the crash").ok());
+    ASSERT_TRUE(client->Push("policy", "v1", Refs(SmallModel(1))).ok());
+  }
+  const std::string first_group = SimState(pa)["group"];
+  ASSERT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  EXPECT_TRUE(std::filesystem::exists(state_home() + "/wsync/groups/policy.json"));
+  daemon->Signal(SIGKILL);
+  ASSERT_EQ(daemon->Wait(absl::Seconds(5)), 128 + SIGKILL);
+
+  std::filesystem::remove(socket_);
+  daemon = StartDaemon();
+  // The trainer starts as it did before the crash: creating the group it has is a no-op.
+  auto [rc, out] = Ctl(create);
+  EXPECT_EQ(rc, 0) << out << daemon->Log();
+  auto client = Connect();
+  ASSERT_TRUE(client->OpenSession(0, "after the crash").ok());
+  auto v2 = SmallModel(2);
+  auto pushed = client->Push("policy", "v2", Refs(v2));
+  ASSERT_TRUE(pushed.ok()) << pushed.status() << daemon->Log();
+  ExpectEngineHolds(pa, v2, "v2", 2);
+  EXPECT_THAT(daemon->Log(),
+              HasSubstr("dropped the group '" + first_group + "' an earlier wsyncd left"));
+  EXPECT_THAT(daemon->Log(), HasSubstr("state directory " + state_home() +
+                                       "/wsync (the default: $XDG_STATE_HOME/wsync"));
+  EXPECT_TRUE(sim->running()) << "the engine was never restarted";
+}
+
+// One wsyncd per state directory, the default one included: a second is refused at start,
+// naming the first's pid and how to give it another; '' runs without one.
+TEST_F(ProcessTest, ASecondWsyncdOnTheSameStateDirIsRefusedNamingTheFirst) {
+  auto first = StartDaemon();
+  ASSERT_TRUE(first->running()) << first->Log();
+  auto second = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", dir_ + "/second.sock"},
+      dir_ + "/second.log", StateEnv());
+  EXPECT_EQ(second->Wait(absl::Seconds(10)), 1) << second->Log();
+  EXPECT_THAT(second->Log(),
+              HasSubstr(absl::StrCat("state directory ", state_home(),
+                                     "/wsync is in use by wsyncd pid ", first->pid())));
+  EXPECT_THAT(second->Log(), HasSubstr("--state-dir"));
+  std::ifstream lock(state_home() + "/wsync/lock");
+  int holder = 0;
+  lock >> holder;
+  EXPECT_EQ(holder, first->pid());
+  struct stat st {};
+  ASSERT_EQ(::stat((state_home() + "/wsync").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  auto stateless = std::make_unique<ChildProcess>(
+      std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", dir_ + "/third.sock",
+                               "--state-dir", ""},
+      dir_ + "/third.log", StateEnv());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!std::filesystem::exists(dir_ + "/third.sock") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(stateless->running()) << stateless->Log();
+  EXPECT_THAT(stateless->Log(), HasSubstr("--state-dir '': if wsyncd dies"));
+}
+
 TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   const int pa = FreePort(), pb = FreePort();
   auto sim_a = StartSim(pa, 1);
@@ -529,7 +608,7 @@ TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
   auto refused = std::make_unique<ChildProcess>(
       std::vector<std::string>{WSYNCD_BIN, "--mode", "host", "--socket", socket_, "--config",
                                config},
-      dir_ + "/refused.log");
+      dir_ + "/refused.log", StateEnv());
   EXPECT_EQ(refused->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(refused->Log(),
               HasSubstr("config group 'policy': group 'policy': engine http://10.255.0.1:30000 is "
@@ -538,7 +617,7 @@ TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
 
 TEST_F(ProcessTest, CudaModeIsNeverASilentFallback) {
   auto p = std::make_unique<ChildProcess>(std::vector<std::string>{WSYNCD_BIN, "--socket", socket_},
-                                          dir_ + "/cuda.log");
+                                          dir_ + "/cuda.log", StateEnv());
   EXPECT_EQ(p->Wait(absl::Seconds(10)), 1);
   EXPECT_THAT(p->Log(), HasSubstr("--mode=host"));
   // A wsyncd built without CUDA (the sanitized build) says so instead of looking for a device.

@@ -15,7 +15,8 @@ import urllib.request
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import child_environment, free_port, wait_port  # noqa: E402
+from process_support import child_environment, free_port, state_environment  # noqa: E402
+from process_support import wait_port  # noqa: E402
 
 child_environment()
 
@@ -56,7 +57,8 @@ class SimFixture(unittest.TestCase):
 
     def spawn(self, argv, log):
         with open(os.path.join(self.dir, log), "w") as out:
-            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                               env=state_environment(self.dir)))
 
     def tearDown(self):
         for p in self.procs:
@@ -337,7 +339,8 @@ class LmdeployOtherBackendTest(unittest.TestCase):
                               ([WSYNCD, "--mode", "host", "--socket", sock, "--bind-address",
                                 "127.0.0.1"], "wsyncd.log")):
                 with open(os.path.join(tmp, log), "w") as out:
-                    procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT))
+                    procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                                  env=state_environment(tmp)))
             wait_port(port)
             deadline = time.time() + 10
             while not os.path.exists(sock) and time.time() < deadline:

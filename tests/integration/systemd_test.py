@@ -69,8 +69,10 @@ class NotifyTest(unittest.TestCase):
         self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.notify.bind(self.notify_path)
         self.sock = os.path.join(self.dir, "wsyncd.sock")
+        # What the unit's StateDirectory=wsync gives wsyncd.
+        self.state = os.path.join(self.dir, "state")
         env = dict(os.environ, NOTIFY_SOCKET=self.notify_path,
-                   WATCHDOG_USEC=str(self.WATCHDOG_USEC))
+                   WATCHDOG_USEC=str(self.WATCHDOG_USEC), STATE_DIRECTORY=self.state)
         self.log = open(os.path.join(self.dir, "wsyncd.log"), "w")
         self.wsyncd = subprocess.Popen([process_support.WSYNCD, "--mode", "host", "--socket",
                                         self.sock, "--slot-bytes", "1MiB"], env=env,
@@ -111,6 +113,14 @@ class NotifyTest(unittest.TestCase):
     def ctl(self, *args):
         return subprocess.run([process_support.WSYNCCTL, "--socket", self.sock, *args],
                               capture_output=True, text=True)
+
+    def test_the_state_directory_is_systemds_locked_with_wsyncds_pid(self):
+        first = self.next_message(20)
+        self.assertIsNotNone(first, "no notification at all")
+        self.assertTrue(first.startswith("READY=1"), first)
+        with open(os.path.join(self.state, "lock")) as f:
+            self.assertEqual(f.read(), f"{self.wsyncd.pid}\n")
+        self.assertEqual(os.stat(self.state).st_mode & 0o777, 0o700)
 
     def test_ready_after_the_socket_accepts_watchdog_while_it_answers_stopping_at_sigterm(self):
         first = self.next_message(20)

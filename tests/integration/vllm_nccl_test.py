@@ -16,7 +16,8 @@ import urllib.request
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import child_environment, free_port, wait_port  # noqa: E402
+from process_support import child_environment, free_port, state_environment  # noqa: E402
+from process_support import wait_port  # noqa: E402
 from process_support import mixed_dtype_model as make_model  # noqa: E402
 
 child_environment()
@@ -66,7 +67,8 @@ class VllmNcclFixture(unittest.TestCase):
 
     def spawn(self, argv, log):
         with open(os.path.join(self.dir, log), "w") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                    env=state_environment(self.dir))
         self.procs.append(proc)
         return proc
 

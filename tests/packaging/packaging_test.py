@@ -21,7 +21,8 @@ import urllib.request
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from process_support import child_environment, free_port, wait_port  # noqa: E402
+from process_support import child_environment, free_port, state_environment  # noqa: E402
+from process_support import wait_port  # noqa: E402
 
 child_environment()
 WSYNCD, SGLANG_SIM, LIB, SOURCE, BUILD = sys.argv[1:6]
@@ -67,7 +68,8 @@ class PackagingTest(unittest.TestCase):
 
     def spawn(self, argv):
         log = open(os.path.join(self.dir, f"proc{len(self.procs)}.log"), "w")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                           env=state_environment(self.dir)))
 
     def test_pip_installs_the_python_client_which_pushes_from_a_clean_directory(self):
         venv = os.path.join(self.dir, "venv")

@@ -628,6 +628,38 @@ TEST_F(FaultMatrix, TrainerSilentAfterBegin) {
   });
 }
 
+// wsyncd killed (SIGKILL) and started again the same way, with no --state-dir: the default state
+// directory ($XDG_STATE_HOME/wsync) brings the group back, the engines drop the engine group the
+// dead wsyncd left, and the next update lands with no engine restart. Detection: from the kill to
+// the new wsyncd's group ready again.
+TEST_F(FaultMatrix, WsyncdKilledAndRestartedWithTheDefaultStateDir) {
+  StartCluster();
+  RunRounds([&](int round) {
+    const int killed = cluster_->daemon_pid();
+    client_.reset();
+    const absl::Time t0 = absl::Now();
+    const absl::Status restarted = cluster_->RestartDaemon(SIGKILL);
+    EXPECT_TRUE(restarted.ok()) << "round " << round << ": " << restarted << "\n"
+                                << cluster_->DaemonLog();
+    absl::StatusOr<v1::GroupInfo> group = cluster_->Group();
+    while (restarted.ok() && absl::Now() - t0 < absl::Seconds(15) &&
+           !(group.ok() && group->state() == v1::GROUP_STATE_READY)) {
+      absl::SleepFor(absl::Milliseconds(10));
+      group = cluster_->Group();
+    }
+    Injected got;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_TRUE(group.ok() && group->state() == v1::GROUP_STATE_READY)
+        << (group.ok() ? group->error() : std::string(group.status().message()));
+    EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("an earlier wsyncd left"));
+    EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("(the default: $XDG_STATE_HOME/wsync"));
+    EXPECT_EQ(CountDirEntries("/dev/shm", absl::StrCat("wsync-", killed, "-")), 0)
+        << "the dead wsyncd's slots are swept";
+    got.detected_as = "the next wsyncd restored the group from its record and formed it again";
+    return got;
+  });
+}
+
 // Tensor names of 16 MiB, and one with a newline: refused. Before, each refusal quoted the name
 // into the update history, the log and the answer (1 GB of RSS after 16 refusals, `wsyncctl
 // updates` past the client's message limit, forged log lines).

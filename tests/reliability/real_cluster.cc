@@ -62,6 +62,21 @@ absl::Status RealCluster::Start() {
   for (int i = 0; i < kEngines; ++i) {
     if (absl::Status s = StartEngine(i); !s.ok()) return s;
   }
+  if (absl::Status s = StartDaemon(); !s.ok()) return s;
+  return CreateGroup();
+}
+
+absl::Status RealCluster::RestartDaemon(int sig) {
+  admin_.reset();
+  daemon_->Signal(sig);
+  if (daemon_->Wait(absl::Seconds(20)) < 0) return absl::DeadlineExceededError("wsyncd stays up");
+  // A killed wsyncd leaves its socket; the next one refuses a live one only.
+  std::filesystem::remove(socket_);
+  if (absl::Status s = StartDaemon(); !s.ok()) return s;
+  return CreateGroup();
+}
+
+absl::Status RealCluster::StartDaemon() {
   std::vector<std::string> argv = {options_.wsyncd_bin,
                                    "--mode",
                                    "host",
@@ -79,8 +94,11 @@ absl::Status RealCluster::Start() {
   // One malloc arena: glibc adds an arena (two anonymous mappings) whenever threads contend
   // and fewer than 8 per core exist, which happens at no fixed round under load and reads as a
   // leak of mappings in the fault matrix. With one, the count moves only with what wsyncd holds.
-  daemon_ = std::make_unique<ChildProcess>(argv, options_.dir + "/wsyncd.log",
-                                           std::vector<std::string>{"MALLOC_ARENA_MAX=1"});
+  daemon_ = std::make_unique<ChildProcess>(
+      argv,
+      daemon_starts_++ == 0 ? options_.dir + "/wsyncd.log"
+                            : absl::StrCat(options_.dir, "/wsyncd-", daemon_starts_, ".log"),
+      std::vector<std::string>{"MALLOC_ARENA_MAX=1", "XDG_STATE_HOME=" + state_home()});
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (!std::filesystem::exists(socket_)) {
     if (!daemon_->running() || absl::Now() > deadline) {
@@ -91,6 +109,10 @@ absl::Status RealCluster::Start() {
   auto admin = Connect();
   if (!admin.ok()) return admin.status();
   admin_ = std::move(*admin);
+  return absl::OkStatus();
+}
+
+absl::Status RealCluster::CreateGroup() {
   v1::CreateGroupRequest req;
   v1::GroupSpec* spec = req.mutable_spec();
   spec->set_name("policy");

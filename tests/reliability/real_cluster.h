@@ -38,6 +38,13 @@ class RealCluster {
 
   // Starts both engines and wsyncd, and creates the group.
   absl::Status Start();
+  // Kills wsyncd with `sig`, starts it again the same way (no --state-dir: its state directory is
+  // the default, $XDG_STATE_HOME/wsync, with XDG_STATE_HOME in dir()) and creates the group as
+  // Start did, as a trainer that starts again does.
+  absl::Status RestartDaemon(int sig);
+  // wsyncd's $XDG_STATE_HOME: each cluster's own, so clusters side by side never share a state
+  // directory (one wsyncd per directory) nor touch the user's.
+  std::string state_home() const { return options_.dir + "/xdg-state"; }
 
   // Engine i: (re)starts it at its port, or stops it with `sig`.
   absl::Status StartEngine(int i);
@@ -74,6 +81,9 @@ class RealCluster {
                              const std::vector<OwnedTensor>& model);
 
  private:
+  absl::Status StartDaemon();
+  absl::Status CreateGroup();
+
   ClusterOptions options_;
   std::string socket_;
   int ports_[kEngines] = {0, 0};
@@ -81,6 +91,7 @@ class RealCluster {
   std::unique_ptr<ChildProcess> daemon_;
   std::unique_ptr<Client> admin_;
   int engine_starts_ = 0;
+  int daemon_starts_ = 0;
 };
 
 }  // namespace wsync

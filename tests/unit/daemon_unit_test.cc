@@ -786,15 +786,65 @@ TEST(StateDir, RecordsSurviveAsWrittenAndAreReplacedWhole) {
   EXPECT_EQ((*state)->LoadAll(&problems).size(), 1u);
 }
 
-TEST(StateDir, OneWsyncdPerDirectory) {
+TEST(StateDir, OneWsyncdPerDirectoryAndTheRefusalNamesTheHolder) {
   const std::string dir = FreshDir("lock");
   auto first = StateDir::Open(dir);
   ASSERT_TRUE(first.ok()) << first.status();
   auto second = StateDir::Open(dir);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(second.status().message(), HasSubstr("in use by another wsyncd"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("state directory ", dir, " is in use by wsyncd pid ",
+                                     ::getpid(), " (it holds ", dir, "/lock)")));
+  EXPECT_THAT(second.status().message(), HasSubstr("--state-dir DIR"));
   first->reset();
-  EXPECT_TRUE(StateDir::Open(dir).ok()) << "the lock goes with the process that held it";
+  // The pid a holder left stays in the file; only the lock says whether it is held.
+  auto third = StateDir::Open(dir);
+  EXPECT_TRUE(third.ok()) << "the lock goes with the process that held it";
+}
+
+TEST(StateDir, AnOpenDirectoryIsClosedToOthers) {
+  const std::string dir = FreshDir("mode");
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms(0755));
+  auto state = StateDir::Open(dir);
+  ASSERT_TRUE(state.ok()) << state.status();
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+TEST(StateDir, TheDefaultIsSystemdsThenXdgsThenRootsThenTheHomes) {
+  StateDirEnvironment env{.state_directory = "/var/lib/wsync:/var/lib/other",
+                          .xdg_state_home = "/home/u/.state/",
+                          .home = "/home/u",
+                          .root = true};
+  auto chosen = ChooseDefaultStateDir(env);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(chosen->path, "/var/lib/wsync") << "the first of systemd's StateDirectory= list";
+  EXPECT_THAT(chosen->source, HasSubstr("$STATE_DIRECTORY"));
+  env.state_directory = "relative";
+  EXPECT_EQ(ChooseDefaultStateDir(env)->path, "/home/u/.state/wsync");
+  env.xdg_state_home = "";
+  EXPECT_EQ(ChooseDefaultStateDir(env)->path, "/var/lib/wsync");
+  EXPECT_EQ(ChooseDefaultStateDir(env)->source, "root's default");
+  env.root = false;
+  EXPECT_EQ(ChooseDefaultStateDir(env)->path, "/home/u/.local/state/wsync");
+  env.home = "";
+  EXPECT_THAT(ChooseDefaultStateDir(env).status().message(),
+              HasSubstr("give one with --state-dir DIR (config \"state_dir\"), or run without "
+                        "one with --state-dir ''"));
+}
+
+TEST(Config, AnEmptyStateDirRunsWithoutOneAndAnAbsentOneTakesTheDefault) {
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigText("{}", "absent", &config).ok());
+  EXPECT_FALSE(config.state_dir.has_value());
+  ASSERT_TRUE(LoadConfigText(R"({"state_dir": ""})", "empty", &config).ok());
+  EXPECT_EQ(config.state_dir, "");
+  auto none = OpenStateDir(std::string());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->dir, nullptr);
+  EXPECT_TRUE(none->records.empty());
 }
 
 TEST(StateDir, UnreadableRecordsAreNamedAndLeftWhereTheyAre) {
