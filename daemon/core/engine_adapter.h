@@ -187,6 +187,11 @@ class EngineAdapter {
   // Called once generation is paused, before the update's first bucket (an engine that needs
   // its updates opened, or memory back, does it here). Most engines need nothing.
   virtual absl::Status BeginUpdate(const UpdateInfo& update) { return absl::OkStatus(); }
+  // An update that reached the engine ended without its commit: the engine stays paused (it may
+  // hold part of that version), but what the update opened at the engine (a weight-update
+  // session) is closed, so that the next update can open its own. Best effort; most engines
+  // open nothing.
+  virtual void AbandonUpdate() {}
   // Records the version, flushes caches computed with old weights, resumes generation.
   virtual absl::Status FinishUpdate(const UpdateInfo& update) = 0;
   // OK when the engine's answer to one of its bucket requests says it loaded the bucket.

@@ -909,7 +909,10 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
       }
     }
     const std::vector<absl::Status> paused =
-        OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) { return a.PauseGeneration(); });
+        OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) {
+          a.AbandonUpdate();
+          return a.PauseGeneration();
+        });
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t k = 0; k < partial.size(); ++k) {
       const size_t i = partial[k];
@@ -985,7 +988,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
 
 void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutcome>* outcomes) {
   WSYNC_LOG(Info, "group ", spec_.name, ": update aborted: ", reason);
-  std::vector<EngineAdapter*> resume;
+  std::vector<EngineAdapter*> resume, abandon;
   {
     std::lock_guard<std::mutex> lock(mu_);
     transport_->EndUpdate(absl::StrCat("update aborted: ", reason));
@@ -999,12 +1002,17 @@ void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutco
             absl::StrCat("update ", open_update_.update_id, " to version '", open_update_.version,
                          "' reached it and was aborted: it may hold part of it (", reason, ")"),
             outcomes);
+        abandon.push_back(adapter_ptrs_[i]);
       } else if (needs_full_.count(url) == 0) {
         resume.push_back(adapter_ptrs_[i]);
       }
     }
     reached_.clear();
   }
+  OnEachEngine(abandon, [](EngineAdapter& a) {
+    a.AbandonUpdate();
+    return absl::OkStatus();
+  });
   OnEachEngine(resume, [](EngineAdapter& a) { return a.ResumeGeneration(); });
   std::lock_guard<std::mutex> lock(mu_);
   update_open_ = false;

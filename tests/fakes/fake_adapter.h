@@ -114,6 +114,7 @@ class FakeAdapter final : public EngineAdapter {
   absl::Status ValidateBucket(const BucketManifest&) const override { return absl::OkStatus(); }
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;
+  void AbandonUpdate() override { engine_->Record("abandon"); }
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;

@@ -228,8 +228,8 @@ class LmdeployIpcTest(HostWsyncdCase):
         self.assertEqual(e.exception.code_name, "FAILED_PRECONDITION")
         self.assertIn("LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1", e.exception.message)
         self.assertNotIn("safetensors", e.exception.message, "the engine's words stay in the log")
-        # The failed update wakes the engine instead of leaving it asleep.
-        self.assertFalse(self.engine_state(port)["is_sleeping"])
+        # The refused bucket reached the engine: it stays asleep until a complete version.
+        self.assertTrue(self.engine_state(port)["is_sleeping"])
         self.knobs(port, refuse_pickle=False)
         self.push("allowed")
         self.assert_engine_holds(port, self.model)
@@ -244,7 +244,8 @@ class LmdeployIpcTest(HostWsyncdCase):
             self.push("bad-500")
         self.assertIn(f"http://127.0.0.1:{port}", e.exception.message)
         self.assertIn("500", e.exception.message)
-        self.assertFalse(self.engine_state(port)["is_sleeping"])
+        # It holds the first bucket of bad-500: asleep until a complete version.
+        self.assertTrue(self.engine_state(port)["is_sleeping"])
         self.push("ok2")
         self.assert_engine_holds(port, self.model)
         # A hang: the bucket deadline (3 s) ends it.

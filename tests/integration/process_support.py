@@ -90,6 +90,16 @@ class HostWsyncdCase(unittest.TestCase):
             self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                                 env=state_environment(self.dir))
 
+    def wait_log(self, text, timeout=15):
+        """Waits until wsyncd's log holds `text`; fails the test at the timeout."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with open(os.path.join(self.dir, "wsyncd.log"), errors="replace") as log:
+                if text in log.read():
+                    return
+            time.sleep(0.05)
+        self.fail(f"wsyncd's log never said {text!r} within {timeout} s")
+
     def ctl(self, *args):
         return subprocess.run([WSYNCCTL, "--socket", self.sock, *args], capture_output=True,
                               text=True)

@@ -95,6 +95,9 @@ class BroadcastQuorumTest(QuorumCase):
         # next version and is no longer held back.
         self.spawn("engine1b", [SGLANG_SIM, "--tp", "2", "--port", str(ports[1])])
         wait_port(ports[1])
+        # wsyncd asks the engine left out in the background (never on an update's path), every
+        # 5 s: the next update after it heard the engine takes it back.
+        self.wait_log(f"engine {urls[1]} answers again")
         model = mixed_dtype_model(3)
         result = self.push("q", "v3", model)
         self.assertTrue(all(e["ok"] for e in result["engines"]), result)

@@ -190,6 +190,11 @@ absl::Status LmdeployAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
                                 timeouts_.control);
 }
 
+void LmdeployAdapter::AbandonUpdate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ForgetHeldLocked();
+}
+
 absl::Status LmdeployAdapter::ResumeGeneration() {
   {
     std::lock_guard<std::mutex> lock(mu_);

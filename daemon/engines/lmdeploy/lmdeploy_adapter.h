@@ -85,6 +85,8 @@ class LmdeployAdapter final : public EngineAdapter {
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;
+  // What the workers cached belongs to the update that ended.
+  void AbandonUpdate() override;
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;

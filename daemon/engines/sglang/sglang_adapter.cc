@@ -234,6 +234,13 @@ absl::Status SglangAdapter::ResumeKvCache() {
   return absl::OkStatus();
 }
 
+void SglangAdapter::AbandonUpdate() {
+  if (absl::Status ended = EndSession(); !ended.ok()) {
+    WSYNC_LOG(Warning, "engine ", endpoint_.url,
+              ": ending its weight-update session failed: ", ended.message());
+  }
+}
+
 absl::Status SglangAdapter::ResumeGeneration() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -58,6 +58,7 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   // With memory "resume", the KV cache first if this update resumed the weights.
   absl::Status ResumeGeneration() override;
+  void AbandonUpdate() override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
 

@@ -78,6 +78,7 @@ class VllmAdapter final : public EngineAdapter {
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
   absl::Status PauseGeneration() override;
   absl::Status ResumeGeneration() override;
+  void AbandonUpdate() override { FinishBestEffort("the update did not commit"); }
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
