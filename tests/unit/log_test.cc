@@ -53,6 +53,16 @@ TEST_F(LogTest, RepeatsWithinTheWindowAreHeldBackAndCountedAtTheNextShowing) {
   EXPECT_THAT(lines[2], HasSubstr("unreachable (and 4 more like it held back)"));
 }
 
+// A peer's text in a message (an engine's answer, a name) cannot forge or split a text line.
+TEST_F(LogTest, TextLinesWriteControlBytesEscaped) {
+  ::testing::internal::CaptureStderr();
+  LogLine(LogLevel::kWarning, "refused 'w\n2026-11-27T00:00:00.000 I forged'\r\x1b[2J");
+  const std::vector<std::string> lines = Lines(::testing::internal::GetCapturedStderr());
+  ASSERT_EQ(lines.size(), 1u) << ::testing::PrintToString(lines);
+  EXPECT_THAT(lines[0],
+              ::testing::EndsWith("refused 'w\\x0a2026-11-27T00:00:00.000 I forged'\\x0d\\x1b[2J"));
+}
+
 TEST_F(LogTest, AZeroWindowWritesEveryLine) {
   SetLogRepeatWindow(absl::ZeroDuration());
   ::testing::internal::CaptureStderr();
