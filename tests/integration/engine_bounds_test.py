@@ -129,9 +129,14 @@ class TricklingEngineTest(EngineBoundsCase):
         for i in range(3):
             extra = ["--trickle-route", "*", "--trickle-ms", "3000"] if i == 2 else []
             urls.append(self.engine([SGLANG_SIM, "--tp", "2", *extra])[1])
-        out = self.ctl_bounded("create-group", "q", "--quorum", "2",
-                               *[x for u in urls for x in ("--engine", u + "#2")])
-        self.assertEqual(out.returncode, 0, out.stderr)
+        creating = subprocess.Popen(
+            [*self.ctl_argv(), "create-group", "q", "--quorum", "2",
+             *[x for u in urls for x in ("--engine", u + "#2")]],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # While the group forms (it holds its lock meanwhile), a scrape still answers.
+        self.assertEqual(self.scrape(timeout=10)[("wsync_up", (("mode", "host"),))], 1)
+        _, err = creating.communicate(timeout=CALL_TIMEOUT)
+        self.assertEqual(creating.returncode, 0, err)
         group = self.ctl_bounded("--json", "group", "q")
         self.assertEqual(group.returncode, 0, group.stderr)
         info = json.loads(group.stdout)
