@@ -1,5 +1,7 @@
 #include "daemon/engines/http_json.h"
 
+#include <algorithm>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -79,6 +81,7 @@ absl::StatusOr<HttpReply> EngineHttp::Request(const char* method, const std::str
     // Something answers there, but not as an engine would: the most any engine's answer to this
     // route holds was read and the rest left unread.
     WSYNC_LOG(Debug, method, " ", base_url_, path, ": ", why);
+    // The HTTP reader passes on Beast's words for a body over its limit.
     const bool body = absl::StrContains(why, "body limit");
     return absl::FailedPreconditionError(absl::StrCat(
         method, " ", base_url_, path, ": the answer's ", body ? "body" : "header",
