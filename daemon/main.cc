@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
   auto* lease_opt =
       app.add_option("--lease", lease, "seconds an idle session lives")->check(CLI::PositiveNumber);
   auto* ct_opt = app.add_option("--control-timeout", control_timeout,
-                                "seconds for engine control calls (init, pause, version)")
+                                "seconds for each engine control call (init, pause, version), "
+                                "the whole request; health probes get at most 5 s of it")
                      ->check(CLI::PositiveNumber);
   auto* adv_opt =
       app.add_option("--advertise-address", config.daemon.group.transport.advertise_address,
@@ -215,6 +216,9 @@ int main(int argc, char** argv) {
   config.daemon.bucket_timeout = absl::Seconds(bucket_timeout);
   config.daemon.lease = absl::Seconds(lease);
   config.daemon.group.timeouts.control = absl::Seconds(control_timeout);
+  // A probe is a control call that waits for nothing at the engine.
+  config.daemon.group.timeouts.probe =
+      std::min(config.daemon.group.timeouts.probe, config.daemon.group.timeouts.control);
   if (config.daemon.group.transport.bind_address.empty()) {
     config.daemon.group.transport.bind_address = config.daemon.group.transport.advertise_address;
   }

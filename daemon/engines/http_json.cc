@@ -1,66 +1,111 @@
 #include "daemon/engines/http_json.h"
 
-#include <httplib.h>
+#include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/network_allow_list.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/engines/http_exchange.h"
 
 namespace wsync {
 namespace {
 
-void SetTimeouts(httplib::Client& client, absl::Duration timeout) {
-  const auto usec = [](absl::Duration d) { return absl::ToInt64Microseconds(d); };
-  absl::Duration connect = std::min(timeout, absl::Seconds(10));
-  client.set_connection_timeout(0, usec(connect));
-  client.set_read_timeout(usec(timeout) / 1000000, usec(timeout) % 1000000);
-  client.set_write_timeout(usec(timeout) / 1000000, usec(timeout) % 1000000);
-  client.set_keep_alive(false);
-}
-
 // How much of an engine's answer the debug log keeps.
 constexpr size_t kLoggedBodyBytes = 300;
+// Connecting takes at most this much of a request's time: a host that does not answer the
+// handshake is given up on sooner than one that is slow to answer.
+constexpr absl::Duration kConnectWithin = absl::Seconds(10);
+
+constexpr uint64_t kMiB = 1 << 20;
+
+std::string Bytes(uint64_t n) {
+  if (n % kMiB == 0) return absl::StrCat(n / kMiB, " MiB");
+  if (n % 1024 == 0) return absl::StrCat(n / 1024, " KiB");
+  return absl::StrCat(n, " bytes");
+}
 
 }  // namespace
 
 EngineHttp::EngineHttp(std::string base_url)
-    : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {}
-
-absl::StatusOr<HttpReply> ToReply(const std::string& base, const std::string& method,
-                                  const std::string& path, absl::Duration timeout,
-                                  absl::Time started, const httplib::Result& result) {
-  if (!result) {
-    // Refused, timed out, reset, closed without an answer, unresolvable: the caller hears one
-    // word for all of them. Telling them apart would tell whoever creates a group which ports of
-    // a host are open; the daemon's log keeps the detail for the operator.
-    WSYNC_LOG(Debug, method, " ", base, path, ": no HTTP answer (",
-              httplib::to_string(result.error()), " after ",
-              absl::FormatDuration(absl::Now() - started), ", timeout ",
-              absl::FormatDuration(timeout), ")");
-    return absl::UnavailableError(absl::StrCat(method, " ", base, path, ": engine unreachable"));
+    : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {
+  // The same reading of the URL as the group's engine allow-list check.
+  auto url = ParseHttpUrl(base_url_);
+  if (!url.ok()) {
+    url_status_ = url.status();
+    return;
   }
-  return HttpReply{result->status, result->body, result->get_header_value("Content-Type")};
+  host_ = url->host;
+  port_ = url->port;
+  host_header_ = absl::StrCat(
+      host_.find(':') == std::string::npos ? host_ : absl::StrCat("[", host_, "]"), ":", port_);
+}
+
+uint64_t EngineHttp::AnswerLimit(const std::string& path) {
+  const std::string route = path.substr(0, path.find('?'));
+  // SGLang's, vLLM's and LMDeploy's documents are a few hundred KiB.
+  if (route == "/openapi.json") return 4 * kMiB;
+  // One checksum per tensor and TP rank: a large MoE model has tens of thousands of tensors.
+  if (route == "/weights_checker" || route == "/weight_checker") return 64 * kMiB;
+  return kMiB;
+}
+
+absl::StatusOr<HttpReply> EngineHttp::Request(const char* method, const std::string& path,
+                                              const std::string* json,
+                                              absl::Duration timeout) const {
+  const absl::Time started = absl::Now();
+  const uint64_t limit = AnswerLimit(path);
+  std::string request = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", host_header_,
+                                     "\r\nAccept: */*\r\nUser-Agent: wsyncd\r\n"
+                                     "Connection: close\r\n");
+  if (json != nullptr) {
+    absl::StrAppend(&request, "Content-Type: application/json\r\nContent-Length: ", json->size(),
+                    "\r\n\r\n", *json);
+  } else {
+    // A POST without a body still says so; a GET says nothing.
+    absl::StrAppend(&request, absl::string_view(method) == "POST" ? "Content-Length: 0\r\n" : "",
+                    "\r\n");
+  }
+  absl::StatusOr<HttpReply> reply =
+      url_status_.ok()
+          ? ExchangeHttp(host_, port_, request, HttpAnswerLimits{limit, kAnswerHeaderLimit},
+                         started + timeout, std::min(timeout, kConnectWithin))
+          : absl::StatusOr<HttpReply>(url_status_);
+  if (reply.ok()) return reply;
+  const std::string why(reply.status().message());
+  if (reply.status().code() == absl::StatusCode::kResourceExhausted) {
+    // Something answers there, but not as an engine would: the most any engine's answer to this
+    // route holds was read and the rest left unread.
+    WSYNC_LOG(Debug, method, " ", base_url_, path, ": ", why);
+    // The HTTP reader passes on Beast's words for a body over its limit.
+    const bool body = absl::StrContains(why, "body limit");
+    return absl::FailedPreconditionError(absl::StrCat(
+        method, " ", base_url_, path, ": the answer's ", body ? "body" : "header",
+        " is longer than ", Bytes(body ? limit : kAnswerHeaderLimit), ", the most wsyncd reads ",
+        body ? "from this route" : "from any route", ": not an engine's answer"));
+  }
+  // Refused, timed out, reset, closed without an answer, not HTTP, unresolvable: the caller hears
+  // one word for all of them. Telling them apart would tell whoever creates a group which ports
+  // of a host are open; the daemon's log keeps the detail for the operator.
+  WSYNC_LOG(Debug, method, " ", base_url_, path, ": no HTTP answer (", why, " after ",
+            absl::FormatDuration(absl::Now() - started), ", timeout ",
+            absl::FormatDuration(timeout), " for the whole request)");
+  return absl::UnavailableError(absl::StrCat(method, " ", base_url_, path, ": engine unreachable"));
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohmann::json& body,
                                            absl::Duration timeout) const {
-  httplib::Client client(base_url_);
-  SetTimeouts(client, timeout);
-  const absl::Time started = absl::Now();
-  httplib::Result result = client.Post(path, body.dump(), "application/json");
-  return ToReply(base_url_, "POST", path, timeout, started, result);
+  const std::string json = body.dump();
+  return Request("POST", path, &json, timeout);
 }
 
 absl::StatusOr<HttpReply> EngineHttp::PostEmpty(const std::string& path,
                                                 absl::Duration timeout) const {
-  httplib::Client client(base_url_);
-  SetTimeouts(client, timeout);
-  const absl::Time started = absl::Now();
-  httplib::Result result = client.Post(path);
-  return ToReply(base_url_, "POST", path, timeout, started, result);
+  return Request("POST", path, nullptr, timeout);
 }
 
 absl::StatusOr<nlohmann::json> EngineHttp::PostEmptyExpectSuccess(const std::string& path,
@@ -71,11 +116,7 @@ absl::StatusOr<nlohmann::json> EngineHttp::PostEmptyExpectSuccess(const std::str
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Get(const std::string& path, absl::Duration timeout) const {
-  httplib::Client client(base_url_);
-  SetTimeouts(client, timeout);
-  const absl::Time started = absl::Now();
-  auto result = client.Get(path);
-  return ToReply(base_url_, "GET", path, timeout, started, result);
+  return Request("GET", path, nullptr, timeout);
 }
 
 absl::Status EngineHttp::GetHealth(absl::Duration timeout) const {

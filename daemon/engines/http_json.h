@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 #define WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,10 +18,21 @@ namespace wsync {
 // INTERNAL (5xx), UNIMPLEMENTED (404) or FAILED_PRECONDITION (other), success=false ->
 // FAILED_PRECONDITION, and no answer at all (refused, timed out, closed) -> UNAVAILABLE
 // "unreachable", whatever the cause. The body and the cause go to the debug log.
+//
+// Every request is bounded: `timeout` is the whole request's (connecting, writing, and reading
+// all of the answer), however slowly the engine sends its bytes, and an answer longer than its
+// route's limit (AnswerLimit) is refused as FAILED_PRECONDITION naming the route and the limit.
 class EngineHttp {
  public:
   // base_url: "http://host:port" (an optional trailing slash is ignored).
   explicit EngineHttp(std::string base_url);
+
+  // The longest answer body wsyncd reads from `path` (a query is ignored): a few MiB for an
+  // OpenAPI document, more for a weight checker's checksums (one per tensor and rank), 1 MiB for
+  // every other control route, whose answers are a few hundred bytes.
+  static uint64_t AnswerLimit(const std::string& path);
+  // The longest answer header (status line and fields) wsyncd reads from any route.
+  static constexpr uint32_t kAnswerHeaderLimit = 64 << 10;
 
   absl::StatusOr<HttpReply> Post(const std::string& path, const nlohmann::json& body,
                                  absl::Duration timeout) const;
@@ -52,7 +64,14 @@ class EngineHttp {
 
  private:
   absl::Status CheckReply(const std::string& path, const HttpReply& reply) const;
+  // Sends `method path` (with `body` as JSON when `json`) and reads the whole answer.
+  absl::StatusOr<HttpReply> Request(const char* method, const std::string& path,
+                                    const std::string* json, absl::Duration timeout) const;
   std::string base_url_;
+  absl::Status url_status_;  // why base_url cannot be reached, if it cannot
+  std::string host_;
+  uint16_t port_ = 0;
+  std::string host_header_;  // "host:port", an IPv6 address in brackets
 };
 
 }  // namespace wsync

@@ -9,18 +9,45 @@ namespace wsync {
 DaemonMetrics::DaemonMetrics()
     : registry_(std::make_shared<prometheus::Registry>()), updates_(*registry_) {}
 
+DaemonMetrics::~DaemonMetrics() { Stop(); }
+
+std::vector<std::string> DaemonMetrics::ExposerOptions(const std::string& listen) {
+  return {
+      "listening_ports",
+      listen,
+      // civetweb gives each connection a thread of its own until its request is answered, so
+      // a client that connects and sends nothing holds one: these are how many such clients a
+      // scrape gets past.
+      "num_threads",
+      std::to_string(kThreads),
+      // Civetweb's default is 30 s for a request to arrive (whole, however slowly it comes) and
+      // for each write of the answer; a scraper sends its request at once.
+      "request_timeout_ms",
+      std::to_string(absl::ToInt64Milliseconds(kRequestTimeout)),
+      // Served connections close: a client that keeps one open holds no thread between scrapes.
+      "enable_keep_alive",
+      "no",
+  };
+}
+
 absl::Status DaemonMetrics::Serve(const std::string& listen, DaemonCore* core) {
   state_ = std::make_shared<StateCollector>(core);
   try {
-    // One thread: scrapes are rare, and each reads the core once.
-    exposer_ = std::make_unique<prometheus::Exposer>(listen, /*num_threads=*/1);
+    exposer_ = std::make_unique<prometheus::Exposer>(ExposerOptions(listen));
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("--metrics-listen ", listen, ": cannot serve there: ", e.what()));
   }
+  state_->Start();
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(state_);
   return absl::OkStatus();
+}
+
+void DaemonMetrics::Stop() {
+  // No scrape is served after this, so none reads the collector while it stops.
+  exposer_.reset();
+  if (state_) state_->Stop();
 }
 
 int DaemonMetrics::port() const {

@@ -52,14 +52,20 @@ class Families {
 
 }  // namespace
 
-std::vector<EngineRow> StateCollector::Engines() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  const absl::Time now = absl::Now();
-  if (now - engines_probed_ >= engine_probe_interval_) {
-    engines_ = core_->ListEngines();
-    engines_probed_ = now;
-  }
-  return engines_;
+StateCollector::StateCollector(DaemonCore* core, Options options)
+    : core_(core),
+      options_(options),
+      groups_([core] { return core->ListGroups(); }, options.engine_probe_interval),
+      engines_([core] { return core->ListEngines(); }, options.engine_probe_interval) {}
+
+void StateCollector::Start() {
+  groups_.Start();
+  engines_.Start();
+}
+
+void StateCollector::Stop() {
+  groups_.Stop();
+  engines_.Stop();
 }
 
 std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
@@ -75,7 +81,8 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
 
   out.Declare("wsync_group_state", "1 for the group's state, 0 for the others");
   out.Declare("wsync_group_world_size", "Ranks in the group's formation, wsyncd's included");
-  for (const GroupSnapshot& g : core_->ListGroups()) {
+  const std::vector<GroupSnapshot> groups = groups_.Fresh(options_.groups_wait).value;
+  for (const GroupSnapshot& g : groups) {
     for (GroupState state : {GroupState::kForming, GroupState::kReady, GroupState::kUpdating,
                              GroupState::kBroken, GroupState::kDestroyed}) {
       out.Add("wsync_group_state",
@@ -89,19 +96,38 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   out.Declare("wsync_engine_needs_full_version",
               "1 while the engine waits, paused, for a complete update");
   out.Declare("wsync_engine_error_info", "1 for each engine whose last probe failed, with why");
-  for (const EngineRow& e : Engines()) {
-    out.Add("wsync_engine_healthy",
-            {{"group", e.group},
-             {"engine", e.endpoint.url},
-             {"kind", std::string(EngineKindName(e.kind))}},
-            e.health.healthy ? 1 : 0);
-    out.Add("wsync_engine_needs_full_version", {{"group", e.group}, {"engine", e.endpoint.url}},
-            e.needs_full_version.empty() ? 0 : 1);
-    if (!e.health.error.empty()) {
-      out.Add("wsync_engine_error_info",
-              {{"group", e.group}, {"engine", e.endpoint.url}, {"error", e.health.error}}, 1);
+  // (group, engine URL) -> the engine's last probe.
+  std::map<std::pair<std::string, std::string>, EngineRow> probed;
+  for (EngineRow& row : engines_.Latest().value) {
+    probed[{row.group, row.endpoint.url}] = std::move(row);
+  }
+  bool unprobed = false;
+  for (const GroupSnapshot& g : groups) {
+    for (const EngineEndpoint& e : g.endpoints) {
+      const Labels labels = {{"group", g.spec.name}, {"engine", e.url}};
+      // Read with the group, so it is as fresh as the group's state.
+      out.Add("wsync_engine_needs_full_version", labels,
+              g.needs_full_version.count(e.url) == 0 ? 0 : 1);
+      auto row = probed.find({g.spec.name, e.url});
+      if (row == probed.end()) {
+        unprobed = true;
+        continue;
+      }
+      const EngineHealth& health = row->second.health;
+      out.Add("wsync_engine_healthy",
+              {{"group", g.spec.name},
+               {"engine", e.url},
+               {"kind", std::string(EngineKindName(g.spec.kind))}},
+              health.healthy ? 1 : 0);
+      if (!health.error.empty()) {
+        out.Add("wsync_engine_error_info",
+                {{"group", g.spec.name}, {"engine", e.url}, {"error", health.error}}, 1);
+      }
     }
   }
+  // Engines never probed (a group made since the last probe) are probed now, in the background:
+  // a later scrape reports them.
+  if (unprobed) engines_.Wake();
 
   std::map<std::pair<int, std::string>, int> slots;
   for (const SlotRow& row : core_->ListBuffers()) {

@@ -1,11 +1,11 @@
 #ifndef WSYNC_DAEMON_METRICS_STATE_COLLECTOR_H_
 #define WSYNC_DAEMON_METRICS_STATE_COLLECTOR_H_
 
-#include <mutex>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/metrics/background_sampler.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
@@ -13,40 +13,50 @@ namespace wsync {
 
 // What the daemon holds now, read from the core at each scrape:
 //
-//   wsync_up{mode}                                      1 (the mode: cuda or host)
-//   wsync_draining                                      1 while draining
-//   wsync_sessions                                      trainer sessions open
-//   wsync_updates_running                               updates begun and not ended
-//   wsync_group_state{group,state}                      1 for the group's state, 0 for the others
-//   wsync_group_world_size{group}                       ranks in the group's formation
-//   wsync_engine_healthy{group,engine,kind}             1 if the engine answered its health probe
-//   wsync_engine_needs_full_version{group,engine}       1 while it waits, paused, for a full
-//   version wsync_engine_error_info{group,engine,error}         1, for an engine whose last probe
-//   failed wsync_slots{device,state}                           slots per state (free, filling,
-//   queued,
-//                                                       sending)
-//   wsync_device_memory_held_bytes{device}              GPU (host: shared) memory the slots hold
-//   wsync_store_connections                             TCPStore connections open
-//   wsync_nccl_library_info{library,version}            1 per NCCL library loaded
+//   wsync_up{mode}                                1 (the mode: cuda or host)
+//   wsync_draining                                1 while draining
+//   wsync_sessions                                trainer sessions open
+//   wsync_updates_running                         updates begun and not ended
+//   wsync_group_state{group,state}                1 for the group's state, 0 for the others
+//   wsync_group_world_size{group}                 ranks in the group's formation
+//   wsync_engine_healthy{group,engine,kind}       1 if the engine answered its last health probe
+//   wsync_engine_needs_full_version{group,engine} 1 while it waits, paused, for a full version
+//   wsync_engine_error_info{group,engine,error}   1, for an engine whose last probe failed
+//   wsync_slots{device,state}                     slots per state (free, filling, queued, sending)
+//   wsync_device_memory_held_bytes{device}        GPU (host: shared) memory the slots hold
+//   wsync_store_connections                       TCPStore connections open
+//   wsync_nccl_library_info{library,version}      1 per NCCL library loaded
 //
-// Engine health costs an HTTP request per engine, so it is probed at most once per
-// `engine_probe_interval` however often the daemon is scraped.
+// A scrape never waits on an engine: engine health (an HTTP request per engine) is probed in a
+// thread of the collector's own every `engine_probe_interval`, and at once when a scrape finds
+// engines that were never probed (a group was made), and each scrape reports the last probe.
+// The groups are read in another such thread: a group holds its lock while it forms (probing and
+// joining its engines), so a scrape waits at most `groups_wait` for a fresh read of them and
+// otherwise reports the last one.
 class StateCollector final : public prometheus::Collectable {
  public:
-  explicit StateCollector(DaemonCore* core,
-                          absl::Duration engine_probe_interval = absl::Seconds(10))
-      : core_(core), engine_probe_interval_(engine_probe_interval) {}
+  struct Options {
+    absl::Duration engine_probe_interval = absl::Seconds(10);
+    absl::Duration groups_wait = absl::Seconds(1);
+  };
+
+  explicit StateCollector(DaemonCore* core) : StateCollector(core, Options()) {}
+  StateCollector(DaemonCore* core, Options options);
+  ~StateCollector() override { Stop(); }
+
+  // Starts the probing threads.
+  void Start();
+  // Ends them, after a probe in flight (bounded by the engines' probe timeout); the core may go
+  // after this.
+  void Stop();
 
   std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  std::vector<EngineRow> Engines() const;
-
   DaemonCore* const core_;
-  const absl::Duration engine_probe_interval_;
-  mutable std::mutex mu_;
-  mutable std::vector<EngineRow> engines_;
-  mutable absl::Time engines_probed_ = absl::InfinitePast();
+  const Options options_;
+  mutable BackgroundSampler<std::vector<GroupSnapshot>> groups_;
+  mutable BackgroundSampler<std::vector<EngineRow>> engines_;
 };
 
 }  // namespace wsync

@@ -53,6 +53,16 @@ class MetricsTest(HostWsyncdCase):
                 samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
         return samples
 
+    def scrape_until(self, key, timeout=10):
+        """Scrapes until `key` is among the samples (engine health comes from a probe in the
+        background, which a new group's first scrape only starts); the last scrape."""
+        deadline = time.time() + timeout
+        samples = self.scrape()
+        while key not in samples and time.time() < deadline:
+            time.sleep(0.1)
+            samples = self.scrape()
+        return samples
+
     def knobs(self, **knobs):
         sim_knobs(self.engine_port, **knobs)
 
@@ -61,7 +71,8 @@ class MetricsTest(HostWsyncdCase):
             return client.push(model, version=version, group="g")
 
     def test_a_committed_update_is_counted_with_its_bytes_buckets_and_phases(self):
-        before = self.scrape()
+        before = self.scrape_until(("wsync_engine_healthy",
+                                    (("engine", self.url), ("group", "g"), ("kind", "sglang"))))
         self.assertEqual(before[("wsync_up", (("mode", "host"),))], 1)
         self.assertEqual(before[("wsync_group_state", (("group", "g"), ("state", "ready")))], 1)
         self.assertEqual(before[("wsync_group_world_size", (("group", "g"),))], 3)

@@ -86,7 +86,7 @@ class FaultMatrix : public ::testing::Test {
     int inputs = 1;
   };
 
-  void StartCluster(std::vector<std::string> extra_flags = {}) {
+  void StartCluster(std::vector<std::string> extra_flags = {}, int control_timeout_s = 5) {
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     dir_ = absl::StrCat(::testing::TempDir(), "/wsync-faults-", ::getpid(), "-", name);
     cluster_ = std::make_unique<RealCluster>(ClusterOptions{
@@ -94,6 +94,7 @@ class FaultMatrix : public ::testing::Test {
         .sim_bin = WSYNC_SIM_BIN,
         .dir = dir_,
         .bucket_timeout_s = 3,
+        .control_timeout_s = control_timeout_s,
         .extra_flags = std::move(extra_flags),
     });
     ASSERT_TRUE(cluster_->Start().ok()) << cluster_->DaemonLog();
@@ -702,6 +703,76 @@ TEST_F(FaultMatrix, HugeAndForgedTensorNames) {
       << "a forged log line";
   EXPECT_LT(SampleResources(cluster_->daemon_pid()).rss_kib - rss_before, 128 * 1024)
       << "9 refused buckets of 16 MiB names are not kept";
+}
+
+// Engine `url`'s row as `wsyncctl engines` reads it, timed.
+struct EngineView {
+  absl::Status listed;
+  v1::EngineInfo engine;
+  double seconds = 0;
+};
+EngineView ListEngine(RealCluster& cluster, const std::string& url) {
+  EngineView view;
+  v1::ListEnginesResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  const absl::Time t0 = absl::Now();
+  grpc::Status g = cluster.admin().admin()->ListEngines(&ctx, v1::ListEnginesRequest(), &resp);
+  view.seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  view.listed = absl::Status(static_cast<absl::StatusCode>(g.error_code()), g.error_message());
+  for (const v1::EngineInfo& e : resp.engines()) {
+    if (e.url() == url) view.engine = e;
+  }
+  return view;
+}
+
+// An engine whose every answer turns into a chunked body without end: the operator's view of the
+// engines (its health probe) reads at most the route's limit, names the route and the limit,
+// and wsyncd stays up; the engine answering again, the next update goes through.
+TEST_F(FaultMatrix, EngineAnswersWithoutEnd) {
+  StartCluster();
+  RunRounds([&](int) {
+    EXPECT_TRUE(
+        cluster_
+            ->SetKnobs(1, {{"oversize_routes", nlohmann::json::array({"*"})}, {"oversize_mib", 0}})
+            .ok());
+    const EngineView view = ListEngine(*cluster_, cluster_->engine_url(1));
+    EXPECT_TRUE(view.listed.ok()) << view.listed;
+    EXPECT_FALSE(view.engine.healthy());
+    EXPECT_THAT(view.engine.last_error(),
+                HasSubstr(absl::StrCat("GET ", cluster_->engine_url(1),
+                                       "/get_server_info: the answer's body is longer than 1 MiB, "
+                                       "the most wsyncd reads from this route")));
+    EXPECT_TRUE(cluster_->SetKnobs(1, {{"oversize_routes", nlohmann::json::array()}}).ok());
+    Injected got;
+    got.detection_s = view.seconds;
+    got.detected_as = CodeAndMessage(absl::FailedPreconditionError(view.engine.last_error()));
+    return got;
+  });
+}
+
+// An engine that answers one byte every 3 s: each of its health probes ends at the request's
+// deadline (2 s here, for the whole request, not per read), so `wsyncctl engines` answers,
+// naming it unreachable.
+TEST_F(FaultMatrix, EngineTricklesItsAnswers) {
+  StartCluster({}, /*control_timeout_s=*/2);
+  RunRounds([&](int) {
+    EXPECT_TRUE(
+        cluster_
+            ->SetKnobs(1, {{"trickle_routes", nlohmann::json::array({"*"})}, {"trickle_ms", 3000}})
+            .ok());
+    const EngineView view = ListEngine(*cluster_, cluster_->engine_url(1));
+    EXPECT_TRUE(view.listed.ok()) << view.listed;
+    EXPECT_FALSE(view.engine.healthy());
+    EXPECT_EQ(view.engine.last_error(), absl::StrCat("GET ", cluster_->engine_url(1),
+                                                     "/get_server_info: engine unreachable"));
+    EXPECT_LT(view.seconds, 2 + 3.0) << "the probe's deadline is 2 s for the whole request";
+    EXPECT_TRUE(cluster_->SetKnobs(1, {{"trickle_routes", nlohmann::json::array()}}).ok());
+    Injected got;
+    got.detection_s = view.seconds;
+    got.detected_as = CodeAndMessage(absl::UnavailableError(view.engine.last_error()));
+    return got;
+  });
 }
 
 std::string Seconds(double s) {

@@ -87,7 +87,7 @@ absl::Status RealCluster::StartDaemon() {
                                    "--bucket-timeout",
                                    std::to_string(options_.bucket_timeout_s),
                                    "--control-timeout",
-                                   "5",
+                                   std::to_string(options_.control_timeout_s),
                                    "--advertise-address",
                                    "127.0.0.1"};
   argv.insert(argv.end(), options_.extra_flags.begin(), options_.extra_flags.end());

@@ -25,6 +25,8 @@ struct ClusterOptions {
   std::string dir;
   // Seconds a bucket may take: how long a hung engine holds an update.
   int bucket_timeout_s = 3;
+  // Seconds an engine control call may take (health probes: at most 5).
+  int control_timeout_s = 5;
   std::vector<std::string> extra_flags;
 };
 

@@ -244,6 +244,10 @@ class SglangSim::UpdateTurn {
 };
 
 void SglangSim::Routes() {
+  server_->SetShaper([this](const SimHttpRequest& req, SimHttpResponse& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    knobs_.delivery.Apply(req, res);
+  });
   server_->Get("/health", [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 200; });
   if (knobs_.lmdeploy) LmdeployRoutes();
   if (!knobs_.lmdeploy)
@@ -548,6 +552,11 @@ void SglangSim::Routes() {
     knobs_.fail_destroy = body.value("fail_destroy", knobs_.fail_destroy);
     knobs_.corrupt_tensor = body.value("corrupt_tensor", knobs_.corrupt_tensor);
     knobs_.data_plane = body.value("data_plane", knobs_.data_plane);
+    SimDeliveryKnobs& d = knobs_.delivery;
+    d.oversize_routes = body.value("oversize_routes", d.oversize_routes);
+    d.oversize_mib = body.value("oversize_mib", d.oversize_mib);
+    d.trickle_routes = body.value("trickle_routes", d.trickle_routes);
+    d.trickle_ms = body.value("trickle_ms", d.trickle_ms);
     Reply(res, 200, {{"updates_received", updates_.load()}});
   });
 }

@@ -61,6 +61,8 @@ struct SimKnobs {
   bool lmdeploy = false;
   // LMDeploy on another backend (turbomind): its disaggregated routes answer 501.
   bool backend_501 = false;
+  // Oversized or trickled answers, by route.
+  SimDeliveryKnobs delivery{};
 };
 
 class SglangSim {

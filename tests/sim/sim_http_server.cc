@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/beast/http/status.hpp>
 #include <cerrno>
 
@@ -15,6 +16,19 @@ namespace {
 namespace http = boost::beast::http;
 
 }  // namespace
+
+void SimDeliveryKnobs::Apply(const SimHttpRequest& request, SimHttpResponse& response) const {
+  if (request.path.rfind("/sim/", 0) == 0) return;
+  auto named = [&](const std::vector<std::string>& routes) {
+    return std::find(routes.begin(), routes.end(), request.path) != routes.end() ||
+           std::find(routes.begin(), routes.end(), "*") != routes.end();
+  };
+  if (named(oversize_routes)) {
+    response.oversize = true;
+    response.oversize_bytes = static_cast<uint64_t>(std::max(oversize_mib, 0)) << 20;
+  }
+  if (named(trickle_routes)) response.trickle_ms = std::max(trickle_ms, 1);
+}
 
 SimHttpServer::~SimHttpServer() { Stop(); }
 
@@ -132,13 +146,7 @@ void SimHttpServer::Work(Connection* c) {
       last = c->close_after && c->requests.empty();
     }
     SimHttpResponse response = Dispatch(request);
-    const std::string text = absl::StrCat(
-        "HTTP/1.1 ", response.status, " ",
-        std::string(http::obsolete_reason(static_cast<http::status>(response.status))),
-        "\r\nContent-Type: ", response.content_type, "\r\nContent-Length: ", response.body.size(),
-        last ? "\r\nConnection: close" : "", "\r\n\r\n", response.body);
-    const bool written =
-        WriteAll(c->fd.get(), text.data(), text.size(), absl::Now() + absl::Seconds(30)).ok();
+    const bool written = Write(c, response, last);
     {
       std::lock_guard<std::mutex> lock(c->mu);
       c->handling = 0;
@@ -147,6 +155,42 @@ void SimHttpServer::Work(Connection* c) {
   }
   ::shutdown(c->fd.get(), SHUT_RDWR);
   c->done = true;
+}
+
+bool SimHttpServer::Write(Connection* c, const SimHttpResponse& response, bool last) {
+  const std::string head =
+      absl::StrCat("HTTP/1.1 ", response.status, " ",
+                   std::string(http::obsolete_reason(static_cast<http::status>(response.status))),
+                   "\r\nContent-Type: ", response.content_type,
+                   response.oversize ? "\r\nTransfer-Encoding: chunked"
+                                     : absl::StrCat("\r\nContent-Length: ", response.body.size()),
+                   last ? "\r\nConnection: close" : "", "\r\n\r\n");
+  auto send = [&](const std::string& bytes) {
+    return !stopping_ &&
+           WriteAll(c->fd.get(), bytes.data(), bytes.size(), absl::Now() + absl::Seconds(30)).ok();
+  };
+  if (response.oversize) {
+    // 1 MiB chunks of a JSON string that never closes, until the size is reached or the client
+    // hangs up.
+    constexpr uint64_t kChunk = 1 << 20;
+    const std::string chunk =
+        absl::StrCat("100000\r\n", "\"", std::string(kChunk - 1, 'x'), "\r\n");
+    if (!send(head)) return false;
+    for (uint64_t sent = 0; response.oversize_bytes == 0 || sent < response.oversize_bytes;
+         sent += kChunk) {
+      if (!send(chunk)) return false;
+    }
+    return send("0\r\n\r\n");
+  }
+  const std::string text = head + response.body;
+  if (response.trickle_ms <= 0) return send(text);
+  for (char byte : text) {
+    if (!send(std::string(1, byte))) return false;
+    // Slept in short steps, so that Stop is not held up.
+    const absl::Time next = absl::Now() + absl::Milliseconds(response.trickle_ms);
+    while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(20));
+  }
+  return true;
 }
 
 SimHttpResponse SimHttpServer::Dispatch(const SimHttpRequest& request) {
@@ -158,6 +202,7 @@ SimHttpResponse SimHttpServer::Dispatch(const SimHttpRequest& request) {
     return response;
   }
   it->second(request, response);
+  if (shaper_) shaper_(request, response);
   return response;
 }
 

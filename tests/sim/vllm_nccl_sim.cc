@@ -124,6 +124,8 @@ VllmNcclSim::~VllmNcclSim() { Stop(); }
 
 absl::StatusOr<int> VllmNcclSim::Start(const std::string& host, int port) {
   server_ = std::make_unique<SimHttpServer>();
+  server_->SetShaper(
+      [this](const SimHttpRequest& req, SimHttpResponse& res) { knobs_.delivery.Apply(req, res); });
   Routes();
   return server_->Start(host, port);
 }

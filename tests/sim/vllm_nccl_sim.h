@@ -47,6 +47,8 @@ struct VllmSimKnobs {
   // The first worker keeps this tensor with its first byte flipped: weights that differ from the
   // trainer's and from every other engine's.
   std::string corrupt_tensor{};
+  // Oversized or trickled answers, by route.
+  SimDeliveryKnobs delivery{};
 };
 
 class VllmNcclSim {

@@ -39,12 +39,17 @@ class HttpMessageReader {
       pending_.erase(0, used);
       if (!had_header) header_bytes_ += used;
       if (ec == boost::beast::http::error::need_more) break;
+      if (ec == boost::beast::http::error::body_limit ||
+          ec == boost::beast::http::error::header_limit) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("HTTP message over a limit: ", ec.message()));
+      }
       if (ec) return absl::InvalidArgumentError(absl::StrCat("malformed HTTP: ", ec.message()));
       // Beast holds a header to its limit only when the header came in more than one read; the
       // same answer is refused however the network cut it.
       if (!had_header && parser_->is_header_done() && header_bytes_ > header_limit_) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("malformed HTTP: a header longer than ", header_limit_, " bytes"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "HTTP message over a limit: a header longer than ", header_limit_, " bytes"));
       }
       if (!parser_->is_done()) {
         // The header is whole and its Content-Length within the body limit: the body may now
@@ -60,9 +65,26 @@ class HttpMessageReader {
     // size line or a trailer still incomplete. It bounds the header, but not the other two (a
     // chunk extension, a trailer field): the peer could have this buffer grow without end.
     if (pending_.size() > header_limit_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "malformed HTTP: a header, chunk line or trailer longer than ", header_limit_, " bytes"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("HTTP message over a limit: a header, chunk line or trailer longer than ",
+                       header_limit_, " bytes"));
     }
+    return absl::OkStatus();
+  }
+
+  // The peer closed the connection. A message whose body runs until the close (neither
+  // Content-Length nor chunked) ends here; one cut short is an error. Nothing to end is no error.
+  absl::Status FeedEof(std::vector<Message>* out) {
+    if (idle()) return absl::OkStatus();
+    boost::beast::error_code ec;
+    parser_->put_eof(ec);
+    if (ec || !parser_->is_done()) {
+      return absl::UnavailableError(
+          absl::StrCat("the connection closed in the middle of an HTTP message",
+                       ec ? absl::StrCat(" (", ec.message(), ")") : std::string()));
+    }
+    out->push_back(parser_->release());
+    Reset();
     return absl::OkStatus();
   }
 
