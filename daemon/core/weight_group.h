@@ -14,6 +14,7 @@
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/core/engine_group_name.h"
 #include "daemon/core/group_record.h"
 #include "daemon/core/group_spec.h"
 #include "daemon/core/transport.h"
@@ -29,12 +30,9 @@ struct GroupOptions {
   TransportOptions transport;
   AdapterTimeouts timeouts;
   // This wsyncd's incarnation id, fresh at each start: the engines know a group as
-  // "<name>.<incarnation>" ("" keeps the bare name, for tests).
+  // "<name>.<incarnation>.<token>" (EngineGroupName; "" keeps the bare name, for tests).
   std::string incarnation;
 };
-
-// The name the engines know group `name` by in incarnation `incarnation`.
-std::string EngineGroupName(const std::string& name, const std::string& incarnation);
 
 struct EngineRow {
   std::string group;
