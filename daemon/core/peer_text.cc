@@ -1,7 +1,10 @@
 #include "daemon/core/peer_text.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/core/engine_group_name.h"
 
 namespace wsync {
 namespace {
@@ -54,8 +57,13 @@ absl::Status CheckPeerLabel(absl::string_view what, absl::string_view text, size
   return absl::OkStatus();
 }
 
-std::string SanitizePeerText(absl::string_view text, size_t max_bytes) {
-  const bool cut = text.size() > max_bytes;
+std::string SanitizePeerText(absl::string_view raw, size_t max_bytes) {
+  // A peer may quote an engine group's name (SGLang lists the groups it holds): its token goes no
+  // further. Hidden before the cut, so that a cut never leaves part of a token.
+  const size_t window = max_bytes + std::min(kEngineGroupTokenChars + 1, SIZE_MAX - max_bytes);
+  const std::string redacted = RedactEngineGroupTokens(raw.substr(0, window));
+  absl::string_view text = redacted;
+  const bool cut = raw.size() > window || text.size() > max_bytes;
   if (cut) text = text.substr(0, max_bytes);
   std::string out;
   out.reserve(text.size() + 3);

@@ -26,6 +26,7 @@ inline constexpr size_t kMaxReasonBytes = 1024;
 absl::Status CheckPeerLabel(absl::string_view what, absl::string_view text, size_t max_bytes);
 // `text` cut to `max_bytes` (marked "...") with control characters, and bytes that do not form
 // well-formed UTF-8 (so also a character the cut split), written as \xNN: always valid UTF-8.
+// Engine group tokens in it are hidden (RedactEngineGroupTokens).
 std::string SanitizePeerText(absl::string_view text, size_t max_bytes = kMaxReasonBytes);
 
 }  // namespace wsync

@@ -48,6 +48,13 @@ uint16_t StorePort(const std::string& address) {
   return static_cast<uint16_t>(port);
 }
 
+// Names an earlier wsyncd gave the group, as logs and callers see them (ShownEngineGroup).
+std::string ShownNames(const std::vector<std::string>& names) {
+  std::vector<std::string> shown;
+  for (const std::string& n : names) shown.push_back(ShownEngineGroup(n));
+  return absl::StrJoin(shown, "', '");
+}
+
 std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAdapter>>& owned) {
   std::vector<EngineAdapter*> out;
   for (const auto& a : owned) out.push_back(a.get());
@@ -55,10 +62,6 @@ std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAda
 }
 
 }  // namespace
-
-std::string EngineGroupName(const std::string& name, const std::string& incarnation) {
-  return incarnation.empty() ? name : absl::StrCat(name, ".", incarnation);
-}
 
 std::string FeedName(const TrainerFeed& feed) {
   if (feed.gpu_uuid.empty()) return absl::StrCat("device ", feed.device);
@@ -236,9 +239,9 @@ void WeightGroup::NumberRanksLocked(const std::vector<size_t>& members) {
 }
 
 std::string WeightGroup::RestartNoteLocked(const std::string& url) const {
-  return absl::StrCat(
-      "engine ", url, " failed to join after wsyncd restarted and may still hold the group '",
-      absl::StrJoin(stale_engine_groups_, "', '"), "' an earlier wsyncd made: restart it");
+  return absl::StrCat("engine ", url,
+                      " failed to join after wsyncd restarted and may still hold the group '",
+                      ShownNames(stale_engine_groups_), "' an earlier wsyncd made: restart it");
 }
 
 absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members) {
@@ -317,7 +320,7 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
   if (!stale.ok()) {
     WSYNC_LOG(Warning, "group ", spec_.name,
               ": cannot ask the earlier engines to drop the group(s) '",
-              absl::StrJoin(stale_engine_groups_, "', '"), "': ", stale.status().message());
+              ShownNames(stale_engine_groups_), "': ", stale.status().message());
     return;
   }
   stale_ = std::move(*stale);
@@ -356,21 +359,22 @@ void WeightGroup::LeaveStaleLocked() {
   // Asked before every formation until one succeeds: an engine down now is asked again.
   for (const std::string& name : stale_engine_groups_) {
     const std::vector<absl::Status> results = stale_->transport_->LeaveStale(name);
+    const std::string shown = ShownEngineGroup(name);
     for (size_t i = 0; i < results.size(); ++i) {
       const std::string& url = stale_->spec_.engines[i].url;
       if (results[i].ok()) {
-        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, " dropped the group '", name,
+        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, " dropped the group '", shown,
                   "' an earlier wsyncd left");
       } else if (results[i].code() == absl::StatusCode::kUnimplemented) {
         stale_notes_[url] = absl::StrCat(
-            "engine ", url, " has no route to drop the group '", name,
+            "engine ", url, " has no route to drop the group '", shown,
             "' an earlier wsyncd left; if it still holds it, it refuses to join: restart it");
         WSYNC_LOG(Warning, "group ", spec_.name, ": ", stale_notes_[url]);
       } else {
         // Most often the engine held no such group (it restarted too, or dropped it at an
         // earlier try), or is down.
-        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, ": dropping the group '", name,
-                  "' an earlier wsyncd left: ", results[i].message());
+        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, ": dropping the group '", shown,
+                  "' an earlier wsyncd left: ", RedactEngineGroupTokens(results[i].message()));
       }
     }
   }

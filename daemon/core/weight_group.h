@@ -17,6 +17,7 @@
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/core/engine_group_name.h"
 #include "daemon/core/group_record.h"
 #include "daemon/core/group_spec.h"
 #include "daemon/core/transport.h"
@@ -32,15 +33,12 @@ struct GroupOptions {
   TransportOptions transport;
   AdapterTimeouts timeouts;
   // This wsyncd's incarnation id, fresh at each start: the engines know a group as
-  // "<name>.<incarnation>" ("" keeps the bare name, for tests).
+  // "<name>.<incarnation>.<token>" (EngineGroupName; "" keeps the bare name, for tests).
   std::string incarnation;
   // How often a quorum group asks the engines it went without, in the background, whether they
   // answer again (the next update then forms the group again with them).
   absl::Duration left_out_check_interval = absl::Seconds(5);
 };
-
-// The name the engines know group `name` by in incarnation `incarnation`.
-std::string EngineGroupName(const std::string& name, const std::string& incarnation);
 
 struct EngineRow {
   std::string group;

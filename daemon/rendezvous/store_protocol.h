@@ -50,9 +50,10 @@ struct StoreLimits {
   absl::Duration handshake_timeout = absl::Seconds(10);
   // From a request's first byte to its last, and for a reply to drain.
   absl::Duration frame_timeout = absl::Seconds(30);
-  // A validated connection that never registered ("init/") and has no WAIT pending is closed
-  // after this long without a request. Registered engine ranks are never closed for idling:
-  // their connection is how the daemon sees the engine is alive.
+  // A validated connection the store does not hold (StoreState::Holds: an engine rank, or one
+  // that ADDed "init/" while ranks are still awaited) is closed after this long without a
+  // request, WAIT pending or not. Engine ranks are never closed for idling: their connection is
+  // how the daemon sees the engine is alive.
   absl::Duration idle_timeout = absl::Seconds(120);
 };
 

@@ -22,6 +22,10 @@ void StoreState::Close(uint64_t connection) {
   auto it = clients_.find(connection);
   if (it == clients_.end()) return;
   DropWait(connection, it->second);
+  if (it->second.registered) {
+    --registered_open_;
+    if (ranks_left_.size() < kMaxRanksLeft) ranks_left_.push_back(it->second.pid);
+  }
   clients_.erase(it);
 }
 
@@ -32,7 +36,7 @@ void StoreState::DropWait(uint64_t connection, Client& client) {
     w->second.erase(connection);
     if (w->second.empty()) waiters_.erase(w);
   }
-  waited_keys_ -= client.waiting_for.size();
+  if (!client.registered) unranked_waited_keys_ -= client.waiting_for.size();
   client.waiting_for.clear();
 }
 
@@ -43,7 +47,7 @@ void StoreState::KeyCreated(const std::string& key) {
     auto c = clients_.find(connection);
     if (c == clients_.end()) continue;
     c->second.waiting_for.erase(key);
-    --waited_keys_;
+    if (!c->second.registered) --unranked_waited_keys_;
     if (c->second.waiting_for.empty()) woken_.push_back(connection);
   }
   waiters_.erase(w);
@@ -96,6 +100,10 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
     return false;
   };
   if (writes_daemon_key()) return fail("a client may not change a key wsyncd published");
+  if (std::string refused = AdmitByPrefix(client, r); !refused.empty()) return fail(refused);
+  if (!client.registered && ReadsDaemonKey(r)) {
+    return fail("a connection that is not an engine rank may not read a key wsyncd published");
+  }
   switch (r.command) {
     case StoreCommand::kValidate:
       return fail("a second VALIDATE");
@@ -138,12 +146,13 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
     case StoreCommand::kAdd: {
       const std::string& key = r.keys[0];
       if (key == kInitKey) {
-        // torch registers each store client once, with 1. Anything else would let one
+        // torch announces each store client once, with 1. Anything else would let one
         // connection count as several ranks, or a rank that left be counted as present.
-        if (r.delta != 1 || client.registered) {
+        if (r.delta != 1 || client.announced) {
           return fail("ADD to \"init/\" other than one registration of 1");
         }
-        if (registered_open() >= max_registered_) {
+        // Without a rank prefix the announcement is all there is to go by.
+        if (rank_prefix_.empty() && registered_open_ >= max_registered_) {
           return fail(absl::StrCat("all ", max_registered_, " engine ranks are registered"));
         }
       }
@@ -156,7 +165,10 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
                                      static_cast<uint64_t>(r.delta));  // wraps as torch's does
       if (!put(key, std::to_string(current))) return out;
       if (client.added.size() < kMaxAddedKeysPerClient) client.added.insert(key);
-      if (key == kInitKey) client.registered = true;
+      if (key == kInitKey) {
+        client.announced = true;
+        if (rank_prefix_.empty()) (void)Register(client);
+      }
       AppendI64(&out.reply, current);
       return out;
     }
@@ -173,15 +185,17 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
         out.reply.push_back(kStopWaiting);
         return out;
       }
-      if (waited_keys_ + missing.size() > kMaxWaitedKeys) {
-        return fail(absl::StrCat("pending WAITs would wait for more than ", kMaxWaitedKeys,
-                                 " missing keys"));
+      if (!client.registered) {
+        if (unranked_waited_keys_ + missing.size() > kMaxWaitedKeys) {
+          return fail(absl::StrCat("pending WAITs would wait for more than ", kMaxWaitedKeys,
+                                   " missing keys"));
+        }
+        unranked_waited_keys_ += missing.size();
       }
       for (const auto& k : missing) {
         if (unpublished_waits_.size() < kMaxUnpublishedWaits) unpublished_waits_.insert(k);
         waiters_[k].insert(connection);
       }
-      waited_keys_ += missing.size();
       client.waiting_for = std::move(missing);
       return out;
     }
@@ -253,6 +267,38 @@ StoreState::Outcome StoreState::Run(uint64_t connection, Client& client, const S
   }
   (void)connection;
   return fail("unknown command");
+}
+
+bool StoreState::UnderRankPrefix(const std::string& key) const {
+  return !rank_prefix_.empty() && absl::StartsWith(key, rank_prefix_);
+}
+
+std::string StoreState::AdmitByPrefix(Client& client, const StoreRequest& r) {
+  if (client.registered || rank_prefix_.empty()) return "";
+  for (const std::string& k : r.keys) {
+    if (UnderRankPrefix(k)) return Register(client);
+  }
+  return "";
+}
+
+std::string StoreState::Register(Client& client) {
+  if (client.registered) return "";
+  if (registered_open_ >= max_registered_) {
+    return absl::StrCat("all ", max_registered_, " engine ranks are registered");
+  }
+  // What it waits for now counts as a rank's.
+  unranked_waited_keys_ -= client.waiting_for.size();
+  client.registered = true;
+  ++registered_open_;
+  return "";
+}
+
+bool StoreState::ReadsDaemonKey(const StoreRequest& r) const {
+  if (r.command != StoreCommand::kGet && r.command != StoreCommand::kMultiGet) return false;
+  for (const std::string& k : r.keys) {
+    if (DaemonOwned(k)) return true;
+  }
+  return false;
 }
 
 absl::Status StoreState::Put(const std::string& key, std::string value) {
@@ -345,11 +391,20 @@ bool StoreState::Registered(uint64_t connection) const {
   return it != clients_.end() && it->second.registered;
 }
 
-size_t StoreState::registered_open() const {
+bool StoreState::Holds(uint64_t connection) const {
+  auto it = clients_.find(connection);
+  if (it == clients_.end()) return false;
+  if (it->second.registered) return true;
+  return it->second.announced && !rank_prefix_.empty() && registered_open_ < max_registered_;
+}
+
+size_t StoreState::announced_open() const {
   size_t n = 0;
-  for (const auto& [connection, client] : clients_) n += client.registered ? 1 : 0;
+  for (const auto& [connection, client] : clients_) n += client.announced ? 1 : 0;
   return n;
 }
+
+std::vector<uint32_t> StoreState::RanksLeft() const { return ranks_left_; }
 
 std::vector<std::string> StoreState::UnpublishedWaits() const {
   return std::vector<std::string>(unpublished_waits_.begin(), unpublished_waits_.end());

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -103,6 +104,7 @@ TcpStoreServer::TcpStoreServer(UniqueFd listen_fd, uint16_t port, Options option
       port_(port),
       state_(options_.limits) {
   state_.set_max_registered(options_.max_registered);
+  state_.set_rank_prefix(options_.rank_prefix);
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -342,7 +344,7 @@ void TcpStoreServer::CloseConnection(uint64_t serial, const std::string& why,
   }
   if (!why.empty()) {
     WSYNC_LOG(Warning, "store :", port_, ": closing the connection from ", it->second->peer, ": ",
-              why);
+              Redacted(why));
   }
   --g_open_connections;
   connections_.erase(it);
@@ -369,7 +371,7 @@ absl::Time TcpStoreServer::EnforceDeadlines(absl::Time now) {
                                "the client stopped reading its replies");
       }
       if (conn->validated && conn->buffered() == 0 && conn->unsent() == 0 &&
-          !state_.Registered(serial)) {
+          !state_.Holds(serial)) {
         deadlines.emplace_back(conn->last_request + l.idle_timeout, "idle, and not an engine rank");
       }
       for (auto& [when, why] : deadlines) {
@@ -410,6 +412,23 @@ size_t TcpStoreServer::ErasePrefix(absl::string_view prefix) {
 size_t TcpStoreServer::RegisteredOpen() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.registered_open();
+}
+
+size_t TcpStoreServer::AnnouncedOpen() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.announced_open();
+}
+
+std::vector<uint32_t> TcpStoreServer::RanksLeft() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.RanksLeft();
+}
+
+std::string TcpStoreServer::Redacted(std::string text) const {
+  for (const auto& [hidden, shown] : options_.log_redactions) {
+    if (!hidden.empty()) text = absl::StrReplaceAll(text, {{hidden, shown}});
+  }
+  return text;
 }
 
 int64_t TcpStoreServer::InitCount() const {

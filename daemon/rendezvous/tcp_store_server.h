@@ -39,8 +39,14 @@ class TcpStoreServer {
     StoreLimits limits;
     // Peer IPs (numeric, as PeerIp gives them) allowed to connect; empty lets any peer in.
     std::set<std::string> allowed_peers;
-    // Connections that may be registered at once: the group's engine ranks.
+    // Connections that may be engine ranks at once: the group's engine ranks.
     size_t max_registered = SIZE_MAX;
+    // Keys under this prefix name the group; with one, a connection is admitted as an engine
+    // rank by naming such a key, not by ADDing "init/" (StoreState::set_rank_prefix).
+    std::string rank_prefix;
+    // Text the store's log lines never carry (the group's name, which admits a rank), each
+    // replaced by the text it maps to.
+    std::map<std::string, std::string> log_redactions;
   };
 
   // Why connections were turned away or closed, for diagnosis and tests.
@@ -66,10 +72,14 @@ class TcpStoreServer {
   absl::Status Set(const std::string& key, std::string value);
   std::optional<std::string> Get(const std::string& key) const;
   size_t ErasePrefix(absl::string_view prefix);
-  // The value of the "init/" counter: how many registrations there have been.
+  // The value of the "init/" counter: how many ADDs to it there have been.
   int64_t InitCount() const;
-  // Open connections that registered (ADDed 1 to "init/" once): the engine ranks present now.
+  // Open connections that are engine ranks (StoreState::Registered): the ranks present now.
   size_t RegisteredOpen() const;
+  // Open connections that ADDed 1 to "init/": every torch client does when it connects.
+  size_t AnnouncedOpen() const;
+  // PING nonces (pids) of engine ranks whose connection closed since they registered.
+  std::vector<uint32_t> RanksLeft() const;
   // PING nonces (client pids) of validated connections that are open now.
   std::vector<uint32_t> ConnectedPids() const;
   // PING nonces of connections that have fetched the key.
@@ -106,6 +116,8 @@ class TcpStoreServer {
   // Queues STOP_WAITING for every connection whose WAIT was satisfied (under mu_).
   void QueueWokenLocked();
   void CloseConnection(uint64_t serial, const std::string& why, uint64_t Counters::*counter);
+  // `text` with options_.log_redactions applied.
+  std::string Redacted(std::string text) const;
   // The earliest deadline of any connection, closing those already past it.
   absl::Time EnforceDeadlines(absl::Time now);
   void Wake();

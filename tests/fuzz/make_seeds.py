@@ -73,6 +73,14 @@ write("store_protocol", "bytewise",
       b"".join(bytes([3]) + b"\x01" + bytes([c]) for c in (VALIDATE + frame(1, s("/k"), s("v")))))
 write("store_protocol", "not-torch", arrive(0, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
 write("store_protocol", "oversize-value", arrive(0, VALIDATE + frame(1, s("/k"), u64(1 << 20))))
+# With the rank prefix "/g/" ('P'): two strangers ADD "init/" and wait for keys first, then the
+# engine's two ranks connect and fetch the id, which makes them ranks.
+stranger = (VALIDATE + frame(13, struct.pack("<I", 9)) + frame(4, s("init/"), u64(1)) +
+            frame(6, u64(1), s("/policy/policy//cuda//0")))
+write("store_protocol", "prefix-strangers-first",
+      b"P" + daemon_set(ID_KEY, b"\x01" * 128) + arrive(0, stranger) + arrive(1, stranger) +
+      arrive(2, torch_rank + frame(3, s(ID_KEY))) + arrive(3, torch_rank + frame(3, s(ID_KEY))) +
+      bytes([7 * 4]) + bytes([4 * 4 + 0]) + bytes([4 * 4 + 2]))
 write("store_protocol", "erase-prefix",
       daemon_set("/g/a", b"1") + daemon_set("/g/b", b"2") + bytes([6 * 4]) + b"\x02/g")
 

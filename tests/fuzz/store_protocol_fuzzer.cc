@@ -3,8 +3,9 @@
 // applied to one StoreState, with the daemon's own calls (Set, ErasePrefix, the queries) in
 // between. Small limits make every limit reachable.
 //
-// Input: records, each one op byte and its operands. op % 4 names the connection, (op / 4) % 8
-// the action:
+// Input: an optional 'P' (the store has the rank prefix "/g/": a connection becomes an engine
+// rank by naming a key under it, not by ADDing "init/"), then records, each one op byte and its
+// operands. op % 4 names the connection, (op / 4) % 8 the action:
 //   0-3  bytes arrive on the connection: one length byte n, then n bytes (the connection opens
 //        again if it was closed);
 //   4    the client closes the connection;
@@ -17,7 +18,9 @@
 // would hang a client); no request exceeds a limit; no reply exceeds max_reply_bytes; the data
 // the store holds stays within max_data_bytes and its count of them is exact (it returns to zero
 // when everything is erased); woken and registered connections are open ones, and no more
-// connections are registered than the group has engine ranks; keys the daemon set keep its values.
+// connections are registered than the group has engine ranks; a connection is a rank only if it
+// named a key under the rank prefix (with one) or ADDed 1 to "init/" (without); only a rank reads
+// a value the daemon published; keys the daemon set keep its values.
 
 #include <cstddef>
 #include <cstdint>
@@ -69,16 +72,24 @@ class Input {
   size_t pos_ = 0;
 };
 
+constexpr char kRankPrefix[] = "/g/";
+
 struct Connection {
   bool open = false;
   bool validated = false;
   uint64_t serial = 0;
   std::string in;
+  bool named_group = false;  // a request of it named a key under the rank prefix
+  bool announced = false;    // it ADDed 1 to "init/"
 };
 
 class Harness {
  public:
-  Harness() : limits_(FuzzLimits()), state_(limits_) { state_.set_max_registered(kMaxRegistered); }
+  explicit Harness(bool rank_prefix) : limits_(FuzzLimits()), state_(limits_) {
+    state_.set_max_registered(kMaxRegistered);
+    if (rank_prefix) state_.set_rank_prefix(kRankPrefix);
+    rank_prefix_ = rank_prefix;
+  }
 
   void Run(Input& input) {
     while (!input.empty()) {
@@ -126,7 +137,7 @@ class Harness {
 
  private:
   void Open(Connection& c) {
-    c = Connection{true, false, next_serial_++, ""};
+    c = Connection{true, false, next_serial_++, "", false, false};
     state_.Open(c.serial);
   }
 
@@ -171,6 +182,7 @@ class Harness {
         return;
       }
       c.validated = true;
+      CheckRank(c, p.request);
       TakeWoken();
     }
   }
@@ -217,6 +229,25 @@ class Harness {
     }
   }
 
+  // Who is a rank, and what only a rank reads (the request was served).
+  void CheckRank(Connection& c, const StoreRequest& r) {
+    for (const std::string& k : r.keys) {
+      if (rank_prefix_ && k.starts_with(kRankPrefix)) c.named_group = true;
+    }
+    if (r.command == StoreCommand::kAdd && r.keys[0] == StoreState::kInitKey) c.announced = true;
+    const bool rank = state_.Registered(c.serial);
+    FUZZ_CHECK(!rank || (rank_prefix_ ? c.named_group : c.announced),
+               "a rank that neither named the group nor (without a prefix) ADDed \"init/\"");
+    if (r.command == StoreCommand::kGet || r.command == StoreCommand::kMultiGet) {
+      for (const std::string& k : r.keys) {
+        FUZZ_CHECK(rank || published_.count(k) == 0,
+                   absl::StrCat("a connection that is no rank read published key ", k));
+      }
+    }
+    FUZZ_CHECK(!state_.Holds(c.serial) || rank || (rank_prefix_ && c.announced),
+               "a connection held that is neither a rank nor announced");
+  }
+
   void CheckHeld() {
     FUZZ_CHECK(state_.data_bytes() <= limits_.max_data_bytes,
                absl::StrCat(state_.data_bytes(), " bytes held"));
@@ -250,10 +281,12 @@ class Harness {
     }
     FUZZ_CHECK(registered == state_.registered_open(), "registered connections miscounted");
     FUZZ_CHECK(registered <= kMaxRegistered, absl::StrCat(registered, " registered"));
+    FUZZ_CHECK(state_.RanksLeft().size() <= 64, "unbounded ranks that left kept");
   }
 
   const StoreLimits limits_;
   StoreState state_;
+  bool rank_prefix_ = false;
   std::map<std::string, std::string> published_;  // key -> value, as the daemon set them
   Connection connections_[kConnections];
   uint64_t next_serial_ = 1;
@@ -263,8 +296,9 @@ class Harness {
 }  // namespace wsync
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  wsync::Input input(data, size);
-  wsync::Harness harness;
+  const bool rank_prefix = size > 0 && data[0] == 'P';
+  wsync::Input input(data + (rank_prefix ? 1 : 0), size - (rank_prefix ? 1 : 0));
+  wsync::Harness harness(rank_prefix);
   harness.Run(input);
   return 0;
 }

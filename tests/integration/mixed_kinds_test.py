@@ -144,8 +144,8 @@ class MixedKindsTest(unittest.TestCase):
 
         # Each engine knows its group by its own name, and wsyncctl names every engine's kind,
         # version and variant.
-        self.assertRegex(self.state(sglang)["group"], r"^sg\.[0-9a-f]{8}$")
-        self.assertRegex(self.state(lmdeploy)["group"], r"^lm\.[0-9a-f]{8}$")
+        self.assertRegex(self.state(sglang)["group"], r"^sg\.[0-9a-f]{8}\.[0-9a-f]{32}$")
+        self.assertRegex(self.state(lmdeploy)["group"], r"^lm\.[0-9a-f]{8}\.[0-9a-f]{32}$")
         shown = {e["group"]: (e["kind"], e["engine_version"], e["variant"])
                  for e in json.loads(self.ctl("--json", "engines"))["engines"]}
         self.assertEqual(shown, {

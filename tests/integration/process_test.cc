@@ -357,9 +357,9 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   const std::vector<std::string> flags = {"--config", config, "--state-dir", dir_ + "/state"};
   auto daemon = StartDaemon(flags);
   ASSERT_THAT(WaitForGroup("ready"), HasSubstr("ready"));
-  // The engines know the group by its name and this wsyncd's incarnation.
+  // The engines know the group by its name, this wsyncd's incarnation and a secret token.
   const std::string first_group = SimState(pa)["group"];
-  EXPECT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  EXPECT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}\\.[0-9a-f]{32}"));
   EXPECT_EQ(SimState(pb)["group"], first_group);
   auto v1 = SmallModel(1), v2 = SmallModel(2), v3 = SmallModel(3);
   {
@@ -399,10 +399,13 @@ TEST_F(ProcessTest, AWsyncdKilledMidUpdateIsFollowedByOneThatCleansUpAndKeepsMix
   const std::string group = WaitForGroup("ready");
   EXPECT_THAT(group, HasSubstr("ready")) << daemon->Log();
   EXPECT_THAT(group, ::testing::Not(HasSubstr("already initialized")));
-  EXPECT_THAT(daemon->Log(),
-              HasSubstr("dropped the group '" + first_group + "' an earlier wsyncd left"));
+  // Named with its token hidden: the log never holds a token.
+  EXPECT_THAT(daemon->Log(), HasSubstr("dropped the group '" + first_group.substr(0, 15) +
+                                       ".<secret>' an earlier wsyncd left"));
+  EXPECT_THAT(daemon->Log(), ::testing::Not(HasSubstr(first_group.substr(16))));
   const std::string second_group = SimState(pa)["group"];
-  EXPECT_THAT(second_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  EXPECT_THAT(second_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}\\.[0-9a-f]{32}"));
+  EXPECT_THAT(daemon->Log(), ::testing::Not(HasSubstr(second_group.substr(16))));
   EXPECT_NE(second_group, first_group);
   // A fresh store port too, recorded for the incarnation after this one.
   auto listed = nlohmann::json::parse(Ctl({"--json", "group", "policy"}).second);
@@ -542,9 +545,11 @@ TEST_F(ProcessTest, AnEngineThatCannotJoinAfterARestartIsNamedAsNeedingOne) {
   const std::string group = WaitForGroup("broken");
   EXPECT_THAT(group, HasSubstr("broken")) << daemon->Log();
   // By name: b needs a restart, and why; a joined (then left the failed formation) and does not.
+  // The group is named with its token hidden, there and in the log.
   const std::string needs =
       "engine " + url_b + " failed to join after wsyncd restarted and may still hold the group '" +
-      first_group + "' an earlier wsyncd made: restart it";
+      first_group.substr(0, 15) + ".<secret>' an earlier wsyncd made: restart it";
+  EXPECT_THAT(daemon->Log(), ::testing::Not(HasSubstr(first_group.substr(16))));
   EXPECT_THAT(group, HasSubstr(needs));
   auto [erc, engines] = Ctl({"engines"});
   EXPECT_EQ(erc, 0);

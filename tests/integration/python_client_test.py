@@ -304,8 +304,8 @@ class LmdeployNcclTest(SimFixture):
         self.assertEqual(state["sleep_log"],
                          ["sleep level=1", "wakeup tags=weights", "wakeup tags=kv_cache"] * 3)
         self.assertFalse(state["sleeping"])
-        # group_name on every route: the group's name and wsyncd's incarnation.
-        self.assertRegex(state["group"], r"^policy\.[0-9a-f]{8}$")
+        # group_name on every route: the group's name, wsyncd's incarnation and a secret token.
+        self.assertRegex(state["group"], r"^policy\.[0-9a-f]{8}\.[0-9a-f]{32}$")
         # No version route: the routes the probe read stand in for one.
         listed = subprocess.run([CTL, "--socket", self.sock, "--json", "engines"],
                                 capture_output=True, text=True)

@@ -775,6 +775,93 @@ TEST_F(FaultMatrix, EngineTricklesItsAnswers) {
   });
 }
 
+// The store port engine `i` was last sent to (the simulator's group), 0 without a group.
+int EngineStorePort(RealCluster& cluster, int i) {
+  const std::string url = cluster.engine_url(i);
+  httplib::Client http(url);
+  auto res = http.Get("/sim/checksums");
+  if (!res || res->status != 200) return 0;
+  auto j = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j.value("master_port", 0) : 0;
+}
+
+// A local process that watches the node's listening ports reaches a group's new store while the
+// group forms, before an engine rank does (engine 0 is slowed at its init; engine 1's ranks are
+// there already). It does what a torch client does when it connects (VALIDATE, PING, ADD
+// "init/") three times over, as many as the group has engine ranks, then reads and waits for
+// the NCCL id under every name it can work out: the group's, and the group's with wsyncd's
+// incarnation, which wsyncd logs. None of it takes a rank's place or reads the id: the group
+// forms and the update lands exactly.
+TEST_F(FaultMatrix, StrangerRegistersInTheStoreBeforeARank) {
+  StartCluster();
+  const std::string log = cluster_->DaemonLog();
+  const size_t at = log.find("incarnation ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string with_incarnation = "policy." + log.substr(at + 12, 8);
+  RunRounds([&](int round) {
+    const int old_port = StorePort(*cluster_);
+    // A restarted engine makes the next update form the group again, on a new store.
+    cluster_->StopEngine(0, SIGKILL);
+    EXPECT_TRUE(cluster_->StartEngine(0).ok());
+    EXPECT_TRUE(cluster_->SetKnobs(0, {{"init_delay_ms", 1000}}).ok());
+    const absl::Time t0 = absl::Now();
+    absl::Status pushed;
+    std::thread push([&] {
+      pushed = cluster_->PushAndVerify(*client_, absl::StrCat("vstranger-", round), SmallModel(8));
+    });
+    int port = 0;
+    for (const absl::Time until = absl::Now() + absl::Seconds(10); absl::Now() < until;) {
+      port = EngineStorePort(*cluster_, 1);
+      if (port != 0 && port != old_port) break;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_NE(port, old_port);
+    std::vector<UniqueFd> strangers;
+    int announced = 0, ids_read = 0;
+    for (uint32_t pid = 4000; pid < 4003; ++pid) {
+      auto fd =
+          ConnectTcp("127.0.0.1", static_cast<uint16_t>(port), absl::Now() + absl::Seconds(5));
+      if (!fd.ok()) continue;
+      const absl::Time deadline = absl::Now() + absl::Seconds(5);
+      const std::string hello = kValidate + "\x0d" +
+                                std::string(reinterpret_cast<const char*>(&pid), 4) + "\x04" +
+                                Str("init/") + U64(1);
+      char reply[12];
+      if (WriteAll(fd->get(), hello.data(), hello.size(), deadline).ok() &&
+          ReadExact(fd->get(), reply, sizeof(reply), deadline).ok()) {
+        ++announced;
+      }
+      for (const std::string& name : {std::string("policy"), with_incarnation}) {
+        const std::string key = absl::StrCat("/", name, "/", name, "//cuda//0");
+        const std::string get = "\x03" + Str(key);
+        uint64_t n = 0;
+        if (WriteAll(fd->get(), get.data(), get.size(), deadline).ok() &&
+            ReadExact(fd->get(), &n, 8, deadline).ok() && n > 0) {
+          ++ids_read;
+        }
+      }
+      const std::string wait =
+          "\x06" + U64(1) +
+          Str(absl::StrCat("/", with_incarnation, "/", with_incarnation, "//cuda//0"));
+      (void)WriteAll(fd->get(), wait.data(), wait.size(), deadline);
+      strangers.push_back(std::move(*fd));
+    }
+    push.join();
+    Injected got;
+    got.inputs = static_cast<int>(strangers.size());
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_EQ(announced, 3);
+    EXPECT_EQ(ids_read, 0) << "a stranger read the NCCL id";
+    EXPECT_TRUE(pushed.ok()) << pushed << cluster_->DaemonLog();
+    got.detected_as = pushed.ok()
+                          ? absl::StrCat(announced,
+                                         " strangers registered before engine 0's rank and "
+                                         "read no id; the group formed and the update landed")
+                          : CodeAndMessage(pushed);
+    return got;
+  });
+}
+
 std::string Seconds(double s) {
   if (s < 0) return "-";
   return s < 1 ? absl::StrFormat("%.1f ms", s * 1000) : absl::StrFormat("%.2f s", s);

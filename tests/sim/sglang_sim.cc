@@ -267,13 +267,16 @@ void SglangSim::Routes() {
         json body = json::parse(req.body, nullptr, false);
         if (body.is_discarded()) return SuccessReply(res, false, "invalid JSON");
         if (knobs_.fail_init) return SuccessReply(res, false, "Failed to init group: simulated");
+        int delay_ms = 0;
         {
           std::lock_guard<std::mutex> lock(mu_);
           if (group_) {
             return SuccessReply(res, false,
                                 absl::StrCat("group '", group_->name, "' already initialized"));
           }
+          delay_ms = knobs_.init_delay_ms;
         }
+        if (delay_ms > 0) absl::SleepFor(absl::Milliseconds(delay_ms));
         absl::Status s;
         try {
           s = InitGroup(body);
@@ -544,6 +547,7 @@ void SglangSim::Routes() {
     if (!body.is_object()) return Reply(res, 400, {{"error", "JSON object expected"}});
     std::lock_guard<std::mutex> lock(mu_);
     knobs_.fail_init = body.value("fail_init", knobs_.fail_init);
+    knobs_.init_delay_ms = body.value("init_delay_ms", knobs_.init_delay_ms);
     knobs_.fail_update_at = body.value("fail_update_at", knobs_.fail_update_at);
     knobs_.hang_update_at = body.value("hang_update_at", knobs_.hang_update_at);
     knobs_.die_at_update = body.value("die_at_update", knobs_.die_at_update);
@@ -624,6 +628,7 @@ json SglangSim::Checksums() const {
           {"updates_received", updates_.load()},
           {"paused", paused_},
           {"group", group_ ? group_->name : ""},
+          {"master_port", group_ ? group_->master_port : 0},
           {"session_open", session_open_},
           {"session_log", session_log_},
           {"finished", finished_},

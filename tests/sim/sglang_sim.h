@@ -34,6 +34,7 @@ class HostCollectivePeer;
 
 struct SimKnobs {
   bool fail_init = false;       // init_weights_update_group answers success=false (400)
+  int init_delay_ms = 0;        // time init_weights_update_group waits before its ranks connect
   int fail_update_at = -1;      // the Nth update request (0-based) answers HTTP 500
   int hang_update_at = -1;      // the Nth update request never answers and never receives
   int die_at_update = -1;       // the process exits halfway through receiving the Nth bucket

@@ -49,6 +49,13 @@ bool Eventually(const std::function<bool()>& done, absl::Duration within = absl:
   return true;
 }
 
+// What a torch client sends once validated: ADD "init/" 1. Without a rank prefix it makes the
+// connection an engine rank, which may read what the daemon published.
+void Register(RawConn& c) {
+  c.Send("\x04" + Str("init/") + U64(1));
+  EXPECT_EQ(c.Read(8).size(), 8u);
+}
+
 TEST(StoreParseTest, AnOversizeLengthIsRefusedBeforeItsBytesArrive) {
   StoreLimits limits;
   // SET announcing a value one byte over the limit: malformed with only the header buffered.
@@ -93,6 +100,7 @@ TEST(StoreBoundsTest, AMultiGetWhoseReplyWouldExceedTheCapClosesOnlyThatConnecti
   const int64_t rss_before = ResidentBytes();
   RawConn bad(store->port());
   bad.Validate();
+  Register(bad);
   std::string frame = "\x0a" + U64(limits.max_keys_per_request);
   for (uint64_t i = 0; i < limits.max_keys_per_request; ++i) frame += Str("/big");
   bad.Send(frame);
@@ -101,6 +109,7 @@ TEST(StoreBoundsTest, AMultiGetWhoseReplyWouldExceedTheCapClosesOnlyThatConnecti
   EXPECT_LT(ResidentBytes() - rss_before, 64 << 20);
   RawConn ok(store->port());
   ok.Validate();
+  Register(ok);
   ok.Send("\x03" + Str("/big"));
   EXPECT_EQ(ok.Read(8 + limits.max_value_bytes).size(), 8 + limits.max_value_bytes);
 }
@@ -130,6 +139,7 @@ TEST(StoreBoundsTest, AClientThatNeverReadsNeitherBlocksTheDaemonNorStaysForever
   int small = 4096;
   ::setsockopt(stuck.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
   stuck.Validate();
+  Register(stuck);
   std::string gets;
   for (int i = 0; i < 64; ++i) gets += "\x03" + Str("/v");
   stuck.Send(gets);  // 64 MiB of replies it never reads
@@ -290,8 +300,14 @@ TEST(StoreBoundsTest, ClientsCannotChangeWhatTheDaemonPublished) {
     EXPECT_TRUE(c.Closed());
   }
   EXPECT_EQ(*store->Get(id_key), std::string(128, 'i'));
+  // Nor read it before they register as a rank.
+  RawConn stranger(store->port());
+  stranger.Validate();
+  stranger.Send("\x03" + Str(id_key));
+  EXPECT_TRUE(stranger.Closed());
   RawConn reader(store->port());
   reader.Validate();
+  Register(reader);
   reader.Send("\x03" + Str(id_key));
   EXPECT_EQ(reader.Read(8 + 128), Str(std::string(128, 'i')));
 }

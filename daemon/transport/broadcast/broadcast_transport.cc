@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "daemon/core/engine_group_name.h"
 #include "daemon/transport/broadcast/bucket_transfer.h"
 
 namespace wsync {
@@ -65,7 +66,9 @@ absl::Status BroadcastTransport::Form() {
     const absl::Status& s = inits[i];
     if (s.ok()) continue;
     failed_to_join_.push_back(urls_[i]);
-    errors.push_back(std::string(s.message()));
+    // An engine's refusal may quote the group's name (LMDeploy: "group 'G' already
+    // initialized"), and it reaches logs and callers.
+    errors.push_back(RedactEngineGroupTokens(s.message()));
     if (code == absl::StatusCode::kOk) code = s.code();
   }
   if (warm_up) {
@@ -111,7 +114,10 @@ void BroadcastTransport::Disband() {
       env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(engine_group_); });
   finalize.join();
   for (const absl::Status& s : results) {
-    if (!s.ok()) WSYNC_LOG(Warning, "group ", env_.spec.name, ": destroy: ", s.message());
+    if (!s.ok()) {
+      WSYNC_LOG(Warning, "group ", env_.spec.name,
+                ": destroy: ", RedactEngineGroupTokens(s.message()));
+    }
   }
 }
 
@@ -201,7 +207,7 @@ std::string BroadcastTransport::Describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string store = rendezvous_->address();
   return absl::StrCat(
-      "broadcast as '", engine_group_, "', world ", world_size_, ", ",
+      "broadcast as '", ShownEngineGroup(engine_group_), "', world ", world_size_, ", ",
       store.empty() ? std::string("unique id in the init request") : absl::StrCat("store ", store),
       ", ", collective_ ? collective_->comm->Describe() : std::string("no communicator"), ", ",
       rank_map_);

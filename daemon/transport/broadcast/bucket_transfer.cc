@@ -5,8 +5,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/core/engine_group_name.h"
 
 namespace wsync {
+namespace {
+
+// An engine's answer, with group tokens hidden: an engine may quote group names (SGLang lists
+// every group it holds when asked for another), and answers reach logs and callers.
+absl::Status EngineAnswer(EngineAdapter& adapter, const absl::StatusOr<HttpReply>& reply) {
+  absl::Status s = reply.ok() ? adapter.CheckBucketReply(*reply) : reply.status();
+  if (s.ok()) return s;
+  return absl::Status(s.code(), RedactEngineGroupTokens(s.message()));
+}
+
+}  // namespace
 
 BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters,
                                std::vector<std::shared_ptr<UpdateChannel>> channels,
@@ -74,7 +86,7 @@ absl::Status BucketTransfer::Launch(const BucketSource& source,
     // Weak: a call's callback may outlive the group's formation.
     (*call)->OnDone([weak = std::weak_ptr<FormedCollective>(collective_),
                      adapter = adapters_[i]](const absl::StatusOr<HttpReply>& reply) {
-      absl::Status s = reply.ok() ? adapter->CheckBucketReply(*reply) : reply.status();
+      const absl::Status s = EngineAnswer(*adapter, reply);
       // This engine will never take the bucket's bytes: end the broadcast now rather than at the
       // deadline, and launch nothing more. (Cancelled calls belong to an update that already
       // failed.)
@@ -156,7 +168,7 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
       failed_at[i] = deadline_;
       Cancel();
     } else {
-      results[i] = reply.ok() ? adapters_[i]->CheckBucketReply(*reply) : reply.status();
+      results[i] = EngineAnswer(*adapters_[i], reply);
       failed_at[i] = calls[i]->ended_at();
     }
     answered_at_ = std::max(answered_at_, calls[i]->ended_at());

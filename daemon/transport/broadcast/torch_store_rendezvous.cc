@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/pickle_writer.h"
 #include "common/status_macros.h"
+#include "daemon/core/engine_group_name.h"
 
 namespace wsync {
 
@@ -45,6 +46,14 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
   // One store connection per engine rank, room for each to reconnect once, and a margin.
   options.limits.max_connections = std::max<int>(16, 2 * static_cast<int>(world_size) + 8);
   options.max_registered = world_size - 1;
+  if (mode_ == RendezvousMode::kTorchStore) {
+    // Every key of the group is under "/G/" (the helper's PrefixStore(G)), and G holds a token
+    // only wsyncd and the engines it sent it to know: a connection is a rank once it names one.
+    options.rank_prefix = absl::StrCat("/", group_name, "/");
+    if (absl::string_view token = EngineGroupToken(group_name); !token.empty()) {
+      options.log_redactions.emplace(std::string(token), kHiddenToken);
+    }
+  }
   // The kernel picks the port; one it picks again from avoid_ports_ is held open while it picks
   // another, so each try gets a new one.
   const std::string address = bind_address_.empty() ? advertise_address_ : bind_address_;
@@ -76,38 +85,47 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
 }
 
 absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
-  // Fewer than world-1 registered connections means an engine answered its init route without
-  // all of its ranks reaching the store. Counted by open connections, not by the "init/" value,
-  // which a rank that left still counts in.
+  // Fewer than world-1 connections that ADDed "init/" means an engine answered its init route
+  // without all of its ranks reaching the store. Counted by open connections, not by the "init/"
+  // value, which a rank that left still counts in. (Anyone may ADD "init/": this can only pass
+  // early, never fail a group whose ranks did come. Who is a rank, the store learns when they
+  // name the group's keys: CheckJoined.)
   const size_t engine_ranks = world_size_ - 1;
-  while (store_->RegisteredOpen() < engine_ranks) {
+  while (store_->AnnouncedOpen() < engine_ranks) {
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("group '", group_name_, "': only ", store_->RegisteredOpen(), " of ",
-                       engine_ranks, " engine ranks registered with the store at ", address(),
-                       " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "group '", ShownEngineGroup(group_name_), "': only ", store_->AnnouncedOpen(), " of ",
+          engine_ranks, " engine ranks registered with the store at ", address(),
+          " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")"));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  members_ = store_->AddersOf("init/");
   return absl::OkStatus();
 }
 
 absl::Status TorchStoreRendezvous::CheckJoined() const {
   // Every engine rank keeps its store connection for the life of its process group; one that
   // closed means its engine restarted (or died), and a replacement does not hold the group.
-  // Judged by the connections that registered, not by how many are open (another client of the
-  // store, a probe or a stray process, must not stand in for a rank that left), nor by pid (pids
-  // repeat across hosts and containers).
+  // Judged by the connections the store admitted as ranks, not by how many are open (another
+  // client of the store, a probe or a stray process, must not stand in for a rank that left, nor
+  // pass for one that left when it goes), nor by pid (pids repeat across hosts and containers).
   if (!store_) return absl::FailedPreconditionError("the group's store is gone");
-  std::vector<uint32_t> gone;
-  for (const TcpStoreServer::Adder& member : members_) {
-    if (!store_->ConnectionOpen(member.connection)) gone.push_back(member.pid);
+  const std::vector<uint32_t> gone = store_->RanksLeft();
+  if (!gone.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        gone.size(), " engine ranks (pids ", absl::StrJoin(gone, ","),
+        ") closed their store connection since the group formed (engine restarted or died)"));
   }
-  if (gone.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      gone.size(), " of ", members_.size(), " engine ranks (pids ", absl::StrJoin(gone, ","),
-      ") closed their store connection since the group formed (engine restarted or died)"));
+  // Ranks of torch's helper name the group only at their first collective: until then, fewer
+  // connections that ADDed "init/" than ranks means one of them left.
+  const size_t engine_ranks = world_size_ - 1;
+  if (const size_t present = store_->AnnouncedOpen(); present < engine_ranks) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only ", present, " of ", engine_ranks,
+                     " engine ranks are still connected to the store since the group formed "
+                     "(engine restarted or died)"));
+  }
+  return absl::OkStatus();
 }
 
 std::string TorchStoreRendezvous::Diagnose() const {
@@ -121,10 +139,12 @@ std::string TorchStoreRendezvous::Diagnose() const {
   }
   std::vector<std::string> unpublished = store_->UnpublishedWaits();
   if (never.empty() && unpublished.empty() && connected.size() + 1 >= world_size_) return "";
+  // Keys hold the group's name; what is reported never holds its token.
+  for (std::string& k : unpublished) k = RedactEngineGroupTokens(k);
   std::string report =
       absl::StrCat("store ", address(), ": ", connected.size(), " of ", world_size_ - 1,
                    " engine ranks connected (pids ", absl::StrJoin(connected, ","), "), ",
-                   fetched.size(), " fetched the NCCL id ", key);
+                   fetched.size(), " fetched the NCCL id ", RedactEngineGroupTokens(key));
   if (!never.empty() && mode_ == RendezvousMode::kVllmStatelessStore) {
     absl::StrAppend(&report, "; pids ", absl::StrJoin(never, ","),
                     " joined the store but never read the id");
@@ -153,7 +173,6 @@ void TorchStoreRendezvous::Close() {
                           : absl::StrCat("/", group_name_, "/"));
   last_port_ = store_->port();
   store_.reset();
-  members_.clear();
 }
 
 }  // namespace wsync

@@ -19,7 +19,12 @@ namespace wsync {
 //                       object, "/broadcast_from/0/0", a pickle of vLLM's ctypes ncclUniqueId
 //                       (tcpstore-protocol.md 6). Its counter restarts at 0 in every new group,
 //                       which the fresh store per instance keeps from reading a stale id.
-// Each engine rank's store client ADDs "init/" when it connects, in both layouts.
+// Each engine rank's store client ADDs "init/" when it connects, in both layouts; so can any
+// local process. In kTorchStore every key of the group is under "/G/", G the engine group's name,
+// which holds a secret token (EngineGroupName): the store admits a connection as an engine rank
+// only once it names such a key, so a stranger can neither take a rank's place nor read the id.
+// vLLM's keys name no group: there ADD "init/" admits a rank, first come first served, and the
+// store-less unique-id mode is the one a stranger on the node cannot enter (docs/RELIABILITY.md).
 class TorchStoreRendezvous final : public RendezvousStrategy {
  public:
   // The store listens on bind_address ("" = the advertise address) and lets in only
@@ -65,8 +70,6 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
   std::string group_name_;
   uint32_t world_size_ = 0;
   std::unique_ptr<TcpStoreServer> store_;
-  // The engine ranks' store connections that registered ("init/") when the group formed.
-  std::vector<TcpStoreServer::Adder> members_;
 };
 
 }  // namespace wsync
