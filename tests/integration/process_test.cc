@@ -465,7 +465,7 @@ TEST_F(ProcessTest, AKilledWsyncdStartedAgainWithTheDefaultStateDirReformsTheGro
     ASSERT_TRUE(client->Push("policy", "v1", Refs(SmallModel(1))).ok());
   }
   const std::string first_group = SimState(pa)["group"];
-  ASSERT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}"));
+  ASSERT_THAT(first_group, ::testing::MatchesRegex("policy\\.[0-9a-f]{8}\\.[0-9a-f]{32}"));
   EXPECT_TRUE(std::filesystem::exists(state_home() + "/wsync/groups/policy.json"));
   daemon->Signal(SIGKILL);
   ASSERT_EQ(daemon->Wait(absl::Seconds(5)), 128 + SIGKILL);
