@@ -8,6 +8,7 @@ Usage: sglang_ipc_route_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_D
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,10 @@ class RouteFixture(IpcFixture):
 
     def create_route_group(self, port, gpus, name="colo"):
         self.create_group(name, port, gpus, "--sglang-ipc-route", "ipc")
+
+    def wsyncd_log(self):
+        with open(os.path.join(self.dir, "wsyncd.log")) as f:
+            return f.read()
 
 
 class MapOnceRouteTest(RouteFixture):
@@ -205,6 +210,54 @@ class SocketDirTest(RouteFixture):
         (private,) = os.listdir(self.SOCKET_DIR)
         self.assertEqual(os.stat(os.path.join(self.SOCKET_DIR, private)).st_mode & 0o777, 0o711)
         self.assertEqual(os.listdir(os.path.join(self.SOCKET_DIR, private)), [])
+
+    def test_directories_dead_wsyncds_left_are_removed_and_no_other(self):
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        pid_ns = "".join(c for c in os.readlink("/proc/self/ns/pid") if c.isdigit())
+
+        def make(name, entries=("0123456789abcdef.sock",)):
+            path = os.path.join(self.SOCKET_DIR, name)
+            os.mkdir(path)
+            for entry in entries:
+                if entry.endswith(".sock"):
+                    with socket.socket(socket.AF_UNIX) as s:
+                        s.bind(os.path.join(path, entry))  # the file stays after the close
+                else:
+                    open(os.path.join(path, entry), "w").close()
+            return name
+
+        removed = {make(f"wsyncd-{dead.pid}-{pid_ns}-0badcafe"),
+                   make(f"wsyncd-{dead.pid}-deadbeef"),  # the earlier form names no namespace
+                   make(f"wsyncd-{dead.pid}-{pid_ns}-0e0e0e0e", entries=())}
+        kept = {make(f"wsyncd-{os.getpid()}-{pid_ns}-11111111"),  # its process lives
+                make(f"wsyncd-{dead.pid}-1234-22222222"),  # another PID namespace's
+                make(f"wsyncd-{dead.pid}-{pid_ns}-33333333", entries=("notes.txt",)),
+                make(f"wsyncd-{dead.pid}-{pid_ns}-4444444")}  # not a name wsyncd makes
+        target = make("elsewhere")
+        link = f"wsyncd-{dead.pid}-{pid_ns}-55555555"
+        os.symlink(os.path.join(self.SOCKET_DIR, target), os.path.join(self.SOCKET_DIR, link))
+        kept |= {target, link}
+        port = self.start_engine("engine", [GPU0])
+        self.create_route_group(port, [GPU0])
+        self.push("v1")
+        self.assert_engine_holds(port, self.model, "v1")
+        mine = f"wsyncd-{self.procs['wsyncd'].pid}-"
+        left = {d for d in os.listdir(self.SOCKET_DIR) if not d.startswith(mine)}
+        self.assertEqual(left, kept)
+        self.assertEqual(os.listdir(os.path.join(self.SOCKET_DIR, target)),
+                         ["0123456789abcdef.sock"])
+        log = self.wsyncd_log()
+        self.assertIn(f"stream socket directories of wsyncds that are gone from {self.SOCKET_DIR}",
+                      log)
+        for name in removed:
+            self.assertIn(name, log)
+        for name in kept:
+            path = os.path.join(self.SOCKET_DIR, name)
+            if os.path.islink(path):
+                os.unlink(path)
+            else:
+                shutil.rmtree(path)
 
     def test_a_socket_dir_that_is_not_a_directory_stops_wsyncd_at_start(self):
         with tempfile.NamedTemporaryFile() as f:

@@ -8,11 +8,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "daemon/transport/ipc/socket_dirs.h"
 
 namespace wsync {
 
@@ -29,13 +30,6 @@ namespace {
 
 absl::Status ZmqError(absl::string_view what, const zmq::error_t& e) {
   return absl::UnavailableError(absl::StrCat("zmq ", what, ": ", e.what()));
-}
-
-std::string RandomHex(int bytes) {
-  std::random_device rd;
-  std::string out;
-  for (int i = 0; i < bytes; ++i) absl::StrAppendFormat(&out, "%02x", rd() & 0xff);
-  return out;
 }
 
 }  // namespace
@@ -92,38 +86,47 @@ StreamSockets::~StreamSockets() {
 }
 
 absl::Status StreamSockets::EnsureLocked() {
-  if (context_) return absl::OkStatus();
-  // Engines resolve the address in their own working directory: it must be absolute.
-  std::error_code ec;
-  const std::filesystem::path base =
-      std::filesystem::absolute(std::filesystem::path(dir_.empty() ? "/tmp" : dir_), ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("engine stream socket directory ", dir_, ": ", ec.message()));
+  if (!context_) {
+    // Engines resolve the address in their own working directory: it must be absolute.
+    std::error_code ec;
+    const std::filesystem::path base =
+        std::filesystem::absolute(std::filesystem::path(dir_.empty() ? "/tmp" : dir_), ec);
+    if (ec) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("engine stream socket directory ", dir_, ": ", ec.message()));
+    }
+    const std::string normal = base.lexically_normal().string();
+    // A wsyncd that died left its directory, with its sockets' files, behind.
+    const std::vector<std::string> removed = RemoveDeadSocketDirs(normal);
+    if (!removed.empty()) {
+      WSYNC_LOG(Info, "removed ", removed.size(), " stream socket directories of wsyncds that are ",
+                "gone from ", normal, ": ", absl::StrJoin(removed, ", "));
+    }
+    try {
+      context_ = std::make_shared<Context>();
+    } catch (const zmq::error_t& e) {
+      return ZmqError("context", e);
+    }
+    private_dir_ = absl::StrCat(normal, "/", NewSocketDirName());
   }
-  const std::string dir =
-      absl::StrCat(base.lexically_normal().string(), "/wsyncd-", ::getpid(), "-", RandomHex(4));
-  if (::mkdir(dir.c_str(), 0700) != 0) {
+  struct stat st {};
+  if (::lstat(private_dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return absl::OkStatus();
+  // Made on the first bind, and again if something removed it since.
+  if (::mkdir(private_dir_.c_str(), 0700) != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "cannot make the directory for engine stream sockets ", dir, ": ", std::strerror(errno),
+        "cannot make the directory for engine stream sockets ", private_dir_, ": ",
+        std::strerror(errno),
         " (set ipc_socket_dir to a directory wsyncd can write and the engines can reach)"));
   }
   // Reachable by name, not listable: chmod, since mkdir's mode is cut by the umask.
-  ::chmod(dir.c_str(), 0711);
-  try {
-    context_ = std::make_shared<Context>();
-  } catch (const zmq::error_t& e) {
-    ::rmdir(dir.c_str());
-    return ZmqError("context", e);
-  }
-  private_dir_ = dir;
+  ::chmod(private_dir_.c_str(), 0711);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<StreamSocket>> StreamSockets::Bind() {
   std::lock_guard<std::mutex> lock(mu_);
   if (absl::Status s = EnsureLocked(); !s.ok()) return s;
-  const std::string path = absl::StrCat(private_dir_, "/", RandomHex(8), ".sock");
+  const std::string path = absl::StrCat(private_dir_, "/", NewSocketFileName());
   if (path.size() >= sizeof(sockaddr_un::sun_path)) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine stream socket path ", path, " is longer than a unix socket allows (",

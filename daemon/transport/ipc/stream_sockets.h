@@ -42,7 +42,8 @@ class StreamSocket {
 // subdirectory (mode 0711: engines can reach a socket by name but not list them) of a directory
 // that wsyncd and the engines both see, such as a shared /tmp. Socket names carry 64 random bits,
 // and the sockets are open to any user (an engine may run as another), so reaching one takes its
-// name, which only the engine's request carries.
+// name, which only the engine's request carries. The first directory made also removes those of
+// dead wsyncds.
 class StreamSockets {
  public:
   explicit StreamSockets(std::string dir) : dir_(std::move(dir)) {}
