@@ -41,6 +41,12 @@ class RouteFixture(IpcFixture):
     def create_route_group(self, port, gpus, name="colo"):
         self.create_group(name, port, gpus, "--sglang-ipc-route", "ipc")
 
+    def post(self, port, path, **body):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req) as r:
+            return json.loads(r.read())
+
     def wsyncd_log(self):
         with open(os.path.join(self.dir, "wsyncd.log")) as f:
             return f.read()
@@ -204,6 +210,13 @@ class StrangerTest(RouteFixture):
         return [(item[0], rng.integers(0, 256, item[1].nbytes, dtype=np.uint8).view(item[1].dtype)
                  .reshape(item[1].shape)) + tuple(item[2:]) for item in self.model]
 
+    def bucket_per_tensor_model(self, seed):
+        """Eight 600 KB tensors: with 1 MiB slots, a bucket each, so that frames after the
+        stranger connects carry buckets."""
+        rng = np.random.default_rng(seed)
+        return [(f"model.layers.{i}.mlp.weight", rng.standard_normal(150_000).astype(np.float32))
+                for i in range(8)]
+
     def start_stranger(self, uid=None):
         argv = [sys.executable, STRANGER, "--wsyncd-pid", str(self.procs["wsyncd"].pid)]
         if uid is not None:
@@ -239,8 +252,7 @@ class StrangerTest(RouteFixture):
                 self.assertNotEqual(state["weight_version"], version, results)
                 outcomes.append(f"failed: {[str(r)[:150] for r in results]}")
         took = self.stop_stranger(stranger)
-        self.assertGreaterEqual(took["sockets"], 2 * self.ROUNDS,
-                                f"the stranger found every rank's socket: {took}")
+        self.assertGreater(took["sockets"], 0, f"the stranger found the ranks' sockets: {took}")
         self.assertEqual((took["frames"], took["bytes"], took["admitted"]), (0, 0, 0),
                          f"the stranger took {took}; the updates: {outcomes}")
         # Each rank mapped its own buffer once per update: no frame went astray.
@@ -276,25 +288,30 @@ class StrangerTest(RouteFixture):
 
     def test_another_process_of_the_engine_is_refused_once_the_rank_connected(self):
         # A child of the engine (its user, its descendant) connects to the rank's socket after
-        # the rank did: one rank, one process.
-        port = self.start_engine("engine", [GPU0])
-        self.create_route_group(port, [GPU0])
-        self.push("v1")
-        self.knobs(port, stranger_wsyncd_pid=self.procs["wsyncd"].pid,
-                   stranger_at_update=self.engine_state(port)["updates_received"] + 1)
-        model = self.model_for(2)
-        self.push("v2", model=model)
-        self.assert_engine_holds(port, model, "v2")
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/sim/stop_stranger", data=b"{}",
-                                     method="POST")
-        with urllib.request.urlopen(req) as r:
-            took = json.loads(r.read())
-        self.assertEqual((took["frames"], took["bytes"], took["admitted"]), (0, 0, 0), took)
-        self.assertGreater(took["refused"], 0, took)
-        log = self.wsyncd_log()
-        self.assertIn("already took this rank's socket", log)
-        self.push("v3")
-        self.assert_engine_holds(port, self.model, "v3")
+        # the rank did: one rank, one process. Both worker generations: the older one ends at the
+        # first None, so a frame taken by another process can go unnoticed there.
+        for n, worker in enumerate(("g4", "g1")):
+            with self.subTest(worker=worker):
+                port = self.start_engine("engine-" + worker, [GPU0], worker=worker)
+                group = "colo-" + worker
+                self.create_route_group(port, [GPU0], name=group)
+                self.push("v1", group=group)
+                self.post(port, "/sim/start_stranger", wsyncd_pid=self.procs["wsyncd"].pid,
+                          at_update=self.engine_state(port)["updates_received"] + 1)
+                model = self.bucket_per_tensor_model(n)
+                try:
+                    self.push("v2", group=group, model=model)
+                    self.assert_engine_holds(port, model, "v2")
+                finally:
+                    took = self.post(port, "/sim/stop_stranger")
+                self.assertEqual((took["frames"], took["bytes"], took["admitted"]), (0, 0, 0),
+                                 took)
+                self.assertGreater(took["refused"], 0, took)
+                self.assertIn(f"engine http://127.0.0.1:{port} TP rank 0 (GPU {GPU0}): refused "
+                              "a connection to its stream socket: pid ", self.wsyncd_log())
+                self.assertIn("already took this rank's socket", self.wsyncd_log())
+                self.push("v3", group=group)
+                self.assert_engine_holds(port, self.model, "v3")
 
 
 class SocketDirTest(RouteFixture):

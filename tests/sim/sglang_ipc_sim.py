@@ -36,10 +36,12 @@ the routes (404 with --no-docs).
 
 GET /sim/checksums answers what the C++ simulator does (CRC-32 per tensor per rank, ranks
 numbered from 1) plus ipc_opens, the mappings made, and last_error, why the last load failed (wsyncd
-reports an engine's status, not its answer). POST /sim/knobs sets faults; on the map-once
-route in threads, stranger_at_update starts tests/sim/zmq_stranger.py as the engine's child at
-that bucket (on wsyncd stranger_wsyncd_pid's sockets), and POST /sim/stop_stranger stops it and
-answers what it took.
+reports an engine's status, not its answer). POST /sim/knobs sets faults. POST
+/sim/start_stranger {"wsyncd_pid", "at_update"} starts tests/sim/zmq_stranger.py as the engine's
+child, on that wsyncd's sockets; on the map-once route in threads it starts connecting at that
+bucket (wsyncd refusing or admitting it before the rank loads the bucket), and POST
+/sim/stop_stranger
+stops it and answers what it took.
 
   sglang_ipc_sim.py --port P --gpus UUID[,UUID...] [--version V] [--ce-worker g1|g4]
                     [--rank-processes]
@@ -129,23 +131,34 @@ class PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"No module named '{module}'")
 
 
-def start_stranger(engine):
-    """Starts tests/sim/zmq_stranger.py as a child of the engine's process, taking the sockets of
-    wsyncd knobs["stranger_wsyncd_pid"], and waits (up to 10 s) until wsyncd refused it once, or
-    it took a frame."""
-    import select
+def start_stranger(engine, wsyncd_pid):
+    """Starts tests/sim/zmq_stranger.py as a child of the engine's process, on wsyncd
+    `wsyncd_pid`'s sockets, held until arm_stranger."""
     import subprocess
     stranger = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                       "zmq_stranger.py"),
-         "--wsyncd-pid", str(engine.knobs["stranger_wsyncd_pid"]), "--seconds", "60"],
+         "--wsyncd-pid", str(wsyncd_pid), "--seconds", "60", "--wait-signal"],
         stdout=subprocess.PIPE, text=True)
+    if stranger.stdout.readline().strip() != "ready":
+        raise RuntimeError("the stranger did not start")
     with engine.lock:
         engine.stranger = stranger
+
+
+def arm_stranger(engine):
+    """Lets the stranger connect, and waits (up to 10 s) until wsyncd refused or admitted it."""
+    import select
+    import signal
+    with engine.lock:
+        stranger = engine.stranger
+    if stranger is None:
+        return
+    stranger.send_signal(signal.SIGUSR1)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         ready, _, _ = select.select([stranger.stdout], [], [], 0.1)
-        if ready and stranger.stdout.readline().startswith("refused"):
+        if ready and stranger.stdout.readline().startswith(("refused", "admitted")):
             return
 
 
@@ -190,7 +203,7 @@ def run_ipc_rank(engine, rank, address):
             if rank is engine.ranks[0]:
                 engine.updates += 1
         if n == engine.knobs["stranger_at_update"] and rank is engine.ranks[0]:
-            start_stranger(engine)
+            arm_stranger(engine)
         if n == engine.knobs["die_at_update"]:
             os._exit(3)
         if n == engine.knobs["hang_update_at"]:
@@ -343,8 +356,8 @@ class Engine:
         self.updates = 0
         self.last_error = ""
         self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1,
-                      "stranger_at_update": -1, "stranger_wsyncd_pid": 0}
-        self.stranger = None  # the process stranger_at_update started
+                      "stranger_at_update": -1}
+        self.stranger = None  # the process /sim/start_stranger started
         # SGLang's offload_tags: what release_memory_occupation released and no resume brought
         # back. Resuming a tag not released raises (KeyError from set.remove), as SGLang does.
         self.offload_tags = set()
@@ -473,6 +486,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/sim/knobs":
             e.knobs.update(body)
             return self.reply(200, e.knobs)
+        if self.path == "/sim/start_stranger":
+            start_stranger(e, body["wsyncd_pid"])
+            e.knobs["stranger_at_update"] = body["at_update"]
+            return self.reply(200, {})
         if self.path == "/sim/stop_stranger":
             # What the stranger took, as it reports it at SIGTERM; {} if none was started.
             with e.lock:

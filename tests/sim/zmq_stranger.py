@@ -5,13 +5,14 @@ new one, as an engine rank does, and answers b"" to whatever it is sent, so that
 that routes a frame to it takes the frame as loaded.
 
 It prints "ready" once it is watching (after dropping to --uid, when given and run as root),
-"refused PATH" each time wsyncd refuses it during a connection's handshake, and on SIGTERM (or
+"refused PATH" each time wsyncd refuses it during a connection's handshake ("admitted PATH" when
+it does not), and on SIGTERM (or
 after --seconds) one JSON line: {"frames", "bytes", "sockets", "modes", "admitted", "refused"}:
 the frames it took, their bytes, the sockets it found and connected to (ZMQ connects in the
 background: a connect the file's mode refuses is retried, silently), the permission bits of
 their files, and the handshakes that succeeded and that wsyncd refused.
 
-  zmq_stranger.py --wsyncd-pid PID [--uid UID] [--seconds S]
+  zmq_stranger.py --wsyncd-pid PID [--uid UID] [--seconds S] [--wait-signal]
 """
 
 import argparse
@@ -44,6 +45,8 @@ def main():
                              "wsyncd-PID-...), so that tests running side by side stay apart")
     parser.add_argument("--uid", type=int, help="run as this user (needs root)")
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--wait-signal", action="store_true",
+                        help="after \"ready\", take no socket until SIGUSR1 comes")
     args = parser.parse_args()
     if args.uid is not None:
         os.setgroups([])
@@ -61,8 +64,12 @@ def main():
     modes = set()  # the sockets' files' permission bits
     monitors = {}  # monitor socket -> the path its socket connects to
     admitted = refused = 0
+    armed = []
+    signal.signal(signal.SIGUSR1, lambda *_: armed.append(True))
     print("ready", flush=True)
     deadline = time.monotonic() + args.seconds
+    while args.wait_signal and not armed and not stop and time.monotonic() < deadline:
+        time.sleep(0.005)
     while not stop and time.monotonic() < deadline:
         for path in bound_paths("/"):
             if marker not in path or path in sockets:
@@ -86,6 +93,7 @@ def main():
                 event = recv_monitor_message(sock)["event"]
                 if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                     admitted += 1
+                    print("admitted", monitors[sock], flush=True)
                 elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                     refused += 1
                     print("refused", monitors[sock], flush=True)
