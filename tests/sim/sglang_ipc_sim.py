@@ -24,7 +24,8 @@ It follows SGLang's receive semantics (engine-protocols.md §3.3) without torch:
 POST /update_weights_from_ipc (the map-once route, SGLang >= 0.5.5 here; 404 before) follows
 SGLang's handler around checkpoint-engine's worker (checkpoint_engine_worker.py, generation
 --ce-worker): each rank looks up "GPU-<its uuid>" in zmq_handles (missing: 400), connects a REP
-socket there and runs the worker; frames are plain pickles (no allow-list: torch's names resolve
+socket there and runs the worker (in a thread, or with --rank-processes in a child process, as
+SGLang's scheduler processes are children of the process that serves its HTTP API); frames are plain pickles (no allow-list: torch's names resolve
 to stand-ins, builtins' exceptions to themselves); the request answers 200 {"success": true} once
 every rank is done, or 400 with the first rank's failure; flush_cache defaults to true.
 
@@ -35,9 +36,15 @@ the routes (404 with --no-docs).
 
 GET /sim/checksums answers what the C++ simulator does (CRC-32 per tensor per rank, ranks
 numbered from 1) plus ipc_opens, the mappings made, and last_error, why the last load failed (wsyncd
-reports an engine's status, not its answer). POST /sim/knobs sets faults.
+reports an engine's status, not its answer). POST /sim/knobs sets faults. POST
+/sim/start_stranger {"wsyncd_pid", "at_update"} starts tests/sim/zmq_stranger.py as the engine's
+child, on that wsyncd's sockets; on the map-once route in threads it starts connecting at that
+bucket (wsyncd refusing or admitting it before the rank loads the bucket), and POST
+/sim/stop_stranger
+stops it and answers what it took.
 
   sglang_ipc_sim.py --port P --gpus UUID[,UUID...] [--version V] [--ce-worker g1|g4]
+                    [--rank-processes]
 """
 
 import argparse
@@ -124,6 +131,37 @@ class PlainUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"No module named '{module}'")
 
 
+def start_stranger(engine, wsyncd_pid):
+    """Starts tests/sim/zmq_stranger.py as a child of the engine's process, on wsyncd
+    `wsyncd_pid`'s sockets, held until arm_stranger."""
+    import subprocess
+    stranger = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      "zmq_stranger.py"),
+         "--wsyncd-pid", str(wsyncd_pid), "--seconds", "60", "--wait-signal"],
+        stdout=subprocess.PIPE, text=True)
+    if stranger.stdout.readline().strip() != "ready":
+        raise RuntimeError("the stranger did not start")
+    with engine.lock:
+        engine.stranger = stranger
+
+
+def arm_stranger(engine):
+    """Lets the stranger connect, and waits (up to 10 s) until wsyncd refused or admitted it."""
+    import select
+    import signal
+    with engine.lock:
+        stranger = engine.stranger
+    if stranger is None:
+        return
+    stranger.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stranger.stdout], [], [], 0.1)
+        if ready and stranger.stdout.readline().startswith(("refused", "admitted")):
+            return
+
+
 def run_ipc_rank(engine, rank, address):
     """One TP rank's worker on the map-once route; returns its failure text or None."""
     def rebuild(*args):
@@ -164,6 +202,8 @@ def run_ipc_rank(engine, rank, address):
             rank.buckets_seen += 1
             if rank is engine.ranks[0]:
                 engine.updates += 1
+        if n == engine.knobs["stranger_at_update"] and rank is engine.ranks[0]:
+            arm_stranger(engine)
         if n == engine.knobs["die_at_update"]:
             os._exit(3)
         if n == engine.knobs["hang_update_at"]:
@@ -188,6 +228,42 @@ def run_ipc_rank(engine, rank, address):
         return str(err)
     finally:
         sock.close()
+
+
+def _rank_process_main(conn, gpu_uuid, ce_worker, address):
+    """A rank's worker in a child process of the engine's (--rank-processes): it runs on an engine
+    of its own and sends back what it loaded."""
+    engine = Engine([gpu_uuid], ce_worker=ce_worker)
+    rank = engine.ranks[0]
+    failure = run_ipc_rank(engine, rank, address)
+    conn.send((failure, rank.tensors, rank.stream_maps, rank.buckets_seen, rank.post_hooks))
+    conn.close()
+
+
+def run_ipc_rank_process(engine, rank, address):
+    """run_ipc_rank in a child process, as SGLang's TP ranks run in its scheduler processes,
+    children of the process serving the HTTP API; its results are merged into `rank`. No fault
+    knobs apply there."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_rank_process_main, args=(child, rank.gpu_uuid, engine.ce_worker,
+                                                        address), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        failure, tensors, maps, seen, hooks = parent.recv()
+    except EOFError:
+        failure, tensors, maps, seen, hooks = "the rank's process died", {}, 0, 0, 0
+    proc.join(timeout=10)
+    with engine.lock:
+        rank.tensors.update(tensors)
+        rank.stream_maps += maps
+        rank.buckets_seen += seen
+        rank.post_hooks += hooks
+        if rank is engine.ranks[0]:
+            engine.updates += seen
+    return failure
 
 
 def version_tuple(text):
@@ -262,8 +338,10 @@ def load_rank(rank, entry, load_format, uint8_reader=True):
 
 
 class Engine:
-    def __init__(self, gpus, version="0.5.6", ce_worker="g4", sessions=False, no_docs=False):
+    def __init__(self, gpus, version="0.5.6", ce_worker="g4", sessions=False, no_docs=False,
+                 rank_processes=False):
         self.version = version
+        self.rank_processes = rank_processes
         self.sessions = sessions
         self.no_docs = no_docs
         self.session_open = False
@@ -277,7 +355,9 @@ class Engine:
         self.paused = False
         self.updates = 0
         self.last_error = ""
-        self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1}
+        self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1,
+                      "stranger_at_update": -1}
+        self.stranger = None  # the process /sim/start_stranger started
         # SGLang's offload_tags: what release_memory_occupation released and no resume brought
         # back. Resuming a tag not released raises (KeyError from set.remove), as SGLang does.
         self.offload_tags = set()
@@ -406,6 +486,19 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/sim/knobs":
             e.knobs.update(body)
             return self.reply(200, e.knobs)
+        if self.path == "/sim/start_stranger":
+            start_stranger(e, body["wsyncd_pid"])
+            e.knobs["stranger_at_update"] = body["at_update"]
+            return self.reply(200, {})
+        if self.path == "/sim/stop_stranger":
+            # What the stranger took, as it reports it at SIGTERM; {} if none was started.
+            with e.lock:
+                stranger, e.stranger = e.stranger, None
+            if stranger is None:
+                return self.reply(200, {})
+            stranger.terminate()
+            out, _ = stranger.communicate(timeout=20)
+            return self.reply(200, json.loads(out.strip().splitlines()[-1]))
         self.reply(404, {"detail": "Not Found"})
 
     def memory(self, path, body):
@@ -479,7 +572,8 @@ def update_from_ipc(self, body):
         if key not in handles:
             failures[i] = f"Device UUID {key} not found in zmq_handles: {list(handles)}"
             return
-        failures[i] = run_ipc_rank(e, rank, handles[key])
+        run_rank = run_ipc_rank_process if e.rank_processes else run_ipc_rank
+        failures[i] = run_rank(e, rank, handles[key])
     threads = [threading.Thread(target=run, args=(i, r)) for i, r in enumerate(e.ranks)]
     for t in threads:
         t.start()
@@ -513,9 +607,12 @@ def main():
     parser.add_argument("--sessions", action="store_true",
                         help="a session build: updates only inside begin/end, or the process dies")
     parser.add_argument("--no-docs", action="store_true", help="serve no /openapi.json")
+    parser.add_argument("--rank-processes", action="store_true",
+                        help="run each rank's map-once worker in a child process, as SGLang's "
+                             "scheduler processes do (no fault knobs there)")
     args = parser.parse_args()
     Handler.engine = Engine([g for g in args.gpus.split(",") if g], args.version, args.ce_worker,
-                            args.sessions, args.no_docs)
+                            args.sessions, args.no_docs, args.rank_processes)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

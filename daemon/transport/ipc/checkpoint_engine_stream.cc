@@ -86,10 +86,15 @@ CheckpointEngineStream::CheckpointEngineStream(EngineAdapter* adapter,
 absl::StatusOr<std::unique_ptr<CheckpointEngineStream>> CheckpointEngineStream::Open(
     StreamSockets* sockets, EngineAdapter* adapter, std::shared_ptr<UpdateChannel> channel,
     const UpdateInfo& update, const std::vector<std::string>& rank_gpus, absl::Time deadline) {
+  // Each rank's socket admits the engine's own workers alone.
+  WSYNC_ASSIGN_OR_RETURN(const EngineProcess engine, sockets->FindEngine(adapter->endpoint().url));
   std::vector<std::unique_ptr<StreamSocket>> ranks;
   std::vector<IpcStreamRank> named;
   for (const std::string& gpu : rank_gpus) {
-    WSYNC_ASSIGN_OR_RETURN(auto socket, sockets->Bind());
+    WSYNC_ASSIGN_OR_RETURN(
+        auto socket,
+        sockets->Bind(engine, absl::StrCat("engine ", adapter->endpoint().url, " TP rank ",
+                                           ranks.size(), " (GPU ", gpu, ")")));
     named.push_back(IpcStreamRank{gpu, socket->address()});
     ranks.push_back(std::move(socket));
   }
@@ -307,7 +312,7 @@ std::optional<absl::StatusOr<CheckpointEngineStream::Ended>> CheckpointEngineStr
   }
   if (absl::Now() < deadline) return std::nullopt;
   std::vector<std::string> names;
-  for (size_t r : pending) names.push_back(RankName(r));
+  for (size_t r : pending) names.push_back(absl::StrCat(RankName(r), ranks_[r]->RefusalNote()));
   return absl::DeadlineExceededError(absl::StrCat(absl::StrJoin(names, ", "), ": ", late, " ", what,
                                                   " before the deadline", hint));
 }
@@ -349,7 +354,11 @@ absl::StatusOr<CheckpointEngineStream::Ended> CheckpointEngineStream::Exchange(
     for (size_t r : owed) waiting.push_back(ranks_[r].get());
     WSYNC_RETURN_IF_ERROR(StreamSocket::Poll(waiting, /*writable=*/false, kPollSlice, &ready));
     for (auto it = owed.begin(); it != owed.end();) {
-      WSYNC_ASSIGN_OR_RETURN(auto reply, ranks_[*it]->TryReceive());
+      auto received = ranks_[*it]->TryReceive();
+      // A reply from another process than the rank's (the socket's gate names both) fails the
+      // bucket: only the rank's own answer says it loaded it.
+      if (!received.ok()) return Prefixed(RankName(*it), received.status());
+      const std::optional<std::string>& reply = *received;
       if (!reply.has_value()) {
         ++it;
         continue;

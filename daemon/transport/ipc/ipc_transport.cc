@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/transport/ipc/stream_bucket.h"
 
@@ -40,6 +41,18 @@ absl::Status IpcTransport::Form() {
         "group '", env_.spec.name, "': its engines take IPC buckets in different ways"));
   }
   streamed_ = streamed != 0;
+  // A stream admits only the workers of the process serving the engine's port: one wsyncd cannot
+  // find is refused now rather than at each update.
+  for (size_t i = 0; streamed_ && i < env_.adapters.size(); ++i) {
+    const std::string& url = env_.adapters[i]->endpoint().url;
+    WSYNC_ASSIGN_OR_RETURN(const EngineProcess engine, sockets_.FindEngine(url));
+    if (engine.servers.empty()) {
+      WSYNC_LOG(Warning, "group '", env_.spec.name, "': engine ", url, " (", engine.Describe(),
+                "): its stream sockets admit any process of uid ", engine.uid,
+                ", since wsyncd cannot read which process serves the engine's port (run wsyncd "
+                "as root or as the engine's user to admit only that process's descendants)");
+    }
+  }
   WSYNC_ASSIGN_OR_RETURN(auto gpus, RankFeedsOf(env_.spec, *env_.platform));
   gpus_ = std::move(gpus);
   formation_ = std::make_shared<IpcFormation>();

@@ -1,0 +1,218 @@
+#include "daemon/transport/ipc/engine_process.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/network_allow_list.h"
+
+namespace wsync {
+namespace {
+
+// A listening socket's row in /proc/net/tcp{,6}.
+struct Listener {
+  uint32_t uid = 0;
+  uint64_t inode = 0;
+};
+
+// How /proc/net/tcp{,6} print an address: each 32-bit word of it in host byte order, in hex.
+std::string ProcHex(const void* addr, size_t bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes; i += 4) {
+    uint32_t word;
+    std::memcpy(&word, static_cast<const char*>(addr) + i, 4);
+    absl::StrAppendFormat(&out, "%08X", word);
+  }
+  return out;
+}
+
+// The forms of `host` a listening socket's local address may take to serve it, wildcards
+// included; empty for a host name (any address serves it).
+std::set<std::string> ServingAddresses(const std::string& host) {
+  std::set<std::string> out;
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    out.insert(ProcHex(&v4, 4));
+    in6_addr mapped{};
+    mapped.s6_addr[10] = mapped.s6_addr[11] = 0xff;
+    std::memcpy(&mapped.s6_addr[12], &v4, 4);
+    out.insert(ProcHex(&mapped, 16));  // a dual-stack socket bound to ::ffff:a.b.c.d
+  } else if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    out.insert(ProcHex(&v6, 16));
+  } else {
+    return out;
+  }
+  out.insert(std::string(8, '0'));
+  out.insert(std::string(32, '0'));
+  return out;
+}
+
+// The LISTEN rows of one /proc/net/tcp{,6} file on `port` whose address is one of `addresses`
+// (any, when empty).
+void ReadListeners(const std::string& path, uint16_t port, const std::set<std::string>& addresses,
+                   std::vector<Listener>* out) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 10 || f[3] != "0A") continue;  // 0A: TCP_LISTEN
+    std::pair<absl::string_view, absl::string_view> local = absl::StrSplit(f[1], ':');
+    uint32_t local_port = 0;
+    if (!absl::SimpleHexAtoi(local.second, &local_port) || local_port != port) continue;
+    if (!addresses.empty() && addresses.count(absl::AsciiStrToUpper(local.first)) == 0) continue;
+    Listener l;
+    if (!absl::SimpleAtoi(f[7], &l.uid) || !absl::SimpleAtoi(f[9], &l.inode)) continue;
+    out->push_back(l);
+  }
+}
+
+// The numeric entries of `dir` (PIDs under /proc, descriptors under /proc/PID/fd).
+std::vector<std::string> NumericEntries(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    const absl::string_view name = e->d_name;
+    if (!name.empty() && std::all_of(name.begin(), name.end(), absl::ascii_isdigit)) {
+      out.emplace_back(name);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+std::string EngineProcess::Describe() const {
+  if (servers.empty()) {
+    return absl::StrCat("uid ", uid, ", its server process not visible to wsyncd");
+  }
+  return absl::StrCat("uid ", uid, ", served by pid ", absl::StrJoin(servers, ", "));
+}
+
+bool EngineProcessFinder::Holds(pid_t pid, uint64_t inode) const {
+  const std::string fds = absl::StrCat(proc_, "/", pid, "/fd");
+  const std::string want = absl::StrCat("socket:[", inode, "]");
+  char target[64];
+  for (const std::string& fd : NumericEntries(fds)) {
+    const ssize_t n = ::readlink(absl::StrCat(fds, "/", fd).c_str(), target, sizeof(target));
+    if (n > 0 && absl::string_view(target, static_cast<size_t>(n)) == want) return true;
+  }
+  return false;
+}
+
+std::vector<pid_t> EngineProcessFinder::Holders(uint32_t uid, uint64_t inode) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cached_inode_ == inode && !cached_holders_.empty() &&
+        std::all_of(cached_holders_.begin(), cached_holders_.end(),
+                    [&](pid_t p) { return Holds(p, inode); })) {
+      return cached_holders_;
+    }
+  }
+  // The socket's owner's processes first (the usual holders), then the others: a process that
+  // changed its user after listening, or one that is not dumpable (its /proc entry is root's).
+  std::vector<pid_t> owners;
+  std::vector<pid_t> others;
+  for (const std::string& name : NumericEntries(proc_)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
+    struct stat st {};
+    if (::stat(absl::StrCat(proc_, "/", name).c_str(), &st) != 0) continue;
+    (st.st_uid == uid ? owners : others).push_back(pid);
+  }
+  std::vector<pid_t> holders;
+  for (const auto* pids : {&owners, &others}) {
+    for (pid_t pid : *pids) {
+      if (Holds(pid, inode)) holders.push_back(pid);
+    }
+    if (!holders.empty()) break;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cached_inode_ = inode;
+  cached_holders_ = holders;
+  return holders;
+}
+
+absl::StatusOr<EngineProcess> EngineProcessFinder::Find(absl::string_view url) {
+  auto parsed = ParseHttpUrl(url);
+  if (!parsed.ok()) return parsed.status();
+  const std::set<std::string> addresses = ServingAddresses(parsed->host);
+  std::vector<Listener> listeners;
+  ReadListeners(proc_ + "/net/tcp", parsed->port, addresses, &listeners);
+  ReadListeners(proc_ + "/net/tcp6", parsed->port, addresses, &listeners);
+  if (listeners.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", url, ": no socket listens on port ", parsed->port,
+        " in wsyncd's network namespace (", proc_,
+        "/net/tcp, tcp6), and the map-once route lets only the workers of the process serving "
+        "the engine's port take its frames: run wsyncd on the engine's host in its network "
+        "namespace, or use the group's tensor route"));
+  }
+  std::set<uint32_t> uids;
+  for (const Listener& l : listeners) uids.insert(l.uid);
+  if (uids.size() > 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", url, ": sockets of users ", absl::StrJoin(uids, ", "), " listen on port ",
+        parsed->port, ", so wsyncd cannot tell which one is the engine's"));
+  }
+  EngineProcess out;
+  out.uid = *uids.begin();
+  out.socket_inode = listeners.front().inode;
+  std::set<pid_t> servers;
+  for (const Listener& l : listeners) {
+    for (pid_t pid : Holders(l.uid, l.inode)) servers.insert(pid);
+  }
+  out.servers.assign(servers.begin(), servers.end());
+  return out;
+}
+
+std::optional<PeerCredentials> ParsePeerAddress(absl::string_view address) {
+  std::vector<absl::string_view> parts = absl::StrSplit(address, ':');
+  if (parts.size() < 4) return std::nullopt;
+  const size_t n = parts.size();
+  PeerCredentials out;
+  if (!absl::SimpleAtoi(parts[n - 3], &out.uid) || !absl::SimpleAtoi(parts[n - 2], &out.gid) ||
+      !absl::SimpleAtoi(parts[n - 1], &out.pid) || out.pid < 0) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+bool DescendsFrom(pid_t pid, const std::vector<pid_t>& ancestors, const std::string& proc) {
+  for (int step = 0; step < 4096 && pid > 0; ++step) {
+    if (std::find(ancestors.begin(), ancestors.end(), pid) != ancestors.end()) return true;
+    if (pid == 1) return false;
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so the fields are
+    // counted from its last ')'.
+    std::ifstream in(absl::StrCat(proc, "/", pid, "/stat"));
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string stat = text.str();
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return false;
+    std::vector<absl::string_view> f =
+        absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
+    pid_t parent = 0;
+    if (f.size() < 2 || !absl::SimpleAtoi(f[1], &parent)) return false;
+    pid = parent;
+  }
+  return false;
+}
+
+}  // namespace wsync
