@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -93,17 +94,30 @@ namespace {
 
 // A text line is one record: a newline or other control byte in a message (a peer's text) would
 // forge or garble lines, so each is written as \xNN.
+// Unicode's line breaks (NEL, LINE and PARAGRAPH SEPARATOR) split lines for some readers too.
+// A message is cut at kMaxLogMessageBytes.
+constexpr size_t kMaxLogMessageBytes = 64 << 10;
 std::string OneLine(absl::string_view message) {
+  const size_t full = message.size();
+  if (full > kMaxLogMessageBytes) message = message.substr(0, kMaxLogMessageBytes);
   std::string out;
   out.reserve(message.size());
-  for (const char ch : message) {
-    const auto c = static_cast<unsigned char>(ch);
+  for (size_t i = 0; i < message.size(); ++i) {
+    const auto c = static_cast<unsigned char>(message[i]);
+    const absl::string_view rest = message.substr(i);
     if (c < 0x20 || c == 0x7f) {
       absl::StrAppendFormat(&out, "\\x%02x", c);
+    } else if (absl::StartsWith(rest, "\xc2\x85")) {
+      out += "\\u0085";
+      ++i;
+    } else if (absl::StartsWith(rest, "\xe2\x80\xa8") || absl::StartsWith(rest, "\xe2\x80\xa9")) {
+      absl::StrAppendFormat(&out, "\\u%04x", rest[2] == '\xa8' ? 0x2028 : 0x2029);
+      i += 2;
     } else {
-      out.push_back(ch);
+      out.push_back(message[i]);
     }
   }
+  if (full > message.size()) absl::StrAppend(&out, "... (", full, " bytes, cut)");
   return out;
 }
 

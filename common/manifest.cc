@@ -36,6 +36,15 @@ absl::Status ValidateManifest(const BucketManifest& manifest, uint64_t slot_byte
     return absl::InvalidArgumentError("empty bucket: a bucket must name at least one tensor");
   }
   absl::flat_hash_set<absl::string_view> names;
+  for (size_t i = 0; i < manifest.tensors.size(); ++i) {
+    // Checked first: the errors below quote the shape.
+    if (manifest.tensors[i].shape.size() > kMaxTensorDims) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " has ",
+                                                     manifest.tensors[i].shape.size(),
+                                                     " dimensions; at most ", kMaxTensorDims,
+                                                     " are allowed"));
+    }
+  }
   for (const TensorEntry& t : manifest.tensors) {
     if (t.name.empty()) return absl::InvalidArgumentError("tensor with an empty name");
     if (!names.insert(t.name).second) {

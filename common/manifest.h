@@ -31,6 +31,9 @@ struct BucketManifest {
   bool operator==(const BucketManifest&) const = default;
 };
 
+// The most dimensions a tensor may have (torch's own limit is 64).
+inline constexpr size_t kMaxTensorDims = 64;
+
 // Product of dims, or an error for negative dims and overflow.
 absl::StatusOr<uint64_t> NumElements(const std::vector<int64_t>& shape);
 

@@ -1,6 +1,7 @@
 #include "daemon/group_factories.h"
 
 #include "daemon/engines/adapter_factory.h"
+#include "daemon/transport/ipc/socket_dirs.h"
 #include "daemon/transport/transport_factory.h"
 
 namespace wsync {
@@ -10,6 +11,10 @@ GroupFactories DefaultGroupFactories() {
   factories.adapter = MakeEngineAdapter;
   factories.transport = MakeTransport;
   return factories;
+}
+
+std::vector<std::string> RemoveDeadStreamSocketDirs(const std::string& base) {
+  return RemoveDeadSocketDirs(base);
 }
 
 }  // namespace wsync

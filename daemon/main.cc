@@ -233,6 +233,11 @@ int main(int argc, char** argv) {
                                " is not a directory (the map-once route's sockets live there)"));
     }
     dir = absolute.lexically_normal().string();
+    // Directories of wsyncds that died are removed at start, not only at a group's first
+    // map-once update.
+    for (const std::string& removed : wsync::RemoveDeadStreamSocketDirs(dir)) {
+      WSYNC_LOG(Info, "removed the stream socket directory ", removed, " a dead wsyncd left");
+    }
   }
   if (config.server.unix_socket.empty() && config.server.tcp_listen.empty()) {
     return Fail("nothing to serve on: give --socket and/or --listen");

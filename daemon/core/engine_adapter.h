@@ -192,6 +192,10 @@ class EngineAdapter {
   // session) is closed, so that the next update can open its own. Best effort; most engines
   // open nothing.
   virtual void AbandonUpdate() {}
+  // True when BeginUpdate leaves the engine's weights undefined until the update's buckets fill
+  // them (SGLang resuming the memory of weights training released): such an engine counts as
+  // reached by the update from its begin, and is never resumed by an update that did not commit.
+  virtual bool BeginLeavesWeightsUndefined() const { return false; }
   // Records the version, flushes caches computed with old weights, resumes generation.
   virtual absl::Status FinishUpdate(const UpdateInfo& update) = 0;
   // OK when the engine's answer to one of its bucket requests says it loaded the bucket.

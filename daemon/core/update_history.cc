@@ -6,7 +6,7 @@
 namespace wsync {
 
 UpdateRecord BoundedRecord(UpdateRecord record) {
-  if (record.status.message().size() > kMaxRecordTextBytes) {
+  if (!record.status.ok()) {
     record.status = absl::Status(record.status.code(),
                                  SanitizePeerText(record.status.message(), kMaxRecordTextBytes));
   }
@@ -15,9 +15,7 @@ UpdateRecord BoundedRecord(UpdateRecord record) {
     record.engine_results.resize(kMaxRecordEngines);
     record.engine_results.push_back(absl::StrCat("... and ", more, " more engine(s)"));
   }
-  for (std::string& e : record.engine_results) {
-    if (e.size() > kMaxRecordTextBytes) e = SanitizePeerText(e, kMaxRecordTextBytes);
-  }
+  for (std::string& e : record.engine_results) e = SanitizePeerText(e, kMaxRecordTextBytes);
   return record;
 }
 

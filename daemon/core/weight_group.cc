@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
 #include "daemon/core/weights_check.h"
 
 namespace wsync {
@@ -148,8 +149,10 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
 void WeightGroup::WatchLeftOut(absl::Duration interval) {
   std::unique_lock<std::mutex> wait(watcher_mu_);
   while (!watcher_stop_) {
-    watcher_cv_.wait_for(wait, absl::ToChronoSeconds(interval));
-    if (watcher_stop_) break;
+    if (watcher_cv_.wait_for(wait, absl::ToChronoNanoseconds(interval),
+                             [&] { return watcher_stop_; })) {
+      break;
+    }
     wait.unlock();
     std::vector<size_t> outside;
     {
@@ -170,8 +173,9 @@ void WeightGroup::WatchLeftOut(absl::Duration interval) {
     // Health is the engine's read-only route, bounded by the probe timeout; adapters answer it
     // while an update uses them (wsyncctl engines does the same).
     const std::vector<absl::Status> heard = OnEachEngine(AdaptersAt(outside), [](EngineAdapter& a) {
+      // Healthy with an error is an engine wsyncd would refuse (its probe fails): not back.
       const EngineHealth h = a.Health();
-      if (h.healthy) return absl::OkStatus();
+      if (h.healthy && h.error.empty()) return absl::OkStatus();
       return absl::UnavailableError(
           absl::StrCat("its last health check failed", h.error.empty() ? "" : ": ", h.error));
     });
@@ -613,33 +617,42 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
   }
   set_aside_.clear();
   reached_.clear();
+  // The engines a quorum group forms with again (empty: FormLocked's own choice), and those of
+  // them the background check heard answer again.
+  std::vector<size_t> form_with, coming_back;
   if (quorum_group() && state_ == GroupState::kReady && members_.size() < adapters_.size()) {
     // Engines an earlier update went on without: if the background check heard one answer, the
     // group forms again to take it back. No engine is asked anything here: an engine that is
     // down must not cost the update its control timeout. One that failed to join or to pause
     // is tried only once its back-off has passed.
     const absl::Time now = absl::Now();
-    std::vector<size_t> outside;
-    bool answering = false;
+    std::vector<size_t> still_out;
     for (size_t i = 0; i < adapters_.size(); ++i) {
       const bool member = std::find(members_.begin(), members_.end(), i) != members_.end();
       if (member || BackingOffLocked(i, now)) continue;
-      outside.push_back(i);
       auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
-      answering = answering || (heard != left_out_health_.end() && heard->second.ok());
-    }
-    if (answering) {
-      WSYNC_LOG(Info, "group ", spec_.name, ": an engine it went without answers again");
-      left_out_health_.clear();
-      state_ = GroupState::kForming;
-    } else {
-      for (size_t i : outside) {
-        auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
-        SetAsideLocked(i, heard != left_out_health_.end()
-                              ? heard->second
-                              : absl::UnavailableError("not heard from since it was left out"));
+      if (heard != left_out_health_.end() && heard->second.ok()) {
+        coming_back.push_back(i);
+        left_out_health_.erase(heard);
+      } else {
+        still_out.push_back(i);
       }
-      NoteBackingOffLocked(now);
+    }
+    // Those still out are set aside with what was last heard; only the members and those heard
+    // again are asked to form.
+    for (size_t i : still_out) {
+      auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
+      SetAsideLocked(i, heard != left_out_health_.end()
+                            ? heard->second
+                            : absl::UnavailableError("not heard from since it was left out"));
+    }
+    NoteBackingOffLocked(now);
+    if (!coming_back.empty()) {
+      WSYNC_LOG(Info, "group ", spec_.name, ": an engine it went without answers again");
+      form_with = members_;
+      form_with.insert(form_with.end(), coming_back.begin(), coming_back.end());
+      std::sort(form_with.begin(), form_with.end());
+      state_ = GroupState::kForming;
     }
   }
   if (state_ == GroupState::kReady) {
@@ -657,9 +670,16 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     transport_->Disband();
     transport_->Release("re-forming the group");
     // A formation that fails leaves nothing formed (the transport releases what it made).
-    if (absl::Status s = FormLocked(); !s.ok()) {
+    absl::Status formed = FormLocked(form_with);
+    // An engine that answered its health check but not its probe or its join would make every
+    // update form the group again: it backs off.
+    for (size_t i : coming_back) {
+      auto aside = set_aside_.find(adapters_[i]->endpoint().url);
+      if (aside != set_aside_.end()) SetAsideLocked(i, aside->second, /*back_off=*/true);
+    }
+    if (!formed.ok()) {
       return absl::UnavailableError(absl::StrCat(
-          "group '", spec_.name, "' is broken and re-forming it failed: ", s.message()));
+          "group '", spec_.name, "' is broken and re-forming it failed: ", formed.message()));
     }
   }
   // Recorded before any engine is paused: a wsyncd that dies from here on leaves a record that
@@ -681,6 +701,12 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
   if (absl::Status s = transport_->BeginUpdate(update); !s.ok()) {
     resume_all();
     return s;
+  }
+  for (size_t i : members_) {
+    const std::string& url = adapters_[i]->endpoint().url;
+    if (set_aside_.count(url) == 0 && adapters_[i]->BeginLeavesWeightsUndefined()) {
+      reached_.insert(url);
+    }
   }
   state_ = GroupState::kUpdating;
   update_open_ = true;
@@ -895,16 +921,22 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
     }
   }
   // An update that failed at the commit: an engine it reached that did not commit may hold part
-  // of this version, so it stays paused and waits for a full one; an engine it never reached
-  // (set aside before any bucket) holds its earlier version whole and resumes.
+  // of this version, and one that committed holds a version the group did not take, so both stay
+  // paused and wait for a full one; an engine it never reached (set aside before any bucket)
+  // holds the group's version whole and resumes.
   std::vector<EngineAdapter*> resume_set_aside;
   if (!commit_ok) {
     std::vector<size_t> partial;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (size_t i = 0; i < adapters_.size(); ++i) {
-        if (results[i].ok()) continue;
         const std::string& url = adapters_[i]->endpoint().url;
+        if (results[i].ok()) {
+          // It committed (and resumed) a version the group did not take: it would serve another
+          // version than the others, so it is paused too.
+          partial.push_back(i);
+          continue;
+        }
         if (reached_.count(url) != 0) {
           partial.push_back(i);
         } else if (needs_full_.count(url) == 0) {
@@ -920,9 +952,16 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t k = 0; k < partial.size(); ++k) {
       const size_t i = partial[k];
-      std::string why = absl::StrCat("update ", update.update_id, " to version '", update.version,
-                                     "' reached it and did not commit: it may hold part of it (",
-                                     results[i].message(), ")");
+      std::string why =
+          results[i].ok()
+              ? absl::StrCat("it committed version '", update.version, "' of update ",
+                             update.update_id, ", which did not land on the group (",
+                             committed.size(), " of ", adapters_.size(),
+                             " engines committed): paused so that the group does not serve two "
+                             "versions")
+              : absl::StrCat("update ", update.update_id, " to version '", update.version,
+                             "' reached it and did not commit: it may hold part of it (",
+                             SanitizePeerText(results[i].message()), ")");
       if (!paused[k].ok()) absl::StrAppend(&why, "; pausing it failed: ", paused[k].message());
       MarkPartialLocked(i, why, nullptr);
       (*outcomes)[first_outcome + i].needs_full_version = needs_full_[adapters_[i]->endpoint().url];
@@ -937,7 +976,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   // A complete update landed on the engines that finished it: they hold one version again.
   for (size_t i = 0; i < adapters_.size(); ++i) {
     const std::string& url = adapters_[i]->endpoint().url;
-    if (results[i].ok() && !differs[i]) needs_full_.erase(url);
+    if (commit_ok && results[i].ok() && !differs[i]) needs_full_.erase(url);
     if (differs[i]) {
       const std::string& note = (*outcomes)[first_outcome + i].weights_check;
       needs_full_[url] = absl::StrCat("after version '", update.version, "' its weights ", note);
@@ -1004,7 +1043,8 @@ void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutco
         MarkPartialLocked(
             i,
             absl::StrCat("update ", open_update_.update_id, " to version '", open_update_.version,
-                         "' reached it and was aborted: it may hold part of it (", reason, ")"),
+                         "' reached it and was aborted: it may hold part of it (",
+                         SanitizePeerText(reason), ")"),
             outcomes);
         abandon.push_back(adapter_ptrs_[i]);
       } else if (needs_full_.count(url) == 0) {

@@ -226,7 +226,8 @@ TEST_F(FakeGroupTest, AnUpdateEndedBeforeAnyBucketResumesEveryEngine) {
 }
 
 // All or nothing: when the commit fails on one engine, the one that failed it holds every bucket
-// of a version it did not record; it stays paused. The one that committed serves the version.
+// of a version it did not record, and the one that committed a version the group did not take:
+// both stay paused, so that the group never serves two versions.
 TEST_F(FakeGroupTest, AnEngineThatFailedTheCommitOfAnUpdateItLoadedStaysPaused) {
   auto group = MakeGroup();
   ASSERT_NE(group, nullptr);
@@ -244,10 +245,14 @@ TEST_F(FakeGroupTest, AnEngineThatFailedTheCommitOfAnUpdateItLoadedStaysPaused) 
   absl::Status s = group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes);
   EXPECT_FALSE(s.ok());
   ASSERT_EQ(outcomes.size(), 2u);
-  EXPECT_EQ(outcomes[0].needs_full_version, "");
+  EXPECT_THAT(outcomes[0].needs_full_version,
+              HasSubstr("it committed version 'v1' of update u1, which did not land on the group "
+                        "(1 of 2 engines committed)"));
   EXPECT_THAT(outcomes[1].needs_full_version, HasSubstr("reached it and did not commit"));
+  EXPECT_EQ(engine("http://a:1").events().back(), "pause");
   EXPECT_EQ(engine("http://b:2").events().back(), "pause");
-  EXPECT_EQ(group->Snapshot().needs_full_version.count("http://b:2"), 1u);
+  EXPECT_EQ(group->Snapshot().needs_full_version.size(), 2u);
+  EXPECT_EQ(group->Snapshot().last_version, "");
 }
 
 TEST_F(FakeGroupTest, AGroupWhoseEnginesLostItIsFormedAgainBeforeTheUpdate) {

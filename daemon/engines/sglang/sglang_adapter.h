@@ -59,6 +59,9 @@ class SglangAdapter final : public EngineAdapter {
   // With memory "resume", the KV cache first if this update resumed the weights.
   absl::Status ResumeGeneration() override;
   void AbandonUpdate() override;
+  // With memory "resume", BeginUpdate resumes the weights' memory, whose contents are then
+  // whatever the buckets write.
+  bool BeginLeavesWeightsUndefined() const override { return memory_ == SglangMemory::kResume; }
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
 
