@@ -39,10 +39,9 @@ absl::Status ValidateManifest(const BucketManifest& manifest, uint64_t slot_byte
   for (size_t i = 0; i < manifest.tensors.size(); ++i) {
     // Checked first: the errors below quote the shape.
     if (manifest.tensors[i].shape.size() > kMaxTensorDims) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " has ",
-                                                     manifest.tensors[i].shape.size(),
-                                                     " dimensions; at most ", kMaxTensorDims,
-                                                     " are allowed"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", i, " has ", manifest.tensors[i].shape.size(),
+                       " dimensions; at most ", kMaxTensorDims, " are allowed"));
     }
   }
   for (const TensorEntry& t : manifest.tensors) {

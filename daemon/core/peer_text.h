@@ -20,6 +20,8 @@ inline constexpr size_t kMaxTensorNameBytes = 1024;
 inline constexpr size_t kQuotedNameBytes = 200;
 // Free text from a trainer (an abort reason) is cut to this and its control characters escaped.
 inline constexpr size_t kMaxReasonBytes = 1024;
+// An update's failure, which may name every engine of a group with its answer.
+inline constexpr size_t kMaxFailureBytes = 4096;
 
 // INVALID_ARGUMENT naming `what` unless `text` is 1..max bytes of printable ASCII or UTF-8
 // (no control characters).

@@ -1,6 +1,7 @@
 #include "daemon/core/source_table.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/peer_text.h"
 
 namespace wsync {
 
@@ -36,15 +37,16 @@ absl::StatusOr<PulledSources> SourceTable::Resolve(const std::vector<AllocationA
     const TensorEntry& t = manifest.tensors[i];
     auto it = entries_.find(sources[i].allocation);
     if (it == entries_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor '", t.name, "' names trainer allocation ", sources[i].allocation,
-                       ", which was never announced"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", SanitizePeerText(t.name, kQuotedNameBytes), "' names trainer allocation ",
+          sources[i].allocation, ", which was never announced"));
     }
     const uint64_t offset = sources[i].offset;
     if (offset > it->second.bytes || t.length > it->second.bytes - offset) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", t.name, "' (", t.length, " bytes at ", offset, ") runs past allocation ",
-          sources[i].allocation, " of ", it->second.bytes, " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", SanitizePeerText(t.name, kQuotedNameBytes), "' (", t.length,
+                       " bytes at ", offset, ") runs past allocation ", sources[i].allocation,
+                       " of ", it->second.bytes, " bytes"));
     }
     out.pieces.push_back(SourcePiece{static_cast<const char*>(it->second.memory->data()) + offset,
                                      t.offset, t.length, it->second.memory.get()});

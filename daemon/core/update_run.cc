@@ -79,7 +79,11 @@ void UpdateRun::IdleLoop() {
 uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
 
 void UpdateRun::Fail(absl::Status status) {
-  if (failure_.ok()) failure_ = std::move(status);
+  if (!failure_.ok()) return;
+  // The failure goes to the trainer, the log, the history and the reasons engines wait for a
+  // full version: whoever wrote it (an engine's answer, a trainer's abort), it is bounded and
+  // printable.
+  failure_ = absl::Status(status.code(), SanitizePeerText(status.message(), kMaxFailureBytes));
 }
 
 template <typename Fn>

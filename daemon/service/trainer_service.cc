@@ -128,11 +128,11 @@ absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket) {
   // Names and shapes are quoted in refusals, kept and logged: bounded before anything reads them.
   for (int i = 0; i < bucket.tensors_size(); ++i) {
     const v1::TensorSpec& t = bucket.tensors(i);
-    absl::Status name = CheckPeerLabel(absl::StrCat("the name of tensor ", i), t.name(),
-                                       kMaxTensorNameBytes);
+    absl::Status name =
+        CheckPeerLabel(absl::StrCat("the name of tensor ", i), t.name(), kMaxTensorNameBytes);
     if (!name.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name.message(), " (", SanitizePeerText(t.name(), kQuotedNameBytes), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name.message(), " (", SanitizePeerText(t.name(), kQuotedNameBytes), ")"));
     }
     if (t.shape_size() > static_cast<int>(kMaxTensorDims)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' has ", t.shape_size(),

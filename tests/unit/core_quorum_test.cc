@@ -2,6 +2,7 @@
 // engines that fail their probe, join, pause or commit (renumbering the ranks of those it keeps),
 // commits once enough engines committed, and holds back each engine it left out until a full
 // version; an all-or-nothing group fails instead.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/time/clock.h"
@@ -342,6 +343,88 @@ TEST_F(QuorumTest, AnEarlierRecordsEnginesAreAskedToDropItsGroupWhateverItsQuoru
   ASSERT_NE(group, nullptr);
   ASSERT_TRUE(group->Form().ok());
   EXPECT_THAT(engine(kA).events(), Contains("leave-stale policy.old"));
+}
+
+// One left-out engine answering again must not cost the update a probe of another left-out
+// engine that is still down.
+TEST_F(QuorumTest, AnEngineStillDownIsNotProbedWhenAnotherComesBack) {
+  auto group = MakeGroup(1);
+  ASSERT_NE(group, nullptr);
+  engine(kB).FailCalls("probe", absl::UnavailableError("b down"));
+  engine(kC).FailCalls("probe", absl::UnavailableError("c down"));
+  ASSERT_TRUE(group->Form().ok());
+  Update(*group, "u1");
+  engine(kB).FailCalls("probe", absl::OkStatus());  // b is back, c stays down
+  ASSERT_TRUE(HeardAgain(*group, kB));
+  const auto probes = [&](const char* url) {
+    const std::vector<std::string> ev = engine(url).events();
+    return std::count(ev.begin(), ev.end(), "probe");
+  };
+  const auto c_before = probes(kC);
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "u2"}).ok());
+  EXPECT_EQ(probes(kC), c_before)
+      << "c, still down, was probed on u2's path (a real engine that does not answer holds the "
+         "probe for the whole probe timeout); events of c: "
+      << ::testing::PrintToString(engine(kC).events());
+  std::vector<EngineOutcome> outcomes;
+  SendBucket(*group, "u2", "xy");
+  (void)group->FinishUpdate(UpdateInfo{"u2", "u2"}, absl::InfiniteFuture(), &outcomes);
+}
+
+// An engine whose health answers but whose probe fails (SGLang: another tp_size) would make every
+// update disband and form the group again: after one failed try it backs off.
+TEST_F(QuorumTest, AnEngineHealthyButFailingItsProbeCostsOneFormationNotOnePerUpdate) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kC).FailNextProbe(
+      absl::FailedPreconditionError("runs tp_size 2 but the group declares 1"));
+  ASSERT_TRUE(group->Form().ok());
+  const int formed = log_->formed, disbanded = log_->disbanded;
+  ASSERT_TRUE(HeardAgain(*group, kC)) << "its health answers";
+  for (const char* id : {"u1", "u2", "u3"}) {
+    engine(kC).FailNextProbe(
+        absl::FailedPreconditionError("runs tp_size 2 but the group declares 1"));
+    Update(*group, id);
+  }
+  EXPECT_EQ(log_->formed, formed + 1) << "one try, then its back-off";
+  EXPECT_EQ(log_->disbanded, disbanded + 1);
+  EXPECT_THAT(group->Snapshot().needs_full_version.at(kC), HasSubstr("tried again in"));
+}
+
+// The background check waits its interval, also one under a second.
+TEST_F(QuorumTest, TheBackgroundCheckWaitsItsIntervalAlsoUnderASecond) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  engine(kC).FailCalls("probe", absl::UnavailableError("down"));
+  ASSERT_TRUE(group->Form().ok());
+  const int before = engine(kC).health_checks();
+  absl::SleepFor(absl::Milliseconds(200));
+  const int checks = engine(kC).health_checks() - before;
+  EXPECT_LE(checks, 20) << "interval 20ms over 200ms: about 10 checks expected, got " << checks;
+}
+
+// A commit short of the quorum must not leave the group serving two versions: a committed v1 (and
+// a real adapter's commit resumes it), c was set aside before any bucket and serves v0 again; a
+// is paused and named.
+TEST_F(QuorumTest, ACommitShortOfTheQuorumPausesTheEngineThatCommitted) {
+  auto group = MakeGroup(2);
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  engine(kC).FailCalls("begin", absl::InternalError("begin refused"));
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  SendBucket(*group, "u1", "abc");
+  engine(kB).FailCalls("finish", absl::InternalError("answered HTTP 500"));
+  std::vector<EngineOutcome> outcomes;
+  EXPECT_FALSE(group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes).ok());
+  const GroupSnapshot snap = group->Snapshot();
+  const bool a_serves_v1 =
+      engine(kA).events().back() == "finish u1 v1" && snap.needs_full_version.count(kA) == 0;
+  const bool c_serves_v0 = engine(kC).events().back() == "resume";
+  EXPECT_FALSE(a_serves_v1 && c_serves_v0)
+      << "group last_version='" << snap.last_version << "'; a events "
+      << ::testing::PrintToString(engine(kA).events()) << " a outcome needs_full='"
+      << outcomes[0].needs_full_version << "'; c events "
+      << ::testing::PrintToString(engine(kC).events());
 }
 
 TEST(QuorumSpec, AQuorumAboveTheEngineCountIsRefused) {

@@ -488,6 +488,54 @@ TEST_F(FakeDaemonTest, OversizedOrUnprintableTensorNamesAreRefusedAndQuotedCut) 
   }
 }
 
+// A pull-mode bucket is resolved (ResolveSources) before UpdateRun::SubmitBucket checks its names:
+// whatever a refusal quotes becomes the update's outcome, the abort reason and the
+// needs-full-version reason of every engine reached (kept, shown by wsyncctl): all bounded and
+// escaped.
+TEST_F(FakeDaemonTest, APullBucketsRefusalIsBoundedAndEscapedWhereverItIsKept) {
+  Start({});
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_TRUE(Submit(**run, 0, Pattern(100, 1), 0, false).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (events.done().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(events.done().size(), 1u) << "bucket 0 reached the engine";
+  BucketManifest m;
+  const std::string name = std::string(1 << 20, 'n') + "\n2026-11-27T00:00:00.000 I forged";
+  m.tensors.push_back(TensorEntry{name, DType::kUint8, {8}, 0, 8});
+  auto resolved = core_->ResolveSources(session_.id, {}, {TensorSourceRef{99, 0}}, m);
+  ASSERT_FALSE(resolved.ok());
+  // As TrainerService::SubmitBucket does with it.
+  const absl::Status refused(resolved.status().code(),
+                             absl::StrCat("bucket 1 refused: ", resolved.status().message()));
+  UpdateOutcome outcome = (*run)->Abort(refused);
+  EXPECT_LT(outcome.status.message().size(), 8192u) << "outcome (trainer result, log)";
+  EXPECT_EQ(outcome.status.message().find('\n'), std::string::npos);
+  const std::vector<EngineRow> rows = core_->ListEngines();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_LT(rows[0].needs_full_version.size(), 4096u) << "needs-full reason, persisted";
+  EXPECT_EQ(rows[0].needs_full_version.find('\n'), std::string::npos);
+}
+
+// A tensor with a million dimensions (a 64 MiB gRPC message holds ~60M packed 1s) is refused
+// without quoting its shape.
+TEST_F(FakeDaemonTest, ATensorWithTooManyDimensionsIsRefusedWithoutQuotingItsShape) {
+  Start({});
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(session_.id, "policy", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  BucketManifest m;
+  m.tensors.push_back(TensorEntry{"w", DType::kUint8, std::vector<int64_t>(1 << 20, 1), 0, 8});
+  std::memcpy(session_.slots[0]->data(), "abcdefgh", 8);
+  absl::Status s = (*run)->SubmitBucket(0, m, Crc32("abcdefgh", 8), 0, {}, true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("has 1048576 dimensions; at most 64 are allowed"));
+  EXPECT_LT(s.message().size(), 4096u);
+  UpdateOutcome outcome = (*run)->Abort(s);
+  EXPECT_LT(outcome.status.message().size(), 4096u);
+}
+
 TEST(PeerText, IsCutAndEscapedForLogsAndErrors) {
   EXPECT_EQ(SanitizePeerText("a\nb\x7f"), "a\\x0ab\\x7f");
   EXPECT_EQ(SanitizePeerText(std::string(10, 'x'), 4), "xxxx...");
