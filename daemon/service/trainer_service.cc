@@ -11,84 +11,10 @@
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/service/status_mapping.h"
+#include "daemon/service/update_stream_events.h"
 
 namespace wsync {
 namespace {
-
-// Sends the update's events on the stream; the sender thread and the handler both write.
-class StreamEvents final : public UpdateEvents {
- public:
-  explicit StreamEvents(grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream)
-      : stream_(stream) {}
-
-  void BucketDone(uint64_t sequence, uint64_t bytes, uint32_t tensors,
-                  const BucketTiming& timing) override {
-    v1::UpdateEvent e;
-    auto* done = e.mutable_bucket_done();
-    done->set_sequence(sequence);
-    done->set_bytes(bytes);
-    done->set_tensors(tensors);
-    done->set_seconds(timing.total);
-    done->set_verify_seconds(timing.verify);
-    done->set_idle_before_seconds(timing.idle_before);
-    done->set_broadcast_seconds(timing.active);
-    done->set_answer_seconds(timing.answer);
-    done->set_request_late_seconds(timing.request_late);
-    Write(e);
-  }
-  void SlotFree(uint32_t slot) override {
-    v1::UpdateEvent e;
-    e.mutable_slot_free()->set_slot(slot);
-    Write(e);
-  }
-  void SourcesRead(uint64_t sequence) override {
-    v1::UpdateEvent e;
-    e.mutable_sources_read()->set_sequence(sequence);
-    Write(e);
-  }
-  void Failed(const UpdateOutcome& outcome) override { WriteResult(outcome); }
-  // The result goes out once, whoever reaches it first (the sender on a failure, or the handler).
-  void WriteResult(const UpdateOutcome& outcome);
-  void Write(const v1::UpdateEvent& e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    stream_->Write(e);
-  }
-
- private:
-  std::mutex mu_;
-  bool result_sent_ = false;
-  grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream_;
-};
-
-v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
-  v1::UpdateEvent e;
-  auto* r = e.mutable_result();
-  r->set_update_id(outcome.update_id);
-  r->set_code(static_cast<int32_t>(outcome.status.code()));
-  r->set_message(std::string(outcome.status.message()));
-  r->set_buckets(outcome.buckets);
-  r->set_bytes(outcome.bytes);
-  r->set_seconds(outcome.seconds);
-  r->set_verify_seconds(outcome.bucket_totals.verify);
-  r->set_idle_before_seconds(outcome.bucket_totals.idle_before);
-  r->set_broadcast_seconds(outcome.bucket_totals.active);
-  r->set_answer_seconds(outcome.bucket_totals.answer);
-  r->set_request_late_seconds(outcome.bucket_totals.request_late);
-  r->set_first_launch_seconds(outcome.first_launch_seconds);
-  r->set_finish_seconds(outcome.finish_seconds);
-  r->set_buckets_read_in_place(outcome.buckets_read_in_place);
-  for (const EngineOutcome& o : outcome.engines) {
-    auto* er = r->add_engines();
-    er->set_engine(o.engine);
-    er->set_ok(o.status.ok());
-    er->set_code(static_cast<int32_t>(o.status.code()));
-    er->set_message(std::string(o.status.message()));
-    er->set_engine_version(o.engine_version);
-    er->set_weights_check(o.weights_check);
-    er->set_needs_full_version(o.needs_full_version);
-  }
-  return e;
-}
 
 // After an update fails, the trainer may still be writing buckets. Reading them until it
 // half-closes lets it see the result on every transport (gRPC's in-process transport completes a
@@ -111,13 +37,6 @@ void DrainClient(grpc::ServerContext* context,
   }
   cv.notify_all();
   watchdog.join();
-}
-
-void StreamEvents::WriteResult(const UpdateOutcome& outcome) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (result_sent_) return;
-  result_sent_ = true;
-  stream_->Write(ResultEvent(outcome));
 }
 
 }  // namespace
@@ -308,7 +227,7 @@ grpc::Status TrainerService::Update(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message of an update must be begin");
   }
-  StreamEvents events(stream);
+  UpdateStreamEvents events(context, stream, core_->options().bucket_timeout);
   const v1::BeginUpdate begin = request.begin();  // a copy: `request` is reused below
   if (grpc::Status s = AuthorizeSession(*context, "Update", begin.session_id(), false); !s.ok()) {
     return s;

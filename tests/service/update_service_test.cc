@@ -453,5 +453,79 @@ TEST_F(NarrowEngineNetworks, AGroupElsewhereIsRefusedBeforeAnyRequestIsMade) {
   ASSERT_TRUE(CreateGroup("inside", {sim_a_.url}, {1}, &info).ok());
 }
 
+// A trainer that keeps pushing buckets but never reads its stream: the daemon's events fill the
+// stream's flow-control window. They must not block the update's pipeline (its buckets settle),
+// so the idle deadline ends the update and the engines are not held paused for as long as the
+// connection lives.
+class StopsReadingTest : public ServiceFixture {
+ protected:
+  void Configure(DaemonOptions& options) override {
+    options.bucket_timeout = absl::Seconds(1);
+    options.slot_bytes = 4096;
+    options.slots_per_device = 4;
+  }
+};
+
+TEST_F(StopsReadingTest, ATrainerThatStopsReadingDoesNotHoldTheEnginesPastTheBucketTimeout) {
+  CreatePolicyGroup();
+  ServerOptions tcp;
+  tcp.tcp_listen = "127.0.0.1:0";
+  tcp.insecure_listen = true;
+  auto server = DaemonServer::Start(core_.get(), tcp);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // A hostile client announces a small receive window (its own channel's arguments).
+  grpc::ChannelArguments args;
+  args.SetInt("grpc.http2.bdp_probe", 0);
+  args.SetInt("grpc.http2.lookahead_bytes", 1024);
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", (*server)->tcp_port()),
+                                           grpc::InsecureChannelCredentials(), args);
+  auto client = Client::FromChannel(channel);
+  ASSERT_TRUE(client_->CloseSession().ok());
+  {
+    absl::Status opened = client->OpenSession(0, "never reads");
+    ASSERT_TRUE(opened.ok()) << opened;
+  }
+  UpdateStream stream(client->trainer(), absl::Seconds(120));
+  ASSERT_TRUE(stream.Begin(client->session_id(), "policy", "vX").ok());
+  const auto done = [&]() -> uint64_t {
+    for (const UpdateProgressView& p : core_->ListProgress()) return p.buckets_done;
+    return 0;
+  };
+  uint64_t sent = 0;
+  for (int k = 0; k < 20000; ++k) {  // bounded; stops once the daemon stalls
+    MappedSlot& slot = *client->slot(k % 2);
+    std::vector<uint8_t> bytes(64, static_cast<uint8_t>(k));
+    ASSERT_TRUE(slot.CopyIn(0, bytes.data(), bytes.size()).ok());
+    v1::Bucket b;
+    b.set_slot(k % 2);
+    b.set_sequence(k);
+    b.set_checksum(*slot.Checksum(64));
+    *b.add_tensors() = Spec(absl::StrCat("t", k), "uint8", {64}, 0, 64);
+    if (!stream.SendBucket(b)) break;  // wsyncd cancelled the call
+    ++sent;
+    // Waits for the daemon to have answered it (so the slot is free again), 2 s at most.
+    const absl::Time until = absl::Now() + absl::Seconds(2);
+    while (done() < sent && absl::Now() < until) absl::SleepFor(absl::Microseconds(200));
+    if (done() < sent) break;  // stalled
+  }
+  const uint64_t stalled_at = done();
+  // Now the trainer is silent too: within 5 bucket timeouts the update must have ended.
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (!core_->ListProgress().empty() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const bool running = !core_->ListProgress().empty();
+  const bool paused = sim_a_.sim->Checksums()["paused"].get<bool>();
+  EXPECT_FALSE(running) << "update still running 5 s after the trainer went silent (bucket "
+                        << "timeout 1 s); buckets done " << stalled_at << " of " << sent
+                        << " sent; engine a paused: " << paused;
+  stream.Cancel();
+  v1::UpdateEvent e;
+  for (int i = 0; i < 100000 && stream.Next(&e); ++i) {
+  }
+  (void)stream.Finish();
+  (*server)->Shutdown(absl::Seconds(1));
+}
+
 }  // namespace
 }  // namespace wsync
