@@ -25,6 +25,9 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(const std::stri
     return absl::UnavailableError(
         absl::StrCat("could not listen on TCP ", address, ": ", fd.status().message()));
   }
+  // A flood fills a short backlog, and a connection the kernel dropped there comes back only
+  // after its SYN's retransmit: a long one lets every connection be taken or closed at once.
+  (void)::listen(fd->get(), SOMAXCONN);
   auto port = LocalPort(fd->get());
   if (!port.ok()) return port.status();
   return std::unique_ptr<TcpListener>(new TcpListener(std::move(*fd), *port));
