@@ -317,6 +317,10 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                               "token_file",
                                               "admin_token_file",
                                               "insecure_listen",
+                                              "max_streams_per_connection",
+                                              "max_streams_per_caller",
+                                              "stream_idle_timeout_s",
+                                              "handshake_timeout_s",
                                               "mode",
                                               "slots",
                                               "slot_bytes",
@@ -382,9 +386,19 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
       config->daemon.slot_bytes = *bytes;
     }
     for (auto [key, field] :
+         {std::pair{"max_streams_per_connection", &config->server.max_streams_per_connection},
+          std::pair{"max_streams_per_caller", &config->server.max_streams_per_caller}}) {
+      if (!j.contains(key)) continue;
+      auto n = IntegerValue(j[key], key, 1, 4096);
+      if (!n.ok()) return in_file(n.status());
+      *field = static_cast<int>(*n);
+    }
+    for (auto [key, field] :
          {std::pair{"bucket_timeout_s", &config->daemon.bucket_timeout},
           std::pair{"lease_s", &config->daemon.lease},
-          std::pair{"control_timeout_s", &config->daemon.group.timeouts.control}}) {
+          std::pair{"control_timeout_s", &config->daemon.group.timeouts.control},
+          std::pair{"stream_idle_timeout_s", &config->server.stream_idle_timeout},
+          std::pair{"handshake_timeout_s", &config->server.handshake_timeout}}) {
       if (!j.contains(key)) continue;
       auto seconds = SecondsValue(j[key], key);
       if (!seconds.ok()) return in_file(seconds.status());

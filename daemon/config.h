@@ -43,7 +43,8 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& group);
 // The "groups" entry GroupSpecFromJson reads back as `spec`.
 nlohmann::json GroupSpecToJson(const GroupSpec& spec);
 
-// Reads a JSON config file. Its keys mirror the flags (socket, listen, mode, slots, slot_bytes,
+// Reads a JSON config file. Its keys mirror the flags (socket, listen, max_streams_per_connection,
+// max_streams_per_caller, stream_idle_timeout_s, handshake_timeout_s, mode, slots, slot_bytes,
 // bucket_timeout_s, lease_s, control_timeout_s, advertise_address, bind_address, log_level,
 // engine_networks, state_dir) plus "groups": [GroupSpecFromJson entries]. Fields absent from the
 // file keep the values already in `config`. Unknown keys are refused: a misspelt key would leave a

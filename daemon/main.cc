@@ -77,6 +77,28 @@ int main(int argc, char** argv) {
   auto* insecure_opt = app.add_flag(
       "--insecure-listen", config.server.insecure_listen,
       "serve --listen as plain TCP without tokens, every caller a trainer (trusted networks only)");
+  auto* per_connection_opt =
+      app.add_option("--max-streams-per-connection", config.server.max_streams_per_connection,
+                     "streams (updates, session holds, reflection) one connection may hold open "
+                     "at once; each holds a server thread")
+          ->check(CLI::Range(1, 4096));
+  auto* per_caller_opt =
+      app.add_option("--max-streams-per-caller", config.server.max_streams_per_caller,
+                     "streams one caller (a unix user, a TCP address) may hold open at once over "
+                     "all its connections")
+          ->check(CLI::Range(1, 4096));
+  double stream_idle_timeout = absl::ToDoubleSeconds(config.server.stream_idle_timeout);
+  auto* stream_idle_opt =
+      app.add_option("--stream-idle-timeout", stream_idle_timeout,
+                     "seconds an update stream may wait for its begin, and a reflection stream "
+                     "for its next request, before it is closed")
+          ->check(CLI::PositiveNumber);
+  double handshake_timeout = absl::ToDoubleSeconds(config.server.handshake_timeout);
+  auto* handshake_opt =
+      app.add_option("--handshake-timeout", handshake_timeout,
+                     "seconds a TCP connection may take to finish its TLS handshake before it is "
+                     "closed")
+          ->check(CLI::PositiveNumber);
   auto* mode_opt = app.add_option("--mode", config.daemon.mode,
                                   "cuda: CUDA IPC slots + NCCL; host: shared memory + TCP "
                                   "collective, for development, CI and the demo")
@@ -167,6 +189,18 @@ int main(int argc, char** argv) {
     }
     if (insecure_opt->count() == 0)
       config.server.insecure_listen = from_file.server.insecure_listen;
+    if (per_connection_opt->count() == 0) {
+      config.server.max_streams_per_connection = from_file.server.max_streams_per_connection;
+    }
+    if (per_caller_opt->count() == 0) {
+      config.server.max_streams_per_caller = from_file.server.max_streams_per_caller;
+    }
+    if (stream_idle_opt->count() == 0) {
+      stream_idle_timeout = absl::ToDoubleSeconds(from_file.server.stream_idle_timeout);
+    }
+    if (handshake_opt->count() == 0) {
+      handshake_timeout = absl::ToDoubleSeconds(from_file.server.handshake_timeout);
+    }
     if (mode_opt->count() == 0) config.daemon.mode = from_file.daemon.mode;
     if (slots_opt->count() == 0) config.daemon.slots_per_device = from_file.daemon.slots_per_device;
     if (bytes_opt->count() == 0 && from_file.daemon.slot_bytes != config.daemon.slot_bytes) {
@@ -219,6 +253,8 @@ int main(int argc, char** argv) {
   // A probe is a control call that waits for nothing at the engine.
   config.daemon.group.timeouts.probe =
       std::min(config.daemon.group.timeouts.probe, config.daemon.group.timeouts.control);
+  config.server.stream_idle_timeout = absl::Seconds(stream_idle_timeout);
+  config.server.handshake_timeout = absl::Seconds(handshake_timeout);
   if (config.daemon.group.transport.bind_address.empty()) {
     config.daemon.group.transport.bind_address = config.daemon.group.transport.advertise_address;
   }
@@ -347,6 +383,8 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   systemd.Stopping();
+  // Before the drain: an Undrain from here on would take updates that the exit cuts.
+  (*server)->BeginStopping(absl::StrCat("it got signal ", sig));
   WSYNC_LOG(Info, "signal ", sig, ": draining (running updates get 30 s to finish)");
   wsync::DrainResult drained = core.Drain(absl::Seconds(30));
   if (!drained.drained) WSYNC_LOG(Warning, "updates still running after the drain deadline");

@@ -198,8 +198,20 @@ grpc::Status AdminService::Drain(grpc::ServerContext* context, const v1::DrainRe
 grpc::Status AdminService::Undrain(grpc::ServerContext* context, const v1::UndrainRequest*,
                                    v1::UndrainResponse* resp) {
   WSYNC_REQUIRE_ROLE(auth_, context, Role::kAdmin, "Undrain");
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (!stopping_.empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("Undrain refused: wsyncd is stopping (", stopping_,
+                                     "); it finishes the updates it has and exits. Start it "
+                                     "again to take updates"));
+  }
   resp->set_was_draining(core_->Undrain());
   return grpc::Status::OK;
+}
+
+void AdminService::BeginStopping(const std::string& why) {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  stopping_ = why.empty() ? "stopping" : why;
 }
 
 grpc::Status AdminService::ResumeEngine(grpc::ServerContext* context,

@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_SERVICE_ADMIN_SERVICE_H_
 #define WSYNC_DAEMON_SERVICE_ADMIN_SERVICE_H_
 
+#include <mutex>
 #include <string>
 
 #include "daemon/core/daemon_core.h"
@@ -40,10 +41,16 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status ResumeEngine(grpc::ServerContext*, const v1::ResumeEngineRequest*,
                             v1::ResumeEngineResponse*) override;
 
+  // wsyncd is stopping: its drain is final, so Undrain is refused from now on (it would take
+  // updates that the exit then cuts). An Undrain already running ends first.
+  void BeginStopping(const std::string& why);
+
  private:
   DaemonCore* core_;
   const Authorizer* auth_;
   std::string listen_;
+  std::mutex stop_mu_;
+  std::string stopping_;  // why; empty while running
 };
 
 }  // namespace wsync

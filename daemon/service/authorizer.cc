@@ -23,13 +23,24 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
   return diff == 0;
 }
 
-std::string BearerToken(const grpc::ServerContext& context) {
+absl::string_view AuthorizationValue(const grpc::ServerContextBase& context) {
   const auto& md = context.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) return "";
-  absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&value, "Bearer ")) return "";
-  return std::string(value);
+  return absl::string_view(it->second.data(), it->second.size());
+}
+
+// The token of "Bearer <token>"; empty for anything else.
+absl::string_view BearerToken(absl::string_view authorization) {
+  if (!absl::ConsumePrefix(&authorization, "Bearer ")) return "";
+  return authorization;
+}
+
+// The IP address of a gRPC peer ("ipv4:10.0.0.7:5000" gives "10.0.0.7").
+absl::string_view PeerHost(absl::string_view peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t scheme = peer.find(':');
+  return colon == scheme ? peer.substr(scheme + 1) : peer.substr(scheme + 1, colon - scheme - 1);
 }
 
 bool InGroup(uid_t uid, gid_t primary_gid, const std::string& group_name) {
@@ -67,32 +78,43 @@ Role Authorizer::UnixRole(const UnixPeer& peer) const {
   return Role::kTrainer;
 }
 
-Caller Authorizer::Identify(const grpc::ServerContext& context) const {
+Role Authorizer::TokenRole(absl::string_view authorization) const {
+  const absl::string_view token = BearerToken(authorization);
+  if (SameSecret(token, options_.admin_token)) return Role::kAdmin;
+  if (SameSecret(token, options_.trainer_token)) return Role::kTrainer;
+  return Role::kNone;
+}
+
+Caller Authorizer::Identify(const grpc::ServerContextBase& context) const {
   const std::string peer = context.peer();
   Caller caller;
   if (unix_ != nullptr) {
     if (auto p = unix_->PeerOf(peer); p.has_value()) {
       caller.role = UnixRole(*p);
       caller.connection = absl::StrCat("unix#", p->serial);
+      caller.identity = absl::StrCat("uid ", p->uid);
       caller.description = absl::StrCat("uid ", p->uid, " (pid ", p->pid, ") on the unix socket");
       return caller;
     }
   }
   if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
     caller.connection = peer;
-    const std::string token = BearerToken(context);
-    if (SameSecret(token, options_.admin_token)) {
+    caller.identity = absl::StrCat("TCP ", PeerHost(peer));
+    const absl::string_view authorization = AuthorizationValue(context);
+    const Role token_role = TokenRole(authorization);
+    if (token_role == Role::kAdmin) {
       caller.role = Role::kAdmin;
       caller.description = absl::StrCat("TCP ", peer, " with the admin token");
-    } else if (SameSecret(token, options_.trainer_token)) {
+    } else if (token_role == Role::kTrainer) {
       caller.role = Role::kTrainer;
       caller.description = absl::StrCat("TCP ", peer, " with the trainer token");
-    } else if (token.empty() && options_.tcp_is_trainer_without_token) {
+    } else if (BearerToken(authorization).empty() && options_.tcp_is_trainer_without_token) {
       caller.role = Role::kTrainer;
       caller.description = absl::StrCat("TCP ", peer, " (insecure listener, no token)");
     } else {
-      caller.description =
-          absl::StrCat("TCP ", peer, token.empty() ? " without a token" : " with an unknown token");
+      caller.description = absl::StrCat(
+          "TCP ", peer,
+          BearerToken(authorization).empty() ? " without a token" : " with an unknown token");
     }
     return caller;
   }
@@ -100,17 +122,19 @@ Caller Authorizer::Identify(const grpc::ServerContext& context) const {
   // in-process channel's peer "unknown".
   if (options_.in_process_is_admin && peer == "unknown") {
     caller.role = Role::kAdmin;
-    caller.connection = "inproc";
+    caller.connection = kInProcessConnection;
+    caller.identity = "in-process";
     caller.description = "in-process";
     return caller;
   }
   caller.connection = peer;
+  caller.identity = peer;
   caller.description = absl::StrCat("unknown peer '", peer, "'");
   return caller;
 }
 
-grpc::Status Authorizer::Require(const grpc::ServerContext& context, Role needed, const char* call,
-                                 Caller* out) const {
+grpc::Status Authorizer::Require(const grpc::ServerContextBase& context, Role needed,
+                                 const char* call, Caller* out) const {
   Caller caller = Identify(context);
   grpc::Status status = grpc::Status::OK;
   if (caller.role == Role::kNone) {

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "daemon/service/caller.h"
 #include "daemon/service/unix_listener.h"
 
@@ -30,11 +31,17 @@ class Authorizer {
   Authorizer(AuthOptions options, const UnixListener* unix_listener)
       : options_(std::move(options)), unix_(unix_listener) {}
 
-  Caller Identify(const grpc::ServerContext& context) const;
+  Caller Identify(const grpc::ServerContextBase& context) const;
   // OK when the caller has at least `needed`; else UNAUTHENTICATED (no role at all) or
   // PERMISSION_DENIED naming the call, the caller and the role it needs.
-  grpc::Status Require(const grpc::ServerContext& context, Role needed, const char* call,
+  grpc::Status Require(const grpc::ServerContextBase& context, Role needed, const char* call,
                        Caller* caller = nullptr) const;
+  // The role a TCP caller's "authorization" value gives ("Bearer <token>"): kNone for no token
+  // or an unknown one.
+  Role TokenRole(absl::string_view authorization) const;
+  // TCP callers need a token (a TLS listener): calls without one are refused before they reach
+  // a service (TokenGate).
+  bool tcp_needs_token() const { return !options_.tcp_is_trainer_without_token; }
 
  private:
   Role UnixRole(const UnixPeer& peer) const;

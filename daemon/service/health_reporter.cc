@@ -6,8 +6,13 @@
 namespace wsync {
 
 HealthReporter::HealthReporter(DaemonCore* core, grpc::HealthCheckServiceInterface* health,
-                               absl::Duration drain_poll, absl::Duration device_poll)
-    : core_(core), health_(health), drain_poll_(drain_poll), device_poll_(device_poll) {
+                               std::function<absl::Status()> can_serve, absl::Duration drain_poll,
+                               absl::Duration device_poll)
+    : core_(core),
+      health_(health),
+      can_serve_(std::move(can_serve)),
+      drain_poll_(drain_poll),
+      device_poll_(device_poll) {
   Set(kAdminService, true, "");
   thread_ = std::thread([this] { Loop(); });
 }
@@ -46,10 +51,15 @@ void HealthReporter::Loop() {
       devices_checked = absl::Now();
     }
     const bool draining = core_->draining();
-    const std::string gpu_why = devices.ok() ? "" : std::string(devices.message());
-    Set("", devices.ok(), gpu_why);
-    Set(kTrainerService, devices.ok() && !draining,
-        !devices.ok() ? gpu_why : "draining: new sessions and updates are refused");
+    const absl::Status serving = can_serve_ ? can_serve_() : absl::OkStatus();
+    // The first reason that holds, in the order a restart would cure them.
+    const std::string why = !devices.ok()   ? std::string(devices.message())
+                            : !serving.ok() ? std::string(serving.message())
+                                            : "";
+    Set(kAdminService, serving.ok(), std::string(serving.message()));
+    Set("", devices.ok() && serving.ok(), why);
+    Set(kTrainerService, devices.ok() && serving.ok() && !draining,
+        why.empty() ? "draining: new sessions and updates are refused" : why);
     cv_.wait_for(lock, absl::ToChronoNanoseconds(drain_poll_), [this] { return stop_; });
   }
 }

@@ -3,6 +3,9 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -50,21 +53,31 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
 }  // namespace
 
 DaemonServer::DaemonServer(DaemonCore* core, std::string listen, AuthOptions auth,
-                           std::unique_ptr<UnixListener> unix_listener)
+                           std::unique_ptr<UnixListener> unix_listener, StreamLimits limits)
     : listen_(std::move(listen)),
       unix_listener_(std::move(unix_listener)),
       auth_(std::move(auth), unix_listener_.get()),
-      trainer_(core, &auth_),
+      streams_(limits),
+      trainer_(core, &auth_, &streams_),
       admin_(core, &auth_, listen_) {}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* core,
                                                                   const ServerOptions& options) {
+  if (options.max_streams_per_connection < 1 || options.max_streams_per_caller < 1 ||
+      options.stream_idle_timeout <= absl::ZeroDuration() ||
+      options.handshake_timeout <= absl::ZeroDuration() || options.max_threads < 16) {
+    return absl::InvalidArgumentError(
+        "stream limits must be at least 1, timeouts above zero, and the server's threads at "
+        "least 16");
+  }
   AuthOptions auth;
   auth.admin_group = options.admin_group;
   std::vector<std::string> listens;
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+  std::unique_ptr<TcpListener> tcp_listener;
   if (!options.tcp_listen.empty()) {
     WSYNC_ASSIGN_OR_RETURN(tcp_credentials, TcpCredentials(options, &auth));
+    WSYNC_ASSIGN_OR_RETURN(tcp_listener, TcpListener::Listen(options.tcp_listen));
   }
   std::unique_ptr<UnixListener> unix_listener;
   if (!options.unix_socket.empty()) {
@@ -77,8 +90,16 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
     listens.push_back(absl::StrCat(options.tcp_listen,
                                    options.insecure_listen ? " (insecure)" : " (TLS + token)"));
   }
+  StreamLimits limits;
+  limits.per_connection = options.max_streams_per_connection;
+  limits.per_caller = options.max_streams_per_caller;
+  // A quarter of the threads stay for unary calls, whatever the streams do.
+  limits.total = options.max_threads * 3 / 4;
+  limits.idle_timeout = options.stream_idle_timeout;
   auto server = std::unique_ptr<DaemonServer>(new DaemonServer(
-      core, absl::StrJoin(listens, ","), std::move(auth), std::move(unix_listener)));
+      core, absl::StrJoin(listens, ","), std::move(auth), std::move(unix_listener), limits));
+  server->max_threads_ = options.max_threads;
+  server->tcp_listener_ = std::move(tcp_listener);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -87,27 +108,53 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   // callers cannot make wsyncd spawn threads without end. A node runs a few trainers, each with
   // a hold and an update at a time.
   grpc::ResourceQuota quota("wsyncd");
-  quota.SetMaxThreads(kMaxServerThreads);
+  quota.SetMaxThreads(options.max_threads);
   builder.SetResourceQuota(quota);
-  int tcp_port = 0;
-  if (!options.tcp_listen.empty()) {
-    builder.AddListeningPort(options.tcp_listen, tcp_credentials, &tcp_port);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxCallsPerConnection);
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(options.handshake_timeout),
+                                         std::numeric_limits<int>::max())));
+  {
+    auto gate = std::make_unique<CallGate>(&server->auth_, &server->streams_);
+    server->call_gate_ = gate.get();
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(std::move(gate));
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  if (server->tcp_listener_) {
+    // Calls without a token are refused before they reach a server thread.
+    if (server->auth_.tcp_needs_token()) {
+      tcp_credentials->SetAuthMetadataProcessor(std::make_shared<TokenGate>(&server->auth_));
+    }
+    server->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, tcp_credentials);
+    server->tcp_port_ = server->tcp_listener_->port();
   }
   builder.RegisterService(&server->trainer_);
   builder.RegisterService(&server->admin_);
   server->server_ = builder.BuildAndStart();
   if (!server->server_) {
-    return absl::UnavailableError(
-        absl::StrCat("could not listen on ", server->listen_, " (address in use?)"));
+    return absl::UnavailableError(absl::StrCat("could not serve on ", server->listen_));
   }
-  if (!options.tcp_listen.empty() && tcp_port == 0) {
-    return absl::UnavailableError(absl::StrCat("could not listen on TCP ", options.tcp_listen));
-  }
-  server->tcp_port_ = tcp_port;
   if (server->unix_listener_) server->unix_listener_->Serve(server->server_.get());
-  server->health_ =
-      std::make_unique<HealthReporter>(core, server->server_->GetHealthCheckService());
+  if (server->tcp_listener_) server->tcp_listener_->Serve(server->tcp_acceptor_.get());
+  DaemonServer* raw = server.get();
+  server->health_ = std::make_unique<HealthReporter>(core, server->server_->GetHealthCheckService(),
+                                                     [raw] { return raw->CanServe(); });
   return server;
+}
+
+absl::Status DaemonServer::CanServe() const {
+  // Near the end of the server's threads a new call may find none ("Server Threadpool
+  // Exhausted"): a daemon that cannot take calls says so, and its watchdog acts.
+  const int busy = call_gate_->busy_calls();
+  if (busy >= max_threads_ * 7 / 8) {
+    return absl::UnavailableError(absl::StrCat(busy, " of the ", max_threads_,
+                                               " server threads are busy with calls: new calls "
+                                               "may be refused"));
+  }
+  return absl::OkStatus();
 }
 
 DaemonServer::~DaemonServer() { Shutdown(absl::Seconds(1)); }
@@ -116,6 +163,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   if (!server_) return;
   // No new connections are handed to a server that is shutting down.
   if (unix_listener_) unix_listener_->Stop();
+  if (tcp_listener_) tcp_listener_->Stop();
   health_.reset();
   server_->GetHealthCheckService()->SetServingStatus(false);
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));

@@ -10,7 +10,10 @@
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/authorizer.h"
+#include "daemon/service/call_gate.h"
 #include "daemon/service/health_reporter.h"
+#include "daemon/service/stream_gate.h"
+#include "daemon/service/tcp_listener.h"
 #include "daemon/service/trainer_service.h"
 #include "daemon/service/unix_listener.h"
 
@@ -32,18 +35,38 @@ struct ServerOptions {
   std::string admin_token_file;
   // Serve TCP without TLS or tokens (a trusted network only): every TCP caller is a trainer.
   bool insecure_listen = false;
+  // Each stream holds a server thread for its life: how many one connection and one caller
+  // (a unix user, a TCP address) may hold at once, and how long a stream may go without what it
+  // owes (an update's begin, a reflection tool's next request) before it is closed.
+  int max_streams_per_connection = 16;
+  int max_streams_per_caller = 64;
+  absl::Duration stream_idle_timeout = absl::Seconds(10);
+  // How long a TCP connection may take to finish its TLS handshake and HTTP/2 preface.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+  // The server's threads: every call in flight holds one.
+  int max_threads = 512;
 };
 
 // The gRPC front of a DaemonCore: trainer and admin services, grpc.health.v1 (per service, see
 // HealthReporter) and server reflection, so generic gRPC tools can list and call the API.
+//
+// No caller without a role holds the server's threads: the TLS listener refuses calls without a
+// token before they reach a thread (TokenGate), and every stream, wsyncd's own or reflection's,
+// is admitted within limits per connection, per caller and in all, and closed when it does not
+// progress (StreamGate, CallGate). TCP connections are bounded in number (TcpListener) and in
+// the time their handshake may take; the unix socket has a limit per user (UnixListener).
 class DaemonServer {
  public:
-  static constexpr int kMaxServerThreads = 512;
+  // Calls one connection may have in flight (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; gRPC
+  // clients queue calls past it).
+  static constexpr int kMaxCallsPerConnection = 100;
 
   static absl::StatusOr<std::unique_ptr<DaemonServer>> Start(DaemonCore* core,
                                                              const ServerOptions& options);
   ~DaemonServer();
   void Shutdown(absl::Duration grace);
+  // wsyncd is stopping (a signal): drains from now on are final, and Undrain is refused.
+  void BeginStopping(const std::string& why) { admin_.BeginStopping(why); }
   // A channel into this server without a socket, for tests.
   std::shared_ptr<grpc::Channel> InProcessChannel();
   std::string listen_description() const { return listen_; }
@@ -52,13 +75,21 @@ class DaemonServer {
 
  private:
   DaemonServer(DaemonCore* core, std::string listen, AuthOptions auth,
-               std::unique_ptr<UnixListener> unix_listener);
+               std::unique_ptr<UnixListener> unix_listener, StreamLimits limits);
+  // OK while the server has threads for new calls; else why not.
+  absl::Status CanServe() const;
+
   std::string listen_;
   int tcp_port_ = 0;
+  int max_threads_ = 0;
   std::unique_ptr<UnixListener> unix_listener_;
+  std::unique_ptr<TcpListener> tcp_listener_;
   Authorizer auth_;
+  StreamGate streams_;  // before the services, which admit their streams to it
   TrainerService trainer_;
   AdminService admin_;
+  CallGate* call_gate_ = nullptr;  // the server's interceptor factory, owned by server_
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HealthReporter> health_;  // after server_, stopped before it
 };

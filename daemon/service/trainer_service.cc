@@ -89,10 +89,13 @@ void SlotToProto(uint32_t index, SlotMemory& slot, v1::SlotInfo* info) {
 }  // namespace
 
 grpc::Status TrainerService::AuthorizeSession(const grpc::ServerContext& context, const char* call,
-                                              const std::string& session_id, bool admin_may) const {
+                                              const std::string& session_id, bool admin_may,
+                                              Caller* out) const {
   Caller caller;
   if (grpc::Status s = auth_->Require(context, Role::kTrainer, call, &caller); !s.ok()) return s;
-  return ToGrpcStatus(owners_.Check(session_id, caller, admin_may));
+  grpc::Status checked = ToGrpcStatus(owners_.Check(session_id, caller, admin_may));
+  if (out != nullptr) *out = std::move(caller);
+  return checked;
 }
 
 grpc::Status TrainerService::OpenSession(grpc::ServerContext* context,
@@ -142,7 +145,13 @@ grpc::Status TrainerService::HoldSession(grpc::ServerContext* context,
                                          const v1::HoldSessionRequest* req,
                                          grpc::ServerWriter<v1::HoldSessionEvent>*) {
   const std::string& id = req->session_id();
-  if (grpc::Status s = AuthorizeSession(*context, "HoldSession", id, false); !s.ok()) return s;
+  Caller caller;
+  if (grpc::Status s = AuthorizeSession(*context, "HoldSession", id, false, &caller); !s.ok()) {
+    return s;
+  }
+  // A hold waits as long as the session lives: it keeps its place with no deadline.
+  auto ticket = streams_->Admit(caller, "HoldSession", context->c_call(), StreamRule{});
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
   if (absl::Status s = core_->KeepAlive(id); !s.ok()) return ToGrpcStatus(s);
   // One hold per session: each holds a server thread for the session's life.
   if (!held_.Claim(id)) {
@@ -218,11 +227,20 @@ grpc::Status TrainerService::Update(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) {
   // Who may push at all is known before a byte is read; whose session, after begin.
-  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "Update");
+  Caller caller;
+  if (grpc::Status s = auth_->Require(*context, Role::kTrainer, "Update", &caller); !s.ok()) {
+    return s;
+  }
+  // The stream holds a server thread: its begin is due within the gate's idle timeout (a
+  // cancelled stream's read fails, and the caller has the gate's DEADLINE_EXCEEDED).
+  auto ticket = streams_->Admit(caller, "Update", context->c_call(),
+                                StreamRule{StreamProgress::kFirstMessage, "begin"});
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
   v1::UpdateRequest request;
   if (!stream->Read(&request)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before begin");
   }
+  ticket->Progress();
   if (!request.has_begin()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message of an update must be begin");

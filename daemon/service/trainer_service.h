@@ -4,13 +4,16 @@
 #include "daemon/core/daemon_core.h"
 #include "daemon/service/authorizer.h"
 #include "daemon/service/session_owners.h"
+#include "daemon/service/stream_gate.h"
 #include "wsync/v1/trainer.grpc.pb.h"
 
 namespace wsync {
 
 class TrainerService final : public v1::Trainer::Service {
  public:
-  TrainerService(DaemonCore* core, const Authorizer* auth) : core_(core), auth_(auth) {}
+  // `streams` admits the update streams and session holds (each holds a server thread).
+  TrainerService(DaemonCore* core, const Authorizer* auth, StreamGate* streams)
+      : core_(core), auth_(auth), streams_(streams) {}
 
   grpc::Status OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
                            v1::OpenSessionResponse* response) override;
@@ -37,9 +40,11 @@ class TrainerService final : public v1::Trainer::Service {
   // OK when the caller is a trainer (or admin) on the connection that opened `session_id`, or
   // an admin when `admin_may`.
   grpc::Status AuthorizeSession(const grpc::ServerContext& context, const char* call,
-                                const std::string& session_id, bool admin_may) const;
+                                const std::string& session_id, bool admin_may,
+                                Caller* caller = nullptr) const;
   DaemonCore* core_;
   const Authorizer* auth_;
+  StreamGate* streams_;
   SessionOwners owners_;
   HeldSessions held_;
 };

@@ -11,9 +11,13 @@
 // The binary runs every fault in one process and prints the table at the end (and writes it as
 // markdown to WSYNC_FAULT_TABLE when set): docs/RELIABILITY.md keeps a run's figures.
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -32,12 +36,15 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/net.h"
+#include "daemon/service/tcp_listener.h"
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/reliability/bad_buckets.h"
 #include "tests/reliability/process_resources.h"
 #include "tests/reliability/real_cluster.h"
 #include "tests/reliability/test_models.h"
+#include "tests/service/stream_flood.h"
 
 namespace wsync {
 namespace {
@@ -118,7 +125,8 @@ class FaultMatrix : public ::testing::Test {
   }
 
   // Injects the fault kRounds times; after each, wsyncd must be up and the next update good.
-  void RunRounds(const std::function<Injected(int round)>& inject) {
+  void RunRounds(const std::function<Injected(int round)>& inject,
+                 const LeakTolerance& tolerance = kNoLeak) {
     ProcessResources first;
     std::string first_threads;
     for (int round = 1; round <= kRounds; ++round) {
@@ -144,8 +152,8 @@ class FaultMatrix : public ::testing::Test {
         first_threads = ThreadNames(cluster_->daemon_pid());
       }
     }
-    const ProcessResources last = SettledResources(cluster_->daemon_pid(), first, kNoLeak);
-    const bool clean = WithinTolerance(first, last, kNoLeak);
+    const ProcessResources last = SettledResources(cluster_->daemon_pid(), first, tolerance);
+    const bool clean = WithinTolerance(first, last, tolerance);
     row_.leaks =
         clean ? "none"
               : absl::StrFormat("threads %+d, fds %+d, file maps %+d, anon maps %+d, shm %+d",
@@ -858,6 +866,215 @@ TEST_F(FaultMatrix, StrangerRegistersInTheStoreBeforeARank) {
                                          " strangers registered before engine 0's rank and "
                                          "read no id; the group formed and the update landed")
                           : CodeAndMessage(pushed);
+    return got;
+  });
+}
+
+// A cluster whose wsyncd also serves TLS with tokens on `listen`; the files are `tls`.
+struct TlsCluster {
+  TlsFiles tls;
+  std::string listen;
+  ConnectOptions With(const std::string& token_file) const {
+    ConnectOptions o;
+    o.tls_ca_file = tls.cert;
+    o.token_file = token_file;
+    o.tls_server_name = "localhost";
+    return o;
+  }
+  std::shared_ptr<grpc::Channel> StrangerChannel() const {
+    grpc::SslCredentialsOptions ssl;
+    std::ifstream ca(tls.cert);
+    ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(ca), {});
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    return OwnConnection(listen, grpc::SslCredentials(ssl), args);
+  }
+};
+
+absl::StatusOr<TlsCluster> TlsClusterFiles() {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/wsync-faults-tls-", ::getpid());
+  std::filesystem::create_directories(dir);
+  auto tls = MakeTlsFiles(dir);
+  if (!tls.ok()) return tls.status();
+  return TlsCluster{*tls, absl::StrCat("127.0.0.1:", FreePort())};
+}
+
+std::vector<std::string> TlsFlags(const TlsCluster& c) {
+  return {"--listen", c.listen,       "--tls-cert", c.tls.cert,           "--tls-key",
+          c.tls.key,  "--token-file", c.tls.token,  "--admin-token-file", c.tls.admin_token};
+}
+
+// The health of wsyncd ("") asked on its socket.
+std::string HealthOnTheSocket(const std::string& socket) {
+  auto stub = grpc::health::v1::Health::NewStub(OwnConnection("unix:" + socket));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::health::v1::HealthCheckResponse resp;
+  const grpc::Status s = stub->Check(&ctx, grpc::health::v1::HealthCheckRequest(), &resp);
+  if (!s.ok()) return s.error_message();
+  return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+}
+
+// A flood of streams starts and ends a server thread per stream. An ended thread's stack (two
+// anonymous mappings) stays in glibc's cache, which keeps up to 40 MiB of them (four 8 MiB
+// stacks); how many it holds at rest depends on which threads ended last, so anonymous mappings
+// may differ by those four stacks. Threads and descriptors stay exact.
+constexpr LeakTolerance kThreadChurn{.threads = 0,
+                                     .library_threads = 2,
+                                     .fds = 0,
+                                     .file_maps = 0,
+                                     .anon_maps = kAnonMapsNoise + 8,
+                                     .shm = 0};
+
+// Server reflection and update streams held open without a token on TCP, and more than a caller
+// may hold on the unix socket (the update streams never send their begin). Each stream holds a
+// server thread while it is open: without limits, 600 take all 512 and every call fails.
+TEST_F(FaultMatrix, StreamFloodWithAndWithoutAToken) {
+  auto tcp = TlsClusterFiles();
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  std::vector<std::string> flags = TlsFlags(*tcp);
+  flags.insert(flags.end(), {"--stream-idle-timeout", "1"});
+  StartCluster(flags);
+  constexpr char kReflection[] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+  constexpr char kUpdate[] = "/wsync.v1.Trainer/Update";
+  RunRounds(
+      [&](int round) {
+        // The trainer of this round pushes over TCP, a caller of its own, while the socket floods.
+        EXPECT_TRUE(client_->CloseSession().ok());
+        client_.reset();
+        auto tcp_trainer = Client::Connect(tcp->listen, tcp->With(tcp->tls.token));
+        EXPECT_TRUE(tcp_trainer.ok()) << tcp_trainer.status();
+        if (!tcp_trainer.ok()) return Injected{};
+        EXPECT_TRUE((*tcp_trainer)->OpenSession(0, "TCP trainer").ok());
+        std::vector<std::shared_ptr<grpc::Channel>> strangers, local, local_updates;
+        for (int i = 0; i < 8; ++i) strangers.push_back(tcp->StrangerChannel());
+        for (int i = 0; i < 8; ++i) local.push_back(OwnConnection("unix:" + cluster_->socket()));
+        for (int i = 0; i < 2; ++i)
+          local_updates.push_back(OwnConnection("unix:" + cluster_->socket()));
+        const absl::Time t0 = absl::Now();
+        StreamFlood tokenless(strangers, kReflection, 600, absl::Seconds(30));
+        StreamFlood reflection(local, kReflection, 300, absl::Seconds(30));
+        StreamFlood updates(local_updates, kUpdate, 100, absl::Seconds(30));
+        EXPECT_EQ(tokenless.WaitEnded(absl::Seconds(5)), 600);
+        reflection.WaitEnded(absl::Seconds(5), 300 - 64);
+        // During the flood: an admin call and the health service on the socket, a push over TCP.
+        EXPECT_TRUE(cluster_->DaemonUp()) << "health " << HealthOnTheSocket(cluster_->socket());
+        EXPECT_EQ(HealthOnTheSocket(cluster_->socket()), "SERVING");
+        const absl::Status pushed = cluster_->PushAndVerify(
+            **tcp_trainer, absl::StrCat("vstreams-", round), SmallModel(40 + round));
+        EXPECT_TRUE(pushed.ok()) << pushed;
+        // Every stream ends: refused at once, or at the idle deadline.
+        EXPECT_EQ(reflection.WaitEnded(absl::Seconds(10)), 300);
+        EXPECT_EQ(updates.WaitEnded(absl::Seconds(10)), 100);
+        Injected got;
+        got.inputs = 1000;
+        got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+        const int refused = reflection.Count(grpc::StatusCode::RESOURCE_EXHAUSTED) +
+                            updates.Count(grpc::StatusCode::RESOURCE_EXHAUSTED);
+        const int timed_out = reflection.Count(grpc::StatusCode::DEADLINE_EXCEEDED) +
+                              updates.Count(grpc::StatusCode::DEADLINE_EXCEEDED);
+        EXPECT_EQ(tokenless.Count(grpc::StatusCode::UNAUTHENTICATED), 600);
+        EXPECT_EQ(refused + timed_out, 400);
+        EXPECT_LE(timed_out, 64) << "the most one caller may hold";
+        EXPECT_THAT(reflection.MessageOf(grpc::StatusCode::RESOURCE_EXHAUSTED) +
+                        updates.MessageOf(grpc::StatusCode::RESOURCE_EXHAUSTED),
+                    HasSubstr("--max-streams-per-"));
+        EXPECT_THAT(reflection.MessageOf(grpc::StatusCode::DEADLINE_EXCEEDED) +
+                        updates.MessageOf(grpc::StatusCode::DEADLINE_EXCEEDED),
+                    HasSubstr("(wsyncd --stream-idle-timeout)"));
+        got.detected_as = absl::StrCat(
+            "600 TCP streams without a token: UNAUTHENTICATED; of 400 on the socket, ", refused,
+            " RESOURCE_EXHAUSTED (over a limit) and ", timed_out,
+            " DEADLINE_EXCEEDED (no begin or request within 1 s); the last stream's end");
+        EXPECT_TRUE((*tcp_trainer)->CloseSession().ok());
+        return got;
+      },
+      kThreadChurn);
+}
+
+// GetStatus over a connection of its own to wsyncd's socket.
+grpc::Status StatusOverANewConnection(const std::string& socket) {
+  auto admin = v1::Admin::NewStub(OwnConnection("unix:" + socket));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+  v1::DaemonStatus status;
+  return admin->GetStatus(&ctx, v1::GetStatusRequest(), &status);
+}
+
+// A non-blocking connection to wsyncd's TCP port from `from` that sends nothing; returns the
+// descriptor whether or not the handshake finished (a full backlog leaves it pending).
+UniqueFd SilentConnection(const char* from, uint16_t port) {
+  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  sockaddr_in source{};
+  source.sin_family = AF_INET;
+  source.sin_addr.s_addr = ::inet_addr(from);
+  (void)::bind(fd.get(), reinterpret_cast<sockaddr*>(&source), sizeof(source));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = ::inet_addr("127.0.0.1");
+  (void)::connect(fd.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to));
+  pollfd pfd{fd.get(), POLLOUT, 0};
+  (void)::poll(&pfd, 1, 100);
+  return fd;
+}
+
+// 1,100 TCP connections that never start TLS, against a wsyncd allowed 1,024 descriptors (as on
+// the node where the flood took every descriptor and the unix socket stopped answering).
+TEST_F(FaultMatrix, TcpConnectionFloodWithoutTls) {
+  rlimit own{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
+  if (own.rlim_max < 2048) GTEST_SKIP() << "needs 2048 descriptors for the flood";
+  own.rlim_cur = own.rlim_max;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &own), 0);
+  auto tcp = TlsClusterFiles();
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  std::vector<std::string> flags = TlsFlags(*tcp);
+  flags.insert(flags.end(), {"--handshake-timeout", "1"});
+  StartCluster(flags);
+  const rlimit daemon_limit{1024, 1024};
+  ASSERT_EQ(::prlimit(cluster_->daemon_pid(), RLIMIT_NOFILE, &daemon_limit, nullptr), 0);
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(tcp->listen.substr(tcp->listen.rfind(':') + 1), &port));
+  RunRounds([&](int) {
+    const int fds_before = SampleResources(cluster_->daemon_pid()).fds;
+    const absl::Time t0 = absl::Now();
+    std::vector<UniqueFd> flood;
+    for (int i = 0; i < 1100; ++i) flood.push_back(SilentConnection("127.0.0.2", port));
+    // During the flood: wsyncd's descriptors stay bounded, its socket and a TLS trainer (from
+    // another address) are served.
+    absl::SleepFor(absl::Milliseconds(200));
+    const int fds_during = SampleResources(cluster_->daemon_pid()).fds;
+    EXPECT_LE(fds_during, fds_before + TcpListener::kMaxConnectionsPerAddress + 16);
+    const grpc::Status on_socket = StatusOverANewConnection(cluster_->socket());
+    EXPECT_TRUE(on_socket.ok()) << "the unix socket stopped answering: "
+                                << on_socket.error_message();
+    auto tcp_trainer = Client::Connect(tcp->listen, tcp->With(tcp->tls.token));
+    EXPECT_TRUE(tcp_trainer.ok()) << tcp_trainer.status();
+    if (tcp_trainer.ok()) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+      v1::ListGroupsResponse groups;
+      const grpc::Status listed =
+          (*tcp_trainer)->admin()->ListGroups(&ctx, v1::ListGroupsRequest(), &groups);
+      EXPECT_TRUE(listed.ok()) << listed.error_message();
+    }
+    // Every connection is closed by wsyncd: past the limit at once, the rest at the handshake
+    // timeout.
+    int closed = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(3);
+    for (UniqueFd& fd : flood) {
+      const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+      closed += ClosedByPeer(fd.get(), left) ? 1 : 0;
+    }
+    Injected got;
+    got.inputs = 1100;
+    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+    EXPECT_EQ(closed, 1100);
+    got.detected_as = absl::StrCat(
+        closed, " of 1100 closed by wsyncd (at most ", TcpListener::kMaxConnectionsPerAddress,
+        " kept from one address, until the 1 s handshake timeout); descriptors ", fds_before,
+        " -> ", fds_during, " during the flood (limit 1024); the last close");
     return got;
   });
 }
