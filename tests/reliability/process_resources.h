@@ -147,16 +147,17 @@ inline bool WithinTolerance(const ProcessResources& base, const ProcessResources
 // leak (LeakSanitizer finds leaked memory there). The wsyncd under test runs with one malloc
 // arena (RealCluster), so new arenas add none; trimming the heap still splits a mapping.
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr int kAnonMapsNoise = 64;
+inline constexpr bool kUnderAsan = true;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-inline constexpr int kAnonMapsNoise = 64;
+inline constexpr bool kUnderAsan = true;
 #else
-inline constexpr int kAnonMapsNoise = 1;
+inline constexpr bool kUnderAsan = false;
 #endif
 #else
-inline constexpr int kAnonMapsNoise = 1;
+inline constexpr bool kUnderAsan = false;
 #endif
+inline constexpr int kAnonMapsNoise = kUnderAsan ? 64 : 1;
 
 // The least of each count over `window`: the process at rest, without the threads and
 // connections that come and go while it serves (a gRPC server thread picking up a call, a
