@@ -161,16 +161,24 @@ absl::StatusOr<std::vector<v1::UpdateRecord>> RealCluster::Updates() {
   return std::vector<v1::UpdateRecord>(resp.updates().begin(), resp.updates().end());
 }
 
-absl::StatusOr<bool> RealCluster::EnginePaused(int i) {
+absl::StatusOr<nlohmann::json> RealCluster::EngineState(int i) {
   httplib::Client http("127.0.0.1", ports_[i]);
   http.set_read_timeout(30, 0);
   auto res = http.Get("/sim/checksums");
   if (!res || res->status != 200) {
     return absl::UnavailableError(absl::StrCat("engine ", i, ": no /sim/checksums"));
   }
-  const nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-  if (j.is_discarded()) return absl::DataLossError("/sim/checksums is not JSON");
-  return j.value("paused", false);
+  nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
+  if (!j.is_object()) {
+    return absl::DataLossError(absl::StrCat("engine ", i, ": /sim/checksums is not JSON"));
+  }
+  return j;
+}
+
+absl::StatusOr<bool> RealCluster::EnginePaused(int i) {
+  auto state = EngineState(i);
+  if (!state.ok()) return state.status();
+  return state->value("paused", false);
 }
 
 absl::Status RealCluster::EnginesHeldBack() {
@@ -204,17 +212,12 @@ absl::Status RealCluster::EnginesHold(const std::vector<OwnedTensor>& model,
     expected[t.name] = Crc32Hex(Crc32(t.data.data(), t.data.size()));
   }
   for (int i = 0; i < kEngines; ++i) {
-    httplib::Client http("127.0.0.1", ports_[i]);
-    http.set_read_timeout(30, 0);
-    auto res = http.Get("/sim/checksums");
-    if (!res || res->status != 200) {
-      return absl::UnavailableError(absl::StrCat("engine ", i, ": no /sim/checksums"));
-    }
-    const nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-    if (j.is_discarded() || j.value("weight_version", "") != version) {
-      return absl::DataLossError(
-          absl::StrCat("engine ", i, " reports version ",
-                       j.is_discarded() ? "?" : j.value("weight_version", "?"), ", not ", version));
+    auto state = EngineState(i);
+    if (!state.ok()) return state.status();
+    const nlohmann::json& j = *state;
+    if (j.value("weight_version", "") != version) {
+      return absl::DataLossError(absl::StrCat("engine ", i, " reports version ",
+                                              j.value("weight_version", "?"), ", not ", version));
     }
     if (j.value("paused", false)) {
       return absl::FailedPreconditionError(

@@ -70,6 +70,8 @@ class RealCluster {
   absl::StatusOr<v1::GroupInfo> Group();
   absl::StatusOr<std::vector<v1::UpdateRecord>> Updates();
 
+  // Engine i's GET /sim/checksums: what each rank holds, and its state.
+  absl::StatusOr<nlohmann::json> EngineState(int i);
   // Whether engine i is paused (its generation stopped), as it reports itself.
   absl::StatusOr<bool> EnginePaused(int i);
   // Checks what an update that did not commit must leave: every engine paused, and wsyncd saying

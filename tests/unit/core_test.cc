@@ -58,6 +58,17 @@ class FakeGroupTest : public ::testing::Test {
     return std::move(*slot);
   }
   FakeEngine& engine(const std::string& url) { return *cluster_->Engine(url); }
+  // Sends one 64-byte bucket of update `update` (version `version`) and waits for every answer.
+  void SendAnsweredBucket(WeightGroup& group, const std::string& update, const std::string& version,
+                          bool last) {
+    auto slot = Slot(0, Pattern(64, 5));
+    auto handle =
+        group.StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
+                          BucketContext{update, version, 0, last}, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(handle.ok()) << handle.status();
+    std::vector<EngineOutcome> answers;
+    ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  }
 
   HostPlatform platform_{"127.0.0.1", "127.0.0.1"};
   std::shared_ptr<FakeCluster> cluster_ = std::make_shared<FakeCluster>();
@@ -170,13 +181,7 @@ TEST_F(FakeGroupTest, AnAbortedUpdateKeepsTheEnginesItReachedPausedUntilAComplet
   ASSERT_NE(group, nullptr);
   ASSERT_TRUE(group->Form().ok());
   ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-  auto slot = Slot(0, Pattern(64, 5));
-  auto handle =
-      group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
-                         BucketContext{"u1", "v1", 0, false}, absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(handle.ok());
-  std::vector<EngineOutcome> answers;
-  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  SendAnsweredBucket(*group, "u1", "v1", /*last=*/false);
   EXPECT_THAT(group->ReachedEngines(), ElementsAre("http://a:1", "http://b:2"));
   std::vector<EngineOutcome> outcomes;
   group->AbortUpdate("the trainer disconnected before commit", &outcomes);
@@ -201,10 +206,7 @@ TEST_F(FakeGroupTest, AnAbortedUpdateKeepsTheEnginesItReachedPausedUntilAComplet
 
   // A complete update lands on both: they hold one version again and serve it.
   ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u3", "v3"}).ok());
-  handle = group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
-                              BucketContext{"u3", "v3", 0, true}, absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(handle.ok());
-  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  SendAnsweredBucket(*group, "u3", "v3", /*last=*/true);
   outcomes.clear();
   ASSERT_TRUE(group->FinishUpdate(UpdateInfo{"u3", "v3"}, absl::InfiniteFuture(), &outcomes).ok());
   for (const EngineOutcome& o : outcomes) EXPECT_EQ(o.needs_full_version, "") << o.engine;
@@ -233,13 +235,7 @@ TEST_F(FakeGroupTest, AnEngineThatFailedTheCommitOfAnUpdateItLoadedStaysPaused) 
   ASSERT_NE(group, nullptr);
   ASSERT_TRUE(group->Form().ok());
   ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-  auto slot = Slot(0, Pattern(64, 5));
-  auto handle =
-      group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w0", 64),
-                         BucketContext{"u1", "v1", 0, true}, absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(handle.ok());
-  std::vector<EngineOutcome> answers;
-  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  SendAnsweredBucket(*group, "u1", "v1", /*last=*/true);
   engine("http://b:2").FailCalls("finish", absl::NotFoundError("no /update_weight_version"));
   std::vector<EngineOutcome> outcomes;
   absl::Status s = group->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &outcomes);
