@@ -77,6 +77,23 @@ constexpr LeakTolerance kNoLeak{.threads = 0,
                                 .anon_maps = kAnonMapsNoise,
                                 .shm = 0};
 
+// A flood of streams starts and ends a server thread per stream (and each round of a restart
+// row is a new wsyncd, whose start ran threads of its own). An ended thread's stack (two
+// anonymous mappings) stays in glibc's cache, which keeps up to 40 MiB of them (four 8 MiB
+// stacks); how many it holds at rest depends on which threads ended last, so anonymous mappings
+// may differ by those four stacks. gRPC's default executor, idle at one thread, grows to two per
+// core under the flood and keeps them (each with a stack: two mappings). wsyncd's own threads
+// and its descriptors stay exact.
+const LeakTolerance kThreadChurn = [] {
+  const int executor = 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return LeakTolerance{.threads = 0,
+                       .library_threads = 2 + executor,
+                       .fds = 0,
+                       .file_maps = 0,
+                       .anon_maps = kAnonMapsNoise + 8 + 2 * executor,
+                       .shm = 0};
+}();
+
 std::string CodeAndMessage(const absl::Status& s, size_t keep = 110) {
   std::string m(s.message());
   if (m.size() > keep) m = m.substr(0, keep) + "...";
@@ -643,30 +660,32 @@ TEST_F(FaultMatrix, TrainerSilentAfterBegin) {
 // the new wsyncd's group ready again.
 TEST_F(FaultMatrix, WsyncdKilledAndRestartedWithTheDefaultStateDir) {
   StartCluster();
-  RunRounds([&](int round) {
-    const int killed = cluster_->daemon_pid();
-    client_.reset();
-    const absl::Time t0 = absl::Now();
-    const absl::Status restarted = cluster_->RestartDaemon(SIGKILL);
-    EXPECT_TRUE(restarted.ok()) << "round " << round << ": " << restarted << "\n"
-                                << cluster_->DaemonLog();
-    absl::StatusOr<v1::GroupInfo> group = cluster_->Group();
-    while (restarted.ok() && absl::Now() - t0 < absl::Seconds(15) &&
-           !(group.ok() && group->state() == v1::GROUP_STATE_READY)) {
-      absl::SleepFor(absl::Milliseconds(10));
-      group = cluster_->Group();
-    }
-    Injected got;
-    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
-    EXPECT_TRUE(group.ok() && group->state() == v1::GROUP_STATE_READY)
-        << (group.ok() ? group->error() : std::string(group.status().message()));
-    EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("an earlier wsyncd left"));
-    EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("(the default: $XDG_STATE_HOME/wsync"));
-    EXPECT_EQ(CountDirEntries("/dev/shm", absl::StrCat("wsync-", killed, "-")), 0)
-        << "the dead wsyncd's slots are swept";
-    got.detected_as = "the next wsyncd restored the group from its record and formed it again";
-    return got;
-  });
+  RunRounds(
+      [&](int round) {
+        const int killed = cluster_->daemon_pid();
+        client_.reset();
+        const absl::Time t0 = absl::Now();
+        const absl::Status restarted = cluster_->RestartDaemon(SIGKILL);
+        EXPECT_TRUE(restarted.ok()) << "round " << round << ": " << restarted << "\n"
+                                    << cluster_->DaemonLog();
+        absl::StatusOr<v1::GroupInfo> group = cluster_->Group();
+        while (restarted.ok() && absl::Now() - t0 < absl::Seconds(15) &&
+               !(group.ok() && group->state() == v1::GROUP_STATE_READY)) {
+          absl::SleepFor(absl::Milliseconds(10));
+          group = cluster_->Group();
+        }
+        Injected got;
+        got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+        EXPECT_TRUE(group.ok() && group->state() == v1::GROUP_STATE_READY)
+            << (group.ok() ? group->error() : std::string(group.status().message()));
+        EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("an earlier wsyncd left"));
+        EXPECT_THAT(cluster_->DaemonLog(), HasSubstr("(the default: $XDG_STATE_HOME/wsync"));
+        EXPECT_EQ(CountDirEntries("/dev/shm", absl::StrCat("wsync-", killed, "-")), 0)
+            << "the dead wsyncd's slots are swept";
+        got.detected_as = "the next wsyncd restored the group from its record and formed it again";
+        return got;
+      },
+      kThreadChurn);
 }
 
 // Tensor names of 16 MiB, and one with a newline: refused. Before, each refusal quoted the name
@@ -916,22 +935,6 @@ std::string HealthOnTheSocket(const std::string& socket) {
   if (!s.ok()) return s.error_message();
   return grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
 }
-
-// A flood of streams starts and ends a server thread per stream. An ended thread's stack (two
-// anonymous mappings) stays in glibc's cache, which keeps up to 40 MiB of them (four 8 MiB
-// stacks); how many it holds at rest depends on which threads ended last, so anonymous mappings
-// may differ by those four stacks. gRPC's default executor, idle at one thread, grows to two per
-// core under the flood and keeps them (each with a stack: two mappings). wsyncd's own threads
-// and its descriptors stay exact.
-const LeakTolerance kThreadChurn = [] {
-  const int executor = 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return LeakTolerance{.threads = 0,
-                       .library_threads = 2 + executor,
-                       .fds = 0,
-                       .file_maps = 0,
-                       .anon_maps = kAnonMapsNoise + 8 + 2 * executor,
-                       .shm = 0};
-}();
 
 // Server reflection and update streams held open without a token on TCP, and more than a caller
 // may hold on the unix socket (the update streams never send their begin). Each stream holds a
