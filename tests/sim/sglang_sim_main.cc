@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "tests/sim/delivery_flags.h"
 #include "tests/sim/sglang_sim.h"
 #include "tests/sim/stop_signals.h"
 
@@ -29,14 +30,7 @@ int main(int argc, char** argv) {
                "present LMDeploy's NCCL weight-update routes instead of SGLang's");
   app.add_flag("--backend-501", knobs.backend_501,
                "with --lmdeploy: a non-pytorch backend (the disaggregated routes answer 501)");
-  app.add_option("--oversize-route", knobs.delivery.oversize_routes,
-                 "a route (\"*\": every one) that answers an oversized chunked body");
-  app.add_option("--oversize-mib", knobs.delivery.oversize_mib,
-                 "the oversized body's size in MiB (0: endless, until the client hangs up)");
-  app.add_option("--trickle-route", knobs.delivery.trickle_routes,
-                 "a route (\"*\": every one) whose answers go out one byte at a time");
-  app.add_option("--trickle-ms", knobs.delivery.trickle_ms,
-                 "milliseconds between a trickled answer's bytes");
+  wsync::AddDeliveryFlags(app, knobs.delivery);
   CLI11_PARSE(app, argc, argv);
 
   const sigset_t stop = wsync::BlockStopSignals();

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "tests/sim/delivery_flags.h"
 #include "tests/sim/stop_signals.h"
 #include "tests/sim/vllm_nccl_sim.h"
 
@@ -22,14 +23,7 @@ int main(int argc, char** argv) {
   app.add_flag("--weight-checker", knobs.weight_checker, "serve POST /weight_checker");
   app.add_option("--corrupt-tensor", knobs.corrupt_tensor,
                  "the first worker keeps this tensor with its first byte flipped");
-  app.add_option("--oversize-route", knobs.delivery.oversize_routes,
-                 "a route (\"*\": every one) that answers an oversized chunked body");
-  app.add_option("--oversize-mib", knobs.delivery.oversize_mib,
-                 "the oversized body's size in MiB (0: endless, until the client hangs up)");
-  app.add_option("--trickle-route", knobs.delivery.trickle_routes,
-                 "a route (\"*\": every one) whose answers go out one byte at a time");
-  app.add_option("--trickle-ms", knobs.delivery.trickle_ms,
-                 "milliseconds between a trickled answer's bytes");
+  wsync::AddDeliveryFlags(app, knobs.delivery);
   CLI11_PARSE(app, argc, argv);
 
   const sigset_t stop = wsync::BlockStopSignals();
