@@ -4,10 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
-#include "common/network_allow_list.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/http_exchange.h"
@@ -31,19 +29,7 @@ std::string Bytes(uint64_t n) {
 
 }  // namespace
 
-EngineHttp::EngineHttp(std::string base_url)
-    : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {
-  // The same reading of the URL as the group's engine allow-list check.
-  auto url = ParseHttpUrl(base_url_);
-  if (!url.ok()) {
-    url_status_ = url.status();
-    return;
-  }
-  host_ = url->host;
-  port_ = url->port;
-  host_header_ = absl::StrCat(
-      host_.find(':') == std::string::npos ? host_ : absl::StrCat("[", host_, "]"), ":", port_);
-}
+EngineHttp::EngineHttp(std::string base_url) : target_(ParseHttpTarget(base_url)) {}
 
 uint64_t EngineHttp::AnswerLimit(const std::string& path) {
   const std::string route = path.substr(0, path.find('?'));
@@ -59,7 +45,7 @@ absl::StatusOr<HttpReply> EngineHttp::Request(const char* method, const std::str
                                               absl::Duration timeout) const {
   const absl::Time started = absl::Now();
   const uint64_t limit = AnswerLimit(path);
-  std::string request = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", host_header_,
+  std::string request = absl::StrCat(method, " ", path, " HTTP/1.1\r\nHost: ", target_.host_header,
                                      "\r\nAccept: */*\r\nUser-Agent: wsyncd\r\n"
                                      "Connection: close\r\n");
   if (json != nullptr) {
@@ -71,30 +57,31 @@ absl::StatusOr<HttpReply> EngineHttp::Request(const char* method, const std::str
                     "\r\n");
   }
   absl::StatusOr<HttpReply> reply =
-      url_status_.ok()
-          ? ExchangeHttp(host_, port_, request, HttpAnswerLimits{limit, kAnswerHeaderLimit},
-                         started + timeout, std::min(timeout, kConnectWithin))
-          : absl::StatusOr<HttpReply>(url_status_);
+      target_.status.ok() ? ExchangeHttp(target_.host, target_.port, request,
+                                         HttpAnswerLimits{limit, kAnswerHeaderLimit},
+                                         started + timeout, std::min(timeout, kConnectWithin))
+                          : absl::StatusOr<HttpReply>(target_.status);
   if (reply.ok()) return reply;
   const std::string why(reply.status().message());
   if (reply.status().code() == absl::StatusCode::kResourceExhausted) {
     // Something answers there, but not as an engine would: the most any engine's answer to this
     // route holds was read and the rest left unread.
-    WSYNC_LOG(Debug, method, " ", base_url_, path, ": ", why);
+    WSYNC_LOG(Debug, method, " ", target_.base_url, path, ": ", why);
     // The HTTP reader passes on Beast's words for a body over its limit.
     const bool body = absl::StrContains(why, "body limit");
     return absl::FailedPreconditionError(absl::StrCat(
-        method, " ", base_url_, path, ": the answer's ", body ? "body" : "header",
+        method, " ", target_.base_url, path, ": the answer's ", body ? "body" : "header",
         " is longer than ", Bytes(body ? limit : kAnswerHeaderLimit), ", the most wsyncd reads ",
         body ? "from this route" : "from any route", ": not an engine's answer"));
   }
   // Refused, timed out, reset, closed without an answer, not HTTP, unresolvable: the caller hears
   // one word for all of them. Telling them apart would tell whoever creates a group which ports
   // of a host are open; the daemon's log keeps the detail for the operator.
-  WSYNC_LOG(Debug, method, " ", base_url_, path, ": no HTTP answer (", why, " after ",
+  WSYNC_LOG(Debug, method, " ", target_.base_url, path, ": no HTTP answer (", why, " after ",
             absl::FormatDuration(absl::Now() - started), ", timeout ",
             absl::FormatDuration(timeout), " for the whole request)");
-  return absl::UnavailableError(absl::StrCat(method, " ", base_url_, path, ": engine unreachable"));
+  return absl::UnavailableError(
+      absl::StrCat(method, " ", target_.base_url, path, ": engine unreachable"));
 }
 
 absl::StatusOr<HttpReply> EngineHttp::Post(const std::string& path, const nlohmann::json& body,
@@ -124,12 +111,12 @@ absl::Status EngineHttp::GetHealth(absl::Duration timeout) const {
   if (reply.status == 200) return absl::OkStatus();
   // 503 while the engine is unhealthy; its words stay in the debug log.
   LogBody("/health", reply);
-  return absl::UnavailableError(absl::StrCat(base_url_, "/health answered HTTP ", reply.status,
-                                             ": the engine is not healthy"));
+  return absl::UnavailableError(absl::StrCat(target_.base_url, "/health answered HTTP ",
+                                             reply.status, ": the engine is not healthy"));
 }
 
 void EngineHttp::LogBody(const std::string& path, const HttpReply& reply) const {
-  WSYNC_LOG(Debug, base_url_, path, " answered HTTP ", reply.status, ": ",
+  WSYNC_LOG(Debug, target_.base_url, path, " answered HTTP ", reply.status, ": ",
             SanitizePeerText(reply.body, kLoggedBodyBytes));
 }
 
@@ -138,7 +125,8 @@ absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& re
   // The engine's words stay in the daemon's log: whatever answers at the URL (the engine, or a
   // service a group was pointed at) never has its response carried back to the caller.
   LogBody(path, reply);
-  const std::string what = absl::StrCat(base_url_, path, " answered HTTP ", reply.status, ": ");
+  const std::string what =
+      absl::StrCat(target_.base_url, path, " answered HTTP ", reply.status, ": ");
   if (reply.status >= 500) return absl::InternalError(what + "the engine failed the request");
   if (reply.status == 404) {
     return absl::UnimplementedError(what + "the engine has no such route (too old an engine?)");
@@ -168,7 +156,7 @@ absl::StatusOr<nlohmann::json> EngineHttp::ExpectSuccess(const std::string& path
       !parsed["success"].get<bool>()) {
     LogBody(path, reply);
     return absl::FailedPreconditionError(
-        absl::StrCat(base_url_, path, " answered success=false (HTTP ", reply.status,
+        absl::StrCat(target_.base_url, path, " answered success=false (HTTP ", reply.status,
                      "): the engine refused the request (its reply is logged at debug level)"));
   }
   if (absl::Status s = CheckReply(path, reply); !s.ok()) return s;
@@ -183,7 +171,8 @@ absl::StatusOr<nlohmann::json> EngineHttp::GetJson(const std::string& path,
   nlohmann::json parsed = nlohmann::json::parse(reply->body, nullptr, false);
   if (!parsed.is_object()) {
     LogBody(path, *reply);
-    return absl::InternalError(absl::StrCat(base_url_, path, " answered HTTP ", reply->status,
+    return absl::InternalError(absl::StrCat(target_.base_url, path, " answered HTTP ",
+                                            reply->status,
                                             " without a JSON object: not an engine's answer"));
   }
   return parsed;

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/core/http_reply.h"
+#include "daemon/transport/http/http_target.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -60,18 +61,14 @@ class EngineHttp {
   // The answer's body, cut and with control characters escaped, at debug level.
   void LogBody(const std::string& path, const HttpReply& reply) const;
 
-  const std::string& base_url() const { return base_url_; }
+  const std::string& base_url() const { return target_.base_url; }
 
  private:
   absl::Status CheckReply(const std::string& path, const HttpReply& reply) const;
   // Sends `method path` (with `body` as JSON when `json`) and reads the whole answer.
   absl::StatusOr<HttpReply> Request(const char* method, const std::string& path,
                                     const std::string* json, absl::Duration timeout) const;
-  std::string base_url_;
-  absl::Status url_status_;  // why base_url cannot be reached, if it cannot
-  std::string host_;
-  uint16_t port_ = 0;
-  std::string host_header_;  // "host:port", an IPv6 address in brackets
+  HttpTarget target_;
 };
 
 }  // namespace wsync

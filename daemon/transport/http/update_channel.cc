@@ -9,10 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
-#include "common/network_allow_list.h"
 #include "common/status_macros.h"
 #include "daemon/transport/http/http_message_reader.h"
 
@@ -55,19 +53,7 @@ void ChannelCall::Finish(absl::StatusOr<HttpReply> outcome) {
   if (then) then(outcome_);
 }
 
-UpdateChannel::UpdateChannel(std::string base_url)
-    : base_url_(std::string(absl::StripSuffix(base_url, "/"))) {
-  // The same reading of the URL as the group's engine allow-list check.
-  auto url = ParseHttpUrl(base_url_);
-  if (!url.ok()) {
-    url_status_ = url.status();
-    return;
-  }
-  host_ = url->host;
-  port_ = url->port;
-  host_header_ = absl::StrCat(
-      host_.find(':') == std::string::npos ? host_ : absl::StrCat("[", host_, "]"), ":", port_);
-}
+UpdateChannel::UpdateChannel(std::string base_url) : target_(ParseHttpTarget(base_url)) {}
 
 UpdateChannel::~UpdateChannel() { Cancel("the update's engine connection was closed"); }
 
@@ -75,7 +61,7 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
                                                                  const std::string& json_body,
                                                                  absl::Time deadline) {
   std::lock_guard<std::mutex> write(write_mu_);
-  if (!url_status_.ok()) return url_status_;
+  if (!target_.status.ok()) return target_.status;
   bool reopen = !fd_.valid();
   {
     std::lock_guard<std::mutex> lock(open_mu_);
@@ -90,7 +76,7 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
     WSYNC_RETURN_IF_ERROR(ConnectLocked());
   }
   const std::string request =
-      absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", host_header_,
+      absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", target_.host_header,
                    "\r\nContent-Type: application/json\r\nContent-Length: ", json_body.size(),
                    "\r\n\r\n", json_body);
   // Queued before its bytes go: the answer may come before this thread returns from the write.
@@ -146,11 +132,11 @@ void UpdateChannel::Cancel(absl::string_view why) {
 
 absl::Status UpdateChannel::ConnectLocked() {
   // One attempt: a refused connection means the engine is down, not starting.
-  auto fd = ConnectTcp(host_, port_, absl::Now());
+  auto fd = ConnectTcp(target_.host, target_.port, absl::Now());
   if (!fd.ok()) {
     // One word for every cause (refused, unresolvable, unroutable), as for control requests; the
     // cause goes to the debug log.
-    WSYNC_LOG(Debug, base_url_,
+    WSYNC_LOG(Debug, target_.base_url,
               ": cannot connect for the update requests: ", fd.status().message());
     return absl::UnavailableError("engine unreachable: cannot connect for the update requests");
   }

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/net.h"
 #include "daemon/core/http_reply.h"
+#include "daemon/transport/http/http_target.h"
 
 namespace wsync {
 
@@ -76,7 +77,7 @@ class UpdateChannel {
                                                     absl::Time deadline);
   // Ends the connection: calls still open end CANCELLED with `why`, and later Posts fail.
   void Cancel(absl::string_view why);
-  const std::string& base_url() const { return base_url_; }
+  const std::string& base_url() const { return target_.base_url; }
 
   // A connection idle this long is reopened before the next request (uvicorn closes idle
   // keep-alive connections after 5 s).
@@ -90,11 +91,7 @@ class UpdateChannel {
   // Ends every open call with `why`.
   void FailOpen(const absl::Status& why);
 
-  const std::string base_url_;
-  std::string host_;
-  uint16_t port_ = 0;
-  std::string host_header_;  // "host:port", an IPv6 address in brackets
-  absl::Status url_status_;
+  const HttpTarget target_;
 
   std::mutex write_mu_;  // one writer; guards reader_ and which connection fd_ holds
   std::mutex fd_mu_;     // guards fd_ against Cancel's shutdown (taken without write_mu_)
