@@ -244,6 +244,12 @@ std::string NumericIp(const sockaddr* sa) {
   return "";
 }
 
+uint16_t PortOf(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+  if (sa->sa_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port);
+  return 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> PeerIp(int fd) {
@@ -253,6 +259,28 @@ absl::StatusOr<std::string> PeerIp(int fd) {
   std::string ip = NumericIp(reinterpret_cast<sockaddr*>(&addr));
   if (ip.empty()) return absl::InvalidArgumentError("peer is not an IP socket");
   return ip;
+}
+
+absl::StatusOr<SocketEnds> SocketEndsOf(int fd) {
+  sockaddr_storage local{};
+  sockaddr_storage peer{};
+  socklen_t local_len = sizeof(local);
+  socklen_t peer_len = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) {
+    return Errno("getsockname");
+  }
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) {
+    return Errno("getpeername");
+  }
+  SocketEnds ends;
+  ends.local_ip = NumericIp(reinterpret_cast<sockaddr*>(&local));
+  ends.peer_ip = NumericIp(reinterpret_cast<sockaddr*>(&peer));
+  if (ends.local_ip.empty() || ends.peer_ip.empty()) {
+    return absl::InvalidArgumentError("not an IP socket");
+  }
+  ends.local_port = PortOf(reinterpret_cast<sockaddr*>(&local));
+  ends.peer_port = PortOf(reinterpret_cast<sockaddr*>(&peer));
+  return ends;
 }
 
 }  // namespace wsync

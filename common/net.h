@@ -55,6 +55,15 @@ absl::StatusOr<std::pair<std::string, uint16_t>> SplitHostPort(const std::string
 // IPv6 socket is given in its IPv4 form, as IpAddress::ToString writes it.
 absl::StatusOr<std::string> PeerIp(int fd);
 
+// Both ends of a connected TCP socket, each IP in PeerIp's form.
+struct SocketEnds {
+  std::string local_ip;
+  uint16_t local_port = 0;
+  std::string peer_ip;
+  uint16_t peer_port = 0;
+};
+absl::StatusOr<SocketEnds> SocketEndsOf(int fd);
+
 }  // namespace wsync
 
 #endif  // WSYNC_COMMON_NET_H_

@@ -214,6 +214,14 @@ void TcpStoreServer::AcceptAll() {
                           g_open_connections.load(), " in the process)"));
       continue;
     }
+    if (options_.admit) {
+      auto ends = SocketEndsOf(fd.get());
+      const absl::Status admitted = ends.ok() ? options_.admit(*ends) : ends.status();
+      if (!admitted.ok()) {
+        Refuse(std::move(fd), &Counters::refused_admit, std::string(admitted.message()));
+        continue;
+      }
+    }
     int one = 1;
     ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     ::setsockopt(fd.get(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
@@ -236,6 +244,7 @@ void TcpStoreServer::Refuse(UniqueFd fd, uint64_t Counters::*counter, const std:
   {
     std::lock_guard<std::mutex> lock(mu_);
     total = ++(counters_.*counter);
+    last_refusal_ = why;
   }
   fd.reset();  // after counting, so a client that sees the close also sees the count
   const absl::Time now = absl::Now();
@@ -464,6 +473,11 @@ std::vector<std::string> TcpStoreServer::UnpublishedWaits() const {
 int TcpStoreServer::connections_open() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_.connections_open();
+}
+
+std::string TcpStoreServer::LastRefusal() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_refusal_;
 }
 
 TcpStoreServer::Counters TcpStoreServer::counters() const {

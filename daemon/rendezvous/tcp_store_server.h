@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,11 +48,15 @@ class TcpStoreServer {
     // Text the store's log lines never carry (the group's name, which admits a rank), each
     // replaced by the text it maps to.
     std::map<std::string, std::string> log_redactions;
+    // Asked for each connection an allowed peer opens, before anything is read from it: a
+    // refusal closes it. Runs on the server's one thread, so it must answer quickly.
+    std::function<absl::Status(const SocketEnds&)> admit;
   };
 
   // Why connections were turned away or closed, for diagnosis and tests.
   struct Counters {
     uint64_t refused_peer = 0;     // address not allowed
+    uint64_t refused_admit = 0;    // Options::admit refused it
     uint64_t refused_full = 0;     // connection limit reached
     uint64_t refused_no_fds = 0;   // the process ran out of file descriptors
     uint64_t closed_protocol = 0;  // a malformed frame or a broken limit
@@ -93,6 +98,8 @@ class TcpStoreServer {
   std::vector<std::string> UnpublishedWaits() const;
   int connections_open() const;
   Counters counters() const;
+  // Why the last connection turned away was refused ("" when none was).
+  std::string LastRefusal() const;
 
  private:
   struct Connection;
@@ -139,6 +146,7 @@ class TcpStoreServer {
   mutable std::mutex mu_;  // guards state_ and counters_; never held across I/O
   StoreState state_;
   Counters counters_;
+  std::string last_refusal_;
 };
 
 }  // namespace wsync

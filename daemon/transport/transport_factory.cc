@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/transport/broadcast/broadcast_transport.h"
 #include "daemon/transport/broadcast/store_peers.h"
+#include "daemon/transport/broadcast/store_rank_gate.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
 #include "daemon/transport/broadcast/unique_id_rendezvous.h"
 #include "daemon/transport/ipc/ipc_transport.h"
@@ -40,9 +41,15 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
         return absl::InvalidArgumentError(
             absl::StrCat("group '", env.spec.name, "': ", peers.status().message()));
       }
+      // vLLM's store keys name no group: who may be a rank is told by the connecting process.
+      std::shared_ptr<StoreRankGate> gate;
+      if (mode == RendezvousMode::kVllmStatelessStore) {
+        gate = std::make_shared<StoreRankGate>(peers->local_ips, peers->local_engines);
+      }
       auto rendezvous = std::make_unique<TorchStoreRendezvous>(
-          mode, env.options.bind_address, env.options.advertise_address, std::move(*peers),
-          std::set<uint16_t>(env.avoid_store_ports.begin(), env.avoid_store_ports.end()));
+          mode, env.options.bind_address, env.options.advertise_address, std::move(peers->allowed),
+          std::set<uint16_t>(env.avoid_store_ports.begin(), env.avoid_store_ports.end()),
+          std::move(gate));
       return std::make_unique<BroadcastTransport>(std::move(env), std::move(rendezvous));
     }
     case TransportKind::kIpc:

@@ -7,6 +7,8 @@ Usage: vllm_nccl_test.py WSYNCD VLLM_NCCL_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_PA
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -207,6 +209,73 @@ class VllmNcclTest(VllmNcclFixture):
         self.assertIn(">= 0.16.0", out.stderr)
         self.assertEqual(self.state(port)["calls"], [], "nothing was posted to either")
         self.assertEqual(self.state(old)["calls"], [])
+
+
+def store_frames_of_a_connecting_client(nonce):
+    """What torch's TCPStore client sends when it connects: VALIDATE, PING, ADD "init/" 1."""
+    key = b"init/"
+    return (b"\x00" + struct.pack("<I", 0x3C85F7CE) + b"\x0d" + struct.pack("<I", nonce) +
+            b"\x04" + struct.pack("<Q", len(key)) + key + struct.pack("<q", 1))
+
+
+def recv_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the store closed the connection")
+        data += chunk
+    return data
+
+
+class VllmNcclStoreStrangerTest(VllmNcclFixture):
+    def test_a_local_stranger_takes_no_rank_and_reads_no_id_from_the_store(self):
+        """A process on this host that watches for new ports reaches the group's store while the
+        engine's workers start (1.5 s late), and does what their store clients do, once per
+        rank: connect, ADD "init/", read the NCCL id vLLM's ranks read. vLLM's keys name no
+        group, so the store judges the process: this one is neither the engine's server nor a
+        descendant of it, and every connection closes before a byte is read. The group forms
+        with the engine's own workers and the update lands."""
+        port = self.engine("0.30.0", 2, "--init-delay-ms", "1500")
+        create = subprocess.Popen(
+            [CTL, "--socket", self.sock, "create-group", "policy", "--kind", "vllm", "--transport",
+             "broadcast", "--engine", f"http://127.0.0.1:{port}#2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        store = 0
+        deadline = time.time() + 10
+        while not store and time.time() < deadline:
+            store = self.state(port)["store_port"]
+            time.sleep(0.005)
+        self.assertNotEqual(store, 0, "the engine was never sent a store")
+        announced, ids_read, strangers = 0, 0, []
+        for nonce in (4000, 4001):
+            try:
+                sock = socket.create_connection(("127.0.0.1", store), timeout=5)
+                strangers.append(sock)
+                sock.sendall(store_frames_of_a_connecting_client(nonce))
+                recv_exact(sock, 12)
+                announced += 1
+                key = b"/broadcast_from/0/0"
+                sock.sendall(b"\x03" + struct.pack("<Q", len(key)) + key)
+                (size,) = struct.unpack("<Q", recv_exact(sock, 8))
+                if size > 0 and recv_exact(sock, size):
+                    ids_read += 1
+            except (OSError, ConnectionError):
+                pass
+        _, err = create.communicate(timeout=60)
+        for sock in strangers:
+            sock.close()
+        self.assertEqual(ids_read, 0, "a stranger read the group's NCCL id")
+        self.assertEqual(announced, 0, "a stranger registered in the store")
+        self.assertEqual(create.returncode, 0, err)
+        model = make_model(9)
+        result = self.push(model, "s1")
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        self.assert_holds(port, model, ["1", "2"])
+        with open(os.path.join(self.dir, "wsyncd.log")) as log:
+            text = log.read()
+        self.assertIn("is no engine rank: engine http://127.0.0.1:", text)
+        self.assertIn("neither its server nor a descendant holds the socket", text)
 
 
 class VllmNcclConflictTest(VllmNcclFixture):

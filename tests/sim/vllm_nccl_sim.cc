@@ -304,26 +304,32 @@ void VllmNcclSim::Routes() {
     log("reset_prefix_cache");
     res.status = 200;
   });
-  server_->Post("/init_weight_transfer_engine",
-                [this, log](const SimHttpRequest& req, SimHttpResponse& res) {
-                  Turn turn(this);
-                  log("init");
-                  json body = json::parse(req.body, nullptr, false);
-                  if (!body.is_object() || !body.contains("init_info")) {
-                    return Message(res, 400, "init_info is required");
-                  }
-                  absl::StatusOr<std::unique_ptr<Group>> group;
-                  try {
-                    group = Init(body["init_info"]);
-                  } catch (const json::exception& e) {
-                    group = absl::InvalidArgumentError(e.what());
-                  }
-                  if (!group.ok()) return ServerError(res, std::string(group.status().message()));
-                  std::lock_guard<std::mutex> lock(mu_);
-                  group_ = std::move(*group);  // a new init replaces the old group
-                  ++inits_;
-                  Message(res, 200, "Weight transfer initialized");
-                });
+  server_->Post("/init_weight_transfer_engine", [this, log](const SimHttpRequest& req,
+                                                            SimHttpResponse& res) {
+    Turn turn(this);
+    log("init");
+    json body = json::parse(req.body, nullptr, false);
+    if (!body.is_object() || !body.contains("init_info")) {
+      return Message(res, 400, "init_info is required");
+    }
+    if (const json& info = body["init_info"]; info.is_object() && info.contains("master_port") &&
+                                              info["master_port"].is_number_integer()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      store_port_ = info["master_port"].get<int>();
+    }
+    absl::SleepFor(absl::Milliseconds(knobs_.init_delay_ms));
+    absl::StatusOr<std::unique_ptr<Group>> group;
+    try {
+      group = Init(body["init_info"]);
+    } catch (const json::exception& e) {
+      group = absl::InvalidArgumentError(e.what());
+    }
+    if (!group.ok()) return ServerError(res, std::string(group.status().message()));
+    std::lock_guard<std::mutex> lock(mu_);
+    group_ = std::move(*group);  // a new init replaces the old group
+    ++inits_;
+    Message(res, 200, "Weight transfer initialized");
+  });
   if (AtLeast(0, 22)) {
     server_->Post("/start_weight_update", [this, log](const SimHttpRequest&, SimHttpResponse& res) {
       Turn turn(this);
@@ -422,6 +428,7 @@ json VllmNcclSim::Checksums() const {
           {"calls", calls_},
           {"last_chunks", last_chunks_},
           {"inits", inits_},
+          {"store_port", store_port_},
           {"packed", group_ ? group_->packed : false},
           {"paused", paused_},
           {"session_open", session_open_},

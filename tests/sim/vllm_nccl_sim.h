@@ -47,6 +47,9 @@ struct VllmSimKnobs {
   // The first worker keeps this tensor with its first byte flipped: weights that differ from the
   // trainer's and from every other engine's.
   std::string corrupt_tensor{};
+  // Each init waits this long after reading its init_info, before the workers join (a slow
+  // worker start); GET /sim/checksums shows the store port as soon as the request is read.
+  int init_delay_ms = 0;
   // Oversized or trickled answers, by route.
   SimDeliveryKnobs delivery{};
 };
@@ -100,6 +103,7 @@ class VllmNcclSim {
   uint64_t now_serving_ = 0;
   std::unique_ptr<Group> group_;
   int inits_ = 0;
+  int store_port_ = 0;  // master_port of the last init_info that named one
   bool paused_ = false;
   bool session_open_ = false;
   std::string weight_version_;

@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   app.add_flag("--weight-checker", knobs.weight_checker, "serve POST /weight_checker");
   app.add_option("--corrupt-tensor", knobs.corrupt_tensor,
                  "the first worker keeps this tensor with its first byte flipped");
+  app.add_option("--init-delay-ms", knobs.init_delay_ms,
+                 "each init waits this long before its workers join the group");
   wsync::AddDeliveryFlags(app, knobs.delivery);
   CLI11_PARSE(app, argc, argv);
 

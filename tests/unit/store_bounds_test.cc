@@ -224,6 +224,35 @@ TEST(StoreBoundsTest, OnlyAllowedPeersGetIn) {
   EXPECT_EQ(engine.Read(4), std::string(4, '\x03'));
 }
 
+TEST(StoreBoundsTest, AConnectionTheAdmitHookRefusesClosesBeforeAByteIsRead) {
+  TcpStoreServer::Options options;
+  std::vector<SocketEnds> asked;
+  options.admit = [&asked](const SocketEnds& ends) {
+    asked.push_back(ends);
+    return asked.size() == 1 ? absl::PermissionDeniedError("not an engine's process")
+                             : absl::OkStatus();
+  };
+  auto store = StartStore(options);
+  ASSERT_TRUE(store->Set("/broadcast_from/0/0", "id").ok());
+  RawConn stranger(store->port());
+  stranger.Validate();
+  stranger.Send("\x03" + Str("/broadcast_from/0/0"));
+  EXPECT_TRUE(stranger.Closed(absl::Seconds(2)));
+  EXPECT_EQ(store->counters().refused_admit, 1u);
+  EXPECT_EQ(store->LastRefusal(), "not an engine's process");
+  EXPECT_EQ(store->InitCount(), 0);
+
+  RawConn rank(store->port());
+  rank.Validate();
+  rank.Send("\x04" + Str("init/") + U64(1));
+  EXPECT_EQ(rank.Read(8), U64(1));
+  rank.Send("\x03" + Str("/broadcast_from/0/0"));
+  EXPECT_EQ(rank.Read(10), Str("id"));
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[1].peer_ip, "127.0.0.1");
+  EXPECT_EQ(asked[1].local_port, store->port());
+}
+
 // WAITs on thousands of (repeated) keys must not make every later SET re-check them all: a
 // waiter is indexed by the keys it still misses, so a SET costs only its own waiters.
 TEST(StoreBoundsTest, ManyLongWaitsDoNotMakeEachSetSlow) {

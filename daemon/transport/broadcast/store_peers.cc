@@ -37,11 +37,12 @@ bool IsLoopback(const std::string& ip) { return absl::StartsWith(ip, "127.") || 
 
 }  // namespace
 
-absl::StatusOr<std::set<std::string>> StorePeersFor(const std::vector<std::string>& engine_urls,
-                                                    const std::string& advertise_address) {
-  std::set<std::string> peers;
-  bool local_engine = false;
-  const std::set<std::string> local = LocalIps();
+absl::StatusOr<StorePeers> StorePeersFor(const std::vector<std::string>& engine_urls,
+                                         const std::string& advertise_address) {
+  StorePeers out;
+  out.local_ips = LocalIps();
+  std::set<std::string>& peers = out.allowed;
+  const std::set<std::string>& local = out.local_ips;
   for (const std::string& url : engine_urls) {
     auto parsed = ParseHttpUrl(url);
     if (!parsed.ok()) return parsed.status();
@@ -50,20 +51,22 @@ absl::StatusOr<std::set<std::string>> StorePeersFor(const std::vector<std::strin
       return absl::InvalidArgumentError(
           absl::StrCat("engine URL '", url, "': ", addresses.status().message()));
     }
+    bool local_engine = false;
     for (const IpAddress& address : *addresses) {
       const std::string ip = address.ToString();
       peers.insert(ip);
       if (IsLoopback(ip) || local.count(ip) != 0) local_engine = true;
     }
+    if (local_engine) out.local_engines.push_back(url);
   }
-  if (local_engine) {
+  if (!out.local_engines.empty()) {
     peers.insert("127.0.0.1");
     peers.insert("::1");
     if (auto adv = ResolveHost(advertise_address); adv.ok()) {
       for (const IpAddress& address : *adv) peers.insert(address.ToString());
     }
   }
-  return peers;
+  return out;
 }
 
 }  // namespace wsync

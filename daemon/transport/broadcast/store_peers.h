@@ -9,13 +9,20 @@
 
 namespace wsync {
 
-// The peer addresses a group's rendezvous store lets in: every address the engines' URLs resolve
-// to when the group is made. An engine on this node reaches the store from a local address (the
-// advertise address, or loopback), so when any engine resolves to a local address those are let
-// in too. Addresses are in IpAddress::ToString form. The store serves nobody else: it holds the
-// group's NCCL id.
-absl::StatusOr<std::set<std::string>> StorePeersFor(const std::vector<std::string>& engine_urls,
-                                                    const std::string& advertise_address);
+// Who a group's rendezvous store serves (it holds the group's NCCL id), worked out from the
+// engines' URLs when the group is made. Addresses are in IpAddress::ToString form.
+struct StorePeers {
+  // Every address the engines' URLs resolve to. An engine on this node reaches the store from a
+  // local address (the advertise address, or loopback), so when any engine resolves to a local
+  // address those are let in too.
+  std::set<std::string> allowed;
+  // This host's interface addresses, loopback included.
+  std::set<std::string> local_ips;
+  // The URLs of the engines that resolve to a local address.
+  std::vector<std::string> local_engines;
+};
+absl::StatusOr<StorePeers> StorePeersFor(const std::vector<std::string>& engine_urls,
+                                         const std::string& advertise_address);
 
 }  // namespace wsync
 

@@ -46,6 +46,10 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
   // One store connection per engine rank, room for each to reconnect once, and a margin.
   options.limits.max_connections = std::max<int>(16, 2 * static_cast<int>(world_size) + 8);
   options.max_registered = world_size - 1;
+  if (gate_) {
+    gate_->Refresh();
+    options.admit = [gate = gate_](const SocketEnds& ends) { return gate->Admit(ends); };
+  }
   if (mode_ == RendezvousMode::kTorchStore) {
     // Every key of the group is under "/G/" (the helper's PrefixStore(G)), and G holds a token
     // only wsyncd and the engines it sent it to know: a connection is a rank once it names one.
@@ -93,10 +97,12 @@ absl::Status TorchStoreRendezvous::WaitJoined(absl::Time deadline) {
   const size_t engine_ranks = world_size_ - 1;
   while (store_->AnnouncedOpen() < engine_ranks) {
     if (absl::Now() >= deadline) {
+      const std::string refused = store_->LastRefusal();
       return absl::DeadlineExceededError(absl::StrCat(
           "group '", ShownEngineGroup(group_name_), "': only ", store_->AnnouncedOpen(), " of ",
           engine_ranks, " engine ranks registered with the store at ", address(),
-          " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")"));
+          " (connected pids: ", absl::StrJoin(store_->ConnectedPids(), ","), ")",
+          refused.empty() ? "" : "; it refused ", refused));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }

@@ -7,6 +7,7 @@
 
 #include "daemon/rendezvous/tcp_store_server.h"
 #include "daemon/transport/broadcast/rendezvous_strategy.h"
+#include "daemon/transport/broadcast/store_rank_gate.h"
 
 namespace wsync {
 
@@ -23,8 +24,8 @@ namespace wsync {
 // local process. In kTorchStore every key of the group is under "/G/", G the engine group's name,
 // which holds a secret token (EngineGroupName): the store admits a connection as an engine rank
 // only once it names such a key, so a stranger can neither take a rank's place nor read the id.
-// vLLM's keys name no group: there ADD "init/" admits a rank, first come first served, and the
-// store-less unique-id mode is the one a stranger on the node cannot enter (docs/RELIABILITY.md).
+// vLLM's keys name no group, so there a StoreRankGate judges each connection as it opens: one from
+// this host is let in only from an engine's own process tree (docs/RELIABILITY.md).
 class TorchStoreRendezvous final : public RendezvousStrategy {
  public:
   // The store listens on bind_address ("" = the advertise address) and lets in only
@@ -32,13 +33,17 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
   // earlier wsyncd's stores for this group), nor, in a later Open, the port of the one before:
   // an engine rank of an older group instance that still retries its store must find nothing
   // there rather than this instance's store.
+  // `gate` (may be null) judges every connection before the store reads from it; it is
+  // refreshed at each Open.
   TorchStoreRendezvous(RendezvousMode mode, std::string bind_address, std::string advertise_address,
-                       std::set<std::string> allowed_peers, std::set<uint16_t> avoid_ports = {})
+                       std::set<std::string> allowed_peers, std::set<uint16_t> avoid_ports = {},
+                       std::shared_ptr<StoreRankGate> gate = nullptr)
       : mode_(mode),
         bind_address_(std::move(bind_address)),
         advertise_address_(std::move(advertise_address)),
         allowed_peers_(std::move(allowed_peers)),
-        avoid_ports_(std::move(avoid_ports)) {}
+        avoid_ports_(std::move(avoid_ports)),
+        gate_(std::move(gate)) {}
   ~TorchStoreRendezvous() override { Close(); }
 
   absl::StatusOr<Rendezvous> Open(const std::string& group_name, const std::string& unique_id,
@@ -66,6 +71,7 @@ class TorchStoreRendezvous final : public RendezvousStrategy {
   const std::string advertise_address_;
   const std::set<std::string> allowed_peers_;
   const std::set<uint16_t> avoid_ports_;
+  const std::shared_ptr<StoreRankGate> gate_;
   uint16_t last_port_ = 0;  // the port of the store the last Close closed
   std::string group_name_;
   uint32_t world_size_ = 0;

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "daemon/transport/ipc/engine_process.h"
+#include "daemon/transport/engine_process.h"
 
 namespace wsync {
 

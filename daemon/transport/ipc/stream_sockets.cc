@@ -97,6 +97,16 @@ StreamSockets::~StreamSockets() {
   if (!private_dir_.empty()) ::rmdir(private_dir_.c_str());
 }
 
+absl::StatusOr<EngineProcess> StreamSockets::FindEngine(absl::string_view url) {
+  auto engine = finder_.Find(url);
+  if (engine.ok() || !absl::IsFailedPrecondition(engine.status())) return engine;
+  return absl::FailedPreconditionError(absl::StrCat(
+      engine.status().message(),
+      "; the map-once route lets only the workers of the process serving the engine's port take "
+      "its frames: run wsyncd on the engine's host in its network namespace, or use the group's "
+      "tensor route"));
+}
+
 absl::Status StreamSockets::EnsureLocked() {
   if (!context_) {
     // Engines resolve the address in their own working directory: it must be absolute.

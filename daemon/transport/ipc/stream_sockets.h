@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/transport/ipc/engine_process.h"
+#include "daemon/transport/engine_process.h"
 
 namespace wsync {
 
@@ -59,7 +59,7 @@ class StreamSockets {
   StreamSockets& operator=(const StreamSockets&) = delete;
 
   // The local process serving the engine at `url` (EngineProcessFinder::Find).
-  absl::StatusOr<EngineProcess> FindEngine(absl::string_view url) { return finder_.Find(url); }
+  absl::StatusOr<EngineProcess> FindEngine(absl::string_view url);
   // A REQ socket bound to a fresh "ipc://" address, open to the workers of `engine` alone;
   // `label` names it in errors and logs.
   absl::StatusOr<std::unique_ptr<StreamSocket>> Bind(const EngineProcess& engine,

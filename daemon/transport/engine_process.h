@@ -1,5 +1,5 @@
-#ifndef WSYNC_DAEMON_TRANSPORT_IPC_ENGINE_PROCESS_H_
-#define WSYNC_DAEMON_TRANSPORT_IPC_ENGINE_PROCESS_H_
+#ifndef WSYNC_DAEMON_TRANSPORT_ENGINE_PROCESS_H_
+#define WSYNC_DAEMON_TRANSPORT_ENGINE_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -44,7 +44,6 @@ class EngineProcessFinder {
 
  private:
   std::vector<pid_t> Holders(uint32_t uid, uint64_t inode);
-  bool Holds(pid_t pid, uint64_t inode) const;
 
   const std::string proc_;
   std::mutex mu_;
@@ -62,6 +61,27 @@ struct PeerCredentials {
 };
 std::optional<PeerCredentials> ParsePeerAddress(absl::string_view address);
 
+// A connected TCP socket of wsyncd's network namespace as /proc/net/tcp{,6} show it: the user
+// that made it (the uid column) and its inode (0 once no process holds it).
+struct TcpSocketRow {
+  uint32_t uid = 0;
+  uint64_t inode = 0;
+};
+// The socket whose own end is local_ip:local_port and whose other end is remote_ip:remote_port
+// (IPs in PeerIp's form; an IPv4 end is also found in its IPv4-mapped IPv6 form). NotFound when
+// no such socket is in `proc`/net/tcp or tcp6.
+absl::StatusOr<TcpSocketRow> FindTcpSocket(const std::string& local_ip, uint16_t local_port,
+                                           const std::string& remote_ip, uint16_t remote_port,
+                                           const std::string& proc = "/proc");
+
+// `roots` and every process that descends from one, found by each process's parent in
+// `proc`/PID/stat (roots that no longer exist are left out).
+std::vector<pid_t> ProcessTree(const std::vector<pid_t>& roots, const std::string& proc = "/proc");
+
+// Whether process `pid` holds socket `inode` (one of its descriptors is "socket:[inode]"). False
+// when wsyncd may not read its descriptors.
+bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& proc = "/proc");
+
 // Whether `pid` is one of `ancestors` or descends from one, following each process's parent in
 // `proc`/PID/stat (at most 4096 steps).
 bool DescendsFrom(pid_t pid, const std::vector<pid_t>& ancestors,
@@ -69,4 +89,4 @@ bool DescendsFrom(pid_t pid, const std::vector<pid_t>& ancestors,
 
 }  // namespace wsync
 
-#endif  // WSYNC_DAEMON_TRANSPORT_IPC_ENGINE_PROCESS_H_
+#endif  // WSYNC_DAEMON_TRANSPORT_ENGINE_PROCESS_H_

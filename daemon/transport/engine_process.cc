@@ -1,4 +1,4 @@
-#include "daemon/transport/ipc/engine_process.h"
+#include "daemon/transport/engine_process.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -96,7 +97,91 @@ std::vector<std::string> NumericEntries(const std::string& dir) {
   return out;
 }
 
+// The parent of `pid` from `proc`/PID/stat ("PID (COMM) STATE PPID ..."; COMM may hold spaces
+// and parentheses, so the fields are counted from its last ')'); 0 when unreadable.
+pid_t ParentOf(pid_t pid, const std::string& proc) {
+  std::ifstream in(absl::StrCat(proc, "/", pid, "/stat"));
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string stat = text.str();
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<absl::string_view> f =
+      absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
+  pid_t parent = 0;
+  if (f.size() < 2 || !absl::SimpleAtoi(f[1], &parent)) return 0;
+  return parent;
+}
+
+// How /proc/net/tcp{,6} may print `ip` with `port` ("0100007F:1F90"): its own form, and for an
+// IPv4 address also its IPv4-mapped IPv6 form. Empty when `ip` is not numeric.
+std::set<std::string> ProcEndpoints(const std::string& ip, uint16_t port) {
+  std::set<std::string> out;
+  const std::string port_hex = absl::StrFormat(":%04X", port);
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) {
+    out.insert(ProcHex(&v4, 4) + port_hex);
+    in6_addr mapped{};
+    mapped.s6_addr[10] = mapped.s6_addr[11] = 0xff;
+    std::memcpy(&mapped.s6_addr[12], &v4, 4);
+    out.insert(ProcHex(&mapped, 16) + port_hex);
+  } else if (::inet_pton(AF_INET6, ip.c_str(), &v6) == 1) {
+    out.insert(ProcHex(&v6, 16) + port_hex);
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<TcpSocketRow> FindTcpSocket(const std::string& local_ip, uint16_t local_port,
+                                           const std::string& remote_ip, uint16_t remote_port,
+                                           const std::string& proc) {
+  const std::set<std::string> locals = ProcEndpoints(local_ip, local_port);
+  const std::set<std::string> remotes = ProcEndpoints(remote_ip, remote_port);
+  for (const char* file : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in(proc + file);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (f.size() < 10) continue;
+      if (locals.count(absl::AsciiStrToUpper(f[1])) == 0 ||
+          remotes.count(absl::AsciiStrToUpper(f[2])) == 0) {
+        continue;
+      }
+      TcpSocketRow row;
+      if (!absl::SimpleAtoi(f[7], &row.uid) || !absl::SimpleAtoi(f[9], &row.inode)) continue;
+      return row;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no TCP socket from ", local_ip, ":", local_port, " to ",
+                                          remote_ip, ":", remote_port, " in ", proc,
+                                          "/net/tcp or tcp6"));
+}
+
+std::vector<pid_t> ProcessTree(const std::vector<pid_t>& roots, const std::string& proc) {
+  std::multimap<pid_t, pid_t> children;
+  std::set<pid_t> alive;
+  for (const std::string& name : NumericEntries(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
+    alive.insert(pid);
+    if (const pid_t parent = ParentOf(pid, proc); parent > 0) children.emplace(parent, pid);
+  }
+  std::vector<pid_t> tree;
+  std::set<pid_t> seen;
+  for (pid_t root : roots) {
+    if (alive.count(root) != 0 && seen.insert(root).second) tree.push_back(root);
+  }
+  for (size_t i = 0; i < tree.size(); ++i) {
+    auto [first, last] = children.equal_range(tree[i]);
+    for (auto it = first; it != last; ++it) {
+      if (seen.insert(it->second).second) tree.push_back(it->second);
+    }
+  }
+  return tree;
+}
 
 std::string EngineProcess::Describe() const {
   if (servers.empty()) {
@@ -105,8 +190,8 @@ std::string EngineProcess::Describe() const {
   return absl::StrCat("uid ", uid, ", served by pid ", absl::StrJoin(servers, ", "));
 }
 
-bool EngineProcessFinder::Holds(pid_t pid, uint64_t inode) const {
-  const std::string fds = absl::StrCat(proc_, "/", pid, "/fd");
+bool HoldsSocket(pid_t pid, uint64_t inode, const std::string& proc) {
+  const std::string fds = absl::StrCat(proc, "/", pid, "/fd");
   const std::string want = absl::StrCat("socket:[", inode, "]");
   char target[64];
   for (const std::string& fd : NumericEntries(fds)) {
@@ -121,7 +206,7 @@ std::vector<pid_t> EngineProcessFinder::Holders(uint32_t uid, uint64_t inode) {
     std::lock_guard<std::mutex> lock(mu_);
     if (cached_inode_ == inode && !cached_holders_.empty() &&
         std::all_of(cached_holders_.begin(), cached_holders_.end(),
-                    [&](pid_t p) { return Holds(p, inode); })) {
+                    [&](pid_t p) { return HoldsSocket(p, inode, proc_); })) {
       return cached_holders_;
     }
   }
@@ -139,7 +224,7 @@ std::vector<pid_t> EngineProcessFinder::Holders(uint32_t uid, uint64_t inode) {
   std::vector<pid_t> holders;
   for (const auto* pids : {&owners, &others}) {
     for (pid_t pid : *pids) {
-      if (Holds(pid, inode)) holders.push_back(pid);
+      if (HoldsSocket(pid, inode, proc_)) holders.push_back(pid);
     }
     if (!holders.empty()) break;
   }
@@ -160,9 +245,7 @@ absl::StatusOr<EngineProcess> EngineProcessFinder::Find(absl::string_view url) {
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, ": no socket listens on port ", parsed->port,
         " in wsyncd's network namespace (", proc_,
-        "/net/tcp, tcp6), and the map-once route lets only the workers of the process serving "
-        "the engine's port take its frames: run wsyncd on the engine's host in its network "
-        "namespace, or use the group's tensor route"));
+        "/net/tcp, tcp6): the engine is on another host or in another network namespace"));
   }
   std::set<uint32_t> uids;
   for (const Listener& l : listeners) uids.insert(l.uid);
@@ -198,19 +281,7 @@ bool DescendsFrom(pid_t pid, const std::vector<pid_t>& ancestors, const std::str
   for (int step = 0; step < 4096 && pid > 0; ++step) {
     if (std::find(ancestors.begin(), ancestors.end(), pid) != ancestors.end()) return true;
     if (pid == 1) return false;
-    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so the fields are
-    // counted from its last ')'.
-    std::ifstream in(absl::StrCat(proc, "/", pid, "/stat"));
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string stat = text.str();
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) return false;
-    std::vector<absl::string_view> f =
-        absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
-    pid_t parent = 0;
-    if (f.size() < 2 || !absl::SimpleAtoi(f[1], &parent)) return false;
-    pid = parent;
+    pid = ParentOf(pid, proc);
   }
   return false;
 }
