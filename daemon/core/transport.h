@@ -74,7 +74,9 @@ class Transport {
   // Opens what an update's buckets need (the engines' request channels).
   virtual absl::Status BeginUpdate(const UpdateInfo& update) = 0;
   // Launches one bucket: every engine's request, then the data movement. A bucket that fails
-  // reports it through the handle and the group's failure hook.
+  // reports it through the handle and the group's failure hook. An error returned here means no
+  // engine was sent anything of this bucket (the group counts on it: an engine that received
+  // nothing of an update that does not commit is resumed, not kept paused).
   virtual absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,
       const BucketContext& context, absl::Time deadline) = 0;

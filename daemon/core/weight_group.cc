@@ -762,6 +762,7 @@ absl::Status WeightGroup::ValidateBucket(const BucketManifest& manifest) const {
 absl::StatusOr<std::unique_ptr<BucketHandle>> WeightGroup::StartBucket(
     const std::vector<BucketSource>& sources, const BucketManifest& manifest,
     const BucketContext& context, absl::Time deadline) {
+  std::vector<std::string> newly_reached;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_ != GroupState::kUpdating) {
@@ -772,11 +773,20 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> WeightGroup::StartBucket(
     const std::map<std::string, absl::Status> dropped = transport_->DroppedEngines();
     for (size_t i : members_) {
       const std::string& url = adapters_[i]->endpoint().url;
-      if (set_aside_.count(url) == 0 && dropped.count(url) == 0) reached_.insert(url);
+      if (set_aside_.count(url) == 0 && dropped.count(url) == 0 && reached_.insert(url).second) {
+        newly_reached.push_back(url);
+      }
     }
   }
   // Outside the lock: a launch may wait on the engines, and its failure hook takes the lock.
-  return transport_->StartBucket(sources, manifest, context, deadline);
+  auto handle = transport_->StartBucket(sources, manifest, context, deadline);
+  if (!handle.ok()) {
+    // Refused before any engine was sent a byte of it (Transport::StartBucket): an engine this
+    // bucket was to reach first holds nothing of the update.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& url : newly_reached) reached_.erase(url);
+  }
+  return handle;
 }
 
 void WeightGroup::MarkBroken(const absl::Status& status) {

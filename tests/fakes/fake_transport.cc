@@ -161,6 +161,10 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> FakeTransport::StartBucket(
     std::lock_guard<std::mutex> lock(mu_);
     if (!open_) return absl::FailedPreconditionError("no update is open on the fake transport");
   }
+  int refusals = log_->refuse_buckets.load();
+  while (refusals > 0 && !log_->refuse_buckets.compare_exchange_weak(refusals, refusals - 1)) {
+  }
+  if (refusals > 0) return absl::InvalidArgumentError("the fake transport refused the bucket");
   FakeBucket bucket;
   bucket.context = context;
   for (const TensorEntry& t : manifest.tensors) {

@@ -26,6 +26,8 @@ struct FakeTransportLog {
   std::atomic<int> formed{0};
   std::atomic<int> disbanded{0};
   std::atomic<bool> engines_lost{false};  // CheckFormed fails while set
+  // The next this many StartBucket calls refuse their bucket before sending it to any engine.
+  std::atomic<int> refuse_buckets{0};
 };
 
 // A transport with no wire: StartBucket copies each source's bytes straight into every fake

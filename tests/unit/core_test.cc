@@ -213,6 +213,43 @@ TEST_F(FakeGroupTest, AnAbortedUpdateKeepsTheEnginesItReachedPausedUntilAComplet
   EXPECT_TRUE(group->Snapshot().needs_full_version.empty());
 }
 
+// A bucket the transport refuses reaches no engine (Transport::StartBucket): when it was the
+// update's first, the engines hold nothing of the update and resume when it ends; once a bucket
+// reached them, a later refused one does not clear that.
+TEST_F(FakeGroupTest, ABucketRefusedBeforeAnyByteLeavesTheEnginesItWouldHaveReachedUntouched) {
+  auto group = MakeGroup();
+  ASSERT_NE(group, nullptr);
+  ASSERT_TRUE(group->Form().ok());
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  log_->refuse_buckets = 1;
+  auto slot = Slot(0, Pattern(64, 6));
+  auto refused =
+      group->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w", 64),
+                         BucketContext{"u1", "v1", 0, false}, absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(group->ReachedEngines().empty());
+  std::vector<EngineOutcome> outcomes;
+  group->AbortUpdate("the first bucket was refused", &outcomes);
+  EXPECT_TRUE(outcomes.empty()) << "no engine to name";
+  for (const char* url : {"http://a:1", "http://b:2"}) {
+    EXPECT_EQ(engine(url).events().back(), "resume") << url;
+    EXPECT_TRUE(engine(url).buckets().empty()) << url;
+  }
+  EXPECT_TRUE(group->Snapshot().needs_full_version.empty());
+
+  ASSERT_TRUE(group->BeginUpdate(UpdateInfo{"u2", "v2"}).ok());
+  SendAnsweredBucket(*group, "u2", "v2", /*last=*/false);
+  log_->refuse_buckets = 1;
+  EXPECT_FALSE(group
+                   ->StartBucket({BucketSource{0, slot.get(), nullptr}}, OneTensor("w", 64),
+                                 BucketContext{"u2", "v2", 1, false},
+                                 absl::Now() + absl::Seconds(5))
+                   .ok());
+  EXPECT_THAT(group->ReachedEngines(), ElementsAre("http://a:1", "http://b:2"));
+  group->AbortUpdate("the second bucket was refused", &outcomes);
+  EXPECT_EQ(group->Snapshot().needs_full_version.size(), 2u);
+}
+
 TEST_F(FakeGroupTest, AnUpdateEndedBeforeAnyBucketResumesEveryEngine) {
   auto group = MakeGroup();
   ASSERT_NE(group, nullptr);

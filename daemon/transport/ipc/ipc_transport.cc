@@ -181,7 +181,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
   // Built before anything is written: a bucket an adapter cannot describe, or a rank whose GPU has
   // no source, reaches no engine.
   std::vector<EngineRequest> requests;
-  std::vector<std::shared_ptr<StreamResult>> results;
+  std::vector<std::vector<IpcBucketView>> stream_views;
   std::vector<SlotMemory*> producers;
   for (const BucketSource& source : sources) producers.push_back(source.slot);
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
@@ -200,8 +200,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
       views.push_back(std::move(view));
     }
     if (streamed) {
-      // Checked and described by the stream, which sends nothing of a bucket it refuses.
-      results.push_back(streams[i]->Send(manifest, std::move(views), producers, deadline));
+      stream_views.push_back(std::move(views));
       continue;
     }
     auto request = env_.adapters[i]->IpcBucketRequest(manifest, views, context);
@@ -209,6 +208,13 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
     requests.push_back(std::move(*request));
   }
   if (streamed) {
+    // Sent once every engine's views are built; each stream checks and describes its bucket
+    // and sends nothing of one it refuses (its refusal comes through the handle).
+    std::vector<std::shared_ptr<StreamResult>> results;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      results.push_back(
+          streams[i]->Send(manifest, std::move(stream_views[i]), producers, deadline));
+    }
     return std::unique_ptr<BucketHandle>(std::make_unique<StreamBucket>(
         urls_, std::move(results), std::move(formation), env_.on_bucket_failed));
   }
