@@ -1,0 +1,20 @@
+# Fails unless the step scripts under STEPS_DIR, the ctests registered (REGISTERED) and the
+# runner's list (RUNNER's ALL=(...)) name the same steps.
+file(GLOB scripts RELATIVE ${STEPS_DIR} ${STEPS_DIR}/*.sh)
+set(on_disk "")
+foreach(f IN LISTS scripts)
+  string(REGEX REPLACE "\\.sh$" "" name ${f})
+  list(APPEND on_disk ${name})
+endforeach()
+file(READ ${RUNNER} runner)
+string(REGEX MATCH "ALL=\\(([^)]*)\\)" _ "${runner}")
+string(REGEX REPLACE "[ \t\r\n]+" ";" in_runner "${CMAKE_MATCH_1}")
+list(FILTER in_runner EXCLUDE REGEX "^$")
+foreach(list_name on_disk REGISTERED in_runner)
+  list(SORT ${list_name})
+endforeach()
+if(NOT on_disk STREQUAL REGISTERED OR NOT on_disk STREQUAL in_runner)
+  message(FATAL_ERROR "GPU steps differ:\n  scripts: ${on_disk}\n  ctests: ${REGISTERED}\n"
+                      "  runner: ${in_runner}")
+endif()
+message(STATUS "GPU steps: ${on_disk}")

@@ -1,0 +1,48 @@
+# shellcheck shell=bash
+# The disaggregated setup the broadcast steps share: wsyncd in CUDA mode on GPU 0 as NCCL rank 0,
+# a torch engine with SGLang semantics on GPU 1 (and a second one with TP ranks on GPUs 2 and 3
+# when there are 4+ GPUs), and group "policy" over them. Sourced after common.sh:
+#   start_policy [create-group options...]   # sets policy_sock, policy_engines, policy_wsyncd
+#   policy_push LOG TIMEOUT_S trainer_push.py-args...
+#   policy_regroup LOG [create-group options...]
+policy_sock=/tmp/wsync-gpu-policy.sock
+policy_engines=http://127.0.0.1:30001
+policy_spec=(--engine "http://127.0.0.1:30001#1")
+policy_engine_pids=()
+
+# policy_engine INDEX [engine options...]: (re)starts engine INDEX (0: GPU 1; 1: GPUs 2,3).
+policy_engine() {
+  local i=$1
+  shift
+  local gpus=1
+  [[ $i == 1 ]] && gpus=2,3
+  [[ -n ${policy_engine_pids[$i]:-} ]] && stop_pids "${policy_engine_pids[$i]}"
+  start_engine sglang $((30001 + i)) $gpus "$LOGS/engine$i.log" "$@"
+  local rc=$?
+  policy_engine_pids[$i]=$engine_pid
+  return $rc
+}
+
+start_policy() {
+  need_gpus 2
+  if [[ $ngpu -ge 4 ]]; then
+    policy_engines="$policy_engines,http://127.0.0.1:30002"
+    policy_spec+=(--engine "http://127.0.0.1:30002#2")
+  fi
+  start_wsyncd $policy_sock "$LOGS/wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60 || fail=1
+  policy_wsyncd=$wsyncd_pid
+  policy_engine 0 || fail=1
+  if [[ $ngpu -ge 4 ]]; then policy_engine 1 || fail=1; fi
+  ctl $policy_sock "$LOGS/create-group.log" create-group policy "$@" "${policy_spec[@]}"
+}
+policy_push() {
+  local log=$1 limit=$2
+  shift 2
+  trainer_push $policy_sock "$LOGS/$log" "$limit" --engines "$policy_engines" "$@"
+}
+policy_regroup() {
+  local log=$1
+  shift
+  ctl $policy_sock "$LOGS/$log" destroy-group policy
+  ctl $policy_sock "$LOGS/$log" create-group policy "$@" "${policy_spec[@]}"
+}
