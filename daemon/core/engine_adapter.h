@@ -157,6 +157,11 @@ struct AdapterCapabilities {
   std::vector<DataPath> data_paths;
   // What the engine demands of a bucket; the group's union goes to the client's planner.
   BucketRules bucket_rules;
+  // Broadcast groups: DestroyBroadcastGroup makes the engine's ranks tear their communicator down
+  // with rank 0 (torch finalizes it with its peers). False for an engine with no such route
+  // (vLLM): rank 0 then aborts its side alone, since a finalize would wait for peers that never
+  // take part.
+  bool leaves_broadcast_group = true;
 
   bool Supports(DataPath path) const;
   bool Supports(RendezvousMode mode) const;

@@ -40,6 +40,8 @@ export WSYNC_GPU_LOGS
 WSYNC_GPU_LOGS=$(mktemp -d /tmp/wsync-gpu-logs.XXXXXX)
 collect() { tar czf "$OUT/logs.tgz" -C "$WSYNC_GPU_LOGS" . 2>/dev/null; }
 trap collect EXIT
+# A run cut off (timeout's TERM) still packs its logs.
+trap 'exit 143' TERM INT
 if [[ ${WSYNC_GPU_MPS:-0} == 1 ]]; then
   export CUDA_MPS_PIPE_DIRECTORY=$WSYNC_GPU_LOGS/mps-pipe CUDA_MPS_LOG_DIRECTORY=$WSYNC_GPU_LOGS/mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
@@ -51,7 +53,6 @@ fi
 
 {
   date -u
-  git log -1 --format='commit %h %s' 2>/dev/null || true
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'transformers', transformers.__version__)"
 } 2>&1 | tee "$OUT/machine.txt"

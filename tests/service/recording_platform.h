@@ -4,7 +4,7 @@
 // The host platform, with a log of every broadcast handed to its communicators: when, and whether
 // it went out of the slot or straight out of a trainer allocation (pull mode, no copy). A test may
 // also hold every broadcast's completion back (BroadcastLog::set_hold), as a slow wire would, so
-// that a slot is not reusable before then.
+// that a slot is not reusable before then. Each communicator's aborts are logged with their reason.
 
 #include <map>
 #include <memory>
@@ -33,6 +33,15 @@ class BroadcastLog {
     std::lock_guard<std::mutex> lock(mu_);
     return records_;
   }
+  void AddAbort(std::string reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(std::move(reason));
+  }
+  // Why each communicator was aborted, in order.
+  std::vector<std::string> aborts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return aborts_;
+  }
   // A broadcast completes no sooner than `hold` after it started.
   void set_hold(absl::Duration hold) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -46,6 +55,7 @@ class BroadcastLog {
  private:
   mutable std::mutex mu_;
   std::vector<BroadcastRecord> records_;
+  std::vector<std::string> aborts_;
   absl::Duration hold_ = absl::ZeroDuration();
 };
 
@@ -107,7 +117,13 @@ class RecordingPlatform final : public Platform {
       if (done.ok()) absl::SleepFor(started + log_->hold() - absl::Now());
       return done;
     }
-    void Abort(absl::string_view reason) override { inner_->Abort(reason); }
+    absl::Status WarmUpAllReduce(absl::Time deadline) override {
+      return inner_->WarmUpAllReduce(deadline);
+    }
+    void Abort(absl::string_view reason) override {
+      log_->AddAbort(std::string(reason));
+      inner_->Abort(reason);
+    }
     std::string Describe() const override { return inner_->Describe(); }
 
    private:

@@ -50,6 +50,7 @@ AdapterCapabilities VllmAdapter::Capabilities() const {
   AdapterCapabilities caps;
   if (transport_ == TransportKind::kBroadcast) {
     // One rendezvous, the group's choice: every engine of the group must meet rank 0 alike.
+    caps.leaves_broadcast_group = false;  // no route drops the group; the next init replaces it
     caps.rendezvous = {options_.rendezvous() == VllmRendezvous::kUniqueId
                            ? RendezvousMode::kVllmUniqueId
                            : RendezvousMode::kVllmStatelessStore};

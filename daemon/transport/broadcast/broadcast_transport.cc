@@ -1,5 +1,8 @@
 #include "daemon/transport/broadcast/broadcast_transport.h"
 
+#include <algorithm>
+#include <chrono>
+#include <future>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -106,13 +109,31 @@ void BroadcastTransport::Disband() {
     std::lock_guard<std::mutex> lock(mu_);
     collective = std::move(collective_);
   }
+  const bool engines_leave =
+      std::all_of(env_.adapters.begin(), env_.adapters.end(),
+                  [](EngineAdapter* a) { return a->Capabilities().leaves_broadcast_group; });
+  // An engine that keeps its side would leave rank 0's finalize waiting for it forever: abort.
+  if (collective && !engines_leave) collective->Fail("the group is disbanded");
   // torch finalizes an engine's NCCL communicator together with its peers, so the engines'
   // destroy calls block until rank 0 finalizes too: both run at once. (No bucket holds the
-  // formation here: the group disbands only between updates.)
-  std::thread finalize([&collective] { collective.reset(); });
+  // formation here: the group disbands only between updates.) The communicator's teardown is
+  // waited for a bounded time; one that outlasts it is left to finish on its own thread, holding
+  // what it holds, rather than wedging the caller.
+  auto finalized = std::make_shared<std::promise<void>>();
+  std::future<void> done = finalized->get_future();
+  std::thread finalize([collective = std::move(collective), finalized]() mutable {
+    collective.reset();
+    finalized->set_value();
+  });
   std::vector<absl::Status> results = OnEachEngine(
       env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(engine_group_); });
-  finalize.join();
+  if (done.wait_for(std::chrono::seconds(kTeardownSeconds)) == std::future_status::ready) {
+    finalize.join();
+  } else {
+    WSYNC_LOG(Error, "group ", env_.spec.name, ": rank 0's communicator did not tear down within ",
+              kTeardownSeconds, " s; left to finish in the background");
+    finalize.detach();
+  }
   for (const absl::Status& s : results) {
     if (!s.ok()) {
       WSYNC_LOG(Warning, "group ", env_.spec.name,

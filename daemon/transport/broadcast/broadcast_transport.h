@@ -23,6 +23,10 @@ class BroadcastTransport final : public Transport {
   BroadcastTransport(TransportEnv env, std::unique_ptr<RendezvousStrategy> rendezvous);
   ~BroadcastTransport() override;
 
+  // How long Disband waits for rank 0's communicator to tear down (a finalize that its peers
+  // complete takes well under a second; NcclRootCommunicator gives up on one after 5 s).
+  static constexpr int kTeardownSeconds = 30;
+
   absl::Status Form() override;
   void Disband() override;
   void Release(absl::string_view why) override;
