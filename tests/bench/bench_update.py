@@ -12,6 +12,14 @@ same run on the same GPUs and NCCL:
   wsync        the trainer pushes through wsyncd (Python client, CUDA IPC slots), which posts the
                engine's HTTP updates and broadcasts as rank 0, pipelined.
 
+Every configuration is a row: "defaults" (what push(state_dict, version, group) does with nothing
+else set) and each variant. Its end to end is also compared with the engine-bound limit: per
+bucket, the bucket's bytes at the ceiling's rate plus the slowest receiving rank's own load time
+(POST /bench/loads: CUDA events around the engine's load_weights), both measured in the run.
+Gate lines (GATE ... PASS or MISSED) judge the best row of each slot size (the fastest end to
+end): data plane >= 0.95 of the ceiling at slots >= 256 MiB, end to end >= 0.95 of the engine-bound
+limit, and >= 1.5x torch-direct at 128-512 MiB; a missed gate fails the run (exit 1).
+
 Per-bucket gap split (wsync end to end): "daemon" is the time rank 0's stream had nothing queued
 before a bucket (the daemon or trainer was late) plus the time the engines, done with the previous
 bucket, waited for this bucket's request to be written; "engine" is the rest of the broadcast time
@@ -239,6 +247,35 @@ def one_process(args, pg, model, buckets, bucket_sizes, bufs):
     return seconds
 
 
+def engine_loads(args):
+    """Every receiving rank's load time (ms) of each update since the last ask, ranks of all
+    engines in order: [[ms of bucket 0, ms of bucket 1, ...], ...] (POST /bench/loads)."""
+    return [ms for answer in post_all(args.engines, "/bench/loads", {})
+            for ms in answer["load_ms"]]
+
+
+def engine_bound_seconds(bucket_sizes, wire_rate, load_ms):
+    """The engine-bound limit of one update: per bucket, its bytes at the ceiling's rate plus the
+    slowest receiving rank's own load of it (both measured in this run)."""
+    total = 0.0
+    for k, n in enumerate(bucket_sizes):
+        slowest = max((ranks[k] for ranks in load_ms if k < len(ranks)), default=0.0)
+        total += n / wire_rate + slowest / 1e3
+    return total
+
+
+# The gates, on the best configuration of each slot size (the one with the highest end-to-end
+# rate): (name, applies to a slot of this many bytes, the ratio's key, its threshold).
+MIB = 2**20
+GATES = [
+    ("data plane >= 0.95 x NCCL ceiling (slots >= 256 MiB)", lambda b: b >= 256 * MIB,
+     "dp_over_ceiling", 0.95),
+    ("end to end >= 0.95 x engine-bound limit", lambda b: True, "e2e_over_limit", 0.95),
+    ("end to end >= 1.5 x torch-direct (slots 128-512 MiB)", lambda b: b <= 512 * MIB,
+     "e2e_over_direct", 1.5),
+]
+
+
 _FLAT = {}
 
 
@@ -276,7 +313,12 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
         with wsync.Client("unix:" + daemon.sock, device=0, name="bench") as client:
             seconds, _ = wsync_push(client, model, f"{tag}-warm", pull)
             note(f"{label}: wsync warm-up push {seconds:.3f} s")
-            runs = [wsync_push(client, model, f"{tag}-{r}", pull) for r in range(args.runs)]
+            engine_loads(args)  # forgets the warm-up's
+            runs = []
+            for r in range(args.runs):
+                seconds, result = wsync_push(client, model, f"{tag}-{r}", pull)
+                result["load_ms"] = engine_loads(args)
+                runs.append((seconds, result))
             note(f"{label}: wsync pushes {[round(s, 3) for s, _ in runs]} s")
             post_all(args.engines, "/sim/mode", {"data_plane": True})
             dp = []
@@ -304,7 +346,7 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
              f"{result['buckets_pulled']}/{n} buckets pulled by wsyncd, "
              f"{result['buckets_read_in_place']} of them read in place")
     return (statistics.median(s for s, _ in runs), statistics.median(s for s, _ in dp[1:]),
-            [r["daemon_timing"] for _, r in runs])
+            [r["daemon_timing"] for _, r in runs], e2e[1]["load_ms"])
 
 
 def main():
@@ -346,24 +388,29 @@ def main():
     print(f"# wsync update benchmark: Qwen2.5-7B shapes, {len(model)} bf16 tensors, "
           f"{total / GIB:.2f} GiB; rank 0 on GPU 0, {len(args.engines)} receiving rank(s) on "
           f"GPUs 1-{len(args.engines)}; median of {args.runs} runs after a warm-up", flush=True)
-    header = ("#    slot  buckets  ceiling  dataplane  wsync-e2e  torch-direct  dp/ceil  e2e/ceil"
-              "  e2e/direct  daemon-ms/bkt  engine-ms/bkt")
-    print(header + "\n#                   GiB/s      GiB/s      GiB/s         GiB/s", flush=True)
+    print("# defaults: push(state_dict, version, group) with nothing else set; the other configs "
+          "are variants. limit: the engine-bound limit (per bucket, its bytes at the ceiling's "
+          "rate plus the slowest rank's own load time)", flush=True)
+    header = ("#    slot  config          buckets  ceiling    limit  dataplane   e2e  direct"
+              "  dp/ceil  e2e/limit  e2e/direct")
+    print(header + "\n#                                  GiB/s    GiB/s      GiB/s GiB/s   GiB/s",
+          flush=True)
     for slot_text in args.slots.split(","):
         slot = int(slot_text[:-3]) * units[slot_text[-3:]]
         buckets = plan(sizes, slot)
         bucket_sizes = [sum(sizes[i] for i in b) for b in buckets]
         row = {"slot": slot_text, "slot_bytes": slot, "buckets": len(buckets), "bytes": total}
 
-        row["wsync_s"], row["dataplane_s"], timing = run_wsync(
+        configs = {}
+        wsync_s, dataplane_s, timing, loads = run_wsync(
             args, wsync, model, slot, slot_text, bucket_sizes, log, ())
+        configs["defaults"] = {"wsync_s": wsync_s, "dataplane_s": dataplane_s, "load_ms": loads}
         row["daemon_timing"] = timing
-        row["variants"] = {}
         for name, extra in variants:
             try:
-                e2e, dp, _ = run_wsync(args, wsync, model, slot, f"{slot_text} {name}",
-                                       bucket_sizes, log, extra)
-                row["variants"][name] = {"wsync_s": e2e, "dataplane_s": dp}
+                e2e, dp, _, loads = run_wsync(args, wsync, model, slot, f"{slot_text} {name}",
+                                              bucket_sizes, log, extra)
+                configs[name] = {"wsync_s": e2e, "dataplane_s": dp, "load_ms": loads}
             except Exception as e:  # the other variants and the baselines still run
                 note(f"{slot_text} {name}: FAILED: {e}")
                 failures.append(f"{slot_text} {name}: {e}")
@@ -391,35 +438,50 @@ def main():
         destroy.join()
         torch.cuda.empty_cache()
 
-        gbps = {k: total / row[k + "_s"] / GIB
-                for k in ("ceiling", "dataplane", "wsync", "direct", "one_process")}
-        row["gib_per_s"] = gbps
         wire_rate = total / row["ceiling_s"]
+        ceiling_g = total / row["ceiling_s"] / GIB
+        direct_g = total / row["direct_s"] / GIB
+        for name, c in configs.items():
+            c["limit_s"] = engine_bound_seconds(bucket_sizes, wire_rate, c["load_ms"])
+            c["dp_over_ceiling"] = row["ceiling_s"] / c["dataplane_s"]
+            c["e2e_over_limit"] = c["limit_s"] / c["wsync_s"]
+            c["e2e_over_direct"] = row["direct_s"] / c["wsync_s"]
+            print(f"{slot_text:>9}  {name:<15} {len(buckets):7d} {ceiling_g:8.1f} "
+                  f"{total / c['limit_s'] / GIB:8.1f} {total / c['dataplane_s'] / GIB:10.1f} "
+                  f"{total / c['wsync_s'] / GIB:5.1f} {direct_g:7.1f} "
+                  f"{c['dp_over_ceiling']:8.2f} {c['e2e_over_limit']:10.2f} "
+                  f"{c['e2e_over_direct']:11.2f}", flush=True)
+        best = min(configs, key=lambda n: configs[n]["wsync_s"])
+        row["configs"] = configs
+        row["best"] = best
         mid = timing[len(timing) // 2]
         # The daemon's share: rank 0 idle, plus engines waiting for a request not yet written.
         row["daemon_ms_per_bucket"] = (mid["idle_before_seconds"] + mid["request_late_seconds"]) / len(buckets) * 1e3
         row["engine_ms_per_bucket"] = max(
             0.0, (mid["broadcast_seconds"] - mid["request_late_seconds"] - total / wire_rate) / len(buckets) * 1e3)
+        one_g = total / row["one_process_s"] / GIB
+        print(f"#   {slot_text:>7} best: {best}; defaults' gaps per bucket: daemon "
+              f"{row['daemon_ms_per_bucket']:.2f} ms, engine {row['engine_ms_per_bucket']:.2f} ms; "
+              f"one process, copy beside broadcast: {one_g:.1f} GiB/s "
+              f"({one_g / ceiling_g:.2f} of ceiling)", flush=True)
         rows.append(row)
-        print(f"{slot_text:>9} {len(buckets):8d} {gbps['ceiling']:8.1f} {gbps['dataplane']:10.1f} "
-              f"{gbps['wsync']:10.1f} {gbps['direct']:13.1f} {gbps['dataplane'] / gbps['ceiling']:8.2f} "
-              f"{gbps['wsync'] / gbps['ceiling']:9.2f} {gbps['wsync'] / gbps['direct']:11.2f} "
-              f"{row['daemon_ms_per_bucket']:14.2f} {row['engine_ms_per_bucket']:14.2f}", flush=True)
-        print(f"#   {slot_text:>7} one process, copy beside broadcast: {gbps['one_process']:6.1f} "
-              f"GiB/s ({gbps['one_process'] / gbps['ceiling']:.2f} of ceiling)", flush=True)
-        for name, v in row["variants"].items():
-            dp_g, e2e_g = total / v["dataplane_s"] / GIB, total / v["wsync_s"] / GIB
-            print(f"#   {slot_text:>7} variant {name:<14} dataplane {dp_g:6.1f} GiB/s "
-                  f"({dp_g / gbps['ceiling']:.2f} of ceiling)  wsync-e2e {e2e_g:6.1f} GiB/s "
-                  f"({e2e_g / gbps['ceiling']:.2f} of ceiling, {e2e_g / gbps['direct']:.2f}x "
-                  f"torch-direct)", flush=True)
         with open(os.path.join(args.out, "bench.json"), "w") as f:
             json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total,
                        "receivers": len(args.engines), "rows": rows}, f, indent=1)
+    missed = 0
+    for row in rows:
+        best = row["configs"][row["best"]]
+        for gate, applies, key, threshold in GATES:
+            if not applies(row["slot_bytes"]):
+                continue
+            ok = best[key] >= threshold
+            missed += 0 if ok else 1
+            print(f"GATE {row['slot']:>7} {gate}: {'PASS' if ok else 'MISSED'} "
+                  f"({best[key]:.2f}, config {row['best']})", flush=True)
     if failures:
         print("# FAILED: " + "; ".join(failures), flush=True)
-        return 1
-    return 0
+    print(f"# gates: {'all PASS' if missed == 0 else f'{missed} MISSED'}", flush=True)
+    return 1 if failures or missed else 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ rebuilt once with the rank's own device index, each bucket's tensors viewed at t
 (plain pickle, real torch), load_weights and a device synchronize before each answer, and at the
 end the mapping dropped (ipc_collect, empty_cache).
 Benchmark extras: POST /bench/receive {"sizes": [...]} posts receives back to back; POST /sim/mode
-{"data_plane": true} makes update requests answer at once (the receives come from /bench/receive).
+{"data_plane": true} makes update requests answer at once (the receives come from /bench/receive);
+POST /bench/loads answers each rank's load time per broadcast update since the last ask (CUDA
+events around load_weights, after the receive), for the benchmark's engine-bound limit.
 
     python3 sglang_torch_engine.py --port 30001 --gpus 1,2
 """
@@ -185,6 +187,7 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
     crcs = {}  # of params, computed when asked
     recv_buf = None
     updates = 0
+    load_ms = []  # each broadcast update's load time on this rank (POST /bench/loads)
     while True:
         cmd, arg = conn.recv()
         try:
@@ -223,8 +226,16 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                         received.append((name, t))
                     for h in handles:
                         h.wait()
+                # The rank's own load time, apart from the receive: CUDA events around
+                # load_weights on the stream that waited for the broadcasts (the benchmark's
+                # engine-bound limit adds it to the wire time; no extra synchronisation).
+                received_at = torch.cuda.Event(enable_timing=True)
+                received_at.record()
                 load_weights(params, received)
+                loaded_at = torch.cuda.Event(enable_timing=True)
+                loaded_at.record()
                 torch.cuda.current_stream().synchronize()
+                load_ms.append(received_at.elapsed_time(loaded_at))
                 crcs.clear()
                 conn.send((True, "ok"))
             elif cmd == "ipc_update":
@@ -262,6 +273,10 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                 crcs.clear()
                 conn.send(ipc_route_rank(gpu, tp_rank, arg["zmq_handles"], params,
                                          arg["generation"], on_bucket))
+            elif cmd == "bench_loads":
+                # Each update's load time (ms) since the last ask, in order; then forgotten.
+                conn.send((True, list(load_ms)))
+                load_ms.clear()
             elif cmd == "bench_receive":
                 # Receives posted back to back, as fast as rank 0 sends: the wire's ceiling.
                 need = max(arg["sizes"])
@@ -452,6 +467,10 @@ class Handler(BaseHTTPRequestHandler):
             if not all(ok for ok, _ in res):
                 return self.result(res, "")
             return self.reply(200, {"success": True, "seconds": max(sec for _, sec in res)})
+        if self.path == "/bench/loads":
+            with ENGINE.lock:
+                res = ENGINE.all_ranks("bench_loads")
+            return self.reply(200, {"success": True, "load_ms": [ms for _, ms in res]})
         if self.path == "/sim/mode":
             ENGINE.data_plane = bool(body.get("data_plane", False))
             return self.reply(200, {"success": True, "data_plane": ENGINE.data_plane})
