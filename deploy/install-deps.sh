@@ -26,6 +26,8 @@ packages=(
   # The reliability suite (docs/RELIABILITY.md): clang and its runtimes for the ASan/UBSan build
   # and libFuzzer, llvm-symbolizer for the sanitizers' stacks.
   clang-14 libclang-rt-14-dev llvm-14
+  # The format stage checks every C++ file against .clang-format.
+  clang-format
 )
 
 # Node and npm: Debian's, unless a node is already installed (npm's registry is the one other

@@ -6,6 +6,7 @@
 # stage prints its time against its budget, and the run fails at the first stage that fails.
 #
 #   deps       deploy/install-deps.sh
+#   format     every tracked C++ file as .clang-format lays it out (clang-format --dry-run)
 #   build      CMake/Ninja, RelWithDebInfo (gcc)
 #   tests      ctest: every test that needs no GPU (unit, service, integration; not bench, soak,
 #              faults); tests labelled gpu skip themselves
@@ -32,6 +33,10 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/sanitizers/lsan.sup
 export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
 
 stage_deps() { deploy/install-deps.sh; }
+stage_format() {
+  # Listed by git, so build trees and fetched code are never judged.
+  git ls-files -z '*.cc' '*.h' | xargs -0 clang-format --dry-run -Werror
+}
 stage_build() {
   cmake -S . -B "$WSYNC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_CUDA=AUTO
   cmake --build "$WSYNC_BUILD" -- -j"$WSYNC_JOBS"
@@ -64,12 +69,12 @@ stage_fuzz() {
 stage_asan() {
   ctest --test-dir "$WSYNC_SANITIZED_BUILD" --output-on-failure --timeout 600 -j2 -LE 'bench|soak'
 }
-export -f stage_deps stage_build stage_tests stage_faults stage_soak stage_sanitize stage_fuzz \
+export -f stage_deps stage_format stage_build stage_tests stage_faults stage_soak stage_sanitize stage_fuzz \
   stage_asan
 
 # name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
-stages=(deps:300 build:780 tests:300 faults:150 soak:90 sanitize:780 fuzz:150 asan:360)
-wanted=" ${WSYNC_STAGES:-deps build tests faults soak sanitize fuzz asan} "
+stages=(deps:300 format:60 build:780 tests:300 faults:150 soak:90 sanitize:780 fuzz:150 asan:360)
+wanted=" ${WSYNC_STAGES:-deps format build tests faults soak sanitize fuzz asan} "
 summary=()
 total_budget=0
 run_start=$(date +%s)
