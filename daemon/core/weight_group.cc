@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/commit_verdict.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/weights_check.h"
 
@@ -842,11 +843,20 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   const size_t first_outcome = outcomes->size();
   for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(outcome(i, results[i]));
   std::vector<size_t> committed;
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    if (results[i].ok()) committed.push_back(i);
+  std::vector<EngineCommitFacts> facts(adapters_.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < adapters_.size(); ++i) {
+      const std::string& url = adapters_[i]->endpoint().url;
+      if (results[i].ok()) committed.push_back(i);
+      facts[i].committed = results[i].ok();
+      facts[i].reached = reached_.count(url) != 0;
+      facts[i].waiting = needs_full_.count(url) != 0;
+    }
   }
-  // All or nothing, unless the group's quorum says how many must commit.
-  const bool commit_ok = committed.size() >= engines_needed();
+  // All or nothing, unless the group's quorum says how many must commit (PlanCommit).
+  CommitPlan plan = PlanCommit(facts, engines_needed());
+  const bool commit_ok = plan.commit_ok;
   // The engines' own checksums, compared while the update still holds the group (so no other
   // update pauses the engines under the checkers) and after they resumed (vLLM's checker
   // refuses a paused engine). Only engines that committed are compared.
@@ -910,12 +920,11 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
     }
   }
   // The engines that hold the version: committed, and (with the check) not differing.
-  const size_t kept = committed.size() - std::count(differs.begin(), differs.end(), true);
-  // It landed when enough committed and, with the check, enough of them agree and none that
-  // differs still serves.
+  for (size_t i = 0; i < adapters_.size(); ++i) facts[i].differs = differs[i];
+  plan = PlanCommit(facts, engines_needed());
+  const size_t kept = plan.holding.size();
   const bool landed =
-      commit_ok &&
-      (check.error.empty() || (quorum_group() && kept >= engines_needed() && !differing_serves));
+      CommitLanded(plan, !check.error.empty(), quorum_group(), engines_needed(), differing_serves);
   if (commit_ok && !missed.empty()) {
     const std::vector<absl::Status> paused =
         OnEachEngine(AdaptersAt(missed), [](EngineAdapter& a) { return a.PauseGeneration(); });
@@ -934,26 +943,11 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   // of this version, and one that committed holds a version the group did not take, so both stay
   // paused and wait for a full one; an engine it never reached (set aside before any bucket)
   // holds the group's version whole and resumes.
-  std::vector<EngineAdapter*> resume_set_aside;
+  // (An engine that committed, and resumed, a version the group did not take would serve
+  // another version than the others: it is paused too.)
+  const std::vector<EngineAdapter*> resume_set_aside = AdaptersAt(plan.resume);
   if (!commit_ok) {
-    std::vector<size_t> partial;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (size_t i = 0; i < adapters_.size(); ++i) {
-        const std::string& url = adapters_[i]->endpoint().url;
-        if (results[i].ok()) {
-          // It committed (and resumed) a version the group did not take: it would serve another
-          // version than the others, so it is paused too.
-          partial.push_back(i);
-          continue;
-        }
-        if (reached_.count(url) != 0) {
-          partial.push_back(i);
-        } else if (needs_full_.count(url) == 0) {
-          resume_set_aside.push_back(adapter_ptrs_[i]);
-        }
-      }
-    }
+    const std::vector<size_t>& partial = plan.partial;
     const std::vector<absl::Status> paused =
         OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) {
           a.AbandonUpdate();
@@ -984,9 +978,9 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   ++updates_;
   // A complete update landed on the engines that finished it: they hold one version again.
+  for (size_t i : plan.holding) needs_full_.erase(adapters_[i]->endpoint().url);
   for (size_t i = 0; i < adapters_.size(); ++i) {
     const std::string& url = adapters_[i]->endpoint().url;
-    if (commit_ok && results[i].ok() && !differs[i]) needs_full_.erase(url);
     if (differs[i]) {
       const std::string& note = (*outcomes)[first_outcome + i].weights_check;
       needs_full_[url] = absl::StrCat("after version '", update.version, "' its weights ", note);
