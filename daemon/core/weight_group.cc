@@ -65,44 +65,6 @@ std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAda
 
 }  // namespace
 
-std::string FeedName(const TrainerFeed& feed) {
-  if (feed.gpu_uuid.empty()) return absl::StrCat("device ", feed.device);
-  return absl::StrCat("GPU ", feed.gpu_uuid, " (device ", feed.device, ")");
-}
-
-absl::StatusOr<std::vector<std::vector<TrainerFeed>>> RankFeedsOf(const GroupSpec& spec,
-                                                                  const Platform& platform) {
-  std::vector<std::vector<TrainerFeed>> ranks;
-  for (const EngineSpec& engine : spec.engines) {
-    std::vector<TrainerFeed>& engine_ranks = ranks.emplace_back();
-    for (size_t rank = 0; rank < engine.gpus.size(); ++rank) {
-      absl::StatusOr<int> device = FindDeviceByUuid(platform, engine.gpus[rank]);
-      if (!device.ok()) {
-        return absl::Status(device.status().code(),
-                            absl::StrCat("group '", spec.name, "': engine ", engine.url,
-                                         " TP rank ", rank, ": ", device.status().message()));
-      }
-      engine_ranks.push_back(TrainerFeed{*device, NormalizeGpuUuid(engine.gpus[rank])});
-    }
-  }
-  return ranks;
-}
-
-absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform) {
-  if (spec.transport != TransportKind::kIpc) return std::vector<TrainerFeed>{{spec.device, ""}};
-  if (platform == nullptr) return absl::InternalError("an IPC group needs the platform's GPUs");
-  WSYNC_ASSIGN_OR_RETURN(auto ranks, RankFeedsOf(spec, *platform));
-  std::vector<TrainerFeed> feeds;
-  for (const std::vector<TrainerFeed>& engine_ranks : ranks) {
-    for (const TrainerFeed& rank : engine_ranks) {
-      const bool known = std::any_of(feeds.begin(), feeds.end(),
-                                     [&](const TrainerFeed& f) { return f.device == rank.device; });
-      if (!known) feeds.push_back(rank);
-    }
-  }
-  return feeds;
-}
-
 absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec, Platform* platform,
                                                                  GroupOptions options,
                                                                  const GroupFactories& factories,
@@ -860,52 +822,14 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   // The engines' own checksums, compared while the update still holds the group (so no other
   // update pauses the engines under the checkers) and after they resumed (vLLM's checker
   // refuses a paused engine). Only engines that committed are compared.
-  WeightsCheck check;
-  std::vector<bool> differs(adapters_.size(), false);
-  bool differing_serves = false;  // an engine whose weights differ could not be paused
+  CommittedWeights weights;
+  weights.differs.assign(adapters_.size(), false);
   if (spec_.check_weights && commit_ok) {
-    const std::vector<EngineAdapter*> checked = AdaptersAt(committed);
-    std::vector<absl::StatusOr<WeightChecksums>> sums(checked.size());
-    OnEachEngine(checked, [&](EngineAdapter& a) {
-      sums[std::find(checked.begin(), checked.end(), &a) - checked.begin()] = a.ChecksumWeights();
-      return absl::OkStatus();
-    });
-    std::vector<EngineEndpoint> endpoints;
-    for (EngineAdapter* a : checked) endpoints.push_back(a->endpoint());
-    check = CompareEngineWeights(endpoints, sums);
-    std::vector<EngineAdapter*> differing;
-    for (size_t k = 0; k < committed.size(); ++k) {
-      const size_t i = committed[k];
-      (*outcomes)[first_outcome + i].weights_check = check.notes[k];
-      if (!check.differs[k]) continue;
-      differs[i] = true;
-      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[k]);
-      differing.push_back(adapter_ptrs_[i]);
-    }
-    // An engine that differs must not serve what it holds: paused, it waits for a full version.
-    // One that cannot be paused is serving them: said in its outcome and in the update's error.
-    const std::vector<absl::Status> paused =
-        OnEachEngine(differing, [](EngineAdapter& a) { return a.PauseGeneration(); });
-    for (size_t j = 0, k = 0; k < committed.size(); ++k) {
-      if (!check.differs[k]) continue;
-      const size_t i = committed[k];
-      const absl::Status& pause = paused[j++];
-      if (pause.ok()) continue;
-      check.notes[k] = absl::StrCat(
-          check.notes[k], "; pausing it failed, so it still serves them: ", pause.message());
-      (*outcomes)[first_outcome + i].weights_check = check.notes[k];
-      (*outcomes)[first_outcome + i].status = absl::DataLossError(check.notes[k]);
-      absl::StrAppend(&check.error, "; engine ", adapters_[i]->endpoint().url,
-                      ": pausing it failed, so it still serves them");
-      differing_serves = true;
-    }
-    if (std::all_of(check.notes.begin(), check.notes.end(), [](const std::string& note) {
-          return absl::StartsWith(note, "not checked");
-        })) {
-      WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
-                "' compared no engine: ", absl::StrJoin(check.notes, "; "));
-    }
+    weights = CheckCommittedWeights(update, committed, outcomes, first_outcome);
   }
+  WeightsCheck& check = weights.check;
+  const std::vector<bool>& differs = weights.differs;
+  const bool differing_serves = weights.differing_serves;
   // A quorum group's version landed without some engines: they must not serve what they hold
   // (an older version, or part of this one), so each is paused where it answers and waits for a
   // full version.

@@ -20,7 +20,9 @@
 #include "daemon/core/engine_group_name.h"
 #include "daemon/core/group_record.h"
 #include "daemon/core/group_spec.h"
+#include "daemon/core/trainer_feeds.h"
 #include "daemon/core/transport.h"
+#include "daemon/core/weights_check.h"
 
 namespace wsync {
 
@@ -67,23 +69,6 @@ struct GroupSnapshot {
 
 // The data paths a transport can drive; every engine of its group must support one of them.
 std::vector<DataPath> DataPathsOf(TransportKind transport);
-
-// One trainer rank's share of a group's updates: the device whose slots it fills and, on the IPC
-// path, that device's GPU. A broadcast group is fed from its one device; an IPC group from every
-// GPU its engines' TP ranks are on, each by the trainer rank on that GPU (engines map memory of
-// their own GPU only), in the order the ranks first name them.
-struct TrainerFeed {
-  int device = 0;
-  std::string gpu_uuid;  // empty off the IPC path
-};
-std::string FeedName(const TrainerFeed& feed);
-// The feed each engine TP rank reads from, per engine in rank order: the device on the rank's GPU
-// (named by UUID in the spec). NOT_FOUND naming the engine and rank whose GPU wsyncd has no device
-// for. For an IPC spec only.
-absl::StatusOr<std::vector<std::vector<TrainerFeed>>> RankFeedsOf(const GroupSpec& spec,
-                                                                  const Platform& platform);
-// The feeds of a group: NOT_FOUND naming the engine and rank whose GPU wsyncd has no device for.
-absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform);
 
 // One weight group: its state machine, its engines' adapters (the lifecycle calls go to all of
 // them at once) and its transport, which moves the buckets. Thread-safe.
@@ -186,6 +171,19 @@ class WeightGroup {
   // Sets aside, naming when they are tried again, the engines backing off.
   void NoteBackingOffLocked(absl::Time now);
   // A group whose updates need fewer than all of its engines (spec_.quorum).
+  // What the weights check after a commit found: per engine whether its weights differ, and
+  // whether one that differs could not be paused (so it serves them).
+  struct CommittedWeights {
+    WeightsCheck check;
+    std::vector<bool> differs;
+    bool differing_serves = false;
+  };
+  // Asks the engines that committed (indexes) for their checksums and compares them; notes each
+  // one's outcome, and pauses those whose weights differ (daemon/core/weight_group_check.cc).
+  CommittedWeights CheckCommittedWeights(const UpdateInfo& update,
+                                         const std::vector<size_t>& committed,
+                                         std::vector<EngineOutcome>* outcomes,
+                                         size_t first_outcome);
   bool quorum_group() const { return spec_.quorum != 0 && spec_.quorum < adapters_.size(); }
   size_t engines_needed() const { return spec_.quorum == 0 ? adapters_.size() : spec_.quorum; }
   std::vector<EngineAdapter*> AdaptersAt(const std::vector<size_t>& indexes) const;
