@@ -93,12 +93,17 @@ absl::Status RealCluster::StartDaemon() {
   argv.insert(argv.end(), options_.extra_flags.begin(), options_.extra_flags.end());
   // One malloc arena: glibc adds an arena (two anonymous mappings) whenever threads contend
   // and fewer than 8 per core exist, which happens at no fixed round under load and reads as a
-  // leak of mappings in the fault matrix. With one, the count moves only with what wsyncd holds.
+  // leak of mappings in the fault matrix. No cache of thread stacks either: glibc keeps the
+  // stack and guard page of an exited thread (two mappings) for the next one, so a moment when
+  // more short-lived threads overlapped (more often under load) leaves mappings that look leaked.
+  // With both, the count moves only with what wsyncd holds.
   daemon_ = std::make_unique<ChildProcess>(
       argv,
       daemon_starts_++ == 0 ? options_.dir + "/wsyncd.log"
                             : absl::StrCat(options_.dir, "/wsyncd-", daemon_starts_, ".log"),
-      std::vector<std::string>{"MALLOC_ARENA_MAX=1", "XDG_STATE_HOME=" + state_home()});
+      std::vector<std::string>{"MALLOC_ARENA_MAX=1",
+                               "GLIBC_TUNABLES=glibc.pthread.stack_cache_size=0",
+                               "XDG_STATE_HOME=" + state_home()});
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (!std::filesystem::exists(socket_)) {
     if (!daemon_->running() || absl::Now() > deadline) {
