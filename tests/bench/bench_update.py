@@ -69,6 +69,25 @@ def qwen25_7b_shapes():
     yield "lm_head.weight", (vocab, hidden)
 
 
+def add_common_args(ap):
+    """The arguments every benchmark here takes: wsyncd, NCCL, the client, where results go."""
+    ap.add_argument("--wsyncd", required=True)
+    ap.add_argument("--nccl-lib", required=True)
+    ap.add_argument("--python-client", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--runs", type=int, default=3)
+
+
+def qwen25_7b_model():
+    """Qwen2.5-7B's tensors as (name, bf16 tensor) on GPU 0, random with a fixed seed."""
+    torch.cuda.set_device(0)
+    torch.manual_seed(0)
+    model = [(name, torch.randn(shape, dtype=torch.bfloat16, device="cuda:0"))
+             for name, shape in qwen25_7b_shapes()]
+    torch.cuda.synchronize()
+    return model
+
+
 def plan(sizes, bucket_bytes):
     """Buckets as wsync's planner (and the usual trainer loop) makes them: in order, closed before
     overflowing, a tensor larger than a bucket alone."""
@@ -351,14 +370,10 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--wsyncd", required=True)
-    ap.add_argument("--nccl-lib", required=True)
+    add_common_args(ap)
     ap.add_argument("--engines", required=True,
                     help="comma-separated engine URLs, one receiving rank each (TP 1)")
-    ap.add_argument("--python-client", required=True)
-    ap.add_argument("--out", required=True)
     ap.add_argument("--slots", default="128MiB,256MiB,512MiB,1GiB,2GiB,4GiB")
-    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bucket-timeout", type=int, default=120,
                     help="wsyncd's --bucket-timeout (seconds): how long a stuck bucket holds a run")
     ap.add_argument("--variants", default="",
@@ -375,11 +390,7 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "wsyncd.log"), "w")
-    torch.cuda.set_device(0)
-    torch.manual_seed(0)
-    model = [(name, torch.randn(shape, dtype=torch.bfloat16, device="cuda:0"))
-             for name, shape in qwen25_7b_shapes()]
-    torch.cuda.synchronize()
+    model = qwen25_7b_model()
     note("model ready")
     sizes = [t.numel() * 2 for _, t in model]
     total = sum(sizes)

@@ -37,8 +37,8 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
-from bench_update import (GIB, Async, free_port, note, own_state_environment, plan,  # noqa: E402
-                          post, qwen25_7b_shapes)
+from bench_update import (GIB, Async, add_common_args, free_port, note,  # noqa: E402
+                          own_state_environment, plan, post, qwen25_7b_model)
 
 
 def wait_url(url, seconds=120):
@@ -192,22 +192,15 @@ def lmdeploy_design_seconds(args, engine, model, slot):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--wsyncd", required=True)
-    ap.add_argument("--nccl-lib", required=True)
-    ap.add_argument("--python-client", required=True)
-    ap.add_argument("--out", required=True)
+    add_common_args(ap)
     ap.add_argument("--slots", default="512MiB,1GiB")
-    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     sys.path.insert(0, args.python_client)
     import wsync
 
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "designs.log"), "w")
-    torch.cuda.set_device(0)
-    torch.manual_seed(0)
-    model = [(name, torch.randn(shape, dtype=torch.bfloat16, device="cuda:0"))
-             for name, shape in qwen25_7b_shapes()]
+    model = qwen25_7b_model()
     total = sum(t.numel() * 2 for _, t in model)
     units = {"MiB": 2**20, "GiB": 2**30}
     slots = [int(s[:-3]) * units[s[-3:]] for s in args.slots.split(",")]
