@@ -2,10 +2,10 @@
 #define WSYNC_COMMON_TORCH_IPC_PICKLE_H_
 
 // The pickles an engine's torch turns into CUDA tensors mapped onto wsyncd's buffers, written
-// without torch (engine-protocols.md §6). A tensor is what torch.multiprocessing.reductions.
+// without torch (docs/engines/torch-ipc.md). A tensor is what torch.multiprocessing.reductions.
 // reduce_tensor makes of a CUDA tensor: rebuild_cuda_tensor and its 15 arguments. Around it each
-// engine wants its own container (§6.4); the functions at the end return those whole pickles,
-// raw (the caller base64-encodes them where the engine wants text).
+// engine wants its own container (its page in docs/engines); the functions at the end return those
+// whole pickles, raw (the caller base64-encodes them where the engine wants text).
 //
 // Only these GLOBALs are ever written, because SGLang's SafeUnpickler accepts exact
 // (module, name) pairs and nothing else: torch.multiprocessing.reductions.rebuild_cuda_tensor,
@@ -37,10 +37,10 @@ inline constexpr size_t kCudaIpcHandleBytes = 64;
 // under another CUDA_VISIBLE_DEVICES.
 using CudaDevice = std::variant<int, std::string>;
 
-// One CUDA tensor that views part of an IPC-exported allocation (§6.1). The storage is the whole
-// allocation (storage_offset_bytes 0 and the allocation's size): the consumer caches mappings by
-// (handle, storage offset), so one storage per allocation maps it once, and the tensor's place
-// in it is element_offset.
+// One CUDA tensor that views part of an IPC-exported allocation (docs/engines/torch-ipc.md). The
+// storage is the whole allocation (storage_offset_bytes 0 and the allocation's size): the consumer
+// caches mappings by (handle, storage offset), so one storage per allocation maps it once, and the
+// tensor's place in it is element_offset.
 struct CudaIpcTensor {
   std::string dtype;            // a torch dtype name of common/dtype.h, e.g. "bfloat16"
   std::vector<int64_t> shape;   // row-major contiguous; the strides follow from it
@@ -50,7 +50,7 @@ struct CudaIpcTensor {
   std::string ipc_handle;             // the raw 64-byte cudaIpcMemHandle_t of the allocation
   CudaDevice device = 0;
   // A shared-memory name; one that does not exist only makes the consumer's best-effort
-  // reference-count decrement fail quietly (§6.1).
+  // reference-count decrement fail quietly.
   std::string ref_counter_name = "/wsync_rc";
   // A cudaIpcEventHandle_t. With event_sync_required the consumer's stream waits on it before
   // using the tensor; without, the bytes are not read (zeros are fine).
@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<int64_t>> ContiguousStrides(absl::Span<const int64_t>
 // Pieces, written onto `out` (whose PROTO and STOP are its own). Each validates what it writes.
 // FUNC: GLOBAL torch.multiprocessing.reductions rebuild_cuda_tensor.
 absl::Status WriteRebuildFunc(PickleWriter* out);
-// ARGS: the tuple of the 15 rebuild arguments (§6.1, §6.3).
+// ARGS: the tuple of the 15 rebuild arguments (docs/engines/torch-ipc.md).
 absl::Status WriteRebuildArgs(const CudaIpcTensor& tensor, PickleWriter* out);
 // The tensor object itself: FUNC ARGS REDUCE.
 absl::Status WriteReducedTensor(const CudaIpcTensor& tensor, PickleWriter* out);
@@ -90,9 +90,10 @@ enum class MetadataModule {
 };
 absl::string_view MetadataModuleName(MetadataModule module);
 
-// One tensor of a flattened bucket (§6.5). The receiver takes flattened[start_idx:end_idx] and
-// views or reshapes it to `shape`. Units are elements of the flattened tensor: bytes for SGLang's
-// uint8 bucket, elements of the common dtype for its old bucket and for LMDeploy.
+// One tensor of a flattened bucket (SGLang's FlattenedTensorBucket, which LMDeploy reads too). The
+// receiver takes flattened[start_idx:end_idx] and views or reshapes it to `shape`. Units are
+// elements of the flattened tensor: bytes for SGLang's uint8 bucket, elements of the common dtype
+// for its old bucket and for LMDeploy.
 struct FlattenedTensorMetadata {
   std::string name;
   std::vector<int64_t> shape;
@@ -110,7 +111,7 @@ struct FlattenedTensorMetadata {
 absl::Status WriteFlattenedTensorMetadata(const FlattenedTensorMetadata& metadata,
                                           MetadataModule module, PickleWriter* out);
 
-// ---- Whole pickles, one per engine payload (§6.4) ----------------------------------------------
+// ---- Whole pickles, one per engine payload -----------------------------------------------------
 
 struct NamedCudaTensor {
   std::string name;
@@ -146,7 +147,7 @@ absl::StatusOr<std::string> VllmPackedIpcHandlesPickle(absl::Span<const TensorOn
 // LMDeploy /update_weights, load_format null: list[(name, (FUNC, ARGS))], for one TP rank.
 absl::StatusOr<std::string> LmdeployNamedTensorsPickle(absl::Span<const NamedCudaTensor> tensors);
 
-// LMDeploy load_format "flattened_bucket", for one TP rank (§5.3).
+// LMDeploy load_format "flattened_bucket", for one TP rank (docs/engines/lmdeploy.md).
 struct LmdeployFlattenedBucket {
   std::vector<FlattenedTensorMetadata> metadata;  // element units of the flattened tensor
   // The 1-D view of the buffer, typed as the bucket's dtype. The worker caches it until
@@ -161,8 +162,8 @@ struct LmdeployFlattenedBucket {
 // flattened tensor's (a value cast, not a view), so every entry must have the bucket's dtype.
 absl::StatusOr<std::string> LmdeployFlattenedBucketPickle(const LmdeployFlattenedBucket& bucket);
 
-// SGLang /update_weights_from_ipc (checkpoint-engine's worker, §3.8): one pickle per ZMQ frame.
-// First frame: (FUNC, ARGS) of the whole buffer as a 1-D uint8 tensor.
+// SGLang /update_weights_from_ipc (checkpoint-engine's worker, docs/engines/sglang.md): one pickle
+// per ZMQ frame. First frame: (FUNC, ARGS) of the whole buffer as a 1-D uint8 tensor.
 absl::StatusOr<std::string> CheckpointEngineBufferFrame(const CudaIpcTensor& buffer);
 // One tensor of a bucket frame: viewed at byte `offset` of the buffer as `dtype` and `shape`.
 struct CheckpointEngineTensor {

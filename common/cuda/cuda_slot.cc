@@ -135,7 +135,7 @@ absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
 
 // The event's latest record is the trainer's own after its last fill, or, after an engine that
 // keeps a live view read the slot, that engine's record after its load (LMDeploy with
-// require_clone false, engine-protocols.md §5.3): the slot may be overwritten once it completes.
+// require_clone false, docs/engines/lmdeploy.md): the slot may be overwritten once it completes.
 // Polled here rather than waited on by the copy stream (cudaStreamWaitEvent), because a record
 // that never completes would hang the stream, and because MarkReady's record would otherwise
 // replace the engine's before wsyncd's copy waits on the event.

@@ -16,7 +16,7 @@ absl::StatusOr<std::string> IpcHandleBytes(const IpcBucketView& view);
 
 // The storage every tensor of a rank's pickle lies in: the view's whole allocation (one storage
 // per allocation, so torch maps a slot once and every later bucket of it reuses the mapping,
-// engine-protocols.md §6.1), on `device` (the GPU's UUID for SGLang, an index for engines that
+// docs/engines/torch-ipc.md), on `device` (the GPU's UUID for SGLang, an index for engines that
 // overwrite it). With an event handle the rank's stream waits for the trainer's writes before it
 // reads. The caller sets dtype, shape and offset.
 absl::StatusOr<CudaIpcTensor> IpcStorage(const IpcBucketView& view, CudaDevice device);

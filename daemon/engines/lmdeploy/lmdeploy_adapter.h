@@ -14,7 +14,7 @@
 
 namespace wsync {
 
-// LMDeploy's PyTorch engine (shared/docs/engine-protocols.md §5). Colocated (transport ipc): every
+// LMDeploy's PyTorch engine (docs/engines/lmdeploy.md). Colocated (transport ipc): every
 // bucket is one POST /update_weights naming wsyncd's slot over CUDA IPC (lmdeploy_ipc_payload.h).
 // Disaggregated (transport broadcast, PR #4638): the engine's ranks join wsyncd's collective
 // through torch's TCPStore (POST /init_weights_update_group with its required group_name), and
@@ -38,7 +38,7 @@ namespace wsync {
 //                                                 host memory; the KV cache is freed
 //   BeginUpdate      POST /wakeup?tags=weights    weights back on the GPU, the engine still
 //                                                 asleep for inference: never load into a
-//                                                 sleeping engine's weights (§2)
+//                                                 sleeping engine's weights
 //   buckets          POST /update_weights ...     finished true on the trainer's last bucket
 //   FinishUpdate     (a finish-only /update_weights, when no bucket was marked last)
 //                    POST /wakeup?tags=kv_cache   the KV cache back, serving the new weights

@@ -13,7 +13,7 @@
 
 namespace wsync {
 
-// LMDeploy's NCCL path (PR #4638; engine-protocols.md 5.1, 5.2): the same torch helper as
+// LMDeploy's NCCL path (PR #4638; docs/engines/lmdeploy.md, "Disaggregated"): the same torch helper as
 // SGLang's (TCPStore rendezvous, PrefixStore(group_name), ProcessGroupNCCL without device_id),
 // ranks rank_offset + tp_rank, and group_name required on every call (no default).
 

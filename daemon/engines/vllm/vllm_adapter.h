@@ -13,7 +13,7 @@
 
 namespace wsync {
 
-// vLLM's native weight transfer (shared/docs/engine-protocols.md §4), on either backend, as the
+// vLLM's native weight transfer (docs/engines/vllm.md), on either backend, as the
 // group's transport says:
 //  ipc        every bucket is one POST /update_weights whose ipc_handles_pickled names wsyncd's
 //             slot on each TP rank's GPU (vllm_ipc_payload.h).
@@ -48,7 +48,7 @@ namespace wsync {
 //                    session best-effort, wakes the KV cache it woke the weights for, /resume.
 //
 // Failures mid-update. vLLM keeps a session open until /finish_weight_update, refuses a second
-// start while one is open, and one variant answers 409 to any call out of order (§4.1); a bucket
+// start while one is open, and one variant answers 409 to any call out of order; a bucket
 // that failed may have left some tensors loaded. Such an update cannot be continued or retried
 // bucket by bucket: the trainer must push the whole version again. So a failed bucket, a 409
 // anywhere and a failed start or finish are ABORTED, the code absl documents for "retry at a

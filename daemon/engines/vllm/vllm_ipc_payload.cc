@@ -29,7 +29,7 @@ absl::StatusOr<std::vector<IpcBucketView>> DistinctGpus(const std::vector<IpcBuc
       return absl::InvalidArgumentError(absl::StrCat(
           "TP rank ", r,
           " has no GPU UUID; vLLM's worker looks its entry up by its GPU's UUID and an engine "
-          "missing one dies (hazard 4.5), so nothing is sent"));
+          "missing one dies (vLLM #57853), so nothing is sent"));
     }
     auto same = std::find_if(gpus.begin(), gpus.end(),
                              [&](const IpcBucketView& g) { return g.gpu_uuid == view.gpu_uuid; });

@@ -12,7 +12,7 @@
 namespace wsync {
 
 // The body of vLLM's POST /update_weights for one bucket on the IPC backend
-// (engine-protocols.md §4.3):
+// (docs/engines/vllm.md, "What an update sends"):
 //   {"update_info": {"names", "dtype_names", "shapes", "ipc_handles_pickled": base64(pickle)}}
 // vLLM reads the pickle with plain pickle.loads (behind VLLM_ALLOW_INSECURE_SERIALIZATION=1);
 // wsyncd still writes only torch's own GLOBALs (common/torch_ipc_pickle.h).
@@ -21,7 +21,7 @@ namespace wsync {
 // "GPU-" prefix) to that GPU's entry, one key per TP rank of the engine, taken from the views:
 // each worker picks entry[its own UUID], overwrites rebuild argument 6 with its local device
 // index, and rebuilds. A dict that lacks a worker's UUID makes that worker raise inside the
-// engine, which leaves the engine dead with its weights on the meta device (hazard §4.5, #57853),
+// engine, which leaves the engine dead with its weights on the meta device (vLLM #57853),
 // so a view without a UUID is refused here before anything is sent. Ranks that share a GPU share
 // its one key, so they must see the same memory (refused otherwise).
 //

@@ -13,9 +13,9 @@
 
 namespace wsync {
 
-// vLLM's NCCL weight-transfer backend (engine-protocols.md 4.2), wsyncd as rank 0 and the
-// engine's workers at rank_offset + dp_index * TP * PP + rank (one engine's ranks numbered in a
-// row from its offset).
+// vLLM's NCCL weight-transfer backend (docs/engines/vllm.md, "The NCCL backend"), wsyncd as rank 0
+// and the engine's workers at rank_offset + dp_index * TP * PP + rank (one engine's ranks numbered
+// in a row from its offset).
 
 // {"init_info": {...}} for POST /init_weight_transfer_engine. Unset fields are left out, as
 // vLLM's own trainer helper drops them (its init dataclass refuses unknown keys):

@@ -10,14 +10,15 @@
 
 namespace wsync {
 
-// How vLLM's POST /pause?mode=... treats the requests in flight (engine-protocols.md §4.1):
+// How vLLM's POST /pause?mode=... treats the requests in flight (docs/engines/vllm.md):
 // keep freezes them in the queue until /resume, wait lets them finish first, abort ends them.
 enum class VllmPauseMode { kKeep, kWait, kAbort };
 
 absl::string_view VllmPauseModeName(VllmPauseMode mode);
 absl::StatusOr<VllmPauseMode> ParseVllmPauseMode(absl::string_view name);
 
-// How a broadcast group's vLLM workers find wsyncd's communicator (engine-protocols.md 4.2).
+// How a broadcast group's vLLM workers find wsyncd's communicator (docs/engines/vllm.md, "The NCCL
+// backend").
 enum class VllmRendezvous {
   kStore,     // master_address/master_port: StatelessProcessGroup over wsyncd's TCPStore
   kUniqueId,  // nccl_unique_id_b64 in init_info: no store, every rank enters init at once
@@ -28,7 +29,7 @@ absl::StatusOr<VllmRendezvous> ParseVllmRendezvous(absl::string_view name);
 // vLLM's packed_buffer_size_bytes default (packed_tensor.py): 1 GiB.
 inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 
-// Version gates (engine-protocols.md §4.6), as read for this adapter; vllm_version.cc applies them
+// Version gates (docs/engines/vllm.md), as read for this adapter; vllm_version.cc applies them
 // to GET /version. Marks: R read in upstream source or docs, I inferred.
 //
 //   behaviour                              before                        from
@@ -50,7 +51,7 @@ inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 //   vime PR #55 (2026-05-27): vLLM "expected only the CUDA IPC rebuild args" (R). 0.22.0 (I).
 // - Session routes: PR #39212, merged 2026-04 (R); TRL PR #5892 drives pause, start, update,
 //   finish, resume "with vllm>=0.22.0" (R).
-// - weight_version in finish: §4.1 "newest" (R); 0.29.0 from the versioned docs (I).
+// - weight_version in finish: the newest API docs (R); 0.29.0 from the versioned docs (I).
 //
 // The NCCL backend (VllmNcclVariantFor), its own gates:
 //
@@ -84,14 +85,14 @@ inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 //  packed              false: one /update_weights per bucket naming each tensor as its own IPC
 //                      view (one dict per name). true: the bucket as one uint8 chunk plus
 //                      tensor_sizes (vLLM >= 0.22.0 only; on builds whose --weight-transfer-config
-//                      fixes `packed`, this must equal the server's setting, §4.6).
+//                      fixes `packed`, this must equal the server's setting).
 //  pause_mode          keep (default): requests in flight wait in the queue and go on with the new
 //                      weights after /resume; nothing is aborted and /pause does not wait.
 //  wake_weights        false (default): an engine found asleep (GET /is_sleeping) is refused,
 //                      because loading into a sleeping vLLM crashes its EngineCore (#57853) and
 //                      waking it takes GPU memory the colocated trainer may hold. true: wsyncd
 //                      wakes `weights` before the update and `kv_cache` after it, the colocated
-//                      flow of §4.4.
+//                      flow.
 //  reset_prefix_cache  true (default): POST /reset_prefix_cache after finishing, since the cached
 //                      KV was computed with the old weights.
 //  rendezvous          broadcast groups: store (default; every vLLM with the NCCL backend) or

@@ -51,7 +51,7 @@ absl::Status BroadcastTransport::Form() {
   auto rdv = rendezvous_->Open(engine_group_, collective_->comm->unique_id(), world_size_);
   if (!rdv.ok()) return fail(rdv.status());
   // vLLM's ranks finish their init request only after ncclCommInitRank and a one-element
-  // all-reduce with rank 0 (engine-protocols.md 4.2), so rank 0 joins that all-reduce while the
+  // all-reduce with rank 0 (docs/engines/vllm.md), so rank 0 joins that all-reduce while the
   // requests are in flight; torch's engines connect lazily, at their first broadcast.
   const bool warm_up = rendezvous_->mode() != RendezvousMode::kTorchStore;
   absl::Status warmed;

@@ -7,11 +7,11 @@
 
 namespace wsync {
 
-// vLLM's store-less rendezvous (engine-protocols.md 4.2): rank 0's ncclUniqueId travels in each
-// engine's init request (init_info.nccl_unique_id_b64) and every rank enters ncclCommInitRank
-// at once. There is no meeting point to watch: the warm-up all-reduce that follows the init,
-// which completes only when every rank has joined, is the proof that they did, and an engine
-// that restarts later is found by its health check or by the next broadcast's failure.
+// vLLM's store-less rendezvous (docs/engines/vllm.md, "The NCCL backend"): rank 0's ncclUniqueId
+// travels in each engine's init request (init_info.nccl_unique_id_b64) and every rank enters
+// ncclCommInitRank at once. There is no meeting point to watch: the warm-up all-reduce that follows
+// the init, which completes only when every rank has joined, is the proof that they did, and an
+// engine that restarts later is found by its health check or by the next broadcast's failure.
 class UniqueIdRendezvous final : public RendezvousStrategy {
  public:
   absl::StatusOr<Rendezvous> Open(const std::string& group_name, const std::string& unique_id,
