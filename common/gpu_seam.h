@@ -266,9 +266,10 @@ class MappedSlot {
   }
   // Before a refill: returns once the engines' reads of the slot's previous bucket are done on the
   // GPU. An engine that keeps a live view of the slot (LMDeploy with require_clone false) answers
-  // its request with the load only queued, and records the slot's event after it (§5.3); the
-  // event is then polled, never waited on blindly, so an engine that died with the record pending
-  // costs DEADLINE_EXCEEDED after `timeout`, not a hung trainer. Host slots have nothing to wait.
+  // its request with the load only queued, and records the slot's event after it
+  // (docs/engines/lmdeploy.md); the event is then polled, never waited on blindly, so an engine
+  // that died with the record pending costs DEADLINE_EXCEEDED after `timeout`, not a hung trainer.
+  // Host slots have nothing to wait.
   virtual absl::Status WaitReaders(absl::Duration timeout) { return absl::OkStatus(); }
   // WaitReaders without waiting: true once those reads are done (or cannot be known: an event
   // that failed is reported by WaitReaders).

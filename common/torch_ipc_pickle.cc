@@ -325,7 +325,8 @@ absl::Status WriteRebuildArgs(const CudaIpcTensor& t, PickleWriter* out) {
     WSYNC_RETURN_IF_ERROR(out->Unicode(std::get<std::string>(t.device)));
   }
   // 7: the raw handle. torch writes b"\x02c" + handle, but the version byte is what torch 2.13
-  // changed and older consumers refuse; every version accepts the raw 64 bytes (§6.1).
+  // changed and older consumers refuse; every version accepts the raw 64 bytes
+  // (docs/engines/torch-ipc.md).
   WSYNC_RETURN_IF_ERROR(out->Bytes(t.ipc_handle));
   out->Uint(t.storage_size_bytes);                        // 8 storage_size_bytes
   out->Uint(t.storage_offset_bytes);                      // 9 storage_offset_bytes
@@ -477,7 +478,7 @@ absl::StatusOr<std::string> LmdeployFlattenedBucketPickle(const LmdeployFlattene
     WSYNC_RETURN_IF_ERROR(WriteRebuildPair(*flat, &out));
   }
   // A live view, never a clone: wsyncd's buffer persists, and a clone made at the first call of
-  // a cycle would be stale for the calls after it (§5.3).
+  // a cycle would be stale for the calls after it (docs/engines/lmdeploy.md).
   WSYNC_RETURN_IF_ERROR(out.Unicode("require_clone"));
   out.Bool(false);
   WSYNC_RETURN_IF_ERROR(out.Unicode("event_ipc_handle"));

@@ -10,8 +10,8 @@
 namespace wsync {
 
 // The request bodies shared by the engines whose ranks join wsyncd's collective through the same
-// torch helper (SGLang's init_custom_process_group, which LMDeploy copies): engine-protocols.md
-// 3.2 and 5.2.
+// torch helper (SGLang's init_custom_process_group, which LMDeploy copies): docs/engines/sglang.md
+// and lmdeploy.md, "The disaggregated path".
 
 // POST /init_weights_update_group: where the TCPStore is, the world, the engine's first rank and
 // the group's name, backend "nccl".

@@ -11,7 +11,7 @@
 
 namespace wsync {
 
-// The engines' own weight checkers (engine-protocols.md 3.1 and 4.1), asked with
+// The engines' own weight checkers (docs/engines/sglang.md, "The weight checker"), asked with
 // {"action": "checksum"} after a commit. Their keys are engine-internal tensor names (fused
 // projections, TP shards), so the maps compare engines of one TP layout with each other, never
 // an engine with the trainer's tensors. Keys and values are kept bounded and printable; an answer

@@ -13,7 +13,8 @@
 
 namespace wsync {
 
-// The body of LMDeploy's POST /update_weights for one bucket (docs/engines/lmdeploy.md, "Colocated"):
+// The body of LMDeploy's POST /update_weights for one bucket (docs/engines/lmdeploy.md,
+// "Colocated"):
 // {"serialized_named_tensors": [one base64 pickle per TP rank], "load_format", "finished"}.
 // Rank r reads entry r, and its pickle names memory on its own GPU; the device argument is an
 // index, which LMDeploy replaces with its current device.

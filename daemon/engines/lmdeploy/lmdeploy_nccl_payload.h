@@ -13,8 +13,8 @@
 
 namespace wsync {
 
-// LMDeploy's NCCL path (PR #4638; docs/engines/lmdeploy.md, "Disaggregated"): the same torch helper as
-// SGLang's (TCPStore rendezvous, PrefixStore(group_name), ProcessGroupNCCL without device_id),
+// LMDeploy's NCCL path (PR #4638; docs/engines/lmdeploy.md, "Disaggregated"): the same torch helper
+// as SGLang's (TCPStore rendezvous, PrefixStore(group_name), ProcessGroupNCCL without device_id),
 // ranks rank_offset + tp_rank, and group_name required on every call (no default).
 
 // POST /init_weights_update_group is the helper's own body: TorchGroupInitBody

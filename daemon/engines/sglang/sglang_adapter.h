@@ -15,7 +15,7 @@
 
 namespace wsync {
 
-// SGLang's disaggregated weight-update API (shared/docs/engine-protocols.md section 3): ranks are
+// SGLang's disaggregated weight-update API (docs/engines/sglang.md): ranks are
 // rank_offset + tp_rank; a bucket goes as load_format "flattened_bucket" (one uint8 broadcast of
 // the tensors' bytes back to back in `names` order) or null (one broadcast per tensor, typed); the
 // version is recorded at commit. Its engines join through torch's TCPStore.

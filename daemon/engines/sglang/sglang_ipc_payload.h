@@ -13,10 +13,10 @@
 
 namespace wsync {
 
-// The body of SGLang's POST /update_weights_from_tensor for one bucket (engine-protocols.md
-// §3.3): serialized_named_tensors holds one base64 pickle per TP rank, rank i's naming memory on
-// rank i's GPU (by UUID, as SGLang's patched reductions expect). Each pickle presents the view's
-// whole allocation as one storage, so the rank maps a slot once and every later bucket of it
+// The body of SGLang's POST /update_weights_from_tensor for one bucket (docs/engines/sglang.md
+// and torch-ipc.md): serialized_named_tensors holds one base64 pickle per TP rank, rank i's naming
+// memory on rank i's GPU (by UUID, as SGLang's patched reductions expect). Each pickle presents the
+// view's whole allocation as one storage, so the rank maps a slot once and every later bucket of it
 // reuses the mapping. With load_format "flattened_bucket" a rank gets one uint8 tensor of the
 // bucket's bytes and FlattenedTensorMetadata in bytes (the receiver since PR #13413); with null,
 // a list of (name, tensor) views in their own dtypes. The version is recorded at commit, and

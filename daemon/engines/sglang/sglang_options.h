@@ -11,18 +11,18 @@
 namespace wsync {
 
 // What wsyncd does with a colocated engine's GPU memory around an update. kKeep, the default,
-// does nothing and suits any server. kResume follows the colocated RL cycle (engine-protocols.md
-// 3.4): training releases the engine's memory ({"tags": null}) before each update; wsyncd resumes
-// "weights" after pausing, loads the buckets, and resumes "kv_cache" after the commit (and before
-// generation resumes on an aborted update). SGLang refuses to resume a tag it did not release, so
-// kResume needs the release before every update.
+// does nothing and suits any server. kResume follows the colocated RL cycle (SGLang's
+// release/resume_memory_occupation): training releases the engine's memory ({"tags": null}) before
+// each update; wsyncd resumes "weights" after pausing, loads the buckets, and resumes "kv_cache"
+// after the commit (and before generation resumes on an aborted update). SGLang refuses to resume a
+// tag it did not release, so kResume needs the release before every update.
 enum class SglangMemory { kKeep, kResume };
 absl::string_view SglangMemoryName(SglangMemory memory);
 absl::StatusOr<SglangMemory> ParseSglangMemory(absl::string_view name);
 
 // Which route a colocated (IPC) group's buckets take. kTensor, the default, is one
 // POST /update_weights_from_tensor per bucket, each carrying every rank's pickled handles
-// (engine-protocols.md 3.3). kIpc is POST /update_weights_from_ipc once per update: each rank
+// (docs/engines/sglang.md). kIpc is POST /update_weights_from_ipc once per update: each rank
 // maps its buffer once and takes each bucket's metadata over a ZMQ socket (checkpoint-engine's
 // protocol, 3.8); the engine needs the checkpoint-engine package.
 enum class SglangIpcRoute { kTensor, kIpc };

@@ -11,7 +11,7 @@
 namespace wsync {
 
 // Whether an SGLang server has weight-update sessions (POST /begin_weight_update and
-// /end_weight_update, with a "selector"; engine-protocols.md 3.5, 3.7). A server that has them
+// /end_weight_update, with a "selector"; docs/engines/sglang.md). A server that has them
 // asserts, in its scheduler process, that every weight update sits inside begin/end and that no
 // second begin comes while one is open: the process dies otherwise. So the answer decides every
 // update's calls, and it is read from the server, never assumed.

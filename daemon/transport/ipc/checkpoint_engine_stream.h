@@ -41,10 +41,10 @@ class StreamResult {
   absl::Time ended_at_ = absl::InfinitePast();
 };
 
-// One engine's update over checkpoint-engine's ZMQ protocol (engine-protocols.md §3.8), the one
-// SGLang's /update_weights_from_ipc speaks. wsyncd binds one REQ socket per TP rank and posts the
-// adapter's opening request, whose handler makes each rank connect a REP socket to its address.
-// Then, per rank and in lockstep (each message answered before the next):
+// One engine's update over checkpoint-engine's ZMQ protocol (docs/engines/sglang.md, the map-once
+// route), the one SGLang's /update_weights_from_ipc speaks. wsyncd binds one REQ socket per TP rank
+// and posts the adapter's opening request, whose handler makes each rank connect a REP socket to
+// its address. Then, per rank and in lockstep (each message answered before the next):
 //   1. (FUNC, ARGS) of the rank's buffer as one uint8 tensor: the rank maps it once per update;
 //   2. per bucket, [{name, shape, dtype, offset}, ...]: the rank views its tensors at those byte
 //      offsets, loads them and synchronizes its device before answering, so the answer frees the
