@@ -1,7 +1,7 @@
 #ifndef WSYNC_DAEMON_RENDEZVOUS_STORE_PROTOCOL_H_
 #define WSYNC_DAEMON_RENDEZVOUS_STORE_PROTOCOL_H_
 
-// The request side of torch's TCPStore wire protocol (shared/docs/tcpstore-protocol.md): frames
+// The request side of torch's TCPStore wire protocol (docs/engines/tcpstore.md): frames
 // parsed from whatever bytes have arrived, with every length checked against the store's limits
 // before anything is allocated for it.
 

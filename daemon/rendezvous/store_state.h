@@ -2,7 +2,7 @@
 #define WSYNC_DAEMON_RENDEZVOUS_STORE_STATE_H_
 
 // What a TCPStore holds and what it knows of its clients, with torch's semantics for every
-// command (shared/docs/tcpstore-protocol.md). It does no I/O: the server feeds it parsed requests
+// command (docs/engines/tcpstore.md). It does no I/O: the server feeds it parsed requests
 // and sends what it returns, so it is tested and fuzzed without sockets. Not thread-safe.
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 #ifndef WSYNC_DAEMON_RENDEZVOUS_TCP_STORE_SERVER_H_
 #define WSYNC_DAEMON_RENDEZVOUS_TCP_STORE_SERVER_H_
 
-// A server for PyTorch c10d's TCPStore wire protocol (shared/docs/tcpstore-protocol.md), so that
+// A server for PyTorch c10d's TCPStore wire protocol (docs/engines/tcpstore.md), so that
 // unmodified torch engine ranks rendezvous with wsyncd as if it were a torch rank 0. It follows the
 // libuv server's semantics (VALIDATE first, GET of a missing key answers empty bytes, protocol
 // errors close the connection) within bounds a daemon shared by every job on the node needs: one

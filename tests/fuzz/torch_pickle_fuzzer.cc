@@ -10,7 +10,7 @@
 //
 // Invariants: a refusal is InvalidArgument with a message (never Internal, which would mean an
 // attempt at a GLOBAL outside the allowed set); a description this file judges sound on its own
-// reading of engine-protocols.md §6 (in 128-bit arithmetic) is written, and one it judges
+// reading of docs/engines/torch-ipc.md (in 128-bit arithmetic) is written, and one it judges
 // unsound is refused; what is written passes the structural checker of tests/pickle (every
 // opcode known, MARKs matched, REDUCE/NEWOBJ/BUILD given what they take, CPython's own int and
 // bytes forms, only allowed GLOBALs, STOP with one object) with the payload's kind on top.

@@ -2,7 +2,7 @@
 real GPUs: one process per TP rank, each on its own GPU, holding the model's parameters (made at
 first sight and copied into afterwards, as sglang_torch_engine.py does).
 
-POST /update_weights follows the worker's update_params after PR #4397 (engine-protocols.md §5.3):
+POST /update_weights follows the worker's update_params after PR #4397 (docs/engines/lmdeploy.md):
 - serialized_named_tensors is a base64 pickle, or a list of them where TP rank r takes entry r;
 - LMDeploy loads it with an unrestricted ForkingPickler. Here an unpickler of exact (module, name)
   pairs admits only what that path carries: torch.multiprocessing.reductions.rebuild_cuda_tensor
@@ -34,7 +34,7 @@ happens); loading while the weights sleep fails (500) and is counted, as lmdeplo
 GET /openapi.json lists the routes (LMDeploy has no version route), /health and /is_sleeping
 report the state.
 
-The NCCL path (PR #4638, engine-protocols.md 5.2), real torch.distributed and NCCL:
+The NCCL path (PR #4638, docs/engines/lmdeploy.md), real torch.distributed and NCCL:
 POST /init_weights_update_group {master_address, master_port, rank_offset, world_size,
 group_name (required), backend} makes every rank join through SGLang's helper (tcp:// TCPStore,
 PrefixStore(group_name), ProcessGroupNCCL without device_id) as rank rank_offset + tp_rank; a

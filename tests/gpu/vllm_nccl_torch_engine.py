@@ -1,7 +1,7 @@
 """A vLLM server with the NCCL weight-transfer backend (--weight-transfer-config
 '{"backend":"nccl"}', VLLM_SERVER_DEV_MODE=1) as wsyncd's disaggregated path meets it, built from
 real torch and real NCCL on real GPUs: one process per worker, each on its own GPU, rank
-rank_offset + worker index. engine-protocols.md §4.2, tcpstore-protocol.md §6.
+rank_offset + worker index. docs/engines/vllm.md and tcpstore.md.
 
 Like vLLM's PyNcclCommunicator, each worker drives NCCL through ctypes (libnccl.so.2 from torch's
 own nvidia-nccl package, else the system's), not through torch.distributed:

@@ -2,7 +2,7 @@
 VLLM_SERVER_DEV_MODE=1, VLLM_ALLOW_INSECURE_SERIALIZATION=1) as wsyncd's colocated path sees it,
 built from real torch on real GPUs: one process per worker (TP rank), each on its own GPU, holding
 the model's parameters (made at first sight and copied into afterwards, as
-sglang_torch_engine.py does). engine-protocols.md §4.
+sglang_torch_engine.py does). docs/engines/vllm.md.
 
 POST /update_weights {"update_info": {...}} follows IPCWeightTransferEngine.receive_weights:
 - names, dtype_names and shapes of equal length, and ipc_handles_pickled: standard base64 of a

@@ -6,7 +6,7 @@ common/torch_ipc_pickle.h, from fixed inputs that are stated again below) and fo
 
 1. disassembles it with pickletools.dis (which fails on a broken stack or MARK) and checks its
    opcodes: PROTO 3 first, STOP last, nothing from the memo family and nothing outside what
-   engine-protocols.md §6.2 lists;
+   docs/engines/torch-ipc.md lists;
 2. loads it with an Unpickler whose find_class allows only the exact (module, name) pairs of §6
    (as SGLang's SafeUnpickler does since its 2026-09 exact-name rewrite), each mapped to a stand-in
    that records its arguments, and checks the decoded objects: the 15 rebuild arguments with their
@@ -98,7 +98,7 @@ DTYPES = {name: DType(name, size) for name, size in (
     ("float16", 2), ("bfloat16", 2), ("float32", 4), ("float64", 8), ("float8_e4m3fn", 1),
     ("float8_e5m2", 1))}
 
-# The exact (module, name) pairs of engine-protocols.md §6, and nothing else.
+# The exact (module, name) pairs of docs/engines/torch-ipc.md, and nothing else.
 ALLOWED = {
     ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rebuild_cuda_tensor,
     ("torch", "Tensor"): Tensor,
@@ -161,7 +161,7 @@ def numel(shape):
 
 
 def args(dtype, shape, offset, handle, device, storage=STORAGE, event=ZERO64, sync=False):
-    """The 15 rebuild arguments of engine-protocols.md §6.1, in order."""
+    """The 15 rebuild arguments of docs/engines/torch-ipc.md, in order."""
     return (Tensor, Size(shape), contiguous_strides(shape), offset, TypedStorage, DTYPES[dtype],
             device, handle, storage, 0, False, REF_COUNTER, 0, event, sync)
 
@@ -240,7 +240,7 @@ FORBIDDEN = {
 
 # ---- Checks ------------------------------------------------------------------------------------
 
-# engine-protocols.md §6.2.
+# docs/engines/torch-ipc.md.
 OPCODES = {"PROTO", "GLOBAL", "MARK", "TUPLE", "EMPTY_TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
            "BININT1", "BININT2", "BININT", "LONG1", "SHORT_BINBYTES", "BINBYTES", "BINUNICODE",
            "NEWTRUE", "NEWFALSE", "NONE", "EMPTY_LIST", "APPENDS", "EMPTY_DICT", "SETITEMS",

@@ -28,7 +28,7 @@ struct CheckedPickle {
   std::string top_kind;
 };
 
-// The GLOBALs engine-protocols.md §6 allows in a torch IPC pickle, as the tests read it:
+// The GLOBALs docs/engines/torch-ipc.md allows in a torch IPC pickle, as the tests read it:
 // rebuild_cuda_tensor, torch.Tensor, torch.Size, torch.storage.TypedStorage, torch.<dtype> of
 // the twelve dtypes wsync moves, and FlattenedTensorMetadata under SGLang's tensor_bucket or
 // lmdeploy.utils.

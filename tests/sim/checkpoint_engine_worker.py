@@ -1,4 +1,4 @@
-"""checkpoint-engine's worker side of /update_weights_from_ipc (engine-protocols.md §3.8), as
+"""checkpoint-engine's worker side of /update_weights_from_ipc (docs/engines/sglang.md), as
 its releases behave, for the host and GPU simulators; the caller supplies how a buffer is mapped
 and how a bucket is loaded.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A host-mode LMDeploy server (PyTorch backend) for the colocated path: POST /update_weights.
 
-It follows LMDeploy's receive semantics as engine-protocols.md §5 documents them, without torch:
+It follows LMDeploy's receive semantics as docs/engines/lmdeploy.md documents them, without torch:
 - every POST needs Content-Type: application/json, bodiless /sleep and /wakeup included (400
   otherwise, as LMDeploy's validation handler answers);
 - serialized_named_tensors is a base64 pickle, or a list of them where TP rank r takes entry r;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A host-mode SGLang engine for the colocated (IPC) path: POST /update_weights_from_tensor.
 
-It follows SGLang's receive semantics (engine-protocols.md §3.3) without torch:
+It follows SGLang's receive semantics (docs/engines/sglang.md) without torch:
 - serialized_named_tensors holds one standard-base64 pickle per TP rank; rank i takes entry i,
   and there must be at least tp_size entries;
 - each pickle is loaded by an unpickler that accepts exact (module, name) pairs only, as SGLang's
@@ -29,7 +29,7 @@ SGLang's scheduler processes are children of the process that serves its HTTP AP
 to stand-ins, builtins' exceptions to themselves); the request answers 200 {"success": true} once
 every rank is done, or 400 with the first rank's failure; flush_cache defaults to true.
 
---sessions makes it a session build (engine-protocols.md 3.5, 3.7): POST /begin_weight_update
+--sessions makes it a session build (docs/engines/sglang.md): POST /begin_weight_update
 {"selector"} and /end_weight_update exist (GET on them: 405), and a weight update outside a session,
 or a begin while one is open, kills the process (the scheduler's assert). GET /openapi.json lists
 the routes (404 with --no-docs).

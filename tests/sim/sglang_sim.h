@@ -7,7 +7,7 @@
 // tensors' bytes back to back in `names` order, each tensor's byte range landing in that tensor's
 // storage). Knobs inject faults.
 //
-// With `lmdeploy` it presents LMDeploy's NCCL path instead (engine-protocols.md 5.1, 5.2; the same
+// With `lmdeploy` it presents LMDeploy's NCCL path instead (docs/engines/lmdeploy.md; the same
 // torch helper and rank numbering): group_name required on every route, the flattened bucket one
 // element-typed broadcast that FlattenedTensorBucket refuses for mixed dtypes, `finished` (the
 // post-load hooks; names may be empty), /sleep, /wakeup, /is_sleeping and LMDeploy's OpenAPI
@@ -52,7 +52,7 @@ struct SimKnobs {
   // answer_delay_ms) without receiving; POST /sim/receive_ahead posted the receives beforehand.
   bool data_plane = false;
   std::string version = "0.5.6";
-  // A session build (engine-protocols.md 3.5, 3.7): POST /begin_weight_update {"selector"} and
+  // A session build (docs/engines/sglang.md): POST /begin_weight_update {"selector"} and
   // /end_weight_update exist, and the scheduler asserts that every weight update sits inside one
   // and that no begin comes while one is open: the process dies otherwise, as SGLang's does.
   bool sessions = false;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A host-mode vLLM server for the colocated path: native weight transfer, IPC backend.
 
-It follows vLLM's receive semantics as engine-protocols.md §4 documents them, without torch:
+It follows vLLM's receive semantics as docs/engines/vllm.md documents them, without torch:
 - GET /version answers the version given (--version, or the knob "version"), and the server
   behaves as that generation does:
     < 0.17.0  no IPC weight transfer (the weight-transfer routes answer 404);

@@ -39,7 +39,7 @@ void ServerError(SimHttpResponse& res, const std::string& what) {
 }
 
 // pickle.loads of vLLM's ncclUniqueId: _ctypes._unpickle(cls, ({}, <128 bytes>)), at protocol 3
-// or 4 without framing, exactly the opcodes tcpstore-protocol.md 6 lists.
+// or 4 without framing, exactly the opcodes docs/engines/tcpstore.md lists.
 absl::StatusOr<std::string> UnpickleUniqueId(const std::string& p) {
   const std::string globals =
       "c_ctypes\n_unpickle\n"

@@ -1,8 +1,8 @@
 #ifndef WSYNC_TESTS_SIM_VLLM_NCCL_SIM_H_
 #define WSYNC_TESTS_SIM_VLLM_NCCL_SIM_H_
 
-// A vLLM server with the NCCL weight-transfer backend as wsyncd meets it (engine-protocols.md
-// 4.1, 4.2, 4.6), over wsync's host collective: the dev-mode routes with vLLM's JSON, one worker
+// A vLLM server with the NCCL weight-transfer backend as wsyncd meets it (docs/engines/vllm.md
+//, 4.6), over wsync's host collective: the dev-mode routes with vLLM's JSON, one worker
 // per TP rank at rank_offset + tp_rank (one DP replica, one PP stage), and the receive each
 // generation does:
 //  - init_info and update_info are read as vLLM's dataclasses read them (Cls(**dict)): a key the

@@ -1,4 +1,4 @@
-// Byte-exact tests of the TCPStore server against the frames in shared/docs/tcpstore-protocol.md.
+// Byte-exact tests of the TCPStore server against the frames in docs/engines/tcpstore.md.
 
 #include "daemon/rendezvous/tcp_store_server.h"
 

@@ -1,6 +1,6 @@
 // The protocol-3 pickle writer and the torch CUDA-IPC pickles built on it
 // (common/pickle_writer.h, common/torch_ipc_pickle.h). Expected bytes are written out here from
-// engine-protocols.md §6 and CPython's pickler, not taken from the writer; every whole payload
+// docs/engines/torch-ipc.md and CPython's pickler, not taken from the writer; every whole payload
 // also goes through the structural checker of tests/pickle. The Python side (loading them with
 // an exact-name unpickler) is tests/pickle/check_torch_pickles.py.
 
@@ -78,7 +78,7 @@ TEST(PickleWriter, IntsTakeCPythonsOpcodes) {
       {(int64_t{1} << 31) - 1, "J\xff\xff\xff\x7f"},
       {-1, "J\xff\xff\xff\xff"},
       {-(int64_t{1} << 31), std::string("J\x00\x00\x00\x80", 5)},
-      // engine-protocols.md §6.2: 2^31 and 8 GiB.
+      // docs/engines/torch-ipc.md: 2^31 and 8 GiB.
       {int64_t{1} << 31, std::string("\x8a\x05\x00\x00\x00\x80\x00", 7)},
       {int64_t{8} << 30, std::string("\x8a\x05\x00\x00\x00\x00\x02", 7)},
       {-(int64_t{1} << 31) - 1, "\x8a\x05\xff\xff\xff\x7f\xff"},
@@ -185,10 +185,10 @@ TEST(PickleWriter, IntTuplesTakeTheShortForms) {
             "29 4b 01 85 4b 01 4b 02 86 4b 01 4b 02 4b 03 87 28 4b 01 4b 02 4b 03 4b 04 74 ");
 }
 
-// ---- The tensor: engine-protocols.md §6.3 -------------------------------------------------------
+// ---- The tensor (docs/engines/torch-ipc.md) --------------------------------------------------
 
-// The worked layout of engine-protocols.md §6.3 (float32 [1024], device 0, a 4096-byte storage
-// at offset 0), whose opcode sequence real torch 2.11 rebuilt into a tensor (mark T there).
+// A worked layout (float32 [1024], device 0, a 4096-byte storage at offset 0) whose opcode
+// sequence real torch 2.11 rebuilt into a tensor (mark T in docs/engines/torch-ipc.md).
 // Written here byte by byte from that layout, not from the writer.
 std::string Section63Args(absl::string_view handle, absl::string_view device) {
   std::string b;

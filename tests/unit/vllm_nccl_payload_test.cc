@@ -164,7 +164,7 @@ TEST(VllmNcclPieces, UnpackedIsOneTypedBroadcastPerTensorAndPackedNeedsNoGaps) {
 TEST(VllmStoreRendezvous, TheIdPickleIsCtypesUnpickleOfVllmsNcclUniqueId) {
   auto pickle = TorchStoreRendezvous::VllmUniqueIdPickle(Id());
   ASSERT_TRUE(pickle.ok()) << pickle.status();
-  // tcpstore-protocol.md 6's accepted recipe, at protocol 3 (the same opcodes).
+  // docs/engines/tcpstore.md's (vLLM) accepted recipe, at protocol 3 (the same opcodes).
   const std::string expect =
       std::string("\x80\x03", 2) + "c_ctypes\n_unpickle\n" +
       "cvllm.distributed.device_communicators.pynccl_wrapper\nncclUniqueId\n" + "}" +

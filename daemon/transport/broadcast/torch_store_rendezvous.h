@@ -14,11 +14,10 @@ namespace wsync {
 // A rendezvous over torch's TCPStore, served by wsyncd on a fresh port per group instance, in
 // one of two layouts (mode):
 //  kTorchStore          SGLang and LMDeploy: each engine rank's ProcessGroupNCCL reads rank 0's
-//                       raw ncclUniqueId under "/G/G//cuda//0" (shared/docs/tcpstore-protocol.md
-//                       5).
+//                       raw ncclUniqueId under "/G/G//cuda//0" (docs/engines/tcpstore.md).
 //  kVllmStatelessStore  vLLM: each worker's StatelessProcessGroup reads broadcast_obj's first
 //                       object, "/broadcast_from/0/0", a pickle of vLLM's ctypes ncclUniqueId
-//                       (tcpstore-protocol.md 6). Its counter restarts at 0 in every new group,
+//                       (docs/engines/tcpstore.md). Its counter restarts at 0 in every new group,
 //                       which the fresh store per instance keeps from reading a stale id.
 // Each engine rank's store client ADDs "init/" when it connects, in both layouts; so can any
 // local process. In kTorchStore every key of the group is under "/G/", G the engine group's name,
