@@ -40,23 +40,30 @@ std::string ProcHex(const void* addr, size_t bytes) {
   return out;
 }
 
-// The forms of `host` a listening socket's local address may take to serve it, wildcards
-// included; empty for a host name (any address serves it).
-std::set<std::string> ServingAddresses(const std::string& host) {
+// How /proc/net/tcp{,6} may print the numeric address `ip`: its own form and, for an IPv4
+// address, its IPv4-mapped IPv6 form (a dual-stack socket's ::ffff:a.b.c.d). Empty for a host
+// name.
+std::set<std::string> ProcAddressForms(const std::string& ip) {
   std::set<std::string> out;
   in_addr v4{};
   in6_addr v6{};
-  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+  if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) {
     out.insert(ProcHex(&v4, 4));
     in6_addr mapped{};
     mapped.s6_addr[10] = mapped.s6_addr[11] = 0xff;
     std::memcpy(&mapped.s6_addr[12], &v4, 4);
-    out.insert(ProcHex(&mapped, 16));  // a dual-stack socket bound to ::ffff:a.b.c.d
-  } else if (::inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    out.insert(ProcHex(&mapped, 16));
+  } else if (::inet_pton(AF_INET6, ip.c_str(), &v6) == 1) {
     out.insert(ProcHex(&v6, 16));
-  } else {
-    return out;
   }
+  return out;
+}
+
+// The forms of `host` a listening socket's local address may take to serve it, wildcards
+// included; empty for a host name (any address serves it).
+std::set<std::string> ServingAddresses(const std::string& host) {
+  std::set<std::string> out = ProcAddressForms(host);
+  if (out.empty()) return out;
   out.insert(std::string(8, '0'));
   out.insert(std::string(32, '0'));
   return out;
@@ -113,22 +120,11 @@ pid_t ParentOf(pid_t pid, const std::string& proc) {
   return parent;
 }
 
-// How /proc/net/tcp{,6} may print `ip` with `port` ("0100007F:1F90"): its own form, and for an
-// IPv4 address also its IPv4-mapped IPv6 form. Empty when `ip` is not numeric.
+// How /proc/net/tcp{,6} may print `ip` with `port` ("0100007F:1F90"), in every form of `ip`.
 std::set<std::string> ProcEndpoints(const std::string& ip, uint16_t port) {
   std::set<std::string> out;
   const std::string port_hex = absl::StrFormat(":%04X", port);
-  in_addr v4{};
-  in6_addr v6{};
-  if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) {
-    out.insert(ProcHex(&v4, 4) + port_hex);
-    in6_addr mapped{};
-    mapped.s6_addr[10] = mapped.s6_addr[11] = 0xff;
-    std::memcpy(&mapped.s6_addr[12], &v4, 4);
-    out.insert(ProcHex(&mapped, 16) + port_hex);
-  } else if (::inet_pton(AF_INET6, ip.c_str(), &v6) == 1) {
-    out.insert(ProcHex(&v6, 16) + port_hex);
-  }
+  for (const std::string& address : ProcAddressForms(ip)) out.insert(address + port_hex);
   return out;
 }
 
