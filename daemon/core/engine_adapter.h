@@ -207,6 +207,9 @@ class EngineAdapter {
   virtual absl::Status CheckBucketReply(const HttpReply& reply) const = 0;
   // The version the last successful Probe read ("" before one, or where the engine reports none).
   virtual std::string probed_version() const { return ""; }
+  // How an operator resumes the engine's generation by hand ("POST /resume"), for the logs that
+  // ask for it.
+  virtual std::string ManualResumeHint() const { return "its engine's resume route"; }
   // The engine's checksums of the weights it serves (SGLang /weights_checker, vLLM
   // /weight_checker), asked after a commit, with generation resumed; UNIMPLEMENTED where the
   // engine has no checker.

@@ -5,12 +5,13 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/core/commit_verdict.h"
+#include "daemon/core/engine_group_name.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/weights_check.h"
 
@@ -41,20 +42,14 @@ namespace {
 
 // The port of a rendezvous address ("host:port"); 0 for "" or anything else.
 uint16_t StorePort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  uint32_t port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
-      port > 65535) {
-    return 0;
-  }
-  return static_cast<uint16_t>(port);
+  const auto split = SplitHostPort(address);
+  return split.ok() ? split->second : 0;
 }
 
-// Names an earlier wsyncd gave the group, as logs and callers see them (ShownEngineGroup).
-std::string ShownNames(const std::vector<std::string>& names) {
-  std::vector<std::string> shown;
-  for (const std::string& n : names) shown.push_back(ShownEngineGroup(n));
-  return absl::StrJoin(shown, "', '");
+std::vector<std::string> UrlsOf(const GroupSpec& spec) {
+  std::vector<std::string> urls;
+  for (const EngineSpec& e : spec.engines) urls.push_back(e.url);
+  return urls;
 }
 
 std::vector<EngineAdapter*> Pointers(const std::vector<std::unique_ptr<EngineAdapter>>& owned) {
@@ -94,14 +89,12 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
   std::shared_ptr<WeightGroup> group(
       new WeightGroup(spec, EngineGroupName(spec.name, options.incarnation), std::move(feeds),
                       std::move(adapters), store, platform, factories, options.transport));
-  if (previous != nullptr && previous->store_port != 0) {
-    group->avoid_store_ports_.push_back(previous->store_port);
-  }
+  // Taken over before the first transport is made: its store must avoid the earlier one's port.
+  if (previous != nullptr) group->TakeOver(*previous, platform, options, factories);
   {
     std::lock_guard<std::mutex> lock(group->mu_);
-    WSYNC_RETURN_IF_ERROR(group->MakeTransportLocked(group->AllEngines()));
+    WSYNC_RETURN_IF_ERROR(group->MakeTransportLocked(group->membership_.All()));
   }
-  if (previous != nullptr) group->TakeOver(*previous, platform, options, factories);
   if (group->quorum_group()) {
     const absl::Duration interval = options.left_out_check_interval;
     group->watcher_ = std::thread([g = group.get(), interval] { g->WatchLeftOut(interval); });
@@ -120,18 +113,9 @@ void WeightGroup::WatchLeftOut(absl::Duration interval) {
     std::vector<size_t> outside;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const absl::Time now = absl::Now();
       if (state_ == GroupState::kReady || state_ == GroupState::kUpdating) {
-        for (size_t i = 0; i < adapters_.size(); ++i) {
-          const bool member = std::find(members_.begin(), members_.end(), i) != members_.end();
-          if (!member && !BackingOffLocked(i, now)) outside.push_back(i);
-        }
+        outside = membership_.ToWatch(absl::Now());
       }
-      // An engine that became a member again is no longer watched.
-      std::erase_if(left_out_health_, [&](const auto& entry) {
-        return std::none_of(outside.begin(), outside.end(),
-                            [&](size_t i) { return adapters_[i]->endpoint().url == entry.first; });
-      });
     }
     // Health is the engine's read-only route, bounded by the probe timeout; adapters answer it
     // while an update uses them (wsyncctl engines does the same).
@@ -144,15 +128,7 @@ void WeightGroup::WatchLeftOut(absl::Duration interval) {
     });
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (size_t k = 0; k < outside.size(); ++k) {
-        const std::string& url = adapters_[outside[k]]->endpoint().url;
-        const auto before = left_out_health_.find(url);
-        if (heard[k].ok() && (before == left_out_health_.end() || !before->second.ok())) {
-          WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url,
-                    " answers again; the next update forms the group with it");
-        }
-        left_out_health_[url] = heard[k];
-      }
+      for (size_t k = 0; k < outside.size(); ++k) membership_.Heard(outside[k], heard[k]);
     }
     wait.lock();
   }
@@ -160,11 +136,7 @@ void WeightGroup::WatchLeftOut(absl::Duration interval) {
 
 std::set<std::string> WeightGroup::AnsweringAgain() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::set<std::string> out;
-  for (const auto& [url, heard] : left_out_health_) {
-    if (heard.ok()) out.insert(url);
-  }
-  return out;
+  return membership_.AnsweringAgain();
 }
 
 WeightGroup::WeightGroup(GroupSpec spec, std::string engine_group, std::vector<TrainerFeed> feeds,
@@ -179,14 +151,16 @@ WeightGroup::WeightGroup(GroupSpec spec, std::string engine_group, std::vector<T
       platform_(platform),
       factories_(std::move(factories)),
       transport_options_(std::move(transport_options)),
+      membership_(spec_.name, UrlsOf(spec_), spec_.quorum),
+      recovery_(spec_.name),
       engine_group_(std::move(engine_group)) {
   for (const auto& a : adapters_) bucket_rules_.Merge(a->Capabilities().bucket_rules);
 }
 
-std::vector<size_t> WeightGroup::AllEngines() const {
-  std::vector<size_t> all(adapters_.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  return all;
+std::vector<std::string> WeightGroup::UrlsAt(const std::vector<size_t>& indexes) const {
+  std::vector<std::string> out;
+  for (size_t i : indexes) out.push_back(membership_.url(i));
+  return out;
 }
 
 std::vector<EngineAdapter*> WeightGroup::AdaptersAt(const std::vector<size_t>& indexes) const {
@@ -205,18 +179,10 @@ void WeightGroup::NumberRanksLocked(const std::vector<size_t>& members) {
   }
 }
 
-std::string WeightGroup::RestartNoteLocked(const std::string& url) const {
-  return absl::StrCat("engine ", url,
-                      " failed to join after wsyncd restarted and may still hold the group '",
-                      ShownNames(stale_engine_groups_), "' an earlier wsyncd made: restart it");
-}
-
 absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members) {
   TransportEnv env;
   env.engine_group = engine_group_;
-  env.avoid_store_ports = avoid_store_ports_;
-  // A store made again for the same group never takes the port engines were last sent to.
-  if (store_port_ != 0) env.avoid_store_ports.push_back(store_port_);
+  env.avoid_store_ports = recovery_.AvoidStorePorts();
   env.spec = spec_;
   env.spec.engines.clear();
   NumberRanksLocked(members);
@@ -231,66 +197,36 @@ absl::Status WeightGroup::MakeTransportLocked(const std::vector<size_t>& members
   absl::StatusOr<std::unique_ptr<Transport>> made = factories_.transport(std::move(env));
   if (!made.ok()) {
     // The transport in place keeps its engines, numbered as it made them.
-    NumberRanksLocked(members_);
+    NumberRanksLocked(membership_.members());
     return made.status();
   }
   if (transport_) transport_->Release("the group's engines changed");
   transport_ = *std::move(made);
-  members_ = members;
+  membership_.set_members(members);
   return absl::OkStatus();
 }
 
 void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
                            const GroupOptions& options, const GroupFactories& factories) {
   last_version_ = previous.last_version;
-  store_port_ = previous.store_port;
-  // Engines the earlier wsyncd left paused mid-update, or still waiting for a full version, wait
-  // on: they may hold tensors of two versions under the older one's label.
-  std::set<std::string> current;
-  for (const EngineSpec& e : spec_.engines) current.insert(e.url);
-  std::map<std::string, std::string> waiting = previous.needs_full_version;
-  if (!previous.open_version.empty()) {
-    const std::string earlier = previous.last_version.empty()
-                                    ? std::string("its earlier weights")
-                                    : absl::StrCat("'", previous.last_version, "'");
-    for (const EngineSpec& e : previous.spec.engines) {
-      waiting.emplace(e.url, absl::StrCat("wsyncd stopped during update ", previous.open_update_id,
-                                          " to version '", previous.open_version,
-                                          "': the engine may hold tensors of '",
-                                          previous.open_version, "' and of ", earlier));
-    }
-  }
-  for (auto& [url, why] : waiting) {
-    if (current.count(url) != 0) {
-      WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url, " needs a full version: ", why);
-      needs_full_[url] = why;
-    } else {
-      WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", url,
-                " is no longer one of its engines but was left paused (", why,
-                "); resume it by hand (SGLang: POST /continue_generation; ",
-                "LMDeploy: POST /wakeup; vLLM: POST /resume)");
-    }
-  }
-  std::vector<std::string> names = previous.stale_engine_groups;
-  if (!previous.engine_group.empty()) names.push_back(previous.engine_group);
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
-  if (names.empty()) return;
-  after_restart_ = true;
-  stale_engine_groups_ = std::move(names);
-  // Never formed: it only gives the earlier engines adapters to be asked through.
-  // Never formed, so it needs no quorum (and the record's engines may have been cut to those
-  // still allowed, fewer than its quorum).
+  const std::vector<std::string> urls = UrlsOf(spec_);
+  needs_full_ = recovery_.TakeOver(previous, std::set<std::string>(urls.begin(), urls.end()));
+  if (recovery_.stale_engine_groups().empty()) return;
+  // A group of the earlier engines, never formed: it only gives them adapters to be asked
+  // through. Never formed, so it needs no quorum (and the record's engines may have been cut to
+  // those still allowed, fewer than its quorum).
   GroupSpec stale_spec = previous.spec;
   stale_spec.quorum = 0;
   auto stale = Create(stale_spec, platform, options, factories);
   if (!stale.ok()) {
     WSYNC_LOG(Warning, "group ", spec_.name,
-              ": cannot ask the earlier engines to drop the group(s) '",
-              ShownNames(stale_engine_groups_), "': ", stale.status().message());
+              ": cannot ask the earlier engines to drop the group(s) an earlier wsyncd left: ",
+              stale.status().message());
     return;
   }
-  stale_ = std::move(*stale);
+  recovery_.SetStaleEngines(UrlsOf(stale_spec), [stale = *std::move(stale)](const std::string& n) {
+    return stale->transport_->LeaveStale(n);
+  });
 }
 
 absl::Status WeightGroup::PersistLocked() {
@@ -298,8 +234,7 @@ absl::Status WeightGroup::PersistLocked() {
   GroupRecord record;
   record.spec = spec_;
   record.engine_group = engine_group_;
-  record.stale_engine_groups = stale_engine_groups_;
-  record.store_port = store_port_;
+  recovery_.Fill(&record);
   record.open_update_id = open_update_.update_id;
   record.open_version = open_update_.version;
   record.last_version = last_version_;
@@ -321,32 +256,6 @@ std::vector<EngineAdapter*> WeightGroup::UnflaggedLocked() const {
   return out;
 }
 
-void WeightGroup::LeaveStaleLocked() {
-  if (stale_ == nullptr) return;
-  // Asked before every formation until one succeeds: an engine down now is asked again.
-  for (const std::string& name : stale_engine_groups_) {
-    const std::vector<absl::Status> results = stale_->transport_->LeaveStale(name);
-    const std::string shown = ShownEngineGroup(name);
-    for (size_t i = 0; i < results.size(); ++i) {
-      const std::string& url = stale_->spec_.engines[i].url;
-      if (results[i].ok()) {
-        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, " dropped the group '", shown,
-                  "' an earlier wsyncd left");
-      } else if (results[i].code() == absl::StatusCode::kUnimplemented) {
-        stale_notes_[url] = absl::StrCat(
-            "engine ", url, " has no route to drop the group '", shown,
-            "' an earlier wsyncd left; if it still holds it, it refuses to join: restart it");
-        WSYNC_LOG(Warning, "group ", spec_.name, ": ", stale_notes_[url]);
-      } else {
-        // Most often the engine held no such group (it restarted too, or dropped it at an
-        // earlier try), or is down.
-        WSYNC_LOG(Info, "group ", spec_.name, ": engine ", url, ": dropping the group '", shown,
-                  "' an earlier wsyncd left: ", RedactEngineGroupTokens(results[i].message()));
-      }
-    }
-  }
-}
-
 WeightGroup::~WeightGroup() {
   {
     std::lock_guard<std::mutex> wait(watcher_mu_);
@@ -363,90 +272,21 @@ absl::Status WeightGroup::Form() {
   // A trainer's update may have formed the group first (it forms a group that is not ready); its
   // threads use the transport without the lock, so nothing here may make it again.
   if (update_open_) return absl::OkStatus();
-  set_aside_.clear();
+  membership_.ClearSetAside();
   return FormLocked();
 }
 
-void WeightGroup::SetAsideLocked(size_t i, const absl::Status& why, bool back_off) {
-  const std::string& url = adapters_[i]->endpoint().url;
-  WSYNC_LOG(Warning, "group ", spec_.name, ": going on without engine ", url, " (quorum ",
-            engines_needed(), " of ", adapters_.size(), "): ", why.message());
-  set_aside_[url] = why;
-  // What is known of it until the background check hears from it.
-  left_out_health_[url] = why;
-  if (!back_off) return;
-  // An engine that answers its probe but fails to join or to pause would otherwise make every
-  // update form the group again (on a broadcast: a new NCCL group, and a wait for its join).
-  Retry& retry = retry_[url];
-  retry.backoff = retry.backoff == absl::ZeroDuration()
-                      ? kFirstRetry
-                      : std::min(retry.backoff * 2, kLongestRetry);
-  retry.at = absl::Now() + retry.backoff;
-}
-
-bool WeightGroup::BackingOffLocked(size_t i, absl::Time now) const {
-  auto it = retry_.find(adapters_[i]->endpoint().url);
-  return it != retry_.end() && it->second.at > now;
-}
-
-std::vector<size_t> WeightGroup::RetryableLocked() {
-  const absl::Time now = absl::Now();
-  std::vector<size_t> retryable;
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    if (!BackingOffLocked(i, now)) retryable.push_back(i);
-  }
-  if (retryable.size() < engines_needed()) return AllEngines();
-  NoteBackingOffLocked(now);
-  return retryable;
-}
-
-void WeightGroup::NoteBackingOffLocked(absl::Time now) {
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    if (!BackingOffLocked(i, now)) continue;
-    const Retry& retry = retry_.at(adapters_[i]->endpoint().url);
-    set_aside_[adapters_[i]->endpoint().url] = absl::UnavailableError(
-        absl::StrCat("it failed to join or to pause; tried again in ",
-                     absl::FormatDuration(absl::Trunc(retry.at - now, absl::Seconds(1)))));
-  }
-}
-
-namespace {
-
-// UNAVAILABLE: a quorum group has too few engines left, each left-out one named with why.
-absl::Status TooFewEngines(const GroupSpec& spec, size_t needed, size_t left,
-                           const std::map<std::string, absl::Status>& set_aside) {
-  std::vector<std::string> why;
-  for (const auto& [url, status] : set_aside)
-    why.push_back(absl::StrCat(url, ": ", status.message()));
-  return absl::UnavailableError(absl::StrCat("group '", spec.name, "' needs ", needed, " of its ",
-                                             spec.engines.size(), " engines and ", left,
-                                             " are left; without ", absl::StrJoin(why, "; ")));
-}
-
-}  // namespace
-
 absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
-  if (candidates.empty()) candidates = quorum_group() ? RetryableLocked() : AllEngines();
+  if (candidates.empty()) candidates = quorum_group() ? membership_.Retryable() : membership_.All();
   state_ = GroupState::kForming;
   error_.clear();
   // Before any init: an engine still holding the earlier wsyncd's group refuses to join.
-  LeaveStaleLocked();
+  recovery_.LeaveStaleGroups();
   auto fail = [&](absl::Status s, bool joining = false) {
-    std::vector<std::string> notes;
-    const std::vector<std::string> failed =
-        joining && after_restart_ ? transport_->EnginesFailedToJoin() : std::vector<std::string>();
-    if (!failed.empty()) {
-      // The earlier wsyncd's group may still be held where an engine failed to join: by name,
-      // each of those engines needs a restart (the rest joined, so they hold nothing stale).
-      for (size_t i : members_) needs_restart_.erase(adapters_[i]->endpoint().url);
-      for (const std::string& url : failed) {
-        auto noted = stale_notes_.find(url);
-        needs_restart_[url] = noted != stale_notes_.end() ? noted->second : RestartNoteLocked(url);
-        notes.push_back(needs_restart_[url]);
-      }
-    } else {
-      for (const auto& [url, note] : stale_notes_) notes.push_back(note);
-    }
+    const std::vector<std::string> notes = recovery_.FormationNotes(
+        joining && recovery_.after_restart() ? transport_->EnginesFailedToJoin()
+                                             : std::vector<std::string>(),
+        UrlsAt(membership_.members()));
     if (!notes.empty()) {
       s = absl::Status(s.code(), absl::StrCat(s.message(), "; ", absl::StrJoin(notes, "; ")));
     }
@@ -465,19 +305,17 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
       if (probes[k].ok()) {
         answered.push_back(candidates[k]);
       } else {
-        SetAsideLocked(candidates[k], probes[k]);
+        membership_.SetAside(candidates[k], probes[k]);
       }
     }
     candidates = std::move(answered);
-    if (candidates.size() < engines_needed()) {
-      return fail(TooFewEngines(spec_, engines_needed(), candidates.size(), set_aside_));
-    }
+    if (candidates.size() < engines_needed()) return fail(membership_.TooFew(candidates.size()));
   }
   // Recorded before the engines init it, so a wsyncd that dies from here on leaves a record of
   // the group they may hold.
   if (absl::Status s = PersistLocked(); !s.ok()) return fail(s);
   for (;;) {
-    if (candidates != members_) {
+    if (candidates != membership_.members()) {
       if (absl::Status s = MakeTransportLocked(candidates); !s.ok()) return fail(s);
     }
     const absl::Status formed = transport_->Form();
@@ -488,40 +326,24 @@ absl::Status WeightGroup::FormLocked(std::vector<size_t> candidates) {
     if (failed.empty()) return fail(formed, /*joining=*/true);
     std::vector<size_t> joined;
     for (size_t i : candidates) {
-      const std::string& url = adapters_[i]->endpoint().url;
+      const std::string& url = membership_.url(i);
       if (std::find(failed.begin(), failed.end(), url) == failed.end()) {
         joined.push_back(i);
         continue;
       }
-      SetAsideLocked(
+      membership_.SetAside(
           i, absl::Status(formed.code(), absl::StrCat("it failed to join: ", formed.message())),
           /*back_off=*/true);
-      if (after_restart_) needs_restart_[url] = RestartNoteLocked(url);
+      recovery_.NeedsRestart(url);
     }
     if (joined.size() < engines_needed()) return fail(formed, /*joining=*/true);
     candidates = std::move(joined);
   }
-  stale_notes_.clear();
-  for (size_t i : members_) {
-    const std::string& url = adapters_[i]->endpoint().url;
-    needs_restart_.erase(url);
-    set_aside_.erase(url);
-    retry_.erase(url);
-  }
-  // Every engine joined this incarnation's group: none holds an earlier one any more. Recorded
-  // again only when that, or the store's port, changed what the record says. (An engine a
-  // quorum group formed without is asked to drop them again before the next formation.)
-  bool changed = false;
-  if (members_.size() == adapters_.size()) {
-    after_restart_ = false;
-    changed = !stale_engine_groups_.empty();
-    stale_.reset();
-    stale_engine_groups_.clear();
-  }
-  if (const uint16_t port = StorePort(transport_->rendezvous()); port != 0 && port != store_port_) {
-    store_port_ = port;
-    changed = true;
-  }
+  membership_.Formed();
+  // Recorded again only when what the record says changed.
+  const bool changed = recovery_.Formed(UrlsAt(membership_.members()),
+                                        membership_.members().size() == adapters_.size(),
+                                        StorePort(transport_->rendezvous()));
   if (absl::Status s = changed ? PersistLocked() : absl::OkStatus(); !s.ok()) {
     // The group works; only what the next incarnation knows of it is less sure.
     WSYNC_LOG(Warning, "group ", spec_.name, ": ", s.message());
@@ -554,11 +376,12 @@ absl::Status WeightGroup::DestroyLocked(bool forget) {
   transport_->Release("group destroyed");
   state_ = GroupState::kDestroyed;
   if (forget) {
-    for (const auto& [url, why] : needs_full_) {
-      WSYNC_LOG(Warning, "group ", spec_.name, " destroyed while engine ", url,
-                " waits, paused, for a full version (", why,
-                "); resume it by hand (SGLang: POST /continue_generation; ",
-                "LMDeploy: POST /wakeup; vLLM: POST /resume)");
+    for (const auto& a : adapters_) {
+      auto waiting = needs_full_.find(a->endpoint().url);
+      if (waiting == needs_full_.end()) continue;
+      WSYNC_LOG(Warning, "group ", spec_.name, " destroyed while engine ", waiting->first,
+                " waits, paused, for a full version (", waiting->second,
+                "); resume it by hand: ", a->ManualResumeHint());
     }
     if (store_ != nullptr) {
       if (absl::Status s = store_->Remove(spec_.name); !s.ok()) {
@@ -578,41 +401,19 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     return absl::FailedPreconditionError(
         absl::StrCat("group '", spec_.name, "' is already being updated"));
   }
-  set_aside_.clear();
+  membership_.ClearSetAside();
   reached_.clear();
   // The engines a quorum group forms with again (empty: FormLocked's own choice), and those of
   // them the background check heard answer again.
   std::vector<size_t> form_with, coming_back;
-  if (quorum_group() && state_ == GroupState::kReady && members_.size() < adapters_.size()) {
+  if (quorum_group() && state_ == GroupState::kReady &&
+      membership_.members().size() < adapters_.size()) {
     // Engines an earlier update went on without: if the background check heard one answer, the
-    // group forms again to take it back. No engine is asked anything here: an engine that is
-    // down must not cost the update its control timeout. One that failed to join or to pause
-    // is tried only once its back-off has passed.
-    const absl::Time now = absl::Now();
-    std::vector<size_t> still_out;
-    for (size_t i = 0; i < adapters_.size(); ++i) {
-      const bool member = std::find(members_.begin(), members_.end(), i) != members_.end();
-      if (member || BackingOffLocked(i, now)) continue;
-      auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
-      if (heard != left_out_health_.end() && heard->second.ok()) {
-        coming_back.push_back(i);
-        left_out_health_.erase(heard);
-      } else {
-        still_out.push_back(i);
-      }
-    }
-    // Those still out are set aside with what was last heard; only the members and those heard
-    // again are asked to form.
-    for (size_t i : still_out) {
-      auto heard = left_out_health_.find(adapters_[i]->endpoint().url);
-      SetAsideLocked(i, heard != left_out_health_.end()
-                            ? heard->second
-                            : absl::UnavailableError("not heard from since it was left out"));
-    }
-    NoteBackingOffLocked(now);
+    // group forms again to take it back; those still out are set aside with what was last heard.
+    coming_back = membership_.TakeBack(absl::Now());
     if (!coming_back.empty()) {
       WSYNC_LOG(Info, "group ", spec_.name, ": an engine it went without answers again");
-      form_with = members_;
+      form_with = membership_.members();
       form_with.insert(form_with.end(), coming_back.begin(), coming_back.end());
       std::sort(form_with.begin(), form_with.end());
       state_ = GroupState::kForming;
@@ -637,8 +438,9 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     // An engine that answered its health check but not its probe or its join would make every
     // update form the group again: it backs off.
     for (size_t i : coming_back) {
-      auto aside = set_aside_.find(adapters_[i]->endpoint().url);
-      if (aside != set_aside_.end()) SetAsideLocked(i, aside->second, /*back_off=*/true);
+      if (const absl::Status* why = membership_.SetAsideWhy(i); why != nullptr) {
+        membership_.SetAside(i, absl::Status(*why), /*back_off=*/true);
+      }
     }
     if (!formed.ok()) {
       return absl::UnavailableError(absl::StrCat(
@@ -665,9 +467,9 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
     resume_all();
     return s;
   }
-  for (size_t i : members_) {
+  for (size_t i : membership_.members()) {
     const std::string& url = adapters_[i]->endpoint().url;
-    if (set_aside_.count(url) == 0 && adapters_[i]->BeginLeavesWeightsUndefined()) {
+    if (membership_.SetAsideWhy(i) == nullptr && adapters_[i]->BeginLeavesWeightsUndefined()) {
       reached_.insert(url);
     }
   }
@@ -684,7 +486,7 @@ absl::Status WeightGroup::PauseMembersLocked(const UpdateInfo& update) {
         OnEachEngine(adapter_ptrs_, [&](EngineAdapter& a) { return a.BeginUpdate(update); }));
   }
   // Each engine on its own: one that fails to pause or to open its update is left out.
-  const std::vector<size_t> members = members_;
+  const std::vector<size_t> members = membership_.members();
   const std::vector<absl::Status> results =
       OnEachEngine(AdaptersAt(members), [&](EngineAdapter& a) {
         WSYNC_RETURN_IF_ERROR(a.PauseGeneration());
@@ -695,12 +497,12 @@ absl::Status WeightGroup::PauseMembersLocked(const UpdateInfo& update) {
     if (results[k].ok()) {
       kept.push_back(members[k]);
     } else {
-      SetAsideLocked(members[k], results[k], /*back_off=*/true);
+      membership_.SetAside(members[k], results[k], /*back_off=*/true);
     }
   }
   if (kept.size() == members.size()) return absl::OkStatus();
   if (kept.size() < engines_needed()) {
-    return TooFewEngines(spec_, engines_needed(), kept.size(), set_aside_);
+    return membership_.TooFew(kept.size());
   }
   // The transport must not wait on them: a broadcast's collective counts every rank it formed
   // with, and IPC requests go to every engine it holds. The engines kept join again paused, with
@@ -734,9 +536,10 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> WeightGroup::StartBucket(
     }
     // Counted before any byte moves: from here on the engine may hold part of this version.
     const std::map<std::string, absl::Status> dropped = transport_->DroppedEngines();
-    for (size_t i : members_) {
+    for (size_t i : membership_.members()) {
       const std::string& url = adapters_[i]->endpoint().url;
-      if (set_aside_.count(url) == 0 && dropped.count(url) == 0 && reached_.insert(url).second) {
+      if (membership_.SetAsideWhy(i) == nullptr && dropped.count(url) == 0 &&
+          reached_.insert(url).second) {
         newly_reached.push_back(url);
       }
     }
@@ -783,18 +586,15 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   {
     std::lock_guard<std::mutex> lock(mu_);
     dropped = transport_->DroppedEngines();
-    for (const auto& [url, why] : dropped) set_aside_.emplace(url, why);
-    std::vector<bool> member(adapters_.size(), false);
-    for (size_t i : members_) member[i] = true;
+    membership_.NoteDropped(dropped);
     for (size_t i = 0; i < adapters_.size(); ++i) {
-      auto aside = set_aside_.find(adapters_[i]->endpoint().url);
-      if (member[i] && aside == set_aside_.end()) {
+      const absl::Status* aside = membership_.SetAsideWhy(i);
+      if (membership_.IsMember(i) && aside == nullptr) {
         finishers.push_back(i);
         continue;
       }
-      const absl::Status why = aside != set_aside_.end()
-                                   ? aside->second
-                                   : absl::UnavailableError("not in the group's formation");
+      const absl::Status why =
+          aside != nullptr ? *aside : absl::UnavailableError("not in the group's formation");
       results[i] =
           absl::Status(why.code(), absl::StrCat("left out of this update: ", why.message()));
     }
@@ -922,7 +722,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
               absl::StrJoin(errors, "; "));
   }
   open_update_ = UpdateInfo{};
-  set_aside_.clear();
+  membership_.ClearSetAside();
   if (commit_ok) last_version_ = update.version;
   reached_.clear();
   for (size_t i = 0; i < adapters_.size(); ++i) {
@@ -990,7 +790,7 @@ void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutco
   update_open_ = false;
   if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
   open_update_ = UpdateInfo{};
-  set_aside_.clear();
+  membership_.ClearSetAside();
   if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
 }
 
@@ -1090,7 +890,7 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     waiting = needs_full_;
-    restarts = needs_restart_;
+    restarts = recovery_.needs_restart();
     for (const auto& a : adapters_) endpoints.push_back(a->endpoint());
   }
   std::vector<EngineRow> rows(adapters_.size());

@@ -18,7 +18,9 @@
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/core/engine_group_name.h"
+#include "daemon/core/group_membership.h"
 #include "daemon/core/group_record.h"
+#include "daemon/core/group_recovery.h"
 #include "daemon/core/group_spec.h"
 #include "daemon/core/trainer_feeds.h"
 #include "daemon/core/transport.h"
@@ -146,31 +148,17 @@ class WeightGroup {
   void WatchLeftOut(absl::Duration interval);
   // Probes the engines at `candidates` (indexes into adapters_; empty: all) and forms the
   // transport over them. A quorum group leaves out those that fail the probe or the join (they
-  // go to set_aside_) while enough remain, making the transport again over the rest.
+  // are set aside) while enough remain, making the transport again over the rest.
   absl::Status FormLocked(std::vector<size_t> candidates = {});
   // Makes the transport over the engines at `members`, renumbering their ranks from 1 in that
   // order, and releases the one before (disband it first where the engines hold it).
   absl::Status MakeTransportLocked(const std::vector<size_t>& members);
   // Gives the engines at `members` their ranks from 1, in that order, and every other engine 0.
   void NumberRanksLocked(const std::vector<size_t>& members);
-  // Why the engine at `url`, which failed to join since a restart, needs one of its own.
-  std::string RestartNoteLocked(const std::string& url) const;
   // Pauses the members and opens the update on each. A quorum group sets aside an engine that
   // fails either (a broadcast group then forms again without it); otherwise the first failure
   // is returned, with every engine resumed by the caller.
   absl::Status PauseMembersLocked(const UpdateInfo& update);
-  // Leaves the engine at adapters_[i] out of the open update: its outcome, and the full version
-  // it then needs, say why.
-  // `back_off`: it answered its probe but failed to join or to pause; it is not tried again
-  // before its back-off (kFirstRetry, doubling to kLongestRetry) has passed.
-  void SetAsideLocked(size_t i, const absl::Status& why, bool back_off = false);
-  bool BackingOffLocked(size_t i, absl::Time now) const;
-  // The engines to form with: all but those backing off (set aside, named), unless that leaves
-  // too few.
-  std::vector<size_t> RetryableLocked();
-  // Sets aside, naming when they are tried again, the engines backing off.
-  void NoteBackingOffLocked(absl::Time now);
-  // A group whose updates need fewer than all of its engines (spec_.quorum).
   // What the weights check after a commit found: per engine whether its weights differ, and
   // whether one that differs could not be paused (so it serves them).
   struct CommittedWeights {
@@ -184,19 +172,17 @@ class WeightGroup {
                                          const std::vector<size_t>& committed,
                                          std::vector<EngineOutcome>* outcomes,
                                          size_t first_outcome);
-  bool quorum_group() const { return spec_.quorum != 0 && spec_.quorum < adapters_.size(); }
-  size_t engines_needed() const { return spec_.quorum == 0 ? adapters_.size() : spec_.quorum; }
+  // A group whose updates need fewer than all of its engines (spec_.quorum).
+  bool quorum_group() const { return membership_.quorum(); }
+  size_t engines_needed() const { return membership_.needed(); }
   std::vector<EngineAdapter*> AdaptersAt(const std::vector<size_t>& indexes) const;
-  // Every engine's index, in spec order.
-  std::vector<size_t> AllEngines() const;
+  std::vector<std::string> UrlsAt(const std::vector<size_t>& indexes) const;
   absl::Status DestroyLocked(bool forget);
   void MarkBroken(const absl::Status& status);
   // Takes what an earlier wsyncd's record says of this group: its last version, the engines that
   // wait for a full version, and the engine group its engines are to drop before this one forms.
   void TakeOver(const GroupRecord& previous, Platform* platform, const GroupOptions& options,
                 const GroupFactories& factories);
-  // Asks the engines of the earlier wsyncd's group to drop its engine group, once.
-  void LeaveStaleLocked();
   // Writes the group's record; OK without a store.
   absl::Status PersistLocked();
   // The adapters of the engines that do not wait for a full version.
@@ -214,38 +200,16 @@ class WeightGroup {
   Platform* const platform_;
   const GroupFactories factories_;
   const TransportOptions transport_options_;
-  // The store port the earlier incarnation recorded, which no store of this one takes.
-  std::vector<uint16_t> avoid_store_ports_;
   BucketRules bucket_rules_;
   // Made by MakeTransportLocked: at Create, and again when a quorum group forms with other
   // members. Its failure hook calls back into this group.
   std::unique_ptr<Transport> transport_;
-  // A group made from the earlier wsyncd's record (its engines, never formed), through which they
-  // are asked to drop the names below.
-  std::shared_ptr<WeightGroup> stale_;
-  // The names that earlier incarnations gave the group, as recorded; until a formation succeeds
-  // (then cleared, with stale_) the engines are asked to drop them before every formation.
-  std::vector<std::string> stale_engine_groups_;
-
   mutable std::mutex mu_;
   GroupState state_ = GroupState::kForming;
-  // The engines the transport was made over (indexes into adapters_, in rank order): all of them,
-  // or for a quorum group those it formed with.
-  std::vector<size_t> members_;
-  // Engine URL -> why the open update (or, between updates, the last formation) goes on without
-  // it (a quorum group only).
-  std::map<std::string, absl::Status> set_aside_;
-  // Engine URL -> when it may be tried again, after it failed to join or to pause.
-  struct Retry {
-    absl::Time at;
-    absl::Duration backoff;
-  };
-  static constexpr absl::Duration kFirstRetry = absl::Seconds(30);
-  static constexpr absl::Duration kLongestRetry = absl::Minutes(10);
-  std::map<std::string, Retry> retry_;
-  // Engine URL -> what the background check last heard from an engine outside the formation:
-  // OK when it answered healthy.
-  std::map<std::string, absl::Status> left_out_health_;
+  // The engines the transport is formed over, and those a quorum group goes without.
+  GroupMembership membership_;
+  // What the wsyncd before this one left, and what this one records for the next.
+  GroupRecovery recovery_;
   std::thread watcher_;
   std::mutex watcher_mu_;
   std::condition_variable watcher_cv_;
@@ -264,21 +228,8 @@ class WeightGroup {
   std::set<std::string> reached_;
   // Engine URL -> why it waits for a full version.
   std::map<std::string, std::string> needs_full_;
-  // Engine URL -> why it may still hold the earlier wsyncd's engine group (it cannot drop one);
-  // named in formation errors until a formation succeeds.
-  std::map<std::string, std::string> stale_notes_;
   // The name the engines know this group by (EngineGroupName).
   const std::string engine_group_;
-  // The port of the last store the engines were sent to, this incarnation's or (until this one
-  // forms) the earlier one's; recorded so the next incarnation avoids it.
-  uint16_t store_port_ = 0;
-  // Set while no formation has succeeded since an earlier wsyncd's record was taken over: an
-  // engine that fails to join then may still hold that wsyncd's group, which only its restart
-  // drops.
-  bool after_restart_ = false;
-  // Engine URL -> why it needs a restart (an engine that failed to join after a restart);
-  // cleared by a formation that succeeds.
-  std::map<std::string, std::string> needs_restart_;
 };
 
 }  // namespace wsync

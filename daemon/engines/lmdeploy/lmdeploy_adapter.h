@@ -92,6 +92,7 @@ class LmdeployAdapter final : public EngineAdapter {
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
   // What the routes told (LMDeploy has no version route); it has no weight checker either.
   std::string probed_version() const override;
+  std::string ManualResumeHint() const override { return "POST /wakeup"; }
 
   absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
                                                  const std::vector<IpcBucketView>& ranks,

@@ -95,6 +95,7 @@ class SglangAdapter final : public EngineAdapter {
   // The IPC variant the last successful Probe picked; nullopt before one and on the broadcast.
   std::optional<SglangIpcVariant> ipc_variant() const;
   std::string probed_version() const override;
+  std::string ManualResumeHint() const override { return "POST /continue_generation"; }
   // POST /weights_checker {"action": "checksum"}; UNIMPLEMENTED where the build has none (404).
   absl::StatusOr<WeightChecksums> ChecksumWeights() override;
 

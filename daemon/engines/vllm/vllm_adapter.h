@@ -83,6 +83,7 @@ class VllmAdapter final : public EngineAdapter {
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
   std::string probed_version() const override;
+  std::string ManualResumeHint() const override { return "POST /resume"; }
   // POST /weight_checker {"action": "checksum"} (409 while paused or asleep, so after resume);
   // UNIMPLEMENTED where the build has none (404).
   absl::StatusOr<WeightChecksums> ChecksumWeights() override;
