@@ -1,9 +1,9 @@
 #include "daemon/core/engine_adapter.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/fan_out.h"
 
 namespace wsync {
 namespace {
@@ -79,14 +79,7 @@ absl::StatusOr<std::vector<BroadcastPiece>> EngineAdapter::BroadcastPieces(
 
 std::vector<absl::Status> OnEachEngine(const std::vector<EngineAdapter*>& adapters,
                                        const std::function<absl::Status(EngineAdapter&)>& fn) {
-  std::vector<absl::Status> results(adapters.size());
-  std::vector<std::thread> threads;
-  threads.reserve(adapters.size());
-  for (size_t i = 0; i < adapters.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = fn(*adapters[i]); });
-  }
-  for (auto& t : threads) t.join();
-  return results;
+  return FanOut(adapters.size(), [&](size_t i) { return fn(*adapters[i]); });
 }
 
 absl::Status FirstError(const std::vector<absl::Status>& results) {

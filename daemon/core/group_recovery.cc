@@ -143,7 +143,7 @@ std::vector<uint16_t> GroupRecovery::AvoidStorePorts() const {
   std::vector<uint16_t> ports;
   if (earlier_store_port_ != 0) ports.push_back(earlier_store_port_);
   // A store made again for the same group never takes the port engines were last sent to.
-  if (store_port_ != 0) ports.push_back(store_port_);
+  if (store_port_ != 0 && store_port_ != earlier_store_port_) ports.push_back(store_port_);
   return ports;
 }
 

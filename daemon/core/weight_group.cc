@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "daemon/core/commit_verdict.h"
 #include "daemon/core/engine_group_name.h"
+#include "daemon/core/fan_out.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/weights_check.h"
 
@@ -564,199 +565,6 @@ void WeightGroup::MarkBroken(const absl::Status& status) {
   WSYNC_LOG(Warning, "group ", spec_.name, ": bucket failed, group broken: ", status.message());
 }
 
-absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data_deadline,
-                                       std::vector<EngineOutcome>* outcomes) {
-  auto outcome = [&](size_t i, absl::Status status) {
-    return EngineOutcome{adapters_[i]->endpoint().url, std::move(status),
-                         adapters_[i]->probed_version(), ""};
-  };
-  // The data path ends first: an engine records the version only once its weights are whole.
-  if (absl::Status s = transport_->FinishBuckets(data_deadline); !s.ok()) {
-    for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(outcome(i, s));
-    MarkBroken(s);
-    AbortUpdate(std::string(s.message()), outcomes);
-    return s;
-  }
-  // Per engine: how its update ended. Those the update went on without (set aside before the
-  // first bucket, or dropped by the transport after a failed one) are not asked to commit.
-  std::vector<absl::Status> results(adapters_.size());
-  std::vector<size_t> finishers;
-  // Engines the transport dropped mid-update: each may hold part of this version.
-  std::map<std::string, absl::Status> dropped;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    dropped = transport_->DroppedEngines();
-    membership_.NoteDropped(dropped);
-    for (size_t i = 0; i < adapters_.size(); ++i) {
-      const absl::Status* aside = membership_.SetAsideWhy(i);
-      if (membership_.IsMember(i) && aside == nullptr) {
-        finishers.push_back(i);
-        continue;
-      }
-      const absl::Status why =
-          aside != nullptr ? *aside : absl::UnavailableError("not in the group's formation");
-      results[i] =
-          absl::Status(why.code(), absl::StrCat("left out of this update: ", why.message()));
-    }
-  }
-  const std::vector<absl::Status> finished =
-      OnEachEngine(AdaptersAt(finishers), [&](EngineAdapter& a) { return a.FinishUpdate(update); });
-  for (size_t k = 0; k < finishers.size(); ++k) results[finishers[k]] = finished[k];
-  const size_t first_outcome = outcomes->size();
-  for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(outcome(i, results[i]));
-  std::vector<size_t> committed;
-  std::vector<EngineCommitFacts> facts(adapters_.size());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < adapters_.size(); ++i) {
-      const std::string& url = adapters_[i]->endpoint().url;
-      if (results[i].ok()) committed.push_back(i);
-      facts[i].committed = results[i].ok();
-      facts[i].reached = reached_.count(url) != 0;
-      facts[i].waiting = needs_full_.count(url) != 0;
-    }
-  }
-  // All or nothing, unless the group's quorum says how many must commit (PlanCommit).
-  CommitPlan plan = PlanCommit(facts, engines_needed());
-  const bool commit_ok = plan.commit_ok;
-  // The engines' own checksums, compared while the update still holds the group (so no other
-  // update pauses the engines under the checkers) and after they resumed (vLLM's checker
-  // refuses a paused engine). Only engines that committed are compared.
-  CommittedWeights weights;
-  weights.differs.assign(adapters_.size(), false);
-  if (spec_.check_weights && commit_ok) {
-    weights = CheckCommittedWeights(update, committed, outcomes, first_outcome);
-  }
-  WeightsCheck& check = weights.check;
-  const std::vector<bool>& differs = weights.differs;
-  const bool differing_serves = weights.differing_serves;
-  // A quorum group's version landed without some engines: they must not serve what they hold
-  // (an older version, or part of this one), so each is paused where it answers and waits for a
-  // full version.
-  std::vector<size_t> missed;
-  std::vector<std::string> errors;
-  absl::Status first;
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    if (!results[i].ok()) {
-      missed.push_back(i);
-      errors.push_back(absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message()));
-      if (first.ok()) first = results[i];
-    }
-  }
-  // The engines that hold the version: committed, and (with the check) not differing.
-  for (size_t i = 0; i < adapters_.size(); ++i) facts[i].differs = differs[i];
-  plan = PlanCommit(facts, engines_needed());
-  const size_t kept = plan.holding.size();
-  const bool landed =
-      CommitLanded(plan, !check.error.empty(), quorum_group(), engines_needed(), differing_serves);
-  if (commit_ok && !missed.empty()) {
-    const std::vector<absl::Status> paused =
-        OnEachEngine(AdaptersAt(missed), [](EngineAdapter& a) { return a.PauseGeneration(); });
-    for (size_t k = 0; k < missed.size(); ++k) {
-      if (paused[k].ok()) continue;
-      // Most often it is down; if not, it serves an older version than the group's.
-      const size_t i = missed[k];
-      results[i] = absl::Status(
-          results[i].code(),
-          absl::StrCat(results[i].message(), "; pausing it failed too: ", paused[k].message()));
-      (*outcomes)[first_outcome + i].status = results[i];
-      errors[k] = absl::StrCat(adapters_[i]->endpoint().url, ": ", results[i].message());
-    }
-  }
-  // An update that failed at the commit: an engine it reached that did not commit may hold part
-  // of this version, and one that committed holds a version the group did not take, so both stay
-  // paused and wait for a full one; an engine it never reached (set aside before any bucket)
-  // holds the group's version whole and resumes.
-  // (An engine that committed, and resumed, a version the group did not take would serve
-  // another version than the others: it is paused too.)
-  const std::vector<EngineAdapter*> resume_set_aside = AdaptersAt(plan.resume);
-  if (!commit_ok) {
-    const std::vector<size_t>& partial = plan.partial;
-    const std::vector<absl::Status> paused =
-        OnEachEngine(AdaptersAt(partial), [](EngineAdapter& a) {
-          a.AbandonUpdate();
-          return a.PauseGeneration();
-        });
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t k = 0; k < partial.size(); ++k) {
-      const size_t i = partial[k];
-      std::string why =
-          results[i].ok()
-              ? absl::StrCat("it committed version '", update.version, "' of update ",
-                             update.update_id, ", which did not land on the group (",
-                             committed.size(), " of ", adapters_.size(),
-                             " engines committed): paused so that the group does not serve two "
-                             "versions")
-              : absl::StrCat("update ", update.update_id, " to version '", update.version,
-                             "' reached it and did not commit: it may hold part of it (",
-                             SanitizePeerText(results[i].message()), ")");
-      if (!paused[k].ok()) absl::StrAppend(&why, "; pausing it failed: ", paused[k].message());
-      MarkPartialLocked(i, why, nullptr);
-      (*outcomes)[first_outcome + i].needs_full_version = needs_full_[adapters_[i]->endpoint().url];
-    }
-  }
-  OnEachEngine(resume_set_aside, [](EngineAdapter& a) { return a.ResumeGeneration(); });
-  std::lock_guard<std::mutex> lock(mu_);
-  transport_->EndUpdate("the update finished");
-  update_open_ = false;
-  if (state_ == GroupState::kUpdating) state_ = GroupState::kReady;
-  ++updates_;
-  // A complete update landed on the engines that finished it: they hold one version again.
-  for (size_t i : plan.holding) needs_full_.erase(adapters_[i]->endpoint().url);
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    const std::string& url = adapters_[i]->endpoint().url;
-    if (differs[i]) {
-      const std::string& note = (*outcomes)[first_outcome + i].weights_check;
-      needs_full_[url] = absl::StrCat("after version '", update.version, "' its weights ", note);
-    }
-  }
-  std::string quorum_note;
-  if (commit_ok && !missed.empty()) {
-    quorum_note = absl::StrCat("version '", update.version, "' committed on ", kept, " of ",
-                               adapters_.size(), " engines (quorum ", engines_needed(), ")");
-    for (size_t i : missed) {
-      needs_full_[adapters_[i]->endpoint().url] =
-          absl::StrCat("missed version '", update.version, "': ", results[i].message());
-    }
-    WSYNC_LOG(Warning, "group ", spec_.name, ": ", quorum_note, "; without ",
-              absl::StrJoin(errors, "; "));
-  }
-  open_update_ = UpdateInfo{};
-  membership_.ClearSetAside();
-  if (commit_ok) last_version_ = update.version;
-  reached_.clear();
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    auto waiting = needs_full_.find(adapters_[i]->endpoint().url);
-    if (waiting != needs_full_.end())
-      (*outcomes)[first_outcome + i].needs_full_version = waiting->second;
-  }
-  if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
-  if (!commit_ok) {
-    error_ = absl::StrJoin(errors, "; ");
-    if (quorum_group()) {
-      return absl::Status(
-          first.code(),
-          absl::StrCat("commit failed: ", committed.size(), " of ", adapters_.size(),
-                       " engines committed, quorum ", engines_needed(), "; ", error_));
-    }
-    return absl::Status(first.code(), absl::StrCat("commit failed on ", error_));
-  }
-  if (!check.error.empty()) {
-    error_ = check.error;
-    WSYNC_LOG(Warning, "group ", spec_.name, ": weights check after '", update.version,
-              "': ", check.error);
-    if (!landed) {
-      return absl::DataLossError(absl::StrCat("the engines' weights differ after version '",
-                                              update.version, "': ", check.error,
-                                              "; push the whole version again"));
-    }
-  }
-  if (!quorum_note.empty()) {
-    error_ = absl::StrCat(quorum_note, "; without ", absl::StrJoin(errors, "; "));
-  }
-  return absl::OkStatus();
-}
-
 void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutcome>* outcomes) {
   WSYNC_LOG(Info, "group ", spec_.name, ": update aborted: ", reason);
   std::vector<EngineAdapter*> resume, abandon;
@@ -893,23 +701,17 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
     restarts = recovery_.needs_restart();
     for (const auto& a : adapters_) endpoints.push_back(a->endpoint());
   }
-  std::vector<EngineRow> rows(adapters_.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    threads.emplace_back([&, i] {
-      const EngineEndpoint& e = endpoints[i];
-      auto it = waiting.find(e.url);
-      auto restart = restarts.find(e.url);
-      rows[i] = EngineRow{spec_.name,
-                          spec_.kind,
-                          e,
-                          adapters_[i]->Health(),
-                          it == waiting.end() ? std::string() : it->second,
-                          restart == restarts.end() ? std::string() : restart->second};
-    });
-  }
-  for (auto& t : threads) t.join();
-  return rows;
+  return FanOut(adapters_.size(), [&](size_t i) {
+    const EngineEndpoint& e = endpoints[i];
+    auto it = waiting.find(e.url);
+    auto restart = restarts.find(e.url);
+    return EngineRow{spec_.name,
+                     spec_.kind,
+                     e,
+                     adapters_[i]->Health(),
+                     it == waiting.end() ? std::string() : it->second,
+                     restart == restarts.end() ? std::string() : restart->second};
+  });
 }
 
 }  // namespace wsync

@@ -166,8 +166,19 @@ class WeightGroup {
     std::vector<bool> differs;
     bool differing_serves = false;
   };
+  // The commit's steps (weight_group_commit.cc). An engine's outcome of the update.
+  EngineOutcome OutcomeOf(size_t i, absl::Status status) const;
+  // Asks the members the update did not go without to commit it: one result per engine, those
+  // left out saying why.
+  std::vector<absl::Status> CommitOnEngines(const UpdateInfo& update);
+  // Pauses the engines a committed update went without; a failed pause joins its result.
+  void PauseMissed(const std::vector<size_t>& missed, std::vector<absl::Status>* results);
+  // Closes the update at the engines a failed commit leaves holding part of it (or a version
+  // the group did not take), pauses them and marks them as waiting for a full version.
+  void PausePartial(const UpdateInfo& update, const std::vector<size_t>& partial,
+                    const std::vector<absl::Status>& results, size_t committed);
   // Asks the engines that committed (indexes) for their checksums and compares them; notes each
-  // one's outcome, and pauses those whose weights differ (daemon/core/weight_group_check.cc).
+  // one's outcome, and pauses those whose weights differ.
   CommittedWeights CheckCommittedWeights(const UpdateInfo& update,
                                          const std::vector<size_t>& committed,
                                          std::vector<EngineOutcome>* outcomes,

@@ -1,12 +1,12 @@
 #include "daemon/transport/ipc/ipc_transport.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/fan_out.h"
 #include "daemon/transport/ipc/stream_bucket.h"
 
 namespace wsync {
@@ -230,13 +230,7 @@ absl::Status IpcTransport::FinishBuckets(absl::Time deadline) {
     streams = streams_;
   }
   // Each engine post-processes its weights at the end: they run side by side.
-  std::vector<absl::Status> results(streams.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < streams.size(); ++i) {
-    threads.emplace_back([&, i] { results[i] = streams[i]->Finish(deadline); });
-  }
-  for (auto& t : threads) t.join();
-  return FirstError(results);
+  return FirstError(FanOut(streams.size(), [&](size_t i) { return streams[i]->Finish(deadline); }));
 }
 
 void IpcTransport::EndUpdate(absl::string_view why) {
