@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -8,11 +9,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
-#include "daemon/engines/engine_options.h"
-#include "daemon/engines/lmdeploy/lmdeploy_options.h"
-#include "daemon/engines/sglang/sglang_options.h"
-#include "daemon/engines/vllm/vllm_options.h"
+#include "daemon/engines/builtin_engine_kinds.h"
+#include "daemon/engines/engine_kind.h"
 
 namespace wsync {
 
@@ -76,77 +76,33 @@ absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value, const std::s
   return IntegerValue(value, what, 0, std::numeric_limits<int64_t>::max());
 }
 
-// {"packed": bool, "pause_mode": "keep" | "wait" | "abort", "wake_weights": bool,
-//  "reset_prefix_cache": bool, "rendezvous": "store" | "unique-id", "packed_chunk_bytes": int},
-// every key optional (VllmOptions' defaults).
-absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmOptionsFromJson(
-    const nlohmann::json& options, const std::string& group) {
-  if (!options.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group '", group, "': \"vllm\" must be an object"));
-  }
-  const VllmOptions defaults;
-  bool packed = defaults.packed();
-  bool wake_weights = defaults.wake_weights();
-  bool reset_prefix_cache = defaults.reset_prefix_cache();
-  VllmPauseMode pause_mode = defaults.pause_mode();
-  VllmRendezvous rendezvous = defaults.rendezvous();
-  uint64_t chunk_bytes = defaults.packed_chunk_bytes();
-  for (const auto& [key, value] : options.items()) {
-    bool* flag = key == "packed"               ? &packed
-                 : key == "wake_weights"       ? &wake_weights
-                 : key == "reset_prefix_cache" ? &reset_prefix_cache
-                                               : nullptr;
-    if (flag != nullptr) {
-      if (!value.is_boolean()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("group '", group, "': vllm option \"", key, "\" must be true or false"));
-      }
-      *flag = value.get<bool>();
-    } else if (key == "pause_mode") {
-      if (!value.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "group '", group, "': vllm option \"pause_mode\" must be keep, wait or abort"));
-      }
-      WSYNC_ASSIGN_OR_RETURN(pause_mode, ParseVllmPauseMode(value.get<std::string>()));
-    } else if (key == "rendezvous") {
-      if (!value.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "group '", group, "': vllm option \"rendezvous\" must be store or unique-id"));
-      }
-      WSYNC_ASSIGN_OR_RETURN(rendezvous, ParseVllmRendezvous(value.get<std::string>()));
-    } else if (key == "packed_chunk_bytes") {
-      if (!value.is_number_unsigned() || value.get<uint64_t>() == 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "group '", group, "': vllm option \"packed_chunk_bytes\" must be a positive integer"));
-      }
-      chunk_bytes = value.get<uint64_t>();
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", group, "': unknown vllm option \"", key, "\""));
-    }
-  }
-  return std::make_shared<const VllmOptions>(packed, pause_mode, wake_weights, reset_prefix_cache,
-                                             rendezvous, chunk_bytes);
-}
-
 }  // namespace
 
 absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
   if (!g.is_object()) return absl::InvalidArgumentError("a \"groups\" entry is not an object");
+  // The kinds a config names are the built-in ones (registered once per process).
+  RegisterBuiltinEngineKinds();
   GroupSpec spec;
   spec.name = g.at("name").get<std::string>();
-  // A misspelt key would otherwise leave an option at its default without a word.
-  static const std::set<std::string> kKeys = {
-      "name", "kind",     "transport",   "device",   "engines",       "sglang",
-      "vllm", "lmdeploy", "load_format", "nccl_lib", "check_weights", "quorum"};
+  spec.kind = g.value("kind", std::string("sglang"));
+  WSYNC_RETURN_IF_ERROR(EngineKinds().Find(spec.kind).status());
+  // A misspelt key would otherwise leave an option at its default without a word. The engine's
+  // own options sit under its kind's name: {"sglang": {"load_format": ...}}.
+  static const std::set<std::string> kKeys = {"name",     "kind",          "transport",
+                                              "device",   "engines",       "load_format",
+                                              "nccl_lib", "check_weights", "quorum"};
+  const std::vector<std::string> kinds = EngineKinds().Names();
   for (const auto& [key, value] : g.items()) {
-    if (kKeys.count(key) == 0) {
+    const bool a_kind = std::find(kinds.begin(), kinds.end(), key) != kinds.end();
+    if (a_kind && key != spec.kind) {
+      return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
+                                                     spec.kind, " but has \"", key, "\" options"));
+    }
+    if (!a_kind && kKeys.count(key) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("group '", spec.name, "': unknown key \"", key, "\""));
     }
   }
-  WSYNC_ASSIGN_OR_RETURN(spec.kind, ParseEngineKind(g.value("kind", std::string("sglang"))));
   WSYNC_ASSIGN_OR_RETURN(spec.transport,
                          ParseTransportKind(g.value("transport", std::string("broadcast"))));
   if (g.contains("device")) {
@@ -184,76 +140,24 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
     }
     spec.engines.push_back(std::move(engine));
   }
-  // The engine's own options sit under its kind's name: {"sglang": {"load_format": ...}}.
-  for (const char* kind : {"sglang", "vllm", "lmdeploy"}) {
-    if (g.contains(kind) && kind != EngineKindName(spec.kind)) {
-      return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
-                                                     EngineKindName(spec.kind), " but has \"", kind,
-                                                     "\" options"));
-    }
-  }
-  if (spec.kind == EngineKind::kVllm) {
-    if (g.contains("load_format")) {
+  nlohmann::json options = g.value(spec.kind, nlohmann::json::object());
+  // SGLang's load_format at the group's top level is the form of config files older than the
+  // per-kind options: still read, not both, and each use logged as deprecated.
+  if (g.contains("load_format")) {
+    if (spec.kind != "sglang") {
       return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': load_format is an sglang or lmdeploy option"));
+          absl::StrCat("group '", spec.name, "': load_format goes under \"", spec.kind, "\" for a ",
+                       spec.kind, " group (the top-level form is an old sglang one)"));
     }
-    WSYNC_ASSIGN_OR_RETURN(
-        spec.engine_options,
-        VllmOptionsFromJson(g.value("vllm", nlohmann::json::object()), spec.name));
-    return spec;
-  }
-  const std::string kind(EngineKindName(spec.kind));
-  // SGLang's load_format may also be given at the group's top level, where config files before
-  // the per-engine options put it; not both. Other engines' options only sit under their kind.
-  if (g.contains("load_format") && spec.kind != EngineKind::kSglang) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group '", spec.name, "': load_format goes under \"", kind, "\" for a ", kind, " group"));
-  }
-  if (g.contains("load_format") && g.contains("sglang") && g["sglang"].contains("load_format")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group '", spec.name, "': load_format is given twice (top level and under \"sglang\")"));
-  }
-  nlohmann::json options = g.value(kind, nlohmann::json::object());
-  if (!options.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group '", spec.name, "': \"", kind, "\" must be an object"));
-  }
-  for (const auto& [key, value] : options.items()) {
-    if (key != "load_format" &&
-        !((key == "memory" || key == "ipc_route") && spec.kind == EngineKind::kSglang)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': unknown ", kind, " option \"", key, "\""));
+    if (options.is_object() && options.contains("load_format")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group '", spec.name, "': load_format is given twice (top level and under \"sglang\")"));
     }
+    WSYNC_LOG(Warning, "group ", spec.name,
+              ": a top-level \"load_format\" is deprecated; put it under \"sglang\"");
+    if (options.is_object()) options["load_format"] = g["load_format"];
   }
-  const std::string format_name =
-      g.contains("load_format") ? g["load_format"].get<std::string>()
-                                : options.value("load_format", std::string("flattened_bucket"));
-  WSYNC_ASSIGN_OR_RETURN(BucketFormat format, ParseBucketFormat(format_name));
-  if (spec.kind == EngineKind::kLmdeploy) {
-    spec.engine_options = std::make_shared<const LmdeployOptions>(format);
-  } else {
-    const nlohmann::json memory = options.value("memory", nlohmann::json("keep"));
-    if (!memory.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': sglang memory must be \"keep\" or \"resume\""));
-    }
-    auto parsed = ParseSglangMemory(memory.get<std::string>());
-    if (!parsed.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': ", parsed.status().message()));
-    }
-    const nlohmann::json route = options.value("ipc_route", nlohmann::json("tensor"));
-    if (!route.is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': sglang ipc_route must be \"tensor\" or \"ipc\""));
-    }
-    auto parsed_route = ParseSglangIpcRoute(route.get<std::string>());
-    if (!parsed_route.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': ", parsed_route.status().message()));
-    }
-    spec.engine_options = std::make_shared<const SglangOptions>(format, *parsed, *parsed_route);
-  }
+  WSYNC_ASSIGN_OR_RETURN(spec.engine_options, ParseEngineOptions(spec.kind, options, spec.name));
   return spec;
 }
 
@@ -265,33 +169,14 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
     engines.push_back(std::move(engine));
   }
   nlohmann::json j = {{"name", spec.name},
-                      {"kind", std::string(EngineKindName(spec.kind))},
+                      {"kind", spec.kind},
                       {"transport", std::string(TransportKindName(spec.transport))},
                       {"device", spec.device},
                       {"engines", std::move(engines)}};
   if (!spec.nccl_library.empty()) j["nccl_lib"] = spec.nccl_library;
   if (spec.check_weights) j["check_weights"] = true;
   if (spec.quorum != 0) j["quorum"] = spec.quorum;
-  if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
-    j["sglang"] = {{"load_format", std::string(BucketFormatName(sglang->load_format()))}};
-    if (sglang->memory() != SglangMemory::kKeep) {
-      j["sglang"]["memory"] = std::string(SglangMemoryName(sglang->memory()));
-    }
-    if (sglang->ipc_route() != SglangIpcRoute::kTensor) {
-      j["sglang"]["ipc_route"] = std::string(SglangIpcRouteName(sglang->ipc_route()));
-    }
-  }
-  if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
-    j["lmdeploy"] = {{"load_format", std::string(LmdeployLoadFormatName(lmdeploy->load_format()))}};
-  }
-  if (const auto* vllm = dynamic_cast<const VllmOptions*>(spec.engine_options.get())) {
-    j["vllm"] = {{"packed", vllm->packed()},
-                 {"pause_mode", std::string(VllmPauseModeName(vllm->pause_mode()))},
-                 {"wake_weights", vllm->wake_weights()},
-                 {"reset_prefix_cache", vllm->reset_prefix_cache()},
-                 {"rendezvous", std::string(VllmRendezvousName(vllm->rendezvous()))},
-                 {"packed_chunk_bytes", vllm->packed_chunk_bytes()}};
-  }
+  if (auto options = EngineOptionsToJson(spec); options.ok()) j[spec.kind] = *std::move(options);
   return j;
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/group_factories.h"
 
-#include "daemon/engines/adapter_factory.h"
+#include "daemon/engines/builtin_engine_kinds.h"
+#include "daemon/engines/engine_kind.h"
 #include "daemon/transport/ipc/socket_dirs.h"
 #include "daemon/transport/transport_factory.h"
 
@@ -8,7 +9,14 @@ namespace wsync {
 
 GroupFactories DefaultGroupFactories() {
   GroupFactories factories;
-  factories.adapter = MakeEngineAdapter;
+  RegisterBuiltinEngineKinds();
+  factories.adapter =
+      [](const GroupSpec& spec, const EngineEndpoint& endpoint,
+         const AdapterTimeouts& timeouts) -> absl::StatusOr<std::unique_ptr<EngineAdapter>> {
+    auto kind = EngineKinds().Find(spec.kind);
+    if (!kind.ok()) return kind.status();
+    return (*kind)->MakeAdapter(spec, endpoint, timeouts);
+  };
   factories.transport = MakeTransport;
   return factories;
 }

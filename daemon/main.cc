@@ -22,6 +22,7 @@
 #include "daemon/config.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/daemon_flags.h"
+#include "daemon/engines/builtin_engine_kinds.h"
 #include "daemon/group_factories.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/service/server.h"
@@ -161,6 +162,7 @@ int Serve(wsync::DaemonConfig& config, std::unique_ptr<wsync::Platform> platform
 
 int main(int argc, char** argv) {
   RaiseDescriptorLimit();
+  wsync::RegisterBuiltinEngineKinds();
   wsync::DaemonCommandLine line;
   if (const int exit_code = wsync::ParseDaemonCommandLine(argc, argv, &line); exit_code >= 0) {
     return exit_code;

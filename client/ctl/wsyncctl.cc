@@ -45,8 +45,10 @@ std::string StateName(v1::GroupState s) {
   return absl::AsciiStrToLower(name.substr(std::string("GROUP_STATE_").size()));
 }
 
-std::string KindName(v1::EngineKind k) {
-  std::string name = v1::EngineKind_Name(k);
+// The spec's engine kind: kind_name, or (from an older wsyncd) the enum's.
+std::string KindName(const v1::GroupSpec& spec) {
+  if (!spec.kind_name().empty()) return spec.kind_name();
+  std::string name = v1::EngineKind_Name(spec.kind());
   return absl::AsciiStrToLower(name.substr(std::string("ENGINE_KIND_").size()));
 }
 
@@ -69,7 +71,13 @@ std::string OptionsText(const v1::GroupSpec& spec) {
                ? ", load_format null"
                : ", flattened_bucket";
   }
-  if (spec.has_vllm()) {
+  if (!spec.has_vllm()) {
+    // A kind with no typed message: its options as they travel.
+    return spec.engine_options_json().empty() || spec.engine_options_json() == "{}"
+               ? ""
+               : absl::StrCat(", ", spec.engine_options_json());
+  }
+  {
     const v1::VllmOptions& o = spec.vllm();
     const char* pause = o.pause_mode() == v1::VLLM_PAUSE_MODE_WAIT    ? "wait"
                         : o.pause_mode() == v1::VLLM_PAUSE_MODE_ABORT ? "abort"
@@ -79,7 +87,13 @@ std::string OptionsText(const v1::GroupSpec& spec) {
                         o.wake_weights() ? ", wakes weights" : "",
                         o.keep_prefix_cache() ? ", keeps prefix cache" : "");
   }
-  return "";
+}
+
+// One --option value: JSON where it reads as JSON (true, 3, "x"), else the text itself.
+nlohmann::json OptionValue(const std::string& text) {
+  nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return value.is_discarded() || value.is_object() || value.is_array() ? nlohmann::json(text)
+                                                                       : value;
 }
 
 // vLLM's wire choices as wsyncctl create-group takes them.
@@ -96,6 +110,50 @@ struct VllmFlags {
            !rendezvous.empty() || packed_chunk_bytes != 0;
   }
 };
+
+// The engine options create-group sends: --options, then each --option key=value, then the
+// deprecated per-engine flags (each named on stderr with the --option that replaces it).
+struct OptionFlags {
+  std::string json;
+  std::vector<std::string> pairs;
+  std::string load_format, sglang_memory, sglang_ipc_route;
+  VllmFlags vllm;
+};
+
+absl::StatusOr<nlohmann::json> EngineOptionsJson(const OptionFlags& f) {
+  nlohmann::json options = nlohmann::json::object();
+  if (!f.json.empty()) {
+    options = nlohmann::json::parse(f.json, nullptr, /*allow_exceptions=*/false);
+    if (options.is_discarded() || !options.is_object()) {
+      return absl::InvalidArgumentError("--options must be a JSON object");
+    }
+  }
+  for (const std::string& pair : f.pairs) {
+    const size_t eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--option '", pair, "' must be key=value (e.g. load_format=per_tensor)"));
+    }
+    options[pair.substr(0, eq)] = OptionValue(pair.substr(eq + 1));
+  }
+  auto legacy = [&](bool used, const char* flag, const char* key, nlohmann::json value) {
+    if (!used) return;
+    std::cerr << "wsyncctl: " << flag << " is deprecated; use --option " << key << "="
+              << (value.is_string() ? value.get<std::string>() : value.dump()) << "\n";
+    options[key] = std::move(value);
+  };
+  legacy(!f.load_format.empty(), "--load-format", "load_format", f.load_format);
+  legacy(!f.sglang_memory.empty(), "--sglang-memory", "memory", f.sglang_memory);
+  legacy(!f.sglang_ipc_route.empty(), "--sglang-ipc-route", "ipc_route", f.sglang_ipc_route);
+  legacy(f.vllm.packed, "--vllm-packed", "packed", true);
+  legacy(!f.vllm.pause_mode.empty(), "--vllm-pause-mode", "pause_mode", f.vllm.pause_mode);
+  legacy(f.vllm.wake_weights, "--vllm-wake-weights", "wake_weights", true);
+  legacy(f.vllm.keep_prefix_cache, "--vllm-keep-prefix-cache", "reset_prefix_cache", false);
+  legacy(!f.vllm.rendezvous.empty(), "--vllm-rendezvous", "rendezvous", f.vllm.rendezvous);
+  legacy(f.vllm.packed_chunk_bytes != 0, "--vllm-packed-chunk-bytes", "packed_chunk_bytes",
+         f.vllm.packed_chunk_bytes);
+  return options;
+}
 
 // "yes: <why>" for an engine left paused mid-update, "no" otherwise.
 std::string NeedsFullVersion(const v1::EngineInfo& e) {
@@ -386,7 +444,7 @@ class Ctl {
     Table t({"NAME", "KIND", "STATE", "WORLD", "ENGINES", "DEVICE", "VERSION", "UPDATES",
              "RENDEZVOUS"});
     for (const auto& g : resp.groups()) {
-      t.AddRow({g.spec().name(), KindName(g.spec().kind()), StateName(g.state()),
+      t.AddRow({g.spec().name(), KindName(g.spec()), StateName(g.state()),
                 absl::StrCat(g.world_size()), absl::StrCat(g.engines_size()),
                 absl::StrCat(g.spec().device()), g.last_version(), absl::StrCat(g.updates()),
                 g.rendezvous()});
@@ -403,9 +461,9 @@ class Ctl {
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(g);
     const v1::GroupSpec& spec = g.spec();
-    std::cout << "group " << spec.name() << ": " << KindName(spec.kind()) << ", "
-              << StateName(g.state()) << ", world " << g.world_size() << ", device "
-              << spec.device() << ", " << TransportName(spec.transport()) << OptionsText(spec)
+    std::cout << "group " << spec.name() << ": " << KindName(spec) << ", " << StateName(g.state())
+              << ", world " << g.world_size() << ", device " << spec.device() << ", "
+              << TransportName(spec.transport()) << OptionsText(spec)
               << (spec.nccl_library().empty() ? "" : ", NCCL " + spec.nccl_library())
               << (spec.check_weights() ? ", weights checked after each commit" : "")
               << (spec.quorum() == 0 ? std::string()
@@ -523,20 +581,20 @@ class Ctl {
   }
 
   int CreateGroup(const std::string& name, const std::string& kind,
-                  const std::vector<std::string>& engines, int device,
-                  const std::string& load_format, const std::string& transport,
-                  const VllmFlags& vllm, const std::string& sglang_memory,
-                  const std::string& sglang_ipc_route, const std::string& nccl_library,
+                  const std::vector<std::string>& engines, int device, const std::string& transport,
+                  const OptionFlags& option_flags, const std::string& nccl_library,
                   bool check_weights, uint32_t quorum) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* group = req.mutable_spec();
     group->set_name(name);
-    v1::EngineKind k;
-    if (!v1::EngineKind_Parse("ENGINE_KIND_" + absl::AsciiStrToUpper(kind), &k)) {
-      std::cerr << "wsyncctl: unknown engine kind '" << kind << "' (sglang, vllm, lmdeploy)\n";
+    // The kind and its options go by name and as JSON: wsyncd's kinds check them.
+    group->set_kind_name(kind);
+    absl::StatusOr<nlohmann::json> options = EngineOptionsJson(option_flags);
+    if (!options.ok()) {
+      std::cerr << "wsyncctl: " << options.status().message() << "\n";
       return 2;
     }
-    group->set_kind(k);
+    group->set_engine_options_json(options->dump());
     group->set_device(device);
     group->set_nccl_library(nccl_library);
     group->set_check_weights(check_weights);
@@ -548,54 +606,6 @@ class Ctl {
     } else {
       std::cerr << "wsyncctl: unknown transport '" << transport << "' (broadcast, ipc)\n";
       return 2;
-    }
-    if (!load_format.empty()) {
-      // per_tensor is wsync's name for what the engines' own requests call load_format null.
-      const bool per_tensor = load_format == "per_tensor" || load_format == "null";
-      if (k == v1::ENGINE_KIND_SGLANG) {
-        group->mutable_sglang()->set_load_format(per_tensor
-                                                     ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
-                                                     : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
-      } else if (k == v1::ENGINE_KIND_LMDEPLOY) {
-        group->mutable_lmdeploy()->set_load_format(per_tensor
-                                                       ? v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
-                                                       : v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET);
-      } else {
-        std::cerr << "wsyncctl: --load-format is an sglang or lmdeploy option\n";
-        return 2;
-      }
-    }
-    if (!sglang_memory.empty()) {
-      if (k != v1::ENGINE_KIND_SGLANG) {
-        std::cerr << "wsyncctl: --sglang-memory is an sglang option\n";
-        return 2;
-      }
-      group->mutable_sglang()->set_memory(sglang_memory == "resume" ? v1::SGLANG_MEMORY_RESUME
-                                                                    : v1::SGLANG_MEMORY_KEEP);
-    }
-    if (!sglang_ipc_route.empty()) {
-      if (k != v1::ENGINE_KIND_SGLANG) {
-        std::cerr << "wsyncctl: --sglang-ipc-route is an sglang option\n";
-        return 2;
-      }
-      group->mutable_sglang()->set_ipc_route(
-          sglang_ipc_route == "ipc" ? v1::SGLANG_IPC_ROUTE_IPC : v1::SGLANG_IPC_ROUTE_TENSOR);
-    }
-    if (vllm.any() && k != v1::ENGINE_KIND_VLLM) {
-      std::cerr << "wsyncctl: --vllm-* options are for --kind vllm\n";
-      return 2;
-    }
-    if (k == v1::ENGINE_KIND_VLLM) {
-      v1::VllmOptions* o = group->mutable_vllm();
-      o->set_packed(vllm.packed);
-      o->set_pause_mode(vllm.pause_mode == "wait"    ? v1::VLLM_PAUSE_MODE_WAIT
-                        : vllm.pause_mode == "abort" ? v1::VLLM_PAUSE_MODE_ABORT
-                                                     : v1::VLLM_PAUSE_MODE_KEEP);
-      o->set_wake_weights(vllm.wake_weights);
-      o->set_keep_prefix_cache(vllm.keep_prefix_cache);
-      o->set_rendezvous(vllm.rendezvous == "unique-id" ? v1::VLLM_RENDEZVOUS_UNIQUE_ID
-                                                       : v1::VLLM_RENDEZVOUS_STORE);
-      o->set_packed_chunk_bytes(vllm.packed_chunk_bytes);
     }
     for (const std::string& e : engines) {
       auto* spec = group->add_engines();
@@ -732,21 +742,28 @@ int main(int argc, char** argv) {
       ->add_option("--transport", transport,
                    "broadcast (NCCL, disaggregated; the default) or ipc (colocated)")
       ->check(CLI::IsMember({"broadcast", "ipc"}));
-  std::string load_format;
+  wsync::OptionFlags option_flags;
+  create->add_option("--option", option_flags.pairs,
+                     "the engine kind's own option as key=value, repeatable (e.g. "
+                     "load_format=per_tensor; vllm: packed=true, rendezvous=unique-id); the keys "
+                     "are the kind's, as in the config file's \"<kind>\" object");
+  create->add_option("--options", option_flags.json,
+                     "the engine kind's options as one JSON object (--option adds to it)");
+  std::string& load_format = option_flags.load_format;
   create
       ->add_option("--load-format", load_format,
                    "sglang, lmdeploy: flattened_bucket (default; the bucket as one buffer) or "
                    "per_tensor (also spelt null, the engines' own word: one view or broadcast "
                    "per tensor)")
       ->check(CLI::IsMember({"flattened_bucket", "per_tensor", "null"}));
-  std::string sglang_memory;
+  std::string& sglang_memory = option_flags.sglang_memory;
   create
       ->add_option("--sglang-memory", sglang_memory,
                    "sglang: keep (default: the engine's memory stays resident) or resume (training "
                    "releases it before each update; wsyncd resumes the weights before the buckets "
                    "and the KV cache after the commit)")
       ->check(CLI::IsMember({"keep", "resume"}));
-  std::string sglang_ipc_route;
+  std::string& sglang_ipc_route = option_flags.sglang_ipc_route;
   create
       ->add_option("--sglang-ipc-route", sglang_ipc_route,
                    "sglang, transport ipc: tensor (default: /update_weights_from_tensor per "
@@ -754,7 +771,7 @@ int main(int argc, char** argv) {
                    "buffer once and takes the buckets over ZMQ; needs checkpoint-engine in the "
                    "engine)")
       ->check(CLI::IsMember({"tensor", "ipc"}));
-  wsync::VllmFlags vllm;
+  wsync::VllmFlags& vllm = option_flags.vllm;
   create->add_flag("--vllm-packed", vllm.packed,
                    "vllm: ipc: each bucket as one uint8 chunk with tensor_sizes (vLLM >= 0.22.0); "
                    "broadcast: uint8 chunks cut as vLLM's packed producer cuts them");
@@ -846,8 +863,8 @@ int main(int argc, char** argv) {
   if (*release_buffers) return ctl.ReleaseBuffers(release_device);
   if (*updates) return ctl.Updates(limit);
   if (*create)
-    return ctl.CreateGroup(name, kind, engine_urls, device, load_format, transport, vllm,
-                           sglang_memory, sglang_ipc_route, nccl_library, check_weights, quorum);
+    return ctl.CreateGroup(name, kind, engine_urls, device, transport, option_flags, nccl_library,
+                           check_weights, quorum);
   if (*destroy) return ctl.DestroyGroup(name);
   if (*drain) return ctl.Drain(drain_timeout);
   if (*undrain) return ctl.Undrain();

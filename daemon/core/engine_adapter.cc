@@ -19,10 +19,10 @@ absl::string_view RendezvousModeName(RendezvousMode mode) {
   switch (mode) {
     case RendezvousMode::kTorchStore:
       return "torch-store";
-    case RendezvousMode::kVllmUniqueId:
-      return "vllm-unique-id";
-    case RendezvousMode::kVllmStatelessStore:
-      return "vllm-stateless-store";
+    case RendezvousMode::kUniqueIdInInit:
+      return "unique-id-in-init";
+    case RendezvousMode::kStatelessStore:
+      return "stateless-store";
   }
   return "unknown";
 }

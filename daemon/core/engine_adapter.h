@@ -28,9 +28,10 @@ struct EngineEndpoint {
 
 // How an engine's ranks can join a collective with wsyncd.
 enum class RendezvousMode {
-  kTorchStore,          // torch's TCPStore + ProcessGroupNCCL (SGLang, LMDeploy)
-  kVllmUniqueId,        // vLLM: the base64 ncclUniqueId in the init request
-  kVllmStatelessStore,  // vLLM: StatelessProcessGroup over a TCPStore
+  kTorchStore,      // torch's TCPStore: each rank's ProcessGroupNCCL reads the NCCL id from it
+  kUniqueIdInInit,  // the NCCL unique id travels in the init request; no store
+  kStatelessStore,  // a TCPStore read the way a stateless process group (no torch.distributed)
+                    // reads it: a rank's keys, then the NCCL id
 };
 
 // Where engines meet wsyncd to join one instance of a group's collective.
@@ -40,7 +41,7 @@ struct Rendezvous {
   uint32_t world_size = 0;
   std::string group_name;
   RendezvousMode mode = RendezvousMode::kTorchStore;
-  // kVllmUniqueId: rank 0's 128-byte id, which the init request carries; "" otherwise.
+  // kUniqueIdInInit: rank 0's 128-byte id, which the init request carries; "" otherwise.
   std::string unique_id;
 };
 
@@ -52,7 +53,7 @@ struct EngineHealth {
   // The payload variant wsyncd speaks to it, chosen from the version or the routes it serves:
   // "unsupported" (with the reason in error) for a server wsyncd would refuse.
   std::string variant;
-  bool sleeping = false;  // its weights or KV cache are released (vLLM, LMDeploy)
+  bool sleeping = false;  // its weights or KV cache are released (a sleep route)
   std::string weight_version;
   std::string error;
 };

@@ -10,26 +10,6 @@
 
 namespace wsync {
 
-absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name) {
-  if (name == "sglang") return EngineKind::kSglang;
-  if (name == "vllm") return EngineKind::kVllm;
-  if (name == "lmdeploy") return EngineKind::kLmdeploy;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown engine kind '", name, "' (sglang, vllm, lmdeploy)"));
-}
-
-absl::string_view EngineKindName(EngineKind kind) {
-  switch (kind) {
-    case EngineKind::kSglang:
-      return "sglang";
-    case EngineKind::kVllm:
-      return "vllm";
-    case EngineKind::kLmdeploy:
-      return "lmdeploy";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name) {
   if (name == "broadcast" || name == "nccl") return TransportKind::kBroadcast;
   if (name == "ipc") return TransportKind::kIpc;
@@ -118,10 +98,6 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
                                                    spec.quorum, " engines is more than its ",
                                                    spec.engines.size()));
   }
-  if (spec.check_weights && spec.kind == EngineKind::kLmdeploy) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group '", spec.name, "': LMDeploy has no weight checker to compare engines with"));
-  }
   if (!spec.nccl_library.empty()) {
     if (spec.transport != TransportKind::kBroadcast) {
       return absl::InvalidArgumentError(
@@ -154,14 +130,22 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
                      " ranks; torch switches to scalable NCCL init above 128, which is not "
                      "supported"));
   }
+  if (spec.kind.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' names no engine kind"));
+  }
   if (spec.engine_options == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("group '", spec.name, "' carries no ", EngineKindName(spec.kind), " options"));
+        absl::StrCat("group '", spec.name, "' carries no ", spec.kind, " options"));
   }
   if (spec.engine_options->kind() != spec.kind) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("group '", spec.name, "' is of kind ", EngineKindName(spec.kind),
-                     " but carries ", EngineKindName(spec.engine_options->kind()), " options"));
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ", spec.kind,
+                                                   " but carries ", spec.engine_options->kind(),
+                                                   " options"));
+  }
+  if (spec.check_weights) {
+    if (absl::Status s = spec.engine_options->WeightCheckerSupported(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "': ", s.message()));
+    }
   }
   if (absl::Status s = spec.engine_options->Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("group '", spec.name, "': ", s.message()));

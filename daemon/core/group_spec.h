@@ -12,11 +12,6 @@
 
 namespace wsync {
 
-enum class EngineKind { kSglang, kVllm, kLmdeploy };
-
-absl::StatusOr<EngineKind> ParseEngineKind(absl::string_view name);
-absl::string_view EngineKindName(EngineKind kind);
-
 // How a group's buckets reach its engines: the NCCL broadcast, wsyncd as rank 0 of the engines'
 // weight-update group (disaggregated), or CUDA IPC, the engines mapping wsyncd's slots on the GPUs
 // they share with the trainer (colocated).
@@ -34,13 +29,17 @@ struct EngineSpec {
   bool operator==(const EngineSpec&) const = default;
 };
 
-// Options only one engine kind understands. Each engine defines its own (daemon/engines) and
-// validates them; the core holds them without reading them, so a new option never touches it.
+// Options only one engine kind understands. Each engine kind defines, parses and writes its own
+// (daemon/engines/<kind>); the core holds them without reading them, so a new option or a new
+// kind never touches it.
 class EngineOptions {
  public:
   virtual ~EngineOptions() = default;
-  virtual EngineKind kind() const = 0;
+  // The name of the engine kind these options belong to ("sglang").
+  virtual absl::string_view kind() const = 0;
   virtual absl::Status Validate() const = 0;
+  // OK when the kind's engines answer a weight checker (GroupSpec::check_weights); else why not.
+  virtual absl::Status WeightCheckerSupported() const { return absl::OkStatus(); }
   virtual bool Equals(const EngineOptions& other) const = 0;
   // "load_format=flattened_bucket", for logs and tables.
   virtual std::string Describe() const = 0;
@@ -50,7 +49,9 @@ class EngineOptions {
 // this one struct, and ValidateGroupSpec is the one check every path goes through.
 struct GroupSpec {
   std::string name;
-  EngineKind kind = EngineKind::kSglang;
+  // The engine kind, by the name it is registered under (daemon/engines/engine_kind.h); a
+  // config file's groups default to "sglang".
+  std::string kind;
   TransportKind transport = TransportKind::kBroadcast;
   std::vector<EngineSpec> engines;
   int device = 0;  // the GPU whose slots feed the group (rank 0 of a broadcast)
@@ -76,7 +77,8 @@ struct GroupSpec {
   bool operator==(const GroupSpec& other) const;
 };
 
-// Checks the name, engines, rank count and the engine's own options.
+// Checks the name, engines, rank count and the engine's own options (that the kind is a
+// registered one is checked where the spec is read: config, admin API).
 absl::Status ValidateGroupSpec(const GroupSpec& spec);
 
 }  // namespace wsync

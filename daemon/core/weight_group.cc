@@ -80,9 +80,9 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
       std::vector<std::string> names;
       for (DataPath p : paths) names.push_back(std::string(DataPathName(p)));
       return absl::FailedPreconditionError(absl::StrCat(
-          "group '", spec.name, "': ", EngineKindName(spec.kind), " engine ", e.url,
-          " cannot receive over the ", absl::StrJoin(names, " or "), " data path that the ",
-          TransportKindName(spec.transport), " transport needs"));
+          "group '", spec.name, "': ", spec.kind, " engine ", e.url, " cannot receive over the ",
+          absl::StrJoin(names, " or "), " data path that the ", TransportKindName(spec.transport),
+          " transport needs"));
     }
     adapters.push_back(std::move(adapter));
     offset += e.ranks;

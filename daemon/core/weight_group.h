@@ -46,7 +46,7 @@ struct GroupOptions {
 
 struct EngineRow {
   std::string group;
-  EngineKind kind = EngineKind::kSglang;
+  std::string kind;
   EngineEndpoint endpoint;
   EngineHealth health;
   // Why the engine waits, paused, for a complete update; empty when it does not.

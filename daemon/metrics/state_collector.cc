@@ -115,9 +115,7 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
       }
       const EngineHealth& health = row->second.health;
       out.Add("wsync_engine_healthy",
-              {{"group", g.spec.name},
-               {"engine", e.url},
-               {"kind", std::string(EngineKindName(g.spec.kind))}},
+              {{"group", g.spec.name}, {"engine", e.url}, {"kind", g.spec.kind}},
               health.healthy ? 1 : 0);
       if (!health.error.empty()) {
         out.Add("wsync_engine_error_info",

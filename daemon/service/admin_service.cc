@@ -50,7 +50,7 @@ grpc::Status AdminService::ListEngines(grpc::ServerContext* context, const v1::L
     e->set_rank_offset(row.endpoint.rank_offset);
     e->set_group(row.group);
     e->set_healthy(row.health.healthy);
-    e->set_kind(std::string(EngineKindName(row.kind)));
+    e->set_kind(row.kind);
     e->set_engine_version(row.health.engine_version);
     e->set_variant(row.health.variant);
     e->set_sleeping(row.health.sleeping);

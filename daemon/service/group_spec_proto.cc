@@ -3,39 +3,14 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
-#include "daemon/engines/engine_options.h"
-#include "daemon/engines/lmdeploy/lmdeploy_options.h"
-#include "daemon/engines/sglang/sglang_options.h"
-#include "daemon/engines/vllm/vllm_options.h"
+#include "daemon/engines/engine_kind.h"
+#include "daemon/service/legacy_engine_options.h"
 
 namespace wsync {
 namespace {
-
-v1::EngineKind KindToProto(EngineKind kind) {
-  switch (kind) {
-    case EngineKind::kSglang:
-      return v1::ENGINE_KIND_SGLANG;
-    case EngineKind::kVllm:
-      return v1::ENGINE_KIND_VLLM;
-    case EngineKind::kLmdeploy:
-      return v1::ENGINE_KIND_LMDEPLOY;
-  }
-  return v1::ENGINE_KIND_UNSPECIFIED;
-}
-
-absl::StatusOr<EngineKind> KindFromProto(v1::EngineKind kind) {
-  switch (kind) {
-    case v1::ENGINE_KIND_SGLANG:
-      return EngineKind::kSglang;
-    case v1::ENGINE_KIND_VLLM:
-      return EngineKind::kVllm;
-    case v1::ENGINE_KIND_LMDEPLOY:
-      return EngineKind::kLmdeploy;
-    default:
-      return absl::InvalidArgumentError("engine kind is required (sglang, vllm, lmdeploy)");
-  }
-}
 
 v1::GroupState StateToProto(GroupState state) {
   switch (state) {
@@ -53,111 +28,61 @@ v1::GroupState StateToProto(GroupState state) {
   return v1::GROUP_STATE_UNSPECIFIED;
 }
 
-absl::StatusOr<std::shared_ptr<const EngineOptions>> SglangFromProto(
-    const v1::SglangOptions& proto) {
-  SglangMemory memory;
-  switch (proto.memory()) {
-    case v1::SGLANG_MEMORY_KEEP:
-      memory = SglangMemory::kKeep;
-      break;
-    case v1::SGLANG_MEMORY_RESUME:
-      memory = SglangMemory::kResume;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown sglang memory ", static_cast<int>(proto.memory())));
+// The spec's kind: kind_name, or the deprecated enum.
+absl::StatusOr<std::string> KindFromProto(const v1::GroupSpec& proto) {
+  if (!proto.kind_name().empty()) {
+    WSYNC_RETURN_IF_ERROR(EngineKinds().Find(proto.kind_name()).status());
+    return proto.kind_name();
   }
-  SglangIpcRoute route;
-  switch (proto.ipc_route()) {
-    case v1::SGLANG_IPC_ROUTE_TENSOR:
-      route = SglangIpcRoute::kTensor;
-      break;
-    case v1::SGLANG_IPC_ROUTE_IPC:
-      route = SglangIpcRoute::kIpc;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown sglang ipc_route ", static_cast<int>(proto.ipc_route())));
+  if (proto.kind() == v1::ENGINE_KIND_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat("engine kind is required (kind_name: one of ",
+                                                   absl::StrJoin(EngineKinds().Names(), ", "),
+                                                   ")"));
   }
-  switch (proto.load_format()) {
-    case v1::SGLANG_LOAD_FORMAT_UNSPECIFIED:
-    case v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET:
-      return std::make_shared<const SglangOptions>(BucketFormat::kFlattened, memory, route);
-    case v1::SGLANG_LOAD_FORMAT_PER_TENSOR:
-      return std::make_shared<const SglangOptions>(BucketFormat::kPerTensor, memory, route);
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown sglang load_format ", static_cast<int>(proto.load_format())));
-  }
+  WSYNC_ASSIGN_OR_RETURN(std::string name, LegacyKindName(proto.kind()));
+  WSYNC_LOG(Warning, "group '", proto.name(), "': the admin API's GroupSpec.kind enum is ",
+            "deprecated; send kind_name \"", name, "\"");
+  return name;
 }
 
-absl::StatusOr<std::shared_ptr<const EngineOptions>> LmdeployFromProto(
-    const v1::LmdeployOptions& proto) {
-  switch (proto.load_format()) {
-    case v1::LMDEPLOY_LOAD_FORMAT_UNSPECIFIED:
-    case v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET:
-      return std::make_shared<const LmdeployOptions>(BucketFormat::kFlattened);
-    case v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR:
-      return std::make_shared<const LmdeployOptions>(BucketFormat::kPerTensor);
-    default:
+// The spec's options: engine_options_json, the deprecated typed options, or the kind's defaults.
+absl::StatusOr<std::shared_ptr<const EngineOptions>> OptionsFromProto(const v1::GroupSpec& proto,
+                                                                      const GroupSpec& spec) {
+  // Both forms may be sent (wsyncd answers with both): then they must agree.
+  std::shared_ptr<const EngineOptions> from_json;
+  if (!proto.engine_options_json().empty()) {
+    const nlohmann::json options = nlohmann::json::parse(proto.engine_options_json(), nullptr,
+                                                         /*allow_exceptions=*/false);
+    if (options.is_discarded() || !options.is_object()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown lmdeploy load_format ", static_cast<int>(proto.load_format())));
+          absl::StrCat("group '", spec.name, "': engine_options_json is not a JSON object"));
+    }
+    WSYNC_ASSIGN_OR_RETURN(from_json, ParseEngineOptions(spec.kind, options, spec.name));
   }
-}
-
-absl::StatusOr<std::shared_ptr<const EngineOptions>> VllmFromProto(const v1::VllmOptions& proto) {
-  VllmPauseMode pause;
-  switch (proto.pause_mode()) {
-    case v1::VLLM_PAUSE_MODE_UNSPECIFIED:
-    case v1::VLLM_PAUSE_MODE_KEEP:
-      pause = VllmPauseMode::kKeep;
-      break;
-    case v1::VLLM_PAUSE_MODE_WAIT:
-      pause = VllmPauseMode::kWait;
-      break;
-    case v1::VLLM_PAUSE_MODE_ABORT:
-      pause = VllmPauseMode::kAbort;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown vllm pause_mode ", static_cast<int>(proto.pause_mode())));
+  if (proto.engine_options_case() == v1::GroupSpec::ENGINE_OPTIONS_NOT_SET) {
+    if (from_json != nullptr) return from_json;
+    return DefaultEngineOptions(spec.kind);
   }
-  VllmRendezvous rendezvous;
-  switch (proto.rendezvous()) {
-    case v1::VLLM_RENDEZVOUS_UNSPECIFIED:
-    case v1::VLLM_RENDEZVOUS_STORE:
-      rendezvous = VllmRendezvous::kStore;
-      break;
-    case v1::VLLM_RENDEZVOUS_UNIQUE_ID:
-      rendezvous = VllmRendezvous::kUniqueId;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown vllm rendezvous ", static_cast<int>(proto.rendezvous())));
+  std::string options_kind;
+  WSYNC_ASSIGN_OR_RETURN(nlohmann::json options, LegacyOptionsJson(proto, &options_kind));
+  if (options_kind != spec.kind) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ", spec.kind,
+                                                   " but carries ", options_kind, " options"));
   }
-  return std::make_shared<const VllmOptions>(
-      proto.packed(), pause, proto.wake_weights(), !proto.keep_prefix_cache(), rendezvous,
-      proto.packed_chunk_bytes() == 0 ? kVllmDefaultPackedChunkBytes : proto.packed_chunk_bytes());
-}
-
-v1::VllmPauseMode VllmPauseModeToProto(VllmPauseMode mode) {
-  switch (mode) {
-    case VllmPauseMode::kKeep:
-      return v1::VLLM_PAUSE_MODE_KEEP;
-    case VllmPauseMode::kWait:
-      return v1::VLLM_PAUSE_MODE_WAIT;
-    case VllmPauseMode::kAbort:
-      return v1::VLLM_PAUSE_MODE_ABORT;
+  WSYNC_ASSIGN_OR_RETURN(std::shared_ptr<const EngineOptions> typed,
+                         ParseEngineOptions(spec.kind, options, spec.name));
+  if (from_json == nullptr) {
+    WSYNC_LOG(Warning, "group '", spec.name, "': the admin API's typed ", options_kind,
+              " options are deprecated; send engine_options_json ", options.dump());
+    return typed;
   }
-  return v1::VLLM_PAUSE_MODE_UNSPECIFIED;
-}
-
-// INVALID_ARGUMENT when a spec of `kind` carries the options of `options_kind`.
-absl::Status OptionsMatchKind(const GroupSpec& spec, EngineKind options_kind) {
-  if (spec.kind == options_kind) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "' is of kind ",
-                                                 EngineKindName(spec.kind), " but carries ",
-                                                 EngineKindName(options_kind), " options"));
+  if (!typed->Equals(*from_json)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "': engine_options_json (", from_json->Describe(),
+                     ") and the deprecated typed ", options_kind, " options (", typed->Describe(),
+                     ") disagree; send engine_options_json alone"));
+  }
+  return from_json;
 }
 
 }  // namespace
@@ -165,7 +90,7 @@ absl::Status OptionsMatchKind(const GroupSpec& spec, EngineKind options_kind) {
 absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
   GroupSpec spec;
   spec.name = proto.name();
-  WSYNC_ASSIGN_OR_RETURN(spec.kind, KindFromProto(proto.kind()));
+  WSYNC_ASSIGN_OR_RETURN(spec.kind, KindFromProto(proto));
   switch (proto.transport()) {
     case v1::TRANSPORT_UNSPECIFIED:
     case v1::TRANSPORT_BROADCAST:
@@ -186,33 +111,14 @@ absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
     spec.engines.push_back(EngineSpec{e.url(), e.ranks() == 0 ? 1u : e.ranks(),
                                       std::vector<std::string>(e.gpus().begin(), e.gpus().end())});
   }
-  switch (proto.engine_options_case()) {
-    case v1::GroupSpec::kSglang: {
-      WSYNC_RETURN_IF_ERROR(OptionsMatchKind(spec, EngineKind::kSglang));
-      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, SglangFromProto(proto.sglang()));
-      break;
-    }
-    case v1::GroupSpec::kLmdeploy: {
-      WSYNC_RETURN_IF_ERROR(OptionsMatchKind(spec, EngineKind::kLmdeploy));
-      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, LmdeployFromProto(proto.lmdeploy()));
-      break;
-    }
-    case v1::GroupSpec::kVllm: {
-      WSYNC_RETURN_IF_ERROR(OptionsMatchKind(spec, EngineKind::kVllm));
-      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, VllmFromProto(proto.vllm()));
-      break;
-    }
-    case v1::GroupSpec::ENGINE_OPTIONS_NOT_SET: {
-      WSYNC_ASSIGN_OR_RETURN(spec.engine_options, DefaultEngineOptions(spec.kind));
-      break;
-    }
-  }
+  WSYNC_ASSIGN_OR_RETURN(spec.engine_options, OptionsFromProto(proto, spec));
   return spec;
 }
 
 void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
   out->set_name(spec.name);
-  out->set_kind(KindToProto(spec.kind));
+  out->set_kind_name(spec.kind);
+  out->set_kind(LegacyKindOf(spec.kind));
   out->set_device(spec.device);
   out->set_nccl_library(spec.nccl_library);
   out->set_check_weights(spec.check_weights);
@@ -225,32 +131,9 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
     engine->set_ranks(e.ranks);
     for (const std::string& gpu : e.gpus) engine->add_gpus(gpu);
   }
-  if (const auto* sglang = dynamic_cast<const SglangOptions*>(spec.engine_options.get())) {
-    out->mutable_sglang()->set_load_format(sglang->load_format() == BucketFormat::kPerTensor
-                                               ? v1::SGLANG_LOAD_FORMAT_PER_TENSOR
-                                               : v1::SGLANG_LOAD_FORMAT_FLATTENED_BUCKET);
-    out->mutable_sglang()->set_memory(sglang->memory() == SglangMemory::kResume
-                                          ? v1::SGLANG_MEMORY_RESUME
-                                          : v1::SGLANG_MEMORY_KEEP);
-    out->mutable_sglang()->set_ipc_route(sglang->ipc_route() == SglangIpcRoute::kIpc
-                                             ? v1::SGLANG_IPC_ROUTE_IPC
-                                             : v1::SGLANG_IPC_ROUTE_TENSOR);
-  }
-  if (const auto* lmdeploy = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get())) {
-    out->mutable_lmdeploy()->set_load_format(lmdeploy->load_format() == BucketFormat::kPerTensor
-                                                 ? v1::LMDEPLOY_LOAD_FORMAT_PER_TENSOR
-                                                 : v1::LMDEPLOY_LOAD_FORMAT_FLATTENED_BUCKET);
-  }
-  if (const auto* vllm = dynamic_cast<const VllmOptions*>(spec.engine_options.get())) {
-    v1::VllmOptions* o = out->mutable_vllm();
-    o->set_packed(vllm->packed());
-    o->set_pause_mode(VllmPauseModeToProto(vllm->pause_mode()));
-    o->set_wake_weights(vllm->wake_weights());
-    o->set_keep_prefix_cache(!vllm->reset_prefix_cache());
-    o->set_rendezvous(vllm->rendezvous() == VllmRendezvous::kUniqueId
-                          ? v1::VLLM_RENDEZVOUS_UNIQUE_ID
-                          : v1::VLLM_RENDEZVOUS_STORE);
-    o->set_packed_chunk_bytes(vllm->packed_chunk_bytes());
+  if (auto options = EngineOptionsToJson(spec); options.ok()) {
+    out->set_engine_options_json(options->dump());
+    SetLegacyOptions(spec.kind, *options, out);
   }
 }
 

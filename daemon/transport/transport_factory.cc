@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
                                                        RendezvousModeName(mode)));
         }
       }
-      if (mode == RendezvousMode::kVllmUniqueId) {
+      if (mode == RendezvousMode::kUniqueIdInInit) {
         return std::make_unique<BroadcastTransport>(std::move(env),
                                                     std::make_unique<UniqueIdRendezvous>());
       }
@@ -43,7 +43,7 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeTransport(TransportEnv env) {
       }
       // vLLM's store keys name no group: who may be a rank is told by the connecting process.
       std::shared_ptr<StoreRankGate> gate;
-      if (mode == RendezvousMode::kVllmStatelessStore) {
+      if (mode == RendezvousMode::kStatelessStore) {
         gate = std::make_shared<StoreRankGate>(peers->local_ips, peers->local_engines);
       }
       auto rendezvous = std::make_unique<TorchStoreRendezvous>(

@@ -141,6 +141,7 @@ AdapterCapabilities FakeCapabilities(DataPath path, BucketRules rules) {
 GroupSpec FakeGroupSpec(const std::string& name, const std::vector<std::string>& urls) {
   GroupSpec spec;
   spec.name = name;
+  spec.kind = "fake";
   for (const std::string& url : urls) spec.engines.push_back(EngineSpec{url, 1});
   spec.engine_options = std::make_shared<const FakeEngineOptions>();
   return spec;

@@ -79,7 +79,7 @@ class FakeCluster {
 // Options of no real engine; the fake groups carry them.
 class FakeEngineOptions final : public EngineOptions {
  public:
-  EngineKind kind() const override { return EngineKind::kSglang; }
+  absl::string_view kind() const override { return "fake"; }
   absl::Status Validate() const override { return absl::OkStatus(); }
   bool Equals(const EngineOptions& other) const override {
     return dynamic_cast<const FakeEngineOptions*>(&other) != nullptr;

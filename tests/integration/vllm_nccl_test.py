@@ -150,6 +150,34 @@ class VllmNcclTest(VllmNcclFixture):
         self.assertEqual(state["last_chunks"], vllm_chunks(model, chunk))
         self.assertGreater(len(state["last_chunks"]), 1)
 
+    def test_the_kinds_own_options_by_key_do_what_the_deprecated_flags_did(self):
+        port = self.engine("0.30.0")
+        chunk = 50000
+        out = self.create([port], "--option", "rendezvous=unique-id", "--option", "packed=true",
+                          "--options", json.dumps({"packed_chunk_bytes": chunk}))
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertNotIn("deprecated", out.stderr)
+        model = make_model(4)
+        self.push(model, "o1")
+        state = self.assert_holds(port, model, ["1", "2"])
+        self.assertTrue(state["packed"])
+        self.assertEqual(state["last_chunks"], vllm_chunks(model, chunk))
+        listed = subprocess.run([CTL, "--socket", self.sock, "--json", "groups"],
+                                capture_output=True, text=True)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        spec = json.loads(listed.stdout)["groups"][0]["spec"]
+        self.assertEqual(spec["kind_name"], "vllm")
+        self.assertEqual(json.loads(spec["engine_options_json"])["rendezvous"], "unique-id")
+        # A key the kind does not know is refused by wsyncd, naming it; an old flag still works
+        # and says what replaces it.
+        out = self.create([port], "--option", "pakced=true", name="typo")
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn('unknown vllm option "pakced"', out.stderr)
+        out = self.create([port], "--option", "packed", name="typo")
+        self.assertIn("must be key=value", out.stderr)
+        out = self.create([port], "--vllm-pause-mode", "wait", name="old")
+        self.assertIn("--vllm-pause-mode is deprecated; use --option pause_mode=wait", out.stderr)
+
     def test_before_028_packed_rides_in_every_update_info(self):
         port = self.engine("0.27.0")
         out = self.create([port], "--vllm-packed", "--vllm-packed-chunk-bytes", "100000")

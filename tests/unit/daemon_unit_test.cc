@@ -22,7 +22,7 @@
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/source_table.h"
 #include "daemon/core/weight_group.h"
-#include "daemon/engines/engine_options.h"
+#include "daemon/engines/engine_kind.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/engines/vllm/vllm_options.h"
@@ -167,6 +167,7 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   GroupSpec ok;
   ok.name = "policy";
   ok.engines = {{"http://a:1", 2}};
+  ok.kind = "sglang";
   ok.engine_options = std::make_shared<const SglangOptions>();
   EXPECT_TRUE(ValidateGroupSpec(ok).ok());
   // Ranks that add up past 2^32 do not wrap around to a small world.
@@ -183,11 +184,11 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   bad_url.engines[0].url = "a:1";
   EXPECT_THAT(ValidateGroupSpec(bad_url).message(), HasSubstr("must start with http://"));
   // Every kind has default options now; each is made where its options are made.
-  auto vllm_defaults = DefaultEngineOptions(EngineKind::kVllm);
+  auto vllm_defaults = DefaultEngineOptions("vllm");
   ASSERT_TRUE(vllm_defaults.ok()) << vllm_defaults.status();
-  EXPECT_EQ((*vllm_defaults)->kind(), EngineKind::kVllm);
+  EXPECT_EQ((*vllm_defaults)->kind(), "vllm");
   GroupSpec vllm = ok;
-  vllm.kind = EngineKind::kVllm;
+  vllm.kind = "vllm";
   EXPECT_THAT(ValidateGroupSpec(vllm).message(), HasSubstr("carries sglang options"));
   GroupSpec no_options = ok;
   no_options.engine_options = nullptr;
@@ -205,6 +206,7 @@ TEST(GroupSpec, TheIpcTransportNeedsEachRanksGpuByUuid) {
       {"http://a:1",
        2,
        {"GPU-126C071A-1253-3d49-71ab-17c686b110d5", "226c071a-1253-3d49-71ab-17c686b110d5"}}};
+  ipc.kind = "sglang";
   ipc.engine_options = std::make_shared<const SglangOptions>();
   EXPECT_TRUE(ValidateGroupSpec(ipc).ok()) << ValidateGroupSpec(ipc);
   GroupSpec missing = ipc;
@@ -738,6 +740,7 @@ GroupRecord ARecord(const std::string& name) {
   r.spec.name = name;
   r.spec.device = 1;
   r.spec.engines = {{"http://e:1", 2}, {"http://[fd00::1]:30000", 1}};
+  r.spec.kind = "sglang";
   r.spec.engine_options = std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
   r.engine_group = name + ".1a2b3c4d";
   r.store_port = 41234;

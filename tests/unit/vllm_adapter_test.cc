@@ -308,12 +308,12 @@ TEST(VllmAdapter, EachTransportHasItsDataPathAndTheGroupsRendezvousWithoutBucket
   caps = store.Capabilities();
   EXPECT_TRUE(caps.Supports(DataPath::kBroadcast));
   EXPECT_FALSE(caps.Supports(DataPath::kCudaIpc));
-  EXPECT_THAT(caps.rendezvous, ElementsAre(RendezvousMode::kVllmStatelessStore));
+  EXPECT_THAT(caps.rendezvous, ElementsAre(RendezvousMode::kStatelessStore));
   EXPECT_EQ(caps.bucket_rules, BucketRules{}) << "chunks are cut per request, not by the planner";
   VllmAdapter uid(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{},
                   VllmOptions(false, VllmPauseMode::kKeep, false, true, VllmRendezvous::kUniqueId),
                   TransportKind::kBroadcast);
-  EXPECT_THAT(uid.Capabilities().rendezvous, ElementsAre(RendezvousMode::kVllmUniqueId));
+  EXPECT_THAT(uid.Capabilities().rendezvous, ElementsAre(RendezvousMode::kUniqueIdInInit));
 }
 
 TEST(VllmAdapter, NcclVersionGatesNameTheVersionAndTheMinimum) {

@@ -38,7 +38,7 @@ std::string Id() {
 }
 
 Rendezvous StoreRdv() {
-  return Rendezvous{"10.0.0.5", 41234, 5, "policy", RendezvousMode::kVllmStatelessStore, ""};
+  return Rendezvous{"10.0.0.5", 41234, 5, "policy", RendezvousMode::kStatelessStore, ""};
 }
 
 TEST(VllmNcclInitBody, StoreModeBefore028CarriesNoPackedFields) {
@@ -67,7 +67,7 @@ TEST(VllmNcclInitBody, From028PackedAndItsSizesGoInInitInfo) {
 }
 
 TEST(VllmNcclInitBody, UniqueIdModeSendsPaddedStandardBase64AndNoStore) {
-  Rendezvous rdv{"", 0, 3, "policy", RendezvousMode::kVllmUniqueId, Id()};
+  Rendezvous rdv{"", 0, 3, "policy", RendezvousMode::kUniqueIdInInit, Id()};
   auto body = VllmNcclInitBody(rdv, EngineEndpoint{"http://e:1", 2, 1}, Variant("0.30.0"),
                                Options(false, VllmRendezvous::kUniqueId));
   ASSERT_TRUE(body.ok()) << body.status();

@@ -17,8 +17,12 @@ class LmdeployOptions final : public EngineOptions {
   LmdeployOptions() = default;
   explicit LmdeployOptions(BucketFormat load_format) : load_format_(load_format) {}
 
-  EngineKind kind() const override { return EngineKind::kLmdeploy; }
+  absl::string_view kind() const override { return "lmdeploy"; }
   absl::Status Validate() const override { return absl::OkStatus(); }
+  // LMDeploy has no route that reports checksums of the weights it serves.
+  absl::Status WeightCheckerSupported() const override {
+    return absl::InvalidArgumentError("LMDeploy has no weight checker to compare engines with");
+  }
   bool Equals(const EngineOptions& other) const override;
   // "load_format=flattened_bucket" or "load_format=null", as LMDeploy spells them.
   std::string Describe() const override;

@@ -38,7 +38,7 @@ class SglangOptions final : public EngineOptions {
                          SglangIpcRoute ipc_route = SglangIpcRoute::kTensor)
       : load_format_(load_format), memory_(memory), ipc_route_(ipc_route) {}
 
-  EngineKind kind() const override { return EngineKind::kSglang; }
+  absl::string_view kind() const override { return "sglang"; }
   absl::Status Validate() const override { return absl::OkStatus(); }
   bool Equals(const EngineOptions& other) const override;
   std::string Describe() const override;

@@ -52,8 +52,8 @@ AdapterCapabilities VllmAdapter::Capabilities() const {
     // One rendezvous, the group's choice: every engine of the group must meet rank 0 alike.
     caps.leaves_broadcast_group = false;  // no route drops the group; the next init replaces it
     caps.rendezvous = {options_.rendezvous() == VllmRendezvous::kUniqueId
-                           ? RendezvousMode::kVllmUniqueId
-                           : RendezvousMode::kVllmStatelessStore};
+                           ? RendezvousMode::kUniqueIdInInit
+                           : RendezvousMode::kStatelessStore};
     caps.data_paths = {DataPath::kBroadcast};
   } else {
     caps.data_paths = {DataPath::kCudaIpc};

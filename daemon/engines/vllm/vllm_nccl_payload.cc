@@ -32,7 +32,7 @@ absl::StatusOr<nlohmann::json> VllmNcclInitBody(const Rendezvous& rendezvous,
   nlohmann::json info = {{"rank_offset", endpoint.rank_offset},
                          {"world_size", rendezvous.world_size}};
   switch (rendezvous.mode) {
-    case RendezvousMode::kVllmUniqueId:
+    case RendezvousMode::kUniqueIdInInit:
       if (!variant.nccl_unique_id) {
         return absl::FailedPreconditionError(
             "this vLLM reads no nccl_unique_id_b64; use the stateless-store rendezvous");
@@ -43,7 +43,7 @@ absl::StatusOr<nlohmann::json> VllmNcclInitBody(const Rendezvous& rendezvous,
       }
       info["nccl_unique_id_b64"] = absl::Base64Escape(rendezvous.unique_id);
       break;
-    case RendezvousMode::kVllmStatelessStore:
+    case RendezvousMode::kStatelessStore:
       info["master_address"] = rendezvous.master_address;
       info["master_port"] = rendezvous.master_port;
       break;

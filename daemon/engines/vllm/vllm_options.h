@@ -115,7 +115,7 @@ class VllmOptions final : public EngineOptions {
         rendezvous_(rendezvous),
         packed_chunk_bytes_(packed_chunk_bytes) {}
 
-  EngineKind kind() const override { return EngineKind::kVllm; }
+  absl::string_view kind() const override { return "vllm"; }
   absl::Status Validate() const override;
   bool Equals(const EngineOptions& other) const override;
   // "unpacked, pause=keep, no wake, reset_prefix_cache".

@@ -33,8 +33,8 @@ absl::StatusOr<std::string> TorchStoreRendezvous::VllmUniqueIdPickle(absl::strin
 }
 
 std::string TorchStoreRendezvous::IdKey() const {
-  return mode_ == RendezvousMode::kVllmStatelessStore ? std::string(kVllmIdKey)
-                                                      : UniqueIdKey(group_name_);
+  return mode_ == RendezvousMode::kStatelessStore ? std::string(kVllmIdKey)
+                                                  : UniqueIdKey(group_name_);
 }
 
 absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_name,
@@ -81,7 +81,7 @@ absl::StatusOr<Rendezvous> TorchStoreRendezvous::Open(const std::string& group_n
   // Published before any engine is asked to join: torch's engines fetch it at their first
   // collective, vLLM's inside their init request.
   std::string value = unique_id;
-  if (mode_ == RendezvousMode::kVllmStatelessStore) {
+  if (mode_ == RendezvousMode::kStatelessStore) {
     WSYNC_ASSIGN_OR_RETURN(value, VllmUniqueIdPickle(unique_id));
   }
   if (absl::Status s = store_->Set(IdKey(), value); !s.ok()) return s;
@@ -151,7 +151,7 @@ std::string TorchStoreRendezvous::Diagnose() const {
       absl::StrCat("store ", address(), ": ", connected.size(), " of ", world_size_ - 1,
                    " engine ranks connected (pids ", absl::StrJoin(connected, ","), "), ",
                    fetched.size(), " fetched the NCCL id ", RedactEngineGroupTokens(key));
-  if (!never.empty() && mode_ == RendezvousMode::kVllmStatelessStore) {
+  if (!never.empty() && mode_ == RendezvousMode::kStatelessStore) {
     absl::StrAppend(&report, "; pids ", absl::StrJoin(never, ","),
                     " joined the store but never read the id");
   } else if (!never.empty()) {
@@ -174,7 +174,7 @@ std::string TorchStoreRendezvous::address() const {
 
 void TorchStoreRendezvous::Close() {
   if (!store_) return;
-  store_->ErasePrefix(mode_ == RendezvousMode::kVllmStatelessStore
+  store_->ErasePrefix(mode_ == RendezvousMode::kStatelessStore
                           ? std::string("/broadcast_from/")
                           : absl::StrCat("/", group_name_, "/"));
   last_port_ = store_->port();

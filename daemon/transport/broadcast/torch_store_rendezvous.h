@@ -15,7 +15,7 @@ namespace wsync {
 // one of two layouts (mode):
 //  kTorchStore          SGLang and LMDeploy: each engine rank's ProcessGroupNCCL reads rank 0's
 //                       raw ncclUniqueId under "/G/G//cuda//0" (docs/engines/tcpstore.md).
-//  kVllmStatelessStore  vLLM: each worker's StatelessProcessGroup reads broadcast_obj's first
+//  kStatelessStore  vLLM: each worker's StatelessProcessGroup reads broadcast_obj's first
 //                       object, "/broadcast_from/0/0", a pickle of vLLM's ctypes ncclUniqueId
 //                       (docs/engines/tcpstore.md). Its counter restarts at 0 in every new group,
 //                       which the fresh store per instance keeps from reading a stale id.

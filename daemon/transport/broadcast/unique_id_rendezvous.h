@@ -17,7 +17,7 @@ class UniqueIdRendezvous final : public RendezvousStrategy {
   absl::StatusOr<Rendezvous> Open(const std::string& group_name, const std::string& unique_id,
                                   uint32_t world_size) override {
     open_ = true;
-    return Rendezvous{"", 0, world_size, group_name, RendezvousMode::kVllmUniqueId, unique_id};
+    return Rendezvous{"", 0, world_size, group_name, RendezvousMode::kUniqueIdInInit, unique_id};
   }
   absl::Status WaitJoined(absl::Time) override { return absl::OkStatus(); }
   std::string Diagnose() const override { return ""; }
@@ -27,7 +27,7 @@ class UniqueIdRendezvous final : public RendezvousStrategy {
   }
   std::string address() const override { return ""; }
   void Close() override { open_ = false; }
-  RendezvousMode mode() const override { return RendezvousMode::kVllmUniqueId; }
+  RendezvousMode mode() const override { return RendezvousMode::kUniqueIdInInit; }
 
  private:
   bool open_ = false;

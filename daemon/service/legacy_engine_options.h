@@ -1,0 +1,32 @@
+#ifndef WSYNC_DAEMON_SERVICE_LEGACY_ENGINE_OPTIONS_H_
+#define WSYNC_DAEMON_SERVICE_LEGACY_ENGINE_OPTIONS_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+#include "wsync/v1/admin.pb.h"
+
+namespace wsync {
+
+// The admin API's deprecated forms of a group's engine kind and options: the EngineKind enum and
+// the typed per-kind messages, superseded by GroupSpec.kind_name and engine_options_json. Older
+// clients keep working through these mappings, each use logged as deprecated, until a later
+// release removes them.
+
+// The kind's name for the enum; INVALID_ARGUMENT for an unknown or unset value.
+absl::StatusOr<std::string> LegacyKindName(v1::EngineKind kind);
+// The enum for a kind's name; ENGINE_KIND_UNSPECIFIED for a kind the enum does not name.
+v1::EngineKind LegacyKindOf(absl::string_view name);
+// The typed options set in `proto` as the kind's JSON options object; `options_kind` is the kind
+// whose message was set.
+absl::StatusOr<nlohmann::json> LegacyOptionsJson(const v1::GroupSpec& proto,
+                                                 std::string* options_kind);
+// Fills the typed message of `kind` from its JSON options (those of the three kinds the messages
+// exist for), for clients that read only the typed form.
+void SetLegacyOptions(absl::string_view kind, const nlohmann::json& options, v1::GroupSpec* out);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_SERVICE_LEGACY_ENGINE_OPTIONS_H_
