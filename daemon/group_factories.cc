@@ -10,13 +10,7 @@ namespace wsync {
 GroupFactories DefaultGroupFactories() {
   GroupFactories factories;
   RegisterBuiltinEngineKinds();
-  factories.adapter =
-      [](const GroupSpec& spec, const EngineEndpoint& endpoint,
-         const AdapterTimeouts& timeouts) -> absl::StatusOr<std::unique_ptr<EngineAdapter>> {
-    auto kind = EngineKinds().Find(spec.kind);
-    if (!kind.ok()) return kind.status();
-    return (*kind)->MakeAdapter(spec, endpoint, timeouts);
-  };
+  factories.adapter = MakeRegisteredAdapter;
   factories.transport = MakeTransport;
   return factories;
 }

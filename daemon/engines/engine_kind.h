@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/core/group_spec.h"
@@ -55,6 +56,25 @@ class EngineRegistry {
 
 // The process's registry.
 EngineRegistry& EngineKinds();
+
+// The adapter of one engine of `spec`, made by the spec's kind: what wsyncd's group factories
+// call.
+absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeRegisteredAdapter(
+    const GroupSpec& spec, const EngineEndpoint& endpoint, const AdapterTimeouts& timeouts);
+
+// A kind's MakeAdapter for an adapter constructed as Adapter(endpoint, timeouts, options,
+// transport) from options of type Options; a spec carrying other options is refused.
+template <typename Adapter, typename Options>
+absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapterWith(const GroupSpec& spec,
+                                                               const EngineEndpoint& endpoint,
+                                                               const AdapterTimeouts& timeouts) {
+  const auto* options = dynamic_cast<const Options*>(spec.engine_options.get());
+  if (options == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "': ", spec.kind,
+                                                   " engines need ", spec.kind, " options"));
+  }
+  return std::make_unique<Adapter>(endpoint, timeouts, *options, spec.transport);
+}
 
 // The kind's default options (its parser given an empty object).
 absl::StatusOr<std::shared_ptr<const EngineOptions>> DefaultEngineOptions(absl::string_view kind);

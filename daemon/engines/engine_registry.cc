@@ -32,6 +32,13 @@ EngineRegistry& EngineKinds() {
   return *registry;
 }
 
+absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeRegisteredAdapter(
+    const GroupSpec& spec, const EngineEndpoint& endpoint, const AdapterTimeouts& timeouts) {
+  auto found = EngineKinds().Find(spec.kind);
+  if (!found.ok()) return found.status();
+  return (*found)->MakeAdapter(spec, endpoint, timeouts);
+}
+
 absl::StatusOr<std::shared_ptr<const EngineOptions>> DefaultEngineOptions(absl::string_view kind) {
   auto found = EngineKinds().Find(kind);
   if (!found.ok()) return found.status();

@@ -203,13 +203,7 @@ TEST_F(EchoKindTest, AGroupOfItsEnginesFormsAndCommitsAnUpdate) {
   // The adapters come from the registry, as wsyncd's own factories make them; the transport is
   // the fake one (the data path is not what this shows).
   GroupFactories factories = FakeGroupFactories(Cluster(), FakeCapabilities());
-  factories.adapter =
-      [](const GroupSpec& s, const EngineEndpoint& endpoint,
-         const AdapterTimeouts& timeouts) -> absl::StatusOr<std::unique_ptr<EngineAdapter>> {
-    auto kind = EngineKinds().Find(s.kind);
-    if (!kind.ok()) return kind.status();
-    return (*kind)->MakeAdapter(s, endpoint, timeouts);
-  };
+  factories.adapter = MakeRegisteredAdapter;
   HostPlatform platform("127.0.0.1", "127.0.0.1");
   auto group = WeightGroup::Create(*spec, &platform, GroupOptions{}, factories);
   ASSERT_TRUE(group.ok()) << group.status();

@@ -39,12 +39,7 @@ class LmdeployKind final : public EngineKindPlugin {
   absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(
       const GroupSpec& spec, const EngineEndpoint& endpoint,
       const AdapterTimeouts& timeouts) const override {
-    const auto* options = dynamic_cast<const LmdeployOptions*>(spec.engine_options.get());
-    if (options == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': lmdeploy engines need lmdeploy options"));
-    }
-    return std::make_unique<LmdeployAdapter>(endpoint, timeouts, *options, spec.transport);
+    return MakeAdapterWith<LmdeployAdapter, LmdeployOptions>(spec, endpoint, timeouts);
   }
 };
 

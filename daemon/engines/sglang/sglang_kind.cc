@@ -63,12 +63,7 @@ class SglangKind final : public EngineKindPlugin {
   absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(
       const GroupSpec& spec, const EngineEndpoint& endpoint,
       const AdapterTimeouts& timeouts) const override {
-    const auto* options = dynamic_cast<const SglangOptions*>(spec.engine_options.get());
-    if (options == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': sglang engines need sglang options"));
-    }
-    return std::make_unique<SglangAdapter>(endpoint, timeouts, *options, spec.transport);
+    return MakeAdapterWith<SglangAdapter, SglangOptions>(spec, endpoint, timeouts);
   }
 };
 

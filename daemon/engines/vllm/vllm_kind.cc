@@ -76,12 +76,7 @@ class VllmKind final : public EngineKindPlugin {
   absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(
       const GroupSpec& spec, const EngineEndpoint& endpoint,
       const AdapterTimeouts& timeouts) const override {
-    const auto* options = dynamic_cast<const VllmOptions*>(spec.engine_options.get());
-    if (options == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': vllm engines need vllm options"));
-    }
-    return std::make_unique<VllmAdapter>(endpoint, timeouts, *options, spec.transport);
+    return MakeAdapterWith<VllmAdapter, VllmOptions>(spec, endpoint, timeouts);
   }
 };
 

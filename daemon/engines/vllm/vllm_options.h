@@ -30,7 +30,7 @@ absl::StatusOr<VllmRendezvous> ParseVllmRendezvous(absl::string_view name);
 inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 
 // Version gates (docs/engines/vllm.md), as read for this adapter; vllm_version.cc applies them
-// to GET /version. Marks: R read in upstream source or docs, I inferred.
+// to GET /version.
 //
 //   behaviour                              before                        from
 //   IPC weight-transfer engine             absent (0.16.0: NCCL only)    0.17.0
@@ -38,20 +38,6 @@ inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 //   packed IPC (one dict, tensor_sizes)    absent                        0.22.0
 //   /start_ and /finish_weight_update      absent (404)                  0.22.0
 //   finish reads {"weight_version"}        no body read                  0.29.0
-//
-// Sources:
-// - IPC engine: PR #34171 (R). SkyRL PR #1291 (2026-03-07): CUDA IPC "not natively supported in
-//   0.16 (will be available in next version)" (R); open-instruct PR #1515: 0.16.0 has the NCCL API.
-// - (FUNC, ARGS): vllm/distributed/weight_transfer/ipc_engine.py@406784bd and @02837425 read
-//   `func, args = handle` and overwrite args[6] (R).
-// - ARGS alone and packed: PR #37476 (multi-GPU and chunked packed IPC, R); a later stored
-//   ipc_engine.py (the index gave no commit) reads `args = ipc_handle[uuid]`, calls
-//   rebuild_cuda_tensor itself, and its producer sends packed, first_chunk, last_chunk and
-//   tensor_sizes with one dict per chunk (R); the v0.22.1 API docs show the packed sender (R);
-//   vime PR #55 (2026-05-27): vLLM "expected only the CUDA IPC rebuild args" (R). 0.22.0 (I).
-// - Session routes: PR #39212, merged 2026-04 (R); TRL PR #5892 drives pause, start, update,
-//   finish, resume "with vllm>=0.22.0" (R).
-// - weight_version in finish: the newest API docs (R); 0.29.0 from the versioned docs (I).
 //
 // The NCCL backend (VllmNcclVariantFor), its own gates:
 //
@@ -62,21 +48,8 @@ inline constexpr uint64_t kVllmDefaultPackedChunkBytes = uint64_t{1} << 30;
 //   init_info.nccl_unique_id_b64           absent (store only)           0.30.0
 //   session routes, finish weight_version  as the IPC rows above
 //
-// Sources:
-// - NCCL engine: vLLM PR #31943; open-instruct PR #1515 ("vLLM 0.16.0 introduced native weight
-//   transfer APIs"); the v0.16.0 API docs for weight_transfer/nccl_engine (R).
-// - packed moved: TRL PR #7001 ("0.28.0 ... moves packed from the per-update info to the init
-//   info", vLLM PR #50902) and SkyRL PR #2114 (R); the v0.23.0 and v0.25.0 docs show it in
-//   NCCLWeightTransferUpdateInfo (R); nccl_common.py's kw_only init dataclass with packed (R).
-// - unique id: vLLM PR #53784 (merged 2026-08; adds nccl_unique_id_b64 and
-//   PyNcclCommunicator.from_unique_id_bytes, R); a torch-free downstream trainer that posts it
-//   "checked against v0.30.0" (R). The first release carrying it is not documented: 0.30.0 is
-//   the earliest seen working, so older servers are refused (I).
-//
-// The 0.22.0 and 0.29.0 boundaries are the first releases the sources above show with the
-// behaviour, not commits bisected in vLLM's history (its repository was too large to fetch here):
-// confirm each against a real server (a canary update) before relying on it. A dev or rc build
-// counts as the release before it.
+// Where each boundary was read, and how sure it is (R read, I inferred; a dev or rc build counts
+// as the release before it): docs/engines/vllm.md, "Version gates" and "The NCCL backend".
 //
 // A group's vLLM-only settings, each the wire choice of one engine that the operator must match
 // to the server (every default is the choice that is correct on every supported server, or the
