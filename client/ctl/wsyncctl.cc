@@ -71,13 +71,7 @@ std::string OptionsText(const v1::GroupSpec& spec) {
                ? ", load_format null"
                : ", flattened_bucket";
   }
-  if (!spec.has_vllm()) {
-    // A kind with no typed message: its options as they travel.
-    return spec.engine_options_json().empty() || spec.engine_options_json() == "{}"
-               ? ""
-               : absl::StrCat(", ", spec.engine_options_json());
-  }
-  {
+  if (spec.has_vllm()) {
     const v1::VllmOptions& o = spec.vllm();
     const char* pause = o.pause_mode() == v1::VLLM_PAUSE_MODE_WAIT    ? "wait"
                         : o.pause_mode() == v1::VLLM_PAUSE_MODE_ABORT ? "abort"
@@ -87,6 +81,10 @@ std::string OptionsText(const v1::GroupSpec& spec) {
                         o.wake_weights() ? ", wakes weights" : "",
                         o.keep_prefix_cache() ? ", keeps prefix cache" : "");
   }
+  // A kind with no typed message: its options as they travel.
+  return spec.engine_options_json().empty() || spec.engine_options_json() == "{}"
+             ? ""
+             : absl::StrCat(", ", spec.engine_options_json());
 }
 
 // One --option value: JSON where it reads as JSON (true, 3, "x"), else the text itself.
@@ -104,11 +102,6 @@ struct VllmFlags {
   bool keep_prefix_cache = false;
   std::string rendezvous;
   uint64_t packed_chunk_bytes = 0;
-
-  bool any() const {
-    return packed || !pause_mode.empty() || wake_weights || keep_prefix_cache ||
-           !rendezvous.empty() || packed_chunk_bytes != 0;
-  }
 };
 
 // The engine options create-group sends: --options, then each --option key=value, then the

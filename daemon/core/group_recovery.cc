@@ -8,17 +8,6 @@
 #include "daemon/core/engine_group_name.h"
 
 namespace wsync {
-namespace {
-
-// Names an earlier wsyncd gave the group, as logs and callers see them (ShownEngineGroup).
-std::string ShownNames(const std::vector<std::string>& names) {
-  std::vector<std::string> shown;
-  for (const std::string& n : names) shown.push_back(ShownEngineGroup(n));
-  return absl::StrJoin(shown, "', '");
-}
-
-}  // namespace
-
 std::map<std::string, std::string> GroupRecovery::TakeOver(const GroupRecord& previous,
                                                            const std::set<std::string>& current) {
   earlier_store_port_ = previous.store_port;
@@ -90,10 +79,16 @@ void GroupRecovery::LeaveStaleGroups() {
   }
 }
 
+std::string GroupRecovery::ShownStaleGroups() const {
+  std::vector<std::string> shown;
+  for (const std::string& n : stale_engine_groups_) shown.push_back(ShownEngineGroup(n));
+  return absl::StrJoin(shown, "', '");
+}
+
 std::string GroupRecovery::RestartNote(const std::string& url) const {
   return absl::StrCat("engine ", url,
                       " failed to join after wsyncd restarted and may still hold the group '",
-                      ShownNames(stale_engine_groups_), "' an earlier wsyncd made: restart it");
+                      ShownStaleGroups(), "' an earlier wsyncd made: restart it");
 }
 
 void GroupRecovery::NeedsRestart(const std::string& url) {

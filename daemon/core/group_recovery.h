@@ -33,6 +33,8 @@ class GroupRecovery {
                                               const std::set<std::string>& current);
   // The names the engines are to drop; empty when there are none.
   const std::vector<std::string>& stale_engine_groups() const { return stale_engine_groups_; }
+  // Those names as logs show them (their secret tokens hidden), joined by "', '".
+  std::string ShownStaleGroups() const;
   // How to ask the earlier engines (`urls`, in the order LeaveStale answers) to drop them.
   void SetStaleEngines(std::vector<std::string> urls, LeaveStale leave);
   // Before every formation until one with every engine succeeds: asks the earlier engines to drop

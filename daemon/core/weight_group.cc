@@ -221,8 +221,8 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
   auto stale = Create(stale_spec, platform, options, factories);
   if (!stale.ok()) {
     WSYNC_LOG(Warning, "group ", spec_.name,
-              ": cannot ask the earlier engines to drop the group(s) an earlier wsyncd left: ",
-              stale.status().message());
+              ": cannot ask the earlier engines to drop the group(s) '",
+              recovery_.ShownStaleGroups(), "': ", stale.status().message());
     return;
   }
   recovery_.SetStaleEngines(UrlsOf(stale_spec), [stale = *std::move(stale)](const std::string& n) {

@@ -32,8 +32,7 @@ class EngineKindPlugin {
       const nlohmann::json& options) const = 0;
   // Options of this kind as the JSON object ParseOptions reads back to equal options.
   virtual nlohmann::json OptionsToJson(const EngineOptions& options) const = 0;
-  // The adapter of one engine of a group of this kind; null when the daemon was built without
-  // adapters (the services' own tests, which only read specs).
+  // The adapter of one engine of a group of this kind.
   virtual absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(
       const GroupSpec& spec, const EngineEndpoint& endpoint,
       const AdapterTimeouts& timeouts) const = 0;
