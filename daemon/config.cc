@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/transport_kind.h"
 #include "daemon/engines/builtin_engine_kinds.h"
 #include "daemon/engines/engine_kind.h"
+#include "daemon/transport/builtin_transport_kinds.h"
 
 namespace wsync {
 
@@ -103,8 +105,15 @@ absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& g) {
           absl::StrCat("group '", spec.name, "': unknown key \"", key, "\""));
     }
   }
-  WSYNC_ASSIGN_OR_RETURN(spec.transport,
-                         ParseTransportKind(g.value("transport", std::string("broadcast"))));
+  // A transport's alias ("nccl") is stored as its name, so that specs compare equal.
+  RegisterBuiltinTransportKinds();
+  const absl::StatusOr<const TransportKind*> transport =
+      TransportKinds().Find(g.value("transport", std::string("broadcast")));
+  if (!transport.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "': ", transport.status().message()));
+  }
+  spec.transport = std::string((*transport)->name());
   if (g.contains("device")) {
     WSYNC_ASSIGN_OR_RETURN(
         spec.device, IntegerValue(g["device"], absl::StrCat("group '", spec.name, "': device"), 0,
@@ -170,7 +179,7 @@ nlohmann::json GroupSpecToJson(const GroupSpec& spec) {
   }
   nlohmann::json j = {{"name", spec.name},
                       {"kind", spec.kind},
-                      {"transport", std::string(TransportKindName(spec.transport))},
+                      {"transport", spec.transport},
                       {"device", spec.device},
                       {"engines", std::move(engines)}};
   if (!spec.nccl_library.empty()) j["nccl_lib"] = spec.nccl_library;

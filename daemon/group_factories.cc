@@ -2,16 +2,17 @@
 
 #include "daemon/engines/builtin_engine_kinds.h"
 #include "daemon/engines/engine_kind.h"
+#include "daemon/transport/builtin_transport_kinds.h"
 #include "daemon/transport/ipc/socket_dirs.h"
-#include "daemon/transport/transport_factory.h"
 
 namespace wsync {
 
 GroupFactories DefaultGroupFactories() {
   GroupFactories factories;
   RegisterBuiltinEngineKinds();
+  RegisterBuiltinTransportKinds();
   factories.adapter = MakeRegisteredAdapter;
-  factories.transport = MakeTransport;
+  factories.transport = MakeRegisteredTransport;
   return factories;
 }
 

@@ -28,6 +28,7 @@
 #include "daemon/service/server.h"
 #include "daemon/state_dir.h"
 #include "daemon/systemd_notifier.h"
+#include "daemon/transport/builtin_transport_kinds.h"
 
 namespace {
 
@@ -163,6 +164,7 @@ int Serve(wsync::DaemonConfig& config, std::unique_ptr<wsync::Platform> platform
 int main(int argc, char** argv) {
   RaiseDescriptorLimit();
   wsync::RegisterBuiltinEngineKinds();
+  wsync::RegisterBuiltinTransportKinds();
   wsync::DaemonCommandLine line;
   if (const int exit_code = wsync::ParseDaemonCommandLine(argc, argv, &line); exit_code >= 0) {
     return exit_code;

@@ -52,7 +52,10 @@ std::string KindName(const v1::GroupSpec& spec) {
   return absl::AsciiStrToLower(name.substr(std::string("ENGINE_KIND_").size()));
 }
 
-std::string TransportName(v1::Transport t) {
+// The spec's transport: its name, or (from a wsyncd older than transport_name) the enum's.
+std::string TransportName(const v1::GroupSpec& spec) {
+  if (!spec.transport_name().empty()) return spec.transport_name();
+  const v1::Transport t = spec.transport();
   if (t == v1::TRANSPORT_IPC) return "ipc";
   return t == v1::TRANSPORT_UNSPECIFIED || t == v1::TRANSPORT_BROADCAST ? "broadcast" : "unknown";
 }
@@ -456,7 +459,7 @@ class Ctl {
     const v1::GroupSpec& spec = g.spec();
     std::cout << "group " << spec.name() << ": " << KindName(spec) << ", " << StateName(g.state())
               << ", world " << g.world_size() << ", device " << spec.device() << ", "
-              << TransportName(spec.transport()) << OptionsText(spec)
+              << TransportName(spec) << OptionsText(spec)
               << (spec.nccl_library().empty() ? "" : ", NCCL " + spec.nccl_library())
               << (spec.check_weights() ? ", weights checked after each commit" : "")
               << (spec.quorum() == 0 ? std::string()
@@ -592,14 +595,8 @@ class Ctl {
     group->set_nccl_library(nccl_library);
     group->set_check_weights(check_weights);
     group->set_quorum(quorum);
-    if (transport == "ipc") {
-      group->set_transport(v1::TRANSPORT_IPC);
-    } else if (transport == "broadcast" || transport.empty()) {
-      group->set_transport(v1::TRANSPORT_BROADCAST);
-    } else {
-      std::cerr << "wsyncctl: unknown transport '" << transport << "' (broadcast, ipc)\n";
-      return 2;
-    }
+    // By name: wsyncd knows its transports (and refuses an unknown one, naming those it has).
+    group->set_transport_name(transport.empty() ? "broadcast" : transport);
     for (const std::string& e : engines) {
       auto* spec = group->add_engines();
       // URL[#RANKS][@GPU,GPU...]: the GPUs are each rank's, by UUID.

@@ -26,25 +26,6 @@ struct EngineEndpoint {
   uint32_t rank_offset = 1;  // its first rank in the group
 };
 
-// How an engine's ranks can join a collective with wsyncd.
-enum class RendezvousMode {
-  kTorchStore,      // torch's TCPStore: each rank's ProcessGroupNCCL reads the NCCL id from it
-  kUniqueIdInInit,  // the NCCL unique id travels in the init request; no store
-  kStatelessStore,  // a TCPStore read the way a stateless process group (no torch.distributed)
-                    // reads it: a rank's keys, then the NCCL id
-};
-
-// Where engines meet wsyncd to join one instance of a group's collective.
-struct Rendezvous {
-  std::string master_address;  // the store ("" and port 0 without one)
-  uint16_t master_port = 0;
-  uint32_t world_size = 0;
-  std::string group_name;
-  RendezvousMode mode = RendezvousMode::kTorchStore;
-  // kUniqueIdInInit: rank 0's 128-byte id, which the init request carries; "" otherwise.
-  std::string unique_id;
-};
-
 // What `wsyncctl engines` shows of an engine, read from it at the time of asking.
 struct EngineHealth {
   bool healthy = false;
@@ -62,30 +43,6 @@ struct EngineHealth {
 struct EngineRequest {
   std::string path;
   std::string json_body;
-};
-
-// One TP rank's view of a bucket on the CUDA-IPC data path: the memory, on the rank's own GPU,
-// that the rank maps by handle and reads the bucket from. An allocation is presented whole (one
-// storage per allocation: torch caches a mapping by handle and storage offset, so every bucket of
-// a device's slots, regions of one allocation, reuses the first mapping), with the bucket at
-// `offset` in it (the slot's offset in the allocation, or the bucket's in a trainer allocation).
-struct IpcBucketView {
-  std::string gpu_uuid;  // the rank's GPU, as torch prints it
-  MemoryKind memory_kind = MemoryKind::kCudaIpc;
-  // A cudaIpcMemHandle_t of the allocation's base (64 bytes); host mode: the shm name.
-  std::string memory_handle;
-  uint64_t allocation_bytes = 0;
-  uint64_t offset = 0;  // of the bucket's first byte
-  // A cudaIpcEventHandle_t the rank waits on before reading (recorded after the bucket was
-  // written), or "" when the bytes are ready already.
-  std::string event_handle;
-};
-
-// One TP rank of an update streamed over per-rank sockets: the GPU it runs on, as torch prints
-// its UUID, and the address wsyncd listens on for that rank ("ipc://...").
-struct IpcStreamRank {
-  std::string gpu_uuid;
-  std::string address;
 };
 
 struct EngineOutcome {
@@ -139,41 +96,31 @@ struct BucketContext {
   bool last = false;
 };
 
-// How a bucket's bytes can reach an engine.
-enum class DataPath {
-  kBroadcast,  // NCCL broadcast from wsyncd as rank 0 (disaggregated)
-  kCudaIpc,    // IPC handles of wsyncd's buffers or the trainer's memory (colocated)
-  // Colocated, mapped once per update: one request opens the update, each TP rank maps its
-  // buffer once, then takes each bucket's metadata as a message on its own socket
-  // (checkpoint-engine's ZMQ protocol, which SGLang's /update_weights_from_ipc speaks).
-  kCudaIpcStream,
-};
-
-absl::string_view RendezvousModeName(RendezvousMode mode);
-absl::string_view DataPathName(DataPath path);
-
-// What an adapter can do, asked before a group forms (in the manner of NIXL's backends).
+// What an adapter can do, asked before a group forms (in the manner of NIXL's backends). The
+// data paths it speaks are not listed here: they are its bindings (EngineAdapter::Binding).
 struct AdapterCapabilities {
-  std::vector<RendezvousMode> rendezvous;
-  std::vector<DataPath> data_paths;
   // What the engine demands of a bucket; the group's union goes to the client's planner.
   BucketRules bucket_rules;
-  // Broadcast groups: DestroyBroadcastGroup makes the engine's ranks tear their communicator down
-  // with rank 0 (torch finalizes it with its peers). False for an engine with no such route
-  // (vLLM): rank 0 then aborts its side alone, since a finalize would wait for peers that never
-  // take part.
-  bool leaves_broadcast_group = true;
+};
 
-  bool Supports(DataPath path) const;
-  bool Supports(RendezvousMode mode) const;
+// One way a bucket's bytes reach an engine (a data path), as one engine kind speaks it. Each
+// transport defines the interface of the paths it drives, derived from this one
+// (daemon/transport/<transport>/*_binding.h); an engine kind implements the paths it speaks, one
+// file each (daemon/engines/<kind>/<kind>_<path>_binding.*). The core only picks one per engine,
+// by name, among the paths the group's transport drives (TransportKind::data_paths).
+class DataPathBinding {
+ public:
+  virtual ~DataPathBinding() = default;
+  // The path's name, as transports list it ("broadcast").
+  virtual absl::string_view data_path() const = 0;
 };
 
 // One engine endpoint of one weight group, speaking that engine's own HTTP API. Calls are
 // thread-safe; the group runs them concurrently across its engines.
 //
-// The lifecycle calls are required of every engine. The data-path hooks are optional: each
-// defaults to UNIMPLEMENTED, and an adapter overrides those of the data paths its Capabilities
-// name; a transport calls only hooks of its own data path.
+// The lifecycle calls are required of every engine. What moves buckets is a binding per data path
+// the engine speaks (DataPathBinding); the group picks one when it is made (UseDataPath), and the
+// adapter's Probe, ValidateBucket and Health include what that path needs.
 class EngineAdapter {
  public:
   virtual ~EngineAdapter() = default;
@@ -218,32 +165,21 @@ class EngineAdapter {
     return absl::UnimplementedError("this engine kind has no weight checker");
   }
 
-  // --- DataPath::kBroadcast (optional) ---
-  // Asks the engine's ranks to join the group's collective; returns once they have (or failed).
-  virtual absl::Status InitBroadcastGroup(const Rendezvous& rendezvous);
-  virtual absl::Status DestroyBroadcastGroup(const std::string& group_name);
-  // The bucket's update request; the engine answers once it has received (through the
-  // broadcast, meanwhile) and loaded the bucket.
-  virtual absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
-                                                               const std::string& group_name,
-                                                               const BucketContext& context) const;
-  // The collective calls the engine's receive expects for the bucket, in order.
-  virtual absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
-      const BucketManifest& manifest) const;
+  // The adapter's binding of `data_path`, or null where the engine does not speak it (or its
+  // group's options turned it off). Owned by the adapter; the same object on every call.
+  virtual DataPathBinding* Binding(absl::string_view data_path) { return nullptr; }
+  // The paths it has a binding of, in the order the adapter prefers them.
+  virtual std::vector<std::string> DataPaths() const = 0;
 
-  // --- DataPath::kCudaIpc (optional) ---
-  // The bucket's update request, one view per TP rank (rank i's on its GPU); the engine answers
-  // once every rank has loaded the bucket, and only then may the views' memory be refilled.
-  virtual absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
-                                                         const std::vector<IpcBucketView>& ranks,
-                                                         const BucketContext& context) const;
+  // Picks the binding the group's transport drives this engine through; FAILED_PRECONDITION
+  // where the adapter has none of that name. Called once, before any other call but Capabilities
+  // and the binding queries. An adapter that overrides it calls this one first.
+  virtual absl::Status UseDataPath(absl::string_view data_path);
+  // The picked binding; null before UseDataPath.
+  DataPathBinding* used_binding() const { return used_; }
 
-  // --- DataPath::kCudaIpcStream (optional) ---
-  // The request that opens an update's stream: each TP rank connects to its address (`ranks` in
-  // TP-rank order) and takes the buckets there; the engine answers once every rank is done, and
-  // CheckBucketReply judges that answer.
-  virtual absl::StatusOr<EngineRequest> IpcStreamRequest(
-      const UpdateInfo& update, const std::vector<IpcStreamRank>& ranks) const;
+ private:
+  DataPathBinding* used_ = nullptr;
 };
 
 // Runs `fn` on every adapter at once and returns each one's status, in adapter order.

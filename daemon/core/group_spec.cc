@@ -5,27 +5,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/network_allow_list.h"
 #include "common/status_macros.h"
+#include "daemon/core/transport_kind.h"
 
 namespace wsync {
-
-absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name) {
-  if (name == "broadcast" || name == "nccl") return TransportKind::kBroadcast;
-  if (name == "ipc") return TransportKind::kIpc;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport '", name, "' (broadcast, ipc)"));
-}
-
-absl::string_view TransportKindName(TransportKind kind) {
-  switch (kind) {
-    case TransportKind::kBroadcast:
-      return "broadcast";
-    case TransportKind::kIpc:
-      return "ipc";
-  }
-  return "unknown";
-}
 
 bool GroupSpec::operator==(const GroupSpec& other) const {
   if (name != other.name || kind != other.kind || transport != other.transport ||
@@ -52,11 +37,12 @@ bool IsGpuUuid(absl::string_view uuid) {
   return true;
 }
 
-absl::Status ValidateEngineGpus(const GroupSpec& spec, const EngineSpec& e) {
-  if (spec.transport == TransportKind::kIpc && e.gpus.size() != e.ranks) {
+absl::Status ValidateEngineGpus(const GroupSpec& spec, const TransportKind& transport,
+                                const EngineSpec& e) {
+  if (transport.engines_read_in_place() && e.gpus.size() != e.ranks) {
     return absl::InvalidArgumentError(absl::StrCat(
         "group '", spec.name, "': engine ", e.url, " has ", e.ranks, " rank(s) but ", e.gpus.size(),
-        " GPU UUID(s); the ipc transport needs each rank's GPU (\"gpus\")"));
+        " GPU UUID(s); the ", transport.name(), " transport needs each rank's GPU (\"gpus\")"));
   }
   if (!e.gpus.empty() && e.gpus.size() != e.ranks) {
     return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "': engine ", e.url,
@@ -98,11 +84,20 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
                                                    spec.quorum, " engines is more than its ",
                                                    spec.engines.size()));
   }
+  const absl::StatusOr<const TransportKind*> transport = TransportOf(spec);
+  if (!transport.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", spec.name, "': ", transport.status().message()));
+  }
   if (!spec.nccl_library.empty()) {
-    if (spec.transport != TransportKind::kBroadcast) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("group '", spec.name, "': an NCCL library is for broadcast groups; the ",
-                       TransportKindName(spec.transport), " transport loads none"));
+    if (!(*transport)->loads_nccl_library()) {
+      std::vector<std::string> loaders;
+      for (const TransportKind* kind : TransportKinds().All()) {
+        if (kind->loads_nccl_library()) loaders.push_back(std::string(kind->name()));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "group '", spec.name, "': an NCCL library is for ", absl::StrJoin(loaders, " or "),
+          " groups; the ", (*transport)->name(), " transport loads none"));
     }
     const bool printable = std::all_of(spec.nccl_library.begin(), spec.nccl_library.end(),
                                        [](char c) { return c >= 0x20 && c < 0x7f; });
@@ -121,7 +116,7 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
     if (e.ranks == 0) {
       return absl::InvalidArgumentError(absl::StrCat("engine ", e.url, " declares 0 ranks"));
     }
-    WSYNC_RETURN_IF_ERROR(ValidateEngineGpus(spec, e));
+    WSYNC_RETURN_IF_ERROR(ValidateEngineGpus(spec, **transport, e));
     ranks += e.ranks;
   }
   if (ranks + 1 > 128) {

@@ -12,19 +12,12 @@
 
 namespace wsync {
 
-// How a group's buckets reach its engines: the NCCL broadcast, wsyncd as rank 0 of the engines'
-// weight-update group (disaggregated), or CUDA IPC, the engines mapping wsyncd's slots on the GPUs
-// they share with the trainer (colocated).
-enum class TransportKind { kBroadcast, kIpc };
-
-absl::StatusOr<TransportKind> ParseTransportKind(absl::string_view name);
-absl::string_view TransportKindName(TransportKind kind);
-
 struct EngineSpec {
   std::string url;
   uint32_t ranks = 1;  // ranks this engine adds to the group (its TP size)
-  // The GPU of each of its ranks, by UUID (TP rank i on gpus[i]); required by the IPC transport,
-  // whose payload for rank i must name memory on rank i's GPU.
+  // The GPU of each of its ranks, by UUID (TP rank i on gpus[i]); required by a transport whose
+  // engines read the trainer's bytes in place (colocated), whose payload for rank i must name
+  // memory on rank i's GPU.
   std::vector<std::string> gpus = {};
   bool operator==(const EngineSpec&) const = default;
 };
@@ -52,7 +45,9 @@ struct GroupSpec {
   // The engine kind, by the name it is registered under (daemon/engines/engine_kind.h); a
   // config file's groups default to "sglang".
   std::string kind;
-  TransportKind transport = TransportKind::kBroadcast;
+  // How its buckets reach its engines: a transport by the name it is registered under
+  // (daemon/core/transport_kind.h); a config file's groups default to "broadcast".
+  std::string transport;
   std::vector<EngineSpec> engines;
   int device = 0;  // the GPU whose slots feed the group (rank 0 of a broadcast)
   // Never null in a validated spec; of the same kind as `kind`.
@@ -60,7 +55,7 @@ struct GroupSpec {
   // The NCCL library wsyncd's rank 0 loads for this group (a path or soname), "" for wsyncd's
   // --nccl-lib. NCCL connects only peers of its own version, and each engine bundles its own
   // (vLLM and SGLang the nvidia-nccl wheel their torch pins), so groups of different engines
-  // may each need a different one. Broadcast groups only.
+  // may each need a different one. Only for a transport that loads one.
   std::string nccl_library;
   // After every commit, ask each engine's own weight checker for its checksums and compare the
   // engines with each other (weights_check.h): an engine whose weights differ fails the update and
@@ -77,8 +72,9 @@ struct GroupSpec {
   bool operator==(const GroupSpec& other) const;
 };
 
-// Checks the name, engines, rank count and the engine's own options (that the kind is a
-// registered one is checked where the spec is read: config, admin API).
+// Checks the name, engines, rank count, what the spec's transport needs of them (a registered
+// transport) and the engine's own options (that the engine kind is a registered one is checked
+// where the spec is read: config, admin API).
 absl::Status ValidateGroupSpec(const GroupSpec& spec);
 
 }  // namespace wsync

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "daemon/core/transport_kind.h"
 
 namespace wsync {
 
@@ -31,8 +32,12 @@ absl::StatusOr<std::vector<std::vector<TrainerFeed>>> RankFeedsOf(const GroupSpe
 }
 
 absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform) {
-  if (spec.transport != TransportKind::kIpc) return std::vector<TrainerFeed>{{spec.device, ""}};
-  if (platform == nullptr) return absl::InternalError("an IPC group needs the platform's GPUs");
+  WSYNC_ASSIGN_OR_RETURN(const TransportKind* transport, TransportOf(spec));
+  if (!transport->engines_read_in_place()) return std::vector<TrainerFeed>{{spec.device, ""}};
+  if (platform == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("a ", transport->name(), " group needs the platform's GPUs"));
+  }
   WSYNC_ASSIGN_OR_RETURN(auto ranks, RankFeedsOf(spec, *platform));
   std::vector<TrainerFeed> feeds;
   for (const std::vector<TrainerFeed>& engine_ranks : ranks) {

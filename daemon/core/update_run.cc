@@ -349,11 +349,11 @@ const void* UpdateRun::DirectSource(const PulledSources& pulled,
     if (static_cast<const char*>(piece.src) != base + piece.offset) return nullptr;
   }
   // A colocated engine views the bytes in their dtypes, which torch refuses at a misaligned
-  // offset: over IPC, read in place only where every tensor starts on its dtype's boundary, and
-  // copy a misaligned layout into the slot, where the planner aligned it. (Mappings start on a
-  // page or a 256-byte boundary, so the address says what the offset in the allocation is.) A
-  // broadcast moves bytes and takes any layout.
-  if (group_->spec().transport == TransportKind::kIpc) {
+  // offset: where engines read the bytes in place (IPC), read in place only where every tensor
+  // starts on its dtype's boundary, and copy a misaligned layout into the slot, where the planner
+  // aligned it. (Mappings start on a page or a 256-byte boundary, so the address says what the
+  // offset in the allocation is.) A broadcast moves bytes and takes any layout.
+  if (group_->transport_kind().engines_read_in_place()) {
     for (const TensorEntry& t : manifest.tensors) {
       if (reinterpret_cast<uintptr_t>(base + t.offset) % DTypeSize(t.dtype) != 0) return nullptr;
     }

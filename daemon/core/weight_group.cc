@@ -14,6 +14,7 @@
 #include "daemon/core/engine_group_name.h"
 #include "daemon/core/fan_out.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/core/transport_kind.h"
 #include "daemon/core/weights_check.h"
 
 namespace wsync {
@@ -32,11 +33,6 @@ absl::string_view GroupStateName(GroupState state) {
       return "destroyed";
   }
   return "unknown";
-}
-
-std::vector<DataPath> DataPathsOf(TransportKind transport) {
-  if (transport == TransportKind::kIpc) return {DataPath::kCudaIpc, DataPath::kCudaIpcStream};
-  return {DataPath::kBroadcast};
 }
 
 namespace {
@@ -68,28 +64,32 @@ absl::StatusOr<std::shared_ptr<WeightGroup>> WeightGroup::Create(GroupSpec spec,
                                                                  const GroupRecord* previous) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
   WSYNC_ASSIGN_OR_RETURN(std::vector<TrainerFeed> feeds, FeedsOf(spec, platform));
-  const std::vector<DataPath> paths = DataPathsOf(spec.transport);
+  WSYNC_ASSIGN_OR_RETURN(const TransportKind* transport, TransportOf(spec));
+  const std::vector<std::string> paths = transport->data_paths();
   std::vector<std::unique_ptr<EngineAdapter>> adapters;
   uint32_t offset = 1;
   for (const EngineSpec& e : spec.engines) {
     WSYNC_ASSIGN_OR_RETURN(
         std::unique_ptr<EngineAdapter> adapter,
         factories.adapter(spec, EngineEndpoint{e.url, e.ranks, offset}, options.timeouts));
-    const AdapterCapabilities caps = adapter->Capabilities();
-    if (std::none_of(paths.begin(), paths.end(), [&](DataPath p) { return caps.Supports(p); })) {
-      std::vector<std::string> names;
-      for (DataPath p : paths) names.push_back(std::string(DataPathName(p)));
-      return absl::FailedPreconditionError(absl::StrCat(
-          "group '", spec.name, "': ", spec.kind, " engine ", e.url, " cannot receive over the ",
-          absl::StrJoin(names, " or "), " data path that the ", TransportKindName(spec.transport),
-          " transport needs"));
+    // The engine's first binding among the transport's paths, in the transport's order.
+    const auto path = std::find_if(paths.begin(), paths.end(), [&](const std::string& p) {
+      return adapter->Binding(p) != nullptr;
+    });
+    if (path == paths.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group '", spec.name, "': ", spec.kind, " engine ", e.url,
+                       " cannot receive over the ", absl::StrJoin(paths, " or "),
+                       " data path that the ", transport->name(), " transport needs"));
     }
+    WSYNC_RETURN_IF_ERROR(adapter->UseDataPath(*path));
     adapters.push_back(std::move(adapter));
     offset += e.ranks;
   }
   std::shared_ptr<WeightGroup> group(
       new WeightGroup(spec, EngineGroupName(spec.name, options.incarnation), std::move(feeds),
                       std::move(adapters), store, platform, factories, options.transport));
+  group->transport_kind_ = transport;
   // Taken over before the first transport is made: its store must avoid the earlier one's port.
   if (previous != nullptr) group->TakeOver(*previous, platform, options, factories);
   {

@@ -24,6 +24,7 @@
 #include "daemon/core/group_spec.h"
 #include "daemon/core/trainer_feeds.h"
 #include "daemon/core/transport.h"
+#include "daemon/core/transport_kind.h"
 #include "daemon/core/weights_check.h"
 
 namespace wsync {
@@ -68,9 +69,6 @@ struct GroupSnapshot {
   // Engine URL -> why it waits, paused, for a complete update.
   std::map<std::string, std::string> needs_full_version;
 };
-
-// The data paths a transport can drive; every engine of its group must support one of them.
-std::vector<DataPath> DataPathsOf(TransportKind transport);
 
 // One weight group: its state machine, its engines' adapters (the lifecycle calls go to all of
 // them at once) and its transport, which moves the buckets. Thread-safe.
@@ -135,6 +133,8 @@ class WeightGroup {
   // the next update forms the group again to take them back.
   std::set<std::string> AnsweringAgain() const;
   const GroupSpec& spec() const { return spec_; }
+  // The transport the spec names.
+  const TransportKind& transport_kind() const { return *transport_kind_; }
   // The trainer ranks an update needs, one per device (FeedsOf).
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 
@@ -203,6 +203,7 @@ class WeightGroup {
   void MarkPartialLocked(size_t i, const std::string& why, std::vector<EngineOutcome>* outcomes);
 
   const GroupSpec spec_;
+  const TransportKind* transport_kind_ = nullptr;  // set by Create, never null after
   const std::vector<TrainerFeed> feeds_;
   const std::vector<std::unique_ptr<EngineAdapter>> adapters_;
   const std::vector<EngineAdapter*> adapter_ptrs_;

@@ -61,8 +61,9 @@ EngineRegistry& EngineKinds();
 absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeRegisteredAdapter(
     const GroupSpec& spec, const EngineEndpoint& endpoint, const AdapterTimeouts& timeouts);
 
-// A kind's MakeAdapter for an adapter constructed as Adapter(endpoint, timeouts, options,
-// transport) from options of type Options; a spec carrying other options is refused.
+// A kind's MakeAdapter for an adapter constructed as Adapter(endpoint, timeouts, options) from
+// options of type Options; a spec carrying other options is refused. The group picks the data
+// path afterwards (EngineAdapter::UseDataPath).
 template <typename Adapter, typename Options>
 absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapterWith(const GroupSpec& spec,
                                                                const EngineEndpoint& endpoint,
@@ -72,7 +73,7 @@ absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapterWith(const GroupSpec& 
     return absl::InvalidArgumentError(absl::StrCat("group '", spec.name, "': ", spec.kind,
                                                    " engines need ", spec.kind, " options"));
   }
-  return std::make_unique<Adapter>(endpoint, timeouts, *options, spec.transport);
+  return std::make_unique<Adapter>(endpoint, timeouts, *options);
 }
 
 // The kind's default options (its parser given an empty object).

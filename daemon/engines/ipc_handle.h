@@ -6,6 +6,7 @@
 #include "absl/status/statusor.h"
 #include "common/torch_ipc_pickle.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 
 namespace wsync {
 

@@ -5,6 +5,7 @@
 
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "daemon/core/transport_kind.h"
 #include "daemon/engines/engine_kind.h"
 #include "daemon/service/legacy_engine_options.h"
 
@@ -85,24 +86,36 @@ absl::StatusOr<std::shared_ptr<const EngineOptions>> OptionsFromProto(const v1::
   return from_json;
 }
 
+// The spec's transport: transport_name (an alias read as its name), or the deprecated enum.
+absl::StatusOr<std::string> TransportFromProto(const v1::GroupSpec& proto) {
+  if (!proto.transport_name().empty()) {
+    WSYNC_ASSIGN_OR_RETURN(const TransportKind* kind,
+                           TransportKinds().Find(proto.transport_name()));
+    const std::string name(kind->name());
+    if (proto.transport() != v1::TRANSPORT_UNSPECIFIED &&
+        LegacyTransportOf(name) != proto.transport()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", proto.name(), "': transport_name \"", proto.transport_name(),
+                       "\" and the deprecated transport enum (",
+                       v1::Transport_Name(proto.transport()), ") disagree"));
+    }
+    return name;
+  }
+  WSYNC_ASSIGN_OR_RETURN(std::string name, LegacyTransportName(proto.transport()));
+  if (proto.transport() != v1::TRANSPORT_UNSPECIFIED) {
+    WSYNC_LOG(Warning, "group '", proto.name(), "': the admin API's GroupSpec.transport enum is ",
+              "deprecated; send transport_name \"", name, "\"");
+  }
+  return name;
+}
+
 }  // namespace
 
 absl::StatusOr<GroupSpec> GroupSpecFromProto(const v1::GroupSpec& proto) {
   GroupSpec spec;
   spec.name = proto.name();
   WSYNC_ASSIGN_OR_RETURN(spec.kind, KindFromProto(proto));
-  switch (proto.transport()) {
-    case v1::TRANSPORT_UNSPECIFIED:
-    case v1::TRANSPORT_BROADCAST:
-      spec.transport = TransportKind::kBroadcast;
-      break;
-    case v1::TRANSPORT_IPC:
-      spec.transport = TransportKind::kIpc;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown transport ", static_cast<int>(proto.transport())));
-  }
+  WSYNC_ASSIGN_OR_RETURN(spec.transport, TransportFromProto(proto));
   spec.device = proto.device();
   spec.nccl_library = proto.nccl_library();
   spec.check_weights = proto.check_weights();
@@ -123,8 +136,8 @@ void GroupSpecToProto(const GroupSpec& spec, v1::GroupSpec* out) {
   out->set_nccl_library(spec.nccl_library);
   out->set_check_weights(spec.check_weights);
   out->set_quorum(spec.quorum);
-  out->set_transport(spec.transport == TransportKind::kIpc ? v1::TRANSPORT_IPC
-                                                           : v1::TRANSPORT_BROADCAST);
+  out->set_transport_name(spec.transport);
+  out->set_transport(LegacyTransportOf(spec.transport));
   for (const EngineSpec& e : spec.engines) {
     auto* engine = out->add_engines();
     engine->set_url(e.url);

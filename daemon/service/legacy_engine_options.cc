@@ -91,6 +91,25 @@ v1::EngineKind LegacyKindOf(absl::string_view name) {
   return v1::ENGINE_KIND_UNSPECIFIED;
 }
 
+absl::StatusOr<std::string> LegacyTransportName(v1::Transport transport) {
+  switch (transport) {
+    case v1::TRANSPORT_UNSPECIFIED:
+    case v1::TRANSPORT_BROADCAST:
+      return std::string("broadcast");
+    case v1::TRANSPORT_IPC:
+      return std::string("ipc");
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown transport ", static_cast<int>(transport)));
+  }
+}
+
+v1::Transport LegacyTransportOf(absl::string_view name) {
+  if (name == "broadcast") return v1::TRANSPORT_BROADCAST;
+  if (name == "ipc") return v1::TRANSPORT_IPC;
+  return v1::TRANSPORT_UNSPECIFIED;
+}
+
 absl::StatusOr<nlohmann::json> LegacyOptionsJson(const v1::GroupSpec& proto,
                                                  std::string* options_kind) {
   switch (proto.engine_options_case()) {

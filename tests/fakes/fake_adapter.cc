@@ -1,6 +1,9 @@
 #include "tests/fakes/fake_adapter.h"
 
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
+#include "daemon/core/transport_kind.h"
 
 namespace wsync {
 
@@ -130,18 +133,34 @@ absl::Status FakeAdapter::CheckBucketReply(const HttpReply& reply) const {
   return absl::InternalError(absl::StrCat("answered HTTP ", reply.status));
 }
 
-AdapterCapabilities FakeCapabilities(DataPath path, BucketRules rules) {
-  AdapterCapabilities caps;
-  caps.rendezvous = {RendezvousMode::kTorchStore};
-  caps.data_paths = {path};
-  caps.bucket_rules = rules;
-  return caps;
+namespace {
+
+// The fake transport as a registered kind: what the core asks of a transport, answered as a
+// disaggregated one would (its engines need no GPUs named, the group's device feeds them). The
+// transport itself comes from FakeGroupFactories.
+class FakeTransportKind final : public TransportKind {
+ public:
+  absl::string_view name() const override { return "fake"; }
+  std::vector<std::string> data_paths() const override { return {"broadcast"}; }
+  absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const override {
+    return absl::UnimplementedError("fake transports come from FakeGroupFactories");
+  }
+};
+
+}  // namespace
+
+void RegisterFakeTransportKind() {
+  static std::once_flag once;
+  std::call_once(once,
+                 [] { (void)TransportKinds().Register(std::make_unique<FakeTransportKind>()); });
 }
 
 GroupSpec FakeGroupSpec(const std::string& name, const std::vector<std::string>& urls) {
   GroupSpec spec;
   spec.name = name;
   spec.kind = "fake";
+  RegisterFakeTransportKind();
+  spec.transport = "fake";
   for (const std::string& url : urls) spec.engines.push_back(EngineSpec{url, 1});
   spec.engine_options = std::make_shared<const FakeEngineOptions>();
   return spec;

@@ -87,19 +87,43 @@ class FakeEngineOptions final : public EngineOptions {
   std::string Describe() const override { return "fake"; }
 };
 
-// An adapter that records every lifecycle call in its engine and implements no data-path hook
-// (those stay UNIMPLEMENTED: the fake transport needs none).
+// What a fake engine can do: the one data path it has a binding of ("broadcast", "cuda-ipc"),
+// and what it demands of a bucket.
+struct FakeCapabilities {
+  std::string data_path = "broadcast";
+  BucketRules bucket_rules = {};
+};
+
+// A binding that names its path and nothing more: the fake transport calls no path's hooks.
+class FakeBinding final : public DataPathBinding {
+ public:
+  explicit FakeBinding(std::string path) : path_(std::move(path)) {}
+  absl::string_view data_path() const override { return path_; }
+
+ private:
+  const std::string path_;
+};
+
+// An adapter that records every lifecycle call in its engine and has one binding that moves
+// nothing (the fake transport needs none).
 class FakeAdapter final : public EngineAdapter {
  public:
   FakeAdapter(EngineEndpoint endpoint, std::shared_ptr<FakeEngine> engine,
-              AdapterCapabilities capabilities)
+              FakeCapabilities capabilities)
       : endpoint_(std::move(endpoint)),
         engine_(std::move(engine)),
-        capabilities_(std::move(capabilities)) {}
+        capabilities_(std::move(capabilities)),
+        binding_(capabilities_.data_path) {}
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
-  AdapterCapabilities Capabilities() const override { return capabilities_; }
+  AdapterCapabilities Capabilities() const override {
+    return AdapterCapabilities{capabilities_.bucket_rules};
+  }
+  DataPathBinding* Binding(absl::string_view data_path) override {
+    return data_path == capabilities_.data_path ? &binding_ : nullptr;
+  }
+  std::vector<std::string> DataPaths() const override { return {capabilities_.data_path}; }
   absl::Status Probe() override;
   // Healthy unless its probes are made to fail (FailCalls("probe", ...)).
   EngineHealth Health() override {
@@ -124,13 +148,14 @@ class FakeAdapter final : public EngineAdapter {
  private:
   EngineEndpoint endpoint_;
   std::shared_ptr<FakeEngine> engine_;
-  AdapterCapabilities capabilities_;
+  const FakeCapabilities capabilities_;
+  FakeBinding binding_;
 };
 
-// Capabilities of an engine that receives over `path` with `rules`.
-AdapterCapabilities FakeCapabilities(DataPath path = DataPath::kBroadcast, BucketRules rules = {});
+// Registers the "fake" transport kind (once): what the core reads of a fake group's transport.
+void RegisterFakeTransportKind();
 
-// A group spec of fake engines at `urls` (one rank each).
+// A group spec of fake engines at `urls` (one rank each), on the "fake" transport.
 GroupSpec FakeGroupSpec(const std::string& name, const std::vector<std::string>& urls);
 
 }  // namespace wsync

@@ -201,8 +201,9 @@ std::string FakeTransport::rendezvous() const {
 }
 
 GroupFactories FakeGroupFactories(std::shared_ptr<FakeCluster> cluster,
-                                  AdapterCapabilities capabilities, FakeTransportOptions options,
+                                  FakeCapabilities capabilities, FakeTransportOptions options,
                                   std::shared_ptr<FakeTransportLog> log) {
+  RegisterFakeTransportKind();
   GroupFactories factories;
   factories.adapter =
       [cluster, capabilities](

@@ -71,8 +71,7 @@ class FakeTransport final : public Transport {
 
 // Factories that give every group fake adapters (with `capabilities`) and fake transports.
 GroupFactories FakeGroupFactories(std::shared_ptr<FakeCluster> cluster,
-                                  AdapterCapabilities capabilities,
-                                  FakeTransportOptions options = {},
+                                  FakeCapabilities capabilities, FakeTransportOptions options = {},
                                   std::shared_ptr<FakeTransportLog> log = nullptr);
 
 }  // namespace wsync

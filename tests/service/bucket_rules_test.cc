@@ -32,7 +32,7 @@ class BucketRulesTest : public ::testing::Test {
     options.engine_networks = *NetworkAllowList::Parse({"fake"});
     core_ = std::make_unique<DaemonCore>(
         std::make_unique<HostPlatform>("127.0.0.1", "127.0.0.1"), options,
-        FakeGroupFactories(cluster_, FakeCapabilities(DataPath::kBroadcast, rules)));
+        FakeGroupFactories(cluster_, FakeCapabilities{"broadcast", rules}));
     ASSERT_TRUE(core_->CreateGroup(FakeGroupSpec("policy", {"http://fake:1"})).ok());
     auto server = DaemonServer::Start(core_.get(), ServerOptions{});
     ASSERT_TRUE(server.ok()) << server.status();

@@ -446,6 +446,7 @@ TEST_F(NarrowEngineNetworks, AGroupElsewhereIsRefusedBeforeAnyRequestIsMade) {
   spec.name = "declared";
   spec.engines = {{url, 1}};
   spec.kind = "sglang";
+  spec.transport = "broadcast";
   spec.engine_options = std::make_shared<const SglangOptions>();
   EXPECT_EQ(core_->DeclareGroup(spec).code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(requests.load(), 0);

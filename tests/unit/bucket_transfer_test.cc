@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/host/host_platform.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_http_server.h"
@@ -113,24 +114,37 @@ class HeldEngine {
   std::vector<std::string> bodies_;
 };
 
+// The broadcast binding of HeldEngineAdapter: names the bucket's first tensor in its request.
+class HeldEngineBinding final : public BroadcastBinding {
+ public:
+  std::vector<RendezvousMode> RendezvousModes() const override {
+    return {RendezvousMode::kTorchStore};
+  }
+  absl::Status InitGroup(const Rendezvous&) override { return absl::OkStatus(); }
+  absl::Status DestroyGroup(const std::string&) override { return absl::OkStatus(); }
+  absl::StatusOr<EngineRequest> BucketRequest(const BucketManifest& m, const std::string&,
+                                              const BucketContext&) const override {
+    return EngineRequest{"/update",
+                         absl::StrCat(R"({"first": ")", m.tensors.front().name, R"("})")};
+  }
+  absl::StatusOr<std::vector<BroadcastPiece>> Pieces(const BucketManifest& m) const override {
+    return std::vector<BroadcastPiece>{BroadcastPiece{0, m.span_bytes(), DType::kUint8}};
+  }
+};
+
 class HeldEngineAdapter final : public EngineAdapter {
  public:
   explicit HeldEngineAdapter(std::string url) : endpoint_{std::move(url), 1, 1} {}
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
-  AdapterCapabilities Capabilities() const override {
-    return AdapterCapabilities{{RendezvousMode::kTorchStore}, {DataPath::kBroadcast}, {}};
+  AdapterCapabilities Capabilities() const override { return AdapterCapabilities{}; }
+  DataPathBinding* Binding(absl::string_view data_path) override {
+    return data_path == kBroadcastDataPath ? &binding_ : nullptr;
   }
+  std::vector<std::string> DataPaths() const override { return {std::string(kBroadcastDataPath)}; }
   absl::Status Probe() override { return absl::OkStatus(); }
-  absl::Status InitBroadcastGroup(const Rendezvous&) override { return absl::OkStatus(); }
-  absl::Status DestroyBroadcastGroup(const std::string&) override { return absl::OkStatus(); }
   absl::Status PauseGeneration() override { return absl::OkStatus(); }
   absl::Status ResumeGeneration() override { return absl::OkStatus(); }
-  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& m, const std::string&,
-                                                       const BucketContext&) const override {
-    return EngineRequest{"/update",
-                         absl::StrCat(R"({"first": ")", m.tensors.front().name, R"("})")};
-  }
   absl::Status CheckBucketReply(const HttpReply& reply) const override {
     if (reply.status == 200) return absl::OkStatus();
     // As the real adapters: the status, never the engine's words.
@@ -143,13 +157,10 @@ class HeldEngineAdapter final : public EngineAdapter {
     return health;
   }
   absl::Status ValidateBucket(const BucketManifest&) const override { return absl::OkStatus(); }
-  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
-      const BucketManifest& m) const override {
-    return std::vector<BroadcastPiece>{BroadcastPiece{0, m.span_bytes(), DType::kUint8}};
-  }
 
  private:
   EngineEndpoint endpoint_;
+  HeldEngineBinding binding_;
 };
 
 class BucketTransferTest : public ::testing::Test {

@@ -43,7 +43,7 @@ BucketManifest OneTensor(const std::string& name, uint64_t bytes, DType dtype = 
 
 class FakeGroupTest : public ::testing::Test {
  protected:
-  std::shared_ptr<WeightGroup> MakeGroup(AdapterCapabilities caps = FakeCapabilities(),
+  std::shared_ptr<WeightGroup> MakeGroup(FakeCapabilities caps = FakeCapabilities(),
                                          FakeTransportOptions options = {}) {
     auto group =
         WeightGroup::Create(FakeGroupSpec("policy", {"http://a:1", "http://b:2"}), &platform_,
@@ -301,7 +301,7 @@ TEST_F(FakeGroupTest, AGroupWhoseEnginesLostItIsFormedAgainBeforeTheUpdate) {
 TEST_F(FakeGroupTest, EnginesWithoutTheTransportsDataPathAreRefusedAtCreation) {
   auto group =
       WeightGroup::Create(FakeGroupSpec("policy", {"http://a:1"}), &platform_, GroupOptions{},
-                          FakeGroupFactories(cluster_, FakeCapabilities(DataPath::kCudaIpc)));
+                          FakeGroupFactories(cluster_, FakeCapabilities{"cuda-ipc"}));
   EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(group.status().message(),
               HasSubstr("http://a:1 cannot receive over the broadcast data path"));
@@ -310,7 +310,7 @@ TEST_F(FakeGroupTest, EnginesWithoutTheTransportsDataPathAreRefusedAtCreation) {
 TEST_F(FakeGroupTest, TheEnginesBucketRulesAreTheGroupsAndABucketBreakingOneIsRefused) {
   BucketRules one_dtype;
   one_dtype.one_dtype = true;
-  auto group = MakeGroup(FakeCapabilities(DataPath::kBroadcast, one_dtype));
+  auto group = MakeGroup(FakeCapabilities{"broadcast", one_dtype});
   ASSERT_NE(group, nullptr);
   EXPECT_TRUE(group->bucket_rules().one_dtype);
   EXPECT_TRUE(group->Snapshot().bucket_rules.one_dtype);
@@ -323,15 +323,18 @@ TEST_F(FakeGroupTest, TheEnginesBucketRulesAreTheGroupsAndABucketBreakingOneIsRe
   EXPECT_TRUE(group->ValidateBucket(OneTensor("w", 64, DType::kBfloat16)).ok());
 }
 
-TEST(EngineAdapterHooks, DataPathHooksDefaultToUnimplemented) {
+TEST(EngineAdapterHooks, APathWithoutABindingCannotBeUsed) {
   FakeAdapter adapter(EngineEndpoint{"http://a:1", 1, 1}, std::make_shared<FakeEngine>(),
                       FakeCapabilities());
-  EXPECT_EQ(adapter.InitBroadcastGroup(Rendezvous{}).code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(adapter.DestroyBroadcastGroup("g").code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(adapter.BroadcastBucketRequest(BucketManifest{}, "g", BucketContext{}).status().code(),
-            absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(adapter.BroadcastPieces(BucketManifest{}).status().message(),
-              HasSubstr("engine http://a:1"));
+  EXPECT_EQ(adapter.Binding("cuda-ipc"), nullptr);
+  EXPECT_EQ(adapter.used_binding(), nullptr);
+  absl::Status s = adapter.UseDataPath("cuda-ipc");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("engine http://a:1 cannot receive over the cuda-ipc"));
+  EXPECT_EQ(adapter.used_binding(), nullptr);
+  ASSERT_TRUE(adapter.UseDataPath("broadcast").ok());
+  EXPECT_EQ(adapter.used_binding(), adapter.Binding("broadcast"));
+  EXPECT_EQ(adapter.used_binding()->data_path(), "broadcast");
   EXPECT_TRUE(adapter.BeginUpdate(UpdateInfo{}).ok()) << "most engines need nothing there";
 }
 

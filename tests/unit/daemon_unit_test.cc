@@ -21,17 +21,21 @@
 #include "daemon/config.h"
 #include "daemon/core/buffer_pool.h"
 #include "daemon/core/source_table.h"
+#include "daemon/core/transport_kind.h"
 #include "daemon/core/weight_group.h"
 #include "daemon/engines/engine_kind.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
+#include "daemon/engines/sglang/sglang_broadcast_binding.h"
 #include "daemon/engines/vllm/vllm_options.h"
 #include "daemon/service/group_spec_proto.h"
 #include "daemon/service/status_mapping.h"
 #include "daemon/state_dir.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 #include "daemon/transport/broadcast/store_peers.h"
 #include "daemon/transport/broadcast/torch_store_rendezvous.h"
 #include "daemon/transport/http/update_channel.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sim/sim_http_server.h"
@@ -168,6 +172,7 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
   ok.name = "policy";
   ok.engines = {{"http://a:1", 2}};
   ok.kind = "sglang";
+  ok.transport = "broadcast";
   ok.engine_options = std::make_shared<const SglangOptions>();
   EXPECT_TRUE(ValidateGroupSpec(ok).ok());
   // Ranks that add up past 2^32 do not wrap around to a small world.
@@ -201,7 +206,7 @@ TEST(GroupSpec, ValidationNamesTheProblem) {
 TEST(GroupSpec, TheIpcTransportNeedsEachRanksGpuByUuid) {
   GroupSpec ipc;
   ipc.name = "colo";
-  ipc.transport = TransportKind::kIpc;
+  ipc.transport = "ipc";
   ipc.engines = {
       {"http://a:1",
        2,
@@ -218,12 +223,13 @@ TEST(GroupSpec, TheIpcTransportNeedsEachRanksGpuByUuid) {
   EXPECT_THAT(ValidateGroupSpec(not_uuid).message(), HasSubstr("'0' is not a GPU UUID"));
   // The broadcast takes no GPUs, but any it is given must still be one per rank.
   GroupSpec broadcast = ipc;
-  broadcast.transport = TransportKind::kBroadcast;
+  broadcast.transport = "broadcast";
   EXPECT_TRUE(ValidateGroupSpec(broadcast).ok());
   broadcast.engines[0].gpus.clear();
   EXPECT_TRUE(ValidateGroupSpec(broadcast).ok());
-  EXPECT_EQ(ParseTransportKind("ipc").value(), TransportKind::kIpc);
-  EXPECT_THAT(ParseTransportKind("rdma").status().message(), HasSubstr("(broadcast, ipc)"));
+  EXPECT_EQ(TransportKinds().Find("ipc").value()->name(), "ipc");
+  EXPECT_EQ(TransportKinds().Find("nccl").value()->name(), "broadcast");
+  EXPECT_THAT(TransportKinds().Find("rdma").status().message(), HasSubstr("(broadcast, ipc)"));
 }
 
 TEST(Config, IpcGroupsKeepTheirGpusThroughAFileAndARecord) {
@@ -235,7 +241,7 @@ TEST(Config, IpcGroupsKeepTheirGpusThroughAFileAndARecord) {
   ASSERT_TRUE(LoadConfigFile(path, &config).ok());
   ASSERT_EQ(config.groups.size(), 1u);
   const GroupSpec& spec = config.groups[0];
-  EXPECT_EQ(spec.transport, TransportKind::kIpc);
+  EXPECT_EQ(spec.transport, "ipc");
   EXPECT_THAT(spec.engines[0].gpus,
               testing::ElementsAre("GPU-126c071a-1253-3d49-71ab-17c686b110d5"));
   auto again = GroupSpecFromJson(GroupSpecToJson(spec));
@@ -380,7 +386,7 @@ TEST(Config, AGroupsNcclLibraryTravelsEverywhereAndOnlyBroadcastGroupsTakeOne) {
   EXPECT_EQ(*back, config.groups[0]);
 
   GroupSpec ipc = config.groups[1];
-  ipc.transport = TransportKind::kIpc;
+  ipc.transport = "ipc";
   ipc.engines[0].gpus = {"GPU-0"};
   ipc.nccl_library = "libnccl.so.2";
   absl::Status refused = ValidateGroupSpec(ipc);
@@ -654,7 +660,7 @@ class NotAnEngine : public ::testing::Test {
   SglangAdapter Adapter() {
     return SglangAdapter(EngineEndpoint{url_, 1, 1},
                          AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                         SglangOptions(BucketFormat::kFlattened));
+                         SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
   }
   static void ExpectNamedNotEchoed(const absl::Status& s, const std::string& route, int status) {
     EXPECT_FALSE(s.ok());
@@ -671,8 +677,8 @@ TEST_F(NotAnEngine, ErrorsNameTheEngineRouteAndStatusButNeverItsAnswer) {
   absl::Status probe = a.Probe();
   EXPECT_EQ(probe.code(), absl::StatusCode::kInternal);
   ExpectNamedNotEchoed(probe, url_ + "/get_server_info", 200);
-  absl::Status init =
-      a.InitBroadcastGroup(Rendezvous{"127.0.0.1", 1, 2, "g", RendezvousMode::kTorchStore, ""});
+  absl::Status init = BroadcastBindingOf(a).value()->InitGroup(
+      Rendezvous{"127.0.0.1", 1, 2, "g", RendezvousMode::kTorchStore, ""});
   EXPECT_EQ(init.code(), absl::StatusCode::kFailedPrecondition);
   ExpectNamedNotEchoed(init, url_ + "/init_weights_update_group", 400);
   EXPECT_THAT(init.message(), HasSubstr("success=false"));
@@ -713,7 +719,7 @@ TEST(EngineHttp, EveryWayOfNotAnsweringReadsTheSame) {
     const std::string url = absl::StrCat("http://127.0.0.1:", port);
     SglangAdapter a(EngineEndpoint{url, 1, 1},
                     AdapterTimeouts{absl::Milliseconds(300), absl::Milliseconds(300)},
-                    SglangOptions(BucketFormat::kFlattened));
+                    SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
     absl::Status s = a.Probe();
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
     std::string message(s.message());
@@ -741,6 +747,7 @@ GroupRecord ARecord(const std::string& name) {
   r.spec.device = 1;
   r.spec.engines = {{"http://e:1", 2}, {"http://[fd00::1]:30000", 1}};
   r.spec.kind = "sglang";
+  r.spec.transport = "broadcast";
   r.spec.engine_options = std::make_shared<const SglangOptions>(BucketFormat::kPerTensor);
   r.engine_group = name + ".1a2b3c4d";
   r.store_port = 41234;
@@ -878,7 +885,7 @@ TEST(TorchStoreRendezvous, UniqueIdKeyMatchesTheHelpersPrefixChain) {
 }
 
 TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
-  nlohmann::json body = SglangAdapter::InitGroupBody(
+  nlohmann::json body = SglangBroadcastBinding::InitGroupBody(
       Rendezvous{"10.0.0.1", 29500, 4, "policy", RendezvousMode::kTorchStore, ""}, 2);
   EXPECT_EQ(body, nlohmann::json::parse(R"({"master_address": "10.0.0.1", "master_port": 29500,
       "rank_offset": 2, "world_size": 4, "group_name": "policy", "backend": "nccl"})"));
@@ -887,13 +894,13 @@ TEST(SglangAdapter, InitBodyHasSglangsFieldsAndRankOffset) {
 TEST(SglangAdapter, BucketBodyListsTensorsInLayoutOrderAsAFlattenedBucket) {
   BucketManifest m{{TensorEntry{"w", DType::kBfloat16, {2, 3}, 0, 12},
                     TensorEntry{"n", DType::kFloat32, {3}, 12, 12}}};
-  nlohmann::json body = SglangAdapter::BucketBody(m, "policy", BucketFormat::kFlattened);
+  nlohmann::json body = SglangBroadcastBinding::BucketBody(m, "policy", BucketFormat::kFlattened);
   EXPECT_EQ(body, nlohmann::json::parse(R"({"names": ["w", "n"], "dtypes": ["bfloat16", "float32"],
       "shapes": [[2, 3], [3]], "group_name": "policy", "flush_cache": false,
       "abort_all_requests": false, "load_format": "flattened_bucket"})"));
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                  SglangOptions(BucketFormat::kFlattened));
-  std::vector<BroadcastPiece> pieces = *a.BroadcastPieces(m);
+                  SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
+  std::vector<BroadcastPiece> pieces = *BroadcastBindingOf(a).value()->Pieces(m);
   ASSERT_EQ(pieces.size(), 1u);
   EXPECT_EQ(pieces[0].offset, 0u);
   EXPECT_EQ(pieces[0].count, 24u);
@@ -903,13 +910,13 @@ TEST(SglangAdapter, BucketBodyListsTensorsInLayoutOrderAsAFlattenedBucket) {
 TEST(SglangAdapter, PerTensorBucketHasNullLoadFormatAndOneTypedBroadcastPerTensor) {
   BucketManifest m{{TensorEntry{"w", DType::kBfloat16, {2, 3}, 0, 12},
                     TensorEntry{"n", DType::kFloat32, {3}, 16, 12}}};
-  nlohmann::json body = SglangAdapter::BucketBody(m, "policy", BucketFormat::kPerTensor);
+  nlohmann::json body = SglangBroadcastBinding::BucketBody(m, "policy", BucketFormat::kPerTensor);
   EXPECT_TRUE(body["load_format"].is_null());
   EXPECT_EQ(body["names"], nlohmann::json::parse(R"(["w", "n"])"));
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                  SglangOptions(BucketFormat::kPerTensor));
+                  SglangOptions(BucketFormat::kPerTensor), kBroadcastDataPath);
   EXPECT_TRUE(a.ValidateBucket(m).ok()) << "a gap is fine when each tensor has its own broadcast";
-  std::vector<BroadcastPiece> pieces = *a.BroadcastPieces(m);
+  std::vector<BroadcastPiece> pieces = *BroadcastBindingOf(a).value()->Pieces(m);
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_EQ(pieces[0].offset, 0u);
   EXPECT_EQ(pieces[0].count, 6u);
@@ -920,7 +927,7 @@ TEST(SglangAdapter, PerTensorBucketHasNullLoadFormatAndOneTypedBroadcastPerTenso
   BucketManifest shorts{{TensorEntry{"s", DType::kInt16, {4}, 0, 8}}};
   EXPECT_THAT(a.ValidateBucket(shorts).message(), HasSubstr("int16"));
   SglangAdapter flat(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                     SglangOptions(BucketFormat::kFlattened));
+                     SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
   EXPECT_THAT(flat.ValidateBucket(m).message(), HasSubstr("back to back"));
 }
 
@@ -954,7 +961,7 @@ TEST(SglangAdapter, ServerInfoThatIsNotSglangsIsRefusedNotThrown) {
 
 TEST(SglangAdapter, UnreachableEngineIsUnavailableAndNamed) {
   SglangAdapter a(EngineEndpoint{"http://127.0.0.1:1", 1, 1}, AdapterTimeouts{},
-                  SglangOptions(BucketFormat::kFlattened));
+                  SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
   absl::Status s = a.Probe();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(s.message(), HasSubstr("http://127.0.0.1:1/get_server_info"));

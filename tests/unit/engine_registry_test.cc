@@ -152,6 +152,35 @@ TEST_F(AdminOptionsTest, TheTwoFormsMustAgreeAndTheJsonMustBeAnObjectOfKnownKeys
               HasSubstr("unknown engine kind 'trt'"));
 }
 
+TEST_F(AdminOptionsTest, TheTransportGoesByNameAndTheDeprecatedEnumStillWorks) {
+  EXPECT_EQ(both_.transport_name(), "broadcast");
+  EXPECT_EQ(both_.transport(), v1::TRANSPORT_BROADCAST);
+  // An older client: the enum alone (each use is logged as deprecated).
+  v1::GroupSpec old_client = both_;
+  old_client.clear_transport_name();
+  old_client.set_transport(v1::TRANSPORT_IPC);
+  old_client.mutable_engines(0)->add_gpus("GPU-126c071a-1253-3d49-71ab-17c686b110d5");
+  auto from_old = GroupSpecFromProto(old_client);
+  ASSERT_TRUE(from_old.ok()) << from_old.status();
+  EXPECT_EQ(from_old->transport, "ipc");
+  // Neither form: the broadcast, as the enum's unset value always meant.
+  v1::GroupSpec neither = both_;
+  neither.clear_transport_name();
+  neither.clear_transport();
+  EXPECT_EQ(GroupSpecFromProto(neither).value().transport, "broadcast");
+  // By name, an alias read as its name; the two forms must agree.
+  v1::GroupSpec alias = neither;
+  alias.set_transport_name("nccl");
+  EXPECT_EQ(GroupSpecFromProto(alias).value().transport, "broadcast");
+  v1::GroupSpec disagree = old_client;
+  disagree.set_transport_name("broadcast");
+  EXPECT_THAT(std::string(GroupSpecFromProto(disagree).status().message()), HasSubstr("disagree"));
+  v1::GroupSpec unknown = neither;
+  unknown.set_transport_name("rdma");
+  EXPECT_THAT(std::string(GroupSpecFromProto(unknown).status().message()),
+              HasSubstr("unknown transport 'rdma' (broadcast, ipc)"));
+}
+
 // A new engine kind: the "echo" folder, and this one registration line in the test's setup.
 class EchoKindTest : public ::testing::Test {
  protected:

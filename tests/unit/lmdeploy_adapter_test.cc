@@ -10,6 +10,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -68,7 +70,7 @@ class LmdeployAdapterTest : public ::testing::Test {
   LmdeployAdapter Adapter(uint32_t ranks = 1, BucketFormat format = BucketFormat::kFlattened) {
     return LmdeployAdapter(EngineEndpoint{url_, ranks, 1},
                            AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                           LmdeployOptions(format));
+                           LmdeployOptions(format), kCudaIpcDataPath);
   }
   // "POST /sleep?level=1" for each request, in order.
   std::vector<std::string> Seen() {
@@ -154,7 +156,8 @@ TEST_F(LmdeployAdapterTest, AnUpdateSleepsWakesTheWeightsThenTheKvCache) {
   m.tensors = {TensorEntry{"w", DType::kBfloat16, {4}, 0, 8}};
   std::vector<IpcBucketView> views(
       2, IpcBucketView{"gpu", MemoryKind::kHostShm, "/wsync-1-d0-0-ab", 1 << 20, 0, ""});
-  auto last = a.IpcBucketRequest(m, views, BucketContext{"u-1", "v1", 0, /*last=*/true});
+  auto last = IpcBindingOf(a).value()->BucketRequest(m, views,
+                                                     BucketContext{"u-1", "v1", 0, /*last=*/true});
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->path, "/update_weights");
   EXPECT_EQ(nlohmann::json::parse(last->json_body)["finished"], true);
@@ -179,8 +182,10 @@ TEST_F(LmdeployAdapterTest, WithoutALastBucketFinishUpdateSendsAFinishOnlyReques
   std::vector<IpcBucketView> views(
       2, IpcBucketView{"gpu", MemoryKind::kHostShm, "/wsync-1-d0-0-ab", 1 << 20, 0, ""});
   // An earlier update's last bucket does not finish this one.
-  ASSERT_TRUE(a.IpcBucketRequest(m, views, BucketContext{"u-0", "v0", 0, true}).ok());
-  auto unmarked = a.IpcBucketRequest(m, views, BucketContext{"u-1", "v1", 0, false});
+  ASSERT_TRUE(
+      IpcBindingOf(a).value()->BucketRequest(m, views, BucketContext{"u-0", "v0", 0, true}).ok());
+  auto unmarked =
+      IpcBindingOf(a).value()->BucketRequest(m, views, BucketContext{"u-1", "v1", 0, false});
   ASSERT_TRUE(unmarked.ok());
   EXPECT_EQ(nlohmann::json::parse(unmarked->json_body)["finished"], false);
   ASSERT_TRUE(a.FinishUpdate(UpdateInfo{"u-1", "v1"}).ok());
@@ -220,7 +225,8 @@ TEST_F(LmdeployAdapterTest, TheFlattenedTensorGoesOncePerUpdateRankAllocationAnd
   ASSERT_TRUE(a.PauseGeneration().ok());
   auto send = [&](const BucketManifest& m, const std::vector<IpcBucketView>& views,
                   const std::string& update, bool last = false) {
-    auto request = a.IpcBucketRequest(m, views, BucketContext{update, "v", 0, last});
+    auto request =
+        IpcBindingOf(a).value()->BucketRequest(m, views, BucketContext{update, "v", 0, last});
     EXPECT_TRUE(request.ok()) << request.status();
     return std::vector<bool>{SendsTensor(*request, 0), SendsTensor(*request, 1)};
   };
@@ -244,13 +250,16 @@ TEST_F(LmdeployAdapterTest, TheFlattenedTensorGoesOncePerUpdateRankAllocationAnd
   EXPECT_EQ(send(f32, s1, "u-2"), V({true, true})) << "a sleep drops it";
   // Per tensor, nothing is cached: no flattened tensor at all.
   LmdeployAdapter per_tensor = Adapter(/*ranks=*/2, BucketFormat::kPerTensor);
-  auto request = per_tensor.IpcBucketRequest(bf16, s0, BucketContext{"u-3", "v", 0, false});
+  auto request = IpcBindingOf(per_tensor)
+                     .value()
+                     ->BucketRequest(bf16, s0, BucketContext{"u-3", "v", 0, false});
   ASSERT_TRUE(request.ok());
   EXPECT_FALSE(SendsTensor(*request, 0));
 }
 
 TEST(LmdeployBucketReply, OnlyNullWithHttp200IsALoadedBucket) {
-  LmdeployAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions());
+  LmdeployAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions(),
+                    kCudaIpcDataPath);
   EXPECT_TRUE(a.CheckBucketReply(Reply(200, "null")).ok());
   EXPECT_TRUE(a.CheckBucketReply(Reply(200, "null\n")).ok());
   for (const HttpReply& reply :
@@ -267,7 +276,8 @@ TEST(LmdeployBucketReply, OnlyNullWithHttp200IsALoadedBucket) {
 }
 
 TEST(LmdeployBucketReply, APickleRefusalNamesTheServersOptIn) {
-  LmdeployAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions());
+  LmdeployAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions(),
+                    kCudaIpcDataPath);
   const std::string refusal = absl::StrCat(
       R"({"error": {"message": "Pickle payloads are disabled on HTTP /update_weights )", kSecret,
       R"("}})");
@@ -306,29 +316,32 @@ TEST_F(LmdeployAdapterTest, AnUnhealthyEngineIsNamedWithItsStatus) {
 }
 
 TEST(LmdeployAdapter, FlattenedBucketsHoldOneDtypeOnBothPaths) {
-  LmdeployAdapter flat(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions());
+  LmdeployAdapter flat(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, LmdeployOptions(),
+                       kCudaIpcDataPath);
   const AdapterCapabilities caps = flat.Capabilities();
-  EXPECT_TRUE(caps.Supports(DataPath::kCudaIpc));
-  EXPECT_TRUE(caps.Supports(DataPath::kBroadcast));
-  EXPECT_TRUE(caps.Supports(RendezvousMode::kTorchStore));
+  EXPECT_NE(flat.Binding(kCudaIpcDataPath), nullptr);
+  EXPECT_NE(flat.Binding(kBroadcastDataPath), nullptr);
+  EXPECT_THAT(BroadcastBindingOf(flat).value()->RendezvousModes(),
+              ElementsAre(RendezvousMode::kTorchStore));
   EXPECT_TRUE(caps.bucket_rules.one_dtype) << "the client's planner cuts buckets at a dtype change";
   BucketManifest mixed;
   mixed.tensors = {TensorEntry{"a", DType::kBfloat16, {2}, 0, 4},
                    TensorEntry{"b", DType::kFloat32, {1}, 4, 4}};
   EXPECT_THAT(flat.ValidateBucket(mixed).message(), HasSubstr("tensor 'b' is float32"));
   LmdeployAdapter per_tensor(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{},
-                             LmdeployOptions(BucketFormat::kPerTensor));
+                             LmdeployOptions(BucketFormat::kPerTensor), kCudaIpcDataPath);
   EXPECT_FALSE(per_tensor.Capabilities().bucket_rules.one_dtype);
   EXPECT_TRUE(per_tensor.ValidateBucket(mixed).ok());
 }
 
 TEST(LmdeployNccl, RequestsCarryTheGroupNameTheFormatAndFinishedAsLmdeployReadsThem) {
   LmdeployAdapter flat(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{}, LmdeployOptions(),
-                       TransportKind::kBroadcast);
+                       kBroadcastDataPath);
   BucketManifest bucket;
   bucket.tensors = {TensorEntry{"a", DType::kBfloat16, {2, 3}, 0, 12},
                     TensorEntry{"b", DType::kBfloat16, {5}, 12, 10}};
-  auto request = flat.BroadcastBucketRequest(bucket, "wsync-g", BucketContext{"u1", "v1", 0, true});
+  auto request = BroadcastBindingOf(flat).value()->BucketRequest(
+      bucket, "wsync-g", BucketContext{"u1", "v1", 0, true});
   ASSERT_TRUE(request.ok());
   EXPECT_EQ(request->path, "/update_weights_from_distributed");
   EXPECT_EQ(nlohmann::json::parse(request->json_body),
@@ -339,7 +352,7 @@ TEST(LmdeployNccl, RequestsCarryTheGroupNameTheFormatAndFinishedAsLmdeployReadsT
                             {"load_format", "flattened_bucket"},
                             {"finished", true}}));
   // One element-typed broadcast of the concatenation (the old SGLang layout).
-  auto pieces = flat.BroadcastPieces(bucket);
+  auto pieces = BroadcastBindingOf(flat).value()->Pieces(bucket);
   ASSERT_TRUE(pieces.ok());
   ASSERT_EQ(pieces->size(), 1u);
   EXPECT_EQ((*pieces)[0].dtype, DType::kBfloat16);
@@ -353,14 +366,16 @@ TEST(LmdeployNccl, RequestsCarryTheGroupNameTheFormatAndFinishedAsLmdeployReadsT
   gap.tensors[1].offset = 16;
   EXPECT_FALSE(flat.ValidateBucket(gap).ok());
   LmdeployAdapter per_tensor(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{},
-                             LmdeployOptions(BucketFormat::kPerTensor), TransportKind::kBroadcast);
-  pieces = per_tensor.BroadcastPieces(mixed);
+                             LmdeployOptions(BucketFormat::kPerTensor), kBroadcastDataPath);
+  pieces = BroadcastBindingOf(per_tensor).value()->Pieces(mixed);
   ASSERT_TRUE(pieces.ok());
   ASSERT_EQ(pieces->size(), 2u);
   EXPECT_EQ((*pieces)[1].dtype, DType::kFloat16);
   EXPECT_EQ((*pieces)[1].count, 5u);
-  EXPECT_TRUE(nlohmann::json::parse(
-                  per_tensor.BroadcastBucketRequest(mixed, "g", BucketContext{})->json_body)
+  EXPECT_TRUE(nlohmann::json::parse(BroadcastBindingOf(per_tensor)
+                                        .value()
+                                        ->BucketRequest(mixed, "g", BucketContext{})
+                                        ->json_body)
                   .at("load_format")
                   .is_null());
   // {success, message} answers; 501 is another backend, a configuration error.
@@ -374,7 +389,7 @@ TEST(LmdeployNccl, RequestsCarryTheGroupNameTheFormatAndFinishedAsLmdeployReadsT
 TEST_F(LmdeployAdapterTest, ABroadcastGroupNeedsTheInitRouteOfPr4638) {
   Start();
   LmdeployAdapter a(EngineEndpoint{url_, 1, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                    LmdeployOptions(), TransportKind::kBroadcast);
+                    LmdeployOptions(), kBroadcastDataPath);
   absl::Status probed = a.Probe();
   EXPECT_EQ(probed.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(probed.message(), HasSubstr("without POST /init_weights_update_group (PR #4638"));
@@ -393,7 +408,7 @@ TEST_F(LmdeployAdapterTest, TheRoutesOfPr4638AreTheVersionAndNcclTheVariant) {
                       {"/destroy_weights_update_group", "post"}});
   Start();
   LmdeployAdapter a(EngineEndpoint{url_, 2, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                    LmdeployOptions(BucketFormat::kPerTensor), TransportKind::kBroadcast);
+                    LmdeployOptions(BucketFormat::kPerTensor), kBroadcastDataPath);
   ASSERT_TRUE(a.Probe().ok());
   EngineHealth health = a.Health();
   EXPECT_EQ(health.engine_version, "routes of PR #4638");

@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -104,7 +106,7 @@ class SessionServer {
 SglangAdapter AdapterFor(const SessionServer& server) {
   return SglangAdapter(EngineEndpoint{server.url(), 1, 1},
                        AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                       SglangOptions(BucketFormat::kFlattened), TransportKind::kBroadcast);
+                       SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
 }
 
 TEST(SglangSessionsTest, AnUpdateOnASessionBuildIsOpenedAndClosedAroundItsBuckets) {
@@ -117,7 +119,8 @@ TEST(SglangSessionsTest, AnUpdateOnASessionBuildIsOpenedAndClosedAroundItsBucket
     ASSERT_TRUE(adapter.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
     BucketManifest manifest;
     manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
-    auto request = adapter.BroadcastBucketRequest(manifest, "g", BucketContext{});
+    auto request =
+        BroadcastBindingOf(adapter).value()->BucketRequest(manifest, "g", BucketContext{});
     ASSERT_TRUE(request.ok());
     EXPECT_EQ(nlohmann::json::parse(request->json_body)["selector"], "all");
     ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());
@@ -161,7 +164,8 @@ TEST(SglangSessionsTest, AServerWithoutSessionsGetsNoBeginNoEndAndNoSelector) {
     ASSERT_TRUE(adapter.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
     BucketManifest manifest;
     manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
-    auto request = adapter.BroadcastBucketRequest(manifest, "g", BucketContext{});
+    auto request =
+        BroadcastBindingOf(adapter).value()->BucketRequest(manifest, "g", BucketContext{});
     ASSERT_TRUE(request.ok());
     EXPECT_FALSE(nlohmann::json::parse(request->json_body).contains("selector"));
     ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -130,15 +132,15 @@ TEST(SglangVersionTest, TheMapOnceRouteNeedsItsOwnFloorWhateverTheFormat) {
 TEST(SglangIpcRouteTest, TheRoutePicksTheDataPathAndTheOpeningRequestNamesEachRanksGpu) {
   const SglangOptions options(BucketFormat::kFlattened, SglangMemory::kKeep, SglangIpcRoute::kIpc);
   SglangAdapter adapter(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{}, options,
-                        TransportKind::kIpc);
-  EXPECT_TRUE(adapter.Capabilities().Supports(DataPath::kCudaIpcStream));
-  EXPECT_FALSE(adapter.Capabilities().Supports(DataPath::kCudaIpc));
+                        kCudaIpcStreamDataPath);
+  EXPECT_TRUE(adapter.Binding(kCudaIpcStreamDataPath) != nullptr);
+  EXPECT_FALSE(adapter.Binding(kCudaIpcDataPath) != nullptr);
   SglangAdapter tensor_route(EngineEndpoint{"http://e:1", 2, 1}, AdapterTimeouts{},
-                             SglangOptions(BucketFormat::kFlattened), TransportKind::kIpc);
-  EXPECT_TRUE(tensor_route.Capabilities().Supports(DataPath::kCudaIpc));
-  EXPECT_FALSE(tensor_route.Capabilities().Supports(DataPath::kCudaIpcStream));
+                             SglangOptions(BucketFormat::kFlattened), kCudaIpcDataPath);
+  EXPECT_TRUE(tensor_route.Binding(kCudaIpcDataPath) != nullptr);
+  EXPECT_FALSE(tensor_route.Binding(kCudaIpcStreamDataPath) != nullptr);
 
-  auto request = adapter.IpcStreamRequest(
+  auto request = IpcStreamBindingOf(adapter).value()->StreamRequest(
       UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc:///tmp/a.sock"}, {"bbbb-2", "ipc:///tmp/b.sock"}});
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->path, "/update_weights_from_ipc");
@@ -149,10 +151,11 @@ TEST(SglangIpcRouteTest, TheRoutePicksTheDataPathAndTheOpeningRequestNamesEachRa
       (nlohmann::json{{"zmq_handles",
                        {{"GPU-aaaa-1", "ipc:///tmp/a.sock"}, {"GPU-bbbb-2", "ipc:///tmp/b.sock"}}},
                       {"flush_cache", false}}));
-  auto same_gpu = adapter.IpcStreamRequest(
+  auto same_gpu = IpcStreamBindingOf(adapter).value()->StreamRequest(
       UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc:///tmp/a.sock"}, {"aaaa-1", "ipc:///tmp/b.sock"}});
   EXPECT_EQ(same_gpu.status().code(), absl::StatusCode::kInvalidArgument);
-  auto short_of_ranks = adapter.IpcStreamRequest(UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc://a"}});
+  auto short_of_ranks = IpcStreamBindingOf(adapter).value()->StreamRequest(UpdateInfo{"u1", "v1"},
+                                                                           {{"aaaa-1", "ipc://a"}});
   EXPECT_FALSE(short_of_ranks.ok());
   // Tensors are viewed at their own offsets: only alignment is checked, not adjacency.
   BucketManifest manifest;
@@ -201,10 +204,10 @@ class SglangProbeTest : public ::testing::Test {
     ASSERT_TRUE(port.ok()) << port.status();
     url_ = absl::StrCat("http://127.0.0.1:", *port);
   }
-  SglangAdapter Adapter(BucketFormat format, TransportKind transport) {
+  SglangAdapter Adapter(BucketFormat format, absl::string_view data_path) {
     return SglangAdapter(EngineEndpoint{url_, 1, 1},
                          AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)}, SglangOptions(format),
-                         transport);
+                         data_path);
   }
   void SetVersion(std::string v) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -218,7 +221,7 @@ class SglangProbeTest : public ::testing::Test {
 };
 
 TEST_F(SglangProbeTest, ProbePicksTheVariantAndHealthNamesIt) {
-  SglangAdapter adapter = Adapter(BucketFormat::kFlattened, TransportKind::kIpc);
+  SglangAdapter adapter = Adapter(BucketFormat::kFlattened, kCudaIpcDataPath);
   EXPECT_FALSE(adapter.ipc_variant().has_value());
   ASSERT_TRUE(adapter.Probe().ok());
   ASSERT_TRUE(adapter.ipc_variant().has_value());
@@ -233,7 +236,7 @@ TEST_F(SglangProbeTest, ProbePicksTheVariantAndHealthNamesIt) {
 
 TEST_F(SglangProbeTest, AnOldServerIsRefusedAtProbeAndShownUnsupported) {
   SetVersion("0.5.5.post1");
-  SglangAdapter adapter = Adapter(BucketFormat::kFlattened, TransportKind::kIpc);
+  SglangAdapter adapter = Adapter(BucketFormat::kFlattened, kCudaIpcDataPath);
   absl::Status probed = adapter.Probe();
   EXPECT_EQ(probed.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(probed.message(), AllOf(HasSubstr(url_), HasSubstr("SGLang 0.5.5.post1 "),
@@ -244,14 +247,14 @@ TEST_F(SglangProbeTest, AnOldServerIsRefusedAtProbeAndShownUnsupported) {
   EXPECT_EQ(health.variant, "unsupported");
   EXPECT_THAT(health.error, HasSubstr(">= 0.5.6"));
 
-  SglangAdapter per_tensor = Adapter(BucketFormat::kPerTensor, TransportKind::kIpc);
+  SglangAdapter per_tensor = Adapter(BucketFormat::kPerTensor, kCudaIpcDataPath);
   ASSERT_TRUE(per_tensor.Probe().ok());
   EXPECT_EQ(per_tensor.Health().variant, "ipc per-tensor");
 }
 
 TEST_F(SglangProbeTest, TheBroadcastPathReadsNoVersion) {
   SetVersion("not-a-version");
-  SglangAdapter adapter = Adapter(BucketFormat::kFlattened, TransportKind::kBroadcast);
+  SglangAdapter adapter = Adapter(BucketFormat::kFlattened, kBroadcastDataPath);
   EXPECT_TRUE(adapter.Probe().ok());
   EXPECT_FALSE(adapter.ipc_variant().has_value());
   EngineHealth health = adapter.Health();

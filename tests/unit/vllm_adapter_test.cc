@@ -13,6 +13,8 @@
 #include "common/host/host_platform.h"
 #include "daemon/core/weight_group.h"
 #include "daemon/group_factories.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -62,7 +64,8 @@ class VllmAdapterTest : public ::testing::Test {
   }
   VllmAdapter Adapter(VllmOptions options = VllmOptions()) {
     return VllmAdapter(EngineEndpoint{url_, 1, 1},
-                       AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)}, options);
+                       AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)}, options,
+                       kCudaIpcDataPath);
   }
   std::vector<std::string> Seen() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -130,17 +133,17 @@ TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {
   // Packed chunks need a newer server than IPC itself.
   const VllmOptions packed_options(true, VllmPauseMode::kKeep, false, true);
   auto packed = VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", packed_options,
-                                          TransportKind::kIpc);
+                                          VllmBackend::kIpc);
   EXPECT_EQ(packed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(packed.status().message(), HasSubstr("vLLM 0.20.1 reads no packed IPC updates"));
   EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", VllmOptions(),
-                                        TransportKind::kIpc)
+                                        VllmBackend::kIpc)
                   .ok());
   auto other = VllmAdapter::CheckVersion({{"detail", kSecret}}, "http://e:1", VllmOptions(),
-                                         TransportKind::kIpc);
+                                         VllmBackend::kIpc);
   EXPECT_THAT(other.status().message(), HasSubstr("not a vLLM server"));
   auto garbled = VllmAdapter::CheckVersion({{"version", kSecret}}, "http://e:1", VllmOptions(),
-                                           TransportKind::kIpc);
+                                           VllmBackend::kIpc);
   EXPECT_EQ(garbled.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(garbled.status().message(), Not(HasSubstr(kSecret)));
 }
@@ -162,7 +165,8 @@ TEST_F(VllmAdapterTest, AnUpdateIsPauseStartBucketsFinishWithVersionResetResume)
   const UpdateInfo update{"u-1", "v7"};
   ASSERT_TRUE(a.PauseGeneration().ok());
   ASSERT_TRUE(a.BeginUpdate(update).ok());
-  auto request = a.IpcBucketRequest(Bucket(), Views(), BucketContext{"u-1", "v7", 0, true});
+  auto request = IpcBindingOf(a).value()->BucketRequest(Bucket(), Views(),
+                                                        BucketContext{"u-1", "v7", 0, true});
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->path, "/update_weights");
   ASSERT_TRUE(a.CheckBucketReply(Reply(200, R"({"message": "Weights updated"})")).ok());
@@ -269,7 +273,8 @@ TEST_F(VllmAdapterTest, A409AtTheFinishFailsTheCommitAndLeavesTheEnginePaused) {
 }
 
 TEST(VllmBucketReply, FailuresAskForTheWholeVersionAndAConfigurationErrorSaysSo) {
-  VllmAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions());
+  VllmAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions(),
+                kCudaIpcDataPath);
   EXPECT_TRUE(a.CheckBucketReply(Reply(200, R"({"message": "Weights updated"})")).ok());
   absl::Status conflict = a.CheckBucketReply(Reply(409, kSecret));
   EXPECT_EQ(conflict.code(), absl::StatusCode::kAborted);
@@ -296,44 +301,43 @@ TEST_F(VllmAdapterTest, HealthShowsTheVersionAndVariant) {
   EXPECT_THAT(Seen(), ElementsAre("GET /health", "GET /version", "GET /is_sleeping"));
 }
 
-TEST(VllmAdapter, EachTransportHasItsDataPathAndTheGroupsRendezvousWithoutBucketRules) {
-  VllmAdapter ipc(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions());
-  AdapterCapabilities caps = ipc.Capabilities();
-  EXPECT_TRUE(caps.Supports(DataPath::kCudaIpc));
-  EXPECT_FALSE(caps.Supports(DataPath::kBroadcast));
-  EXPECT_TRUE(caps.rendezvous.empty());
-  EXPECT_EQ(caps.bucket_rules, BucketRules{});
-  VllmAdapter store(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions(),
-                    TransportKind::kBroadcast);
-  caps = store.Capabilities();
-  EXPECT_TRUE(caps.Supports(DataPath::kBroadcast));
-  EXPECT_FALSE(caps.Supports(DataPath::kCudaIpc));
-  EXPECT_THAT(caps.rendezvous, ElementsAre(RendezvousMode::kStatelessStore));
-  EXPECT_EQ(caps.bucket_rules, BucketRules{}) << "chunks are cut per request, not by the planner";
+TEST(VllmAdapter, EachBackendIsABindingAndTheGroupsRendezvousWithoutBucketRules) {
+  VllmAdapter a(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{}, VllmOptions(),
+                kCudaIpcDataPath);
+  EXPECT_NE(a.Binding(kCudaIpcDataPath), nullptr);
+  EXPECT_NE(a.Binding(kBroadcastDataPath), nullptr);
+  EXPECT_EQ(a.Binding(kCudaIpcStreamDataPath), nullptr);
+  EXPECT_THAT(a.DataPaths(), ElementsAre("broadcast", "cuda-ipc"));
+  EXPECT_EQ(a.Capabilities().bucket_rules, BucketRules{})
+      << "chunks are cut per request, not by the planner";
+  EXPECT_THAT(BroadcastBindingOf(a).value()->RendezvousModes(),
+              ElementsAre(RendezvousMode::kStatelessStore));
+  EXPECT_FALSE(BroadcastBindingOf(a).value()->LeavesGroup());
   VllmAdapter uid(EngineEndpoint{"http://e:1", 1, 1}, AdapterTimeouts{},
                   VllmOptions(false, VllmPauseMode::kKeep, false, true, VllmRendezvous::kUniqueId),
-                  TransportKind::kBroadcast);
-  EXPECT_THAT(uid.Capabilities().rendezvous, ElementsAre(RendezvousMode::kUniqueIdInInit));
+                  kBroadcastDataPath);
+  EXPECT_THAT(BroadcastBindingOf(uid).value()->RendezvousModes(),
+              ElementsAre(RendezvousMode::kUniqueIdInInit));
 }
 
 TEST(VllmAdapter, NcclVersionGatesNameTheVersionAndTheMinimum) {
   const VllmOptions uid(false, VllmPauseMode::kKeep, false, true, VllmRendezvous::kUniqueId);
   auto old = VllmAdapter::CheckVersion({{"version", "0.15.1"}}, "http://e:1", VllmOptions(),
-                                       TransportKind::kBroadcast);
+                                       VllmBackend::kNccl);
   EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(old.status().message(), HasSubstr("vLLM 0.15.1 has no NCCL weight transfer"));
   EXPECT_THAT(old.status().message(), HasSubstr(">= 0.16.0"));
   // 0.16 has NCCL but no IPC: the transport decides which minimum applies.
   EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.16.0"}}, "http://e:1", VllmOptions(),
-                                        TransportKind::kBroadcast)
+                                        VllmBackend::kNccl)
                   .ok());
-  auto no_uid = VllmAdapter::CheckVersion({{"version", "0.29.2"}}, "http://e:1", uid,
-                                          TransportKind::kBroadcast);
+  auto no_uid =
+      VllmAdapter::CheckVersion({{"version", "0.29.2"}}, "http://e:1", uid, VllmBackend::kNccl);
   EXPECT_EQ(no_uid.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(no_uid.status().message(), HasSubstr("vLLM 0.29.2 reads no nccl_unique_id_b64"));
   EXPECT_THAT(no_uid.status().message(), HasSubstr("0.30.0"));
-  auto found = VllmAdapter::CheckVersion({{"version", "0.30.0"}}, "http://e:1", uid,
-                                         TransportKind::kBroadcast);
+  auto found =
+      VllmAdapter::CheckVersion({{"version", "0.30.0"}}, "http://e:1", uid, VllmBackend::kNccl);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_TRUE(found->second.nccl_unique_id);
   EXPECT_EQ(found->second.nccl_packed_at, VllmPackedAt::kInitInfo);
@@ -345,7 +349,7 @@ TEST_F(VllmAdapterTest, ABroadcastProbeChecksTheWorkerCountAndInitsNothing) {
   world_size_ = 4;
   Start();
   VllmAdapter wrong(EngineEndpoint{url_, 2, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                    VllmOptions(), TransportKind::kBroadcast);
+                    VllmOptions(), kBroadcastDataPath);
   absl::Status s = wrong.Probe();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("has 4 worker(s)"));
@@ -353,7 +357,7 @@ TEST_F(VllmAdapterTest, ABroadcastProbeChecksTheWorkerCountAndInitsNothing) {
   EXPECT_THAT(Seen(), ElementsAre("GET /version", "GET /get_world_size?include_dp=true"))
       << "the NCCL group is initialised when the group forms, not at the probe";
   VllmAdapter right(EngineEndpoint{url_, 4, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
-                    VllmOptions(), TransportKind::kBroadcast);
+                    VllmOptions(), kBroadcastDataPath);
   EXPECT_TRUE(right.Probe().ok());
 }
 

@@ -2,6 +2,7 @@
 #define WSYNC_DAEMON_ENGINES_LMDEPLOY_LMDEPLOY_ADAPTER_H_
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -11,12 +12,17 @@
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
+#include "daemon/engines/lmdeploy/lmdeploy_path.h"
 
 namespace wsync {
 
-// LMDeploy's PyTorch engine (docs/engines/lmdeploy.md). Colocated (transport ipc): every
-// bucket is one POST /update_weights naming wsyncd's slot over CUDA IPC (lmdeploy_ipc_payload.h).
-// Disaggregated (transport broadcast, PR #4638): the engine's ranks join wsyncd's collective
+class LmdeployBroadcastBinding;
+class LmdeployIpcBinding;
+
+// LMDeploy's PyTorch engine (docs/engines/lmdeploy.md), one binding per data path. Colocated
+// (lmdeploy_ipc_binding.h): every bucket is one POST /update_weights naming wsyncd's slot over
+// CUDA IPC (lmdeploy_ipc_payload.h). Disaggregated (lmdeploy_broadcast_binding.h, PR #4638): the
+// engine's ranks join wsyncd's collective
 // through torch's TCPStore (POST /init_weights_update_group with its required group_name), and
 // every bucket is one POST /update_weights_from_distributed whose receive runs while wsyncd
 // broadcasts (lmdeploy_nccl_payload.h): one element-typed broadcast per flattened bucket of one
@@ -74,8 +80,10 @@ namespace wsync {
 // words (they go to the debug log).
 class LmdeployAdapter final : public EngineAdapter {
  public:
+  // `data_path`, when given, is used at once (UseDataPath), as a group would.
   LmdeployAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, LmdeployOptions options,
-                  TransportKind transport = TransportKind::kIpc);
+                  absl::string_view data_path = "");
+  ~LmdeployAdapter() override;
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
@@ -94,17 +102,9 @@ class LmdeployAdapter final : public EngineAdapter {
   std::string probed_version() const override;
   std::string ManualResumeHint() const override { return "POST /wakeup"; }
 
-  absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
-                                                 const std::vector<IpcBucketView>& ranks,
-                                                 const BucketContext& context) const override;
-
-  absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
-  absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
-  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
-                                                       const std::string& group_name,
-                                                       const BucketContext& context) const override;
-  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
-      const BucketManifest& manifest) const override;
+  DataPathBinding* Binding(absl::string_view data_path) override;
+  std::vector<std::string> DataPaths() const override;
+  absl::Status UseDataPath(absl::string_view data_path) override;
 
   // What Probe found in the engine's OpenAPI document: whether it has the NCCL path's routes
   // (POST /init_weights_update_group, PR #4638). False until a Probe succeeds.
@@ -115,19 +115,18 @@ class LmdeployAdapter final : public EngineAdapter {
   static absl::StatusOr<bool> CheckOpenApi(const HttpReply& reply, const std::string& url);
 
  private:
+  friend class LmdeployBroadcastBinding;
+  friend class LmdeployIpcBinding;
+
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   BucketFormat format_;
-  TransportKind transport_;
   EngineHttp http_;
-  // The NCCL path's control call: {success, message}, with 501 (another backend) named.
-  absl::Status PostDistributed(const char* path, const nlohmann::json& body) const;
-  // 501 from a disaggregated route: the server's backend is not pytorch.
-  absl::Status NotPytorchBackend(const char* path) const;
+  std::unique_ptr<LmdeployBroadcastBinding> broadcast_;
+  std::unique_ptr<LmdeployIpcBinding> ipc_;
+  LmdeployPath* path_ = nullptr;  // the used binding's LMDeploy side; set by UseDataPath
   std::atomic<bool> has_weights_update_group_{false};
   std::atomic<bool> probed_{false};  // a Probe has read the routes
-  // CheckBucketReply's reading of the answer.
-  absl::Status CheckBucketAnswer(const HttpReply& reply) const;
   // Forgets what the ranks' workers cache (they dropped it, or it cannot be known).
   void ForgetHeldLocked() const;
 
@@ -148,7 +147,8 @@ class LmdeployAdapter final : public EngineAdapter {
   // The update `held_` belongs to, and per TP rank the tensor its worker holds (empty: none).
   mutable std::string held_update_;
   mutable std::vector<std::optional<HeldTensor>> held_;
-  // The engine group the ranks joined (InitBroadcastGroup), for the finish-only request.
+  // The engine group the ranks joined (the broadcast binding's InitGroup), for the finish-only
+  // request.
   std::string group_name_;
 };
 

@@ -9,6 +9,7 @@
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/bucket_format.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {

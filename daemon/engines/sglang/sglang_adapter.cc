@@ -5,26 +5,54 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
-#include "daemon/engines/sglang/sglang_ipc_payload.h"
-#include "daemon/engines/torch_group_body.h"
+#include "daemon/engines/sglang/sglang_broadcast_binding.h"
+#include "daemon/engines/sglang/sglang_ipc_binding.h"
+#include "daemon/engines/sglang/sglang_ipc_stream_binding.h"
 #include "daemon/engines/weight_checker.h"
 
 namespace wsync {
-namespace {
+SglangAdapter::SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts,
+                             SglangOptions options, absl::string_view data_path)
+    : endpoint_(std::move(endpoint)),
+      timeouts_(timeouts),
+      format_(options.load_format()),
+      memory_(options.memory()),
+      route_(options.ipc_route()),
+      http_(endpoint_.url),
+      broadcast_(std::make_unique<SglangBroadcastBinding>(*this)) {
+  // The group's route picks how IPC buckets travel (sglang_options.h).
+  if (route_ == SglangIpcRoute::kIpc) {
+    stream_ = std::make_unique<SglangIpcStreamBinding>(*this);
+  } else {
+    ipc_ = std::make_unique<SglangIpcBinding>(*this);
+  }
+  if (!data_path.empty()) (void)UseDataPath(data_path);
+}
 
-constexpr char kBucketPath[] = "/update_weights_from_distributed";
-
-}  // namespace
+SglangAdapter::~SglangAdapter() = default;
 
 AdapterCapabilities SglangAdapter::Capabilities() const {
-  AdapterCapabilities caps;
-  caps.rendezvous = {RendezvousMode::kTorchStore};
-  // The group's route picks how IPC buckets travel (sglang_options.h).
-  caps.data_paths = {DataPath::kBroadcast, route_ == SglangIpcRoute::kIpc ? DataPath::kCudaIpcStream
-                                                                          : DataPath::kCudaIpc};
   // The flattened receiver since PR #13413 takes mixed dtypes as uint8 bytes; per tensor, every
   // tensor has its own typed broadcast. Alignment is the planner's own rule.
-  return caps;
+  return AdapterCapabilities{};
+}
+
+DataPathBinding* SglangAdapter::Binding(absl::string_view data_path) {
+  if (data_path == kBroadcastDataPath) return broadcast_.get();
+  if (data_path == kCudaIpcDataPath) return ipc_.get();
+  if (data_path == kCudaIpcStreamDataPath) return stream_.get();
+  return nullptr;
+}
+
+std::vector<std::string> SglangAdapter::DataPaths() const {
+  return {std::string(kBroadcastDataPath),
+          std::string(ipc_ ? kCudaIpcDataPath : kCudaIpcStreamDataPath)};
+}
+
+absl::Status SglangAdapter::UseDataPath(absl::string_view data_path) {
+  WSYNC_RETURN_IF_ERROR(EngineAdapter::UseDataPath(data_path));
+  path_ = dynamic_cast<SglangPath*>(used_binding());
+  return absl::OkStatus();
 }
 
 absl::Status SglangAdapter::Probe() {
@@ -45,13 +73,14 @@ absl::Status SglangAdapter::Probe() {
     }
     sessions_ = *sessions;
   }
-  if (transport_ != TransportKind::kIpc) {
-    const nlohmann::json& version = info["version"];
-    std::lock_guard<std::mutex> lock(mu_);
-    version_text_ =
-        version.is_string() ? SanitizePeerText(version.get<std::string>(), kMaxVersionBytes) : "";
-    return absl::OkStatus();
+  if (path_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url, ": no data path was picked for it"));
   }
+  return path_->ProbeServer(info);
+}
+
+absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
   // Each formation reads the version again: the engine behind the URL may have been upgraded.
   WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_, route_));
   auto& [version, variant] = found;
@@ -63,6 +92,16 @@ absl::Status SglangAdapter::Probe() {
   ipc_variant_ = variant;
   version_text_ = version.text;
   return absl::OkStatus();
+}
+
+void SglangAdapter::AddIpcHealth(const nlohmann::json& info, EngineHealth* health) const {
+  auto found = CheckIpcVersion(info, endpoint_.url, format_, route_);
+  if (found.ok()) {
+    health->variant = found->second.name;
+  } else {
+    health->variant = "unsupported";
+    health->error = std::string(found.status().message());
+  }
 }
 
 std::string SglangAdapter::probed_version() const {
@@ -140,24 +179,6 @@ absl::Status SglangAdapter::CheckServerInfo(const nlohmann::json& info,
                      "rank correctly"));
   }
   return absl::OkStatus();
-}
-
-nlohmann::json SglangAdapter::InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset) {
-  return TorchGroupInitBody(rendezvous, rank_offset);
-}
-
-absl::Status SglangAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
-  return http_
-      .PostExpectSuccess("/init_weights_update_group",
-                         InitGroupBody(rendezvous, endpoint_.rank_offset), timeouts_.control)
-      .status();
-}
-
-absl::Status SglangAdapter::DestroyBroadcastGroup(const std::string& group_name) {
-  return http_
-      .PostExpectSuccess("/destroy_weights_update_group", {{"group_name", group_name}},
-                         timeouts_.control)
-      .status();
 }
 
 absl::Status SglangAdapter::PauseGeneration() {
@@ -268,65 +289,10 @@ absl::Status SglangAdapter::ResumeGeneration() {
       .status();
 }
 
-nlohmann::json SglangAdapter::BucketBody(const BucketManifest& manifest,
-                                         const std::string& group_name, BucketFormat format,
-                                         bool selector) {
-  nlohmann::json body = BucketTensorLists(manifest);
-  body["group_name"] = group_name;
-  body["flush_cache"] = false;
-  body["abort_all_requests"] = false;
-  body["load_format"] = format == BucketFormat::kFlattened ? nlohmann::json("flattened_bucket")
-                                                           : nlohmann::json(nullptr);
-  if (selector) body["selector"] = "all";
-  return body;
-}
-
-absl::StatusOr<EngineRequest> SglangAdapter::BroadcastBucketRequest(
-    const BucketManifest& manifest, const std::string& group_name,
-    const BucketContext& /*context*/) const {
-  // The version is recorded once, at commit (/update_weight_version), not on a bucket.
-  return EngineRequest{kBucketPath, BucketBody(manifest, group_name, format_, sessions()).dump()};
-}
-
-absl::StatusOr<EngineRequest> SglangAdapter::IpcBucketRequest(
-    const BucketManifest& manifest, const std::vector<IpcBucketView>& ranks,
-    const BucketContext& /*context*/) const {
-  if (ranks.size() != endpoint_.ranks) {
-    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
-                                            " TP rank(s) but the bucket has ", ranks.size(),
-                                            " view(s)"));
-  }
-  WSYNC_ASSIGN_OR_RETURN(nlohmann::json body, SglangIpcBucketBody(manifest, ranks, format_));
-  // Session builds add the selector to this request's struct too.
-  if (sessions()) body["selector"] = "all";
-  return EngineRequest{bucket_path_, body.dump()};
-}
-
-absl::StatusOr<EngineRequest> SglangAdapter::IpcStreamRequest(
-    const UpdateInfo& /*update*/, const std::vector<IpcStreamRank>& ranks) const {
-  if (ranks.size() != endpoint_.ranks) {
-    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
-                                            " TP rank(s) but the stream has ", ranks.size()));
-  }
-  // Each rank looks itself up as "GPU-" + str(torch.cuda.get_device_properties(d).uuid).
-  nlohmann::json handles = nlohmann::json::object();
-  for (const IpcStreamRank& rank : ranks) {
-    const std::string key = absl::StrCat("GPU-", rank.gpu_uuid);
-    if (handles.contains(key)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("engine ", endpoint_.url, " has two TP ranks on GPU ", rank.gpu_uuid,
-                       ", which SGLang's map-once route cannot tell apart (it keys ranks by GPU)"));
-    }
-    handles[key] = rank.address;
-  }
-  // flush_cache defaults to true on this route: the flush waits for the commit.
-  nlohmann::json body = {{"zmq_handles", std::move(handles)}, {"flush_cache", false}};
-  return EngineRequest{bucket_path_, body.dump()};
-}
-
 absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
   // Both bucket routes answer {"success", "message"}.
-  return http_.ExpectSuccess(bucket_path_, reply).status();
+  if (path_ == nullptr) return absl::InternalError("no data path was picked");
+  return http_.ExpectSuccess(path_->bucket_path(), reply).status();
 }
 
 absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
@@ -371,17 +337,7 @@ EngineHealth SglangAdapter::Health() {
   health.weight_version = text("weight_version");
   // Which payload the engine gets, so `wsyncctl engines` names it; a server wsyncd would refuse
   // is healthy but not updatable, and the reason stands beside it.
-  if (transport_ == TransportKind::kIpc) {
-    auto found = CheckIpcVersion(*info, endpoint_.url, format_, route_);
-    if (found.ok()) {
-      health.variant = found->second.name;
-    } else {
-      health.variant = "unsupported";
-      health.error = std::string(found.status().message());
-    }
-  } else {
-    health.variant = absl::StrCat("nccl ", BucketFormatName(format_));
-  }
+  if (path_ != nullptr) path_->AddHealth(*info, &health);
   // Sessions are what the last Probe found (every formation probes them).
   if (sessions() && health.variant != "unsupported") {
     absl::StrAppend(&health.variant, ", sessions");
@@ -390,43 +346,23 @@ EngineHealth SglangAdapter::Health() {
 }
 
 absl::Status SglangAdapter::ValidateBucket(const BucketManifest& manifest) const {
+  if (path_ == nullptr) return absl::InternalError("no data path was picked");
+  return path_->ValidateBucket(manifest);
+}
+
+absl::Status SglangAdapter::ValidateTensorLayout(const BucketManifest& manifest) const {
   // The flattened receiver reads the tensors back to back in `names` order; per tensor, each
   // broadcast has its own offset.
-  if (transport_ == TransportKind::kIpc && route_ == SglangIpcRoute::kIpc) {
-    // Each tensor is viewed at its own byte offset as its dtype, so only alignment matters.
-    for (const TensorEntry& t : manifest.tensors) {
-      if (t.offset % DTypeSize(t.dtype) != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' starts at byte ",
-                                                       t.offset, ", not aligned to its ",
-                                                       DTypeName(t.dtype), " elements"));
-      }
-    }
-    return absl::OkStatus();
-  }
   if (format_ == BucketFormat::kFlattened) return ValidateFlattenedLayout(manifest);
-  {
-    for (const TensorEntry& t : manifest.tensors) {
-      if (t.dtype == DType::kInt16) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor '", t.name,
-                         "' is int16, which torch's NCCL backend cannot broadcast; use the "
-                         "flattened_bucket format"));
-      }
+  for (const TensorEntry& t : manifest.tensors) {
+    if (t.dtype == DType::kInt16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name,
+                       "' is int16, which torch's NCCL backend cannot broadcast; use the "
+                       "flattened_bucket format"));
     }
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<BroadcastPiece>> SglangAdapter::BroadcastPieces(
-    const BucketManifest& manifest) const {
-  if (format_ == BucketFormat::kFlattened) {
-    return std::vector<BroadcastPiece>{BroadcastPiece{0, manifest.span_bytes(), DType::kUint8}};
-  }
-  std::vector<BroadcastPiece> pieces;
-  for (const TensorEntry& t : manifest.tensors) {
-    pieces.push_back(BroadcastPiece{t.offset, t.length / DTypeSize(t.dtype), t.dtype});
-  }
-  return pieces;
 }
 
 }  // namespace wsync

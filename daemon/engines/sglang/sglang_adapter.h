@@ -1,50 +1,49 @@
 #ifndef WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
 #define WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_ADAPTER_H_
 
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/sglang/sglang_path.h"
 #include "daemon/engines/sglang/sglang_sessions.h"
 #include "daemon/engines/sglang/sglang_version.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
 
+class SglangBroadcastBinding;
+class SglangIpcBinding;
+class SglangIpcStreamBinding;
+
 // SGLang's disaggregated weight-update API (docs/engines/sglang.md): ranks are
 // rank_offset + tp_rank; a bucket goes as load_format "flattened_bucket" (one uint8 broadcast of
 // the tensors' bytes back to back in `names` order) or null (one broadcast per tensor, typed); the
 // version is recorded at commit. Its engines join through torch's TCPStore.
 //
-// On the IPC transport (update_weights_from_tensor) Probe also reads the server's version, once
-// each time the group forms, and picks the payload from it (sglang_version.h has the table and
-// docs/engines/sglang.md the evidence): a server too old for the group's load_format is refused
-// naming its version and the minimum. The broadcast path reads no version.
+// One binding per data path (sglang_broadcast_binding.h, sglang_ipc_binding.h,
+// sglang_ipc_stream_binding.h); the group's options decide which IPC path the adapter offers
+// (ipc_route). On the IPC paths Probe also reads the server's version, once each time the group
+// forms, and picks the payload from it (sglang_version.h has the table and docs/engines/sglang.md
+// the evidence): a server too old for the group's load_format is refused naming its version and
+// the minimum. The broadcast path reads no version.
 //
-// On every transport Probe also asks whether the server has weight-update sessions
+// On every path Probe also asks whether the server has weight-update sessions
 // (sglang_sessions.h). Where it has, every update sits inside POST /begin_weight_update
 // {"selector": "all"} (after pausing) and /end_weight_update (before the version is recorded, or
 // best effort when an update is aborted), and every bucket request says "selector": "all".
 class SglangAdapter final : public EngineAdapter {
  public:
-  // `transport` is the group's: it decides which route the bucket requests go to, and so which
-  // route an error names.
+  // `data_path`, when given, is used at once (UseDataPath), as a group would.
   SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, SglangOptions options,
-                TransportKind transport = TransportKind::kBroadcast)
-      : endpoint_(std::move(endpoint)),
-        timeouts_(timeouts),
-        format_(options.load_format()),
-        memory_(options.memory()),
-        route_(options.ipc_route()),
-        transport_(transport),
-        bucket_path_(transport != TransportKind::kIpc ? "/update_weights_from_distributed"
-                     : route_ == SglangIpcRoute::kIpc ? "/update_weights_from_ipc"
-                                                      : "/update_weights_from_tensor"),
-        http_(endpoint_.url) {}
+                absl::string_view data_path = "");
+  ~SglangAdapter() override;
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
@@ -65,29 +64,13 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status FinishUpdate(const UpdateInfo& update) override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
 
-  absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
-  absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
-  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
-                                                       const std::string& group_name,
-                                                       const BucketContext& context) const override;
-  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
-      const BucketManifest& manifest) const override;
-  absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
-                                                 const std::vector<IpcBucketView>& ranks,
-                                                 const BucketContext& context) const override;
-  // ipc_route "ipc": POST /update_weights_from_ipc {zmq_handles: {"GPU-<uuid>": address},
-  // flush_cache: false}; the version is recorded and the cache flushed at commit.
-  absl::StatusOr<EngineRequest> IpcStreamRequest(
-      const UpdateInfo& update, const std::vector<IpcStreamRank>& ranks) const override;
+  DataPathBinding* Binding(absl::string_view data_path) override;
+  std::vector<std::string> DataPaths() const override;
+  absl::Status UseDataPath(absl::string_view data_path) override;
 
-  // The request bodies, exposed for tests that pin them to SGLang's schema.
-  static nlohmann::json InitGroupBody(const Rendezvous& rendezvous, uint32_t rank_offset);
-  // `selector`: the server has sessions, and the request names what it updates ("all").
-  static nlohmann::json BucketBody(const BucketManifest& manifest, const std::string& group_name,
-                                   BucketFormat format, bool selector = false);
   // What Probe requires of the engine's /get_server_info answer (a JSON object).
   static absl::Status CheckServerInfo(const nlohmann::json& info, const EngineEndpoint& endpoint);
-  // On the IPC transport: the server's version (the "version" of /get_server_info) and the
+  // On the IPC paths: the server's version (the "version" of /get_server_info) and the
   // payload it gets with `format`, or FAILED_PRECONDITION naming the version and the minimum.
   static absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> CheckIpcVersion(
       const nlohmann::json& info, const std::string& url, BucketFormat format,
@@ -103,6 +86,10 @@ class SglangAdapter final : public EngineAdapter {
   bool sessions() const;
 
  private:
+  friend class SglangBroadcastBinding;
+  friend class SglangIpcBinding;
+  friend class SglangIpcStreamBinding;
+
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   // Resumes the KV cache if this update resumed the weights and it is still released.
@@ -111,15 +98,24 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status EndSession();
   // With memory "resume": the weights' memory, before the first bucket.
   absl::Status ResumeWeights();
+  // The IPC paths' part of Probe and Health: the version read from /get_server_info.
+  absl::Status ProbeIpcVersion(const nlohmann::json& info);
+  void AddIpcHealth(const nlohmann::json& info, EngineHealth* health) const;
+  // The layout checks of the routes that take the bucket's tensors as they lie (the broadcast,
+  // update_weights_from_tensor).
+  absl::Status ValidateTensorLayout(const BucketManifest& manifest) const;
 
   BucketFormat format_;
   SglangMemory memory_;
   SglangIpcRoute route_;
-  TransportKind transport_;
-  const char* bucket_path_;
   EngineHttp http_;
   mutable std::mutex mu_;
-  std::optional<SglangIpcVariant> ipc_variant_;  // set by Probe on the IPC transport
+  std::unique_ptr<SglangBroadcastBinding> broadcast_;
+  // One of the two, as ipc_route says.
+  std::unique_ptr<SglangIpcBinding> ipc_;
+  std::unique_ptr<SglangIpcStreamBinding> stream_;
+  SglangPath* path_ = nullptr;  // the used binding's SGLang side; set by UseDataPath
+  std::optional<SglangIpcVariant> ipc_variant_;  // set by Probe on an IPC path
   std::string version_text_;                     // the version the last Probe read
   bool kv_cache_released_ = false;               // weights resumed by BeginUpdate, KV cache not yet
   // Resuming the weights failed, so they may still be released: the resume that follows is

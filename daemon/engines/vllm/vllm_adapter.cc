@@ -8,27 +8,18 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/engines/vllm/vllm_ipc_binding.h"
 #include "daemon/engines/vllm/vllm_ipc_payload.h"
-#include "daemon/engines/vllm/vllm_nccl_payload.h"
+#include "daemon/engines/vllm/vllm_nccl_binding.h"
 #include "daemon/engines/weight_checker.h"
 
 namespace wsync {
 namespace {
 
-constexpr char kBucketPath[] = "/update_weights";
 constexpr char kFinishPath[] = "/finish_weight_update";
 constexpr char kStartPath[] = "/start_weight_update";
 constexpr char kRepush[] = "; the update fails and the trainer must push the whole version again";
 constexpr char kInitPath[] = "/init_weight_transfer_engine";
-
-// How the server must be started for the transport.
-const char* ServerFlags(TransportKind transport) {
-  return transport == TransportKind::kBroadcast
-             ? "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config "
-               "'{\"backend\": \"nccl\"}'"
-             : "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config "
-               "'{\"backend\": \"ipc\"}'";
-}
 
 // ABORTED for a 409 to `path`: vLLM took the call as out of order.
 absl::Status OutOfOrder(const std::string& url, absl::string_view path, absl::string_view what) {
@@ -39,27 +30,49 @@ absl::Status OutOfOrder(const std::string& url, absl::string_view path, absl::st
 }  // namespace
 
 VllmAdapter::VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options,
-                         TransportKind transport)
+                         absl::string_view data_path)
     : endpoint_(std::move(endpoint)),
       timeouts_(timeouts),
       options_(std::move(options)),
-      transport_(transport),
-      http_(endpoint_.url) {}
+      http_(endpoint_.url),
+      nccl_(std::make_unique<VllmNcclBinding>(*this)),
+      ipc_(std::make_unique<VllmIpcBinding>(*this)) {
+  if (!data_path.empty()) (void)UseDataPath(data_path);
+}
+
+VllmAdapter::~VllmAdapter() = default;
 
 AdapterCapabilities VllmAdapter::Capabilities() const {
-  AdapterCapabilities caps;
-  if (transport_ == TransportKind::kBroadcast) {
-    // One rendezvous, the group's choice: every engine of the group must meet rank 0 alike.
-    caps.leaves_broadcast_group = false;  // no route drops the group; the next init replaces it
-    caps.rendezvous = {options_.rendezvous() == VllmRendezvous::kUniqueId
-                           ? RendezvousMode::kUniqueIdInInit
-                           : RendezvousMode::kStatelessStore};
-    caps.data_paths = {DataPath::kBroadcast};
-  } else {
-    caps.data_paths = {DataPath::kCudaIpc};
-  }
   // No bucket rules: see the class comment.
-  return caps;
+  return AdapterCapabilities{};
+}
+
+DataPathBinding* VllmAdapter::Binding(absl::string_view data_path) {
+  if (data_path == kBroadcastDataPath) return nccl_.get();
+  if (data_path == kCudaIpcDataPath) return ipc_.get();
+  return nullptr;
+}
+
+std::vector<std::string> VllmAdapter::DataPaths() const {
+  return {std::string(kBroadcastDataPath), std::string(kCudaIpcDataPath)};
+}
+
+absl::Status VllmAdapter::UseDataPath(absl::string_view data_path) {
+  WSYNC_RETURN_IF_ERROR(EngineAdapter::UseDataPath(data_path));
+  path_ = dynamic_cast<VllmPath*>(used_binding());
+  return absl::OkStatus();
+}
+
+VllmBackend VllmAdapter::backend() const {
+  return path_ == nullptr ? VllmBackend::kIpc : path_->backend();
+}
+
+const char* VllmAdapter::ServerFlags() const {
+  return backend() == VllmBackend::kNccl
+             ? "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config "
+               "'{\"backend\": \"nccl\"}'"
+             : "start vLLM with VLLM_SERVER_DEV_MODE=1 and --weight-transfer-config "
+               "'{\"backend\": \"ipc\"}'";
 }
 
 std::optional<VllmVariant> VllmAdapter::variant() const {
@@ -69,7 +82,7 @@ std::optional<VllmVariant> VllmAdapter::variant() const {
 
 absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
     const nlohmann::json& answer, const std::string& url, const VllmOptions& options,
-    TransportKind transport) {
+    VllmBackend backend) {
   auto field = answer.find("version");
   if (field == answer.end() || !field->is_string()) {
     return absl::FailedPreconditionError(
@@ -83,7 +96,7 @@ absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
         absl::StrCat(url, "/version answered a version wsyncd cannot read (", text.size(),
                      " characters, not MAJOR.MINOR.PATCH): not a vLLM server wsyncd knows"));
   }
-  const bool nccl = transport == TransportKind::kBroadcast;
+  const bool nccl = backend == VllmBackend::kNccl;
   auto variant = nccl ? VllmNcclVariantFor(*version) : VllmVariantFor(*version);
   if (!variant.ok()) {
     return absl::FailedPreconditionError(
@@ -114,7 +127,12 @@ absl::Status VllmAdapter::Probe() {
     }
     return answer.status();
   }
-  WSYNC_ASSIGN_OR_RETURN(auto found, CheckVersion(*answer, endpoint_.url, options_, transport_));
+  if (path_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("engine ", endpoint_.url, ": no data path was picked for it"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(auto found,
+                         CheckVersion(*answer, endpoint_.url, options_, path_->backend()));
   auto& [version, variant] = found;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -125,10 +143,7 @@ absl::Status VllmAdapter::Probe() {
     variant_ = variant;
     version_text_ = version.text;
   }
-  if (transport_ == TransportKind::kBroadcast) return CheckWorldSize();
-  // The IPC backend needs nothing at init (its init_info is empty), but the route must answer:
-  // it is how a server without the dev routes or without the ipc backend shows itself.
-  return PostInit({{"init_info", nlohmann::json::object()}});
+  return path_->ProbeServer();
 }
 
 std::string VllmAdapter::probed_version() const {
@@ -144,39 +159,12 @@ absl::Status VllmAdapter::PostInit(const nlohmann::json& body) const {
   auto init = http_.PostExpectSuccess(kInitPath, body, timeouts_.control);
   if (init.ok()) return absl::OkStatus();
   if (init.status().code() == absl::StatusCode::kUnimplemented) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        init.status().message(),
-        "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags(transport_)));
+    return absl::FailedPreconditionError(
+        absl::StrCat(init.status().message(),
+                     "; vLLM serves the weight-transfer routes only in dev mode: ", ServerFlags()));
   }
   return absl::Status(init.status().code(),
-                      absl::StrCat(init.status().message(), " (", ServerFlags(transport_), ")"));
-}
-
-absl::Status VllmAdapter::CheckWorldSize() const {
-  auto answer = http_.GetJson("/get_world_size?include_dp=true", timeouts_.probe);
-  if (!answer.ok()) {
-    if (answer.status().code() == absl::StatusCode::kUnimplemented) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          answer.status().message(),
-          "; vLLM serves /get_world_size only in dev mode: ", ServerFlags(transport_)));
-    }
-    return answer.status();
-  }
-  auto size = answer->find("world_size");
-  if (size == answer->end() || !size->is_number_unsigned()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(endpoint_.url,
-                     "/get_world_size answered without a non-negative world_size: not a vLLM "
-                     "server wsyncd knows"));
-  }
-  if (size->get<uint64_t>() != endpoint_.ranks) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "engine ", endpoint_.url, " has ", size->get<uint64_t>(),
-        " worker(s) (GET /get_world_size?include_dp=true: TP x PP x DP) but the group gives it ",
-        endpoint_.ranks, " rank(s): every worker joins the group, so give the engine ",
-        size->get<uint64_t>()));
-  }
-  return absl::OkStatus();
+                      absl::StrCat(init.status().message(), " (", ServerFlags(), ")"));
 }
 
 absl::StatusOr<bool> VllmAdapter::IsSleeping() const {
@@ -187,7 +175,7 @@ absl::StatusOr<bool> VllmAdapter::IsSleeping() const {
         absl::StrCat(endpoint_.url,
                      "/is_sleeping answered without a boolean is_sleeping: not a vLLM server "
                      "with the sleep routes (",
-                     ServerFlags(transport_), ")"));
+                     ServerFlags(), ")"));
   }
   return flag->get<bool>();
 }
@@ -203,7 +191,7 @@ EngineHealth VllmAdapter::Health() {
     health.error = std::string(answer.status().message());
     return health;
   }
-  auto found = CheckVersion(*answer, endpoint_.url, options_, transport_);
+  auto found = CheckVersion(*answer, endpoint_.url, options_, backend());
   auto sleeping = IsSleeping();
   if (!sleeping.ok()) {
     health.error = std::string(sleeping.status().message());
@@ -288,72 +276,18 @@ absl::Status VllmAdapter::BeginUpdate(const UpdateInfo& /*update*/) {
   return absl::OkStatus();
 }
 
-absl::Status VllmAdapter::InitBroadcastGroup(const Rendezvous& rendezvous) {
-  std::optional<VllmVariant> variant = this->variant();
-  if (!variant.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("engine ", endpoint_.url, " was never probed"));
-  }
-  WSYNC_ASSIGN_OR_RETURN(nlohmann::json body,
-                         VllmNcclInitBody(rendezvous, endpoint_, *variant, options_));
-  // Answers once every worker has run ncclCommInitRank and the warm-up all-reduce.
-  return PostInit(body);
-}
-
-absl::Status VllmAdapter::DestroyBroadcastGroup(const std::string& /*group_name*/) {
-  // vLLM has no route that drops its weight-transfer group; the next init replaces it.
-  return absl::OkStatus();
-}
-
-absl::StatusOr<EngineRequest> VllmAdapter::BroadcastBucketRequest(
-    const BucketManifest& manifest, const std::string& /*group_name*/,
-    const BucketContext& /*context*/) const {
-  std::optional<VllmVariant> variant = this->variant();
-  if (!variant.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("engine ", endpoint_.url, " was never probed"));
-  }
-  return EngineRequest{kBucketPath, VllmNcclBucketBody(manifest, *variant, options_).dump()};
-}
-
-absl::StatusOr<std::vector<BroadcastPiece>> VllmAdapter::BroadcastPieces(
-    const BucketManifest& manifest) const {
-  return VllmNcclPieces(manifest, options_.packed(), options_.packed_chunk_bytes());
-}
-
-absl::StatusOr<EngineRequest> VllmAdapter::IpcBucketRequest(const BucketManifest& manifest,
-                                                            const std::vector<IpcBucketView>& ranks,
-                                                            const BucketContext& context) const {
-  if (ranks.size() != endpoint_.ranks) {
-    return absl::InternalError(absl::StrCat("engine ", endpoint_.url, " has ", endpoint_.ranks,
-                                            " TP rank(s) but the bucket has ", ranks.size(),
-                                            " view(s)"));
-  }
-  std::optional<VllmVariant> variant = this->variant();
-  if (!variant.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("engine ", endpoint_.url, " was never probed"));
-  }
-  auto body = VllmIpcBucketBody(manifest, ranks, *variant, options_.packed(), context);
-  if (!body.ok()) {
-    return absl::Status(body.status().code(),
-                        absl::StrCat("engine ", endpoint_.url, ": ", body.status().message()));
-  }
-  return EngineRequest{kBucketPath, body->dump()};
-}
-
 absl::Status VllmAdapter::CheckBucketReply(const HttpReply& reply) const {
   if (reply.status >= 200 && reply.status < 300) return absl::OkStatus();
-  http_.LogBody(kBucketPath, reply);
-  if (reply.status == 409) return OutOfOrder(endpoint_.url, kBucketPath, "the bucket");
+  http_.LogBody(kVllmBucketPath, reply);
+  if (reply.status == 409) return OutOfOrder(endpoint_.url, kVllmBucketPath, "the bucket");
   if (absl::StrContains(reply.body, "VLLM_ALLOW_INSECURE_SERIALIZATION")) {
     return absl::FailedPreconditionError(absl::StrCat(
-        endpoint_.url, kBucketPath, " answered HTTP ", reply.status,
+        endpoint_.url, kVllmBucketPath, " answered HTTP ", reply.status,
         ", refusing pickled IPC handles: vLLM reads ipc_handles_pickled only when the server runs "
         "with VLLM_ALLOW_INSECURE_SERIALIZATION=1 in its environment; restart it so (not "
         "retried: a configuration error)"));
   }
-  return absl::AbortedError(absl::StrCat(endpoint_.url, kBucketPath, " answered HTTP ",
+  return absl::AbortedError(absl::StrCat(endpoint_.url, kVllmBucketPath, " answered HTTP ",
                                          reply.status,
                                          ": the engine failed to load the bucket and may hold "
                                          "part of it",

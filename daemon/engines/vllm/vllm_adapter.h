@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_ENGINES_VLLM_VLLM_ADAPTER_H_
 #define WSYNC_DAEMON_ENGINES_VLLM_VLLM_ADAPTER_H_
 
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -9,12 +10,16 @@
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/vllm/vllm_options.h"
+#include "daemon/engines/vllm/vllm_path.h"
 #include "daemon/engines/vllm/vllm_version.h"
 
 namespace wsync {
 
-// vLLM's native weight transfer (docs/engines/vllm.md), on either backend, as the
-// group's transport says:
+class VllmNcclBinding;
+class VllmIpcBinding;
+
+// vLLM's native weight transfer (docs/engines/vllm.md), on either backend, one binding per data
+// path (vllm_ipc_binding.h, vllm_nccl_binding.h), as the group's transport picks:
 //  ipc        every bucket is one POST /update_weights whose ipc_handles_pickled names wsyncd's
 //             slot on each TP rank's GPU (vllm_ipc_payload.h).
 //  broadcast  wsyncd is rank 0 of the workers' NCCL group; every bucket is one POST
@@ -67,8 +72,10 @@ namespace wsync {
 // close-after ('>') rule is that path's alone.
 class VllmAdapter final : public EngineAdapter {
  public:
+  // `data_path`, when given, is used at once (UseDataPath), as a group would.
   VllmAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts, VllmOptions options,
-              TransportKind transport = TransportKind::kIpc);
+              absl::string_view data_path = "");
+  ~VllmAdapter() override;
 
   const EngineEndpoint& endpoint() const override { return endpoint_; }
   void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
@@ -88,33 +95,30 @@ class VllmAdapter final : public EngineAdapter {
   // UNIMPLEMENTED where the build has none (404).
   absl::StatusOr<WeightChecksums> ChecksumWeights() override;
 
-  absl::Status InitBroadcastGroup(const Rendezvous& rendezvous) override;
-  absl::Status DestroyBroadcastGroup(const std::string& group_name) override;
-  absl::StatusOr<EngineRequest> BroadcastBucketRequest(const BucketManifest& manifest,
-                                                       const std::string& group_name,
-                                                       const BucketContext& context) const override;
-  absl::StatusOr<std::vector<BroadcastPiece>> BroadcastPieces(
-      const BucketManifest& manifest) const override;
-
-  absl::StatusOr<EngineRequest> IpcBucketRequest(const BucketManifest& manifest,
-                                                 const std::vector<IpcBucketView>& ranks,
-                                                 const BucketContext& context) const override;
+  DataPathBinding* Binding(absl::string_view data_path) override;
+  std::vector<std::string> DataPaths() const override;
+  absl::Status UseDataPath(absl::string_view data_path) override;
 
   // The variant the last successful Probe picked; nullopt before one.
   std::optional<VllmVariant> variant() const;
 
-  // Reads an answer to GET /version: the variant for the transport, or FAILED_PRECONDITION
+  // Reads an answer to GET /version: the variant for the backend, or FAILED_PRECONDITION
   // naming the version and the minimum for the backend or for an option `options` asks for.
   // Exposed for tests.
   static absl::StatusOr<std::pair<VllmVersion, VllmVariant>> CheckVersion(
       const nlohmann::json& answer, const std::string& url, const VllmOptions& options,
-      TransportKind transport);
+      VllmBackend backend);
 
  private:
+  friend class VllmNcclBinding;
+  friend class VllmIpcBinding;
+
+  // How the server must be started for the used path's backend.
+  const char* ServerFlags() const;
+  // The used path's backend; IPC before one is picked.
+  VllmBackend backend() const;
   // POST /init_weight_transfer_engine; a 404 is named as a server without the dev routes.
   absl::Status PostInit(const nlohmann::json& body) const;
-  // The broadcast probe: GET /get_world_size?include_dp=true against the engine's ranks.
-  absl::Status CheckWorldSize() const;
   // GET /is_sleeping's flag.
   absl::StatusOr<bool> IsSleeping() const;
   // POST /finish_weight_update as the variant wants it; ABORTED on a 409.
@@ -125,8 +129,10 @@ class VllmAdapter final : public EngineAdapter {
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;
   VllmOptions options_;
-  TransportKind transport_;
   EngineHttp http_;
+  std::unique_ptr<VllmNcclBinding> nccl_;
+  std::unique_ptr<VllmIpcBinding> ipc_;
+  VllmPath* path_ = nullptr;  // the used binding's vLLM side; set by UseDataPath
   mutable std::mutex mu_;
   std::optional<VllmVariant> variant_;
   std::string version_text_;

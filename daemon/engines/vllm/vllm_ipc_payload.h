@@ -7,6 +7,7 @@
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/vllm/vllm_version.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {

@@ -9,6 +9,7 @@
 #include "daemon/core/engine_adapter.h"
 #include "daemon/engines/vllm/vllm_options.h"
 #include "daemon/engines/vllm/vllm_version.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {

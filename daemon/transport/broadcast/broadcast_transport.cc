@@ -9,10 +9,24 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "daemon/core/engine_group_name.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 #include "daemon/transport/broadcast/bucket_transfer.h"
 
 namespace wsync {
+namespace {
+
+// Runs `fn` on every engine's broadcast binding at once; one status per engine, in engine order.
+std::vector<absl::Status> OnEachBinding(const std::vector<EngineAdapter*>& adapters,
+                                        const std::function<absl::Status(BroadcastBinding&)>& fn) {
+  return OnEachEngine(adapters, [&](EngineAdapter& a) -> absl::Status {
+    WSYNC_ASSIGN_OR_RETURN(BroadcastBinding * binding, BroadcastBindingOf(a));
+    return fn(*binding);
+  });
+}
+
+}  // namespace
 
 BroadcastTransport::BroadcastTransport(TransportEnv env,
                                        std::unique_ptr<RendezvousStrategy> rendezvous)
@@ -62,7 +76,7 @@ absl::Status BroadcastTransport::Form() {
     });
   }
   std::vector<absl::Status> inits =
-      OnEachEngine(env_.adapters, [&](EngineAdapter& a) { return a.InitBroadcastGroup(*rdv); });
+      OnEachBinding(env_.adapters, [&](BroadcastBinding& b) { return b.InitGroup(*rdv); });
   std::vector<std::string> errors;
   absl::StatusCode code = absl::StatusCode::kOk;
   for (size_t i = 0; i < inits.size(); ++i) {
@@ -82,7 +96,10 @@ absl::Status BroadcastTransport::Form() {
   if (!errors.empty()) {
     // Engines that did join must drop the group, or they refuse the next init under this name.
     for (size_t i = 0; i < inits.size(); ++i) {
-      if (inits[i].ok()) (void)env_.adapters[i]->DestroyBroadcastGroup(engine_group_);
+      if (!inits[i].ok()) continue;
+      if (auto binding = BroadcastBindingOf(*env_.adapters[i]); binding.ok()) {
+        (void)(*binding)->DestroyGroup(engine_group_);
+      }
     }
     return fail(absl::Status(
         code, absl::StrCat("group '", env_.spec.name,
@@ -110,8 +127,10 @@ void BroadcastTransport::Disband() {
     collective = std::move(collective_);
   }
   const bool engines_leave =
-      std::all_of(env_.adapters.begin(), env_.adapters.end(),
-                  [](EngineAdapter* a) { return a->Capabilities().leaves_broadcast_group; });
+      std::all_of(env_.adapters.begin(), env_.adapters.end(), [](EngineAdapter* a) {
+        auto binding = BroadcastBindingOf(*a);
+        return binding.ok() && (*binding)->LeavesGroup();
+      });
   // An engine that keeps its side would leave rank 0's finalize waiting for it forever: abort.
   if (collective && !engines_leave) collective->Fail("the group is disbanded");
   // torch finalizes an engine's NCCL communicator together with its peers, so the engines'
@@ -125,8 +144,8 @@ void BroadcastTransport::Disband() {
     collective.reset();
     finalized->set_value();
   });
-  std::vector<absl::Status> results = OnEachEngine(
-      env_.adapters, [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(engine_group_); });
+  std::vector<absl::Status> results = OnEachBinding(
+      env_.adapters, [&](BroadcastBinding& b) { return b.DestroyGroup(engine_group_); });
   if (done.wait_for(std::chrono::seconds(kTeardownSeconds)) == std::future_status::ready) {
     finalize.join();
   } else {
@@ -144,8 +163,8 @@ void BroadcastTransport::Disband() {
 
 std::vector<absl::Status> BroadcastTransport::LeaveStale(const std::string& engine_group) {
   // No rank 0 takes part: the earlier wsyncd's communicator died with it.
-  return OnEachEngine(env_.adapters,
-                      [&](EngineAdapter& a) { return a.DestroyBroadcastGroup(engine_group); });
+  return OnEachBinding(env_.adapters,
+                       [&](BroadcastBinding& b) { return b.DestroyGroup(engine_group); });
 }
 
 void BroadcastTransport::Release(absl::string_view why) {

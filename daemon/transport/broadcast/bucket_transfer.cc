@@ -5,7 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "daemon/core/engine_group_name.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 
 namespace wsync {
 namespace {
@@ -48,12 +50,15 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
   if (source.slot == nullptr) return absl::InternalError("a bucket source without a slot");
   // Built before anything is written: a bucket an adapter cannot describe reaches no engine.
   std::vector<EngineRequest> requests;
+  std::vector<BroadcastBinding*> bindings;
   for (EngineAdapter* a : adapters) {
-    auto request = a->BroadcastBucketRequest(manifest, group_name, context);
+    WSYNC_ASSIGN_OR_RETURN(BroadcastBinding * binding, BroadcastBindingOf(*a));
+    auto request = binding->BucketRequest(manifest, group_name, context);
     if (!request.ok()) return request.status();
     requests.push_back(std::move(*request));
+    bindings.push_back(binding);
   }
-  auto pieces = adapters.front()->BroadcastPieces(manifest);
+  auto pieces = bindings.front()->Pieces(manifest);
   if (!pieces.ok()) return pieces.status();
   auto transfer = std::unique_ptr<BucketTransfer>(
       new BucketTransfer(adapters, channels, std::move(collective), std::move(rank_map), deadline,

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/core/engine_adapter.h"
+#include "daemon/transport/broadcast/broadcast_binding.h"
 
 namespace wsync {
 

@@ -10,6 +10,7 @@
 #include "common/torch_ipc_pickle.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/ipc_handle.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 
 namespace wsync {
 namespace {
@@ -98,7 +99,8 @@ absl::StatusOr<std::unique_ptr<CheckpointEngineStream>> CheckpointEngineStream::
     named.push_back(IpcStreamRank{gpu, socket->address()});
     ranks.push_back(std::move(socket));
   }
-  WSYNC_ASSIGN_OR_RETURN(EngineRequest request, adapter->IpcStreamRequest(update, named));
+  WSYNC_ASSIGN_OR_RETURN(IpcStreamBinding * binding, IpcStreamBindingOf(*adapter));
+  WSYNC_ASSIGN_OR_RETURN(EngineRequest request, binding->StreamRequest(update, named));
   auto stream = std::unique_ptr<CheckpointEngineStream>(
       new CheckpointEngineStream(adapter, std::move(ranks), rank_gpus));
   auto call = channel->Post(request.path, request.json_body, deadline);

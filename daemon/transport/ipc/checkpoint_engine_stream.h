@@ -17,6 +17,7 @@
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/transport/http/update_channel.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "daemon/transport/ipc/stream_sockets.h"
 
 namespace wsync {

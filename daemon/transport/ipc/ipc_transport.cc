@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/fan_out.h"
+#include "daemon/transport/ipc/ipc_binding.h"
 #include "daemon/transport/ipc/stream_bucket.h"
 
 namespace wsync {
@@ -25,11 +26,12 @@ absl::Status IpcTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
   formation_.reset();
   gpus_.clear();
+  // Each engine takes the path the group picked for it (EngineAdapter::used_binding): the first
+  // of this transport's paths it has a binding of.
   size_t streamed = 0;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
-    const AdapterCapabilities caps = env_.adapters[i]->Capabilities();
-    if (caps.Supports(DataPath::kCudaIpc)) continue;
-    if (!caps.Supports(DataPath::kCudaIpcStream)) {
+    if (IpcBindingOf(*env_.adapters[i]).ok()) continue;
+    if (!IpcStreamBindingOf(*env_.adapters[i]).ok()) {
       return absl::UnimplementedError(absl::StrCat("group '", env_.spec.name, "': engine ",
                                                    env_.spec.engines[i].url,
                                                    " cannot load buckets over IPC"));
@@ -203,7 +205,8 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> IpcTransport::StartBucket(
       stream_views.push_back(std::move(views));
       continue;
     }
-    auto request = env_.adapters[i]->IpcBucketRequest(manifest, views, context);
+    WSYNC_ASSIGN_OR_RETURN(IpcBinding * binding, IpcBindingOf(*env_.adapters[i]));
+    auto request = binding->BucketRequest(manifest, views, context);
     if (!request.ok()) return request.status();
     requests.push_back(std::move(*request));
   }

@@ -1,0 +1,29 @@
+// The IPC transport's registration (daemon/transport/builtin_transport_kinds.inc).
+#include <memory>
+
+#include "daemon/core/transport_kind.h"
+#include "daemon/transport/ipc/ipc_binding.h"
+#include "daemon/transport/ipc/ipc_transport.h"
+
+namespace wsync {
+namespace {
+
+class IpcTransportKind final : public TransportKind {
+ public:
+  absl::string_view name() const override { return "ipc"; }
+  std::vector<std::string> data_paths() const override {
+    return {std::string(kCudaIpcDataPath), std::string(kCudaIpcStreamDataPath)};
+  }
+  bool engines_read_in_place() const override { return true; }
+  absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const override {
+    return std::make_unique<IpcTransport>(std::move(env));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TransportKind> MakeIpcTransportKind() {
+  return std::make_unique<IpcTransportKind>();
+}
+
+}  // namespace wsync
