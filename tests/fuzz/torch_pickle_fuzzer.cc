@@ -1,6 +1,7 @@
-// Fuzzes the torch CUDA-IPC pickles wsyncd writes for engines (common/torch_ipc_pickle.h):
-// random tensor descriptions, flattened-bucket metadata and checkpoint-engine entries, through
-// every payload function and the single-tensor pieces.
+// Fuzzes the torch CUDA-IPC pickles wsyncd writes for engines (common/torch_ipc/torch_ipc_pickle.h
+// and each engine's daemon/engines/<kind>/<kind>_ipc_pickle.h): random tensor descriptions,
+// flattened-bucket metadata and checkpoint-engine entries, through every payload function and the
+// single-tensor pieces.
 //
 // Input (FuzzedDataProvider): which payload, then its tensors. Each tensor's fields are mostly
 // sound (a known dtype, a storage that fits the view, 64-byte handles) and otherwise anything:
@@ -24,8 +25,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/pickle_writer.h"
-#include "common/torch_ipc_pickle.h"
+#include "common/torch_ipc/pickle_writer.h"
+#include "common/torch_ipc/torch_ipc_pickle.h"
+#include "daemon/engines/lmdeploy/lmdeploy_ipc_pickle.h"
+#include "daemon/engines/sglang/sglang_ipc_pickle.h"
+#include "daemon/engines/vllm/vllm_ipc_pickle.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/pickle/pickle_checker.h"
 
@@ -391,8 +395,8 @@ void FuzzOne(FuzzedDataProvider& in) {
       const std::string flat_dtype = Dtype(in);
       const bool bytes = in.ConsumeBool();
       const FuzzMetadata f = ReadMetadata(in, flat_dtype, bytes, &next);
-      const MetadataModule module =
-          in.ConsumeBool() ? MetadataModule::kSglangTensorBucket : MetadataModule::kLmdeployUtils;
+      const absl::string_view module =
+          in.ConsumeBool() ? kSglangMetadataModule : kLmdeployMetadataModule;
       Check(Piece([&](PickleWriter* w) { return WriteFlattenedTensorMetadata(f.m, module, w); }),
             f.Judge(), "new object", "metadata");
       return;

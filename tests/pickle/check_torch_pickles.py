@@ -2,7 +2,8 @@
 """Loads the torch CUDA-IPC pickles wsync writes, the way an engine would, without torch.
 
 Runs tests/pickle/write_torch_pickles (one pickle per engine payload of
-common/torch_ipc_pickle.h, from fixed inputs that are stated again below) and for each pickle:
+daemon/engines/<kind>/<kind>_ipc_pickle.h, from fixed inputs that are stated again below) and for
+each pickle:
 
 1. disassembles it with pickletools.dis (which fails on a broken stack or MARK) and checks its
    opcodes: PROTO 3 first, STOP last, nothing from the memo family and nothing outside what

@@ -1,8 +1,9 @@
 #ifndef WSYNC_TESTS_PICKLE_PICKLE_CHECKER_H_
 #define WSYNC_TESTS_PICKLE_PICKLE_CHECKER_H_
 
-// A checker for the pickles common/torch_ipc_pickle.h writes, written apart from the writer so
-// that the tests do not grade the writer by its own reading. It runs the pickle machine over
+// A checker for the pickles common/torch_ipc/torch_ipc_pickle.h and the engines' payloads on it
+// write, written apart from the writer so that the tests do not grade the writer by its own
+// reading. It runs the pickle machine over
 // kinds instead of values: every opcode must be one wsyncd uses (protocol 3, no memo), every
 // MARK closed by the opcode that consumes it, every REDUCE, NEWOBJ, BUILD, APPENDS and SETITEMS
 // given what it needs, every GLOBAL one of the allowed (module, name) pairs, and STOP last with

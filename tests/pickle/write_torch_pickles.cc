@@ -1,5 +1,5 @@
-// Writes one pickle per engine payload of common/torch_ipc_pickle.h into a folder, for
-// tests/pickle/check_torch_pickles.py to disassemble and load with an exact-name unpickler.
+// Writes one pickle per engine payload (daemon/engines/<kind>/<kind>_ipc_pickle.h) into a folder,
+// for tests/pickle/check_torch_pickles.py to disassemble and load with an exact-name unpickler.
 // The inputs below are fixed, and the script states them again on its side: change both
 // together.
 //
@@ -12,8 +12,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/pickle_writer.h"
-#include "common/torch_ipc_pickle.h"
+#include "common/torch_ipc/pickle_writer.h"
+#include "common/torch_ipc/torch_ipc_pickle.h"
+#include "daemon/engines/lmdeploy/lmdeploy_ipc_pickle.h"
+#include "daemon/engines/sglang/sglang_ipc_pickle.h"
+#include "daemon/engines/vllm/vllm_ipc_pickle.h"
 
 namespace wsync {
 namespace {

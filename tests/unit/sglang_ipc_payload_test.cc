@@ -7,6 +7,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "common/host/host_platform.h"
+#include "common/torch_ipc/ipc_handle.h"
+#include "daemon/transport/ipc/ipc_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/pickle/pickle_checker.h"
@@ -80,11 +82,12 @@ TEST(SglangIpcPayload, PerTensorViewsAreListsOfNamedTensorsInTheirDtypes) {
 TEST(SglangIpcPayload, HandlesAreTheirSizeOrRefused) {
   IpcBucketView cuda = View("126c071a-1253-3d49-71ab-17c686b110d5", std::string(64, '\x07'));
   cuda.memory_kind = MemoryKind::kCudaIpc;
-  EXPECT_EQ(IpcHandleBytes(cuda).value(), std::string(64, '\x07'));
+  EXPECT_EQ(IpcHandleBytes(IpcBucketMemoryOf(cuda)).value(), std::string(64, '\x07'));
   cuda.memory_handle.pop_back();
-  EXPECT_EQ(IpcHandleBytes(cuda).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(IpcHandleBytes(IpcBucketMemoryOf(cuda)).status().code(), absl::StatusCode::kInternal);
   IpcBucketView long_name = View("x", std::string(65, 'n'));
-  EXPECT_EQ(IpcHandleBytes(long_name).status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(IpcHandleBytes(IpcBucketMemoryOf(long_name)).status().code(),
+            absl::StatusCode::kInternal);
   // An event handle makes the rank wait for the trainer's writes.
   IpcBucketView with_event = View("126c071a-1253-3d49-71ab-17c686b110d5");
   with_event.event_handle = std::string(64, '\x05');

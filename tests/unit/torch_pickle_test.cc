@@ -1,5 +1,6 @@
 // The protocol-3 pickle writer and the torch CUDA-IPC pickles built on it
-// (common/pickle_writer.h, common/torch_ipc_pickle.h). Expected bytes are written out here from
+// (common/torch_ipc/pickle_writer.h, common/torch_ipc/torch_ipc_pickle.h, and each engine's
+// daemon/engines/<kind>/<kind>_ipc_pickle.h). Expected bytes are written out here from
 // docs/engines/torch-ipc.md and CPython's pickler, not taken from the writer; every whole payload
 // also goes through the structural checker of tests/pickle. The Python side (loading them with
 // an exact-name unpickler) is tests/pickle/check_torch_pickles.py.
@@ -13,8 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/pickle_writer.h"
-#include "common/torch_ipc_pickle.h"
+#include "common/torch_ipc/pickle_writer.h"
+#include "common/torch_ipc/torch_ipc_pickle.h"
+#include "daemon/engines/lmdeploy/lmdeploy_ipc_pickle.h"
+#include "daemon/engines/sglang/sglang_ipc_pickle.h"
+#include "daemon/engines/vllm/vllm_ipc_pickle.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/pickle/pickle_checker.h"
@@ -359,7 +363,7 @@ TEST(TorchIpcPickle, EmptyTensorsAndEmptyStorages) {
 TEST(TorchIpcPickle, MetadataIsNewobjWithAStateDict) {
   const FlattenedTensorMetadata m{"w", {2, 3}, "bfloat16", 6, 12, 6};
   PickleWriter w;
-  ASSERT_TRUE(WriteFlattenedTensorMetadata(m, MetadataModule::kLmdeployUtils, &w).ok());
+  ASSERT_TRUE(WriteFlattenedTensorMetadata(m, kLmdeployMetadataModule, &w).ok());
   std::string expected = Global("lmdeploy.utils", "FlattenedTensorMetadata") + ")\x81}(";
   expected += std::string("X\x04\x00\x00\x00name", 9) + std::string("X\x01\x00\x00\x00w", 6);
   expected += std::string("X\x05\x00\x00\x00shape", 10) + Global("torch", "Size") +
@@ -378,13 +382,12 @@ TEST(TorchIpcPickle, MetadataIsNewobjWithAStateDict) {
   expected += std::string("X\x05\x00\x00\x00numel", 10) + "K\x06";
   expected += "ub";
   EXPECT_EQ(Hex(Body(w)), Hex(expected));
-  EXPECT_EQ(MetadataModuleName(MetadataModule::kSglangTensorBucket),
-            "sglang.srt.weight_sync.tensor_bucket");
+  EXPECT_EQ(kSglangMetadataModule, "sglang.srt.weight_sync.tensor_bucket");
   PickleWriter bad;
-  EXPECT_EQ(WriteFlattenedTensorMetadata({"w", {2}, "bfloat16", 6, 12, 2},
-                                         MetadataModule::kLmdeployUtils, &bad)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      WriteFlattenedTensorMetadata({"w", {2}, "bfloat16", 6, 12, 2}, kLmdeployMetadataModule, &bad)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 CudaIpcTensor Uint8Buffer(uint64_t bytes) {

@@ -3,8 +3,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "common/torch_ipc_pickle.h"
-#include "daemon/engines/ipc_handle.h"
+#include "common/torch_ipc/torch_ipc_pickle.h"
+#include "daemon/engines/sglang/sglang_ipc_pickle.h"
+#include "daemon/transport/ipc/ipc_view.h"
 
 namespace wsync {
 

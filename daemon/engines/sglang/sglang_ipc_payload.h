@@ -7,7 +7,6 @@
 #include "absl/status/statusor.h"
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
-#include "daemon/engines/ipc_handle.h"
 #include "daemon/engines/sglang/sglang_options.h"
 #include "daemon/transport/ipc/ipc_binding.h"
 #include "nlohmann/json.hpp"

@@ -16,7 +16,7 @@ namespace wsync {
 // (docs/engines/vllm.md, "What an update sends"):
 //   {"update_info": {"names", "dtype_names", "shapes", "ipc_handles_pickled": base64(pickle)}}
 // vLLM reads the pickle with plain pickle.loads (behind VLLM_ALLOW_INSECURE_SERIALIZATION=1);
-// wsyncd still writes only torch's own GLOBALs (common/torch_ipc_pickle.h).
+// wsyncd still writes only torch's own GLOBALs (common/torch_ipc/torch_ipc_pickle.h).
 //
 // Every dict in the pickle maps a GPU UUID (str(torch.cuda.get_device_properties(d).uuid), no
 // "GPU-" prefix) to that GPU's entry, one key per TP rank of the engine, taken from the views:

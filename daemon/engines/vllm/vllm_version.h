@@ -5,8 +5,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/torch_ipc_pickle.h"
 #include "daemon/engines/engine_version.h"
+#include "daemon/engines/vllm/vllm_ipc_pickle.h"
 
 namespace wsync {
 

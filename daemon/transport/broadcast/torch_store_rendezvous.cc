@@ -5,8 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/pickle_writer.h"
 #include "common/status_macros.h"
+#include "common/torch_ipc/pickle_writer.h"
 #include "daemon/core/engine_group_name.h"
 
 namespace wsync {

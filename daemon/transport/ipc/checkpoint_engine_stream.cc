@@ -7,10 +7,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "common/torch_ipc_pickle.h"
+#include "common/torch_ipc/torch_ipc_pickle.h"
 #include "daemon/core/peer_text.h"
-#include "daemon/engines/ipc_handle.h"
 #include "daemon/transport/ipc/ipc_binding.h"
+#include "daemon/transport/ipc/ipc_view.h"
 
 namespace wsync {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/pickle_writer.h"
+#include "common/torch_ipc/pickle_writer.h"
 
 #include <array>
 #include <limits>

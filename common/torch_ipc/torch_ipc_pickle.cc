@@ -1,9 +1,9 @@
-#include "common/torch_ipc_pickle.h"
+#include "common/torch_ipc/torch_ipc_pickle.h"
 
 #include <limits>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/manifest.h"
@@ -15,17 +15,18 @@ namespace {
 constexpr uint64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 constexpr absl::string_view kMetadataClass = "FlattenedTensorMetadata";
 
+bool IsTorchModule(absl::string_view module) {
+  return module == "torch" || absl::StartsWith(module, "torch.");
+}
+
 // The one gate every GLOBAL of this file goes through, so nothing outside the documented set can
-// reach a pickle whatever the inputs (the list is the header's).
+// reach a pickle whatever the inputs (the list is the header's). The metadata class's module is
+// the engine's, named by its payload code; torch's modules never hold it.
 bool IsAllowedGlobal(absl::string_view module, absl::string_view name) {
   if (module == "torch.multiprocessing.reductions") return name == "rebuild_cuda_tensor";
   if (module == "torch.storage") return name == "TypedStorage";
   if (module == "torch") return name == "Tensor" || name == "Size" || ParseDType(name).ok();
-  if (module == MetadataModuleName(MetadataModule::kSglangTensorBucket) ||
-      module == MetadataModuleName(MetadataModule::kLmdeployUtils)) {
-    return name == kMetadataClass;
-  }
-  return false;
+  return !IsTorchModule(module) && name == kMetadataClass;
 }
 
 absl::Status AllowedGlobal(absl::string_view module, absl::string_view name, PickleWriter* out) {
@@ -36,17 +37,8 @@ absl::Status AllowedGlobal(absl::string_view module, absl::string_view name, Pic
   return out->Global(module, name);
 }
 
-absl::Status Prefixed(absl::string_view prefix, const absl::Status& status) {
-  if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
-}
-
 std::string Quoted(absl::string_view what, absl::string_view name) {
   return absl::StrCat(what, " '", name, "'");
-}
-
-std::string ShapeText(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
 // The element count of a shape that torch can hold: dims >= 0 and every product within int64.
@@ -55,7 +47,23 @@ absl::StatusOr<uint64_t> TorchNumel(absl::Span<const int64_t> shape) {
   return NumElements(std::vector<int64_t>(shape.begin(), shape.end()));
 }
 
-absl::Status CheckHandle(absl::string_view what, absl::string_view bytes) {
+absl::Status CheckName(absl::string_view what, absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " with an empty name"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PrefixStatus(absl::string_view prefix, const absl::Status& status) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(prefix, ": ", status.message()));
+}
+
+std::string ShapeText(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::Status CheckIpcHandleSize(absl::string_view what, absl::string_view bytes) {
   if (bytes.size() != kCudaIpcHandleBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " is ", bytes.size(), " bytes, not ", kCudaIpcHandleBytes));
@@ -63,7 +71,6 @@ absl::Status CheckHandle(absl::string_view what, absl::string_view bytes) {
   return absl::OkStatus();
 }
 
-// A flattened or buffer tensor is sliced by the receiver with flat[start:end]: it must be 1-D.
 absl::Status CheckOneDimensional(const CudaIpcTensor& t, absl::string_view what) {
   if (t.shape.size() != 1) {
     return absl::InvalidArgumentError(
@@ -81,20 +88,13 @@ absl::Status CheckUint8Buffer(const CudaIpcTensor& t, absl::string_view what) {
   return absl::OkStatus();
 }
 
-struct CheckedMetadata {
-  DType dtype;
-  uint64_t shape_numel;
-};
-
-// What holds for an entry whatever the bucket: a name, a known dtype, a sound shape and a range
-// whose length is numel.
-absl::StatusOr<CheckedMetadata> CheckMetadataEntry(const FlattenedTensorMetadata& m) {
+absl::StatusOr<CheckedMetadata> CheckFlattenedTensorMetadata(const FlattenedTensorMetadata& m) {
   if (m.name.empty()) return absl::InvalidArgumentError("metadata entry with an empty name");
   const std::string where = Quoted("metadata", m.name);
   auto dtype = ParseDType(m.dtype);
-  if (!dtype.ok()) return Prefixed(where, dtype.status());
+  if (!dtype.ok()) return PrefixStatus(where, dtype.status());
   auto numel = TorchNumel(m.shape);
-  if (!numel.ok()) return Prefixed(where, numel.status());
+  if (!numel.ok()) return PrefixStatus(where, numel.status());
   if (m.end_idx < m.start_idx || m.end_idx - m.start_idx != m.numel) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": range [", m.start_idx, ", ", m.end_idx,
                                                    ") does not hold numel ", m.numel));
@@ -102,9 +102,7 @@ absl::StatusOr<CheckedMetadata> CheckMetadataEntry(const FlattenedTensorMetadata
   return CheckedMetadata{*dtype, *numel};
 }
 
-// Checks an entry against the flattened tensor it indexes: its range within the tensor's
-// elements.
-absl::Status CheckRangeInside(const FlattenedTensorMetadata& m, uint64_t flat_numel) {
+absl::Status CheckMetadataRange(const FlattenedTensorMetadata& m, uint64_t flat_numel) {
   if (m.end_idx > flat_numel) {
     return absl::InvalidArgumentError(
         absl::StrCat(Quoted("metadata", m.name), ": range [", m.start_idx, ", ", m.end_idx,
@@ -113,101 +111,8 @@ absl::Status CheckRangeInside(const FlattenedTensorMetadata& m, uint64_t flat_nu
   return absl::OkStatus();
 }
 
-// SGLang: flat[start:end].view(dtype).reshape(shape) (the old bucket: .reshape and a cast when
-// the dtypes differ). Same dtype: the range is the tensor's elements. uint8 bucket: the range is
-// its bytes, and view(dtype) needs them to start on a boundary of the dtype.
-absl::Status CheckSglangEntry(const FlattenedTensorMetadata& m, const CheckedMetadata& checked,
-                              const CudaIpcTensor& flat, DType flat_dtype, uint64_t flat_numel) {
-  const std::string where = Quoted("metadata", m.name);
-  WSYNC_RETURN_IF_ERROR(CheckRangeInside(m, flat_numel));
-  if (checked.dtype == flat_dtype) {
-    if (checked.shape_numel != m.numel) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(m.shape),
-                                                     " is not numel ", m.numel, " elements"));
-    }
-    return absl::OkStatus();
-  }
-  if (flat_dtype != DType::kUint8) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": dtype ", m.dtype, " differs from the flattened tensor's ", flat.dtype,
-        "; only a uint8 bucket carries other dtypes (old SGLang would cast, new would view)"));
-  }
-  const uint64_t item = DTypeSize(checked.dtype);
-  if (m.numel % item != 0 || m.numel / item != checked.shape_numel) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(m.shape), " of ",
-                                                   m.dtype, " is not ", m.numel, " bytes"));
-  }
-  // The range's byte position in the storage (torch's view(dtype) rule) and in the allocation
-  // (where the engine's kernels read it), modulo the item size.
-  const uint64_t in_storage = (flat.element_offset % item + m.start_idx % item) % item;
-  const uint64_t in_allocation = (in_storage + flat.storage_offset_bytes % item) % item;
-  if (in_storage != 0 || in_allocation != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": bytes at ", m.start_idx, " of the uint8 bucket (element ",
-                     flat.element_offset, " of a storage at byte ", flat.storage_offset_bytes,
-                     ") are not aligned to ", m.dtype, "'s ", item, " bytes"));
-  }
-  return absl::OkStatus();
-}
-
-// LMDeploy: flat[start:end].reshape(shape), then .to(dtype) when the dtypes differ.
-absl::Status CheckLmdeployEntry(const FlattenedTensorMetadata& m, const CheckedMetadata& checked,
-                                const CudaIpcTensor* flat, DType flat_dtype, uint64_t flat_numel) {
-  const std::string where = Quoted("metadata", m.name);
-  if (checked.shape_numel != m.numel) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": shape ", ShapeText(m.shape),
-                                                   " is not numel ", m.numel, " elements"));
-  }
-  if (flat == nullptr) return absl::OkStatus();  // checked against the tensor the worker cached
-  WSYNC_RETURN_IF_ERROR(CheckRangeInside(m, flat_numel));
-  if (checked.dtype != flat_dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": dtype ", m.dtype, " differs from the flattened tensor's ",
-                     flat->dtype, "; LMDeploy would cast the values, not view the bytes"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckName(absl::string_view what, absl::string_view name) {
-  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " with an empty name"));
-  return absl::OkStatus();
-}
-
-// A dict keyed by GPU UUID: each key once, none empty (the worker looks its own up).
-absl::Status CheckGpuKeys(absl::Span<const TensorOnGpu> entries, absl::string_view what) {
-  if (entries.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " names no GPU"));
-  absl::flat_hash_set<absl::string_view> seen;
-  for (const TensorOnGpu& e : entries) {
-    if (e.gpu_uuid.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": an empty GPU UUID"));
-    }
-    if (!seen.insert(e.gpu_uuid).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": GPU UUID '", e.gpu_uuid, "' given twice"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// {uuid: entry, ...}: EMPTY_DICT MARK (key value)... SETITEMS.
-absl::Status WriteGpuDict(absl::Span<const TensorOnGpu> entries, VllmEntryForm form,
-                          PickleWriter* out) {
-  out->EmptyDict();
-  out->Mark();
-  for (const TensorOnGpu& e : entries) {
-    WSYNC_RETURN_IF_ERROR(out->Unicode(e.gpu_uuid));
-    const absl::Status written = form == VllmEntryForm::kFuncArgs ? WriteRebuildPair(e.tensor, out)
-                                                                  : WriteRebuildArgs(e.tensor, out);
-    WSYNC_RETURN_IF_ERROR(Prefixed(absl::StrCat("GPU '", e.gpu_uuid, "'"), written));
-  }
-  out->SetItems();
-  return absl::OkStatus();
-}
-
-// list[(name, tensor)] with each tensor as `write` puts it.
-template <typename WriteTensor>
-absl::StatusOr<std::string> NamedTensorList(absl::Span<const NamedCudaTensor> tensors,
-                                            WriteTensor write) {
+absl::StatusOr<std::string> NamedTensorListPickle(absl::Span<const NamedCudaTensor> tensors,
+                                                  TensorWriter write) {
   PickleWriter out;
   out.EmptyList();
   if (!tensors.empty()) {
@@ -215,24 +120,12 @@ absl::StatusOr<std::string> NamedTensorList(absl::Span<const NamedCudaTensor> te
     for (const NamedCudaTensor& t : tensors) {
       WSYNC_RETURN_IF_ERROR(CheckName("tensor", t.name));
       WSYNC_RETURN_IF_ERROR(out.Unicode(t.name));
-      WSYNC_RETURN_IF_ERROR(Prefixed(Quoted("tensor", t.name), write(t.tensor, &out)));
+      WSYNC_RETURN_IF_ERROR(PrefixStatus(Quoted("tensor", t.name), write(t.tensor, &out)));
       out.Tuple2();
     }
     out.Appends();
   }
   return std::move(out).Finish();
-}
-
-}  // namespace
-
-absl::string_view MetadataModuleName(MetadataModule module) {
-  switch (module) {
-    case MetadataModule::kSglangTensorBucket:
-      return "sglang.srt.weight_sync.tensor_bucket";
-    case MetadataModule::kLmdeployUtils:
-      return "lmdeploy.utils";
-  }
-  return "";
 }
 
 absl::StatusOr<std::vector<int64_t>> ContiguousStrides(absl::Span<const int64_t> shape) {
@@ -257,8 +150,8 @@ absl::StatusOr<std::vector<int64_t>> ContiguousStrides(absl::Span<const int64_t>
 absl::Status ValidateCudaIpcTensor(const CudaIpcTensor& t) {
   WSYNC_ASSIGN_OR_RETURN(const DType dtype, ParseDType(t.dtype));
   WSYNC_ASSIGN_OR_RETURN(const uint64_t numel, TorchNumel(t.shape));
-  WSYNC_RETURN_IF_ERROR(CheckHandle("the IPC memory handle", t.ipc_handle));
-  WSYNC_RETURN_IF_ERROR(CheckHandle("the IPC event handle", t.event_handle));
+  WSYNC_RETURN_IF_ERROR(CheckIpcHandleSize("the IPC memory handle", t.ipc_handle));
+  WSYNC_RETURN_IF_ERROR(CheckIpcHandleSize("the IPC event handle", t.event_handle));
   if (const int* index = std::get_if<int>(&t.device); index != nullptr && *index < 0) {
     return absl::InvalidArgumentError(absl::StrCat("device index ", *index, " is negative"));
   }
@@ -353,10 +246,10 @@ absl::Status WriteRebuildPair(const CudaIpcTensor& t, PickleWriter* out) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFlattenedTensorMetadata(const FlattenedTensorMetadata& m, MetadataModule module,
-                                          PickleWriter* out) {
-  WSYNC_ASSIGN_OR_RETURN(const CheckedMetadata checked, CheckMetadataEntry(m));
-  WSYNC_RETURN_IF_ERROR(AllowedGlobal(MetadataModuleName(module), kMetadataClass, out));
+absl::Status WriteFlattenedTensorMetadata(const FlattenedTensorMetadata& m,
+                                          absl::string_view metadata_module, PickleWriter* out) {
+  WSYNC_ASSIGN_OR_RETURN(const CheckedMetadata checked, CheckFlattenedTensorMetadata(m));
+  WSYNC_RETURN_IF_ERROR(AllowedGlobal(metadata_module, kMetadataClass, out));
   out->EmptyTuple();
   out->NewObj();
   out->EmptyDict();
@@ -378,115 +271,6 @@ absl::Status WriteFlattenedTensorMetadata(const FlattenedTensorMetadata& m, Meta
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> SglangNamedTensorsPickle(absl::Span<const NamedCudaTensor> tensors) {
-  return NamedTensorList(tensors, WriteReducedTensor);
-}
-
-absl::StatusOr<std::string> SglangFlattenedBucketPickle(
-    const CudaIpcTensor& flattened, absl::Span<const FlattenedTensorMetadata> metadata) {
-  WSYNC_RETURN_IF_ERROR(Prefixed("flattened tensor", ValidateCudaIpcTensor(flattened)));
-  WSYNC_RETURN_IF_ERROR(CheckOneDimensional(flattened, "the flattened tensor"));
-  const DType flat_dtype = *ParseDType(flattened.dtype);
-  const uint64_t flat_numel = static_cast<uint64_t>(flattened.shape[0]);
-  for (const FlattenedTensorMetadata& m : metadata) {
-    WSYNC_ASSIGN_OR_RETURN(const CheckedMetadata checked, CheckMetadataEntry(m));
-    WSYNC_RETURN_IF_ERROR(CheckSglangEntry(m, checked, flattened, flat_dtype, flat_numel));
-  }
-  PickleWriter out;
-  out.EmptyDict();
-  out.Mark();
-  WSYNC_RETURN_IF_ERROR(out.Unicode("flattened_tensor"));
-  WSYNC_RETURN_IF_ERROR(WriteReducedTensor(flattened, &out));
-  WSYNC_RETURN_IF_ERROR(out.Unicode("metadata"));
-  out.EmptyList();
-  if (!metadata.empty()) {
-    out.Mark();
-    for (const FlattenedTensorMetadata& m : metadata) {
-      WSYNC_RETURN_IF_ERROR(
-          WriteFlattenedTensorMetadata(m, MetadataModule::kSglangTensorBucket, &out));
-    }
-    out.Appends();
-  }
-  out.SetItems();
-  return std::move(out).Finish();
-}
-
-absl::StatusOr<std::string> VllmIpcHandlesPickle(absl::Span<const std::vector<TensorOnGpu>> names,
-                                                 VllmEntryForm form) {
-  PickleWriter out;
-  out.EmptyList();
-  if (!names.empty()) {
-    out.Mark();
-    for (size_t i = 0; i < names.size(); ++i) {
-      const std::string what = absl::StrCat("name #", i);
-      WSYNC_RETURN_IF_ERROR(CheckGpuKeys(names[i], what));
-      WSYNC_RETURN_IF_ERROR(Prefixed(what, WriteGpuDict(names[i], form, &out)));
-    }
-    out.Appends();
-  }
-  return std::move(out).Finish();
-}
-
-absl::StatusOr<std::string> VllmPackedIpcHandlesPickle(absl::Span<const TensorOnGpu> chunk) {
-  WSYNC_RETURN_IF_ERROR(CheckGpuKeys(chunk, "packed chunk"));
-  for (const TensorOnGpu& e : chunk) {
-    WSYNC_RETURN_IF_ERROR(CheckUint8Buffer(e.tensor, absl::StrCat("GPU '", e.gpu_uuid, "'")));
-  }
-  PickleWriter out;
-  WSYNC_RETURN_IF_ERROR(WriteGpuDict(chunk, VllmEntryForm::kArgsOnly, &out));
-  return std::move(out).Finish();
-}
-
-absl::StatusOr<std::string> LmdeployNamedTensorsPickle(absl::Span<const NamedCudaTensor> tensors) {
-  return NamedTensorList(tensors, WriteRebuildPair);
-}
-
-absl::StatusOr<std::string> LmdeployFlattenedBucketPickle(const LmdeployFlattenedBucket& bucket) {
-  const CudaIpcTensor* flat =
-      bucket.flattened_tensor.has_value() ? &*bucket.flattened_tensor : nullptr;
-  DType flat_dtype = DType::kUint8;
-  uint64_t flat_numel = 0;
-  if (flat != nullptr) {
-    WSYNC_RETURN_IF_ERROR(Prefixed("flattened tensor", ValidateCudaIpcTensor(*flat)));
-    WSYNC_RETURN_IF_ERROR(CheckOneDimensional(*flat, "the flattened tensor"));
-    if (bucket.metadata.empty()) {
-      return absl::InvalidArgumentError(
-          "a flattened tensor with no metadata: LMDeploy returns before caching it");
-    }
-    flat_dtype = *ParseDType(flat->dtype);
-    flat_numel = static_cast<uint64_t>(flat->shape[0]);
-  }
-  WSYNC_RETURN_IF_ERROR(CheckHandle("the event IPC handle", bucket.event_ipc_handle));
-  for (const FlattenedTensorMetadata& m : bucket.metadata) {
-    WSYNC_ASSIGN_OR_RETURN(const CheckedMetadata checked, CheckMetadataEntry(m));
-    WSYNC_RETURN_IF_ERROR(CheckLmdeployEntry(m, checked, flat, flat_dtype, flat_numel));
-  }
-  PickleWriter out;
-  out.EmptyDict();
-  out.Mark();
-  WSYNC_RETURN_IF_ERROR(out.Unicode("metadata"));
-  out.EmptyList();
-  if (!bucket.metadata.empty()) {
-    out.Mark();
-    for (const FlattenedTensorMetadata& m : bucket.metadata) {
-      WSYNC_RETURN_IF_ERROR(WriteFlattenedTensorMetadata(m, MetadataModule::kLmdeployUtils, &out));
-    }
-    out.Appends();
-  }
-  if (flat != nullptr) {
-    WSYNC_RETURN_IF_ERROR(out.Unicode("flattened_tensor"));
-    WSYNC_RETURN_IF_ERROR(WriteRebuildPair(*flat, &out));
-  }
-  // A live view, never a clone: wsyncd's buffer persists, and a clone made at the first call of
-  // a cycle would be stale for the calls after it (docs/engines/lmdeploy.md).
-  WSYNC_RETURN_IF_ERROR(out.Unicode("require_clone"));
-  out.Bool(false);
-  WSYNC_RETURN_IF_ERROR(out.Unicode("event_ipc_handle"));
-  WSYNC_RETURN_IF_ERROR(out.Bytes(bucket.event_ipc_handle));
-  out.SetItems();
-  return std::move(out).Finish();
-}
-
 absl::StatusOr<std::string> CheckpointEngineBufferFrame(const CudaIpcTensor& buffer) {
   WSYNC_RETURN_IF_ERROR(CheckUint8Buffer(buffer, "the checkpoint-engine buffer"));
   PickleWriter out;
@@ -500,9 +284,9 @@ absl::StatusOr<std::string> CheckpointEngineBucketFrame(
     WSYNC_RETURN_IF_ERROR(CheckName("bucket tensor", t.name));
     const std::string where = Quoted("bucket tensor", t.name);
     auto dtype = ParseDType(t.dtype);
-    if (!dtype.ok()) return Prefixed(where, dtype.status());
+    if (!dtype.ok()) return PrefixStatus(where, dtype.status());
     auto numel = TorchNumel(t.shape);
-    if (!numel.ok()) return Prefixed(where, numel.status());
+    if (!numel.ok()) return PrefixStatus(where, numel.status());
     const uint64_t item = DTypeSize(*dtype);
     if (t.offset % item != 0) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": byte offset ", t.offset,

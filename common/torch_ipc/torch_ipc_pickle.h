@@ -1,20 +1,20 @@
-#ifndef WSYNC_COMMON_TORCH_IPC_PICKLE_H_
-#define WSYNC_COMMON_TORCH_IPC_PICKLE_H_
+#ifndef WSYNC_COMMON_TORCH_IPC_TORCH_IPC_PICKLE_H_
+#define WSYNC_COMMON_TORCH_IPC_TORCH_IPC_PICKLE_H_
 
 // The pickles an engine's torch turns into CUDA tensors mapped onto wsyncd's buffers, written
 // without torch (docs/engines/torch-ipc.md). A tensor is what torch.multiprocessing.reductions.
-// reduce_tensor makes of a CUDA tensor: rebuild_cuda_tensor and its 15 arguments. Around it each
-// engine wants its own container (its page in docs/engines); the functions at the end return those
-// whole pickles, raw (the caller base64-encodes them where the engine wants text).
+// reduce_tensor makes of a CUDA tensor: rebuild_cuda_tensor and its 15 arguments. This file is
+// that encoding and the pieces every engine's container is made of; each engine kind writes its
+// own container (its page in docs/engines) in its folder under daemon/engines, so that a new kind
+// never edits this library.
 //
 // Only these GLOBALs are ever written, because SGLang's SafeUnpickler accepts exact
 // (module, name) pairs and nothing else: torch.multiprocessing.reductions.rebuild_cuda_tensor,
 // torch.Tensor, torch.Size, torch.storage.TypedStorage, torch.<dtype> for the dtypes of
-// common/dtype.h, and FlattenedTensorMetadata under the module of MetadataModule. The one
-// exception is CheckpointEngineAbortFrame, read by checkpoint-engine's plain unpickler.
+// common/dtype.h, and FlattenedTensorMetadata under the module its engine's payload names. The
+// one exception is CheckpointEngineAbortFrame, read by checkpoint-engine's plain unpickler.
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -24,17 +24,17 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/dtype.h"
-#include "common/pickle_writer.h"
+#include "common/torch_ipc/pickle_writer.h"
 
 namespace wsync {
 
 // Size of a cudaIpcMemHandle_t and of a cudaIpcEventHandle_t.
 inline constexpr size_t kCudaIpcHandleBytes = 64;
 
-// Rebuild argument 6: the GPU the consumer maps the storage on. An index (vLLM and LMDeploy
-// replace it with their own device anyway) or, for SGLang, the GPU's UUID as torch prints it
-// (str(get_device_properties(d).uuid), no "GPU-" prefix), because an index means another GPU
-// under another CUDA_VISIBLE_DEVICES.
+// Rebuild argument 6: the GPU the consumer maps the storage on. An index (for engines that replace
+// it with their own device anyway) or the GPU's UUID as torch prints it
+// (str(get_device_properties(d).uuid), no "GPU-" prefix), for an engine that maps by UUID because
+// an index means another GPU under another CUDA_VISIBLE_DEVICES.
 using CudaDevice = std::variant<int, std::string>;
 
 // One CUDA tensor that views part of an IPC-exported allocation (docs/engines/torch-ipc.md). The
@@ -82,18 +82,14 @@ absl::Status WriteTorchSize(absl::Span<const int64_t> dims, PickleWriter* out);
 // torch.<name>: GLOBAL torch <name>.
 absl::Status WriteTorchDtype(DType dtype, PickleWriter* out);
 
-// Where the engine keeps its FlattenedTensorMetadata class. SGLang's SafeUnpickler accepts only
-// the tensor_bucket path (not the old model_runner re-export).
-enum class MetadataModule {
-  kSglangTensorBucket,  // sglang.srt.weight_sync.tensor_bucket
-  kLmdeployUtils,       // lmdeploy.utils
-};
-absl::string_view MetadataModuleName(MetadataModule module);
+// One of the ways above to write a tensor (WriteReducedTensor, WriteRebuildPair, WriteRebuildArgs),
+// as a payload's container chooses it.
+using TensorWriter = absl::Status (*)(const CudaIpcTensor& tensor, PickleWriter* out);
 
-// One tensor of a flattened bucket (SGLang's FlattenedTensorBucket, which LMDeploy reads too). The
-// receiver takes flattened[start_idx:end_idx] and views or reshapes it to `shape`. Units are
-// elements of the flattened tensor: bytes for SGLang's uint8 bucket, elements of the common dtype
-// for its old bucket and for LMDeploy.
+// One tensor of a flattened bucket (the FlattenedTensorMetadata dataclass, which more than one
+// engine reads, each from its own module). The receiver takes flattened[start_idx:end_idx] and
+// views or reshapes it to `shape`; units are elements of the flattened tensor, as the engine's
+// payload says.
 struct FlattenedTensorMetadata {
   std::string name;
   std::vector<int64_t> shape;
@@ -103,64 +99,53 @@ struct FlattenedTensorMetadata {
   uint64_t numel = 0;
 };
 
-// The metadata object: GLOBAL <module> FlattenedTensorMetadata, EMPTY_TUPLE, NEWOBJ, then the
-// state dict {name, shape: Size, dtype: torch dtype, start_idx, end_idx, numel} and BUILD (the
-// class is a dataclass; NEWOBJ + BUILD makes it without calling its __init__ and without
-// copyreg._reconstructor, which SGLang refuses). Checks only the entry itself (a known dtype,
-// a sound shape, end_idx - start_idx == numel); the wrappers check it against the bucket.
+// The metadata object: GLOBAL <metadata_module> FlattenedTensorMetadata, EMPTY_TUPLE, NEWOBJ,
+// then the state dict {name, shape: Size, dtype: torch dtype, start_idx, end_idx, numel} and BUILD
+// (the class is a dataclass; NEWOBJ + BUILD makes it without calling its __init__ and without
+// copyreg._reconstructor, which SGLang refuses). `metadata_module` is where the engine keeps the
+// class: a constant of that engine's payload code, never data from a request, since the engine's
+// unpickler resolves it; one of torch's modules is refused as INTERNAL, like any GLOBAL outside
+// the allowed set. Checks only the entry itself (a known dtype, a sound shape,
+// end_idx - start_idx == numel); the payloads check it against the bucket.
 absl::Status WriteFlattenedTensorMetadata(const FlattenedTensorMetadata& metadata,
-                                          MetadataModule module, PickleWriter* out);
+                                          absl::string_view metadata_module, PickleWriter* out);
 
-// ---- Whole pickles, one per engine payload -----------------------------------------------------
+// What CheckFlattenedTensorMetadata read from an entry.
+struct CheckedMetadata {
+  DType dtype;
+  uint64_t shape_numel;  // the element count of the entry's shape
+};
+// What holds for an entry whatever the bucket: a name, a known dtype, a sound shape and a range
+// whose length is numel. INVALID_ARGUMENT naming the entry otherwise.
+absl::StatusOr<CheckedMetadata> CheckFlattenedTensorMetadata(const FlattenedTensorMetadata& m);
+// INVALID_ARGUMENT unless the entry's range ends within the flattened tensor's `flat_numel`
+// elements.
+absl::Status CheckMetadataRange(const FlattenedTensorMetadata& m, uint64_t flat_numel);
+
+// A flattened or buffer tensor is sliced by the receiver with flat[start:end]: INVALID_ARGUMENT,
+// naming `what`, unless it is 1-D; CheckUint8Buffer also unless it is uint8 (a byte view of the
+// buffer).
+absl::Status CheckOneDimensional(const CudaIpcTensor& tensor, absl::string_view what);
+absl::Status CheckUint8Buffer(const CudaIpcTensor& tensor, absl::string_view what);
+// INVALID_ARGUMENT, naming `what`, unless `bytes` is a 64-byte CUDA IPC memory or event handle.
+absl::Status CheckIpcHandleSize(absl::string_view what, absl::string_view bytes);
 
 struct NamedCudaTensor {
   std::string name;
   CudaIpcTensor tensor;
 };
 
-// One tensor as the GPUs of a node see it, keyed by GPU UUID: a vLLM worker picks the entry of
-// its own GPU (str(props.uuid)).
-struct TensorOnGpu {
-  std::string gpu_uuid;
-  CudaIpcTensor tensor;
-};
+// A whole pickle: list[(name, tensor)], each tensor as `write` puts it. Every name non-empty.
+absl::StatusOr<std::string> NamedTensorListPickle(absl::Span<const NamedCudaTensor> tensors,
+                                                  TensorWriter write);
 
-// SGLang update_weights_from_tensor, load_format null: list[(name, Tensor)], for one TP rank.
-absl::StatusOr<std::string> SglangNamedTensorsPickle(absl::Span<const NamedCudaTensor> tensors);
+// `status` with "prefix: " before its message (OK stays OK), so an error names the part of a
+// payload it is about.
+absl::Status PrefixStatus(absl::string_view prefix, const absl::Status& status);
+// A shape as errors print it: "[2, 3]".
+std::string ShapeText(absl::Span<const int64_t> shape);
 
-// SGLang load_format "flattened_bucket": {"flattened_tensor": Tensor, "metadata": [M, ...]},
-// for one TP rank. `flattened` is 1-D. Each entry's dtype is the flattened tensor's (the old
-// bucket, element units) or the flattened tensor is uint8 (the new bucket: byte units, each
-// range viewed as its dtype, so it must start on that dtype's boundary).
-absl::StatusOr<std::string> SglangFlattenedBucketPickle(
-    const CudaIpcTensor& flattened, absl::Span<const FlattenedTensorMetadata> metadata);
-
-// vLLM IPC, ipc_handles_pickled: one dict {gpu_uuid: entry} per name, in the order of the
-// request's names. The older builds want entry = (FUNC, ARGS); the newest unpacked form wants
-// the ARGS tuple alone.
-enum class VllmEntryForm { kFuncArgs, kArgsOnly };
-absl::StatusOr<std::string> VllmIpcHandlesPickle(absl::Span<const std::vector<TensorOnGpu>> names,
-                                                 VllmEntryForm form);
-// vLLM IPC, newest packed form: one dict {gpu_uuid: ARGS} for a chunk's 1-D uint8 buffer.
-absl::StatusOr<std::string> VllmPackedIpcHandlesPickle(absl::Span<const TensorOnGpu> chunk);
-
-// LMDeploy /update_weights, load_format null: list[(name, (FUNC, ARGS))], for one TP rank.
-absl::StatusOr<std::string> LmdeployNamedTensorsPickle(absl::Span<const NamedCudaTensor> tensors);
-
-// LMDeploy load_format "flattened_bucket", for one TP rank (docs/engines/lmdeploy.md).
-struct LmdeployFlattenedBucket {
-  std::vector<FlattenedTensorMetadata> metadata;  // element units of the flattened tensor
-  // The 1-D view of the buffer, typed as the bucket's dtype. The worker caches it until
-  // `finished`, so later calls of a cycle may leave it out; a call that carries it must carry
-  // metadata too, or the worker returns before caching it.
-  std::optional<CudaIpcTensor> flattened_tensor;
-  // wsyncd's interprocess event: the worker waits on it before reading and records it after.
-  std::string event_ipc_handle = std::string(kCudaIpcHandleBytes, '\0');
-};
-// {"metadata": [M, ...], "flattened_tensor": (FUNC, ARGS) if given, "require_clone": False,
-//  "event_ipc_handle": bytes(64)}. LMDeploy casts a range whose dtype differs from the
-// flattened tensor's (a value cast, not a view), so every entry must have the bucket's dtype.
-absl::StatusOr<std::string> LmdeployFlattenedBucketPickle(const LmdeployFlattenedBucket& bucket);
+// ---- checkpoint-engine's frames ----------------------------------------------------------------
 
 // SGLang /update_weights_from_ipc (checkpoint-engine's worker, docs/engines/sglang.md): one pickle
 // per ZMQ frame. First frame: (FUNC, ARGS) of the whole buffer as a 1-D uint8 tensor.
@@ -186,4 +171,4 @@ std::string CheckpointEngineAbortFrame(absl::string_view reason);
 
 }  // namespace wsync
 
-#endif  // WSYNC_COMMON_TORCH_IPC_PICKLE_H_
+#endif  // WSYNC_COMMON_TORCH_IPC_TORCH_IPC_PICKLE_H_

@@ -1,5 +1,5 @@
-#ifndef WSYNC_COMMON_PICKLE_WRITER_H_
-#define WSYNC_COMMON_PICKLE_WRITER_H_
+#ifndef WSYNC_COMMON_TORCH_IPC_PICKLE_WRITER_H_
+#define WSYNC_COMMON_TORCH_IPC_PICKLE_WRITER_H_
 
 #include <cstdint>
 #include <string>
@@ -84,4 +84,4 @@ bool IsUtf8(absl::string_view text);
 
 }  // namespace wsync
 
-#endif  // WSYNC_COMMON_PICKLE_WRITER_H_
+#endif  // WSYNC_COMMON_TORCH_IPC_PICKLE_WRITER_H_
