@@ -178,7 +178,7 @@ def ipc_route_rank(gpu, tp_rank, zmq_handles, params, generation, on_bucket):
     return True, "ok"
 
 
-def rank_main(gpu, tp_rank, conn, die_at_update):
+def rank_main(gpu, tp_rank, conn, die_at_update, die_rank=-1):
     import torch
     import torch.distributed as dist
     torch.cuda.set_device(gpu)
@@ -199,7 +199,7 @@ def rank_main(gpu, tp_rank, conn, die_at_update):
                 conn.send((True, "ok"))
             elif cmd == "update":
                 updates += 1
-                if updates - 1 == die_at_update:
+                if updates - 1 == die_at_update and die_rank in (-1, tp_rank):
                     print(f"rank {tp_rank}: dying at update {updates - 1} as asked", flush=True)
                     os._exit(17)
                 dtypes = [getattr(torch, d) for d in arg["dtypes"]]
@@ -331,12 +331,13 @@ class FifoLock:
 
 
 class Engine:
-    def __init__(self, gpus, die_at_update):
+    def __init__(self, gpus, die_at_update, die_rank=-1):
         ctx = mp.get_context("spawn")
         self.ranks = []
         for tp_rank, gpu in enumerate(gpus):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=rank_main, args=(gpu, tp_rank, child, die_at_update), daemon=True)
+            p = ctx.Process(target=rank_main, args=(gpu, tp_rank, child, die_at_update, die_rank),
+                            daemon=True)
             p.start()
             self.ranks.append((p, parent))
         self.lock = FifoLock()  # SGLang serialises weight updates, in arrival order
@@ -495,12 +496,15 @@ def main():
     ap.add_argument("--gpus", required=True, help="comma-separated GPU per TP rank")
     ap.add_argument("--die-at-update", type=int, default=-1,
                     help="the process exits when the Nth update request (0-based) arrives")
+    ap.add_argument("--die-rank", type=int, default=-1,
+                    help="with --die-at-update: only this TP rank's process exits (a broadcast "
+                         "update; -1: every rank), the others stay in the collective")
     ap.add_argument("--ce-worker", default="g4", choices=("g1", "g4"),
                     help="checkpoint-engine worker generation on the map-once route")
     args = ap.parse_args()
     # SIGTERM exits through sys.exit so multiprocessing reaps the rank processes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    ENGINE = Engine([int(g) for g in args.gpus.split(",")], args.die_at_update)
+    ENGINE = Engine([int(g) for g in args.gpus.split(",")], args.die_at_update, args.die_rank)
     ENGINE.ce_worker = args.ce_worker
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     print(f"torch engine on :{args.port}, gpus {args.gpus}, pid {os.getpid()}", flush=True)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The quorum policy over real NCCL: three TP=1 engines (GPUs 1-3) in a broadcast group with quorum
+# 2. The middle engine is down when the group forms: the group forms without it, ranks renumbered
+# (the third engine becomes rank 2), and each update commits bit-identical on the two. Once the
+# engine is up, the group takes it back (it forms again over all three) and the next update
+# commits on all three. Then it dies mid-update: on a broadcast that breaks the collective, so
+# that update fails naming it, and the next one forms without it and commits on the other two.
+source tests/gpu/lib/common.sh
+gpu_step quorum_nccl "broadcast quorum: 3 engines, one absent then back then killed mid-update"
+need_gpus 4
+sock=/tmp/wsync-gpu-quorum-nccl.sock
+log=$LOGS/quorum_nccl.log
+start_wsyncd $sock "$LOGS/wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60 || fail=1
+d=$wsyncd_pid
+start_engine sglang 30071 1 "$LOGS/engine-30071.log" || fail=1
+start_engine sglang 30073 3 "$LOGS/engine-30073.log" || fail=1
+spec=(--engine "http://127.0.0.1:30071" --engine "http://127.0.0.1:30072"
+  --engine "http://127.0.0.1:30073")
+ctl $sock "$log" create-group q --quorum 2 "${spec[@]}"
+two=http://127.0.0.1:30071,http://127.0.0.1:30073
+trainer_push $sock "$log" 150 --group q --engines $two --versions 2 --version-prefix two-
+"$WSYNCCTL" --socket $sock groups 2>&1 | tee -a "$log"
+# Renumbered: the third engine joined as rank 2 (SGLang ranks are rank_offset + tp_rank).
+grep -q "rank 2 = http://127.0.0.1:30073" "$LOGS/wsyncd.log" ||
+  { echo "the group did not form as ranks 1-2 over the two engines"; fail=1; }
+# Back: the middle engine starts; the group's watcher sees it answer and the next update forms
+# over all three.
+start_engine sglang 30072 2 "$LOGS/engine-30072.log" || fail=1
+middle=$engine_pid
+sleep 8
+all=http://127.0.0.1:30071,http://127.0.0.1:30072,http://127.0.0.1:30073
+trainer_push $sock "$log" 150 --group q --engines $all --versions 2 --version-prefix three-
+grep -q "rank 2 = http://127.0.0.1:30072, rank 3 = http://127.0.0.1:30073" "$LOGS/wsyncd.log" ||
+  { echo "the group did not form again over all three engines"; fail=1; }
+# Killed mid-update.
+stop_pids "$middle"
+start_engine sglang 30072 2 "$LOGS/engine-30072.log" --die-at-update 1 || fail=1
+sleep 8
+trainer_push $sock "$log" 150 --group q --engines $all --versions 1 --version-prefix killed- \
+  --expect-failure "http://127.0.0.1:30072"
+trainer_push $sock "$log" 150 --group q --engines $two --versions 1 --version-prefix after-
+"$WSYNCCTL" --socket $sock --json engines >"$LOGS/engines.json" 2>>"$log"
+python3 -c "
+import json, sys
+rows = {e['url']: e['needs_full_version'] for e in json.load(open(sys.argv[1]))['engines']}
+print(rows)
+sys.exit(0 if rows.get('http://127.0.0.1:30071') is False and
+         rows.get('http://127.0.0.1:30073') is False else 1)" "$LOGS/engines.json" 2>&1 |
+  tee -a "$log"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
+alive $d wsyncd
+end_step
