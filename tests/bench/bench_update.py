@@ -205,14 +205,23 @@ def direct_group(args):
     from sglang_torch_engine import init_custom_process_group
     port = free_port()
     world = len(args.engines) + 1
+    # Rank 0's store listens before any engine is told the port: an engine rank that dials a
+    # loopback port nobody listens on yet may be given that same port as its own source port and
+    # connect to itself (TCP self-connect), and then rank 0 cannot bind it (EADDRINUSE).
+    root = Async(init_custom_process_group, "nccl", f"tcp://127.0.0.1:{port}", world, 0, "direct")
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
     inits = [Async(post, url + "/init_weights_update_group",
                    {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1 + i,
                     "world_size": world, "group_name": "direct", "backend": "nccl"})
              for i, url in enumerate(args.engines)]
-    pg = init_custom_process_group("nccl", f"tcp://127.0.0.1:{port}", world, 0, "direct")
     for i in inits:
         i.join()
-    return pg
+    return root.join()
 
 
 def torch_direct(args, pg, model, buckets):

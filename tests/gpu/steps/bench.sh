@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The disaggregated benchmark (tests/bench/bench_update.py): Qwen2.5-7B shapes from GPU 0 to torch
 # engines with SGLang semantics, one receiving rank per GPU, against the NCCL broadcast ceiling and
-# torch-direct in the same run; with 4+ GPUs also 3 receiving ranks. WSYNC_BENCH_ARGS adds flags;
+# torch-direct in the same run; with 4+ GPUs also 3 receiving ranks (WSYNC_BENCH_RECEIVERS sets
+# the counts). WSYNC_BENCH_ARGS adds flags;
 # WSYNC_BENCH_VARIANTS replaces the variants (pull with 2 and 4 slots, push with 4 slots, pull
 # from a flat parameter buffer read in place).
 source tests/gpu/lib/common.sh
@@ -15,6 +16,8 @@ for g in $(seq 1 $last); do
 done
 receivers=1
 [[ $ngpu -ge 4 ]] && receivers="1 3"
+# WSYNC_BENCH_RECEIVERS picks the counts (e.g. "3": only the 3-rank table).
+receivers=${WSYNC_BENCH_RECEIVERS:-$receivers}
 for n in $receivers; do
   urls=$(IFS=,; echo "${engines[*]:0:$n}")
   # shellcheck disable=SC2086
