@@ -10,17 +10,6 @@
 #include "daemon/transport/broadcast/broadcast_binding.h"
 
 namespace wsync {
-namespace {
-
-// An engine's answer, with group tokens hidden: an engine may quote group names (SGLang lists
-// every group it holds when asked for another), and answers reach logs and callers.
-absl::Status EngineAnswer(EngineAdapter& adapter, const absl::StatusOr<HttpReply>& reply) {
-  absl::Status s = reply.ok() ? adapter.CheckBucketReply(*reply) : reply.status();
-  if (s.ok()) return s;
-  return absl::Status(s.code(), RedactEngineGroupTokens(s.message()));
-}
-
-}  // namespace
 
 BucketTransfer::BucketTransfer(std::vector<EngineAdapter*> adapters,
                                std::vector<std::shared_ptr<UpdateChannel>> channels,
@@ -74,7 +63,7 @@ absl::StatusOr<std::unique_ptr<BucketTransfer>> BucketTransfer::Start(
 absl::Status BucketTransfer::Launch(const BucketSource& source,
                                     const std::vector<BroadcastPiece>& pieces,
                                     const std::vector<EngineRequest>& requests) {
-  if (collective_->failed) {
+  if (collective_->latch.tripped()) {
     return absl::AbortedError(
         "an earlier bucket of this group failed; no bucket reaches its engines until it forms "
         "again");
@@ -91,7 +80,7 @@ absl::Status BucketTransfer::Launch(const BucketSource& source,
     // Weak: a call's callback may outlive the group's formation.
     (*call)->OnDone([weak = std::weak_ptr<FormedCollective>(collective_),
                      adapter = adapters_[i]](const absl::StatusOr<HttpReply>& reply) {
-      const absl::Status s = EngineAnswer(*adapter, reply);
+      const absl::Status s = ReadEngineAnswer(*adapter, reply);
       // This engine will never take the bucket's bytes: end the broadcast now rather than at the
       // deadline, and launch nothing more. (Cancelled calls belong to an update that already
       // failed.)
@@ -153,76 +142,57 @@ absl::Status BucketTransfer::WaitAnswered(std::vector<EngineOutcome>* outcomes) 
   if (!waited_sent_) (void)WaitReusable();
   // Without the broadcast the engines wait for bytes that never come.
   if (!sent_.ok()) Cancel();
-  const std::vector<std::shared_ptr<ChannelCall>>& calls = calls_;
   std::vector<absl::Status> results = not_written_;
   // When each engine failed: its answer, or the deadline it never answered by. A request that
   // was never written failed first, at the launch.
-  std::vector<absl::Time> failed_at(calls.size(), absl::InfinitePast());
-  for (size_t i = 0; i < calls.size(); ++i) {
+  std::vector<absl::Time> failed_at(calls_.size(), absl::InfinitePast());
+  for (size_t i = 0; i < calls_.size(); ++i) {
     if (!results[i].ok()) continue;
-    if (calls[i] == nullptr) {
+    if (calls_[i] == nullptr) {
       results[i] =
           absl::CancelledError(absl::StrCat("request not sent: ", launch_status_.message()));
       continue;
     }
-    auto reply = calls[i]->Wait(deadline_);
-    if (!reply.ok() && reply.status().code() == absl::StatusCode::kDeadlineExceeded &&
-        calls[i]->ended_at() == absl::InfinitePast()) {
-      results[i] = absl::DeadlineExceededError(
-          "no answer to the update request before the bucket deadline (engine hung?)");
-      failed_at[i] = deadline_;
-      Cancel();
-    } else {
-      results[i] = EngineAnswer(*adapters_[i], reply);
-      failed_at[i] = calls[i]->ended_at();
-    }
-    answered_at_ = std::max(answered_at_, calls[i]->ended_at());
+    EngineAnswer answer = WaitEngineAnswer(*adapters_[i], *calls_[i], *channels_[i], deadline_);
+    // An engine that never answered keeps the others waiting for bytes that never come.
+    if (answer.status.code() == absl::StatusCode::kDeadlineExceeded) Cancel();
+    results[i] = std::move(answer.status);
+    failed_at[i] = answer.failed_at;
+    answered_at_ = std::max(answered_at_, calls_[i]->ended_at());
   }
-  // The failures in the order they happened: the first caused the rest (an engine's error
-  // aborts the collective, and an aborted collective fails the other engines' receives).
-  struct Cause {
-    absl::Time at;
-    absl::Status status;
-    std::string text;
-  };
-  std::vector<Cause> causes;
+  BucketFailures failures;
   std::vector<std::string> cancelled;
   for (size_t i = 0; i < adapters_.size(); ++i) {
     outcomes->push_back(EngineOutcome{adapters_[i]->endpoint().url, results[i]});
-    outcomes->back().answer_seconds = AnswerSeconds(calls[i].get());
+    outcomes->back().answer_seconds = AnswerSeconds(calls_[i].get());
     if (results[i].code() == absl::StatusCode::kCancelled) {
       // Still named: an engine that never answered is often the one that never joined.
       cancelled.push_back(adapters_[i]->endpoint().url);
     } else if (!results[i].ok()) {
-      causes.push_back(
-          Cause{failed_at[i], results[i],
-                absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", results[i].message())});
+      failures.Add(
+          failed_at[i], results[i],
+          absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", results[i].message()));
     }
   }
   // An aborted broadcast is the echo of an engine's failure; report it only when nothing else
   // explains the failure.
-  if (!sent_.ok() && (sent_.code() != absl::StatusCode::kAborted || causes.empty())) {
-    causes.push_back(Cause{sent_failed_at_, sent_,
-                           absl::StrCat("broadcast: ", sent_.message(), " [", rank_map_, "]")});
+  if (!sent_.ok() && (sent_.code() != absl::StatusCode::kAborted || !failures.has_causes())) {
+    failures.Add(sent_failed_at_, sent_,
+                 absl::StrCat("broadcast: ", sent_.message(), " [", rank_map_, "]"));
   }
-  if (causes.empty() && cancelled.empty()) return absl::OkStatus();
-  std::stable_sort(causes.begin(), causes.end(),
-                   [](const Cause& a, const Cause& b) { return a.at < b.at; });
-  std::vector<std::string> errors;
-  for (const Cause& c : causes) errors.push_back(c.text);
+  if (failures.empty() && cancelled.empty()) return absl::OkStatus();
   if (!cancelled.empty()) {
-    errors.push_back(absl::StrCat("no answer yet from ", absl::StrJoin(cancelled, ", "),
-                                  " when the broadcast failed"));
+    failures.Note(absl::StrCat("no answer yet from ", absl::StrJoin(cancelled, ", "),
+                               " when the broadcast failed"));
   }
   if (diagnose_) {
     // A rendezvous problem explains the rest (an engine waiting for a broadcast that never came).
-    if (std::string report = diagnose_(); !report.empty()) errors.push_back(std::move(report));
+    if (std::string report = diagnose_(); !report.empty()) failures.Note(std::move(report));
   }
   // Only cancelled requests: no error code of their own to report, and an OK code here would pass
   // the failure off as success.
-  absl::Status first = causes.empty() ? absl::CancelledError("") : causes.front().status;
-  absl::Status failed(first.code(), absl::StrJoin(errors, "; "));
-  collective_->failed = true;
+  absl::Status failed = failures.Combined(absl::CancelledError(""));
+  collective_->latch.Trip();
   if (on_failure_) on_failure_(failed);
   return failed;
 }

@@ -13,6 +13,7 @@
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/core/transport.h"
+#include "daemon/transport/http/bucket_answers.h"
 #include "daemon/transport/http/update_channel.h"
 
 namespace wsync {
@@ -40,11 +41,11 @@ struct FormedCollective {
   explicit FormedCollective(std::shared_ptr<RootCommunicator> c) : comm(std::move(c)) {}
   // Closes the group to later buckets and aborts what runs on the communicator.
   void Fail(absl::string_view why) {
-    failed = true;
+    latch.Trip();
     comm->Abort(why);
   }
   const std::shared_ptr<RootCommunicator> comm;
-  std::atomic<bool> failed{false};
+  FailureLatch latch;
 };
 
 class BucketTransfer final : public BucketHandle {

@@ -1,6 +1,7 @@
 #include "daemon/transport/ipc/ipc_bucket.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -37,7 +38,7 @@ absl::Status IpcBucket::Launch(const std::vector<EngineRequest>& requests) {
   if (channels_.size() != adapters_.size() || requests.size() != adapters_.size()) {
     return absl::InternalError("one update channel and one request per engine expected");
   }
-  if (formation_->failed) {
+  if (formation_->latch.tripped()) {
     return absl::AbortedError(
         "an earlier bucket of this group failed; no bucket reaches its engines until the next "
         "update begins afresh");
@@ -75,72 +76,54 @@ void IpcBucket::CancelAll(absl::string_view why) {
 absl::Status IpcBucket::Collect() {
   if (collected_) return combined_;
   collected_ = true;
-  struct Cause {
-    absl::Time at;
-    absl::Status status;
-    std::string text;
-    size_t engine;
-  };
-  std::vector<Cause> causes;
+  // Per engine: when and why it failed (an engine never written to failed at the launch).
+  std::map<size_t, EngineAnswer> failed;
   std::vector<std::string> not_sent;
   for (size_t i = 0; i < adapters_.size(); ++i) {
-    const std::string& url = adapters_[i]->endpoint().url;
     if (skipped_[i]) continue;
     if (calls_[i] == nullptr) {
       // Not written: either it failed (results_ has why) or an earlier engine's write did.
       if (results_[i].ok()) {
         results_[i] =
             absl::CancelledError(absl::StrCat("request not sent: ", launch_status_.message()));
-        not_sent.push_back(url);
+        not_sent.push_back(adapters_[i]->endpoint().url);
       } else {
-        causes.push_back(Cause{absl::InfinitePast(), results_[i],
-                               absl::StrCat("engine ", url, ": ", results_[i].message()), i});
+        failed.emplace(i, EngineAnswer{results_[i], absl::InfinitePast()});
       }
       continue;
     }
-    auto reply = calls_[i]->Wait(deadline_);
-    absl::Time at = calls_[i]->ended_at();
-    if (!reply.ok() && reply.status().code() == absl::StatusCode::kDeadlineExceeded &&
-        at == absl::InfinitePast()) {
-      results_[i] = absl::DeadlineExceededError(
-          "no answer to the update request before the bucket deadline (engine hung?)");
-      at = deadline_;
-      // Its connection is closed: the engine's ranks may go on reading, but wsyncd frees nothing
-      // on that account; the group fails and the slots are refilled only by a later update.
-      channels_[i]->Cancel("the engine did not answer before the bucket deadline");
-    } else {
-      results_[i] = reply.ok() ? adapters_[i]->CheckBucketReply(*reply) : reply.status();
-    }
+    // An engine that never answered has its connection closed: its ranks may go on reading, but
+    // wsyncd frees nothing on that account; the group fails and the slots are refilled only by a
+    // later update.
+    EngineAnswer answer = WaitEngineAnswer(*adapters_[i], *calls_[i], *channels_[i], deadline_);
+    results_[i] = answer.status;
     answered_at_ = std::max(answered_at_, calls_[i]->ended_at());
-    if (!results_[i].ok()) {
-      causes.push_back(
-          Cause{at, results_[i], absl::StrCat("engine ", url, ": ", results_[i].message()), i});
-    }
+    if (!answer.status.ok()) failed.emplace(i, std::move(answer));
   }
-  if (drops_ != nullptr && !causes.empty() && not_sent.empty()) {
+  if (drops_ != nullptr && !failed.empty() && not_sent.empty()) {
     // A quorum group goes on without the engines that failed, where enough remain. An engine an
     // earlier bucket dropped after this one's request went out is already left out: its answer
     // no longer matters.
-    std::map<size_t, absl::Status> failed;
-    for (const Cause& c : causes) failed.emplace(c.engine, c.status);
-    if (drops_->TryDrop(failed)) {
-      for (const Cause& c : causes) {
-        WSYNC_LOG(Warning, "IPC bucket: ", c.text, "; the update goes on without it");
+    std::map<size_t, absl::Status> why;
+    for (const auto& [i, answer] : failed) why.emplace(i, answer.status);
+    if (drops_->TryDrop(why)) {
+      for (const auto& [i, answer] : failed) {
+        WSYNC_LOG(Warning, "IPC bucket: engine ", adapters_[i]->endpoint().url, ": ",
+                  answer.status.message(), "; the update goes on without it");
       }
-      causes.clear();
+      failed.clear();
     }
   }
-  if (causes.empty() && not_sent.empty()) return combined_ = absl::OkStatus();
-  std::stable_sort(causes.begin(), causes.end(),
-                   [](const Cause& a, const Cause& b) { return a.at < b.at; });
-  std::vector<std::string> errors;
-  for (const Cause& c : causes) errors.push_back(c.text);
-  if (!not_sent.empty()) {
-    errors.push_back(absl::StrCat("not sent to ", absl::StrJoin(not_sent, ", ")));
+  if (failed.empty() && not_sent.empty()) return combined_ = absl::OkStatus();
+  BucketFailures failures;
+  for (const auto& [i, answer] : failed) {
+    failures.Add(
+        answer.failed_at, answer.status,
+        absl::StrCat("engine ", adapters_[i]->endpoint().url, ": ", answer.status.message()));
   }
-  const absl::Status first = causes.empty() ? launch_status_ : causes.front().status;
-  combined_ = absl::Status(first.code(), absl::StrJoin(errors, "; "));
-  formation_->failed = true;
+  if (!not_sent.empty()) failures.Note(absl::StrCat("not sent to ", absl::StrJoin(not_sent, ", ")));
+  combined_ = failures.Combined(launch_status_);
+  formation_->latch.Trip();
   if (on_failure_) on_failure_(combined_);
   return combined_;
 }

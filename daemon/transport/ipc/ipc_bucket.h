@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/core/transport.h"
+#include "daemon/transport/http/bucket_answers.h"
 #include "daemon/transport/http/update_channel.h"
 #include "daemon/transport/ipc/engine_drops.h"
 
@@ -20,7 +21,7 @@ namespace wsync {
 // failure no later bucket reaches an engine (an engine that took part of a version holds a mix of
 // two) until the group forms again.
 struct IpcFormation {
-  std::atomic<bool> failed{false};
+  FailureLatch latch;
 };
 
 // One bucket on the IPC path: each engine's request names wsyncd's memory (one view per TP rank),

@@ -66,7 +66,7 @@ void IpcTransport::Disband() { Release("the group is disbanded"); }
 void IpcTransport::Release(absl::string_view why) {
   channels_.CancelAll(why);
   std::lock_guard<std::mutex> lock(mu_);
-  if (formation_) formation_->failed = true;
+  if (formation_) formation_->latch.Trip();
   formation_.reset();
 }
 
@@ -77,7 +77,7 @@ std::vector<absl::Status> IpcTransport::LeaveStale(const std::string&) {
 absl::Status IpcTransport::CheckFormed() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!formation_) return absl::FailedPreconditionError("the group is not formed");
-  if (formation_->failed) {
+  if (formation_->latch.tripped()) {
     return absl::FailedPreconditionError("a bucket of the last update failed");
   }
   return absl::OkStatus();

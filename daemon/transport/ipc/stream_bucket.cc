@@ -17,21 +17,17 @@ StreamBucket::StreamBucket(std::vector<std::string> urls,
 absl::Status StreamBucket::Collect() {
   if (collected_) return combined_;
   collected_ = true;
-  std::vector<std::string> errors;
-  absl::Status first;
+  BucketFailures failures;
   for (const auto& result : results_) {
     absl::Status s = result->Wait();
     answered_at_ = std::max(answered_at_, result->ended_at());
-    if (!s.ok()) {
-      // The stream's errors name the engine and rank already.
-      errors.push_back(std::string(s.message()));
-      if (first.ok()) first = s;
-    }
+    // The stream's errors name the engine and rank already; they are reported in engine order.
+    if (!s.ok()) failures.Add(absl::InfinitePast(), s, std::string(s.message()));
     statuses_.push_back(std::move(s));
   }
-  if (errors.empty()) return combined_ = absl::OkStatus();
-  combined_ = absl::Status(first.code(), absl::StrJoin(errors, "; "));
-  formation_->failed = true;
+  if (failures.empty()) return combined_ = absl::OkStatus();
+  combined_ = failures.Combined(absl::UnknownError(""));
+  formation_->latch.Trip();
   if (on_failure_) on_failure_(combined_);
   return combined_;
 }
