@@ -122,14 +122,15 @@ absl::Status CheckPiecesFit(const SlotMemory& slot, const std::vector<BroadcastP
 absl::Status CheckFillFits(const SlotMemory& slot, const std::vector<SourcePiece>& pieces,
                            uint64_t span);
 
-// Where one broadcast's time went, seen from rank 0.
-struct BroadcastTiming {
+// Where one transfer's time went, seen from rank 0 (a broadcast; zero where the receivers read the
+// bytes in place).
+struct WireTiming {
   // Rank 0 had nothing queued between the previous broadcast's end and this one's start: the
   // daemon's (or its trainer's) share of the gap between transfers.
-  double idle_before_seconds = 0;
+  double idle_seconds = 0;
   // From the start of rank 0's collective to its end: the wire time plus the wait for the
   // receivers to post theirs (the engines' share).
-  double active_seconds = 0;
+  double wire_seconds = 0;
 };
 
 // A collective group in which the daemon is rank 0 and the engine ranks are 1..world_size-1.
@@ -157,7 +158,7 @@ class RootCommunicator {
   // Waits until the ticket's broadcasts have left rank 0, so the slot may be refilled. Tickets are
   // waited in the order they were issued. Errors name the ranks at fault; a deadline that passes
   // aborts the communicator.
-  virtual absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) = 0;
+  virtual absl::StatusOr<WireTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) = 0;
   // Start + wait of one byte range.
   absl::Status Broadcast(SlotMemory& slot, uint64_t offset, uint64_t bytes, absl::Time deadline) {
     auto ticket = StartBroadcast(slot, {BroadcastPiece{offset, bytes, DType::kUint8}}, deadline);

@@ -56,10 +56,14 @@ struct PushResult {
   uint64_t bytes = 0;
   double seconds = 0;
   std::vector<EngineResultView> engines;
-  // The daemon's per-bucket timing, summed: slot checksum, rank 0 idle before a broadcast,
-  // broadcasts, the engines' answers after the bytes left rank 0, and the engines' wait for a
+  // The daemon's per-bucket timing, summed, in wsync.v1.Timing's words: its check of the bytes,
+  // the data path idle (daemon or trainer late), the bytes moving under wsyncd (a broadcast; 0
+  // where engines read in place), the engines' answers after that, and the engines' wait for a
   // request the daemon had not yet written.
   double verify_seconds = 0;
+  double idle_seconds = 0;
+  double wire_seconds = 0;
+  // Deprecated: idle_seconds and wire_seconds under their earlier names; still set.
   double idle_before_seconds = 0;
   double broadcast_seconds = 0;
   double answer_seconds = 0;

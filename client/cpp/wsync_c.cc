@@ -59,14 +59,18 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                       {"buckets_pulled", result.buckets_pulled},
                       {"buckets_read_in_place", result.buckets_read_in_place},
                       {"bucket_rules", result.bucket_rules},
+                      // wsync.v1.Timing's words; idle_before_seconds and broadcast_seconds are
+                      // the deprecated names of idle_seconds and wire_seconds, still written.
                       {"daemon_timing",
                        {{"verify_seconds", result.verify_seconds},
-                        {"idle_before_seconds", result.idle_before_seconds},
-                        {"broadcast_seconds", result.broadcast_seconds},
+                        {"idle_seconds", result.idle_seconds},
+                        {"wire_seconds", result.wire_seconds},
                         {"answer_seconds", result.answer_seconds},
                         {"request_late_seconds", result.request_late_seconds},
                         {"first_launch_seconds", result.first_launch_seconds},
-                        {"finish_seconds", result.finish_seconds}}}};
+                        {"finish_seconds", result.finish_seconds},
+                        {"idle_before_seconds", result.idle_seconds},
+                        {"broadcast_seconds", result.wire_seconds}}}};
   j["engines"] = nlohmann::json::array();
   for (const auto& e : result.engines) {
     j["engines"].push_back({{"engine", e.engine},

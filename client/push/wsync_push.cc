@@ -155,11 +155,10 @@ int main(int argc, char** argv) {
                 result->update_id.c_str());
     // Where the update's time went, summed over its buckets as wsyncd measured them.
     std::printf(
-        "  wsyncd: verify %.2f s, rank 0 idle %.2f s, broadcast %.2f s, answers %.2f s, "
+        "  wsyncd: verify %.2f s, idle %.2f s, wire %.2f s, answers %.2f s, "
         "requests late %.2f s, first launch %.2f s, finish %.2f s\n",
-        result->verify_seconds, result->idle_before_seconds, result->broadcast_seconds,
-        result->answer_seconds, result->request_late_seconds, result->first_launch_seconds,
-        result->finish_seconds);
+        result->verify_seconds, result->idle_seconds, result->wire_seconds, result->answer_seconds,
+        result->request_late_seconds, result->first_launch_seconds, result->finish_seconds);
     for (const auto& e : result->engines) {
       std::printf("  engine %s: %s\n", e.engine.c_str(),
                   e.status.ok() ? "ok" : e.status.ToString().c_str());

@@ -232,7 +232,7 @@ absl::Status NcclRootCommunicator::WarmUpAllReduce(absl::Time deadline) {
   return s;
 }
 
-absl::StatusOr<BroadcastTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
+absl::StatusOr<WireTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
                                                                     absl::Time deadline) {
   Ticket t;
   {
@@ -247,14 +247,14 @@ absl::StatusOr<BroadcastTiming> NcclRootCommunicator::WaitBroadcast(uint64_t tic
     if (s.code() != absl::StatusCode::kAborted) Abort(s.message());
     return s;
   }
-  BroadcastTiming timing;
+  WireTiming timing;
   float ms = 0;
   if (cudaEventElapsedTime(&ms, t.start->get(), t.end->get()) == cudaSuccess) {
-    timing.active_seconds = ms / 1e3;
+    timing.wire_seconds = ms / 1e3;
   }
   if (t.previous_end != nullptr &&
       cudaEventElapsedTime(&ms, t.previous_end->get(), t.start->get()) == cudaSuccess) {
-    timing.idle_before_seconds = ms > 0 ? ms / 1e3 : 0;
+    timing.idle_seconds = ms > 0 ? ms / 1e3 : 0;
   }
   return timing;
 }

@@ -28,7 +28,7 @@ class NcclRootCommunicator final : public RootCommunicator {
   absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory& slot, const void* base,
                                               const std::vector<BroadcastPiece>& pieces,
                                               absl::Time deadline) override;
-  absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
+  absl::StatusOr<WireTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
   absl::Status WarmUpAllReduce(absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;

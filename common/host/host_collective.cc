@@ -260,11 +260,11 @@ void HostRootCommunicator::SendLoop() {
     const absl::Time end = absl::Now();
     lock.lock();
     if (status.ok()) {
-      BroadcastTiming timing;
+      WireTiming timing;
       if (last_end_ != absl::InfinitePast() && start > last_end_) {
-        timing.idle_before_seconds = absl::ToDoubleSeconds(start - last_end_);
+        timing.idle_seconds = absl::ToDoubleSeconds(start - last_end_);
       }
-      timing.active_seconds = absl::ToDoubleSeconds(end - start);
+      timing.wire_seconds = absl::ToDoubleSeconds(end - start);
       done_.emplace(job.ticket, timing);
     } else {
       done_.emplace(job.ticket, status);
@@ -274,7 +274,7 @@ void HostRootCommunicator::SendLoop() {
   }
 }
 
-absl::StatusOr<BroadcastTiming> HostRootCommunicator::WaitBroadcast(uint64_t ticket,
+absl::StatusOr<WireTiming> HostRootCommunicator::WaitBroadcast(uint64_t ticket,
                                                                     absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (unwaited_.erase(ticket) == 0) {
@@ -293,7 +293,7 @@ absl::StatusOr<BroadcastTiming> HostRootCommunicator::WaitBroadcast(uint64_t tic
     }
     jobs_cv_.wait_for(lock, std::chrono::milliseconds(20));
   }
-  absl::StatusOr<BroadcastTiming> result = std::move(done_[ticket]);
+  absl::StatusOr<WireTiming> result = std::move(done_[ticket]);
   done_.erase(ticket);
   return result;
 }

@@ -50,7 +50,7 @@ class HostRootCommunicator final : public RootCommunicator {
   absl::StatusOr<uint64_t> StartBroadcastFrom(SlotMemory& slot, const void* base,
                                               const std::vector<BroadcastPiece>& pieces,
                                               absl::Time deadline) override;
-  absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
+  absl::StatusOr<WireTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override;
   absl::Status WarmUpAllReduce(absl::Time deadline) override;
   void Abort(absl::string_view reason) override;
   std::string Describe() const override;
@@ -92,7 +92,7 @@ class HostRootCommunicator final : public RootCommunicator {
   std::thread send_thread_;
   std::condition_variable jobs_cv_;  // guarded by mu_, like the fields below
   std::deque<Job> jobs_;
-  std::map<uint64_t, absl::StatusOr<BroadcastTiming>> done_;
+  std::map<uint64_t, absl::StatusOr<WireTiming>> done_;
   std::set<uint64_t> unwaited_;  // tickets issued and not yet waited
   uint64_t next_ticket_ = 0;
   absl::Time last_end_ = absl::InfinitePast();

@@ -469,7 +469,7 @@ void LogUpdate(const UpdateRecord& record, const UpdateOutcome& outcome) {
       "first launch %.3f s, verify %.3f s, idle %.3f s, wire %.3f s, answer %.3f s, finish "
       "%.3f s%s%s",
       record.update_id, record.group, record.version, record.state, outcome.buckets, gib,
-      outcome.seconds, rate, outcome.first_launch_seconds, t.verify, t.idle_before, t.active,
+      outcome.seconds, rate, outcome.first_launch_seconds, t.verify, t.idle, t.wire,
       t.answer, outcome.finish_seconds,
       engines.empty() ? "" : absl::StrCat("; engines: ", absl::StrJoin(engines, ", ")),
       outcome.status.ok() ? "" : absl::StrCat(" (", outcome.status.ToString(), ")"));
@@ -486,8 +486,8 @@ void LogUpdate(const UpdateRecord& record, const UpdateOutcome& outcome) {
            {"gib_per_second", rate},
            {"first_launch_seconds", outcome.first_launch_seconds},
            {"verify_seconds", t.verify},
-           {"idle_seconds", t.idle_before},
-           {"wire_seconds", t.active},
+           {"idle_seconds", t.idle},
+           {"wire_seconds", t.wire},
            {"answer_seconds", t.answer},
            {"finish_seconds", outcome.finish_seconds}});
 }

@@ -40,7 +40,7 @@ class BucketHandle {
   // is reported by WaitReusable and WaitAnswered.
   virtual bool launched() const = 0;
   // Waits until the bucket's sources may be refilled or freed. Called once, before WaitAnswered.
-  virtual absl::StatusOr<BroadcastTiming> WaitReusable() = 0;
+  virtual absl::StatusOr<WireTiming> WaitReusable() = 0;
   // Waits for every engine's answer. The error names the engines (or ranks) at fault.
   virtual absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) = 0;
   // When the last engine request was fully written (InfinitePast unless all were).

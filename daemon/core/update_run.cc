@@ -544,7 +544,7 @@ void UpdateRun::AnswerLoop() {
   while (TakeNext(sent_, sent_loop_done_, &f)) {
     const Pending& p = f.pending;
     const uint64_t span = p.manifest.span_bytes();
-    const absl::StatusOr<BroadcastTiming>& sent = f.sent;
+    const absl::StatusOr<WireTiming>& sent = f.sent;
     const absl::Time sent_at = f.sent_at;
     const bool failed_before = f.failed_before;
     std::vector<EngineOutcome> outcomes;
@@ -604,9 +604,9 @@ void UpdateRun::AnswerLoop() {
     BucketTiming timing;
     timing.verify = f.verify_seconds;
     // The first bucket's "idle" is the time since the previous update's last broadcast.
-    timing.idle_before = first_done_ ? sent->idle_before_seconds : 0;
+    timing.idle = first_done_ ? sent->idle_seconds : 0;
     first_done_ = true;
-    timing.active = sent->active_seconds;
+    timing.wire = sent->wire_seconds;
     // The engines may answer before this run's reuse thread stamps sent_at (the answer is the
     // handle's own time); their answer then cost nothing after the sources were free.
     timing.answer = std::max(0.0, absl::ToDoubleSeconds(answered_at - sent_at));
@@ -615,8 +615,8 @@ void UpdateRun::AnswerLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       totals_.verify += timing.verify;
-      totals_.idle_before += timing.idle_before;
-      totals_.active += timing.active;
+      totals_.idle += timing.idle;
+      totals_.wire += timing.wire;
       totals_.answer += timing.answer;
       totals_.request_late += timing.request_late;
       totals_.total += timing.total;

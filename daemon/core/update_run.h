@@ -23,16 +23,21 @@
 
 namespace wsync {
 
-// Where one bucket's time went (all in seconds).
+// Where one bucket's time went (all in seconds). These are the names of the one timing
+// vocabulary that results (wsync.v1.Timing), logs, metrics and `wsyncctl watch` all use.
 struct BucketTiming {
   double verify = 0;  // checksum of the slot (pull mode: the copy into it) before sending
-  // Rank 0 had nothing queued before this bucket (daemon/trainer late); 0 for an update's first
-  // bucket, whose wait is UpdateOutcome::first_launch_seconds instead.
-  double idle_before = 0;
-  double active = 0;  // rank 0's broadcast: wire time plus waiting for the receivers
+  // The data path had nothing queued before this bucket (daemon/trainer late); 0 for an update's
+  // first bucket, whose wait is UpdateOutcome::first_launch_seconds instead.
+  double idle = 0;
+  // The bytes moving under wsyncd: rank 0's broadcast from its start to its end (the wire plus
+  // the wait for the receivers to post theirs); 0 where the engines read the bytes in place (IPC),
+  // whose reading is part of `answer`.
+  double wire = 0;
   double answer = 0;  // from the sources becoming reusable to the engines' last answer
   // The engines had answered the previous bucket but this bucket's request was not yet written:
-  // the daemon's share of the engines' wait (the rest of `active` beyond the wire is theirs).
+  // the daemon's share of the engines' wait (the rest of `wire` beyond the bytes' own time is
+  // theirs).
   double request_late = 0;
   double total = 0;  // from the bucket's turn to the engines' last answer
 };
@@ -191,7 +196,7 @@ class UpdateRun {
     absl::Time turn;
     double verify_seconds = 0;
     // Filled by the reuse thread.
-    absl::StatusOr<BroadcastTiming> sent = absl::UnknownError("not sent yet");
+    absl::StatusOr<WireTiming> sent = absl::UnknownError("not sent yet");
     absl::Time sent_at;
     bool failed_before = false;  // an earlier bucket had failed: no SlotFree, no BucketDone
   };

@@ -48,8 +48,8 @@ void UpdateMetrics::BucketDone(const std::string& group, uint64_t bytes,
   buckets_.Add({{"group", group}}).Increment();
   update_bytes_.Add({{"group", group}}).Increment(static_cast<double>(bytes));
   const std::pair<const char*, double> phases[] = {{"verify", timing.verify},
-                                                   {"idle", timing.idle_before},
-                                                   {"wire", timing.active},
+                                                   {"idle", timing.idle},
+                                                   {"wire", timing.wire},
                                                    {"answer", timing.answer},
                                                    {"total", timing.total}};
   for (const auto& [phase, seconds] : phases) {

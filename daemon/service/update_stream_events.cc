@@ -7,6 +7,17 @@
 #include "common/log.h"
 
 namespace wsync {
+namespace {
+
+void SetTiming(const BucketTiming& timing, v1::Timing* out) {
+  out->set_verify_seconds(timing.verify);
+  out->set_idle_seconds(timing.idle);
+  out->set_wire_seconds(timing.wire);
+  out->set_answer_seconds(timing.answer);
+  out->set_request_late_seconds(timing.request_late);
+}
+
+}  // namespace
 
 UpdateStreamEvents::UpdateStreamEvents(grpc::ServerContext* context, Stream* stream,
                                        absl::Duration stall_timeout)
@@ -33,9 +44,11 @@ void UpdateStreamEvents::BucketDone(uint64_t sequence, uint64_t bytes, uint32_t 
   done->set_bytes(bytes);
   done->set_tensors(tensors);
   done->set_seconds(timing.total);
+  SetTiming(timing, done->mutable_timing());
+  // The deprecated names, for clients older than Timing.
   done->set_verify_seconds(timing.verify);
-  done->set_idle_before_seconds(timing.idle_before);
-  done->set_broadcast_seconds(timing.active);
+  done->set_idle_before_seconds(timing.idle);
+  done->set_broadcast_seconds(timing.wire);
   done->set_answer_seconds(timing.answer);
   done->set_request_late_seconds(timing.request_late);
   Write(std::move(e));
@@ -128,9 +141,14 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
   r->set_buckets(outcome.buckets);
   r->set_bytes(outcome.bytes);
   r->set_seconds(outcome.seconds);
+  v1::Timing* timing = r->mutable_timing();
+  SetTiming(outcome.bucket_totals, timing);
+  timing->set_first_launch_seconds(outcome.first_launch_seconds);
+  timing->set_finish_seconds(outcome.finish_seconds);
+  // The deprecated names, for clients older than Timing.
   r->set_verify_seconds(outcome.bucket_totals.verify);
-  r->set_idle_before_seconds(outcome.bucket_totals.idle_before);
-  r->set_broadcast_seconds(outcome.bucket_totals.active);
+  r->set_idle_before_seconds(outcome.bucket_totals.idle);
+  r->set_broadcast_seconds(outcome.bucket_totals.wire);
   r->set_answer_seconds(outcome.bucket_totals.answer);
   r->set_request_late_seconds(outcome.bucket_totals.request_late);
   r->set_first_launch_seconds(outcome.first_launch_seconds);

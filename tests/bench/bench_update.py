@@ -365,8 +365,8 @@ def run_wsync(args, wsync, model, slot, label, bucket_sizes, log, extra):
         t, n = result["daemon_timing"], result["buckets"]
         gaps = max(n - 1, 1)
         note(f"{label} {what}: daemon per bucket: verify {t['verify_seconds'] / n * 1e3:.2f} ms, "
-             f"idle between buckets {t['idle_before_seconds'] / gaps * 1e3:.2f} ms, broadcast "
-             f"{t['broadcast_seconds'] / n * 1e3:.2f} ms, request late "
+             f"idle between buckets {t['idle_seconds'] / gaps * 1e3:.2f} ms, broadcast "
+             f"{t['wire_seconds'] / n * 1e3:.2f} ms, request late "
              f"{t['request_late_seconds'] / n * 1e3:.2f} ms, answer "
              f"{t['answer_seconds'] / n * 1e3:.2f} ms; per update: first bucket launched "
              f"{t.get('first_launch_seconds', 0) * 1e3:.2f} ms after Begin, engines' commit "
@@ -476,9 +476,9 @@ def main():
         row["best"] = best
         mid = timing[len(timing) // 2]
         # The daemon's share: rank 0 idle, plus engines waiting for a request not yet written.
-        row["daemon_ms_per_bucket"] = (mid["idle_before_seconds"] + mid["request_late_seconds"]) / len(buckets) * 1e3
+        row["daemon_ms_per_bucket"] = (mid["idle_seconds"] + mid["request_late_seconds"]) / len(buckets) * 1e3
         row["engine_ms_per_bucket"] = max(
-            0.0, (mid["broadcast_seconds"] - mid["request_late_seconds"] - total / wire_rate) / len(buckets) * 1e3)
+            0.0, (mid["wire_seconds"] - mid["request_late_seconds"] - total / wire_rate) / len(buckets) * 1e3)
         one_g = total / row["one_process_s"] / GIB
         print(f"#   {slot_text:>7} best: {best}; defaults' gaps per bucket: daemon "
               f"{row['daemon_ms_per_bucket']:.2f} ms, engine {row['engine_ms_per_bucket']:.2f} ms; "

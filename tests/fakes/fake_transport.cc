@@ -39,9 +39,9 @@ class FakeHandle final : public BucketHandle {
   }
 
   bool launched() const override { return true; }
-  absl::StatusOr<BroadcastTiming> WaitReusable() override {
+  absl::StatusOr<WireTiming> WaitReusable() override {
     if (reuse_ == FakeReuse::kOnceAnswered) WaitAll();
-    return BroadcastTiming{};
+    return WireTiming{};
   }
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override {
     WaitAll();

@@ -106,7 +106,7 @@ class RecordingPlatform final : public Platform {
       }
       return ticket;
     }
-    absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override {
+    absl::StatusOr<WireTiming> WaitBroadcast(uint64_t ticket, absl::Time deadline) override {
       auto done = inner_->WaitBroadcast(ticket, deadline);
       absl::Time started;
       {

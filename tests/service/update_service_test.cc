@@ -216,6 +216,13 @@ TEST_F(ServiceFixture, TrainerDisconnectAbortsTheUpdateAndFreesItsSlots) {
     bool done = false;
     while (!done && stream.Next(&e)) done = e.has_bucket_done();
     ASSERT_TRUE(done);
+    // Timing's words, and the deprecated fields older clients read, carry the same figures.
+    const v1::BucketDone& bucket_done = e.bucket_done();
+    ASSERT_TRUE(bucket_done.has_timing());
+    EXPECT_EQ(bucket_done.verify_seconds(), bucket_done.timing().verify_seconds());
+    EXPECT_EQ(bucket_done.idle_before_seconds(), bucket_done.timing().idle_seconds());
+    EXPECT_EQ(bucket_done.broadcast_seconds(), bucket_done.timing().wire_seconds());
+    EXPECT_GT(bucket_done.timing().wire_seconds(), 0) << "host mode broadcasts the bucket";
     // Occupy the other slot too, then vanish like a crashed trainer.
     ASSERT_TRUE(client_->slot(1)->CopyIn(0, bytes.data(), bytes.size()).ok());
     b.set_slot(1);
@@ -253,6 +260,9 @@ TEST_F(ServiceFixture, TimingGivesTheFirstLaunchAndCommitAndNoIdleFromBeforeTheU
   ASSERT_GE(result->buckets, 3u);
   // The 300 ms since the last update's broadcast is no gap between this update's buckets.
   EXPECT_LT(result->idle_before_seconds, 0.25);
+  // The deprecated names carry what Timing's words do.
+  EXPECT_EQ(result->idle_before_seconds, result->idle_seconds);
+  EXPECT_EQ(result->broadcast_seconds, result->wire_seconds);
   EXPECT_GT(result->first_launch_seconds, 0);
   EXPECT_LT(result->first_launch_seconds, result->seconds);
   EXPECT_GT(result->finish_seconds, 0);

@@ -32,7 +32,7 @@ class StalledCommunicator final : public RootCommunicator {
     queued_at.push_back(absl::Now());
     return queued_at.size() - 1;
   }
-  absl::StatusOr<BroadcastTiming> WaitBroadcast(uint64_t, absl::Time deadline) override {
+  absl::StatusOr<WireTiming> WaitBroadcast(uint64_t, absl::Time deadline) override {
     std::unique_lock<std::mutex> lock(mu_);
     // Past the deadline only as a safety net: the tests abort first.
     cv_.wait_until(lock, absl::ToChronoTime(deadline + absl::Seconds(10)),

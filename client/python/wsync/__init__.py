@@ -213,7 +213,10 @@ class Client:
 
         Returns the result dict (update_id, buckets, bytes, seconds, gib_per_second, engines,
         daemon_timing: the daemon's per-bucket parts summed, the first bucket's launch after Begin
-        and the engines' commit, and bucket_rules: what the group's engines demand of a bucket,
+        and the engines' commit, in wsync.v1.Timing's words (verify_seconds, idle_seconds,
+        wire_seconds, answer_seconds, request_late_seconds, first_launch_seconds, finish_seconds;
+        idle_before_seconds and broadcast_seconds are deprecated names of idle_seconds and
+        wire_seconds, still set), and bucket_rules: what the group's engines demand of a bucket,
         e.g. "one dtype per bucket, close after 64 MiB" or "none").
         Buckets are planned by the C++ client under those rules, which wsyncd announces when the
         update starts, so a model of mixed dtypes simply travels in more buckets.

@@ -111,7 +111,7 @@ void BucketTransfer::Cancel() {
   for (const auto& channel : channels_) channel->Cancel("the bucket's broadcast failed");
 }
 
-absl::StatusOr<BroadcastTiming> BucketTransfer::WaitReusable() {
+absl::StatusOr<WireTiming> BucketTransfer::WaitReusable() {
   if (waited_sent_) {
     if (!sent_.ok()) return sent_;
     return absl::FailedPreconditionError("WaitReusable called twice");

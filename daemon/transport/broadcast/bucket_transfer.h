@@ -71,7 +71,7 @@ class BucketTransfer final : public BucketHandle {
   // True when every request was written and the broadcast queued.
   bool launched() const override { return launch_status_.ok(); }
   // Waits until the bucket has left rank 0: its slot may be refilled.
-  absl::StatusOr<BroadcastTiming> WaitReusable() override;
+  absl::StatusOr<WireTiming> WaitReusable() override;
   absl::Time requests_written_at() const override;
   absl::Time answered_at() const override { return answered_at_; }
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override;

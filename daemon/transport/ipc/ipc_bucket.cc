@@ -128,10 +128,10 @@ absl::Status IpcBucket::Collect() {
   return combined_;
 }
 
-absl::StatusOr<BroadcastTiming> IpcBucket::WaitReusable() {
+absl::StatusOr<WireTiming> IpcBucket::WaitReusable() {
   absl::Status s = Collect();
   if (!s.ok()) return s;
-  return BroadcastTiming{};
+  return WireTiming{};
 }
 
 absl::Status IpcBucket::WaitAnswered(std::vector<EngineOutcome>* outcomes) {

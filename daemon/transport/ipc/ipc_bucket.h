@@ -47,7 +47,7 @@ class IpcBucket final : public BucketHandle {
 
   bool launched() const override { return launch_status_.ok(); }
   // Waits for every engine's answer: until then the engines may still read the sources.
-  absl::StatusOr<BroadcastTiming> WaitReusable() override;
+  absl::StatusOr<WireTiming> WaitReusable() override;
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override;
   absl::Time requests_written_at() const override;
   absl::Time answered_at() const override { return answered_at_; }

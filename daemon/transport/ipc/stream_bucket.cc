@@ -32,10 +32,10 @@ absl::Status StreamBucket::Collect() {
   return combined_;
 }
 
-absl::StatusOr<BroadcastTiming> StreamBucket::WaitReusable() {
+absl::StatusOr<WireTiming> StreamBucket::WaitReusable() {
   absl::Status s = Collect();
   if (!s.ok()) return s;
-  return BroadcastTiming{};
+  return WireTiming{};
 }
 
 absl::Status StreamBucket::WaitAnswered(std::vector<EngineOutcome>* outcomes) {

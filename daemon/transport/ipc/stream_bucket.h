@@ -24,7 +24,7 @@ class StreamBucket final : public BucketHandle {
                std::shared_ptr<IpcFormation> formation, FailureHook on_failure);
 
   bool launched() const override { return true; }
-  absl::StatusOr<BroadcastTiming> WaitReusable() override;
+  absl::StatusOr<WireTiming> WaitReusable() override;
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override;
   absl::Time requests_written_at() const override;
   absl::Time answered_at() const override { return answered_at_; }
