@@ -313,24 +313,23 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.bytes = result_.bytes();
   out.seconds = absl::ToDoubleSeconds(absl::Now() - t0_);
   // A wsyncd older than Timing sets only the deprecated fields, which every wsyncd still sets.
-  if (result_.has_timing()) {
-    const v1::Timing& t = result_.timing();
-    out.verify_seconds = t.verify_seconds();
-    out.idle_seconds = t.idle_seconds();
-    out.wire_seconds = t.wire_seconds();
-    out.answer_seconds = t.answer_seconds();
-    out.request_late_seconds = t.request_late_seconds();
-    out.first_launch_seconds = t.first_launch_seconds();
-    out.finish_seconds = t.finish_seconds();
-  } else {
-    out.verify_seconds = result_.verify_seconds();
-    out.idle_seconds = result_.idle_before_seconds();
-    out.wire_seconds = result_.broadcast_seconds();
-    out.answer_seconds = result_.answer_seconds();
-    out.request_late_seconds = result_.request_late_seconds();
-    out.first_launch_seconds = result_.first_launch_seconds();
-    out.finish_seconds = result_.finish_seconds();
+  v1::Timing t = result_.timing();
+  if (!result_.has_timing()) {
+    t.set_verify_seconds(result_.verify_seconds());
+    t.set_idle_seconds(result_.idle_before_seconds());
+    t.set_wire_seconds(result_.broadcast_seconds());
+    t.set_answer_seconds(result_.answer_seconds());
+    t.set_request_late_seconds(result_.request_late_seconds());
+    t.set_first_launch_seconds(result_.first_launch_seconds());
+    t.set_finish_seconds(result_.finish_seconds());
   }
+  out.verify_seconds = t.verify_seconds();
+  out.idle_seconds = t.idle_seconds();
+  out.wire_seconds = t.wire_seconds();
+  out.answer_seconds = t.answer_seconds();
+  out.request_late_seconds = t.request_late_seconds();
+  out.first_launch_seconds = t.first_launch_seconds();
+  out.finish_seconds = t.finish_seconds();
   out.idle_before_seconds = out.idle_seconds;
   out.broadcast_seconds = out.wire_seconds;
   out.buckets_pulled = buckets_pulled_;

@@ -80,6 +80,14 @@ absl::Status SglangAdapter::Probe() {
   return path_->ProbeServer(info);
 }
 
+absl::Status SglangIpcPath::ProbeServer(const nlohmann::json& info) {
+  return adapter_.ProbeIpcVersion(info);
+}
+
+void SglangIpcPath::AddHealth(const nlohmann::json& info, EngineHealth* health) const {
+  adapter_.AddIpcHealth(info, health);
+}
+
 absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
   // Each formation reads the version again: the engine behind the URL may have been upgraded.
   WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_, route_));

@@ -89,6 +89,7 @@ class SglangAdapter final : public EngineAdapter {
   friend class SglangBroadcastBinding;
   friend class SglangIpcBinding;
   friend class SglangIpcStreamBinding;
+  friend class SglangIpcPath;
 
   EngineEndpoint endpoint_;
   AdapterTimeouts timeouts_;

@@ -23,14 +23,6 @@ absl::StatusOr<EngineRequest> SglangIpcBinding::BucketRequest(
   return EngineRequest{bucket_path(), body.dump()};
 }
 
-absl::Status SglangIpcBinding::ProbeServer(const nlohmann::json& info) {
-  return adapter_.ProbeIpcVersion(info);
-}
-
-void SglangIpcBinding::AddHealth(const nlohmann::json& info, EngineHealth* health) const {
-  adapter_.AddIpcHealth(info, health);
-}
-
 absl::Status SglangIpcBinding::ValidateBucket(const BucketManifest& manifest) const {
   return adapter_.ValidateTensorLayout(manifest);
 }

@@ -8,26 +8,19 @@
 
 namespace wsync {
 
-class SglangAdapter;
-
 // SGLang's colocated receive by handle (ipc_route "tensor"): every bucket is one POST
 // /update_weights_from_tensor whose serialized_named_tensors name, per TP rank, wsyncd's slot on
 // that rank's GPU (sglang_ipc_payload.h); the payload follows the server's version.
-class SglangIpcBinding final : public IpcBinding, public SglangPath {
+class SglangIpcBinding final : public IpcBinding, public SglangIpcPath {
  public:
-  explicit SglangIpcBinding(SglangAdapter& adapter) : adapter_(adapter) {}
+  explicit SglangIpcBinding(SglangAdapter& adapter) : SglangIpcPath(adapter) {}
 
   absl::StatusOr<EngineRequest> BucketRequest(const BucketManifest& manifest,
                                               const std::vector<IpcBucketView>& ranks,
                                               const BucketContext& context) const override;
 
   const char* bucket_path() const override { return "/update_weights_from_tensor"; }
-  absl::Status ProbeServer(const nlohmann::json& info) override;
-  void AddHealth(const nlohmann::json& info, EngineHealth* health) const override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
-
- private:
-  SglangAdapter& adapter_;
 };
 
 }  // namespace wsync

@@ -30,14 +30,6 @@ absl::StatusOr<EngineRequest> SglangIpcStreamBinding::StreamRequest(
   return EngineRequest{bucket_path(), body.dump()};
 }
 
-absl::Status SglangIpcStreamBinding::ProbeServer(const nlohmann::json& info) {
-  return adapter_.ProbeIpcVersion(info);
-}
-
-void SglangIpcStreamBinding::AddHealth(const nlohmann::json& info, EngineHealth* health) const {
-  adapter_.AddIpcHealth(info, health);
-}
-
 absl::Status SglangIpcStreamBinding::ValidateBucket(const BucketManifest& manifest) const {
   for (const TensorEntry& t : manifest.tensors) {
     if (t.offset % DTypeSize(t.dtype) != 0) {

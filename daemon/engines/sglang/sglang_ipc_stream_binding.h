@@ -8,26 +8,19 @@
 
 namespace wsync {
 
-class SglangAdapter;
-
 // SGLang's colocated map-once receive (ipc_route "ipc"): one POST /update_weights_from_ipc
 // {zmq_handles: {"GPU-<uuid>": address}, flush_cache: false} opens the update; each TP rank then
 // takes the buckets on its own socket. The version is recorded and the cache flushed at commit.
-class SglangIpcStreamBinding final : public IpcStreamBinding, public SglangPath {
+class SglangIpcStreamBinding final : public IpcStreamBinding, public SglangIpcPath {
  public:
-  explicit SglangIpcStreamBinding(SglangAdapter& adapter) : adapter_(adapter) {}
+  explicit SglangIpcStreamBinding(SglangAdapter& adapter) : SglangIpcPath(adapter) {}
 
   absl::StatusOr<EngineRequest> StreamRequest(
       const UpdateInfo& update, const std::vector<IpcStreamRank>& ranks) const override;
 
   const char* bucket_path() const override { return "/update_weights_from_ipc"; }
-  absl::Status ProbeServer(const nlohmann::json& info) override;
-  void AddHealth(const nlohmann::json& info, EngineHealth* health) const override;
   // Each tensor is viewed at its own byte offset as its dtype, so only alignment matters.
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
-
- private:
-  SglangAdapter& adapter_;
 };
 
 }  // namespace wsync

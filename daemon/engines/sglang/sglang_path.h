@@ -22,6 +22,20 @@ class SglangPath {
   virtual absl::Status ValidateBucket(const BucketManifest& manifest) const = 0;
 };
 
+class SglangAdapter;
+
+// What SGLang's two IPC paths share: the payload follows the server's version, read at Probe
+// (SglangAdapter::ProbeIpcVersion) and shown by Health.
+class SglangIpcPath : public SglangPath {
+ public:
+  explicit SglangIpcPath(SglangAdapter& adapter) : adapter_(adapter) {}
+  absl::Status ProbeServer(const nlohmann::json& info) override;
+  void AddHealth(const nlohmann::json& info, EngineHealth* health) const override;
+
+ protected:
+  SglangAdapter& adapter_;
+};
+
 }  // namespace wsync
 
 #endif  // WSYNC_DAEMON_ENGINES_SGLANG_SGLANG_PATH_H_
