@@ -121,9 +121,21 @@ class FakeAdapter final : public EngineAdapter {
     return AdapterCapabilities{capabilities_.bucket_rules};
   }
   DataPathBinding* Binding(absl::string_view data_path) override {
-    return data_path == capabilities_.data_path ? &binding_ : nullptr;
+    if (data_path == capabilities_.data_path) return &binding_;
+    for (const auto& b : more_bindings_) {
+      if (b->data_path() == data_path) return b.get();
+    }
+    return nullptr;
   }
-  std::vector<std::string> DataPaths() const override { return {capabilities_.data_path}; }
+  std::vector<std::string> DataPaths() const override {
+    std::vector<std::string> paths = {capabilities_.data_path};
+    for (const auto& b : more_bindings_) paths.push_back(std::string(b->data_path()));
+    return paths;
+  }
+  // Another path it speaks, through `binding` (a test-only engine kind's own).
+  void AddBinding(std::unique_ptr<DataPathBinding> binding) {
+    more_bindings_.push_back(std::move(binding));
+  }
   absl::Status Probe() override;
   // Healthy unless its probes are made to fail (FailCalls("probe", ...)).
   EngineHealth Health() override {
@@ -150,6 +162,7 @@ class FakeAdapter final : public EngineAdapter {
   std::shared_ptr<FakeEngine> engine_;
   const FakeCapabilities capabilities_;
   FakeBinding binding_;
+  std::vector<std::unique_ptr<DataPathBinding>> more_bindings_;
 };
 
 // Registers the "fake" transport kind (once): what the core reads of a fake group's transport.

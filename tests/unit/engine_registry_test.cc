@@ -14,10 +14,12 @@
 #include "daemon/core/weight_group.h"
 #include "daemon/engines/engine_kind.h"
 #include "daemon/service/group_spec_proto.h"
+#include "daemon/transport/builtin_transport_kinds.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/engines/echo/echo_kind.h"
 #include "tests/fakes/fake_transport.h"
+#include "tests/transports/loop/loop_kind.h"
 
 namespace wsync {
 namespace {
@@ -260,6 +262,65 @@ TEST_F(EchoKindTest, AGroupOfItsEnginesFormsAndCommitsAnUpdate) {
     EXPECT_EQ(Cluster()->Engine(url)->buckets()[0].payloads[0], std::string(64, '\7'));
   }
   EXPECT_EQ((*group)->Snapshot().last_version, "v1");
+}
+
+// A new transport: the "loop" folder, this one registration line, and the echo kind's one binding
+// file (tests/engines/echo/echo_loop_binding.h).
+class LoopTransportTest : public EchoKindTest {
+ protected:
+  static void SetUpTestSuite() {
+    EchoKindTest::SetUpTestSuite();
+    TransportKinds().Register(MakeLoopTransportKind(EchoCluster())).IgnoreError();
+  }
+};
+
+TEST_F(LoopTransportTest, AGroupOnTheLoopFormsThroughItsBindingAndCommits) {
+  auto spec = SpecFromConfig(R"({"name": "l", "kind": "echo", "transport": "loop",
+                                 "engines": [{"url": "http://lx:1"}],
+                                 "echo": {"greeting": "hi"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->transport, "loop");
+  // wsyncd's own factories: the adapter and the transport both come from the registries.
+  GroupFactories factories;
+  factories.adapter = MakeRegisteredAdapter;
+  factories.transport = MakeRegisteredTransport;
+  HostPlatform platform("127.0.0.1", "127.0.0.1");
+  auto group = WeightGroup::Create(*spec, &platform, GroupOptions{}, factories);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->Form().ok());
+  ASSERT_TRUE((*group)->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  auto slot = platform.AllocateSlot(0, 4096);
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  std::memset((*slot)->data(), 9, 32);
+  BucketManifest manifest;
+  manifest.tensors.push_back(TensorEntry{"w", DType::kUint8, {32}, 0, 32});
+  auto handle =
+      (*group)->StartBucket({BucketSource{0, slot->get(), nullptr}}, manifest,
+                            BucketContext{"u1", "v1", 0, true}, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(handle.ok()) << handle.status();
+  std::vector<EngineOutcome> answers;
+  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
+  std::vector<EngineOutcome> finished;
+  ASSERT_TRUE(
+      (*group)->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &finished).ok());
+  EXPECT_THAT(Cluster()->Engine("http://lx:1")->events(),
+              ElementsAre("loop hello hi", "probe", "pause", "begin u1 v1", "finish u1 v1"));
+  EXPECT_EQ(Cluster()->Engine("http://lx:1")->buckets()[0].payloads[0], std::string(32, '\11'));
+  // An engine kind with no binding of the loop's path is refused naming the path; an unknown
+  // transport names those registered.
+  auto sglang = SpecFromConfig(R"({"name": "s", "transport": "loop",
+                                   "engines": [{"url": "http://lx:2"}]})");
+  ASSERT_TRUE(sglang.ok()) << sglang.status();
+  auto refused = WeightGroup::Create(*sglang, &platform, GroupOptions{}, factories);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("cannot receive over the loop data path that the loop transport needs"));
+  const std::string unknown(SpecFromConfig(R"({"name": "s", "transport": "lop",
+                                                "engines": [{"url": "http://lx:2"}]})")
+                                .status()
+                                .message());
+  EXPECT_THAT(unknown, HasSubstr("unknown transport 'lop' (broadcast, "));
+  EXPECT_THAT(unknown, HasSubstr(", loop)"));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "tests/engines/echo/echo_loop_binding.h"
 
 namespace wsync {
 namespace {
@@ -63,9 +64,14 @@ class EchoKind final : public EngineKindPlugin {
   }
 
   absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(
-      const GroupSpec&, const EngineEndpoint& endpoint, const AdapterTimeouts&) const override {
-    return std::make_unique<FakeAdapter>(endpoint, cluster_->Engine(endpoint.url),
-                                         FakeCapabilities());
+      const GroupSpec& spec, const EngineEndpoint& endpoint,
+      const AdapterTimeouts&) const override {
+    auto adapter =
+        std::make_unique<FakeAdapter>(endpoint, cluster_->Engine(endpoint.url), FakeCapabilities());
+    const auto* options = dynamic_cast<const EchoOptions*>(spec.engine_options.get());
+    adapter->AddBinding(
+        std::make_unique<EchoLoopBinding>(options != nullptr ? options->greeting() : "hello"));
+    return adapter;
   }
 
  private:
