@@ -319,7 +319,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
       config->daemon.group.transport.bind_address = j["bind_address"].get<std::string>();
     }
     if (j.contains("ipc_socket_dir")) {
-      config->daemon.group.transport.ipc_socket_dir = j["ipc_socket_dir"].get<std::string>();
+      config->daemon.group.transport.socket_dir = j["ipc_socket_dir"].get<std::string>();
     }
     if (j.contains("log_level")) config->log_level = j["log_level"].get<std::string>();
     if (j.contains("state_dir")) config->state_dir = j["state_dir"].get<std::string>();

@@ -170,10 +170,10 @@ void AddEngineFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& 
                      "the advertise address)"),
       [&t](const DaemonConfig& f) { t.bind_address = f.daemon.group.transport.bind_address; });
   table.Bind(
-      app.add_option("--ipc-socket-dir", t.ipc_socket_dir,
+      app.add_option("--ipc-socket-dir", t.socket_dir,
                      "directory for the ZMQ sockets of SGLang's map-once route (ipc_route "
                      "\"ipc\"): one that wsyncd and the engines both see"),
-      [&t](const DaemonConfig& f) { t.ipc_socket_dir = f.daemon.group.transport.ipc_socket_dir; });
+      [&t](const DaemonConfig& f) { t.socket_dir = f.daemon.group.transport.socket_dir; });
   // Groups come from the file only; the engines' networks from the flag when it is given.
   table.Bind(app.add_option("--engine-networks", raw.engine_networks,
                             "comma-separated hosts, addresses and networks (CIDR) engines may be "
@@ -241,13 +241,13 @@ absl::Status CompleteConfig(const RawFlags& raw, DaemonConfig& c) {
   // The engines resolve the stream sockets' addresses in their own working directory, so the
   // directory is made absolute here, and checked now rather than at the first update.
   std::error_code ec;
-  const std::filesystem::path absolute = std::filesystem::absolute(t.ipc_socket_dir, ec);
+  const std::filesystem::path absolute = std::filesystem::absolute(t.socket_dir, ec);
   if (ec || !std::filesystem::is_directory(absolute, ec)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--ipc-socket-dir ", t.ipc_socket_dir,
+        absl::StrCat("--ipc-socket-dir ", t.socket_dir,
                      " is not a directory (the map-once route's sockets live there)"));
   }
-  t.ipc_socket_dir = absolute.lexically_normal().string();
+  t.socket_dir = absolute.lexically_normal().string();
   if (c.server.unix_socket.empty() && c.server.tcp_listen.empty()) {
     return absl::InvalidArgumentError("nothing to serve on: give --socket and/or --listen");
   }

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   // Directories of wsyncds that died are removed at start, not only at a group's first map-once
   // update.
   for (const std::string& removed :
-       wsync::RemoveDeadStreamSocketDirs(config.daemon.group.transport.ipc_socket_dir)) {
+       wsync::RemoveDeadStreamSocketDirs(config.daemon.group.transport.socket_dir)) {
     WSYNC_LOG(Info, "removed the stream socket directory ", removed, " a dead wsyncd left");
   }
   WSYNC_LOG(Info, "engines may be at: ", config.daemon.engine_networks.Describe(),

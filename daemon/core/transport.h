@@ -106,9 +106,9 @@ struct TransportOptions {
   std::string bind_address;
   std::string advertise_address = "127.0.0.1";
   absl::Duration registration_timeout = absl::Seconds(10);
-  // Where an IPC group's stream sockets live ("ipc://" paths that the engines connect to): a
-  // directory wsyncd and the engines both see.
-  std::string ipc_socket_dir = "/tmp";
+  // Where a transport puts the local sockets its engines connect to (the IPC stream's "ipc://"
+  // paths; the config's and flag's ipc_socket_dir): a directory wsyncd and the engines both see.
+  std::string socket_dir = "/tmp";
 };
 
 // What a transport is made from. The adapters belong to the group and outlive the transport.

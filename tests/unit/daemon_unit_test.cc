@@ -318,7 +318,7 @@ TEST(Config, SglangIpcRouteDefaultsToTensorAndIpcSurvivesEveryPath) {
        "engines": [{"url": "http://e:2", "gpus": ["GPU-0"]}]}]})";
   DaemonConfig config;
   ASSERT_TRUE(LoadConfigFile(path, &config).ok());
-  EXPECT_EQ(config.daemon.group.transport.ipc_socket_dir, "/run/wsync");
+  EXPECT_EQ(config.daemon.group.transport.socket_dir, "/run/wsync");
   const auto route = [](const GroupSpec& spec) {
     return dynamic_cast<const SglangOptions&>(*spec.engine_options).ipc_route();
   };

@@ -13,7 +13,7 @@
 namespace wsync {
 
 IpcTransport::IpcTransport(TransportEnv env)
-    : env_(std::move(env)), sockets_(env_.options.ipc_socket_dir) {
+    : env_(std::move(env)), sockets_(env_.options.socket_dir) {
   for (EngineAdapter* a : env_.adapters) {
     urls_.push_back(a->endpoint().url);
     ranks_ += a->endpoint().ranks;
