@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What CI runs (.ci/run): installs the Debian packages, builds, and runs the reliability suite
 # (docs/RELIABILITY.md) in stages. Each stage has a budget in seconds on CI's machine (2 cores,
-# no GPU) and is stopped when it runs past it; the budgets add up to under 50 minutes, well under
-# CI's 90. Every
-# stage prints its time against its budget, and the run fails at the first stage that fails.
+# no GPU) and is stopped when it runs past it; the budgets add up to under 70 minutes, well under
+# CI's 90. Every stage prints its time against its budget, and the run fails at the first stage
+# that fails.
 #
 #   deps       deploy/install-deps.sh
 #   format     every tracked C++ file as .clang-format lays it out (clang-format --dry-run)
@@ -16,6 +16,8 @@
 #   fuzz       each fuzz target for WSYNC_FUZZ_SECONDS (30) from its committed corpus
 #   asan       ctest under ASan + UBSan: the tests stage's tests, the fault matrix and the fuzz
 #              corpora (not bench, soak)
+#   tsan       a third build, clang with ThreadSanitizer, of only the tests of the core, the
+#              transports, the store and the services (build-tsan), and ctest over them
 #
 # WSYNC_STAGES="build tests" runs only those stages (in the order above).
 set -euo pipefail
@@ -24,6 +26,7 @@ cd "$root"
 # Absolute: ctest runs each test in its own directory, and the fault table is written from there.
 export WSYNC_BUILD=$(realpath -m "${WSYNC_BUILD_DIR:-build}")
 export WSYNC_SANITIZED_BUILD=$(realpath -m "${WSYNC_SANITIZED_BUILD_DIR:-build-asan}")
+export WSYNC_TSAN_BUILD=$(realpath -m "${WSYNC_TSAN_BUILD_DIR:-build-tsan}")
 export WSYNC_SOAK_UPDATES=${WSYNC_SOAK_UPDATES:-200}
 export WSYNC_FUZZ_SECONDS=${WSYNC_FUZZ_SECONDS:-30}
 export WSYNC_JOBS=$(nproc)
@@ -31,6 +34,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0}
 export ASAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
+# The first race stops the test; tests/sanitizers/tsan.supp says what is suppressed and why.
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp:external_symbolizer_path=/usr/lib/llvm-14/bin/llvm-symbolizer}
 
 stage_deps() { deploy/install-deps.sh; }
 stage_format() {
@@ -69,12 +74,44 @@ stage_fuzz() {
 stage_asan() {
   ctest --test-dir "$WSYNC_SANITIZED_BUILD" --output-on-failure --timeout 600 -j2 -LE 'bench|soak'
 }
+stage_tsan() {
+  # The tests of the code that runs threads: the core (update runs, fan-out, quorum checks,
+  # recovery), the transports (bucket transfer, update channels, the host collective and its
+  # guarded copies), torch's TCPStore server, the services (gRPC handlers, stream writers,
+  # listeners, health) with the client, and the daemon's units. Tests of parsers, payloads and
+  # engine adapters alone, and the process and python tests (integration), are not built here.
+  local tests=(core_test core_quorum_test core_recovery_test core_membership_test
+    bucket_transfer_test update_channel_test host_collective_test fault_guard_test
+    tcp_store_server_test store_bounds_test store_registration_test
+    daemon_unit_test background_sampler_test
+    update_service_test auth_test call_limits_test group_teardown_test pipeline_test pull_test
+    ipc_pull_test bucket_rules_test)
+  # As the sanitize stage's build: -O1 with line tables, NDEBUG.
+  local tsan_flags="-O1 -gline-tables-only -DNDEBUG"
+  cmake -S . -B "$WSYNC_TSAN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=None \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_C_FLAGS="$tsan_flags" -DCMAKE_CXX_FLAGS="$tsan_flags" \
+    -DWSYNC_CUDA=OFF -DWSYNC_SANITIZE=thread
+  cmake --build "$WSYNC_TSAN_BUILD" --target "${tests[@]}" -- -j"$WSYNC_JOBS"
+  # ctest lists every test of the tree (a target not built here as one TARGET_NOT_BUILT test):
+  # run, by number, those whose executable is in the list.
+  local numbers
+  numbers=$(ctest --test-dir "$WSYNC_TSAN_BUILD" --show-only=json-v1 | python3 -c '
+import json, os, sys
+wanted = set(sys.argv[1:])
+tests = json.load(sys.stdin)["tests"]
+print(",".join(str(i + 1) for i, t in enumerate(tests)
+               if os.path.basename(t.get("command", [""])[0]) in wanted))' "${tests[@]}")
+  [[ -n $numbers ]]
+  ctest --test-dir "$WSYNC_TSAN_BUILD" --output-on-failure --timeout 600 -j2 -I "0,0,0,$numbers"
+}
 export -f stage_deps stage_format stage_build stage_tests stage_faults stage_soak stage_sanitize stage_fuzz \
-  stage_asan
+  stage_asan stage_tsan
 
 # name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
-stages=(deps:300 format:60 build:780 tests:300 faults:150 soak:90 sanitize:780 fuzz:150 asan:360)
-wanted=" ${WSYNC_STAGES:-deps format build tests faults soak sanitize fuzz asan} "
+stages=(deps:300 format:60 build:780 tests:300 faults:150 soak:90 sanitize:780 fuzz:150 asan:360
+  tsan:780)
+wanted=" ${WSYNC_STAGES:-deps format build tests faults soak sanitize fuzz asan tsan} "
 summary=()
 total_budget=0
 run_start=$(date +%s)

@@ -320,11 +320,15 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
   // polls an empty set (that would only sleep out the timeout). The timeout bounds how late the
   // deadline and the abort flag are noticed; Abort also shuts the sockets down, which wakes poll.
   constexpr absl::Duration kPollCap = absl::Milliseconds(100);
+  // This thread holds no lock here, and the reason is written after aborted_ turns true: it is
+  // read under mu_, as Abort writes it.
+  auto aborted_error = [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+  };
   std::vector<pollfd> blocked;
   while (true) {
-    if (aborted_) {
-      return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
-    }
+    if (aborted_) return aborted_error();
     blocked.clear();
     for (Stream& s : streams) {
       while (s.sent < total) {
@@ -356,9 +360,7 @@ absl::Status HostRootCommunicator::SendToAll(const char* data, uint64_t bytes,
           return absl::DataLossError(what);
         }
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-          if (aborted_) {
-            return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
-          }
+          if (aborted_) return aborted_error();
           // A peer that closed its end (EPIPE, ECONNRESET) is a receiving process that died or
           // restarted: said so, since this error can arrive before the engine's own HTTP reply
           // shows it.

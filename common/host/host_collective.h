@@ -86,7 +86,7 @@ class HostRootCommunicator final : public RootCommunicator {
   std::condition_variable joined_cv_;
   std::map<int, UniqueFd> peers_;  // rank -> socket
   std::atomic<bool> aborted_{false};
-  std::string abort_reason_;
+  std::string abort_reason_;  // guarded by mu_, even where aborted_ is read without it
   uint64_t sequence_ = 0;
 
   std::thread send_thread_;

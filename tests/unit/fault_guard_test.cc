@@ -131,17 +131,21 @@ TEST(FaultGuard, GuardsNestAndTheInnermostOneCoveringTheAddressTakesTheFault) {
 }
 
 // A SIGBUS no guard takes goes to the handler installed before the guard's: none, and the
-// signal kills the process; under ASan, ASan's, which reports it and exits.
+// signal kills the process; under ASan or TSan, the sanitizer's, which reports it and exits.
 #if defined(__SANITIZE_ADDRESS__)
-#define WSYNC_UNDER_ASAN 1
+#define WSYNC_SIGBUS_REPORT "AddressSanitizer: BUS"
+#elif defined(__SANITIZE_THREAD__)
+#define WSYNC_SIGBUS_REPORT "ThreadSanitizer: BUS"
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define WSYNC_UNDER_ASAN 1
+#define WSYNC_SIGBUS_REPORT "AddressSanitizer: BUS"
+#elif __has_feature(thread_sanitizer)
+#define WSYNC_SIGBUS_REPORT "ThreadSanitizer: BUS"
 #endif
 #endif
-#ifdef WSYNC_UNDER_ASAN
+#ifdef WSYNC_SIGBUS_REPORT
 bool DiedOfSigbus(int status) { return WIFEXITED(status) && WEXITSTATUS(status) != 0; }
-constexpr char kSigbusDeath[] = "AddressSanitizer: BUS";
+constexpr char kSigbusDeath[] = WSYNC_SIGBUS_REPORT;
 #else
 bool DiedOfSigbus(int status) { return WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS; }
 constexpr char kSigbusDeath[] = "";
