@@ -169,11 +169,10 @@ void AddEngineFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& 
                      "address the rendezvous stores and collectives listen on (default: "
                      "the advertise address)"),
       [&t](const DaemonConfig& f) { t.bind_address = f.daemon.group.transport.bind_address; });
-  table.Bind(
-      app.add_option("--ipc-socket-dir", t.socket_dir,
-                     "directory for the ZMQ sockets of SGLang's map-once route (ipc_route "
-                     "\"ipc\"): one that wsyncd and the engines both see"),
-      [&t](const DaemonConfig& f) { t.socket_dir = f.daemon.group.transport.socket_dir; });
+  table.Bind(app.add_option("--ipc-socket-dir", t.socket_dir,
+                            "directory for the ZMQ sockets of SGLang's map-once route (ipc_route "
+                            "\"ipc\"): one that wsyncd and the engines both see"),
+             [&t](const DaemonConfig& f) { t.socket_dir = f.daemon.group.transport.socket_dir; });
   // Groups come from the file only; the engines' networks from the flag when it is given.
   table.Bind(app.add_option("--engine-networks", raw.engine_networks,
                             "comma-separated hosts, addresses and networks (CIDR) engines may be "

@@ -40,7 +40,7 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:supp
 stage_deps() { deploy/install-deps.sh; }
 stage_format() {
   # Listed by git, so build trees and fetched code are never judged.
-  git ls-files -z '*.cc' '*.h' | xargs -0 clang-format --dry-run -Werror
+  git ls-files -z '*.cc' '*.h' '*.hpp' '*.cu' '*.inc' | xargs -0 clang-format --dry-run -Werror
 }
 stage_build() {
   cmake -S . -B "$WSYNC_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWSYNC_CUDA=AUTO

@@ -233,7 +233,7 @@ absl::Status NcclRootCommunicator::WarmUpAllReduce(absl::Time deadline) {
 }
 
 absl::StatusOr<WireTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
-                                                                    absl::Time deadline) {
+                                                               absl::Time deadline) {
   Ticket t;
   {
     std::lock_guard<std::mutex> lock(tickets_mu_);

@@ -275,7 +275,7 @@ void HostRootCommunicator::SendLoop() {
 }
 
 absl::StatusOr<WireTiming> HostRootCommunicator::WaitBroadcast(uint64_t ticket,
-                                                                    absl::Time deadline) {
+                                                               absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (unwaited_.erase(ticket) == 0) {
     return absl::InvalidArgumentError("no such broadcast ticket, or it was already waited");

@@ -469,8 +469,8 @@ void LogUpdate(const UpdateRecord& record, const UpdateOutcome& outcome) {
       "first launch %.3f s, verify %.3f s, idle %.3f s, wire %.3f s, answer %.3f s, finish "
       "%.3f s%s%s",
       record.update_id, record.group, record.version, record.state, outcome.buckets, gib,
-      outcome.seconds, rate, outcome.first_launch_seconds, t.verify, t.idle, t.wire,
-      t.answer, outcome.finish_seconds,
+      outcome.seconds, rate, outcome.first_launch_seconds, t.verify, t.idle, t.wire, t.answer,
+      outcome.finish_seconds,
       engines.empty() ? "" : absl::StrCat("; engines: ", absl::StrJoin(engines, ", ")),
       outcome.status.ok() ? "" : absl::StrCat(" (", outcome.status.ToString(), ")"));
   LogLine(level, message,
