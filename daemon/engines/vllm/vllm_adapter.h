@@ -34,7 +34,7 @@ class VllmIpcBinding;
 // ?include_dp=true must equal the engine's ranks in the group (vLLM numbers its workers
 // rank_offset + dp_index * TP * PP + rank, so the group's count must be all of them).
 //
-// Broadcast group init (InitBroadcastGroup): POST /init_weight_transfer_engine with the
+// Broadcast group init (VllmNcclBinding::InitGroup): POST /init_weight_transfer_engine with the
 // rendezvous (the base64 unique id, or the store's address) answers only after every worker ran
 // ncclCommInitRank and the one-element all-reduce with rank 0, which the transport joins
 // meanwhile. vLLM has no route that tears the group down: a new init replaces it.
@@ -65,11 +65,11 @@ class VllmIpcBinding;
 // re-pushing would not help. No error carries the engine's words (they go to the debug log).
 //
 // Bucket rules: none. On the NCCL path every request is chunked from its own first tensor, so
-// the '>' chunk cut is made per bucket by BroadcastPieces, whatever the bucket's size. vLLM's IPC
-// consumer rebuilds each tensor from the names/shapes/dtypes it is sent (a dtype per tensor, so
-// buckets may mix them), and the packed consumer clones every tensor and reads the chunk boundaries
-// from tensor_sizes, so wsyncd's slot-sized buckets are valid chunks as they come; the NCCL path's
-// close-after ('>') rule is that path's alone.
+// the '>' chunk cut is made per bucket by the NCCL binding's Pieces, whatever the bucket's size.
+// vLLM's IPC consumer rebuilds each tensor from the names/shapes/dtypes it is sent (a dtype per
+// tensor, so buckets may mix them), and the packed consumer clones every tensor and reads the chunk
+// boundaries from tensor_sizes, so wsyncd's slot-sized buckets are valid chunks as they come; the
+// NCCL path's close-after ('>') rule is that path's alone.
 class VllmAdapter final : public EngineAdapter {
  public:
   // `data_path`, when given, is used at once (UseDataPath), as a group would.
