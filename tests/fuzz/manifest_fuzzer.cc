@@ -27,7 +27,7 @@
 #include "common/bucket_planner.h"
 #include "common/dtype.h"
 #include "common/manifest.h"
-#include "daemon/engines/sglang/sglang_adapter.h"
+#include "daemon/engines/sglang/sglang_broadcast_binding.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace wsync {
@@ -179,7 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                absl::StrCat("flattened span ", m.span_bytes(), " sum ", sum));
   }
   for (BucketFormat format : {BucketFormat::kFlattened, BucketFormat::kPerTensor}) {
-    const nlohmann::json body = SglangAdapter::BucketBody(m, "fuzz", format);
+    const nlohmann::json body = SglangBroadcastBinding::BucketBody(m, "fuzz", format);
     FUZZ_CHECK(body["names"].size() == m.tensors.size(), "a tensor missing from the body");
     (void)body.dump();
   }
