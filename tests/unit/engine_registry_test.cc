@@ -227,24 +227,21 @@ TEST_F(EchoKindTest, ItsOptionsTravelThroughTheConfigTheAdminApiAndTheRecord) {
   EXPECT_EQ(ValidateGroupSpec(*checked).message(), "group 'e': echo engines keep no checksums");
 }
 
-TEST_F(EchoKindTest, AGroupOfItsEnginesFormsAndCommitsAnUpdate) {
-  auto spec = SpecFromConfig(R"({"name": "e", "kind": "echo",
-                                 "engines": [{"url": "http://x:1"}, {"url": "http://y:2"}]})");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  // The adapters come from the registry, as wsyncd's own factories make them; the transport is
-  // the fake one (the data path is not what this shows).
-  GroupFactories factories = FakeGroupFactories(Cluster(), FakeCapabilities());
-  factories.adapter = MakeRegisteredAdapter;
+// Makes a group of `spec` with `factories`, forms it and commits one update "u1" to version "v1"
+// of one uint8 bucket of `bytes` bytes, each `fill`.
+void FormAndCommitOneBucket(const GroupSpec& spec, const GroupFactories& factories, size_t bytes,
+                            uint8_t fill) {
   HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto group = WeightGroup::Create(*spec, &platform, GroupOptions{}, factories);
+  auto group = WeightGroup::Create(spec, &platform, GroupOptions{}, factories);
   ASSERT_TRUE(group.ok()) << group.status();
   ASSERT_TRUE((*group)->Form().ok());
   ASSERT_TRUE((*group)->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
   auto slot = platform.AllocateSlot(0, 4096);
   ASSERT_TRUE(slot.ok()) << slot.status();
-  std::memset((*slot)->data(), 7, 64);
+  std::memset((*slot)->data(), fill, bytes);
   BucketManifest manifest;
-  manifest.tensors.push_back(TensorEntry{"w", DType::kUint8, {64}, 0, 64});
+  manifest.tensors.push_back(
+      TensorEntry{"w", DType::kUint8, {static_cast<int64_t>(bytes)}, 0, bytes});
   auto handle =
       (*group)->StartBucket({BucketSource{0, slot->get(), nullptr}}, manifest,
                             BucketContext{"u1", "v1", 0, true}, absl::Now() + absl::Seconds(5));
@@ -254,6 +251,18 @@ TEST_F(EchoKindTest, AGroupOfItsEnginesFormsAndCommitsAnUpdate) {
   std::vector<EngineOutcome> finished;
   ASSERT_TRUE(
       (*group)->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &finished).ok());
+  EXPECT_EQ((*group)->Snapshot().last_version, "v1");
+}
+
+TEST_F(EchoKindTest, AGroupOfItsEnginesFormsAndCommitsAnUpdate) {
+  auto spec = SpecFromConfig(R"({"name": "e", "kind": "echo",
+                                 "engines": [{"url": "http://x:1"}, {"url": "http://y:2"}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // The adapters come from the registry, as wsyncd's own factories make them; the transport is
+  // the fake one (the data path is not what this shows).
+  GroupFactories factories = FakeGroupFactories(Cluster(), FakeCapabilities());
+  factories.adapter = MakeRegisteredAdapter;
+  FormAndCommitOneBucket(*spec, factories, 64, 7);
   for (const char* url : {"http://x:1", "http://y:2"}) {
     EXPECT_THAT(Cluster()->Engine(url)->events(),
                 ElementsAre("probe", "pause", "begin u1 v1", "finish u1 v1"))
@@ -261,7 +270,6 @@ TEST_F(EchoKindTest, AGroupOfItsEnginesFormsAndCommitsAnUpdate) {
     ASSERT_EQ(Cluster()->Engine(url)->buckets().size(), 1u);
     EXPECT_EQ(Cluster()->Engine(url)->buckets()[0].payloads[0], std::string(64, '\7'));
   }
-  EXPECT_EQ((*group)->Snapshot().last_version, "v1");
 }
 
 // A new transport: the "loop" folder, this one registration line, and the echo kind's one binding
@@ -284,25 +292,7 @@ TEST_F(LoopTransportTest, AGroupOnTheLoopFormsThroughItsBindingAndCommits) {
   GroupFactories factories;
   factories.adapter = MakeRegisteredAdapter;
   factories.transport = MakeRegisteredTransport;
-  HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto group = WeightGroup::Create(*spec, &platform, GroupOptions{}, factories);
-  ASSERT_TRUE(group.ok()) << group.status();
-  ASSERT_TRUE((*group)->Form().ok());
-  ASSERT_TRUE((*group)->BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-  auto slot = platform.AllocateSlot(0, 4096);
-  ASSERT_TRUE(slot.ok()) << slot.status();
-  std::memset((*slot)->data(), 9, 32);
-  BucketManifest manifest;
-  manifest.tensors.push_back(TensorEntry{"w", DType::kUint8, {32}, 0, 32});
-  auto handle =
-      (*group)->StartBucket({BucketSource{0, slot->get(), nullptr}}, manifest,
-                            BucketContext{"u1", "v1", 0, true}, absl::Now() + absl::Seconds(5));
-  ASSERT_TRUE(handle.ok()) << handle.status();
-  std::vector<EngineOutcome> answers;
-  ASSERT_TRUE((*handle)->WaitAnswered(&answers).ok());
-  std::vector<EngineOutcome> finished;
-  ASSERT_TRUE(
-      (*group)->FinishUpdate(UpdateInfo{"u1", "v1"}, absl::InfiniteFuture(), &finished).ok());
+  FormAndCommitOneBucket(*spec, factories, 32, 9);
   EXPECT_THAT(Cluster()->Engine("http://lx:1")->events(),
               ElementsAre("loop hello hi", "probe", "pause", "begin u1 v1", "finish u1 v1"));
   EXPECT_EQ(Cluster()->Engine("http://lx:1")->buckets()[0].payloads[0], std::string(32, '\11'));
@@ -311,6 +301,7 @@ TEST_F(LoopTransportTest, AGroupOnTheLoopFormsThroughItsBindingAndCommits) {
   auto sglang = SpecFromConfig(R"({"name": "s", "transport": "loop",
                                    "engines": [{"url": "http://lx:2"}]})");
   ASSERT_TRUE(sglang.ok()) << sglang.status();
+  HostPlatform platform("127.0.0.1", "127.0.0.1");
   auto refused = WeightGroup::Create(*sglang, &platform, GroupOptions{}, factories);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(std::string(refused.status().message()),
