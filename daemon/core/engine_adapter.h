@@ -168,8 +168,6 @@ class EngineAdapter {
   // The adapter's binding of `data_path`, or null where the engine does not speak it (or its
   // group's options turned it off). Owned by the adapter; the same object on every call.
   virtual DataPathBinding* Binding(absl::string_view data_path) { return nullptr; }
-  // The paths it has a binding of, in the order the adapter prefers them.
-  virtual std::vector<std::string> DataPaths() const = 0;
 
   // Picks the binding the group's transport drives this engine through; FAILED_PRECONDITION
   // where the adapter has none of that name. Called once, before any other call but Capabilities

@@ -127,11 +127,6 @@ class FakeAdapter final : public EngineAdapter {
     }
     return nullptr;
   }
-  std::vector<std::string> DataPaths() const override {
-    std::vector<std::string> paths = {capabilities_.data_path};
-    for (const auto& b : more_bindings_) paths.push_back(std::string(b->data_path()));
-    return paths;
-  }
   // Another path it speaks, through `binding` (a test-only engine kind's own).
   void AddBinding(std::unique_ptr<DataPathBinding> binding) {
     more_bindings_.push_back(std::move(binding));

@@ -141,7 +141,6 @@ class HeldEngineAdapter final : public EngineAdapter {
   DataPathBinding* Binding(absl::string_view data_path) override {
     return data_path == kBroadcastDataPath ? &binding_ : nullptr;
   }
-  std::vector<std::string> DataPaths() const override { return {std::string(kBroadcastDataPath)}; }
   absl::Status Probe() override { return absl::OkStatus(); }
   absl::Status PauseGeneration() override { return absl::OkStatus(); }
   absl::Status ResumeGeneration() override { return absl::OkStatus(); }

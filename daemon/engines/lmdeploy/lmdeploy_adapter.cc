@@ -64,10 +64,6 @@ DataPathBinding* LmdeployAdapter::Binding(absl::string_view data_path) {
   return nullptr;
 }
 
-std::vector<std::string> LmdeployAdapter::DataPaths() const {
-  return {std::string(kCudaIpcDataPath), std::string(kBroadcastDataPath)};
-}
-
 absl::Status LmdeployAdapter::UseDataPath(absl::string_view data_path) {
   WSYNC_RETURN_IF_ERROR(EngineAdapter::UseDataPath(data_path));
   path_ = dynamic_cast<LmdeployPath*>(used_binding());

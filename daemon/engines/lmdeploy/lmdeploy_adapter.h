@@ -103,7 +103,6 @@ class LmdeployAdapter final : public EngineAdapter {
   std::string ManualResumeHint() const override { return "POST /wakeup"; }
 
   DataPathBinding* Binding(absl::string_view data_path) override;
-  std::vector<std::string> DataPaths() const override;
   absl::Status UseDataPath(absl::string_view data_path) override;
 
   // What Probe found in the engine's OpenAPI document: whether it has the NCCL path's routes

@@ -44,11 +44,6 @@ DataPathBinding* SglangAdapter::Binding(absl::string_view data_path) {
   return nullptr;
 }
 
-std::vector<std::string> SglangAdapter::DataPaths() const {
-  return {std::string(kBroadcastDataPath),
-          std::string(ipc_ ? kCudaIpcDataPath : kCudaIpcStreamDataPath)};
-}
-
 absl::Status SglangAdapter::UseDataPath(absl::string_view data_path) {
   WSYNC_RETURN_IF_ERROR(EngineAdapter::UseDataPath(data_path));
   path_ = dynamic_cast<SglangPath*>(used_binding());

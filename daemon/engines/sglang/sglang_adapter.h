@@ -65,7 +65,6 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
 
   DataPathBinding* Binding(absl::string_view data_path) override;
-  std::vector<std::string> DataPaths() const override;
   absl::Status UseDataPath(absl::string_view data_path) override;
 
   // What Probe requires of the engine's /get_server_info answer (a JSON object).

@@ -53,10 +53,6 @@ DataPathBinding* VllmAdapter::Binding(absl::string_view data_path) {
   return nullptr;
 }
 
-std::vector<std::string> VllmAdapter::DataPaths() const {
-  return {std::string(kBroadcastDataPath), std::string(kCudaIpcDataPath)};
-}
-
 absl::Status VllmAdapter::UseDataPath(absl::string_view data_path) {
   WSYNC_RETURN_IF_ERROR(EngineAdapter::UseDataPath(data_path));
   path_ = dynamic_cast<VllmPath*>(used_binding());

@@ -96,7 +96,6 @@ class VllmAdapter final : public EngineAdapter {
   absl::StatusOr<WeightChecksums> ChecksumWeights() override;
 
   DataPathBinding* Binding(absl::string_view data_path) override;
-  std::vector<std::string> DataPaths() const override;
   absl::Status UseDataPath(absl::string_view data_path) override;
 
   // The variant the last successful Probe picked; nullopt before one.

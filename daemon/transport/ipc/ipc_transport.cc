@@ -30,8 +30,10 @@ absl::Status IpcTransport::Form() {
   // of this transport's paths it has a binding of.
   size_t streamed = 0;
   for (size_t i = 0; i < env_.adapters.size(); ++i) {
-    if (IpcBindingOf(*env_.adapters[i]).ok()) continue;
-    if (!IpcStreamBindingOf(*env_.adapters[i]).ok()) {
+    const DataPathBinding* used = env_.adapters[i]->used_binding();
+    const absl::string_view path = used == nullptr ? absl::string_view() : used->data_path();
+    if (path == kCudaIpcDataPath) continue;
+    if (path != kCudaIpcStreamDataPath) {
       return absl::UnimplementedError(absl::StrCat("group '", env_.spec.name, "': engine ",
                                                    env_.spec.engines[i].url,
                                                    " cannot load buckets over IPC"));
