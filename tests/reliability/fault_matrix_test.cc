@@ -1046,47 +1046,51 @@ TEST_F(FaultMatrix, TcpConnectionFloodWithoutTls) {
   ASSERT_EQ(::prlimit(cluster_->daemon_pid(), RLIMIT_NOFILE, &daemon_limit, nullptr), 0);
   int port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(tcp->listen.substr(tcp->listen.rfind(':') + 1), &port));
-  RunRounds([&](int) {
-    const int fds_before = SampleResources(cluster_->daemon_pid()).fds;
-    const absl::Time t0 = absl::Now();
-    std::vector<UniqueFd> flood;
-    for (int i = 0; i < 1100; ++i) flood.push_back(SilentConnection("127.0.0.2", port));
-    // During the flood: wsyncd's descriptors stay bounded, its socket and a TLS trainer (from
-    // another address) are served.
-    absl::SleepFor(absl::Milliseconds(200));
-    const int fds_during = SampleResources(cluster_->daemon_pid()).fds;
-    EXPECT_LE(fds_during, fds_before + TcpListener::kMaxConnectionsPerAddress + 16);
-    const grpc::Status on_socket = StatusOverANewConnection(cluster_->socket());
-    EXPECT_TRUE(on_socket.ok()) << "the unix socket stopped answering: "
-                                << on_socket.error_message();
-    auto tcp_trainer = Client::Connect(tcp->listen, tcp->With(tcp->tls.token));
-    EXPECT_TRUE(tcp_trainer.ok()) << tcp_trainer.status();
-    if (tcp_trainer.ok()) {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-      v1::ListGroupsResponse groups;
-      const grpc::Status listed =
-          (*tcp_trainer)->admin()->ListGroups(&ctx, v1::ListGroupsRequest(), &groups);
-      EXPECT_TRUE(listed.ok()) << listed.error_message();
-    }
-    // Every connection is closed by wsyncd: past the limit at once, the rest at the handshake
-    // timeout.
-    int closed = 0;
-    const absl::Time deadline = absl::Now() + absl::Seconds(3);
-    for (UniqueFd& fd : flood) {
-      const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
-      closed += ClosedByPeer(fd.get(), left) ? 1 : 0;
-    }
-    Injected got;
-    got.inputs = 1100;
-    got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
-    EXPECT_EQ(closed, 1100);
-    got.detected_as = absl::StrCat(
-        closed, " of 1100 closed by wsyncd (at most ", TcpListener::kMaxConnectionsPerAddress,
-        " kept from one address, until the 1 s handshake timeout); descriptors ", fds_before,
-        " -> ", fds_during, " during the flood (limit 1024); the last close");
-    return got;
-  });
+  RunRounds(
+      [&](int) {
+        const int fds_before = SampleResources(cluster_->daemon_pid()).fds;
+        const absl::Time t0 = absl::Now();
+        std::vector<UniqueFd> flood;
+        for (int i = 0; i < 1100; ++i) flood.push_back(SilentConnection("127.0.0.2", port));
+        // During the flood: wsyncd's descriptors stay bounded, its socket and a TLS trainer (from
+        // another address) are served.
+        absl::SleepFor(absl::Milliseconds(200));
+        const int fds_during = SampleResources(cluster_->daemon_pid()).fds;
+        EXPECT_LE(fds_during, fds_before + TcpListener::kMaxConnectionsPerAddress + 16);
+        const grpc::Status on_socket = StatusOverANewConnection(cluster_->socket());
+        EXPECT_TRUE(on_socket.ok())
+            << "the unix socket stopped answering: " << on_socket.error_message();
+        auto tcp_trainer = Client::Connect(tcp->listen, tcp->With(tcp->tls.token));
+        EXPECT_TRUE(tcp_trainer.ok()) << tcp_trainer.status();
+        if (tcp_trainer.ok()) {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+          v1::ListGroupsResponse groups;
+          const grpc::Status listed =
+              (*tcp_trainer)->admin()->ListGroups(&ctx, v1::ListGroupsRequest(), &groups);
+          EXPECT_TRUE(listed.ok()) << listed.error_message();
+        }
+        // Every connection is closed by wsyncd: past the limit at once, the rest at the handshake
+        // timeout.
+        int closed = 0;
+        const absl::Time deadline = absl::Now() + absl::Seconds(3);
+        for (UniqueFd& fd : flood) {
+          const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+          closed += ClosedByPeer(fd.get(), left) ? 1 : 0;
+        }
+        Injected got;
+        got.inputs = 1100;
+        got.detection_s = absl::ToDoubleSeconds(absl::Now() - t0);
+        EXPECT_EQ(closed, 1100);
+        got.detected_as = absl::StrCat(
+            closed, " of 1100 closed by wsyncd (at most ", TcpListener::kMaxConnectionsPerAddress,
+            " kept from one address, until the 1 s handshake timeout); descriptors ", fds_before,
+            " -> ", fds_during, " during the flood (limit 1024); the last close");
+        return got;
+      },
+      // The handshakes and their timeouts run on gRPC's timer and event-engine threads,
+      // which grow under the flood and keep their stacks: library churn, not wsyncd's.
+      kThreadChurn);
 }
 
 std::string Seconds(double s) {
