@@ -80,10 +80,8 @@ stage_tsan() {
   # guarded copies), torch's TCPStore server, the services (gRPC handlers, stream writers,
   # listeners, health) with the client, and the daemon's units. Tests of parsers, payloads and
   # engine adapters alone, and the process and python tests (integration), are not built here.
-  local tests=(core_test core_quorum_test core_recovery_test core_membership_test
-    bucket_transfer_test update_channel_test host_collective_test fault_guard_test
-    tcp_store_server_test store_bounds_test store_registration_test
-    daemon_unit_test background_sampler_test
+  local tests=(core_test core_quorum_test core_recovery_test core_membership_test core_parts_tests
+    transport_tests common_tests rendezvous_tests daemon_tests metrics_tests
     update_service_test auth_test call_limits_test group_teardown_test pipeline_test pull_test
     ipc_pull_test bucket_rules_test)
   # As the sanitize stage's build: -O1 with line tables, NDEBUG.

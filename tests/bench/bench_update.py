@@ -201,8 +201,8 @@ def wsync_push(client, model, version, pull=False):
 
 
 def direct_group(args):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "gpu"))
-    from sglang_torch_engine import init_custom_process_group
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sim"))
+    from memory import cuda_init_custom_process_group as init_custom_process_group
     port = free_port()
     world = len(args.engines) + 1
     # Rank 0's store listens before any engine is told the port: an engine rank that dials a

@@ -1,8 +1,8 @@
 """vLLM and LMDeploy end to end over NCCL: wsync beside each engine's own trainer-side design, in
 the same run on the same GPUs (reported, not gated). The model is bench_update.py's: Qwen2.5-7B's
 names and shapes in bf16 on GPU 0 (14.19 GiB); each engine is a torch simulator of its receive
-side with one rank on GPU 1 (tests/gpu/vllm_nccl_torch_engine.py, tests/gpu/lmdeploy_torch_engine.py),
-started here, one at a time.
+side with one rank on GPU 1 (tests/engines/vllm/vllm_engine.py --backend nccl,
+tests/engines/lmdeploy/lmdeploy_engine.py, both on GPU memory), started here, one at a time.
 
   wsync          the trainer pushes through wsyncd (Python client, defaults: nothing set but the
                  slot size), which drives the engine's routes and broadcasts as rank 0.
@@ -37,6 +37,7 @@ import torch.distributed as dist
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "gpu"))
+sys.path.insert(0, os.path.join(HERE, "..", "sim"))
 from bench_update import (GIB, Async, add_common_args, free_port, note,  # noqa: E402
                           own_state_environment, plan, post, qwen25_7b_model)
 
@@ -56,11 +57,14 @@ class Engine:
     """One engine simulator on GPU 1, stopped when the block ends."""
 
     def __init__(self, kind, log, *extra):
+        """kind: vllm (its NCCL backend) or lmdeploy, the kind's simulator on GPU memory."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        argv = [os.path.join(HERE, "..", "engines", kind, f"{kind}_engine.py"), "--memory",
+                "cuda"] + (["--backend", "nccl"] if kind == "vllm" else [])
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "..", "gpu", f"{kind}_torch_engine.py"),
-             "--port", str(self.port), "--gpus", "1", *extra], stdout=log, stderr=log)
+            [sys.executable, *argv, "--port", str(self.port), "--gpus", "1", *extra],
+            stdout=log, stderr=log)
         wait_url(self.url + "/health")
 
     def __enter__(self):
@@ -107,7 +111,7 @@ def wsync_seconds(args, wsync, kind, engine, model, slot, log):
 
 def vllm_design_seconds(args, engine, model):
     """Median seconds of vLLM's trainer-side design (see the module's docstring)."""
-    from vllm_nccl_torch_engine import NCCL_TYPES, NcclUniqueId, load_nccl
+    from memory import NCCL_TYPES, NcclUniqueId, load_nccl
     nccl = load_nccl()
 
     def check(result, what):
@@ -156,7 +160,7 @@ def vllm_design_seconds(args, engine, model):
 
 def lmdeploy_design_seconds(args, engine, model, slot):
     """Median seconds of LMDeploy's trainer-side design with buckets of `slot` bytes."""
-    from sglang_torch_engine import init_custom_process_group
+    from memory import cuda_init_custom_process_group as init_custom_process_group
     port = free_port()
     init = Async(post, engine.url + "/init_weights_update_group",
                  {"master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
@@ -211,7 +215,6 @@ def main():
           "#                      GiB/s   GiB/s", flush=True)
     rows, failures = [], []
     for kind in ("vllm", "lmdeploy"):
-        engine_kind = "vllm_nccl" if kind == "vllm" else "lmdeploy"
         extra = ("--version", "0.30.0") if kind == "vllm" else ("--no-digest-log",)
         design_s = None
         for slot in slots:
@@ -219,12 +222,12 @@ def main():
                 design_s = None
             row = {"engine": kind, "slot_bytes": slot}
             try:
-                with Engine(engine_kind, log, *extra) as engine:
+                with Engine(kind, log, *extra) as engine:
                     row["wsync_s"] = wsync_seconds(args, wsync, kind, engine, model, slot, log)
                 # The design on an engine of its own (the wsync group's is gone with wsyncd).
                 # vLLM's sends per tensor, with no bucket size: measured once.
                 if kind == "lmdeploy" or design_s is None:
-                    with Engine(engine_kind, log, *extra) as engine:
+                    with Engine(kind, log, *extra) as engine:
                         if kind == "lmdeploy":
                             design_s = lmdeploy_design_seconds(args, engine, model, slot)
                         else:

@@ -34,20 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # The worker protocol and the REP socket are shared with the host simulator.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
-
-
-def init_custom_process_group(backend, init_method, world_size, rank, group_name, timeout=None):
-    import torch
-    from torch.distributed import distributed_c10d as c10d
-    timeout = timeout or c10d.default_pg_timeout
-    store, rank, world_size = next(c10d.rendezvous(init_method, rank, world_size, timeout=timeout))
-    store.set_timeout(timeout)
-    store = c10d.PrefixStore(group_name, store)
-    kwargs = {"backend_options": None} if torch.__version__ >= "2.6" else {"pg_options": None}
-    pg, _ = c10d._new_process_group_helper(world_size, rank, [], c10d.Backend(backend), store,
-                                           group_name=group_name, timeout=timeout, **kwargs)
-    c10d._world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
-    return pg
+from engine_common import FifoLock, load_weights  # noqa: E402
+from memory import cuda_init_custom_process_group as init_custom_process_group  # noqa: E402
 
 
 class FlattenedTensorMetadata:
@@ -100,16 +88,6 @@ def ipc_load(entry, load_format):
     flat = obj["flattened_tensor"]
     return [(m.name, flat[m.start_idx:m.end_idx].view(m.dtype).reshape(m.shape))
             for m in obj["metadata"]]
-
-
-def load_weights(params, received):
-    """Copies into the parameters (made at first sight), as load_weights does."""
-    for name, t in received:
-        p = params.get(name)
-        if p is None or p.shape != t.shape or p.dtype != t.dtype:
-            params[name] = t.clone()
-        else:
-            p.copy_(t)
 
 
 def ipc_route_rank(gpu, tp_rank, zmq_handles, params, generation, on_bucket):
@@ -308,26 +286,6 @@ def rank_main(gpu, tp_rank, conn, die_at_update, die_rank=-1):
 
 
 TRACE = os.environ.get("WSYNC_SIM_TRACE") == "1"
-
-
-class FifoLock:
-    """A lock handed over in arrival order, as SGLang's asyncio lock is (threading.Lock is not)."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.next_ticket = 0
-        self.serving = 0
-
-    def __enter__(self):
-        with self.cond:
-            ticket = self.next_ticket
-            self.next_ticket += 1
-            self.cond.wait_for(lambda: self.serving == ticket)
-
-    def __exit__(self, *exc):
-        with self.cond:
-            self.serving += 1
-            self.cond.notify_all()
 
 
 class Engine:

@@ -9,7 +9,8 @@ wsyncd, wsyncctl and engine simulator processes, the simulators' delivery knobs 
   `doctor` and a scrape all answer.
 - Slow clients holding connections to the metrics listener: a scrape is still served.
 
-Usage: engine_bounds_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_SIM VLLM_SIM
+Usage: engine_bounds_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_SIM
+                            VLLM_ENGINE LMDEPLOY_ENGINE
 """
 
 import json
@@ -25,7 +26,9 @@ from process_support import (HostWsyncdCase, client_test_arguments, free_port,  
                              sim_knobs, wait_port)
 
 _, _, _, _, SGLANG_SIM = client_test_arguments()
-VLLM_SIM = sys.argv.pop(1)
+VLLM_ENGINE = [sys.executable, sys.argv.pop(1), "--memory", "host", "--backend", "nccl",
+               "--gpus", "0,1"]
+LMDEPLOY_ENGINE = [sys.executable, sys.argv.pop(1), "--memory", "host", "--gpus", "0,1"]
 
 import unittest  # noqa: E402
 
@@ -84,8 +87,8 @@ class OversizedAnswerTest(EngineBoundsCase):
     def test_group_creation_refuses_an_oversized_answer_naming_the_route_and_limit(self):
         cases = [
             ("sglang", [SGLANG_SIM, "--tp", "2"], "GET", "/get_server_info", "1 MiB"),
-            ("lmdeploy", [SGLANG_SIM, "--tp", "2", "--lmdeploy"], "GET", "/openapi.json", "4 MiB"),
-            ("vllm", [VLLM_SIM, "--tp", "2"], "GET", "/version", "1 MiB"),
+            ("lmdeploy", LMDEPLOY_ENGINE, "GET", "/openapi.json", "4 MiB"),
+            ("vllm", VLLM_ENGINE, "GET", "/version", "1 MiB"),
         ]
         for kind, argv, method, route, limit in cases:
             with self.subTest(kind=kind):

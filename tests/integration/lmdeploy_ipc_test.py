@@ -1,8 +1,9 @@
 """LMDeploy's colocated path end to end in host mode: real wsyncd, wsyncctl and Python client
-processes against tests/sim/lmdeploy_ipc_sim.py, which loads each bucket from wsyncd's slots as
-LMDeploy's /update_weights does (flattened buckets in elements of one dtype, or per tensor).
+processes against tests/engines/lmdeploy/lmdeploy_engine.py on host memory, which loads each
+bucket from wsyncd's slots as LMDeploy's /update_weights does (flattened buckets in elements of
+one dtype, or per tensor).
 
-Usage: lmdeploy_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR LMDEPLOY_SIM
+Usage: lmdeploy_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR LMDEPLOY_ENGINE
 """
 
 import json
@@ -68,13 +69,15 @@ class LmdeployIpcTest(HostWsyncdCase):
 
     def start_engine(self, name="engine", port=None, extra=()):
         port = port or free_port()
-        self.spawn(name, [sys.executable, SIM, "--port", str(port), "--gpus", GPU0, *extra])
+        self.spawn(name, [sys.executable, SIM, "--memory", "host", "--port", str(port), "--gpus",
+                           GPU0, *extra])
         wait_port(port)
         return port
 
     def start_tp_engine(self, name="engine"):
         port = free_port()
-        self.spawn(name, [sys.executable, SIM, "--port", str(port), "--gpus", f"{GPU0},{GPU1}"])
+        self.spawn(name, [sys.executable, SIM, "--memory", "host", "--port", str(port), "--gpus",
+                           f"{GPU0},{GPU1}"])
         wait_port(port)
         return port
 

@@ -5,7 +5,8 @@ with two TP ranks, each fed from its own device by its own trainer, all pushing 
 of every engine must hold every tensor's bytes, each engine must see exactly its own kind's calls,
 and wsyncctl must name each engine's kind, version and variant.
 
-Usage: mixed_kinds_test.py WSYNCD SGLANG_SIM VLLM_NCCL_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
+Usage: mixed_kinds_test.py WSYNCD SGLANG_SIM VLLM_ENGINE WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
+                          LMDEPLOY_ENGINE
 """
 
 import json
@@ -26,8 +27,11 @@ from process_support import mixed_dtype_model as make_model  # noqa: E402
 
 child_environment()
 
-WSYNCD, SGLANG_SIM, VLLM_SIM, CTL, LIB, PKG = sys.argv[1:7]
-del sys.argv[1:7]
+WSYNCD, SGLANG_SIM, VLLM, CTL, LIB, PKG, LMDEPLOY = sys.argv[1:8]
+del sys.argv[1:8]
+# vLLM's (NCCL backend) and LMDeploy's simulators on host memory, 2 TP ranks each.
+VLLM_SIM = [sys.executable, VLLM, "--memory", "host", "--backend", "nccl", "--gpus", "0,1"]
+LMDEPLOY_ENGINE = [sys.executable, LMDEPLOY, "--memory", "host", "--gpus", "0,1"]
 os.environ["WSYNC_CLIENT_LIB"] = LIB
 sys.path.insert(0, PKG)
 
@@ -64,8 +68,10 @@ class MixedKindsTest(unittest.TestCase):
                                                env=state_environment(self.dir)))
 
     def engine(self, argv):
+        """An engine of 2 TP ranks: the C++ simulator is told so, the Python ones say it."""
         port = free_port()
-        self.spawn([*argv, "--port", str(port), "--tp", "2"], f"engine-{port}.log")
+        tp = [] if argv[0] == sys.executable else ["--tp", "2"]
+        self.spawn([*argv, "--port", str(port), *tp], f"engine-{port}.log")
         wait_port(port)
         return port
 
@@ -88,8 +94,8 @@ class MixedKindsTest(unittest.TestCase):
 
     def test_three_kinds_update_at_once_and_each_rank_holds_the_bytes(self):
         sglang = self.engine([SGLANG_SIM, "--sessions"])
-        vllm = self.engine([VLLM_SIM, "--version", "0.30.0"])
-        lmdeploy = self.engine([SGLANG_SIM, "--lmdeploy"])
+        vllm = self.engine([*VLLM_SIM, "--version", "0.30.0"])
+        lmdeploy = self.engine(LMDEPLOY_ENGINE)
         groups = {
             "sg": (0, ["--kind", "sglang", "--engine", f"http://127.0.0.1:{sglang}#2"]),
             "vl": (1, ["--kind", "vllm", "--engine", f"http://127.0.0.1:{vllm}#2",
@@ -135,12 +141,12 @@ class MixedKindsTest(unittest.TestCase):
             self.assertEqual(vl["inits"], 1, "one init and warm-up for both rounds")
 
             lm = self.assert_holds(lmdeploy, model)
-            self.assertEqual(lm["finished"], round_, "finished once per update")
+            self.assertEqual(lm["finished_calls"], round_, "finished once per update")
             # int64, then float32 twice, then bfloat16 twice: one bucket per dtype run, where the
             # other kinds take the whole model in one bucket.
             self.assertEqual(results["lm"]["buckets"], 3, "one dtype per bucket")
             self.assertEqual(results["sg"]["buckets"], 1)
-            self.assertFalse(lm["sleeping"])
+            self.assertFalse(lm["is_sleeping"])
 
         # Each engine knows its group by its own name, and wsyncctl names every engine's kind,
         # version and variant.
@@ -210,8 +216,8 @@ class WeightsCheckTest(MixedKindsTest):
 
     def test_two_engines_that_disagree_are_both_held_back(self):
         # Nothing says which of two holds the trainer's weights.
-        a = self.engine([VLLM_SIM, "--version", "0.30.0", "--weight-checker"])
-        b = self.engine([VLLM_SIM, "--version", "0.30.0", "--weight-checker", "--corrupt-tensor",
+        a = self.engine([*VLLM_SIM, "--version", "0.30.0", "--weight-checker"])
+        b = self.engine([*VLLM_SIM, "--version", "0.30.0", "--weight-checker", "--corrupt-tensor",
                          "lm_head.weight"])
         self.ctl("create-group", "vl", "--kind", "vllm", "--check-weights",
                  "--engine", f"http://127.0.0.1:{a}#2", "--engine", f"http://127.0.0.1:{b}#2")
@@ -222,7 +228,7 @@ class WeightsCheckTest(MixedKindsTest):
         self.assertEqual([self.state(p)["paused"] for p in (a, b)], [True, True])
 
     def test_vllm_engines_are_compared_and_the_odd_one_named(self):
-        ports = [self.engine([VLLM_SIM, "--version", "0.30.0", "--weight-checker", *extra])
+        ports = [self.engine([*VLLM_SIM, "--version", "0.30.0", "--weight-checker", *extra])
                  for extra in ([], [], ["--corrupt-tensor", "model.norm.weight"])]
         engines = []
         for p in ports:
@@ -242,7 +248,7 @@ class WeightsCheckTest(MixedKindsTest):
         self.assertIn("equal on 2 of 3 engines of TP 2", results[0])
 
     def test_lmdeploy_has_no_checker_and_is_refused_one(self):
-        port = self.engine([SGLANG_SIM, "--lmdeploy"])
+        port = self.engine(LMDEPLOY_ENGINE)
         out = subprocess.run([CTL, "--socket", self.sock, "create-group", "lm", "--kind",
                               "lmdeploy", "--check-weights", "--engine",
                               f"http://127.0.0.1:{port}#2"], capture_output=True, text=True)

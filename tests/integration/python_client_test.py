@@ -1,6 +1,7 @@
 """The Python client (ctypes over libwsync_client.so) against real wsyncd and simulator processes.
 
 Usage: python_client_test.py WSYNCD SGLANG_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
+                             LMDEPLOY_ENGINE
 """
 
 import json
@@ -20,8 +21,8 @@ from process_support import wait_port  # noqa: E402
 
 child_environment()
 
-WSYNCD, SIM, CTL, LIB, PKG = sys.argv[1:6]
-del sys.argv[1:6]
+WSYNCD, SIM, CTL, LIB, PKG, LMDEPLOY = sys.argv[1:7]
+del sys.argv[1:7]
 os.environ["WSYNC_CLIENT_LIB"] = LIB
 sys.path.insert(0, PKG)
 
@@ -32,8 +33,10 @@ import wsync  # noqa: E402
 
 
 class SimFixture(unittest.TestCase):
-    """wsyncd (host mode, 1 MiB slots), a 2-rank sglang_sim with SIM_FLAGS and a group on it."""
+    """wsyncd (host mode, 1 MiB slots), a 2-rank engine (ENGINE: sglang_sim) with SIM_FLAGS and a
+    group on it."""
 
+    ENGINE = None  # argv before --port; None: [SIM, "--tp", "2"]
     SIM_FLAGS = []
     BUCKET_TIMEOUT = "10"
     GROUP_FLAGS = []
@@ -43,7 +46,8 @@ class SimFixture(unittest.TestCase):
         self.sock = os.path.join(self.dir, "wsyncd.sock")
         self.procs = []
         self.port = free_port()
-        self.spawn([SIM, "--port", str(self.port), "--tp", "2", *self.SIM_FLAGS], "sim.log")
+        engine = self.ENGINE or [SIM, "--tp", "2"]
+        self.spawn([*engine, "--port", str(self.port), *self.SIM_FLAGS], "sim.log")
         wait_port(self.port)
         self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", "1MiB",
                     "--bind-address", "127.0.0.1", "--bucket-timeout", self.BUCKET_TIMEOUT],
@@ -263,12 +267,12 @@ class NoSessionsTest(SimFixture):
 
 
 class LmdeployNcclTest(SimFixture):
-    """LMDeploy over NCCL (PR #4638) against sglang_sim --lmdeploy, 2 TP ranks: group_name on
-    every route, flattened buckets of one dtype each (the planner cuts them so; the simulator
-    refuses mixed dtypes as FlattenedTensorBucket does), `finished` once per update on the
-    trainer's last bucket, and the sleep/wake cut around it."""
+    """LMDeploy over NCCL (PR #4638) against lmdeploy_engine.py on host memory, 2 TP ranks:
+    group_name on every route, flattened buckets of one dtype each (the planner cuts them so; the
+    simulator refuses mixed dtypes as FlattenedTensorBucket does), `finished` once per update on
+    the trainer's last bucket, and the sleep/wake cut around it."""
 
-    SIM_FLAGS = ["--lmdeploy"]
+    ENGINE = [sys.executable, LMDEPLOY, "--memory", "host", "--gpus", "0,1"]
     GROUP_FLAGS = ["--kind", "lmdeploy"]
 
     def model(self, seed):
@@ -300,10 +304,10 @@ class LmdeployNcclTest(SimFixture):
                 self.assertTrue(all(e["ok"] for e in result["engines"]), result)
                 self.assertGreaterEqual(result["buckets"], 4, "one dtype per bucket")
                 state = self.check(model)
-                self.assertEqual(state["finished"], n)
-        self.assertEqual(state["sleep_log"],
-                         ["sleep level=1", "wakeup tags=weights", "wakeup tags=kv_cache"] * 3)
-        self.assertFalse(state["sleeping"])
+                self.assertEqual(state["finished_calls"], n)
+        self.assertEqual([e for e in state["events"] if e.startswith(("sleep", "wakeup"))],
+                         ["sleep:1", "wakeup:weights", "wakeup:kv_cache"] * 3)
+        self.assertFalse(state["is_sleeping"])
         # group_name on every route: the group's name, wsyncd's incarnation and a secret token.
         self.assertRegex(state["group"], r"^policy\.[0-9a-f]{8}\.[0-9a-f]{32}$")
         # No version route: the routes the probe read stand in for one.
@@ -325,7 +329,7 @@ class LmdeployNcclPerTensorTest(LmdeployNcclTest):
         with wsync.Client("unix:" + self.sock, device=0) as client:
             result = client.push(model, version="p1", group="policy")
         self.assertLess(result["buckets"], 4, "dtypes share buckets")
-        self.assertEqual(self.check(model)["finished"], 1)
+        self.assertEqual(self.check(model)["finished_calls"], 1)
 
 
 class LmdeployOtherBackendTest(unittest.TestCase):
@@ -335,8 +339,8 @@ class LmdeployOtherBackendTest(unittest.TestCase):
         port = free_port()
         procs = []
         try:
-            for argv, log in (([SIM, "--port", str(port), "--lmdeploy", "--backend-501"],
-                               "sim.log"),
+            for argv, log in (([sys.executable, LMDEPLOY, "--memory", "host", "--gpus", "0",
+                                "--port", str(port), "--backend-501"], "sim.log"),
                               ([WSYNCD, "--mode", "host", "--socket", sock, "--bind-address",
                                 "127.0.0.1"], "wsyncd.log")):
                 with open(os.path.join(tmp, log), "w") as out:

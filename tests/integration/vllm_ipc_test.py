@@ -1,8 +1,9 @@
 """vLLM's colocated path end to end in host mode: real wsyncd, wsyncctl and Python client
-processes against tests/sim/vllm_ipc_sim.py, which loads each bucket from wsyncd's slots as vLLM's
-IPC weight-transfer engine does, in the generation its GET /version names.
+processes against tests/engines/vllm/vllm_engine.py on host memory, which loads each bucket from
+wsyncd's slots as vLLM's IPC weight-transfer engine does, in the generation its GET /version
+names.
 
-Usage: vllm_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR VLLM_SIM
+Usage: vllm_ipc_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR VLLM_ENGINE
 """
 
 import json
@@ -49,10 +50,10 @@ class VllmIpcTest(HostWsyncdCase):
             ("model.layers.0.scale", rng.standard_normal(77).astype(np.float32)),
         ]
 
-    def start_engine(self, version, ranks=2, port=None):
+    def start_engine(self, version, ranks=2, port=None, extra=()):
         port = port or free_port()
-        self.spawn("engine", [sys.executable, SIM, "--port", str(port),
-                              "--gpus", ",".join([GPU0] * ranks), "--version", version])
+        self.spawn("engine", [sys.executable, SIM, "--memory", "host", "--port", str(port),
+                              "--gpus", ",".join([GPU0] * ranks), "--version", version, *extra])
         wait_port(port)
         return port
 
@@ -239,8 +240,8 @@ class VllmIpcTest(HostWsyncdCase):
         self.assertEqual(state["sleeping_tags"], [])
 
     def test_a_broadcast_group_on_a_server_without_the_nccl_routes_names_the_flags(self):
-        # This simulator serves the IPC backend only: no /get_world_size.
-        port = self.start_engine("0.29.0")
+        # A server that serves no /get_world_size (vLLM's dev-mode route).
+        port = self.start_engine("0.29.0", extra=["--no-world-size"])
         out = self.ctl("create-group", "disagg", "--kind", "vllm", "--engine",
                        f"http://127.0.0.1:{port}")
         self.assertNotEqual(out.returncode, 0)

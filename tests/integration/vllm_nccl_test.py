@@ -1,8 +1,9 @@
-"""vLLM's NCCL weight transfer against real wsyncd (host mode) and vllm_nccl_sim processes: both
-rendezvous modes, packed and unpacked, each generation's field placement, the calls around an
-update in order, 409s, and the version gates.
+"""vLLM's NCCL weight transfer against real wsyncd (host mode) and vLLM's simulator
+(tests/engines/vllm/vllm_engine.py --backend nccl on host memory) processes: both rendezvous
+modes, packed and unpacked, each generation's field placement, the calls around an update in
+order, 409s, and the version gates.
 
-Usage: vllm_nccl_test.py WSYNCD VLLM_NCCL_SIM WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
+Usage: vllm_nccl_test.py WSYNCD VLLM_ENGINE WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR
 """
 
 import json
@@ -55,7 +56,7 @@ UPDATE = ["pause?mode=keep", "start", "update", None, "reset_prefix_cache", "res
 
 
 class VllmNcclFixture(unittest.TestCase):
-    """wsyncd in host mode (4 MiB slots: each test model is one bucket) and vllm_nccl_sim engines."""
+    """wsyncd in host mode (4 MiB slots: each test model is one bucket) and vLLM engines."""
 
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="wsync-vllm-nccl-")
@@ -82,7 +83,9 @@ class VllmNcclFixture(unittest.TestCase):
 
     def engine(self, version, tp=2, *flags):
         port = free_port()
-        self.spawn([SIM, "--port", str(port), "--tp", str(tp), "--version", version, *flags],
+        workers = ",".join(str(i) for i in range(tp))
+        self.spawn([sys.executable, SIM, "--memory", "host", "--backend", "nccl", "--gpus",
+                    workers, "--port", str(port), "--version", version, *flags],
                    f"engine-{port}.log")
         wait_port(port)
         return port
@@ -187,7 +190,7 @@ class VllmNcclTest(VllmNcclFixture):
         state = self.assert_holds(port, model, ["1", "2"])
         self.assertFalse(state["packed"], "init_info carried no packed: 0.27 would refuse it")
         self.assertEqual(state["last_chunks"], vllm_chunks(model, 100000))
-        self.assertEqual(state["weight_version"], "", "0.27 reads no weight_version at finish")
+        self.assertIsNone(state["weight_version"], "0.27 reads no weight_version at finish")
 
     def test_before_022_there_is_no_session(self):
         port = self.engine("0.16.0", 1)

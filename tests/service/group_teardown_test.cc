@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/integration/process_harness.h"
 #include "tests/service/service_fixture.h"
-#include "tests/sim/vllm_nccl_sim.h"
 
 namespace wsync {
 namespace {
@@ -37,15 +37,18 @@ TEST_F(GroupTeardownTest, AnSglangGroupIsFinalizedWithItsEnginesNotAborted) {
 }
 
 TEST_F(GroupTeardownTest, AVllmGroupAbortsRankZerosSideSinceItsEnginesKeepTheirs) {
-  VllmNcclSim vllm(1, VllmSimKnobs{});
-  auto port = vllm.Start("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok()) << port.status();
+  // vLLM's simulator (its NCCL backend) on host memory, one worker.
+  const int port = FreePort();
+  ChildProcess vllm({"/usr/bin/python3", WSYNC_VLLM_ENGINE, "--memory", "host", "--backend", "nccl",
+                     "--gpus", "0", "--port", absl::StrCat(port), "--version", "0.30.0"},
+                    absl::StrCat(::testing::TempDir(), "/vllm-engine-", ::getpid(), ".log"));
+  ASSERT_TRUE(WaitForHttp(port, absl::Seconds(30))) << vllm.Log();
   v1::CreateGroupRequest req;
   v1::GroupSpec* spec = req.mutable_spec();
   spec->set_name("vllm");
   spec->set_kind(v1::ENGINE_KIND_VLLM);
   auto* engine = spec->add_engines();
-  engine->set_url(absl::StrCat("http://127.0.0.1:", *port));
+  engine->set_url(absl::StrCat("http://127.0.0.1:", port));
   engine->set_ranks(1);
   v1::GroupInfo info;
   grpc::ClientContext ctx;
@@ -54,7 +57,6 @@ TEST_F(GroupTeardownTest, AVllmGroupAbortsRankZerosSideSinceItsEnginesKeepTheirs
   ASSERT_EQ(info.state(), v1::GROUP_STATE_READY);
   ASSERT_TRUE(Destroy("vllm").ok());
   EXPECT_THAT(broadcasts_.aborts(), ElementsAre("the group is disbanded"));
-  vllm.Stop();
 }
 
 }  // namespace

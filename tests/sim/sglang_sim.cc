@@ -77,11 +77,6 @@ void SglangSim::Stop() {
 absl::Status SglangSim::InitGroup(const json& body) {
   auto group = std::make_unique<Group>();
   group->name = body.value("group_name", std::string("weight_update_group"));
-  if (knobs_.lmdeploy && (!body.contains("group_name") || group->name.empty())) {
-    // A pydantic model with a required field: FastAPI answers 422 before the handler runs; the
-    // simulator says so in the handler's own shape.
-    return absl::InvalidArgumentError("group_name is required");
-  }
   group->master_address = body.at("master_address").get<std::string>();
   group->master_port = body.at("master_port").get<int>();
   group->world_size = body.at("world_size").get<int>();
@@ -249,21 +244,18 @@ void SglangSim::Routes() {
     knobs_.delivery.Apply(req, res);
   });
   server_->Get("/health", [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 200; });
-  if (knobs_.lmdeploy) LmdeployRoutes();
-  if (!knobs_.lmdeploy)
-    server_->Get("/get_server_info", [this](const SimHttpRequest&, SimHttpResponse& res) {
-      std::lock_guard<std::mutex> lock(mu_);
-      Reply(res, 200,
-            {{"version", knobs_.version},
-             {"tp_size", tp_size_},
-             {"dp_size", 1},
-             {"pp_size", 1},
-             {"weight_version", weight_version_},
-             {"simulator", true}});
-    });
+  server_->Get("/get_server_info", [this](const SimHttpRequest&, SimHttpResponse& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Reply(res, 200,
+          {{"version", knobs_.version},
+           {"tp_size", tp_size_},
+           {"dp_size", 1},
+           {"pp_size", 1},
+           {"weight_version", weight_version_},
+           {"simulator", true}});
+  });
   server_->Post(
       "/init_weights_update_group", [this](const SimHttpRequest& req, SimHttpResponse& res) {
-        if (knobs_.backend_501) return Reply(res, 501, {{"detail", "Not Implemented"}});
         json body = json::parse(req.body, nullptr, false);
         if (body.is_discarded()) return SuccessReply(res, false, "invalid JSON");
         if (knobs_.fail_init) return SuccessReply(res, false, "Failed to init group: simulated");
@@ -288,7 +280,6 @@ void SglangSim::Routes() {
       });
   server_->Post("/update_weights_from_distributed", [this](const SimHttpRequest& req,
                                                            SimHttpResponse& res) {
-    if (knobs_.backend_501) return Reply(res, 501, {{"detail", "Not Implemented"}});
     UpdateTurn turn(this);
     const int index = updates_.fetch_add(1);
     json body = json::parse(req.body, nullptr, false);
@@ -296,23 +287,6 @@ void SglangSim::Routes() {
         !body.contains("shapes") || body["names"].size() != body["dtypes"].size() ||
         body["names"].size() != body["shapes"].size()) {
       return SuccessReply(res, false, "names, dtypes and shapes must have equal lengths");
-    }
-    if (knobs_.lmdeploy) {
-      if (!body.contains("group_name")) return SuccessReply(res, false, "group_name is required");
-      // FlattenedTensorBucket raises before the broadcast is posted.
-      if (body.value("load_format", json()) == "flattened_bucket") {
-        for (const auto& d : body["dtypes"]) {
-          if (d != body["dtypes"][0]) {
-            return SuccessReply(res, false,
-                                "ValueError: all tensors in a flattened bucket must share a dtype");
-          }
-        }
-      }
-      if (body.value("finished", false)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++finished_;
-      }
-      if (body["names"].empty()) return SuccessReply(res, true, "finished");
     }
     if (knobs_.sessions && !body.is_discarded()) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -371,7 +345,6 @@ void SglangSim::Routes() {
   });
   server_->Post(
       "/destroy_weights_update_group", [this](const SimHttpRequest& req, SimHttpResponse& res) {
-        if (knobs_.backend_501) return Reply(res, 501, {{"detail", "Not Implemented"}});
         json body = json::parse(req.body, nullptr, false);
         const std::string name = body.is_object()
                                      ? body.value("group_name", std::string("weight_update_group"))
@@ -392,29 +365,28 @@ void SglangSim::Routes() {
         }
         SuccessReply(res, true, "Succeeded to destroy custom process group.");
       });
-  if (!knobs_.lmdeploy)
-    server_->Get("/openapi.json", [this](const SimHttpRequest&, SimHttpResponse& res) {
-      if (knobs_.no_docs) {
-        res.status = 404;
-        res.set_content("{\"detail\":\"Not Found\"}", "application/json");
-        return;
-      }
-      json paths = json::object();
-      std::vector<std::string> posts = {"/init_weights_update_group",
-                                        "/update_weights_from_distributed",
-                                        "/destroy_weights_update_group",
-                                        "/pause_generation",
-                                        "/continue_generation",
-                                        "/update_weight_version",
-                                        "/flush_cache"};
-      if (knobs_.sessions) {
-        posts.push_back("/begin_weight_update");
-        posts.push_back("/end_weight_update");
-      }
-      for (const std::string& p : posts) paths[p] = {{"post", {{"summary", p}}}};
-      paths["/get_server_info"] = {{"get", {{"summary", "server info"}}}};
-      Reply(res, 200, {{"openapi", "3.1.0"}, {"info", {{"title", "FastAPI"}}}, {"paths", paths}});
-    });
+  server_->Get("/openapi.json", [this](const SimHttpRequest&, SimHttpResponse& res) {
+    if (knobs_.no_docs) {
+      res.status = 404;
+      res.set_content("{\"detail\":\"Not Found\"}", "application/json");
+      return;
+    }
+    json paths = json::object();
+    std::vector<std::string> posts = {"/init_weights_update_group",
+                                      "/update_weights_from_distributed",
+                                      "/destroy_weights_update_group",
+                                      "/pause_generation",
+                                      "/continue_generation",
+                                      "/update_weight_version",
+                                      "/flush_cache"};
+    if (knobs_.sessions) {
+      posts.push_back("/begin_weight_update");
+      posts.push_back("/end_weight_update");
+    }
+    for (const std::string& p : posts) paths[p] = {{"post", {{"summary", p}}}};
+    paths["/get_server_info"] = {{"get", {{"summary", "server info"}}}};
+    Reply(res, 200, {{"openapi", "3.1.0"}, {"info", {{"title", "FastAPI"}}}, {"paths", paths}});
+  });
   if (knobs_.sessions) {
     // FastAPI answers a route's other methods with 405.
     server_->Get("/begin_weight_update", [](const SimHttpRequest&, SimHttpResponse& res) {
@@ -443,32 +415,28 @@ void SglangSim::Routes() {
       SuccessReply(res, true, "Weight update session ended.");
     });
   }
-  if (!knobs_.lmdeploy)
-    server_->Post("/pause_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
-      std::lock_guard<std::mutex> lock(mu_);
-      paused_ = true;
-      Reply(res, 200, {{"message", "Generation paused successfully."}, {"status", "ok"}});
-    });
-  if (!knobs_.lmdeploy)
-    server_->Post("/continue_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
-      std::lock_guard<std::mutex> lock(mu_);
-      paused_ = false;
-      Reply(res, 200, {{"message", "Generation continued successfully."}, {"status", "ok"}});
-    });
-  if (!knobs_.lmdeploy)
-    server_->Post("/update_weight_version",
-                  [this](const SimHttpRequest& req, SimHttpResponse& res) {
-                    json body = json::parse(req.body, nullptr, false);
-                    if (body.is_discarded() || !body.contains("new_version")) {
-                      return SuccessReply(res, false, "new_version is required");
-                    }
-                    std::lock_guard<std::mutex> lock(mu_);
-                    weight_version_ = body["new_version"].get<std::string>();
-                    Reply(res, 200,
-                          {{"success", true},
-                           {"message", "Weight version updated successfully"},
-                           {"new_version", weight_version_}});
-                  });
+  server_->Post("/pause_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = true;
+    Reply(res, 200, {{"message", "Generation paused successfully."}, {"status", "ok"}});
+  });
+  server_->Post("/continue_generation", [this](const SimHttpRequest&, SimHttpResponse& res) {
+    std::lock_guard<std::mutex> lock(mu_);
+    paused_ = false;
+    Reply(res, 200, {{"message", "Generation continued successfully."}, {"status", "ok"}});
+  });
+  server_->Post("/update_weight_version", [this](const SimHttpRequest& req, SimHttpResponse& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.contains("new_version")) {
+      return SuccessReply(res, false, "new_version is required");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    weight_version_ = body["new_version"].get<std::string>();
+    Reply(res, 200,
+          {{"success", true},
+           {"message", "Weight version updated successfully"},
+           {"new_version", weight_version_}});
+  });
   auto flush = [](const SimHttpRequest&, SimHttpResponse& res) {
     res.status = 200;
     res.set_content(
@@ -476,10 +444,8 @@ void SglangSim::Routes() {
         "running or waiting requests, the operation will not be performed.)\n",
         "text/plain");
   };
-  if (!knobs_.lmdeploy) {
-    server_->Post("/flush_cache", flush);
-    server_->Get("/flush_cache", flush);
-  }
+  server_->Post("/flush_cache", flush);
+  server_->Get("/flush_cache", flush);
   server_->Get("/sim/checksums", [this](const SimHttpRequest&, SimHttpResponse& res) {
     Reply(res, 200, Checksums());
   });
@@ -565,47 +531,6 @@ void SglangSim::Routes() {
   });
 }
 
-void SglangSim::LmdeployRoutes() {
-  server_->Get("/openapi.json", [this](const SimHttpRequest&, SimHttpResponse& res) {
-    if (knobs_.no_docs) {
-      res.status = 404;
-      return;
-    }
-    json paths = json::object();
-    for (const char* p : {"/update_weights", "/sleep", "/wakeup", "/init_weights_update_group",
-                          "/update_weights_from_distributed", "/destroy_weights_update_group"}) {
-      paths[p] = {{"post", {{"summary", p}}}};
-    }
-    paths["/is_sleeping"] = {{"get", {{"summary", "is sleeping"}}}};
-    Reply(res, 200, {{"openapi", "3.1.0"}, {"info", {{"title", "LMDeploy"}}}, {"paths", paths}});
-  });
-  // LMDeploy refuses a body-less POST without a JSON content type, even these.
-  auto json_only = [](const SimHttpRequest& req, SimHttpResponse& res) {
-    if (req.content_type.rfind("application/json", 0) == 0) return true;
-    Reply(res, 422, {{"detail", "Content-Type must be application/json"}});
-    return false;
-  };
-  server_->Post("/sleep", [this, json_only](const SimHttpRequest& req, SimHttpResponse& res) {
-    if (!json_only(req, res)) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    sleeping_ = true;
-    sleep_log_.push_back(absl::StrCat("sleep ", req.query));
-    res.status = 200;
-  });
-  server_->Post("/wakeup", [this, json_only](const SimHttpRequest& req, SimHttpResponse& res) {
-    if (!json_only(req, res)) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    // Waking the KV cache (or every tag) ends the sleep; the weights alone keep it asleep.
-    if (req.query.find("weights") == std::string::npos) sleeping_ = false;
-    sleep_log_.push_back(absl::StrCat("wakeup ", req.query));
-    res.status = 200;
-  });
-  server_->Get("/is_sleeping", [this](const SimHttpRequest&, SimHttpResponse& res) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Reply(res, 200, {{"is_sleeping", sleeping_}});
-  });
-}
-
 json SglangSim::Checksums() const {
   std::lock_guard<std::mutex> lock(mu_);
   json ranks = json::object();
@@ -623,17 +548,10 @@ json SglangSim::Checksums() const {
       ranks[std::to_string(group_->rank_offset + r->tp_rank)] = tensors;
     }
   }
-  return {{"weight_version", weight_version_},
-          {"ranks", ranks},
-          {"updates_received", updates_.load()},
-          {"paused", paused_},
-          {"group", group_ ? group_->name : ""},
-          {"master_port", group_ ? group_->master_port : 0},
-          {"session_open", session_open_},
-          {"session_log", session_log_},
-          {"finished", finished_},
-          {"sleeping", sleeping_},
-          {"sleep_log", sleep_log_}};
+  return {{"weight_version", weight_version_},   {"ranks", ranks},
+          {"updates_received", updates_.load()}, {"paused", paused_},
+          {"group", group_ ? group_->name : ""}, {"master_port", group_ ? group_->master_port : 0},
+          {"session_open", session_open_},       {"session_log", session_log_}};
 }
 
 }  // namespace wsync

@@ -6,12 +6,6 @@
 // TCPStore exactly as torch does, and the flattened-bucket receive (one uint8 broadcast of the
 // tensors' bytes back to back in `names` order, each tensor's byte range landing in that tensor's
 // storage). Knobs inject faults.
-//
-// With `lmdeploy` it presents LMDeploy's NCCL path instead (docs/engines/lmdeploy.md; the same
-// torch helper and rank numbering): group_name required on every route, the flattened bucket one
-// element-typed broadcast that FlattenedTensorBucket refuses for mixed dtypes, `finished` (the
-// post-load hooks; names may be empty), /sleep, /wakeup, /is_sleeping and LMDeploy's OpenAPI
-// document, and none of SGLang's pause, version or cache routes.
 
 #include <atomic>
 #include <condition_variable>
@@ -58,10 +52,6 @@ struct SimKnobs {
   bool sessions = false;
   // The server serves no /openapi.json (--disable-fastapi-docs): 404 there.
   bool no_docs = false;
-  // LMDeploy's PyTorch engine instead of SGLang (see above).
-  bool lmdeploy = false;
-  // LMDeploy on another backend (turbomind): its disaggregated routes answer 501.
-  bool backend_501 = false;
   // Oversized or trickled answers, by route.
   SimDeliveryKnobs delivery{};
 };
@@ -151,13 +141,6 @@ class SglangSim {
   bool session_open_ = false;
   // "begin <selector>", "end", and "update selector=<s>" for each bucket request, in order.
   std::vector<std::string> session_log_;
-  // LMDeploy: requests with finished true, and the /sleep and /wakeup calls ("sleep level=1",
-  // "wakeup tags=weights") in order.
-  int finished_ = 0;
-  bool sleeping_ = false;
-  std::vector<std::string> sleep_log_;
-  // LMDeploy's routes, added by Routes() when knobs_.lmdeploy.
-  void LmdeployRoutes();
   std::vector<std::string> log_;
 };
 

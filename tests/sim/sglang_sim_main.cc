@@ -26,10 +26,6 @@ int main(int argc, char** argv) {
                "or the process dies");
   app.add_flag("--no-docs", knobs.no_docs, "serve no /openapi.json");
   app.add_flag("--weights-checker", knobs.weights_checker, "serve POST /weights_checker");
-  app.add_flag("--lmdeploy", knobs.lmdeploy,
-               "present LMDeploy's NCCL weight-update routes instead of SGLang's");
-  app.add_flag("--backend-501", knobs.backend_501,
-               "with --lmdeploy: a non-pytorch backend (the disaggregated routes answer 501)");
   wsync::AddDeliveryFlags(app, knobs.delivery);
   CLI11_PARSE(app, argc, argv);
 

@@ -20,9 +20,22 @@ class Dtype:
         self.name = name
         self.itemsize = DTYPE_SIZES[name]
 
+    def __eq__(self, other):
+        return isinstance(other, Dtype) and other.name == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
 
 class Size(tuple):
-    pass
+    def numel(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
 
 
 class TorchClass:

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "tests/transports/loop/loop_binding.h"
+#include "tests/transport/loop/loop_binding.h"
 
 namespace wsync {
 

@@ -109,12 +109,20 @@ start_wsyncd() {
   started_pids+=("$wsyncd_pid")
   wait_sock "$sock"
 }
-# A torch engine simulator: start_engine KIND PORT GPUS LOG [engine options...], KIND one of
-# sglang, lmdeploy, vllm (IPC) or vllm_nccl; sets engine_pid and waits for its /health.
+# An engine simulator on GPU memory: start_engine KIND PORT GPUS LOG [engine options...], KIND
+# one of sglang, lmdeploy, vllm (IPC backend) or vllm_nccl (vLLM 0.30.0's NCCL backend unless
+# --version says otherwise); sets engine_pid and waits for its /health. A kind with one
+# simulator for both memories (tests/engines/KIND/KIND_engine.py) runs it with --memory cuda;
+# SGLang's is still its torch engine (tests/gpu/sglang_torch_engine.py).
 start_engine() {
   local kind=$1 port=$2 gpus=$3 log=$4
   shift 4
-  python3 "tests/gpu/${kind}_torch_engine.py" --port "$port" --gpus "$gpus" "$@" >>"$log" 2>&1 &
+  local engine=(tests/gpu/"${kind}"_torch_engine.py)
+  [[ -f tests/engines/$kind/${kind}_engine.py ]] &&
+    engine=(tests/engines/"$kind"/"${kind}"_engine.py --memory cuda)
+  [[ $kind == vllm_nccl ]] &&
+    engine=(tests/engines/vllm/vllm_engine.py --memory cuda --backend nccl --version 0.30.0)
+  python3 "${engine[@]}" --port "$port" --gpus "$gpus" "$@" >>"$log" 2>&1 &
   engine_pid=$!
   started_pids+=("$engine_pid")
   wait_url "http://127.0.0.1:$port/health"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Colocated, LMDeploy semantics: a real-torch LMDeploy receive side (tests/gpu/
-# lmdeploy_torch_engine.py: update_params after PR #4397, the flattened_tensor cached until
+# Colocated, LMDeploy semantics: LMDeploy's simulator on GPU memory (tests/engines/lmdeploy/
+# lmdeploy_engine.py, real torch: update_params after PR #4397, the flattened_tensor cached until
 # finished, require_clone false, the event waited on and recorded) beside wsyncd and the trainer
 # on GPU 0. Both load formats, 3 versions bit-identical; flattened_tensor must come once per
 # version, GPU and dtype (the slots are regions of one allocation per GPU; counted by the engine,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Colocated, vLLM semantics: a real-torch vLLM IPC receive side (tests/gpu/vllm_torch_engine.py:
-# ipc_handles_pickled, args[6] replaced, packed chunks cut by tensor_sizes and cloned, start/
-# finish sessions with 409 out of order) beside wsyncd and the trainer on GPU 0; 3 versions
-# bit-identical in each request form: packed (--vllm-packed) and unpacked (the default).
+# Colocated, vLLM semantics: vLLM's simulator on GPU memory (tests/engines/vllm/vllm_engine.py,
+# real torch: ipc_handles_pickled, args[6] replaced, packed chunks cut by tensor_sizes and
+# cloned, start/finish sessions with 409 out of order) beside wsyncd and the trainer on GPU 0;
+# 3 versions bit-identical in each request form: packed (--vllm-packed) and unpacked (the
+# default).
 source tests/gpu/lib/common.sh
 gpu_step ipc_vllm "colocated vLLM (ipc): wsyncd (cuda) + vLLM torch engine + Qwen2 trainer on GPU 0"
 need_gpus 1

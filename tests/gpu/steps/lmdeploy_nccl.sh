@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# LMDeploy over NCCL (PR #4638): wsyncd in CUDA mode on GPU 0 as rank 0, the LMDeploy torch
-# engine's rank on GPU 1 joining through wsyncd's TCPStore (tests/gpu/lmdeploy_torch_engine.py:
-# SGLang's helper, ProcessGroupNCCL without device_id), fed by the Qwen2 trainer. Flattened buckets
+# LMDeploy over NCCL (PR #4638): wsyncd in CUDA mode on GPU 0 as rank 0, LMDeploy's simulator
+# (tests/engines/lmdeploy/lmdeploy_engine.py on GPU memory) with its rank on GPU 1 joining through
+# wsyncd's TCPStore (SGLang's helper, ProcessGroupNCCL without device_id), fed by the Qwen2
+# trainer. Flattened buckets
 # (one dtype each, one element-typed broadcast) and per tensor, 3 versions each, bit-identical; an
 # engine killed at its 2nd bucket fails the update naming it, and a fresh one joins the group
 # formed again for the next.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# vLLM over NCCL: wsyncd in CUDA mode on GPU 0 as rank 0, the vLLM torch engine's worker on GPU 1
-# (tests/gpu/vllm_nccl_torch_engine.py: ctypes NCCL as vLLM's PyNccl, the real TCPStore client,
-# ncclCommInitRank and the one-element all-reduce), fed by the Qwen2 trainer. Every payload
+# vLLM over NCCL: wsyncd in CUDA mode on GPU 0 as rank 0, vLLM's simulator with its worker on
+# GPU 1 (tests/engines/vllm/vllm_engine.py --backend nccl on GPU memory: ctypes NCCL as vLLM's
+# PyNccl, the real TCPStore client, ncclCommInitRank and the one-element all-reduce), fed by the
+# Qwen2 trainer. Every payload
 # generation the version gates serve, 3 versions each, bit-identical:
 #   0.30.0  packed in init_info, weight_version at finish, nccl_unique_id_b64: the store and the
 #           unique id, each unpacked and packed

@@ -1,0 +1,228 @@
+"""What the engine simulators share (tests/engines/<kind>/<kind>_engine.py): an exact-name
+unpickler over the rank's torch (real, or host_torch.py's stand-in), one process per TP rank,
+the parameters (made at first sight, then copied into, as load_weights does), their checksums
+and the digest the trainer compares, the arrival-order lock of the engines' update handlers, and
+the JSON reply helpers of a BaseHTTPRequestHandler. Pure stdlib at import time: torch, or its
+stand-in, is imported inside the rank processes (memory.py), so the servers start without it.
+"""
+
+import io
+import json
+import multiprocessing as mp
+import os
+import pickle
+import threading
+import time
+import zlib
+
+# Every dtype common/dtype.h knows, as torch attribute names.
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32",
+               "int64", "bool", "float8_e4m3fn", "float8_e5m2")
+
+
+def exact_name_unpickler(torch, rebuild, storages=("TypedStorage",), extra=None,
+                         refusal="is forbidden"):
+    """A pickle.Unpickler class over `torch` (the rank's memory backend's) that resolves exactly
+    these (module, name) pairs: torch.multiprocessing.reductions.rebuild_cuda_tensor (to
+    `rebuild`), torch.Tensor, torch.Size, torch.storage.<each of `storages`>, torch.<dtype> for
+    DTYPE_NAMES, and `extra` ({(module, name): object}). Anything else raises
+    pickle.UnpicklingError."""
+    allowed = {
+        ("torch.multiprocessing.reductions", "rebuild_cuda_tensor"): rebuild,
+        ("torch", "Tensor"): torch.Tensor,
+        ("torch", "Size"): torch.Size,
+    }
+    for storage in storages:
+        allowed[("torch.storage", storage)] = getattr(torch.storage, storage)
+    for name in DTYPE_NAMES:
+        if hasattr(torch, name):
+            allowed[("torch", name)] = getattr(torch, name)
+    allowed.update(extra or {})
+
+    class ExactNameUnpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in allowed:
+                raise pickle.UnpicklingError(f"Global '{module}.{name}' {refusal}")
+            return allowed[(module, name)]
+
+    return ExactNameUnpickler
+
+
+def unpickle(data, unpickler_cls):
+    return unpickler_cls(io.BytesIO(data)).load()
+
+
+def tensor_crc(memory, t):
+    """CRC-32 of a tensor's bytes, as trainer_push.py computes it."""
+    return format(zlib.crc32(memory.tensor_bytes(t)), "08x")
+
+
+def digest_of(crcs):
+    """One digest of a whole parameter set: CRC-32 of the sorted 'name=crc' lines. Equal digests
+    on both sides mean equal names and equal bytes (up to CRC-32's strength)."""
+    text = "".join(f"{name}={crcs[name]}\n" for name in sorted(crcs))
+    return format(zlib.crc32(text.encode()), "08x")
+
+
+class RankPool:
+    """One process per TP rank (spawned, like the engines' workers), each running
+    target(gpu, tp_rank, conn, *args) and answering (ok, value) per command."""
+
+    def __init__(self, target, gpus, *args):
+        ctx = mp.get_context("spawn")
+        self.ranks = []
+        for tp_rank, gpu in enumerate(gpus):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=target, args=(gpu, tp_rank, child) + tuple(args), daemon=True)
+            p.start()
+            self.ranks.append((p, parent))
+
+    def __len__(self):
+        return len(self.ranks)
+
+    def all(self, cmd, arg=None):
+        """Sends the command to every rank and returns their answers in rank order. A rank that
+        died takes the engine with it, as a crashed worker takes down its server."""
+        for _, conn in self.ranks:
+            conn.send((cmd, arg))
+        try:
+            return [conn.recv() for _, conn in self.ranks]
+        except EOFError:
+            print("a rank process died: the engine exits", flush=True)
+            os._exit(17)
+
+
+def rank_checksums(memory, params, crcs):
+    """Fills `crcs` (name -> crc) for `params` where stale; returns it."""
+    if len(crcs) != len(params) or set(crcs) != set(params):
+        crcs.clear()
+        for name, t in params.items():
+            crcs[name] = tensor_crc(memory, t)
+    return crcs
+
+
+def load_weights(params, received):
+    """Copies into the parameters (made at first sight), as load_weights does."""
+    for name, t in received:
+        p = params.get(name)
+        if p is None or p.shape != t.shape or p.dtype != t.dtype:
+            params[name] = t.clone()
+        else:
+            p.copy_(t)
+
+
+class FifoLock:
+    """A lock handed over in arrival order, as the engines' asyncio locks are (threading.Lock is
+    not)."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.next_ticket = 0
+        self.serving = 0
+
+    def __enter__(self):
+        with self.cond:
+            ticket = self.next_ticket
+            self.next_ticket += 1
+            self.cond.wait_for(lambda: self.serving == ticket)
+
+    def __exit__(self, *exc):
+        with self.cond:
+            self.serving += 1
+            self.cond.notify_all()
+
+
+def stamp():
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1e3) % 1000:03d}"
+
+
+class Delivery:
+    """How answers go out, by route ("*": every route; /sim/ routes never): an oversized chunked
+    body (a JSON string that never closes, `oversize_mib` MiB or, at 0, until the client hangs
+    up), or an answer trickled one byte every `trickle_ms` ms. Set by flags or POST /sim/knobs,
+    as the C++ simulators' SimDeliveryKnobs."""
+
+    def __init__(self):
+        self.oversize_routes, self.oversize_mib = [], 0
+        self.trickle_routes, self.trickle_ms = [], 0
+
+    def update(self, knobs):
+        for key in ("oversize_routes", "oversize_mib", "trickle_routes", "trickle_ms"):
+            if key in knobs:
+                setattr(self, key, knobs.pop(key))
+
+    @staticmethod
+    def add_flags(parser):
+        parser.add_argument("--oversize-route", action="append", default=[],
+                            help='a route ("*": every one) that answers an oversized body')
+        parser.add_argument("--oversize-mib", type=int, default=0,
+                            help="the oversized body's size in MiB (0: endless)")
+        parser.add_argument("--trickle-route", action="append", default=[],
+                            help='a route ("*": every one) whose answers go one byte at a time')
+        parser.add_argument("--trickle-ms", type=int, default=0,
+                            help="milliseconds between a trickled answer's bytes")
+
+    def from_flags(self, args):
+        self.oversize_routes, self.oversize_mib = args.oversize_route, args.oversize_mib
+        self.trickle_routes, self.trickle_ms = args.trickle_route, args.trickle_ms
+
+    def names(self, routes, path):
+        return not path.startswith("/sim/") and ("*" in routes or path in routes)
+
+
+class JsonReplies:
+    """Reply helpers for a BaseHTTPRequestHandler (mixed in before it). Keep-alive with
+    TCP_NODELAY, as uvicorn serves the engines. `delivery` (a Delivery) shapes the answers."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    delivery = None
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def send(self, status, body, content_type="application/json"):
+        path = self.path.split("?", 1)[0]
+        d = self.delivery
+        if d is not None and d.names(d.oversize_routes, path):
+            return self.send_oversized(status, content_type, d.oversize_mib)
+        if d is not None and d.names(d.trickle_routes, path):
+            reason = self.responses.get(status, ("",))[0]
+            text = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+            try:
+                for i in range(len(text)):
+                    self.wfile.write(text[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(max(d.trickle_ms, 1) / 1000)
+            except OSError:
+                self.close_connection = True
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_oversized(self, status, content_type, mib):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = b"100000\r\n\"" + b"x" * ((1 << 20) - 1) + b"\r\n"
+        sent = 0
+        try:
+            while mib == 0 or sent < mib:
+                self.wfile.write(chunk)
+                sent += 1
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+
+    def reply(self, status, obj):
+        self.send(status, json.dumps(obj).encode())
+
+    def raw_body(self):
+        n = int(self.headers.get("Content-Length", 0) or 0)
+        return self.rfile.read(n) if n else b""
