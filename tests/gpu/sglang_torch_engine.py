@@ -26,7 +26,6 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 import zlib

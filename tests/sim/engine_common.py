@@ -11,9 +11,16 @@ import json
 import multiprocessing as mp
 import os
 import pickle
+import signal
+import sys
 import threading
 import time
+import traceback
 import zlib
+from http.server import ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import memory as memories  # noqa: E402
 
 # Every dtype common/dtype.h knows, as torch attribute names.
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32",
@@ -99,6 +106,76 @@ def rank_checksums(memory, params, crcs):
         for name, t in params.items():
             crcs[name] = tensor_crc(memory, t)
     return crcs
+
+
+def serve_rank(conn, commands):
+    """A rank process's loop: each (cmd, arg) the server sends runs commands[cmd](arg), answered
+    (True, its value), or (False, "Type: message") when it raises, as the engines fail the
+    request a worker's exception ends. The loop ends at "exit" or when the server is gone."""
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except EOFError:
+            return
+        if cmd == "exit":
+            conn.send((True, "bye"))
+            return
+        try:
+            conn.send((True, commands[cmd](arg)))
+        except Exception as e:  # noqa: BLE001 - reported to the HTTP side
+            traceback.print_exc()
+            conn.send((False, f"{type(e).__name__}: {e}"))
+
+
+def sleep_params(mem, params, level):
+    """The weights put to sleep: moved to host memory (level 1) or dropped (level 2), the device
+    synchronised and its cache emptied."""
+    torch = mem.torch
+    torch.cuda.synchronize()
+    if level == 2:
+        params.clear()
+    else:
+        for name in list(params):
+            params[name] = params[name].to("cpu")
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
+def wake_params(mem, params, gpu):
+    """The sleeping weights moved back to the rank's GPU."""
+    for name in list(params):
+        params[name] = params[name].to(f"cuda:{gpu}")
+    mem.torch.cuda.synchronize()
+
+
+def add_engine_flags(parser, rank_word="TP rank"):
+    """The flags every engine simulator takes: --port, --gpus, --memory and the answers'
+    delivery."""
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--gpus", required=True,
+                        help=f"comma-separated device index (host memory: or stand-in GPU UUID) "
+                             f"per {rank_word}")
+    parser.add_argument("--memory", choices=memories.KINDS, default="cuda",
+                        help="where the ranks keep tensors: host (shared memory, no torch) or "
+                             "cuda")
+    Delivery.add_flags(parser)
+
+
+def gpus_of(args):
+    return [memories.device_of(g) for g in args.gpus.split(",") if g]
+
+
+def serve(handler, args, banner):
+    """Serves `handler` on 127.0.0.1:--port until SIGTERM, its answers delivered as the flags
+    say."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    handler.delivery = Delivery()
+    handler.delivery.from_flags(args)
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    server.daemon_threads = True
+    print(f"{banner} ({args.memory} memory) on :{args.port}, gpus {args.gpus}, pid {os.getpid()}",
+          flush=True)
+    server.serve_forever()
 
 
 def load_weights(params, received):

@@ -32,9 +32,10 @@ from torch_standins import (DTYPE_SIZES, HANDLE_BYTES, Dtype, LoadError,  # noqa
 
 __version__ = "host"
 
-# torch's dtypes, by attribute name.
+# torch's dtypes, by attribute name (float32 named here, for the functions below).
+float32 = Dtype("float32")
 for _name in DTYPE_SIZES:
-    globals()[_name] = Dtype(_name)
+    globals().setdefault(_name, Dtype(_name))
 
 Tensor = TorchClass("Tensor")
 storage = types.SimpleNamespace(TypedStorage=TorchClass("TypedStorage"),

@@ -65,19 +65,18 @@ import argparse
 import base64
 import json
 import os
-import signal
 import sys
 import threading
 import time
-import traceback
 import urllib.parse
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sim"))
 import memory as memories  # noqa: E402
-from engine_common import (Delivery, FifoLock, JsonReplies, RankPool, digest_of,  # noqa: E402
-                           exact_name_unpickler, load_weights, rank_checksums, stamp, unpickle)
+from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
+                           digest_of, exact_name_unpickler, gpus_of, load_weights, rank_checksums,
+                           serve, serve_rank, sleep_params, stamp, unpickle, wake_params)
 
 METADATA_MODULE = "lmdeploy.utils"
 ROUTES = [
@@ -207,84 +206,68 @@ def rank_main(gpu, tp_rank, conn, memory_kind):
         st.ipc_tensor = None
         st.ipc_key = None
 
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except EOFError:  # the server is gone
-            return
-        try:
-            if cmd == "update":
-                entries = arg["body"]["serialized_named_tensors"]
-                entry = entries[tp_rank] if isinstance(entries, list) else entries
-                info = {"gpu": uuid, "device": gpu, "nonempty": False, "flattened": False}
-                weights = deserialize(entry, arg["body"].get("load_format"), info)
-                if weights and arg["weights_asleep"]:
-                    raise RuntimeError("weights loaded while the engine's weights sleep")
-                load_weights(st.params, weights)
-                info["loaded"] = len(weights)
-                del weights
-                if st.ipc_event is not None:
-                    st.ipc_event.record()
-                if arg["body"].get("finished", False):
-                    torch.cuda.synchronize()
-                    drop_cache()
-                torch.cuda.empty_cache()
-                st.crcs.clear()
-                conn.send((True, info))
-            elif cmd == "dist_init":
-                name = arg["group_name"]
-                if name in st.groups:
-                    raise RuntimeError(f"group '{name}' already initialized")
-                st.groups[name] = mem.init_custom_process_group(
-                    arg.get("backend", "nccl"),
-                    f"tcp://{arg['master_address']}:{arg['master_port']}", arg["world_size"],
-                    arg["rank_offset"] + tp_rank, name)
-                conn.send((True, "ok"))
-            elif cmd == "dist_update":
-                body = arg["body"]
-                pg = st.groups.get(body["group_name"])
-                if pg is None:
-                    raise RuntimeError(f"group '{body['group_name']}' is not initialized")
-                received = receive(body, pg)
-                if received and arg["weights_asleep"]:
-                    raise RuntimeError("weights loaded while the engine's weights sleep")
-                load_weights(st.params, received)
-                if body.get("finished", False):
-                    torch.cuda.synchronize()
-                st.crcs.clear()
-                conn.send((True, len(received)))
-            elif cmd == "dist_destroy":
-                pg = st.groups.pop(arg, None)
-                if pg is not None:
-                    mem.dist.destroy_process_group(pg)
-                conn.send((True, "ok"))
-            elif cmd == "sleep":
-                torch.cuda.synchronize()
-                drop_cache()
-                if arg == 2:
-                    st.params.clear()
-                else:
-                    for name in list(st.params):
-                        st.params[name] = st.params[name].to("cpu")
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-                st.crcs.clear()
-                conn.send((True, "ok"))
-            elif cmd == "wake_weights":
-                for name in list(st.params):
-                    st.params[name] = st.params[name].to(f"cuda:{gpu}")
-                torch.cuda.synchronize()
-                conn.send((True, "ok"))
-            elif cmd == "checksums":
-                conn.send((True, dict(rank_checksums(mem, st.params, st.crcs))))
-            elif cmd == "stats":
-                conn.send((True, {"casts": st.casts, "ipc_opens": mem.ipc_opens()}))
-            elif cmd == "exit":
-                conn.send((True, "bye"))
-                return
-        except Exception as e:  # LMDeploy: any exception in the worker fails the request
-            traceback.print_exc()
-            conn.send((False, f"{type(e).__name__}: {e}"))
+    def update(arg):
+        entries = arg["body"]["serialized_named_tensors"]
+        entry = entries[tp_rank] if isinstance(entries, list) else entries
+        info = {"gpu": uuid, "device": gpu, "nonempty": False, "flattened": False}
+        weights = deserialize(entry, arg["body"].get("load_format"), info)
+        if weights and arg["weights_asleep"]:
+            raise RuntimeError("weights loaded while the engine's weights sleep")
+        load_weights(st.params, weights)
+        info["loaded"] = len(weights)
+        del weights
+        if st.ipc_event is not None:
+            st.ipc_event.record()
+        if arg["body"].get("finished", False):
+            torch.cuda.synchronize()
+            drop_cache()
+        torch.cuda.empty_cache()
+        st.crcs.clear()
+        return info
+
+    def dist_init(arg):
+        name = arg["group_name"]
+        if name in st.groups:
+            raise RuntimeError(f"group '{name}' already initialized")
+        st.groups[name] = mem.init_custom_process_group(
+            arg.get("backend", "nccl"), f"tcp://{arg['master_address']}:{arg['master_port']}",
+            arg["world_size"], arg["rank_offset"] + tp_rank, name)
+        return "ok"
+
+    def dist_update(arg):
+        body = arg["body"]
+        pg = st.groups.get(body["group_name"])
+        if pg is None:
+            raise RuntimeError(f"group '{body['group_name']}' is not initialized")
+        received = receive(body, pg)
+        if received and arg["weights_asleep"]:
+            raise RuntimeError("weights loaded while the engine's weights sleep")
+        load_weights(st.params, received)
+        if body.get("finished", False):
+            torch.cuda.synchronize()
+        st.crcs.clear()
+        return len(received)
+
+    def dist_destroy(name):
+        pg = st.groups.pop(name, None)
+        if pg is not None:
+            mem.dist.destroy_process_group(pg)
+        return "ok"
+
+    def sleep(level):
+        drop_cache()
+        sleep_params(mem, st.params, level)
+        st.crcs.clear()
+        return "ok"
+
+    # LMDeploy: any exception in the worker fails the request.
+    serve_rank(conn, {
+        "update": update, "dist_init": dist_init, "dist_update": dist_update,
+        "dist_destroy": dist_destroy, "sleep": sleep,
+        "wake_weights": lambda _: wake_params(mem, st.params, gpu),
+        "checksums": lambda _: dict(rank_checksums(mem, st.params, st.crcs)),
+        "stats": lambda _: {"casts": st.casts, "ipc_opens": mem.ipc_opens()},
+    })
 
 
 class Engine:
@@ -583,12 +566,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
 def main():
     global ENGINE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--gpus", required=True,
-                    help="comma-separated device index (host memory: or stand-in GPU UUID) per "
-                         "TP rank")
-    ap.add_argument("--memory", choices=memories.KINDS, default="cuda",
-                    help="where the ranks keep tensors: host (shared memory, no torch) or cuda")
+    add_engine_flags(ap)
     ap.add_argument("--disable-fastapi-docs", action="store_true",
                     help="serve no /openapi.json, as LMDeploy's flag of that name")
     ap.add_argument("--no-nccl-routes", action="store_true", help="an LMDeploy before PR #4638")
@@ -601,23 +579,14 @@ def main():
                          "LMDEPLOY_ALLOW_PICKLE_UPDATE_PARAMS=1")
     ap.add_argument("--no-digest-log", action="store_true",
                     help="do not checksum the parameters at each finished call")
-    Delivery.add_flags(ap)
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": args.die_at_update,
              "refuse_pickle": args.refuse_pickle}
-    gpus = [memories.device_of(g) for g in args.gpus.split(",") if g]
-    ENGINE = Engine(gpus, args.memory, knobs, not args.no_digest_log)
+    ENGINE = Engine(gpus_of(args), args.memory, knobs, not args.no_digest_log)
     Handler.openapi = not args.disable_fastapi_docs
     Handler.nccl_routes = not args.no_nccl_routes
     Handler.backend_501 = args.backend_501
-    Handler.delivery = Delivery()
-    Handler.delivery.from_flags(args)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
-    print(f"lmdeploy engine ({args.memory} memory) on :{args.port}, gpus {args.gpus}, "
-          f"pid {os.getpid()}", flush=True)
-    server.serve_forever()
+    serve(Handler, args, "lmdeploy engine")
 
 
 if __name__ == "__main__":

@@ -81,19 +81,18 @@ import json
 import os
 import pickle
 import re
-import signal
 import sys
 import threading
 import time
-import traceback
 import types
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sim"))
 import memory as memories  # noqa: E402
-from engine_common import (Delivery, FifoLock, JsonReplies, RankPool, digest_of,  # noqa: E402
-                           exact_name_unpickler, load_weights, rank_checksums, stamp, unpickle)
+from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
+                           digest_of, exact_name_unpickler, gpus_of, load_weights, rank_checksums,
+                           serve, serve_rank, sleep_params, stamp, unpickle, wake_params)
 
 INIT_KEYS = {"packed", "packed_buffer_size_bytes", "packed_num_buffers"}
 PAUSE_MODES = ("abort", "wait", "keep")
@@ -262,53 +261,30 @@ def rank_main(gpu, tp_rank, conn, memory_kind):
         crcs.clear()
         return sizes
 
-    while True:
-        try:
-            cmd, arg = conn.recv()
-        except EOFError:  # the server is gone
-            return
-        try:
-            if cmd == "nccl_init":
-                conn.send((True, nccl_init(*arg)))
-            elif cmd == "nccl_update":
-                conn.send((True, nccl_receive(*arg)))
-            elif cmd == "update":
-                weights, forms = receive(arg["update_info"], arg["form_rule"])
-                load_weights(params, weights)
-                n = len(weights)
-                del weights
-                torch.cuda.synchronize()
-                crcs.clear()
-                conn.send((True, {"loaded": n, "forms": forms}))
-            elif cmd == "finish":
-                torch.cuda.synchronize()
-                conn.send((True, "ok"))
-            elif cmd == "sleep":
-                torch.cuda.synchronize()
-                if arg == 2:
-                    params.clear()
-                else:
-                    for name in list(params):
-                        params[name] = params[name].to("cpu")
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-                crcs.clear()
-                conn.send((True, "ok"))
-            elif cmd == "wake_weights":
-                for name in list(params):
-                    params[name] = params[name].to(f"cuda:{gpu}")
-                torch.cuda.synchronize()
-                conn.send((True, "ok"))
-            elif cmd == "checksums":
-                conn.send((True, dict(rank_checksums(mem, params, crcs))))
-            elif cmd == "ipc_opens":
-                conn.send((True, mem.ipc_opens()))
-            elif cmd == "exit":
-                conn.send((True, "bye"))
-                return
-        except Exception as e:  # an exception in a worker fails the request
-            traceback.print_exc()
-            conn.send((False, f"{type(e).__name__}: {e}"))
+    def update(arg):
+        weights, forms = receive(arg["update_info"], arg["form_rule"])
+        load_weights(params, weights)
+        n = len(weights)
+        del weights
+        torch.cuda.synchronize()
+        crcs.clear()
+        return {"loaded": n, "forms": forms}
+
+    def sleep(level):
+        sleep_params(mem, params, level)
+        crcs.clear()
+        return "ok"
+
+    # An exception in a worker fails the request.
+    serve_rank(conn, {
+        "nccl_init": lambda arg: nccl_init(*arg),
+        "nccl_update": lambda arg: nccl_receive(*arg),
+        "update": update, "sleep": sleep,
+        "finish": lambda _: torch.cuda.synchronize(),
+        "wake_weights": lambda _: wake_params(mem, params, gpu),
+        "checksums": lambda _: dict(rank_checksums(mem, params, crcs)),
+        "ipc_opens": lambda _: mem.ipc_opens(),
+    })
 
 
 class Engine:
@@ -786,12 +762,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
 def main():
     global ENGINE
     ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--gpus", required=True,
-                    help="comma-separated device index (host memory: or stand-in GPU UUID) per "
-                         "worker")
-    ap.add_argument("--memory", choices=memories.KINDS, default="cuda",
-                    help="where the workers keep tensors: host (shared memory, no torch) or cuda")
+    add_engine_flags(ap, "worker")
     ap.add_argument("--version", default="0.23.0", help="what GET /version answers")
     ap.add_argument("--entry-form", choices=("auto", "any", "args", "func_args"), default="auto",
                     help="the IPC entry this build reads (auto: by version; any takes both)")
@@ -819,19 +790,10 @@ def main():
     ap.add_argument("--weight-checker", action="store_true", help="serve POST /weight_checker")
     ap.add_argument("--corrupt-tensor", default="",
                     help="NCCL: the first worker keeps this tensor with its first byte flipped")
-    Delivery.add_flags(ap)
     args = ap.parse_args()
     parse_version(args.version)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    ENGINE = Engine(args, [memories.device_of(g) for g in args.gpus.split(",") if g])
-    Handler.delivery = Delivery()
-    Handler.delivery.from_flags(args)
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
-    print(f"vllm engine {args.version} ({args.memory} memory) on :{args.port}, gpus "
-          f"{args.gpus}, entry form {args.entry_form}, packed {args.packed}, pid {os.getpid()}",
-          flush=True)
-    server.serve_forever()
+    ENGINE = Engine(args, gpus_of(args))
+    serve(Handler, args, f"vllm engine {args.version}, {args.backend} backend")
 
 
 if __name__ == "__main__":
