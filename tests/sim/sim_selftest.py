@@ -381,7 +381,46 @@ def worker_checks():
     rep.close()
 
 
+def host_torch_checks():
+    """The host memory backend behaves as torch does where the simulators' rank code relies on
+    it: dtype views and their alignment, value casts (bf16 rounds to nearest even), slicing
+    and splitting, shape checks."""
+    import numpy as np
+    import host_torch as t
+
+    def raises(fn):
+        try:
+            fn()
+        except (RuntimeError, t.LoadError):
+            return True
+        return False
+
+    flat = t.empty(16, dtype=t.uint8)
+    flat.raw[:] = np.arange(16, dtype=np.uint8)
+    check(flat[4:12].view(t.float32).shape == (2,), "host_torch: 8 bytes at 4 view as 2 float32")
+    check(raises(lambda: flat[2:10].view(t.float32)),
+          "host_torch: a view at byte 2 as float32 is refused (torch's alignment rule)")
+    check(flat[4:8].view(t.int32).tobytes() == bytes([4, 5, 6, 7]),
+          "host_torch: a view keeps the bytes")
+    f32 = t.empty(3, dtype=t.float32)
+    f32.raw.view(np.uint32)[:] = [0x3F800000, 0x3F808000, 0x3F818000]
+    bf = f32.to(t.bfloat16)
+    check(list(bf.raw.view(np.uint16)) == [0x3F80, 0x3F80, 0x3F82],
+          "host_torch: float32 -> bfloat16 rounds to nearest even")
+    check(bf.to(t.float32).raw.view(np.uint32)[2] == 0x3F820000, "host_torch: bf16 -> float32")
+    pieces = flat.split([3, 5, 8])
+    check([p.shape[0] for p in pieces] == [3, 5, 8] and pieces[1].offset == 3,
+          "host_torch: split cuts in order, each piece at its offset")
+    check(raises(lambda: flat.split([3, 5])), "host_torch: split sizes must add up")
+    check(flat[10:99].shape == (6,), "host_torch: a slice past the end is clamped, as torch's")
+    check(raises(lambda: flat[0:6].reshape(4)), "host_torch: a reshape to another numel fails")
+    copy = t.empty(2, dtype=t.float32)
+    copy.copy_(flat[8:16].view(t.float32))
+    check(copy.tobytes() == bytes(range(8, 16)), "host_torch: copy_ copies the bytes")
+
+
 def main():
+    host_torch_checks()
     lmdeploy_checks()
     vllm_checks()
     worker_checks()
