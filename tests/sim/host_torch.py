@@ -17,6 +17,7 @@ with real torch, on GPUs. What stands in for what:
 Only what the simulators use is here; anything else raises AttributeError.
 """
 
+import builtins
 import os
 import socket
 import struct
@@ -74,12 +75,22 @@ def _cast(raw, src, dst):
     return values.astype(_NUMPY[dst.name]).view(np.uint8)
 
 
+def _dims(shape):
+    """A shape's dimensions as torch.Size takes them: non-negative ints."""
+    dims = tuple(shape)
+    # torch.bool shadows the builtin here (torch's dtypes are this module's names).
+    if any(isinstance(d, builtins.bool) or not isinstance(d, (int, np.integer)) or d < 0
+           for d in dims):
+        raise TypeError(f"a shape takes non-negative ints, not {dims!r}")
+    return Size(int(d) for d in dims)
+
+
 class HostTensor:
     """A contiguous tensor: `raw` holds its bytes (a uint8 numpy array, possibly a view), which
     start `offset` bytes into their allocation (torch's storage offset, in bytes)."""
 
     def __init__(self, raw, dtype, shape, offset=0):
-        self.raw, self.dtype, self.shape = raw, dtype, Size(int(d) for d in shape)
+        self.raw, self.dtype, self.shape = raw, dtype, _dims(shape)
         self.offset = offset
         if raw.nbytes != _numel(self.shape) * dtype.itemsize:
             raise LoadError(f"{raw.nbytes} bytes are not a {dtype.name} tensor of {self.shape}")
@@ -121,9 +132,12 @@ class HostTensor:
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = list(shape)
+        if shape.count(-1) > 1:
+            raise RuntimeError("only one dimension can be inferred")
         if -1 in shape:
             known = _numel(d for d in shape if d != -1)
             shape[shape.index(-1)] = self.numel() // max(known, 1)
+        shape = list(_dims(shape))
         if _numel(shape) != self.numel():
             raise RuntimeError(f"shape {tuple(shape)} is invalid for input of size {self.numel()}")
         return shape
@@ -182,6 +196,7 @@ def empty(*shape, dtype=None, device=None):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
     dtype = dtype or float32
+    shape = _dims(shape)
     return HostTensor(np.zeros(_numel(shape) * dtype.itemsize, np.uint8), dtype, shape)
 
 

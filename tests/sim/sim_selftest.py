@@ -122,8 +122,9 @@ def lmdeploy_checks():
           "lmdeploy: /wakeup wakes the rest")
 
     def info(buffer, flattened, dtype="bfloat16"):
-        return True, {"gpu": "GPU0", "device": 0, "nonempty": True, "flattened": flattened, "event": True,
-                      "dtype": dtype, "buffer": buffer, "loaded": 3}
+        return True, {"gpu": "GPU0", "device": 0, "rank": 0, "nonempty": True,
+                      "flattened": flattened, "event": True, "dtype": dtype, "buffer": buffer,
+                      "loaded": 3}
 
     body = {"serialized_named_tensors": ["eA=="], "load_format": "flattened_bucket",
             "finished": False}

@@ -209,7 +209,8 @@ def rank_main(gpu, tp_rank, conn, memory_kind):
     def update(arg):
         entries = arg["body"]["serialized_named_tensors"]
         entry = entries[tp_rank] if isinstance(entries, list) else entries
-        info = {"gpu": uuid, "device": gpu, "nonempty": False, "flattened": False}
+        info = {"gpu": uuid, "device": gpu, "rank": tp_rank, "nonempty": False,
+                "flattened": False}
         weights = deserialize(entry, arg["body"].get("load_format"), info)
         if weights and arg["weights_asleep"]:
             raise RuntimeError("weights loaded while the engine's weights sleep")
@@ -289,7 +290,7 @@ class Engine:
         self.group = ""  # the NCCL path's group, while one is formed
         self.rank_offset = 1
         self.cycles = [self.new_cycle(1)]
-        self.previous = {}  # gpu -> (buffer, dtype) of the cycle's last non-empty call
+        self.previous = {}  # TP rank -> (buffer, dtype) of the cycle's last non-empty call
 
     @staticmethod
     def new_cycle(n):
@@ -323,9 +324,9 @@ class Engine:
             if info["buffer"] not in c["buffers"]:
                 c["buffers"].append(info["buffer"])
             here = (info["buffer"], info["dtype"])
-            if self.previous.get(info["gpu"]) != here:
+            if self.previous.get(info["rank"]) != here:
                 c["floor"] += 1
-            self.previous[info["gpu"]] = here
+            self.previous[info["rank"]] = here
             if info.get("flattened"):
                 c["arrivals"] += 1
                 arrivals = cycle["arrivals"]
@@ -341,16 +342,18 @@ class Engine:
             self.end_cycle(True)
 
     def sleep(self, level):
-        res = self.ranks.all("sleep", level)
+        """level: the query's, or None (LMDeploy's default, 1); the event names what came."""
+        res = self.ranks.all("sleep", int(level or 1))
         with self.state:
             self.sleeping_tags = {"weights", "kv_cache"}
             self.end_cycle(False)
-            self.event(f"sleep:{level}")
+            self.event(f"sleep:{level or '(no level)'}")
         return res
 
-    def wakeup(self, tags):
+    def wakeup(self, given):
+        """given: the query's tags, or none (every sleeping tag); the event names what came."""
         with self.state:
-            tags = tags or sorted(self.sleeping_tags)
+            tags = given or sorted(self.sleeping_tags)
             if any(t not in self.sleeping_tags for t in tags):
                 self.event(f"wakeup-ignored:{','.join(tags)}")
                 return
@@ -358,7 +361,7 @@ class Engine:
             self.ranks.all("wake_weights")
         with self.state:
             self.sleeping_tags -= set(tags)
-            self.event(f"wakeup:{','.join(tags)}")
+            self.event(f"wakeup:{','.join(given) or '(no tags)'}")
 
     def take_update_index(self):
         """The weight update's index, and the fault the knobs put on it."""
@@ -447,11 +450,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 e.event(f"refused:{url.path}:content-type")
             return self.error(400, "Unsupported Media Type: Only 'application/json' is allowed")
         if url.path == "/sleep":
-            level = query.get("level", ["1"])[-1]
-            if level not in ("1", "2"):
+            level = query.get("level", [None])[-1]
+            if level not in (None, "1", "2"):
                 return self.error(400, 'The "level" query parameter must be 1 or 2.')
             with e.lock:
-                res = e.sleep(int(level))
+                res = e.sleep(level)
             if not all(ok for ok, _ in res):
                 return self.send(500, b"Internal Server Error", "text/plain")
             return self.send(200, b"", "text/plain")
@@ -476,6 +479,14 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         if not isinstance(body, dict) or not body.get("group_name"):
             return self.reply(400, {"success": False, "message": "group_name is required"})
         if path == "/init_weights_update_group":
+            try:
+                offset, world = int(body["rank_offset"]), int(body["world_size"])
+            except (KeyError, TypeError, ValueError) as err:
+                return self.reply(400, {"success": False, "message": f"bad group: {err!r}"})
+            if offset < 1 or offset + len(e.ranks) > world:
+                return self.reply(400, {"success": False, "message":
+                                        f"rank_offset {offset} + tp {len(e.ranks)} exceeds "
+                                        f"world_size {world}"})
             with e.lock:
                 res = e.ranks.all("dist_init", body)
                 if all(ok for ok, _ in res):
@@ -531,7 +542,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         if not isinstance(finished, bool):
             problem = "finished must be a bool"
         elif isinstance(entries, list) and len(entries) < len(e.ranks):
-            problem = f"serialized_named_tensors has {len(entries)} entries for {len(e.ranks)} ranks"
+            problem = (f"serialized_named_tensors has {len(entries)} entries for {len(e.ranks)} "
+                       "ranks")
         if problem is not None:
             with e.state:
                 e.last_error = problem

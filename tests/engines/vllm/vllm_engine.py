@@ -196,7 +196,12 @@ def rank_main(gpu, tp_rank, conn, memory_kind):
                 raise ValueError("`tensor_sizes` is required when packed=True")
             if not isinstance(handles, dict):
                 raise ValueError("packed: ipc_handles must be one dict")
+            if len(sizes) != len(names):
+                raise ValueError(f"tensor_sizes has {len(sizes)} entries for {len(names)} names")
             buf = rebuild(pick(handles), form_rule, forms)
+            if buf.dtype != torch.uint8 or buf.dim() != 1:
+                raise ValueError(f"a packed chunk is a 1-D uint8 tensor, not {buf.dtype} "
+                                 f"{tuple(buf.shape)}")
             pieces = buf[:sum(sizes)].split(sizes)
             weights = [(n, p.contiguous().view(getattr(torch, d)).view(*s).clone())
                        for n, s, d, p in zip(names, shapes, dtype_names, pieces)]
@@ -207,6 +212,12 @@ def rank_main(gpu, tp_rank, conn, memory_kind):
                                  f"and {len(names)}")
             weights = [(name, rebuild(pick(h), form_rule, forms))
                        for name, h in zip(names, handles)]
+            # What the request declares must be what was rebuilt: a mislabelled tensor has the
+            # right bytes, which a checksum alone would pass.
+            for (name, t), dname, shape in zip(weights, dtype_names, shapes):
+                if str(t.dtype).split(".")[-1] != dname or list(t.shape) != list(shape):
+                    raise ValueError(f"{name}: rebuilt as {t.dtype}{list(t.shape)}, declared "
+                                     f"{dname}{list(shape)}")
         return weights, forms
 
     nccl = {}  # the NCCL backend's store and communicator, held for the group's life
@@ -219,7 +230,12 @@ def rank_main(gpu, tp_rank, conn, memory_kind):
             install_vllm_standin()
             nccl["store"] = mem.open_store(info["master_address"], info["master_port"], world)
             nccl["store"].wait([ID_KEY])
-            uid = bytes(pickle.loads(nccl["store"].get(ID_KEY)))
+            obj = pickle.loads(nccl["store"].get(ID_KEY))
+            if type(obj).__name__ != "ncclUniqueId" or \
+                    type(obj).__module__ != "vllm.distributed.device_communicators.pynccl_wrapper":
+                raise TypeError(f"the object under {ID_KEY} is a {type(obj).__qualname__}, not "
+                                "vLLM's ncclUniqueId")
+            uid = bytes(obj)
         nccl["comm"] = mem.communicator(uid, world, rank)
         nccl["comm"].warm_up()
         return rank
@@ -454,8 +470,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             self.delivery.update(knobs)
             with e.state:
                 if "version" in knobs:
+                    parse_version(knobs["version"])
                     e.version = knobs.pop("version")
-                    parse_version(e.version)
                 e.knobs.update(knobs)
                 return self.reply(200, dict(e.knobs, version=e.version))
         if e.dead:
@@ -575,7 +591,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             e.session_open = False
             e.stats["finishes"] += 1
             version = body.get("weight_version") if e.reads_weight_version() else None
-            if version is not None:
+            if version not in (None, ""):
                 e.weight_version = str(version)
             e.event(f"finish:{version}")
         if not all(ok for ok, _ in res):
