@@ -1,6 +1,6 @@
 """End-to-end weight-update benchmark, nccl-tests style: a model with Qwen2.5-7B's tensor names and
 shapes in bf16 (random data, 14.19 GiB) on GPU 0, pushed to SGLang-semantics torch engines
-(tests/gpu/sglang_torch_engine.py, one rank each) on GPUs 1..N, for each slot size. Beside wsync it measures, in the
+(tests/engines/sglang/sglang_engine.py on GPU memory, one rank each) on GPUs 1..N, for each slot size. Beside wsync it measures, in the
 same run on the same GPUs and NCCL:
 
   ceiling      rank 0 broadcasts the same buckets back to back while the receiver has posted all

@@ -1,6 +1,6 @@
 """Colocated weight-update benchmark, nccl-tests style: a model with Qwen2.5-7B's tensor names and
 shapes in bf16 (random data, 14.19 GiB) on GPU 0, loaded by a torch engine rank on the same GPU that
-follows SGLang's update_weights_from_tensor receive (tests/gpu/sglang_torch_engine.py: exact-name
+follows SGLang's update_weights_from_tensor receive (tests/engines/sglang/sglang_engine.py on GPU memory: exact-name
 unpickler, views of the sender's memory through CUDA IPC, copied into its parameters). For each
 bucket size, in the same run on the same GPU:
 
@@ -48,16 +48,15 @@ GIB = 2**30
 
 
 class Engine:
-    """The torch engine process (one rank on GPU 0)."""
+    """SGLang's simulator on GPU memory (one rank on GPU 0)."""
 
     def __init__(self, args, log):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         here = os.path.dirname(__file__)
-        self.proc = subprocess.Popen([sys.executable, os.path.join(here, "..", "gpu",
-                                                                   "sglang_torch_engine.py"),
-                                      "--port", str(self.port), "--gpus", "0"],
-                                     stdout=log, stderr=log)
+        engine = os.path.join(here, "..", "engines", "sglang", "sglang_engine.py")
+        self.proc = subprocess.Popen([sys.executable, engine, "--memory", "cuda", "--port",
+                                      str(self.port), "--gpus", "0"], stdout=log, stderr=log)
         for _ in range(600):
             try:
                 urllib.request.urlopen(self.url + "/health", timeout=1).read()

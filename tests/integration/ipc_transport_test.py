@@ -1,5 +1,5 @@
 """The colocated (IPC) transport end to end in host mode: real wsyncd, wsyncctl and Python client
-processes against tests/sim/sglang_ipc_sim.py, which loads each bucket through an exact-name
+processes against tests/engines/sglang/sglang_engine.py on host memory, which loads each bucket through an exact-name
 unpickler from wsyncd's slots, as SGLang's update_weights_from_tensor does.
 
 Usage: ipc_transport_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR IPC_SIM
@@ -42,7 +42,7 @@ class IpcFixture(HostWsyncdCase):
 
     def start_engine(self, name, gpus, port=None, version=None, extra=()):
         port = port or free_port()
-        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)]
+        self.spawn(name, [sys.executable, IPC_SIM, "--memory", "host", "--port", str(port), "--gpus", ",".join(gpus)]
                    + (["--version", version] if version else []) + list(extra))
         wait_port(port)
         return port
@@ -133,7 +133,7 @@ class SglangVersionGateTest(IpcFixture):
 
 
 class IpcSessionTest(IpcFixture):
-    """A session build (sglang_ipc_sim --sessions, which dies on an update outside a session or a
+    """A session build (sglang_engine --sessions, which dies on an update outside a session or a
     second begin, as SGLang's scheduler asserts): each colocated update inside begin/end, the tensor
     route's requests with the selector; the map-once route's request has no selector field."""
 

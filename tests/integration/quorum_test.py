@@ -5,7 +5,7 @@ processes against engine simulators.
   down is left out and the others form a smaller group, their ranks renumbered, so the collective
   and every rank's bytes must still be right; the engine left out waits for a full version, and
   once back it is formed in again and gets one.
-- IPC per-bucket requests (tests/sim/sglang_ipc_sim.py): an engine whose bucket fails mid-update
+- IPC per-bucket requests (tests/engines/sglang/sglang_engine.py): an engine whose bucket fails mid-update
   gets no bucket launched after that, the others take the whole version, and the one left out is
   held back, paused.
 - Too few engines: the update fails UNAVAILABLE naming each engine left out.
@@ -139,7 +139,7 @@ class IpcQuorumTest(QuorumCase):
                       for i in range(8)]
 
     def test_an_engine_whose_bucket_fails_gets_no_more_and_the_others_take_the_version(self):
-        ports, urls = self.engines([sys.executable, IPC_SIM, "--gpus", self.GPU], 3)
+        ports, urls = self.engines([sys.executable, IPC_SIM, "--memory", "host", "--gpus", self.GPU], 3)
         self.create("colo", "@" + self.GPU, urls, "--transport", "ipc")
         self.knobs(ports[1], fail_update_at=1)
         result = self.push("colo", "v1", self.model)
@@ -165,7 +165,7 @@ class IpcQuorumTest(QuorumCase):
         self.assertFalse(self.state(ports[1])["paused"])
 
     def test_without_a_quorum_the_same_failure_fails_the_update(self):
-        ports, urls = self.engines([sys.executable, IPC_SIM, "--gpus", self.GPU], 2)
+        ports, urls = self.engines([sys.executable, IPC_SIM, "--memory", "host", "--gpus", self.GPU], 2)
         out = self.ctl("create-group", "colo", "--transport", "ipc",
                        *[x for u in urls for x in ("--engine", f"{u}@{self.GPU}")])
         self.assertEqual(out.returncode, 0, out.stderr)

@@ -1,6 +1,6 @@
 """SGLang's map-once colocated route (--sglang-ipc-route ipc, POST /update_weights_from_ipc) end to
 end in host mode: real wsyncd, wsyncctl and Python client processes against
-tests/sim/sglang_ipc_sim.py, whose ranks run checkpoint-engine's worker protocol over real ZMQ
+tests/engines/sglang/sglang_engine.py on host memory, whose ranks run checkpoint-engine's worker protocol over real ZMQ
 sockets (pyzmq) and read each bucket's tensors at their byte offsets in the buffer they mapped.
 
 Usage: sglang_ipc_route_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR IPC_SIM
@@ -26,13 +26,13 @@ import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
 
-STRANGER = os.path.join(os.path.dirname(os.path.abspath(IPC_SIM)), "zmq_stranger.py")
+STRANGER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim", "zmq_stranger.py")
 
 
 class RouteFixture(IpcFixture):
     def start_engine(self, name, gpus, port=None, version=None, worker=None, extra=()):
         port = port or free_port()
-        self.spawn(name, [sys.executable, IPC_SIM, "--port", str(port), "--gpus", ",".join(gpus)]
+        self.spawn(name, [sys.executable, IPC_SIM, "--memory", "host", "--port", str(port), "--gpus", ",".join(gpus)]
                    + (["--version", version] if version else [])
                    + (["--ce-worker", worker] if worker else []) + list(extra))
         wait_port(port)

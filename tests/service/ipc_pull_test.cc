@@ -1,6 +1,6 @@
 // Zero copy on the colocated path, in host mode: the trainer's tensors lie in one shared-memory
 // arena as they are sent (a flat parameter buffer), so each IPC request names that arena and the
-// engine reads the bucket from it in place. The engine is tests/sim/sglang_ipc_sim.py, which
+// engine reads the bucket from it in place. The engine is tests/engines/sglang/sglang_engine.py on host memory, which
 // loads buckets as SGLang's update_weights_from_tensor does and counts the allocations it maps.
 
 #include <netinet/in.h>
@@ -36,8 +36,9 @@ class IpcSim {
     std::string gpus;
     for (int d : devices) absl::StrAppend(&gpus, gpus.empty() ? "" : ",", HostDeviceUuid(d));
     const std::string port = std::to_string(port_);
-    std::vector<const char*> argv = {"/usr/bin/python3", WSYNC_IPC_SIM, "--port", port.c_str(),
-                                     "--gpus",           gpus.c_str(),  nullptr};
+    std::vector<const char*> argv = {
+        "/usr/bin/python3", WSYNC_IPC_SIM, "--memory",   "host", "--port",
+        port.c_str(),       "--gpus",      gpus.c_str(), nullptr};
     EXPECT_EQ(
         ::posix_spawn(&pid_, argv[0], nullptr, nullptr, const_cast<char**>(argv.data()), environ),
         0);

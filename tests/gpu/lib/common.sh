@@ -112,8 +112,7 @@ start_wsyncd() {
 # An engine simulator on GPU memory: start_engine KIND PORT GPUS LOG [engine options...], KIND
 # one of sglang, lmdeploy, vllm (IPC backend) or vllm_nccl (vLLM 0.30.0's NCCL backend unless
 # --version says otherwise); sets engine_pid and waits for its /health. A kind with one
-# simulator for both memories (tests/engines/KIND/KIND_engine.py) runs it with --memory cuda;
-# SGLang's is still its torch engine (tests/gpu/sglang_torch_engine.py).
+# simulator for both memories (tests/engines/KIND/KIND_engine.py) runs it with --memory cuda.
 start_engine() {
   local kind=$1 port=$2 gpus=$3 log=$4
   shift 4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The SGLang colocated path at 7B size: Qwen2.5-7B's 339 bf16 tensors (14.19 GiB, random) pushed
-# 3 times through wsyncd into tests/gpu/sglang_torch_engine.py on GPU 0, bit-identical each time.
+# 3 times through wsyncd into SGLang's simulator on GPU 0, bit-identical each time.
 # The trainer, the engine's copy and wsyncd's slots need about 40 GiB of GPU 0.
 source tests/gpu/lib/common.sh
 gpu_step ipc_7b "colocated (ipc) at 7B size: Qwen2.5-7B shapes through wsyncd into the SGLang torch engine"

@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""SGLang's server as wsyncd sees it: one simulator, two memory backends (tests/sim/memory.py).
+`--memory host` keeps the ranks' tensors in host memory, maps wsyncd's shared-memory slots and
+receives broadcasts over the host collective (CI, no torch); `--memory cuda` holds them on real
+GPUs with real torch, CUDA IPC and NCCL (the device runs). One process per TP rank either way,
+running the same receive code (sglang_ranks.py); what the code relies on is written in
+docs/engines/sglang.md.
+
+- The broadcast path: POST /init_weights_update_group joins every rank as SGLang's
+  init_custom_process_group does (tcp:// TCPStore, PrefixStore(group), the c10d helper) as rank
+  rank_offset + tp_rank; POST /update_weights_from_distributed receives each bucket inside the
+  request (flattened: one uint8 broadcast viewed per entry; null: one async broadcast per
+  tensor) and copies it into the parameters; POST /destroy_weights_update_group.
+- POST /update_weights_from_tensor takes one standard-base64 pickle per TP rank (rank i takes
+  entry i; fewer entries than ranks: 400), loaded by an unpickler of exact (module, name) pairs,
+  as SGLang's SafeUnpickler does since September 2026; rebuild_cuda_tensor takes the device as
+  the rank's GPU UUID (SGLang's patched reductions; another GPU's UUID is refused). load_format
+  null is list[(name, tensor)]; "flattened_bucket" views flat[start_idx:end_idx] as each entry's
+  dtype, or, before 0.5.6 (--version), reads it in the flat tensor's own dtype, reshapes and
+  casts by value, as SGLang did before PR #13413. Failures answer 400 {"success": false}.
+- POST /update_weights_from_ipc (the map-once route, >= 0.5.5; 404 before): each rank looks up
+  "GPU-<its uuid>" in zmq_handles (missing: 400) and runs checkpoint-engine's worker
+  (tests/sim/checkpoint_engine_worker.py, generation --ce-worker) on a REP socket there, in its
+  own process as SGLang's scheduler processes do; the request answers 200 once every rank is
+  done, or 400 with the first failure; flush_cache defaults to true.
+- --sessions: a session build. POST /begin_weight_update {"selector"} and /end_weight_update
+  exist (GET on them: 405); an update outside a session, or a begin while one is open, kills
+  the process (the scheduler's assert).
+- GET /get_server_info reports --version (default 0.5.6) and tp_size; GET /openapi.json lists
+  the routes (404 with --no-docs); release/resume_memory_occupation by tag (resuming a tag not
+  released: 500 KeyError; a load into released weights: 500); pause/continue_generation,
+  update_weight_version, flush_cache.
+- GET /sim/checksums: weight_version, ranks (CRC-32 per tensor, by global rank), digests,
+  updates_received (update requests, and on the map-once route rank 0's buckets), paused, group,
+  ipc_opens, stream_maps, post_hooks, offload_tags, memory_calls, ipc_route_bodies,
+  flushes_by_route, session_open, session_log, last_error. POST /sim/knobs: fail_update_at,
+  hang_update_at, die_at_update (the n-th update, from 0; on the map-once route the n-th bucket)
+  and stranger_at_update; POST /sim/start_stranger {"wsyncd_pid", "at_update"} starts
+  tests/sim/zmq_stranger.py on that wsyncd's sockets, let go at that bucket; POST
+  /sim/stop_stranger answers what it took. Benchmark: POST /sim/mode {"data_plane"}, POST
+  /bench/receive {"sizes"}, POST /bench/loads (each rank's load time per broadcast update).
+
+The C++ sglang_sim (tests/sim) still simulates the broadcast path on host memory for the
+service tests in process, the fault matrix, the soak and the process tests.
+
+  sglang_engine.py --port P --gpus G[,G...] [--memory host|cuda] [--version V] [--sessions]
+                   [--no-docs] [--ce-worker g1|g4] [--die-at-update N [--die-rank R]]
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "sim"))
+sys.path.insert(0, HERE)
+from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
+                           digest_of, gpus_of, serve, stamp)
+from sglang_ranks import rank_main  # noqa: E402
+
+POSTS = ["/update_weights_from_tensor", "/update_weights_from_ipc", "/pause_generation",
+         "/continue_generation", "/update_weight_version", "/flush_cache",
+         "/release_memory_occupation", "/resume_memory_occupation",
+         "/init_weights_update_group", "/update_weights_from_distributed",
+         "/destroy_weights_update_group"]
+
+
+def version_tuple(text):
+    """(major, minor, patch, release) of a version string; a pre-release sorts before its
+    release, a post release with it, as wsyncd's sglang_version.cc reads them."""
+    import re
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?(.*)$", text)
+    if not m:
+        return (0, 0, 0, 0)
+    rest = m.group(4)
+    release = rest == "" or rest.startswith("+") or re.match(r"\.?post\d*(\+.*)?$", rest)
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), 1 if release else 0)
+
+
+def start_stranger(engine, wsyncd_pid):
+    """Starts tests/sim/zmq_stranger.py as a child of the engine's process, on wsyncd
+    `wsyncd_pid`'s sockets, held until arm_stranger."""
+    import subprocess
+    stranger = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "..", "..", "sim", "zmq_stranger.py"),
+         "--wsyncd-pid", str(wsyncd_pid), "--seconds", "60", "--wait-signal"],
+        stdout=subprocess.PIPE, text=True)
+    if stranger.stdout.readline().strip() != "ready":
+        raise RuntimeError("the stranger did not start")
+    with engine.state:
+        engine.stranger = stranger
+
+
+def arm_stranger(engine):
+    """Lets the stranger connect, and waits (up to 10 s) until wsyncd refused or admitted it."""
+    import select
+    import signal
+    with engine.state:
+        stranger = engine.stranger
+    if stranger is None:
+        return
+    stranger.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([stranger.stdout], [], [], 0.1)
+        if ready and stranger.stdout.readline().startswith(("refused", "admitted")):
+            return
+
+
+class Engine:
+    def __init__(self, args, gpus):
+        uint8_reader = version_tuple(args.version) >= (0, 5, 6, 1)
+        self.ranks = RankPool(rank_main, gpus, args.memory, uint8_reader, args.die_at_update,
+                              args.die_rank)
+        self.args = args
+        self.lock = FifoLock()  # SGLang serialises weight updates, in arrival order
+        self.state = threading.Lock()
+        self.group = None
+        self.rank_offset = 1
+        self.weight_version = "default"
+        self.paused = False
+        self.data_plane = False
+        self.updates = 0
+        self.session_open = False
+        self.session_log = []  # "begin <selector>", "end", "update selector=<s>" in order
+        self.offload_tags = set()  # released by release_memory_occupation, not yet resumed
+        self.memory_calls = []
+        self.ipc_route_bodies = []
+        self.flushes_by_route = 0
+        self.last_error = ""
+        self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1,
+                      "stranger_at_update": -1}
+        self.stranger = None  # the process /sim/start_stranger started
+
+    def snapshot(self):
+        with self.lock:
+            res = self.ranks.all("checksums")
+            stats = [v for ok, v in self.ranks.all("stats") if ok]
+        ranks = {str(self.rank_offset + i): c for i, (ok, c) in enumerate(res) if ok}
+        with self.state:
+            return {"weight_version": self.weight_version, "ranks": ranks,
+                    "digests": {r: digest_of(c) for r, c in ranks.items()},
+                    "updates_received": self.updates, "paused": self.paused,
+                    "group": self.group or "",
+                    "ipc_opens": [s["ipc_opens"] for s in stats],
+                    "stream_maps": [s["stream_maps"] for s in stats],
+                    "post_hooks": [s["post_hooks"] for s in stats],
+                    "offload_tags": sorted(self.offload_tags),
+                    "memory_calls": list(self.memory_calls),
+                    "ipc_route_bodies": list(self.ipc_route_bodies),
+                    "flushes_by_route": self.flushes_by_route,
+                    "route_flushes": self.flushes_by_route,
+                    "session_open": self.session_open, "session_log": list(self.session_log),
+                    "memory": self.args.memory, "last_error": self.last_error}
+
+
+ENGINE = None
+
+
+class Handler(JsonReplies, BaseHTTPRequestHandler):
+    def result(self, results, ok_message):
+        bad = [m for ok, m in results if not ok]
+        if bad:
+            with ENGINE.state:
+                ENGINE.last_error = "; ".join(bad)
+            return self.reply(400, {"success": False, "message": "; ".join(bad)})
+        return self.reply(200, {"success": True, "message": ok_message})
+
+    def do_GET(self):
+        e, path = ENGINE, urllib.parse.urlsplit(self.path).path
+        if path == "/health":
+            return self.reply(200, {})
+        if path == "/get_server_info":
+            return self.reply(200, {"version": e.args.version, "tp_size": len(e.ranks),
+                                    "dp_size": 1, "pp_size": 1,
+                                    "weight_version": e.weight_version, "simulator": True})
+        if path == "/openapi.json":
+            if e.args.no_docs:
+                return self.reply(404, {"detail": "Not Found"})
+            posts = POSTS + (["/begin_weight_update", "/end_weight_update"]
+                             if e.args.sessions else [])
+            paths = {p: {"post": {"summary": p}} for p in posts}
+            paths["/get_server_info"] = {"get": {"summary": "server info"}}
+            return self.reply(200, {"openapi": "3.1.0", "info": {"title": "FastAPI"},
+                                    "paths": paths})
+        if path in ("/begin_weight_update", "/end_weight_update") and e.args.sessions:
+            return self.reply(405, {"detail": "Method Not Allowed"})
+        if path == "/sim/checksums":
+            return self.reply(200, e.snapshot())
+        self.reply(404, {"detail": "Not Found"})
+
+    def do_POST(self):
+        e, path = ENGINE, urllib.parse.urlsplit(self.path).path
+        try:
+            raw = self.raw_body()
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            return self.reply(400, {"success": False, "message": "invalid JSON"})
+        weight_routes = ("/update_weights_from_tensor", "/update_weights_from_ipc",
+                         "/update_weights_from_distributed")
+        if path in weight_routes and e.args.sessions:
+            with e.state:
+                if not e.session_open:
+                    print("AssertionError: weight update outside a session (the scheduler "
+                          "dies)", flush=True)
+                    os._exit(6)
+                e.session_log.append(f"update selector={body.get('selector', '(none)')}")
+        if path == "/begin_weight_update" and e.args.sessions:
+            with e.state:
+                if e.session_open:
+                    print("AssertionError: a weight update session is already open (the "
+                          "scheduler dies)", flush=True)
+                    os._exit(6)
+                e.session_open = True
+                e.session_log.append(f"begin {body.get('selector', '?')}")
+            return self.reply(200, {"success": True, "message": "Weight update session started."})
+        if path == "/end_weight_update" and e.args.sessions:
+            with e.state:
+                if not e.session_open:
+                    return self.reply(400, {"success": False,
+                                            "message": "No weight update session is open."})
+                e.session_open = False
+                e.session_log.append("end")
+            return self.reply(200, {"success": True, "message": "Weight update session ended."})
+        if path == "/init_weights_update_group":
+            if e.group is not None:
+                return self.reply(400, {"success": False,
+                                        "message": f"group '{e.group}' already initialized"})
+            e.rank_offset = body["rank_offset"]
+            res = e.ranks.all("init", body)
+            if all(ok for ok, _ in res):
+                e.group = body.get("group_name", "weight_update_group")
+            return self.result(res, "Succeeded to initialize custom process group.")
+        if path == "/update_weights_from_distributed":
+            if e.data_plane:
+                return self.reply(200, {"success": True, "message": "data plane"})
+            with e.state:
+                e.updates += 1
+            with e.lock:
+                res = e.ranks.all("update", body)
+            if body.get("weight_version") and all(ok for ok, _ in res):
+                e.weight_version = body["weight_version"]
+            return self.result(res, "Succeeded to update parameter online from distributed.")
+        if path == "/destroy_weights_update_group":
+            res = e.ranks.all("destroy")
+            e.group = None
+            return self.result(res, "Succeeded to destroy custom process group.")
+        if path == "/update_weights_from_tensor":
+            return self.update_from_tensor(body)
+        if path == "/update_weights_from_ipc":
+            return self.update_from_ipc(body)
+        if path == "/pause_generation":
+            e.paused = True
+            return self.reply(200, {"message": "Generation paused successfully.", "status": "ok"})
+        if path == "/continue_generation":
+            e.paused = False
+            return self.reply(200, {"message": "Generation continued successfully.",
+                                    "status": "ok"})
+        if path == "/update_weight_version":
+            if "new_version" not in body:
+                return self.reply(400, {"success": False, "message": "new_version is required"})
+            e.weight_version = body["new_version"]
+            return self.reply(200, {"success": True, "message": "Weight version updated",
+                                    "new_version": e.weight_version})
+        if path == "/flush_cache":
+            return self.send(200, b"Cache flushed.\n", "text/plain")
+        if path in ("/release_memory_occupation", "/resume_memory_occupation"):
+            return self.memory(path, body)
+        if path == "/sim/knobs":
+            e.knobs.update(body)
+            return self.reply(200, e.knobs)
+        if path == "/sim/start_stranger":
+            start_stranger(e, body["wsyncd_pid"])
+            e.knobs["stranger_at_update"] = body["at_update"]
+            return self.reply(200, {})
+        if path == "/sim/arm_stranger":
+            arm_stranger(e)
+            return self.reply(200, {})
+        if path == "/sim/stop_stranger":
+            # What the stranger took, as it reports it at SIGTERM; {} if none was started.
+            with e.state:
+                stranger, e.stranger = e.stranger, None
+            if stranger is None:
+                return self.reply(200, {})
+            stranger.terminate()
+            out, _ = stranger.communicate(timeout=20)
+            return self.reply(200, json.loads(out.strip().splitlines()[-1]))
+        if path == "/sim/mode":
+            e.data_plane = bool(body.get("data_plane", False))
+            return self.reply(200, {"success": True, "data_plane": e.data_plane})
+        if path == "/bench/receive":
+            with e.lock:
+                res = e.ranks.all("bench_receive", body)
+            if not all(ok for ok, _ in res):
+                return self.result(res, "")
+            return self.reply(200, {"success": True, "seconds": max(sec for _, sec in res)})
+        if path == "/bench/loads":
+            with e.lock:
+                res = e.ranks.all("bench_loads")
+            return self.reply(200, {"success": True, "load_ms": [ms for _, ms in res]})
+        self.reply(404, {"detail": "Not Found"})
+
+    def memory(self, path, body):
+        """SGLang's release/resume by tag: null or [] means every tag; both answer null."""
+        e = ENGINE
+        tags = body.get("tags") or ["weights", "kv_cache", "cuda_graph"]
+        with e.state:
+            e.memory_calls.append([path.strip("/"), body.get("tags")])
+            if path == "/release_memory_occupation":
+                e.offload_tags.update(tags)
+            else:
+                missing = [t for t in tags if t not in e.offload_tags]
+                if missing:
+                    return self.reply(500, {"detail": f"KeyError: {missing[0]!r}"})
+                e.offload_tags.difference_update(tags)
+        self.send(200, b"null")
+
+    def update_from_tensor(self, body):
+        e = ENGINE
+        if "weights" in e.offload_tags:
+            return self.reply(500, {"detail": "the weights' memory is released"})
+        with e.state:
+            index = e.updates
+            e.updates += 1
+        if index == e.knobs["die_at_update"]:
+            print(f"{stamp()} dying at update {index} as asked", flush=True)
+            os._exit(3)
+        if index == e.knobs["fail_update_at"]:
+            return self.reply(500, {"detail": "Internal Server Error"})
+        if index == e.knobs["hang_update_at"]:
+            time.sleep(3600)
+        entries = body.get("serialized_named_tensors")
+        if not isinstance(entries, list) or len(entries) < len(e.ranks):
+            return self.reply(400, {"success": False, "message":
+                                    f"serialized_named_tensors needs {len(e.ranks)} entries"})
+        with e.lock:
+            res = e.ranks.all("ipc_update", body)
+        bad = [m for ok, m in res if not ok]
+        if bad:
+            with e.state:
+                e.last_error = bad[0]
+            return self.reply(400, {"success": False,
+                                    "message": f"Failed to update weights: {bad[0]}"})
+        self.reply(200, {"success": True, "message": "Succeeded to update parameter online."})
+
+    def update_from_ipc(self, body):
+        e = ENGINE
+        if version_tuple(e.args.version) < (0, 5, 5, 1):
+            return self.reply(404, {"detail": "Not Found"})
+        if "weights" in e.offload_tags:
+            return self.reply(500, {"detail": "the weights' memory is released"})
+        if not isinstance(body.get("zmq_handles"), dict):
+            return self.reply(400, {"success": False, "message": "zmq_handles is required"})
+        with e.state:
+            e.ipc_route_bodies.append({k: v for k, v in body.items() if k != "zmq_handles"})
+        with e.lock:
+            before = e.ranks.all("stats")[0][1]["buckets_seen"]
+            res = e.ranks.all("ipc_route", {
+                "zmq_handles": body["zmq_handles"], "generation": e.args.ce_worker,
+                "knobs": dict(e.knobs),
+                "stranger_url": f"http://127.0.0.1:{self.server.server_address[1]}"
+                                "/sim/arm_stranger"})
+            stats = e.ranks.all("stats")
+            with e.state:
+                if stats[0][0]:
+                    e.updates += stats[0][1]["buckets_seen"] - before
+        bad = [m for ok, m in res if not ok]
+        if bad:
+            with e.state:
+                e.last_error = bad[0]
+            return self.reply(400, {"success": False, "message": bad[0]})
+        with e.state:
+            if body.get("flush_cache", True):
+                e.flushes_by_route += 1
+            if body.get("weight_version") is not None:
+                e.weight_version = body["weight_version"]
+        self.reply(200, {"success": True, "message": "IPC weight update completed successfully"})
+
+
+def main():
+    global ENGINE
+    ap = argparse.ArgumentParser()
+    add_engine_flags(ap)
+    ap.add_argument("--version", default="0.5.6",
+                    help="what /get_server_info reports; before 0.5.6, the old flattened reader")
+    ap.add_argument("--ce-worker", default="g4", choices=("g1", "g4"),
+                    help="the checkpoint-engine worker generation on the map-once route")
+    ap.add_argument("--sessions", action="store_true",
+                    help="a session build: updates only inside begin/end, or the process dies")
+    ap.add_argument("--no-docs", action="store_true", help="serve no /openapi.json")
+    ap.add_argument("--die-at-update", type=int, default=-1,
+                    help="the rank processes exit when the Nth update (0-based) reaches them")
+    ap.add_argument("--rank-processes", action="store_true",
+                    help="accepted for the old host simulator's callers: every rank is its own "
+                         "process here, as SGLang's scheduler processes are")
+    ap.add_argument("--die-rank", type=int, default=-1,
+                    help="with --die-at-update: only this TP rank's process exits")
+    args = ap.parse_args()
+    ENGINE = Engine(args, gpus_of(args))
+    print(f"{stamp()} sglang engine {args.version}", flush=True)
+    serve(Handler, args, "sglang engine")
+
+
+if __name__ == "__main__":
+    main()
