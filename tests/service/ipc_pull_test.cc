@@ -1,7 +1,8 @@
 // Zero copy on the colocated path, in host mode: the trainer's tensors lie in one shared-memory
 // arena as they are sent (a flat parameter buffer), so each IPC request names that arena and the
-// engine reads the bucket from it in place. The engine is tests/engines/sglang/sglang_engine.py on host memory, which
-// loads buckets as SGLang's update_weights_from_tensor does and counts the allocations it maps.
+// engine reads the bucket from it in place. The engine is tests/engines/sglang/sglang_engine.py on
+// host memory, which loads buckets as SGLang's update_weights_from_tensor does and counts the
+// allocations it maps.
 
 #include <netinet/in.h>
 #include <signal.h>
