@@ -127,6 +127,31 @@ def serve_rank(conn, commands):
             conn.send((False, f"{type(e).__name__}: {e}"))
 
 
+def ranks_and_stats(engine):
+    """Every rank's checksums by its global rank (engine.rank_offset + its index), their digests,
+    and each rank's answer to "stats"; taken between weight updates (engine.lock)."""
+    with engine.lock:
+        res = engine.ranks.all("checksums")
+        stats = [v for ok, v in engine.ranks.all("stats") if ok]
+    ranks = {str(engine.rank_offset + i): c for i, (ok, c) in enumerate(res) if ok}
+    return ranks, {r: digest_of(c) for r, c in ranks.items()}, stats
+
+
+def next_update(engine, exit_code=17):
+    """The next weight update's index (engine.updates, counted under engine.state), once the
+    faults engine.knobs put on it have run: at die_at_update the server exits (`exit_code`), at
+    hang_update_at the request never answers."""
+    with engine.state:
+        index = engine.updates
+        engine.updates += 1
+    if index == engine.knobs["die_at_update"]:
+        print(f"{stamp()} dying at update {index} as asked", flush=True)
+        os._exit(exit_code)
+    if index == engine.knobs["hang_update_at"]:
+        time.sleep(3600)
+    return index
+
+
 def sleep_params(mem, params, level):
     """The weights put to sleep: moved to host memory (level 1) or dropped (level 2), the device
     synchronised and its cache emptied."""

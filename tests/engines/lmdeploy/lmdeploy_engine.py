@@ -67,7 +67,6 @@ import json
 import os
 import sys
 import threading
-import time
 import urllib.parse
 import zlib
 from http.server import BaseHTTPRequestHandler
@@ -75,8 +74,9 @@ from http.server import BaseHTTPRequestHandler
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sim"))
 import memory as memories  # noqa: E402
 from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
-                           digest_of, exact_name_unpickler, gpus_of, load_weights, rank_checksums,
-                           serve, serve_rank, sleep_params, stamp, unpickle, wake_params)
+                           digest_of, exact_name_unpickler, gpus_of, load_weights, next_update,
+                           rank_checksums, ranks_and_stats, serve, serve_rank, sleep_params,
+                           stamp, unpickle, wake_params)
 
 METADATA_MODULE = "lmdeploy.utils"
 ROUTES = [
@@ -363,27 +363,12 @@ class Engine:
             self.sleeping_tags -= set(tags)
             self.event(f"wakeup:{','.join(given) or '(no tags)'}")
 
-    def take_update_index(self):
-        """The weight update's index, and the fault the knobs put on it."""
-        with self.state:
-            index = self.updates
-            self.updates += 1
-        if index == self.knobs["die_at_update"]:
-            print(f"{stamp()} dying at update {index} as asked", flush=True)
-            os._exit(17)
-        if index == self.knobs["hang_update_at"]:
-            time.sleep(3600)
-        return index
-
     def checksums(self):
-        with self.lock:
-            res = self.ranks.all("checksums")
-            stats = [v for ok, v in self.ranks.all("stats") if ok]
-        ranks = {str(self.rank_offset + i): c for i, (ok, c) in enumerate(res) if ok}
+        ranks, digests, stats = ranks_and_stats(self)
         with self.state:
             return {
                 "weight_version": None, "ranks": ranks,
-                "digests": {r: digest_of(c) for r, c in ranks.items()},
+                "digests": digests,
                 "updates_received": self.updates,
                 "flattened_tensor_sent": self.flattened_tensor_sent,
                 "flattened_arrivals": [c["arrivals"] for c in self.cycles if c["arrivals"]],
@@ -507,7 +492,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                     not len(names) == len(dtypes) == len(shapes):
                 return self.reply(400, {"success": False, "message":
                                         "names, dtypes and shapes must have equal lengths"})
-            e.take_update_index()
+            next_update(e)
             finished = bool(body.get("finished", False))
             with e.lock:
                 asleep = "weights" in e.sleeping_tags
@@ -529,7 +514,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
 
     def update(self, body):
         e = ENGINE
-        index = e.take_update_index()
+        index = next_update(e)
         if index == e.knobs["fail_update_at"]:
             return self.send(500, b"Internal Server Error", "text/plain")
         if e.knobs["refuse_pickle"]:

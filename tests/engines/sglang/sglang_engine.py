@@ -60,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "sim"))
 sys.path.insert(0, HERE)
 from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
-                           digest_of, gpus_of, serve, stamp)
+                           gpus_of, next_update, ranks_and_stats, serve, stamp)
 from sglang_ranks import rank_main  # noqa: E402
 
 POSTS = ["/update_weights_from_tensor", "/update_weights_from_ipc", "/pause_generation",
@@ -138,13 +138,10 @@ class Engine:
         self.stranger = None  # the process /sim/start_stranger started
 
     def snapshot(self):
-        with self.lock:
-            res = self.ranks.all("checksums")
-            stats = [v for ok, v in self.ranks.all("stats") if ok]
-        ranks = {str(self.rank_offset + i): c for i, (ok, c) in enumerate(res) if ok}
+        ranks, digests, stats = ranks_and_stats(self)
         with self.state:
             return {"weight_version": self.weight_version, "ranks": ranks,
-                    "digests": {r: digest_of(c) for r, c in ranks.items()},
+                    "digests": digests,
                     "updates_received": self.updates, "paused": self.paused,
                     "group": self.group or "",
                     "ipc_opens": [s["ipc_opens"] for s in stats],
@@ -324,16 +321,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         e = ENGINE
         if "weights" in e.offload_tags:
             return self.reply(500, {"detail": "the weights' memory is released"})
-        with e.state:
-            index = e.updates
-            e.updates += 1
-        if index == e.knobs["die_at_update"]:
-            print(f"{stamp()} dying at update {index} as asked", flush=True)
-            os._exit(3)
-        if index == e.knobs["fail_update_at"]:
+        if next_update(e, exit_code=3) == e.knobs["fail_update_at"]:
             return self.reply(500, {"detail": "Internal Server Error"})
-        if index == e.knobs["hang_update_at"]:
-            time.sleep(3600)
         entries = body.get("serialized_named_tensors")
         if not isinstance(entries, list) or len(entries) < len(e.ranks):
             return self.reply(400, {"success": False, "message":
