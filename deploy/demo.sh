@@ -11,7 +11,7 @@ command -v cmake >/dev/null && command -v ninja >/dev/null && dpkg -s libgrpc++-
   || deploy/install-deps.sh
 echo "== building"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target wsyncd wsyncctl wsync-push sglang_sim -- -j"$(nproc)" | tail -1
+cmake --build "$build" --target wsyncd wsyncctl wsync-push -- -j"$(nproc)" | tail -1
 
 work=$(mktemp -d /tmp/wsync-demo.XXXXXX)
 pids=()
@@ -26,9 +26,12 @@ port_a=$(free_port)
 port_b=$(free_port)
 sock="$work/wsyncd.sock"
 
+# SGLang's simulator on host memory: its ranks (one process each) join wsyncd's TCPStore and
+# receive the broadcasts over the host collective. It runs on the system python3 (numpy).
+sglang=(/usr/bin/python3 tests/engines/sglang/sglang_engine.py --memory host)
 echo "== engines: sglang simulator tp=1 on :$port_a, tp=2 on :$port_b"
-"$build/tests/sglang_sim" --port "$port_a" --tp 1 >"$work/engine-a.log" 2>&1 & pids+=($!)
-"$build/tests/sglang_sim" --port "$port_b" --tp 2 >"$work/engine-b.log" 2>&1 & pids+=($!)
+"${sglang[@]}" --port "$port_a" --tp 1 >"$work/engine-a.log" 2>&1 & pids+=($!)
+"${sglang[@]}" --port "$port_b" --tp 2 >"$work/engine-b.log" 2>&1 & pids+=($!)
 
 # The run's own state directory: a wsyncd started again after a crash finds the group there and
 # re-forms it without an engine restart, and demo runs never share records, nor the default
@@ -53,7 +56,7 @@ echo "== wsyncd (host mode), config $work/wsyncd.json"
 "$build/daemon/wsyncd" --config "$work/wsyncd.json" >"$work/wsyncd.log" 2>&1 & pids+=($!)
 
 ctl() { "$build/client/wsyncctl" --socket "$sock" "$@"; }
-for _ in $(seq 1 100); do
+for _ in $(seq 1 150); do
   ctl group policy 2>/dev/null | grep -q ', ready,' && break
   sleep 0.2
 done

@@ -23,9 +23,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments, free_port,  # noqa: E402
-                             sim_knobs, wait_port)
+                             sglang_engine, sim_knobs, wait_port)
 
 _, _, _, _, SGLANG_SIM = client_test_arguments()
+SGLANG_SIM = sglang_engine(SGLANG_SIM)
 VLLM_ENGINE = [sys.executable, sys.argv.pop(1), "--memory", "host", "--backend", "nccl",
                "--gpus", "0,1"]
 LMDEPLOY_ENGINE = [sys.executable, sys.argv.pop(1), "--memory", "host", "--gpus", "0,1"]
@@ -86,7 +87,7 @@ class EngineBoundsCase(HostWsyncdCase):
 class OversizedAnswerTest(EngineBoundsCase):
     def test_group_creation_refuses_an_oversized_answer_naming_the_route_and_limit(self):
         cases = [
-            ("sglang", [SGLANG_SIM, "--tp", "2"], "GET", "/get_server_info", "1 MiB"),
+            ("sglang", [*SGLANG_SIM, "--tp", "2"], "GET", "/get_server_info", "1 MiB"),
             ("lmdeploy", LMDEPLOY_ENGINE, "GET", "/openapi.json", "4 MiB"),
             ("vllm", VLLM_ENGINE, "GET", "/version", "1 MiB"),
         ]
@@ -102,7 +103,7 @@ class OversizedAnswerTest(EngineBoundsCase):
                 self.assert_wsyncd_up()
 
     def test_engines_and_metrics_survive_an_engine_whose_answers_turn_oversized(self):
-        port, url = self.engine([SGLANG_SIM, "--tp", "2"])
+        port, url = self.engine([*SGLANG_SIM, "--tp", "2"])
         out = self.ctl_bounded("create-group", "g", "--engine", url + "#2")
         self.assertEqual(out.returncode, 0, out.stderr)
         sim_knobs(port, oversize_routes=["*"], oversize_mib=0)
@@ -131,7 +132,7 @@ class TricklingEngineTest(EngineBoundsCase):
         urls = []
         for i in range(3):
             extra = ["--trickle-route", "*", "--trickle-ms", "3000"] if i == 2 else []
-            urls.append(self.engine([SGLANG_SIM, "--tp", "2", *extra])[1])
+            urls.append(self.engine([*SGLANG_SIM, "--tp", "2", *extra])[1])
         creating = subprocess.Popen(
             [*self.ctl_argv(), "create-group", "q", "--quorum", "2",
              *[x for u in urls for x in ("--engine", u + "#2")]],

@@ -12,9 +12,10 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments, free_port,  # noqa: E402
-                             mixed_dtype_model, wait_port)
+                             mixed_dtype_model, sglang_engine, wait_port)
 
 _, _, _, _, SGLANG_SIM = client_test_arguments()
+SGLANG_SIM = sglang_engine(SGLANG_SIM)
 
 import wsync  # noqa: E402
 
@@ -28,7 +29,7 @@ class JsonLogsTest(HostWsyncdCase):
 
     def test_every_line_is_json_and_each_update_has_one_line_with_its_timings(self):
         port = free_port()
-        self.spawn("engine", [SGLANG_SIM, "--port", str(port), "--tp", "2"])
+        self.spawn("engine", [*SGLANG_SIM, "--port", str(port), "--tp", "2"])
         wait_port(port)
         out = self.ctl("create-group", "g", "--engine", f"http://127.0.0.1:{port}#2")
         self.assertEqual(out.returncode, 0, out.stderr)

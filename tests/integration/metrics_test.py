@@ -17,9 +17,11 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments,  # noqa: E402
-                             free_port, mixed_dtype_model, sim_knobs, wait_port)
+                             free_port, mixed_dtype_model, sglang_engine, sim_knobs,
+                             wait_port)
 
 _, _, _, _, SGLANG_SIM = client_test_arguments()
+SGLANG_SIM = sglang_engine(SGLANG_SIM)
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 import wsync  # noqa: E402
@@ -36,7 +38,7 @@ class MetricsTest(HostWsyncdCase):
         super().setUp()
         wait_port(self.metrics_port)
         self.engine_port = free_port()
-        self.spawn("engine", [SGLANG_SIM, "--port", str(self.engine_port), "--tp", "2"])
+        self.spawn("engine", [*SGLANG_SIM, "--port", str(self.engine_port), "--tp", "2"])
         wait_port(self.engine_port)
         self.url = f"http://127.0.0.1:{self.engine_port}"
         out = self.ctl("create-group", "g", "--kind", "sglang", "--engine", self.url + "#2")

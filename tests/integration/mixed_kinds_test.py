@@ -22,14 +22,15 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import child_environment, free_port, state_environment  # noqa: E402
-from process_support import wait_port  # noqa: E402
+from process_support import sglang_engine, wait_port  # noqa: E402
 from process_support import mixed_dtype_model as make_model  # noqa: E402
 
 child_environment()
 
 WSYNCD, SGLANG_SIM, VLLM, CTL, LIB, PKG, LMDEPLOY = sys.argv[1:8]
 del sys.argv[1:8]
-# vLLM's (NCCL backend) and LMDeploy's simulators on host memory, 2 TP ranks each.
+# The simulators on host memory, 2 TP ranks each; vLLM's on its NCCL backend.
+SGLANG_SIM = [*sglang_engine(SGLANG_SIM), "--tp", "2"]
 VLLM_SIM = [sys.executable, VLLM, "--memory", "host", "--backend", "nccl", "--gpus", "0,1"]
 LMDEPLOY_ENGINE = [sys.executable, LMDEPLOY, "--memory", "host", "--gpus", "0,1"]
 os.environ["WSYNC_CLIENT_LIB"] = LIB
@@ -68,10 +69,9 @@ class MixedKindsTest(unittest.TestCase):
                                                env=state_environment(self.dir)))
 
     def engine(self, argv):
-        """An engine of 2 TP ranks: the C++ simulator is told so, the Python ones say it."""
+        """An engine of 2 TP ranks (each command line says so)."""
         port = free_port()
-        tp = [] if argv[0] == sys.executable else ["--tp", "2"]
-        self.spawn([*argv, "--port", str(port), *tp], f"engine-{port}.log")
+        self.spawn([*argv, "--port", str(port)], f"engine-{port}.log")
         wait_port(port)
         return port
 
@@ -93,7 +93,7 @@ class MixedKindsTest(unittest.TestCase):
         return state
 
     def test_three_kinds_update_at_once_and_each_rank_holds_the_bytes(self):
-        sglang = self.engine([SGLANG_SIM, "--sessions"])
+        sglang = self.engine([*SGLANG_SIM, "--sessions"])
         vllm = self.engine([*VLLM_SIM, "--version", "0.30.0"])
         lmdeploy = self.engine(LMDEPLOY_ENGINE)
         groups = {
@@ -180,7 +180,7 @@ class WeightsCheckTest(MixedKindsTest):
             return client.push(make_model(seed), version=version, group=group)
 
     def test_sglang_engines_agree_and_one_that_differs_is_held_back_until_a_full_version(self):
-        a, b, c = (self.engine([SGLANG_SIM, "--weights-checker"]) for _ in range(3))
+        a, b, c = (self.engine([*SGLANG_SIM, "--weights-checker"]) for _ in range(3))
         url = {p: f"http://127.0.0.1:{p}" for p in (a, b, c)}
         self.ctl("create-group", "sg", "--kind", "sglang", "--check-weights",
                  *[x for p in (a, b, c) for x in ("--engine", url[p] + "#2")])

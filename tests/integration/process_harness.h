@@ -1,7 +1,8 @@
 #ifndef WSYNC_TESTS_INTEGRATION_PROCESS_HARNESS_H_
 #define WSYNC_TESTS_INTEGRATION_PROCESS_HARNESS_H_
 
-// Runs the real binaries (wsyncd, sglang_sim, wsyncctl) as child processes for integration tests.
+// Runs the real binaries (wsyncd, wsyncctl) and the engine simulators as child processes for
+// integration tests.
 
 #include <fcntl.h>
 #include <signal.h>

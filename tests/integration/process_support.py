@@ -48,6 +48,11 @@ def mixed_dtype_model(seed):
     ]
 
 
+def sglang_engine(path):
+    """The command line that starts SGLang's simulator at `path` on host memory (flags after)."""
+    return [sys.executable, path, "--memory", "host"]
+
+
 def client_test_arguments():
     """Takes WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SIMULATOR off the command line
     (unittest reads the rest), points the Python client at its library and returns the five."""

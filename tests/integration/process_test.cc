@@ -33,11 +33,9 @@ class ProcessTest : public ::testing::Test {
   }
 
   std::unique_ptr<ChildProcess> StartSim(int port, int tp, std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {WSYNC_SIM_BIN, "--port", std::to_string(port), "--tp",
-                                     std::to_string(tp)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<ChildProcess>(argv, absl::StrCat(dir_, "/sim-", port, ".log"));
-    EXPECT_TRUE(WaitForHttp(port, absl::Seconds(10))) << p->Log();
+    auto p = std::make_unique<ChildProcess>(SglangEngineArgv(port, tp, extra),
+                                            absl::StrCat(dir_, "/sim-", port, ".log"));
+    EXPECT_TRUE(WaitForHttp(port, absl::Seconds(20))) << p->Log();
     return p;
   }
 

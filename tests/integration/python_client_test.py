@@ -17,12 +17,13 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import child_environment, free_port, state_environment  # noqa: E402
-from process_support import wait_port  # noqa: E402
+from process_support import sglang_engine, wait_port  # noqa: E402
 
 child_environment()
 
 WSYNCD, SIM, CTL, LIB, PKG, LMDEPLOY = sys.argv[1:7]
 del sys.argv[1:7]
+SIM = sglang_engine(SIM)
 os.environ["WSYNC_CLIENT_LIB"] = LIB
 sys.path.insert(0, PKG)
 
@@ -33,10 +34,10 @@ import wsync  # noqa: E402
 
 
 class SimFixture(unittest.TestCase):
-    """wsyncd (host mode, 1 MiB slots), a 2-rank engine (ENGINE: sglang_sim) with SIM_FLAGS and a
-    group on it."""
+    """wsyncd (host mode, 1 MiB slots), a 2-rank engine (ENGINE: SGLang's simulator) with
+    SIM_FLAGS and a group on it."""
 
-    ENGINE = None  # argv before --port; None: [SIM, "--tp", "2"]
+    ENGINE = None  # argv before --port; None: [*SIM, "--tp", "2"]
     SIM_FLAGS = []
     BUCKET_TIMEOUT = "10"
     GROUP_FLAGS = []
@@ -46,7 +47,7 @@ class SimFixture(unittest.TestCase):
         self.sock = os.path.join(self.dir, "wsyncd.sock")
         self.procs = []
         self.port = free_port()
-        engine = self.ENGINE or [SIM, "--tp", "2"]
+        engine = self.ENGINE or [*SIM, "--tp", "2"]
         self.spawn([*engine, "--port", str(self.port), *self.SIM_FLAGS], "sim.log")
         wait_port(self.port)
         self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", "1MiB",
@@ -201,7 +202,7 @@ class PythonClientTest(SimFixture):
 
 
 class SessionBuildTest(SimFixture):
-    """The broadcast path against a session build of SGLang (sglang_sim --sessions): every update
+    """The broadcast path against a session build of SGLang (--sessions): every update
     inside /begin_weight_update {"selector": "all"} ... /end_weight_update, every bucket request
     with the selector; an update outside a session, or a second begin, would kill the simulator as
     the scheduler's assert kills SGLang."""

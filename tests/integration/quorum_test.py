@@ -1,8 +1,8 @@
 """A group's quorum (--quorum) end to end in host mode: real wsyncd, wsyncctl and Python client
 processes against engine simulators.
 
-- Broadcast (tests/sim/sglang_sim, TP=2, over the TCPStore and host collective): an engine that is
-  down is left out and the others form a smaller group, their ranks renumbered, so the collective
+- Broadcast (tests/engines/sglang/sglang_engine.py, TP=2, over the TCPStore and host
+  collective): an engine that is down is left out and the others form a smaller group, their ranks renumbered, so the collective
   and every rank's bytes must still be right; the engine left out waits for a full version, and
   once back it is formed in again and gets one.
 - IPC per-bucket requests (tests/engines/sglang/sglang_engine.py): an engine whose bucket fails mid-update
@@ -21,10 +21,11 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments, crc, free_port,  # noqa: E402
-                             host_gpu, mixed_dtype_model, sim_knobs, sim_state, wait_port)
+                             host_gpu, mixed_dtype_model, sglang_engine, sim_knobs, sim_state,
+                             wait_port)
 
 _, _, _, _, IPC_SIM = client_test_arguments()
-SGLANG_SIM = sys.argv.pop(1)
+SGLANG_SIM = sglang_engine(sys.argv.pop(1))
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
@@ -69,7 +70,7 @@ class QuorumCase(HostWsyncdCase):
 
 class BroadcastQuorumTest(QuorumCase):
     def test_a_dead_engine_is_left_out_the_rest_renumbered_and_it_rejoins_when_back(self):
-        ports, urls = self.engines([SGLANG_SIM, "--tp", "2"], 3)
+        ports, urls = self.engines([*SGLANG_SIM, "--tp", "2"], 3)
         self.create("q", "#2", urls)
         self.assertIn("quorum 2 of 3 engines", self.ctl("group", "q").stdout)
         self.push("q", "v1", mixed_dtype_model(1))
@@ -93,7 +94,7 @@ class BroadcastQuorumTest(QuorumCase):
         self.assertEqual(self.waiting(), {urls[0]: False, urls[1]: True, urls[2]: False})
         # Back on its port (a fresh process holding nothing): formed in again, it gets the whole
         # next version and is no longer held back.
-        self.spawn("engine1b", [SGLANG_SIM, "--tp", "2", "--port", str(ports[1])])
+        self.spawn("engine1b", [*SGLANG_SIM, "--tp", "2", "--port", str(ports[1])])
         wait_port(ports[1])
         # wsyncd asks the engine left out in the background (never on an update's path), every
         # 5 s: the next update after it heard the engine takes it back.
@@ -107,7 +108,7 @@ class BroadcastQuorumTest(QuorumCase):
         self.assertEqual(set(self.waiting().values()), {False})
 
     def test_too_few_engines_fail_the_update_naming_each_one(self):
-        ports, urls = self.engines([SGLANG_SIM, "--tp", "2"], 3)
+        ports, urls = self.engines([*SGLANG_SIM, "--tp", "2"], 3)
         self.create("q", "#2", urls)
         for name in ("engine1", "engine2"):
             self.procs[name].send_signal(signal.SIGKILL)
@@ -121,7 +122,7 @@ class BroadcastQuorumTest(QuorumCase):
         self.assertFalse(self.state(ports[0])["paused"], "the engine left serving is resumed")
 
     def test_a_quorum_above_the_engine_count_is_refused(self):
-        [port], _ = self.engines([SGLANG_SIM], 1)
+        [port], _ = self.engines(SGLANG_SIM, 1)
         out = self.ctl("create-group", "q", "--kind", "sglang", "--quorum", "2", "--engine",
                        f"http://127.0.0.1:{port}")
         self.assertNotEqual(out.returncode, 0)

@@ -20,9 +20,10 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import process_support  # noqa: E402
 from process_support import (HostWsyncdCase, client_test_arguments, free_port,  # noqa: E402
-                             wait_port)
+                             sglang_engine, wait_port)
 
 _, _, LIB, PKG, SGLANG_SIM = client_test_arguments()
+SGLANG_SIM = sglang_engine(SGLANG_SIM)
 WSYNC_PUSH = sys.argv.pop(1)
 
 import numpy as np  # noqa: E402
@@ -36,7 +37,7 @@ class TerminalCase(HostWsyncdCase):
         self.ports = []
         for i in range(2):
             port = free_port()
-            self.spawn(f"engine{i}", [SGLANG_SIM, "--port", str(port)])
+            self.spawn(f"engine{i}", [*SGLANG_SIM, "--port", str(port)])
             wait_port(port)
             self.ports.append(port)
         self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]

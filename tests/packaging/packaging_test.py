@@ -60,7 +60,7 @@ class PackagingTest(unittest.TestCase):
     def group_with_engine(self):
         """An SGLang simulator and a group "g" of it; returns its port."""
         port = free_port()
-        self.spawn([SGLANG_SIM, "--port", str(port)])
+        self.spawn([sys.executable, SGLANG_SIM, "--memory", "host", "--port", str(port)])
         wait_port(port)
         run([os.path.join(BUILD, "client", "wsyncctl"), "--socket", self.sock, "create-group",
              "g", "--engine", f"http://127.0.0.1:{port}"])

@@ -115,7 +115,6 @@ class FaultMatrix : public ::testing::Test {
     dir_ = absl::StrCat(::testing::TempDir(), "/wsync-faults-", ::getpid(), "-", name);
     cluster_ = std::make_unique<RealCluster>(ClusterOptions{
         .wsyncd_bin = WSYNCD_BIN,
-        .sim_bin = WSYNC_SIM_BIN,
         .dir = dir_,
         .bucket_timeout_s = 3,
         .control_timeout_s = control_timeout_s,

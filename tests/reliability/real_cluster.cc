@@ -31,10 +31,9 @@ absl::Status RealCluster::StartEngine(int i) {
   if (ports_[i] == 0) ports_[i] = FreePort();
   engines_[i].reset();  // a process still there is killed first
   engines_[i] = std::make_unique<ChildProcess>(
-      std::vector<std::string>{options_.sim_bin, "--port", std::to_string(ports_[i]), "--tp",
-                               std::to_string(engine_ranks(i))},
+      SglangEngineArgv(ports_[i], engine_ranks(i)),
       absl::StrCat(options_.dir, "/engine", i, "-", engine_starts_++, ".log"));
-  if (!WaitForHttp(ports_[i], absl::Seconds(15))) {
+  if (!WaitForHttp(ports_[i], absl::Seconds(20))) {
     return absl::UnavailableError(
         absl::StrCat("engine ", i, " did not start: ", engines_[i]->Log()));
   }

@@ -20,7 +20,6 @@ namespace wsync {
 
 struct ClusterOptions {
   std::string wsyncd_bin;
-  std::string sim_bin;
   // Scratch directory: the socket and every process's log.
   std::string dir;
   // Seconds a bucket may take: how long a hung engine holds an update.

@@ -43,7 +43,6 @@ TEST(Soak, UpdatesKeepEveryRanksBytesExactAndWsyncdsResourcesFlat) {
   const int warmup = std::max(10, updates / 10);
   ClusterOptions options;
   options.wsyncd_bin = WSYNCD_BIN;
-  options.sim_bin = WSYNC_SIM_BIN;
   options.dir = absl::StrCat(::testing::TempDir(), "/wsync-soak-", ::getpid());
   RealCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok()) << cluster.DaemonLog();

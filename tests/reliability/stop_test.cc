@@ -19,11 +19,8 @@ using ::testing::HasSubstr;
 
 TEST(StopTest, UndrainIsRefusedAfterSigtermAndTheRunningUpdateCommits) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/wsync-stop-", ::getpid());
-  RealCluster cluster(ClusterOptions{.wsyncd_bin = WSYNCD_BIN,
-                                     .sim_bin = WSYNC_SIM_BIN,
-                                     .dir = dir,
-                                     .bucket_timeout_s = 10,
-                                     .extra_flags = {}});
+  RealCluster cluster(ClusterOptions{
+      .wsyncd_bin = WSYNCD_BIN, .dir = dir, .bucket_timeout_s = 10, .extra_flags = {}});
   ASSERT_TRUE(cluster.Start().ok()) << cluster.DaemonLog();
   auto trainer = cluster.Connect();
   ASSERT_TRUE(trainer.ok()) << trainer.status();

@@ -181,11 +181,9 @@ TEST_F(ServiceFixture, EngineRestartedBetweenUpdatesIsRejoinedBeforeTheNextUpdat
   // Engine a restarts on the same address: its store connection closes and the new process does
   // not hold the group. The next update must re-form the group first instead of failing.
   const int port = std::stoi(sim_a_.url.substr(sim_a_.url.rfind(':') + 1));
-  sim_a_.sim->Stop();
   sim_a_.sim.reset();
-  auto replacement = std::make_unique<SglangSim>(1, SimKnobs{});
-  ASSERT_TRUE(replacement->Start("127.0.0.1", port).ok());
-  sim_a_.sim = std::move(replacement);
+  sim_a_ = StartSim(1, {}, port);
+  ASSERT_NE(sim_a_.sim, nullptr);
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   auto model = SmallModel(2);
   auto result = client_->Push("policy", "v2", Refs(model));

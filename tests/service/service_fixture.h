@@ -2,7 +2,7 @@
 #define WSYNC_TESTS_SERVICE_SERVICE_FIXTURE_H_
 
 // A whole host-mode daemon in the test process, reached through gRPC's in-process channel, with
-// SGLang simulators on loopback as its engines.
+// SGLang simulator processes on loopback as its engines.
 
 #include <httplib.h>
 
@@ -20,8 +20,8 @@
 #include "daemon/group_factories.h"
 #include "daemon/service/server.h"
 #include "gtest/gtest.h"
+#include "tests/engines/sglang/sglang_engine_process.h"
 #include "tests/service/recording_platform.h"
-#include "tests/sim/sglang_sim.h"
 
 namespace wsync {
 
@@ -107,8 +107,8 @@ class ServiceFixture : public ::testing::Test {
   static constexpr uint64_t kSlotBytes = 1 << 20;
 
   void SetUp() override {
-    sim_a_ = StartSim(1, {});
-    sim_b_ = StartSim(2, {});
+    sim_a_ = StartSim(1);
+    sim_b_ = StartSim(2);
     DaemonOptions options;
     options.mode = "host";
     options.slot_bytes = kSlotBytes;
@@ -137,15 +137,20 @@ class ServiceFixture : public ::testing::Test {
   }
 
   struct RunningSim {
-    std::unique_ptr<SglangSim> sim;
+    std::unique_ptr<SglangEngineProcess> sim;
     std::string url;
   };
 
-  RunningSim StartSim(int tp, SimKnobs knobs) {
-    auto sim = std::make_unique<SglangSim>(tp, knobs);
-    auto port = sim->Start("127.0.0.1", 0);
-    EXPECT_TRUE(port.ok());
-    return RunningSim{std::move(sim), absl::StrCat("http://127.0.0.1:", *port)};
+  // A simulator with `tp` ranks and its flags (tests/engines/sglang/sglang_engine.py), on `port`
+  // (0: a free one).
+  RunningSim StartSim(int tp, const std::vector<std::string>& flags = {}, int port = 0) {
+    const std::string log = absl::StrCat(::testing::TempDir(), "/sglang-engine-", ::getpid(), "-",
+                                         sims_started_++, ".log");
+    auto sim = SglangEngineProcess::Start(tp, flags, log, port);
+    EXPECT_TRUE(sim.ok()) << sim.status();
+    if (!sim.ok()) return RunningSim{};
+    std::string url = (*sim)->url();
+    return RunningSim{std::move(*sim), url};
   }
 
   grpc::Status CreateGroup(const std::string& name, const std::vector<std::string>& urls,
@@ -194,7 +199,7 @@ class ServiceFixture : public ::testing::Test {
   }
 
   // Every rank of the simulator holds exactly these tensors and the version.
-  static void ExpectHolds(SglangSim& sim, const std::vector<OwnedTensor>& ts,
+  static void ExpectHolds(const SglangEngineProcess& sim, const std::vector<OwnedTensor>& ts,
                           const std::string& version, int ranks, bool only_these = true) {
     nlohmann::json j = sim.Checksums();
     EXPECT_EQ(j["weight_version"], version);
@@ -229,6 +234,7 @@ class ServiceFixture : public ::testing::Test {
     return sim_a_.sim->updates_received() + sim_b_.sim->updates_received();
   }
 
+  int sims_started_ = 0;
   RunningSim sim_a_, sim_b_;
   BroadcastLog broadcasts_;  // every broadcast the daemon handed to its communicators
   std::unique_ptr<DaemonCore> core_;

@@ -15,6 +15,7 @@
 #include "daemon/engines/sglang/sglang_options.h"
 #include "gmock/gmock.h"
 #include "tests/service/service_fixture.h"
+#include "tests/sim/sim_http_server.h"
 #include "tests/sim/tcp_store_client.h"
 
 namespace wsync {
@@ -331,8 +332,13 @@ TEST_F(ServiceFixture, EngineThatNeverFetchesTheIdIsNamedByTheStoreWithinTheDead
   const std::string message(failed.status().message());
   EXPECT_THAT(message, HasSubstr("1 of 1 engine ranks connected"));
   EXPECT_THAT(message, HasSubstr("0 fetched the NCCL id /solo/solo//cuda//0"));
-  // The simulator PINGs with pid * 10 + tp_rank, as if each rank were its own process.
-  EXPECT_THAT(message, HasSubstr(absl::StrCat("pids ", getpid() * 10,
+  // Each rank is its own process and PINGs the store with its pid, as torch's client does.
+  httplib::Client http(sim_a_.url);
+  auto pids_answer = http.Get("/sim/pids");
+  ASSERT_TRUE(pids_answer && pids_answer->status == 200);
+  const nlohmann::json pids = nlohmann::json::parse(pids_answer->body)["ranks"];
+  ASSERT_EQ(pids.size(), 1u);
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("pids ", pids[0].get<int>(),
                                               " joined the store but never "
                                               "fetched the id")));
   EXPECT_THAT(message, HasSubstr("device_id"));
@@ -353,18 +359,17 @@ TEST_F(ServiceFixture, AnEngineRestartIsSeenThoughAnotherStoreClientStaysConnect
   int engine_port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(sim_a_.url.substr(sim_a_.url.rfind(':') + 1), &engine_port));
   sim_a_.sim.reset();  // the process ends: its ranks' store connections close
-  auto restarted = std::make_unique<SglangSim>(1, SimKnobs{});
-  ASSERT_TRUE(restarted->Start("127.0.0.1", engine_port).ok());
+  sim_a_ = StartSim(1, {}, engine_port);
+  ASSERT_NE(sim_a_.sim, nullptr);
   auto model = SmallModel(2);
   auto pushed = client_->Push("policy", "v2", Refs(model));
   ASSERT_TRUE(pushed.ok()) << pushed.status();
-  ExpectHolds(*restarted, model, "v2", 1);
+  ExpectHolds(*sim_a_.sim, model, "v2", 1);
   ExpectHolds(*sim_b_.sim, model, "v2", 2);
-  restarted->Stop();
 }
 
 TEST_F(ServiceFixture, GroupFormationFailureNamesTheEngine) {
-  RunningSim refusing = StartSim(1, SimKnobs{.fail_init = true});
+  RunningSim refusing = StartSim(1, {"--fail-init"});
   v1::GroupInfo info;
   grpc::Status s = CreateGroup("g", {sim_a_.url, refusing.url}, {1, 1}, &info);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);

@@ -71,6 +71,19 @@ def digest_of(crcs):
     return format(zlib.crc32(text.encode()), "08x")
 
 
+def _rank_entry(target, *args):
+    """A rank process dies with its server (PR_SET_PDEATHSIG), as the engines' workers do when
+    their server is killed: a rank left behind would keep a collective open."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:
+        os._exit(0)  # the server died before the hook was set
+    target(*args)
+
+
 class RankPool:
     """One process per TP rank (spawned, like the engines' workers), each running
     target(gpu, tp_rank, conn, *args) and answering (ok, value) per command."""
@@ -80,7 +93,8 @@ class RankPool:
         self.ranks = []
         for tp_rank, gpu in enumerate(gpus):
             parent, child = ctx.Pipe()
-            p = ctx.Process(target=target, args=(gpu, tp_rank, child) + tuple(args), daemon=True)
+            p = ctx.Process(target=_rank_entry, args=(target, gpu, tp_rank, child) + tuple(args),
+                            daemon=True)
             p.start()
             self.ranks.append((p, parent))
 
@@ -177,9 +191,12 @@ def add_engine_flags(parser, rank_word="TP rank"):
     """The flags every engine simulator takes: --port, --gpus, --memory and the answers'
     delivery."""
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--gpus", required=True,
+    parser.add_argument("--gpus",
                         help=f"comma-separated device index (host memory: or stand-in GPU UUID) "
                              f"per {rank_word}")
+    parser.add_argument("--tp", type=int, default=0,
+                        help=f"instead of --gpus: this many {rank_word}s on devices 0..N-1 "
+                             f"(neither: one)")
     parser.add_argument("--memory", choices=memories.KINDS, default="cuda",
                         help="where the ranks keep tensors: host (shared memory, no torch) or "
                              "cuda")
@@ -187,6 +204,8 @@ def add_engine_flags(parser, rank_word="TP rank"):
 
 
 def gpus_of(args):
+    if args.gpus is None:
+        return list(range(max(args.tp, 1)))
     return [memories.device_of(g) for g in args.gpus.split(",") if g]
 
 
@@ -198,9 +217,18 @@ def serve(handler, args, banner):
     handler.delivery.from_flags(args)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     server.daemon_threads = True
-    print(f"{banner} ({args.memory} memory) on :{args.port}, gpus {args.gpus}, pid {os.getpid()}",
-          flush=True)
+    print(f"{banner} ({args.memory} memory) on :{server.server_address[1]}, gpus "
+          f"{args.gpus or args.tp}, pid {os.getpid()}", flush=True)
     server.serve_forever()
+
+
+def flip_first_byte(mem, t):
+    """The first byte of a tensor, inverted in place (weights that differ from the trainer's)."""
+    if mem.kind == "host":
+        t.raw[t.offset] ^= 0xFF
+    else:
+        b = t.view(-1).view(mem.torch.uint8)
+        b[0] = b[0] ^ 0xFF
 
 
 def load_weights(params, received):
@@ -243,7 +271,7 @@ class Delivery:
     """How answers go out, by route ("*": every route; /sim/ routes never): an oversized chunked
     body (a JSON string that never closes, `oversize_mib` MiB or, at 0, until the client hangs
     up), or an answer trickled one byte every `trickle_ms` ms. Set by flags or POST /sim/knobs,
-    as the C++ simulators' SimDeliveryKnobs."""
+    as the scripted C++ servers' SimDeliveryKnobs (tests/sim/sim_http_server.h)."""
 
     def __init__(self):
         self.oversize_routes, self.oversize_mib = [], 0
@@ -280,12 +308,34 @@ class JsonReplies:
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     delivery = None
+    # The most requests that ever waited at once on one connection (arrived, not yet answered),
+    # seen when an answer goes out: 2 when the client sent the next request before this answer
+    # (it pipelines), else 1. The server reads one request at a time, so 2 is the most it sees.
+    max_waiting = 0
 
     def log_message(self, fmt, *args):
         pass
 
+    def next_request_arrived(self):
+        """Whether bytes of another request sit on this connection already (never blocks)."""
+        sock = self.connection
+        timeout = sock.gettimeout()
+        try:
+            sock.settimeout(0.0)
+            return len(self.rfile.peek(1)) > 0
+        except (BlockingIOError, OSError, ValueError):
+            return False
+        finally:
+            try:
+                sock.settimeout(timeout)
+            except OSError:
+                pass
+
     def send(self, status, body, content_type="application/json"):
         path = self.path.split("?", 1)[0]
+        waiting = 2 if self.next_request_arrived() else 1
+        if waiting > JsonReplies.max_waiting:
+            JsonReplies.max_waiting = waiting
         d = self.delivery
         if d is not None and d.names(d.oversize_routes, path):
             return self.send_oversized(status, content_type, d.oversize_mib)

@@ -321,7 +321,7 @@ def worker_checks():
     import pickle
     import checkpoint_engine_worker as cew
     import zmq_rep
-    from torch_standins import Dtype
+    from host_torch import Dtype
     if not zmq_rep.HAVE_PYZMQ:
         print("skip worker: no pyzmq to drive the ctypes socket")
         return
@@ -418,6 +418,24 @@ def host_torch_checks():
     copy = t.empty(2, dtype=t.float32)
     copy.copy_(flat[8:16].view(t.float32))
     check(copy.tobytes() == bytes(range(8, 16)), "host_torch: copy_ copies the bytes")
+    # rebuild_cuda_tensor's arguments as torch's pickles carry them map a shared-memory region.
+    name = f"/wsync-selftest-{os.getpid()}"
+    with open("/dev/shm" + name, "wb") as f:
+        f.write(bytes(range(16)))
+    try:
+        handle = name.encode().ljust(t.HANDLE_BYTES, b"\0")
+        args = (t.TorchClass("Tensor"), t.Size((2,)), (1,), 1, t.TorchClass("TypedStorage"),
+                t.float32, 0, handle, 16, 0, False, b"ref", 0, b"\0" * t.HANDLE_BYTES, True)
+        mappings = t.ShmMappings()
+        region, start, dtype, shape = mappings.rebuild(args, ("TypedStorage",), lambda d: None)
+        got = (start, dtype, shape, region[start:start + 8])
+        check(got == (4, t.float32, (2,), bytes(range(4, 12))),
+              "host_torch: rebuild_cuda_tensor's 15 arguments map the storage at the view's offset")
+        check(raises(lambda: mappings.rebuild(args[:10] + (1,) + args[11:], ("TypedStorage",),
+                                              lambda d: None)),
+              "host_torch: requires_grad must be a bool")
+    finally:
+        os.unlink("/dev/shm" + name)
 
 
 def main():

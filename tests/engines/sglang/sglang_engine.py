@@ -33,18 +33,32 @@ docs/engines/sglang.md.
 - GET /sim/checksums: weight_version, ranks (CRC-32 per tensor, by global rank), digests,
   updates_received (update requests, and on the map-once route rank 0's buckets), paused, group,
   ipc_opens, stream_maps, post_hooks, offload_tags, memory_calls, ipc_route_bodies,
-  flushes_by_route, session_open, session_log, last_error. POST /sim/knobs: fail_update_at,
+  flushes_by_route, session_open, session_log, last_error, master_port, max_waiting_requests.
+  POST /sim/knobs (its answer: the knobs and updates_received): fail_update_at,
   hang_update_at, die_at_update (the n-th update, from 0; on the map-once route the n-th bucket)
-  and stranger_at_update; POST /sim/start_stranger {"wsyncd_pid", "at_update"} starts
-  tests/sim/zmq_stranger.py on that wsyncd's sockets, let go at that bucket; POST
-  /sim/stop_stranger answers what it took. Benchmark: POST /sim/mode {"data_plane"}, POST
-  /bench/receive {"sizes"}, POST /bench/loads (each rank's load time per broadcast update).
+  and stranger_at_update, the delivery knobs (oversize_routes, oversize_mib, trickle_routes,
+  trickle_ms) and those of the broadcast path below. GET /sim/pids lists the rank processes'
+  pids (without asking the ranks, which may be stuck in a collective). POST /sim/start_stranger
+  {"wsyncd_pid", "at_update"} starts tests/sim/zmq_stranger.py on that wsyncd's sockets, let
+  go at that bucket; POST /sim/stop_stranger answers what it took. Benchmark: POST /sim/mode
+  {"data_plane"}, POST /bench/receive {"sizes"}, POST /bench/loads (each rank's load time per
+  broadcast update).
+- The broadcast path's faults, by /sim/knobs or the flags of the same names: fail_init,
+  init_delay_ms (before the ranks join), answer_delay_ms (after a bucket is received, inside
+  the update's turn), never_fetch_id (the ranks join the store but their first collective never
+  completes: the device_id hazard), fail_destroy (400, the group stays), corrupt_tensor (TP
+  rank 0 keeps that tensor with its first byte flipped), data_plane (updates answered without
+  receiving; POST /sim/receive_ahead {"sizes"} posts the receives, GET /sim/received lists each
+  rank's CRC-32 per bucket). --weights-checker serves POST /weights_checker {"action":
+  "checksum"} (SGLang's {success, message, ranks: [{checksums, per_gpu_checksum,
+  parallelism_info}]}). max_waiting_requests is 2 once a client sent a request on a connection
+  before the previous answer came back (it pipelines), else 1.
 
-The C++ sglang_sim (tests/sim) still simulates the broadcast path on host memory for the
-service tests in process, the fault matrix, the soak and the process tests.
-
-  sglang_engine.py --port P --gpus G[,G...] [--memory host|cuda] [--version V] [--sessions]
-                   [--no-docs] [--ce-worker g1|g4] [--die-at-update N [--die-rank R]]
+  sglang_engine.py --port P (--gpus G[,G...] | --tp N) [--memory host|cuda] [--version V]
+                   [--sessions] [--no-docs] [--ce-worker g1|g4] [--die-at-update N [--die-rank R]]
+                   [--fail-init] [--fail-update-at N] [--hang-update-at N] [--answer-delay-ms MS]
+                   [--weights-checker] [--oversize-route R --oversize-mib M]
+                   [--trickle-route R --trickle-ms MS]
 """
 
 import argparse
@@ -54,6 +68,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import zlib
 from http.server import BaseHTTPRequestHandler
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,7 +139,7 @@ class Engine:
         self.rank_offset = 1
         self.weight_version = "default"
         self.paused = False
-        self.data_plane = False
+        self.master_port = 0
         self.updates = 0
         self.session_open = False
         self.session_log = []  # "begin <selector>", "end", "update selector=<s>" in order
@@ -133,8 +148,13 @@ class Engine:
         self.ipc_route_bodies = []
         self.flushes_by_route = 0
         self.last_error = ""
-        self.knobs = {"fail_update_at": -1, "hang_update_at": -1, "die_at_update": -1,
-                      "stranger_at_update": -1}
+        # POST /sim/knobs sets these; the flags of the same names set them at start.
+        self.knobs = {"fail_update_at": args.fail_update_at,
+                      "hang_update_at": args.hang_update_at, "die_at_update": -1,
+                      "stranger_at_update": -1, "fail_init": args.fail_init,
+                      "init_delay_ms": 0, "answer_delay_ms": args.answer_delay_ms,
+                      "never_fetch_id": False, "fail_destroy": False, "corrupt_tensor": "",
+                      "data_plane": False}
         self.stranger = None  # the process /sim/start_stranger started
 
     def snapshot(self):
@@ -143,7 +163,8 @@ class Engine:
             return {"weight_version": self.weight_version, "ranks": ranks,
                     "digests": digests,
                     "updates_received": self.updates, "paused": self.paused,
-                    "group": self.group or "",
+                    "group": self.group or "", "master_port": self.master_port,
+                    "max_waiting_requests": Handler.max_waiting,
                     "ipc_opens": [s["ipc_opens"] for s in stats],
                     "stream_maps": [s["stream_maps"] for s in stats],
                     "post_hooks": [s["post_hooks"] for s in stats],
@@ -189,6 +210,13 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return self.reply(405, {"detail": "Method Not Allowed"})
         if path == "/sim/checksums":
             return self.reply(200, e.snapshot())
+        if path == "/sim/pids":
+            # Without the ranks' attention: a rank may be stuck in a collective.
+            return self.reply(200, {"ranks": [p.pid for p, _ in e.ranks.ranks]})
+        if path == "/sim/received":
+            res = e.ranks.all("received")
+            return self.reply(200, {"ranks": {str(e.rank_offset + i): crcs
+                                              for i, (ok, crcs) in enumerate(res) if ok}})
         self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self):
@@ -225,28 +253,13 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 e.session_log.append("end")
             return self.reply(200, {"success": True, "message": "Weight update session ended."})
         if path == "/init_weights_update_group":
-            if e.group is not None:
-                return self.reply(400, {"success": False,
-                                        "message": f"group '{e.group}' already initialized"})
-            e.rank_offset = body["rank_offset"]
-            res = e.ranks.all("init", body)
-            if all(ok for ok, _ in res):
-                e.group = body.get("group_name", "weight_update_group")
-            return self.result(res, "Succeeded to initialize custom process group.")
+            return self.init_group(body)
         if path == "/update_weights_from_distributed":
-            if e.data_plane:
-                return self.reply(200, {"success": True, "message": "data plane"})
-            with e.state:
-                e.updates += 1
-            with e.lock:
-                res = e.ranks.all("update", body)
-            if body.get("weight_version") and all(ok for ok, _ in res):
-                e.weight_version = body["weight_version"]
-            return self.result(res, "Succeeded to update parameter online from distributed.")
+            return self.update_from_distributed(body)
         if path == "/destroy_weights_update_group":
-            res = e.ranks.all("destroy")
-            e.group = None
-            return self.result(res, "Succeeded to destroy custom process group.")
+            return self.destroy_group(body)
+        if path == "/weights_checker" and e.args.weights_checker:
+            return self.weights_checker(body)
         if path == "/update_weights_from_tensor":
             return self.update_from_tensor(body)
         if path == "/update_weights_from_ipc":
@@ -269,8 +282,10 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         if path in ("/release_memory_occupation", "/resume_memory_occupation"):
             return self.memory(path, body)
         if path == "/sim/knobs":
-            e.knobs.update(body)
-            return self.reply(200, e.knobs)
+            self.delivery.update(body)
+            with e.state:
+                e.knobs.update(body)
+                return self.reply(200, dict(e.knobs, updates_received=e.updates))
         if path == "/sim/start_stranger":
             start_stranger(e, body["wsyncd_pid"])
             e.knobs["stranger_at_update"] = body["at_update"]
@@ -288,8 +303,18 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             out, _ = stranger.communicate(timeout=20)
             return self.reply(200, json.loads(out.strip().splitlines()[-1]))
         if path == "/sim/mode":
-            e.data_plane = bool(body.get("data_plane", False))
-            return self.reply(200, {"success": True, "data_plane": e.data_plane})
+            e.knobs["data_plane"] = bool(body.get("data_plane", False))
+            return self.reply(200, {"success": True, "data_plane": e.knobs["data_plane"]})
+        if path == "/sim/receive_ahead":
+            if not isinstance(body.get("sizes"), list):
+                return self.reply(400, {"error": "sizes expected"})
+            if e.group is None:
+                return self.reply(400, {"error": "no group"})
+            res = e.ranks.all("receive_ahead", body)
+            bad = [m for ok, m in res if not ok]
+            if bad:
+                return self.reply(400, {"error": bad[0]})
+            return self.reply(200, {"posted": len(body["sizes"])})
         if path == "/bench/receive":
             with e.lock:
                 res = e.ranks.all("bench_receive", body)
@@ -301,6 +326,96 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 res = e.ranks.all("bench_loads")
             return self.reply(200, {"success": True, "load_ms": [ms for _, ms in res]})
         self.reply(404, {"detail": "Not Found"})
+
+    def init_group(self, body):
+        """SGLang's init_custom_process_group on every rank, each joining the store on its
+        own; the communicator comes at the first collective."""
+        e = ENGINE
+        if e.knobs["fail_init"]:
+            return self.reply(400, {"success": False,
+                                    "message": "Failed to init group: simulated"})
+        if e.group is not None:
+            return self.reply(400, {"success": False,
+                                    "message": f"group '{e.group}' already initialized"})
+        try:
+            offset, world = int(body["rank_offset"]), int(body["world_size"])
+            body["master_address"], int(body["master_port"])
+        except (KeyError, TypeError, ValueError) as err:
+            return self.reply(400, {"success": False, "message": f"bad request: {err!r}"})
+        if offset + len(e.ranks) > world:
+            return self.reply(400, {"success": False, "message":
+                                    f"rank_offset {offset} + tp {len(e.ranks)} exceeds "
+                                    f"world_size {world}"})
+        if e.knobs["init_delay_ms"] > 0:
+            time.sleep(e.knobs["init_delay_ms"] / 1000)
+        e.rank_offset = offset
+        res = e.ranks.all("init", dict(body, never_fetch_id=e.knobs["never_fetch_id"]))
+        if all(ok for ok, _ in res):
+            e.group = body.get("group_name", "weight_update_group")
+            e.master_port = int(body["master_port"])
+        return self.result(res, "Succeeded to initialize custom process group.")
+
+    def update_from_distributed(self, body):
+        """One bucket, broadcast from rank 0 inside the request, in arrival order; the faults
+        the knobs put on the n-th request (from 0) run first: die (exit 17), hang (never
+        answers, never receives), fail (HTTP 500)."""
+        e = ENGINE
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        with e.lock:
+            index = next_update(e)
+            if not (isinstance(names, list) and isinstance(dtypes, list)
+                    and isinstance(shapes, list) and len(names) == len(dtypes) == len(shapes)):
+                return self.reply(400, {"success": False, "message":
+                                        "names, dtypes and shapes must have equal lengths"})
+            delay = e.knobs["answer_delay_ms"] / 1000
+            if e.knobs["data_plane"]:
+                # The bytes were (or will be) taken by the receives /sim/receive_ahead posted.
+                time.sleep(delay)
+                return self.reply(200, {"success": True, "message": "data plane"})
+            if index == e.knobs["fail_update_at"]:
+                return self.send(500, b"Internal Server Error", "text/plain")
+            name = body.get("group_name", "weight_update_group")
+            if e.group != name:
+                return self.reply(400, {"success": False,
+                                        "message": f"group '{name}' is not initialized"})
+            res = e.ranks.all("update", dict(body, corrupt_tensor=e.knobs["corrupt_tensor"]))
+            if all(ok for ok, _ in res):
+                time.sleep(delay)  # load_weights' own time
+                if isinstance(body.get("weight_version"), str):
+                    e.weight_version = body["weight_version"]
+            return self.result(res, "Succeeded to update parameter online from distributed.")
+
+    def destroy_group(self, body):
+        """Behind the updates that came before it: their receives use the group's ranks."""
+        e = ENGINE
+        name = body.get("group_name", "weight_update_group") if isinstance(body, dict) \
+            else "weight_update_group"
+        with e.lock:
+            if e.group != name:
+                return self.reply(400, {"success": False, "message": f"group '{name}' not found"})
+            if e.knobs["fail_destroy"]:
+                # An engine whose ranks are wedged in the old group's collective, which only a
+                # restart clears: the group stays.
+                return self.reply(400, {"success": False, "message":
+                                        "Failed to destroy custom process group: simulated"})
+            res = e.ranks.all("destroy")
+            e.group = None
+        return self.result(res, "Succeeded to destroy custom process group.")
+
+    def weights_checker(self, body):
+        """POST /weights_checker {"action": "checksum"}: each TP rank's checksums, as SGLang's
+        {success, message, ranks: [{checksums, per_gpu_checksum, parallelism_info}]}."""
+        if body.get("action") != "checksum":
+            return self.reply(400, {"success": False, "message": "unsupported action"})
+        ranks, _, _ = ranks_and_stats(ENGINE)
+        ordered = [ranks[k] for k in sorted(ranks, key=int)]
+        out = []
+        for r, crcs in enumerate(ordered):
+            text = json.dumps(crcs, sort_keys=True, separators=(",", ":"))
+            out.append({"checksums": crcs,
+                        "per_gpu_checksum": format(zlib.crc32(text.encode()), "08x"),
+                        "parallelism_info": {"tp_rank": r, "tp_size": len(ordered)}})
+        self.reply(200, {"success": True, "message": "checksum", "ranks": out})
 
     def memory(self, path, body):
         """SGLang's release/resume by tag: null or [] means every tag; both answer null."""
@@ -389,6 +504,16 @@ def main():
                          "process here, as SGLang's scheduler processes are")
     ap.add_argument("--die-rank", type=int, default=-1,
                     help="with --die-at-update: only this TP rank's process exits")
+    ap.add_argument("--fail-init", action="store_true",
+                    help="init_weights_update_group answers success=false (400)")
+    ap.add_argument("--fail-update-at", type=int, default=-1,
+                    help="the Nth broadcast or tensor update (0-based) answers HTTP 500")
+    ap.add_argument("--hang-update-at", type=int, default=-1,
+                    help="the Nth update (0-based) never answers and never receives")
+    ap.add_argument("--answer-delay-ms", type=int, default=0,
+                    help="time a broadcast update takes after receiving, as load_weights does")
+    ap.add_argument("--weights-checker", action="store_true",
+                    help='serve POST /weights_checker {"action": "checksum"}')
     args = ap.parse_args()
     ENGINE = Engine(args, gpus_of(args))
     print(f"{stamp()} sglang engine {args.version}", flush=True)

@@ -1,8 +1,9 @@
 """The rank side of SGLang's simulator (sglang_engine.py): one process per TP rank, its receive
 code written once over the rank's memory backend (tests/sim/memory.py). Commands
 (engine_common.serve_rank): init, update (the broadcast path), ipc_update
-(/update_weights_from_tensor), ipc_route (/update_weights_from_ipc), bench_receive,
-bench_loads, destroy, checksums, stats."""
+(/update_weights_from_tensor), ipc_route (/update_weights_from_ipc), receive_ahead and received
+(the data-plane benchmark's receives, posted before the updates), bench_receive, bench_loads,
+destroy, checksums, stats."""
 
 import base64
 import gc
@@ -10,11 +11,16 @@ import io
 import os
 import pickle
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sim"))
 import memory as memories  # noqa: E402
-from engine_common import load_weights, rank_checksums, serve_rank  # noqa: E402
+from engine_common import (flip_first_byte, load_weights, rank_checksums,  # noqa: E402
+                           serve_rank, tensor_crc)
+
+# How long a rank told never to fetch the group's id waits in its first collective.
+NEVER_FETCHED_WAIT_S = 300
 
 METADATA_MODULE = "sglang.srt.weight_sync.tensor_bucket"
 DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32",
@@ -44,7 +50,8 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
     torch.cuda.set_device(gpu)
     uuid = mem.device_uuid(gpu)
     st = {"pg": None, "params": {}, "crcs": {}, "updates": 0, "load_ms": [], "recv_buf": None,
-          "stream_maps": 0, "post_hooks": 0, "buckets_seen": 0}
+          "stream_maps": 0, "post_hooks": 0, "buckets_seen": 0, "never_fetch_id": False,
+          "collective_used": False, "ahead": None, "ahead_crcs": []}
 
     def die_here(what):
         st["updates"] += 1
@@ -99,11 +106,26 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
     def init(arg):
         st["pg"] = mem.init_custom_process_group(
             arg.get("backend", "nccl"), f"tcp://{arg['master_address']}:{arg['master_port']}",
-            arg["world_size"], arg["rank_offset"] + tp_rank, arg["group_name"])
+            arg["world_size"], arg["rank_offset"] + tp_rank,
+            arg.get("group_name", "weight_update_group"))
+        st["never_fetch_id"] = bool(arg.get("never_fetch_id"))
+        st["collective_used"] = False
         return "ok"
+
+    def first_collective():
+        """torch builds the group's communicator at its first collective; with never_fetch_id
+        it waits on one made by ncclCommSplit from a device-bound default group, which never
+        reads the id and never completes (the device_id hazard)."""
+        if st["never_fetch_id"] and not st["collective_used"]:
+            time.sleep(NEVER_FETCHED_WAIT_S)
+            raise RuntimeError("simulated: waiting in ncclCommSplit")
+        st["collective_used"] = True
 
     def update(arg):
         die_here("update")
+        if st["pg"] is None:
+            raise RuntimeError("the weight update group is not initialized")
+        first_collective()
         dtypes = [getattr(torch, d) for d in arg["dtypes"]]
         received = []
         if arg.get("load_format") == "flattened_bucket":
@@ -137,8 +159,31 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
             t0 = time.perf_counter()
             load_weights(st["params"], received)
             st["load_ms"].append((time.perf_counter() - t0) * 1e3)
+        corrupt = arg.get("corrupt_tensor")
+        if tp_rank == 0 and corrupt and corrupt in arg["names"] and \
+                st["params"][corrupt].nbytes:
+            flip_first_byte(mem, st["params"][corrupt])
         st["crcs"].clear()
         return "ok"
+
+    def receive_ahead(arg):
+        """The data-plane benchmark's receives, posted before the updates that carry them: one
+        uint8 broadcast per size, in a thread of the rank, each bucket's CRC-32 kept."""
+        if st["pg"] is None or not st["collective_used"]:
+            raise RuntimeError("the rank has not joined the collective yet")
+        if st["ahead"] is not None:
+            st["ahead"].join()
+        st["ahead_crcs"] = []
+
+        def run(sizes):
+            for n in sizes:
+                buf = torch.empty(n, dtype=torch.uint8, device=f"cuda:{gpu}")
+                mem.dist.broadcast(buf, src=0, group=st["pg"])
+                st["ahead_crcs"].append(tensor_crc(mem, buf))
+
+        st["ahead"] = threading.Thread(target=run, args=(list(arg["sizes"]),), daemon=True)
+        st["ahead"].start()
+        return len(arg["sizes"])
 
     def ipc_update(arg):
         die_here("update")
@@ -253,6 +298,7 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
     serve_rank(conn, {
         "init": init, "update": update, "ipc_update": ipc_update, "ipc_route": ipc_route,
         "bench_receive": bench_receive, "bench_loads": bench_loads, "destroy": destroy,
+        "receive_ahead": receive_ahead, "received": lambda _: list(st["ahead_crcs"]),
         "checksums": lambda _: dict(rank_checksums(mem, st["params"], st["crcs"])),
         "stats": lambda _: {"ipc_opens": mem.ipc_opens(), "stream_maps": st["stream_maps"],
                             "post_hooks": st["post_hooks"], "buckets_seen": st["buckets_seen"]},

@@ -91,8 +91,9 @@ from http.server import BaseHTTPRequestHandler
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sim"))
 import memory as memories  # noqa: E402
 from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
-                           digest_of, exact_name_unpickler, gpus_of, load_weights, rank_checksums,
-                           serve, serve_rank, sleep_params, stamp, unpickle, wake_params)
+                           digest_of, exact_name_unpickler, flip_first_byte, gpus_of,
+                           load_weights, rank_checksums, serve, serve_rank, sleep_params, stamp,
+                           unpickle, wake_params)
 
 INIT_KEYS = {"packed", "packed_buffer_size_bytes", "packed_num_buffers"}
 PAUSE_MODES = ("abort", "wait", "keep")
@@ -142,15 +143,6 @@ def install_vllm_standin():
             _fields_ = [("internal", ctypes.c_byte * 128)]
         ncclUniqueId.__module__ = path
         sys.modules[path].ncclUniqueId = ncclUniqueId
-
-
-def flip_first_byte(mem, t):
-    """The first byte of a tensor, inverted in place (weights that differ from the trainer's)."""
-    if mem.kind == "host":
-        t.raw[0] ^= 0xFF
-    else:
-        b = t.view(-1).view(mem.torch.uint8)
-        b[0] = b[0] ^ 0xFF
 
 
 def rank_main(gpu, tp_rank, conn, memory_kind):
