@@ -32,6 +32,13 @@ sglang=(/usr/bin/python3 tests/engines/sglang/sglang_engine.py --memory host)
 echo "== engines: sglang simulator tp=1 on :$port_a, tp=2 on :$port_b"
 "${sglang[@]}" --port "$port_a" --tp 1 >"$work/engine-a.log" 2>&1 & pids+=($!)
 "${sglang[@]}" --port "$port_b" --tp 2 >"$work/engine-b.log" 2>&1 & pids+=($!)
+# wsyncd forms the config's group as it starts: the engines must be serving by then.
+for port in "$port_a" "$port_b"; do
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
+done
 
 # The run's own state directory: a wsyncd started again after a crash finds the group there and
 # re-forms it without an engine restart, and demo runs never share records, nor the default
@@ -56,7 +63,7 @@ echo "== wsyncd (host mode), config $work/wsyncd.json"
 "$build/daemon/wsyncd" --config "$work/wsyncd.json" >"$work/wsyncd.log" 2>&1 & pids+=($!)
 
 ctl() { "$build/client/wsyncctl" --socket "$sock" "$@"; }
-for _ in $(seq 1 150); do
+for _ in $(seq 1 100); do
   ctl group policy 2>/dev/null | grep -q ', ready,' && break
   sleep 0.2
 done
