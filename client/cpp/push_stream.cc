@@ -1,6 +1,7 @@
 #include "client/cpp/push_stream.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -102,6 +103,11 @@ absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
                                                       added_ + tensors.size(), " were added"));
   }
   for (const TensorRef& t : tensors) {
+    // A tensor follows the held bucket: it was not the last.
+    if (held_) {
+      PlannedBucket before = *std::exchange(held_, std::nullopt);
+      WSYNC_RETURN_IF_ERROR(SendBucket(before, /*last=*/false));
+    }
     auto closed = planner_.Add(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
     if (!closed.ok()) return Fail(closed.status());
     ++added_;
@@ -110,7 +116,16 @@ absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
       pending_.push_back(t);
       progress_.bytes_total += t.bytes;
     }
-    for (const PlannedBucket& b : *closed) WSYNC_RETURN_IF_ERROR(SendBucket(b, /*last=*/false));
+    for (size_t i = 0; i < closed->size(); ++i) {
+      const PlannedBucket& b = (*closed)[i];
+      // Closed with this tensor in it, and no declared count to say whether one follows.
+      if (i + 1 == closed->size() && options_.tensors_total == 0 &&
+          b.tensors.back().index + 1 == added_) {
+        held_ = b;
+        break;
+      }
+      WSYNC_RETURN_IF_ERROR(SendBucket(b, /*last=*/false));
+    }
   }
   return absl::OkStatus();
 }
@@ -284,9 +299,12 @@ void PushStream::Abort(const std::string& reason) {
 absl::StatusOr<PushResult> PushStream::Commit() {
   if (!send_status_.ok()) return send_status_;
   if (ended_by_us_) return absl::FailedPreconditionError("the update was already committed");
-  if (auto last = planner_.Finish()) {
-    WSYNC_RETURN_IF_ERROR(SendBucket(*last, /*last=*/true));
+  std::optional<PlannedBucket> open = planner_.Finish();
+  if (held_) {
+    PlannedBucket held = *std::exchange(held_, std::nullopt);
+    WSYNC_RETURN_IF_ERROR(SendBucket(held, /*last=*/!open.has_value()));
   }
+  if (open) WSYNC_RETURN_IF_ERROR(SendBucket(*open, /*last=*/true));
   if (sequence_ == 0) {
     absl::Status empty = absl::InvalidArgumentError("nothing to push: no tensors");
     Abort(std::string(empty.message()));

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -127,10 +128,13 @@ using OversizeSlotFn =
 // One update fed tensor by tensor: each bucket is copied into a free slot and sent as soon as it
 // is full, so the caller never holds more than one slot's worth of tensors it could otherwise free
 // (a generator that gathers DTensors one at a time stays at one tensor plus one bucket).
-// Buckets follow the group's bucket rules from UpdateStarted. The bucket sent by Commit is marked
-// last; a bucket that closed while tensors were still being added is marked last only when
-// options.tensors_total says no tensor follows it; otherwise the update's final bucket may go out
-// unmarked (Bucket.last false: unknown), and Commit alone ends the update.
+// Buckets follow the group's bucket rules from UpdateStarted. The update's final bucket is always
+// marked last (Bucket.last), so an engine that must be told (LMDeploy's `finished`, vLLM's last
+// chunk) needs no separate finishing request. A bucket that closes with the tensor just added (an
+// oversize tensor alone, or the one that passes the rules' chunk size) may be the last: unless
+// options.tensors_total says whether a tensor follows, it is held back until the next tensor
+// arrives (then sent unmarked) or Commit (then sent marked). A bucket closed by the arrival of a
+// tensor that does not fit is never the last and goes out at once.
 class PushStream {
  public:
   // Starts the update; `slots` are the session's mapped slots.
@@ -179,6 +183,8 @@ class PushStream {
   PushOptions options_;
   BucketPlanner planner_;  // replaced at Begin by one that follows the group's rules
   uint64_t added_ = 0;     // tensors added so far
+  // A bucket that closed with the last tensor added, not yet known to be the update's last.
+  std::optional<PlannedBucket> held_;
   uint64_t sequence_ = 0;
   std::set<uint64_t> announced_;  // pull mode: allocations announced in this update
   uint64_t buckets_pulled_ = 0;

@@ -1,10 +1,15 @@
 #include "daemon/engines/engine_version.h"
 
+#include <initializer_list>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
 namespace wsync {
@@ -21,15 +26,65 @@ bool TakeNumber(absl::string_view* rest, int* out) {
   return true;
 }
 
-// True when `rest` is empty, a local label ("+cu130"), or a post release (".post2", "post2",
-// with its own local label): what SGLang ships as the release itself or a fix of it.
-bool IsReleaseSuffix(absl::string_view rest) {
-  if (rest.empty() || rest.front() == '+') return true;
-  absl::ConsumePrefix(&rest, ".");
-  if (!absl::ConsumePrefix(&rest, "post")) return false;
+// Drops one PEP 440 separator ('-', '_' or '.') at the front of `*rest`, if there is one.
+void SkipSeparator(absl::string_view* rest) {
+  if (!rest->empty() && (rest->front() == '-' || rest->front() == '_' || rest->front() == '.')) {
+    rest->remove_prefix(1);
+  }
+}
+
+// Reads `[sep]word[sep][N]` for the first of `words` that `*rest` starts with (case-insensitive,
+// not followed by a letter): its index and number (0 when absent), dropping what was read; -1
+// (nothing dropped) otherwise.
+int TakeWord(absl::string_view* rest, std::initializer_list<absl::string_view> words, int* n) {
+  absl::string_view r = *rest;
+  SkipSeparator(&r);
+  int index = 0;
+  for (absl::string_view word : words) {
+    // A word ends where letters do: "r" is not the start of "release".
+    if (r.size() >= word.size() && absl::EqualsIgnoreCase(r.substr(0, word.size()), word) &&
+        (r.size() == word.size() ||
+         !absl::ascii_isalpha(static_cast<unsigned char>(r[word.size()])))) {
+      r.remove_prefix(word.size());
+      absl::string_view after_word = r;
+      SkipSeparator(&r);
+      if (!TakeNumber(&r, n)) {
+        r = after_word;  // "rc" alone means rc0
+        *n = 0;
+      }
+      *rest = r;
+      return index;
+    }
+    ++index;
+  }
+  return -1;
+}
+
+// Reads what follows MAJOR.MINOR[.PATCH] as PEP 440 orders it: pre, post, dev, +local; what is
+// left unread is a vendor suffix.
+void ReadSuffix(absl::string_view rest, EngineVersion& v) {
+  if (size_t plus = rest.find('+'); plus != absl::string_view::npos) {
+    v.local = std::string(rest.substr(plus + 1));
+    rest = rest.substr(0, plus);
+  }
   int n = 0;
-  TakeNumber(&rest, &n);  // "post" alone means post0
-  return rest.empty() || rest.front() == '+';
+  // Longest spellings first: "alpha" before "a", "preview" before "pre".
+  static constexpr const char* kPreNames[] = {"a", "b", "rc"};
+  const int pre = TakeWord(&rest, {"alpha", "beta", "preview", "pre", "rc", "a", "b", "c"}, &n);
+  if (pre >= 0) {
+    constexpr int kNameOf[] = {0, 1, 2, 2, 2, 0, 1, 2};
+    v.pre = absl::StrCat(kPreNames[kNameOf[pre]], n);
+  }
+  if (TakeWord(&rest, {"post", "rev", "r"}, &n) >= 0) {
+    v.post = n;
+  } else if (rest.size() > 1 && rest.front() == '-' &&
+             absl::ascii_isdigit(static_cast<unsigned char>(rest[1]))) {
+    rest.remove_prefix(1);  // "1.0-1": an implicit post release
+    TakeNumber(&rest, &v.post);
+  }
+  if (TakeWord(&rest, {"dev"}, &n) >= 0) v.dev = n;
+  v.vendor = std::string(rest);
+  v.prerelease = !v.pre.empty() || !v.vendor.empty() || (v.dev >= 0 && v.post < 0);
 }
 
 }  // namespace
@@ -38,6 +93,23 @@ bool EngineVersion::AtLeast(int want_major, int want_minor, int want_patch) cons
   const auto have = std::make_tuple(major, minor, patch);
   const auto want = std::make_tuple(want_major, want_minor, want_patch);
   return have > want || (have == want && !prerelease);
+}
+
+std::string EngineVersion::Release() const { return absl::StrCat(major, ".", minor, ".", patch); }
+
+std::string EngineVersion::Described() const {
+  std::vector<std::string> details;
+  if (!pre.empty()) details.push_back(pre);
+  if (post >= 0 && prerelease) details.push_back(absl::StrCat("post", post));
+  if (dev >= 0) details.push_back(absl::StrCat("dev", dev));
+  if (!vendor.empty()) details.push_back(absl::StrCat("vendor suffix '", vendor, "'"));
+  if (!local.empty()) details.push_back(absl::StrCat("build ", local));
+  const std::string in_brackets =
+      details.empty() ? "" : absl::StrCat(" (", absl::StrJoin(details, ", "), ")");
+  if (prerelease) return absl::StrCat(text, ", a pre-release of ", Release(), in_brackets);
+  if (post >= 0) return absl::StrCat(text, ", a post release of ", Release(), in_brackets);
+  if (!local.empty()) return absl::StrCat(text, ", a build of ", Release(), in_brackets);
+  return text;
 }
 
 absl::StatusOr<EngineVersion> ParseEngineVersion(absl::string_view text) {
@@ -60,13 +132,15 @@ absl::StatusOr<EngineVersion> ParseEngineVersion(absl::string_view text) {
       !TakeNumber(&rest, &v.minor)) {
     return absl::InvalidArgumentError("not a version of the form MAJOR.MINOR[.PATCH]");
   }
-  if (absl::ConsumePrefix(&rest, ".") && !TakeNumber(&rest, &v.patch)) {
-    // "0.5.dev3" or "0.5.post1": no patch number. A post release of 0.5.0 is 0.5.0; anything
-    // else counts as before it.
-    v.prerelease = !IsReleaseSuffix(absl::StrCat(".", rest));
-    return v;
+  // "0.5.dev3" or "0.5.post1" have no patch number: the suffix follows the minor.
+  if (rest.size() > 1 && rest.front() == '.' &&
+      absl::ascii_isdigit(static_cast<unsigned char>(rest[1]))) {
+    rest.remove_prefix(1);
+    if (!TakeNumber(&rest, &v.patch)) {
+      return absl::InvalidArgumentError("not a version of the form MAJOR.MINOR[.PATCH]");
+    }
   }
-  v.prerelease = !IsReleaseSuffix(rest);
+  ReadSuffix(rest, v);
   return v;
 }
 

@@ -10,20 +10,35 @@
 namespace wsync {
 
 // An engine's release as its server reports it (SGLang's /get_server_info "version", vLLM's
-// /version): "0.5.6", "v0.22.1", "0.5.6.post1", "0.5.3rc2", "0.23.0+cu130", "0.5.6.dev12+g1a2b".
+// /version), read as PEP 440 reads a Python package's version, which is what these servers
+// report: "0.5.6", "v0.22.1", "0.5.6.post1", "0.5.3rc2", "0.23.0+cu130", "0.11.1rc2.dev123+gabc".
 // A post release is its release with fixes and a local label ("+cu130") names a build of it, so
-// both count as the release; any other suffix (rc, dev, a, b, unknown) orders before its release:
-// a build from between two releases may or may not hold what the later one ships, so it is
-// served as the release before.
+// both count as the release. A pre-release (a, b, rc), a dev release and a vendor suffix PEP 440
+// does not know ("0.17.0-sim") order before their release: a build from before a release may or
+// may not hold what the release ships, so a gate that needs the release refuses it, saying so
+// (Described()).
 struct EngineVersion {
   int major = 0;
   int minor = 0;
   int patch = 0;
   bool prerelease = false;
   std::string text;  // as the engine sent it, whitespace trimmed
+  // The suffix as read: "a1", "b2", "rc3" (normalised from alpha, beta, c, pre, preview), the
+  // post and dev numbers (-1: none), the local label after '+', and any other suffix.
+  std::string pre;
+  int post = -1;
+  int dev = -1;
+  std::string local;
+  std::string vendor;
 
   // Orders by (major, minor, patch), a pre-release before its release.
   bool AtLeast(int major, int minor, int patch) const;
+  // The release this version is, or precedes: "MAJOR.MINOR.PATCH".
+  std::string Release() const;
+  // The text and how it was read, for messages: "0.5.6", "0.17.0-sim, a pre-release of 0.17.0
+  // (vendor suffix '-sim')", "0.11.1rc2.dev123+gabc, a pre-release of 0.11.1 (rc2, dev123, build
+  // gabc)", "0.5.6.post1, a post release of 0.5.6", "0.23.0+cu130, a build of 0.23.0 (cu130)".
+  std::string Described() const;
 };
 
 // The text goes into errors and `wsyncctl engines`: longer than this, or with characters other

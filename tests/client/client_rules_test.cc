@@ -329,9 +329,54 @@ TEST_F(ClientRulesTest, PushStreamClosesAfterTheTensorThatExceedsTheChunk) {
   const std::vector<ReceivedBucket> got = fake_->received();
   using Names2 = std::vector<std::vector<std::string>>;
   EXPECT_EQ(Names(got), (Names2{{"a", "b", "c"}, {"d", "e"}}));
-  // A stream fed without a declared tensor count sent its final bucket before Commit told it
-  // nothing follows, so that bucket is not marked: last is false when unknown.
-  for (const ReceivedBucket& b : got) EXPECT_FALSE(b.wire.last());
+  // Without a declared tensor count, each bucket that closed with its tensor waited for the next
+  // tensor (then went out unmarked) or for Commit (then marked last): the engine needs no
+  // finishing request.
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_FALSE(got[0].wire.last());
+  EXPECT_TRUE(got[1].wire.last());
+  ExpectDelivered(ts);
+}
+
+TEST_F(ClientRulesTest, PushStreamMarksAnOversizeTensorAddedLastAsTheLastBucket) {
+  Start(ProtoRules(/*one_dtype=*/false, 0));
+  const std::vector<OwnedTensor> ts = {Make("a", DType::kFloat32, 10),
+                                       Make("huge", DType::kFloat32, 2 * kSlotBytes)};
+  auto push = client_->BeginPush("policy", "v1");
+  ASSERT_TRUE(push.ok()) << push.status();
+  for (const TensorRef& t : Refs(ts)) ASSERT_TRUE((*push)->Add({t}).ok());
+  // "a" went out when "huge" arrived (a tensor followed it); "huge" waits to learn whether it is
+  // the last, and nothing is released before it is sent.
+  EXPECT_EQ((*push)->released(), 1u);
+  auto result = (*push)->Commit();
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<ReceivedBucket> got = fake_->received();
+  using Names2 = std::vector<std::vector<std::string>>;
+  ASSERT_EQ(Names(got), (Names2{{"a"}, {"huge"}}));
+  EXPECT_FALSE(got[0].wire.last());
+  EXPECT_TRUE(got[1].wire.last());
+  EXPECT_EQ(got[1].wire.slot(), kSlots);
+  ExpectDelivered(ts);
+}
+
+TEST_F(ClientRulesTest, PushStreamSendsAHeldBucketUnmarkedWhenATensorFollowsIt) {
+  Start(ProtoRules(/*one_dtype=*/false, 1000));
+  // a + b pass the chunk at b, which ends the bucket; c follows in a later Add and stays open
+  // until Commit.
+  const std::vector<OwnedTensor> ts = {Make("a", DType::kUint8, 600), Make("b", DType::kUint8, 600),
+                                       Make("c", DType::kUint8, 10)};
+  auto push = client_->BeginPush("policy", "v1");
+  ASSERT_TRUE(push.ok()) << push.status();
+  const std::vector<TensorRef> refs = Refs(ts);
+  ASSERT_TRUE((*push)->Add({refs[0], refs[1]}).ok());
+  ASSERT_TRUE((*push)->Add({refs[2]}).ok());
+  auto result = (*push)->Commit();
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<ReceivedBucket> got = fake_->received();
+  using Names2 = std::vector<std::vector<std::string>>;
+  ASSERT_EQ(Names(got), (Names2{{"a", "b"}, {"c"}}));
+  EXPECT_FALSE(got[0].wire.last());
+  EXPECT_TRUE(got[1].wire.last());
   ExpectDelivered(ts);
 }
 

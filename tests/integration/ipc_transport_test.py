@@ -110,7 +110,7 @@ class SglangVersionGateTest(IpcFixture):
         out = self.ctl("create-group", "colo", "--transport", "ipc", "--engine",
                        f"http://127.0.0.1:{port}@{GPU0}")
         self.assertNotEqual(out.returncode, 0)
-        self.assertIn("SGLang 0.5.5.post1 ", out.stderr)
+        self.assertIn("SGLang 0.5.5.post1, a post release of 0.5.5", out.stderr)
         self.assertIn(">= 0.5.6", out.stderr)
         self.assertIn("--load-format per_tensor", out.stderr)
         self.assertEqual(self.engine_state(port)["updates_received"], 0)
@@ -128,7 +128,7 @@ class SglangVersionGateTest(IpcFixture):
             out = self.ctl("create-group", name, "--transport", "ipc", "--engine",
                            f"http://127.0.0.1:{port}@{GPU0}", *extra)
             self.assertNotEqual(out.returncode, 0)
-            self.assertIn("SGLang 0.4.10.post2 ", out.stderr)
+            self.assertIn("SGLang 0.4.10.post2, a post release of 0.4.10 is older", out.stderr)
             self.assertIn(">= 0.5.1", out.stderr)
 
 

@@ -209,9 +209,10 @@ class LmdeployIpcTest(HostWsyncdCase):
         result = self.assert_three_versions_exact(port, flattened=False)
         self.assertEqual(result["bucket_rules"], "none")
 
-    def test_an_unmarked_last_bucket_is_finished_by_a_request_of_its_own(self):
+    def test_a_bucket_closed_by_the_last_tensor_added_is_marked_finished(self):
         # A tensor larger than a slot closes its own bucket as it is added, before the client
-        # knows it is the last: no bucket goes out marked, and the commit finishes the update.
+        # knows whether another follows: the client holds that bucket back until Commit tells
+        # it, then sends it marked, so no finishing request of its own is needed.
         port = self.start_engine()
         self.assertEqual(self.create_group(port).returncode, 0)
         model = [("small", np.arange(64, dtype=np.float32)),
@@ -219,7 +220,8 @@ class LmdeployIpcTest(HostWsyncdCase):
         self.push("big", model=model)
         state = self.assert_engine_holds(port, model)
         cycle = updates_of(state["events"])[-1]
-        self.assertEqual(cycle[-2:], ["update:0:finished", "wakeup:kv_cache"], cycle)
+        self.assertEqual(cycle[-2:], ["update:1:finished", "wakeup:kv_cache"], cycle)
+        self.assertNotIn("update:0:finished", cycle, "no finishing request without tensors")
         self.assertEqual(state["finished_calls"], 1)
 
     def test_a_server_refusing_pickle_is_a_configuration_error(self):

@@ -90,6 +90,9 @@ class RankPool:
 
     def __init__(self, target, gpus, *args):
         ctx = mp.get_context("spawn")
+        # One command at a time over the pipes: the HTTP server's threads (an update, a checksum
+        # request, a group's init) would otherwise interleave their messages on a rank's pipe.
+        self.lock = threading.Lock()
         self.ranks = []
         for tp_rank, gpu in enumerate(gpus):
             parent, child = ctx.Pipe()
@@ -104,13 +107,14 @@ class RankPool:
     def all(self, cmd, arg=None):
         """Sends the command to every rank and returns their answers in rank order. A rank that
         died takes the engine with it, as a crashed worker takes down its server."""
-        for _, conn in self.ranks:
-            conn.send((cmd, arg))
-        try:
-            return [conn.recv() for _, conn in self.ranks]
-        except EOFError:
-            print("a rank process died: the engine exits", flush=True)
-            os._exit(17)
+        with self.lock:
+            for _, conn in self.ranks:
+                conn.send((cmd, arg))
+            try:
+                return [conn.recv() for _, conn in self.ranks]
+            except EOFError:
+                print("a rank process died: the engine exits", flush=True)
+                os._exit(17)
 
 
 def rank_checksums(memory, params, crcs):

@@ -90,7 +90,7 @@ absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ipc_variant_.has_value() || ipc_variant_->name != variant.name ||
       version_text_ != version.text) {
-    WSYNC_LOG(Info, "engine ", endpoint_.url, ": SGLang ", version.text, ", ", variant.name);
+    WSYNC_LOG(Info, "engine ", endpoint_.url, ": SGLang ", version.Described(), ", ", variant.name);
   }
   ipc_variant_ = variant;
   version_text_ = version.text;

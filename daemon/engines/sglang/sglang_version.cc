@@ -8,7 +8,7 @@ absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& versio
                                                      BucketFormat format) {
   if (!version.AtLeast(0, 5, 1)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "SGLang ", version.text,
+        "SGLang ", version.Described(),
         " is older than the first release wsyncd knows to serve colocated (CUDA IPC) updates "
         "(per-rank payloads on POST /update_weights_from_tensor and GPUs named by UUID); wsyncd "
         "needs SGLang >= ",
@@ -19,7 +19,7 @@ absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& versio
   }
   if (!version.AtLeast(0, 5, 6)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "SGLang ", version.text,
+        "SGLang ", version.Described(),
         " reads a flattened_bucket as one typed tensor of a single dtype (before PR #13413); "
         "wsyncd's flattened IPC payload is uint8 bytes of mixed dtypes and needs SGLang >= ",
         kSglangMinUint8FlattenedVersion,
@@ -31,7 +31,7 @@ absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& versio
 absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version) {
   if (!version.AtLeast(0, 5, 5)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "SGLang ", version.text,
+        "SGLang ", version.Described(),
         " may predate POST /update_weights_from_ipc (the map-once route, PR #11755); wsyncd "
         "needs SGLang >= ",
         kSglangMinIpcRouteVersion,

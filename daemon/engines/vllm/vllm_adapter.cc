@@ -133,7 +133,7 @@ absl::Status VllmAdapter::Probe() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!variant_.has_value() || variant_->name != variant.name || version_text_ != version.text) {
-      WSYNC_LOG(Info, "engine ", endpoint_.url, ": vLLM ", version.text, ", variant ",
+      WSYNC_LOG(Info, "engine ", endpoint_.url, ": vLLM ", version.Described(), ", variant ",
                 variant.name);
     }
     variant_ = variant;

@@ -16,7 +16,8 @@ void ApplySessionGates(const VllmVersion& version, VllmVariant& v) {
 absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version) {
   if (!version.AtLeast(0, 17, 0)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "vLLM ", version.text, " has no CUDA IPC weight transfer; wsyncd needs vLLM >= ",
+        "vLLM ", version.Described(), " is read as older than ", kVllmMinIpcVersion,
+        ", the first release with CUDA IPC weight transfer; wsyncd needs vLLM >= ",
         kVllmMinIpcVersion, " (started with --weight-transfer-config '{\"backend\": \"ipc\"}')"));
   }
   VllmVariant v;
@@ -36,8 +37,9 @@ absl::StatusOr<VllmVariant> VllmVariantFor(const VllmVersion& version) {
 absl::StatusOr<VllmVariant> VllmNcclVariantFor(const VllmVersion& version) {
   if (!version.AtLeast(0, 16, 0)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "vLLM ", version.text, " has no NCCL weight transfer; wsyncd needs vLLM >= ",
-        kVllmMinNcclVersion, " (started with --weight-transfer-config '{\"backend\": \"nccl\"}')"));
+        "vLLM ", version.Described(), " is read as older than ", kVllmMinNcclVersion,
+        ", the first release with NCCL weight transfer; wsyncd needs vLLM >= ", kVllmMinNcclVersion,
+        " (started with --weight-transfer-config '{\"backend\": \"nccl\"}')"));
   }
   VllmVariant v;
   ApplySessionGates(version, v);

@@ -84,7 +84,7 @@ TEST(SglangVersionTest, OldServersAreRefusedTheFlattenedBucketNamingBothVersions
     ASSERT_FALSE(v.ok()) << text;
     EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(v.status().message(),
-                AllOf(HasSubstr(absl::StrCat("SGLang ", text, " ")), HasSubstr(">= 0.5.6"),
+                AllOf(HasSubstr(absl::StrCat("SGLang ", text)), HasSubstr(">= 0.5.6"),
                       HasSubstr("PR #13413"), HasSubstr("--load-format per_tensor")));
   }
 }
@@ -105,7 +105,7 @@ TEST(SglangVersionTest, ServersBeforeTheIpcFloorAreRefusedInEveryFormat) {
       ASSERT_FALSE(v.ok()) << text;
       EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
       EXPECT_THAT(v.status().message(),
-                  AllOf(HasSubstr(absl::StrCat("SGLang ", text, " ")), HasSubstr(">= 0.5.1")));
+                  AllOf(HasSubstr(absl::StrCat("SGLang ", text)), HasSubstr(">= 0.5.1")));
     }
   }
 }
@@ -120,9 +120,12 @@ TEST(SglangVersionTest, TheMapOnceRouteNeedsItsOwnFloorWhateverTheFormat) {
     auto v = SglangIpcRouteVariantFor(Parsed(text));
     ASSERT_FALSE(v.ok()) << text;
     EXPECT_EQ(v.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(v.status().message(), AllOf(HasSubstr(absl::StrCat("SGLang ", text, " ")),
+    EXPECT_THAT(v.status().message(), AllOf(HasSubstr(absl::StrCat("SGLang ", text)),
                                             HasSubstr(">= 0.5.5"), HasSubstr("tensor route")));
   }
+  // A refused pre-release says how it was read.
+  EXPECT_THAT(SglangIpcRouteVariantFor(Parsed("0.5.5rc1")).status().message(),
+              HasSubstr("SGLang 0.5.5rc1, a pre-release of 0.5.5 (rc1) may predate"));
   // A 0.5.5 server refused the flattened tensor route is served the map-once route.
   auto routed = SglangAdapter::CheckIpcVersion({{"version", "0.5.5"}}, "http://e:1",
                                                BucketFormat::kFlattened, SglangIpcRoute::kIpc);
@@ -239,8 +242,9 @@ TEST_F(SglangProbeTest, AnOldServerIsRefusedAtProbeAndShownUnsupported) {
   SglangAdapter adapter = Adapter(BucketFormat::kFlattened, kCudaIpcDataPath);
   absl::Status probed = adapter.Probe();
   EXPECT_EQ(probed.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(probed.message(), AllOf(HasSubstr(url_), HasSubstr("SGLang 0.5.5.post1 "),
-                                      HasSubstr(">= 0.5.6"), HasSubstr("per_tensor")));
+  EXPECT_THAT(probed.message(),
+              AllOf(HasSubstr(url_), HasSubstr("SGLang 0.5.5.post1, a post release of 0.5.5"),
+                    HasSubstr(">= 0.5.6"), HasSubstr("per_tensor")));
   EngineHealth health = adapter.Health();
   EXPECT_TRUE(health.healthy);
   EXPECT_EQ(health.engine_version, "0.5.5.post1");

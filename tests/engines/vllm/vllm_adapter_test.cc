@@ -324,8 +324,17 @@ TEST(VllmAdapter, NcclVersionGatesNameTheVersionAndTheMinimum) {
   auto old = VllmAdapter::CheckVersion({{"version", "0.15.1"}}, "http://e:1", VllmOptions(),
                                        VllmBackend::kNccl);
   EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(old.status().message(), HasSubstr("vLLM 0.15.1 has no NCCL weight transfer"));
+  EXPECT_THAT(
+      old.status().message(),
+      HasSubstr(
+          "vLLM 0.15.1 is read as older than 0.16.0, the first release with NCCL weight transfer"));
   EXPECT_THAT(old.status().message(), HasSubstr(">= 0.16.0"));
+  // A vendor build of the first release with the IPC engine is refused saying how it was read.
+  auto vendor = VllmAdapter::CheckVersion({{"version", "0.17.0-sim"}}, "http://e:1", VllmOptions(),
+                                          VllmBackend::kIpc);
+  EXPECT_THAT(vendor.status().message(),
+              HasSubstr("vLLM 0.17.0-sim, a pre-release of 0.17.0 (vendor suffix '-sim') is "
+                        "read as older than 0.17.0"));
   // 0.16 has NCCL but no IPC: the transport decides which minimum applies.
   EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.16.0"}}, "http://e:1", VllmOptions(),
                                         VllmBackend::kNccl)
