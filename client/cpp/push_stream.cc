@@ -104,10 +104,7 @@ absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
   }
   for (const TensorRef& t : tensors) {
     // A tensor follows the held bucket: it was not the last.
-    if (held_) {
-      PlannedBucket before = *std::exchange(held_, std::nullopt);
-      WSYNC_RETURN_IF_ERROR(SendBucket(before, /*last=*/false));
-    }
+    SendHeld(/*last=*/false);
     auto closed = planner_.Add(TensorDesc{t.name, t.dtype, t.shape, t.bytes});
     if (!closed.ok()) return Fail(closed.status());
     ++added_;
@@ -119,12 +116,9 @@ absl::Status PushStream::Add(const std::vector<TensorRef>& tensors) {
     for (size_t i = 0; i < closed->size(); ++i) {
       const PlannedBucket& b = (*closed)[i];
       // Closed with this tensor in it, and no declared count to say whether one follows.
-      if (i + 1 == closed->size() && options_.tensors_total == 0 &&
-          b.tensors.back().index + 1 == added_) {
-        held_ = b;
-        break;
-      }
-      WSYNC_RETURN_IF_ERROR(SendBucket(b, /*last=*/false));
+      const bool maybe_last = i + 1 == closed->size() && options_.tensors_total == 0 &&
+                              b.tensors.back().index + 1 == added_;
+      WSYNC_RETURN_IF_ERROR(SendBucket(b, /*last=*/false, /*hold=*/maybe_last));
     }
   }
   return absl::OkStatus();
@@ -194,7 +188,18 @@ bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Buck
   return true;
 }
 
-absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
+void PushStream::SendHeld(bool last) {
+  if (!held_wire_) return;
+  v1::Bucket wire = *std::exchange(held_wire_, std::nullopt);
+  wire.set_last(last || wire.last());
+  if (!stream_.SendBucket(wire)) {
+    // The daemon ended the stream; the next wait for a slot collects its status.
+    std::lock_guard<std::mutex> lock(mu_);
+    daemon_ended_ = true;
+  }
+}
+
+absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last, bool hold) {
   WSYNC_ASSIGN_OR_RETURN(auto acquired, AcquireSlot(bucket));
   const uint32_t slot_index = acquired.first;
   MappedSlot& slot = *acquired.second;
@@ -274,6 +279,10 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last) {
                     pull && !bucket.oversize ? &slot : nullptr});
     ReleaseFinishedLocked();
   }
+  if (hold) {
+    held_wire_ = std::move(wire);
+    return absl::OkStatus();
+  }
   if (!stream_.SendBucket(wire)) {
     // The daemon ended the stream; the next wait for a slot collects its status.
     std::lock_guard<std::mutex> lock(mu_);
@@ -299,11 +308,14 @@ void PushStream::Abort(const std::string& reason) {
 absl::StatusOr<PushResult> PushStream::Commit() {
   if (!send_status_.ok()) return send_status_;
   if (ended_by_us_) return absl::FailedPreconditionError("the update was already committed");
-  std::optional<PlannedBucket> open = planner_.Finish();
-  if (held_) {
-    PlannedBucket held = *std::exchange(held_, std::nullopt);
-    WSYNC_RETURN_IF_ERROR(SendBucket(held, /*last=*/!open.has_value()));
+  if (options_.tensors_total != 0 && added_ != options_.tensors_total) {
+    // The bucket marked last would not be the last one.
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat("the push was declared to hold ", options_.tensors_total, " tensors; ", added_,
+                     " were added before the commit")));
   }
+  std::optional<PlannedBucket> open = planner_.Finish();
+  SendHeld(/*last=*/!open.has_value());
   if (open) WSYNC_RETURN_IF_ERROR(SendBucket(*open, /*last=*/true));
   if (sequence_ == 0) {
     absl::Status empty = absl::InvalidArgumentError("nothing to push: no tensors");

@@ -132,9 +132,10 @@ using OversizeSlotFn =
 // marked last (Bucket.last), so an engine that must be told (LMDeploy's `finished`, vLLM's last
 // chunk) needs no separate finishing request. A bucket that closes with the tensor just added (an
 // oversize tensor alone, or the one that passes the rules' chunk size) may be the last: unless
-// options.tensors_total says whether a tensor follows, it is held back until the next tensor
-// arrives (then sent unmarked) or Commit (then sent marked). A bucket closed by the arrival of a
-// tensor that does not fit is never the last and goes out at once.
+// options.tensors_total says whether a tensor follows, it is copied into its slot at once (its
+// tensors are released as usual) but its message to wsyncd waits for the next tensor (then it
+// goes unmarked) or Commit (then marked). A bucket closed by the arrival of a tensor that does not
+// fit is never the last and goes out at once.
 class PushStream {
  public:
   // Starts the update; `slots` are the session's mapped slots.
@@ -169,7 +170,10 @@ class PushStream {
   absl::StatusOr<std::pair<uint32_t, MappedSlot*>> AcquireSlot(const PlannedBucket& bucket);
   void ReadEvents();
   // last: the caller knows no bucket follows (also set when options_.tensors_total says so).
-  absl::Status SendBucket(const PlannedBucket& bucket, bool last);
+  // hold: fill the slot but keep the message in held_wire_ (SendHeld sends it).
+  absl::Status SendBucket(const PlannedBucket& bucket, bool last, bool hold = false);
+  // Sends the held bucket's message, if any, marked last or not.
+  void SendHeld(bool last);
   // Pull mode: the bucket's sources, with announcements of allocations new to this update; false
   // when a tensor cannot be exported.
   bool DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire);
@@ -183,8 +187,9 @@ class PushStream {
   PushOptions options_;
   BucketPlanner planner_;  // replaced at Begin by one that follows the group's rules
   uint64_t added_ = 0;     // tensors added so far
-  // A bucket that closed with the last tensor added, not yet known to be the update's last.
-  std::optional<PlannedBucket> held_;
+  // The message of a bucket that closed with the last tensor added, its slot already filled, not
+  // yet known to be the update's last.
+  std::optional<v1::Bucket> held_wire_;
   uint64_t sequence_ = 0;
   std::set<uint64_t> announced_;  // pull mode: allocations announced in this update
   uint64_t buckets_pulled_ = 0;

@@ -15,10 +15,13 @@
 namespace wsync {
 namespace {
 
-// Reads the decimal number at the front of `*rest` and drops it; false when there is none.
-bool TakeNumber(absl::string_view* rest, int* out) {
+// Reads the decimal number of at most `max_digits` at the front of `*rest` and drops it; false
+// when there is none. A release part has at most 6 digits (no engine's has more); a dev or post
+// number may be a date (dev20251125).
+bool TakeNumber(absl::string_view* rest, int* out, size_t max_digits = 6) {
   size_t n = 0;
-  while (n < rest->size() && n < 6 && absl::ascii_isdigit(static_cast<unsigned char>((*rest)[n]))) {
+  while (n < rest->size() && n < max_digits &&
+         absl::ascii_isdigit(static_cast<unsigned char>((*rest)[n]))) {
     ++n;
   }
   if (n == 0 || !absl::SimpleAtoi(rest->substr(0, n), out)) return false;
@@ -48,7 +51,7 @@ int TakeWord(absl::string_view* rest, std::initializer_list<absl::string_view> w
       r.remove_prefix(word.size());
       absl::string_view after_word = r;
       SkipSeparator(&r);
-      if (!TakeNumber(&r, n)) {
+      if (!TakeNumber(&r, n, /*max_digits=*/9)) {
         r = after_word;  // "rc" alone means rc0
         *n = 0;
       }
@@ -80,7 +83,7 @@ void ReadSuffix(absl::string_view rest, EngineVersion& v) {
   } else if (rest.size() > 1 && rest.front() == '-' &&
              absl::ascii_isdigit(static_cast<unsigned char>(rest[1]))) {
     rest.remove_prefix(1);  // "1.0-1": an implicit post release
-    TakeNumber(&rest, &v.post);
+    TakeNumber(&rest, &v.post, /*max_digits=*/9);
   }
   if (TakeWord(&rest, {"dev"}, &n) >= 0) v.dev = n;
   v.vendor = std::string(rest);
@@ -127,7 +130,7 @@ absl::StatusOr<EngineVersion> ParseEngineVersion(absl::string_view text) {
     }
   }
   absl::string_view rest = v.text;
-  absl::ConsumePrefix(&rest, "v");
+  if (!rest.empty() && (rest.front() == 'v' || rest.front() == 'V')) rest.remove_prefix(1);
   if (!TakeNumber(&rest, &v.major) || !absl::ConsumePrefix(&rest, ".") ||
       !TakeNumber(&rest, &v.minor)) {
     return absl::InvalidArgumentError("not a version of the form MAJOR.MINOR[.PATCH]");
@@ -138,6 +141,16 @@ absl::StatusOr<EngineVersion> ParseEngineVersion(absl::string_view text) {
     rest.remove_prefix(1);
     if (!TakeNumber(&rest, &v.patch)) {
       return absl::InvalidArgumentError("not a version of the form MAJOR.MINOR[.PATCH]");
+    }
+    // Release parts past the patch ("0.5.6.1") come after MAJOR.MINOR.PATCH and before the next
+    // patch: the gates read three parts, so they are read and dropped.
+    int extra = 0;
+    while (rest.size() > 1 && rest.front() == '.' &&
+           absl::ascii_isdigit(static_cast<unsigned char>(rest[1]))) {
+      rest.remove_prefix(1);
+      if (!TakeNumber(&rest, &extra)) {
+        return absl::InvalidArgumentError("a release part longer than any engine's");
+      }
     }
   }
   ReadSuffix(rest, v);

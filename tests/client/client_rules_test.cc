@@ -345,9 +345,10 @@ TEST_F(ClientRulesTest, PushStreamMarksAnOversizeTensorAddedLastAsTheLastBucket)
   auto push = client_->BeginPush("policy", "v1");
   ASSERT_TRUE(push.ok()) << push.status();
   for (const TensorRef& t : Refs(ts)) ASSERT_TRUE((*push)->Add({t}).ok());
-  // "a" went out when "huge" arrived (a tensor followed it); "huge" waits to learn whether it is
-  // the last, and nothing is released before it is sent.
-  EXPECT_EQ((*push)->released(), 1u);
+  // "a" went out when "huge" arrived (a tensor followed it). "huge" is copied into the oversize
+  // slot at once, so both are the caller's again; only its message waits to learn whether it is
+  // the last.
+  EXPECT_EQ((*push)->released(), 2u);
   auto result = (*push)->Commit();
   ASSERT_TRUE(result.ok()) << result.status();
   const std::vector<ReceivedBucket> got = fake_->received();
@@ -399,6 +400,19 @@ TEST_F(ClientRulesTest, PushStreamWithADeclaredCountMarksTheLastBucketEarly) {
   ASSERT_EQ(got.size(), 2u);
   EXPECT_FALSE(got[0].wire.last());
   EXPECT_TRUE(got[1].wire.last());
+}
+
+TEST_F(ClientRulesTest, ACommitShortOfTheDeclaredCountIsRefused) {
+  Start(ProtoRules(/*one_dtype=*/false, 1000));
+  PushOptions options;
+  options.tensors_total = 3;
+  auto push = client_->BeginPush("policy", "v1", options);
+  ASSERT_TRUE(push.ok()) << push.status();
+  ASSERT_TRUE((*push)->Add(Refs({Make("a", DType::kUint8, 600)})).ok());
+  // No bucket would be marked last: the commit is refused and the update aborted.
+  auto result = (*push)->Commit();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(result.status().message(), HasSubstr("declared to hold 3 tensors; 1 were added"));
 }
 
 TEST_F(ClientRulesTest, PushFollowsBothRulesAndMarksItsLastBucket) {

@@ -76,6 +76,23 @@ TEST(EngineVersionTest, AVendorSuffixIsAPreReleaseThatSaysSo) {
   EXPECT_TRUE(Parsed("0.5.6.post1rc1").prerelease);
 }
 
+TEST(EngineVersionTest, ReadsDatedDevBuildsExtraReleasePartsAndACapitalV) {
+  EngineVersion dated = Parsed("0.5.6.post1.dev20251125");
+  EXPECT_EQ(dated.post, 1);
+  EXPECT_EQ(dated.dev, 20251125);
+  EXPECT_TRUE(dated.vendor.empty());
+  EXPECT_FALSE(dated.prerelease) << "a dev build of a post release comes after its release";
+  EngineVersion four = Parsed("0.5.6.1");
+  EXPECT_EQ(four.Release(), "0.5.6");
+  EXPECT_FALSE(four.prerelease);
+  EXPECT_TRUE(four.AtLeast(0, 5, 6));
+  EXPECT_FALSE(four.AtLeast(0, 5, 7));
+  EXPECT_EQ(Parsed("V0.5.6").Release(), "0.5.6");
+  // A part longer than any engine's leaves digits unread: a vendor suffix, so never served as
+  // its release.
+  EXPECT_TRUE(Parsed("0.5.6.1234567").prerelease);
+}
+
 TEST(EngineVersionTest, AVersionWithoutPatchTakesItsSuffixAfterTheMinor) {
   EngineVersion dev = Parsed("0.5.dev3");
   EXPECT_EQ(dev.Release(), "0.5.0");

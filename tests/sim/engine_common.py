@@ -155,13 +155,19 @@ def ranks_and_stats(engine):
     return ranks, {r: digest_of(c) for r, c in ranks.items()}, stats
 
 
-def next_update(engine, exit_code=17):
-    """The next weight update's index (engine.updates, counted under engine.state), once the
-    faults engine.knobs put on it have run: at die_at_update the server exits (`exit_code`), at
-    hang_update_at the request never answers."""
+def count_update(engine):
+    """The next weight update's index: engine.updates, counted under engine.state."""
     with engine.state:
         index = engine.updates
         engine.updates += 1
+    return index
+
+
+def next_update(engine, exit_code=17):
+    """The next weight update's index (count_update), once the faults engine.knobs put on it
+    have run: at die_at_update the server exits (`exit_code`), at hang_update_at the request
+    never answers."""
+    index = count_update(engine)
     if index == engine.knobs["die_at_update"]:
         print(f"{stamp()} dying at update {index} as asked", flush=True)
         os._exit(exit_code)
@@ -229,7 +235,7 @@ def serve(handler, args, banner):
 def flip_first_byte(mem, t):
     """The first byte of a tensor, inverted in place (weights that differ from the trainer's)."""
     if mem.kind == "host":
-        t.raw[t.offset] ^= 0xFF
+        t.raw[0] ^= 0xFF  # raw starts at the tensor's first byte
     else:
         b = t.view(-1).view(mem.torch.uint8)
         b[0] = b[0] ^ 0xFF

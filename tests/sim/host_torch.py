@@ -497,6 +497,15 @@ class HostGroup:
             self._header(tensor.raw.nbytes)
             _recv_into(self.sock, tensor.raw)
 
+    def receive_part(self, nbytes, part):
+        """The start of a broadcast of `nbytes`: its header and its first `part` bytes, the rest
+        left unread (a rank that dies mid-bucket)."""
+        with self.lock:
+            if self.sock is None:
+                self._join()
+            self._header(nbytes)
+            _recv_into(self.sock, bytearray(part))
+
     def all_reduce_sum(self, tensor):
         """The warm-up all-reduce: this rank's float32 to the root, the sum back."""
         with self.lock:

@@ -75,7 +75,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "sim"))
 sys.path.insert(0, HERE)
 from engine_common import (FifoLock, JsonReplies, RankPool, add_engine_flags,  # noqa: E402
-                           gpus_of, next_update, ranks_and_stats, serve, stamp)
+                           count_update, gpus_of, next_update, ranks_and_stats, serve, stamp)
 from sglang_ranks import rank_main  # noqa: E402
 
 POSTS = ["/update_weights_from_tensor", "/update_weights_from_ipc", "/pause_generation",
@@ -180,6 +180,17 @@ class Engine:
 ENGINE = None
 
 
+def session_guard(e, body):
+    """A session build's scheduler asserts that every weight update sits inside a session: the
+    process dies otherwise. The update is logged with its selector."""
+    with e.state:
+        if not e.session_open:
+            print("AssertionError: weight update outside a session (the scheduler dies)",
+                  flush=True)
+            os._exit(6)
+        e.session_log.append(f"update selector={body.get('selector', '(none)')}")
+
+
 class Handler(JsonReplies, BaseHTTPRequestHandler):
     def result(self, results, ok_message):
         bad = [m for ok, m in results if not ok]
@@ -228,13 +239,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return self.reply(400, {"success": False, "message": "invalid JSON"})
         weight_routes = ("/update_weights_from_tensor", "/update_weights_from_ipc",
                          "/update_weights_from_distributed")
-        if path in weight_routes and e.args.sessions:
-            with e.state:
-                if not e.session_open:
-                    print("AssertionError: weight update outside a session (the scheduler "
-                          "dies)", flush=True)
-                    os._exit(6)
-                e.session_log.append(f"update selector={body.get('selector', '(none)')}")
+        if not isinstance(body, dict):
+            return self.reply(400, {"success": False, "message": "a JSON object is required"})
+        # The broadcast route checks at its turn (distributed_turn), as the scheduler does.
+        if path in weight_routes[:2] and e.args.sessions:
+            session_guard(e, body)
         if path == "/begin_weight_update" and e.args.sessions:
             with e.state:
                 if e.session_open:
@@ -282,10 +291,12 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         if path in ("/release_memory_occupation", "/resume_memory_occupation"):
             return self.memory(path, body)
         if path == "/sim/knobs":
+            # Answers at once, whatever the ranks do: the counts a test reads mid-update.
             self.delivery.update(body)
             with e.state:
                 e.knobs.update(body)
-                return self.reply(200, dict(e.knobs, updates_received=e.updates))
+                return self.reply(200, dict(e.knobs, updates_received=e.updates,
+                                            max_waiting_requests=Handler.max_waiting))
         if path == "/sim/start_stranger":
             start_stranger(e, body["wsyncd_pid"])
             e.knobs["stranger_at_update"] = body["at_update"]
@@ -348,42 +359,62 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                                     f"world_size {world}"})
         if e.knobs["init_delay_ms"] > 0:
             time.sleep(e.knobs["init_delay_ms"] / 1000)
-        e.rank_offset = offset
         res = e.ranks.all("init", dict(body, never_fetch_id=e.knobs["never_fetch_id"]))
         if all(ok for ok, _ in res):
+            e.rank_offset = offset
             e.group = body.get("group_name", "weight_update_group")
             e.master_port = int(body["master_port"])
+        else:
+            e.ranks.all("destroy")  # the ranks that joined leave the store again
         return self.result(res, "Succeeded to initialize custom process group.")
 
     def update_from_distributed(self, body):
-        """One bucket, broadcast from rank 0 inside the request, in arrival order; the faults
-        the knobs put on the n-th request (from 0) run first: die (exit 17), hang (never
-        answers, never receives), fail (HTTP 500)."""
+        """One bucket, broadcast from rank 0 inside the request, in arrival order (the update's
+        turn, e.lock). At its turn the request is checked, then the knobs' faults on the n-th
+        request (from 0) run: data_plane answers without receiving, fail answers HTTP 500, hang
+        never answers nor receives, die has the ranks exit mid-bucket (17). The answer goes out
+        after the turn, so a slow delivery holds no later update."""
         e = ENGINE
-        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
         with e.lock:
-            index = next_update(e)
-            if not (isinstance(names, list) and isinstance(dtypes, list)
-                    and isinstance(shapes, list) and len(names) == len(dtypes) == len(shapes)):
-                return self.reply(400, {"success": False, "message":
-                                        "names, dtypes and shapes must have equal lengths"})
-            delay = e.knobs["answer_delay_ms"] / 1000
-            if e.knobs["data_plane"]:
-                # The bytes were (or will be) taken by the receives /sim/receive_ahead posted.
-                time.sleep(delay)
-                return self.reply(200, {"success": True, "message": "data plane"})
-            if index == e.knobs["fail_update_at"]:
-                return self.send(500, b"Internal Server Error", "text/plain")
-            name = body.get("group_name", "weight_update_group")
-            if e.group != name:
-                return self.reply(400, {"success": False,
-                                        "message": f"group '{name}' is not initialized"})
-            res = e.ranks.all("update", dict(body, corrupt_tensor=e.knobs["corrupt_tensor"]))
-            if all(ok for ok, _ in res):
-                time.sleep(delay)  # load_weights' own time
-                if isinstance(body.get("weight_version"), str):
-                    e.weight_version = body["weight_version"]
-            return self.result(res, "Succeeded to update parameter online from distributed.")
+            status, answer = self.distributed_turn(body)
+        if isinstance(answer, bytes):
+            return self.send(status, answer, "text/plain")
+        return self.reply(status, answer)
+
+    def distributed_turn(self, body):
+        e = ENGINE
+        index = count_update(e)
+        names, dtypes, shapes = body.get("names"), body.get("dtypes"), body.get("shapes")
+        if not (isinstance(names, list) and isinstance(dtypes, list)
+                and isinstance(shapes, list) and len(names) == len(dtypes) == len(shapes)):
+            return 400, {"success": False,
+                         "message": "names, dtypes and shapes must have equal lengths"}
+        if e.args.sessions:
+            session_guard(e, body)
+        delay = e.knobs["answer_delay_ms"] / 1000
+        if e.knobs["data_plane"]:
+            # The bytes were (or will be) taken by the receives /sim/receive_ahead posted.
+            time.sleep(delay)
+            return 200, {"success": True, "message": "data plane"}
+        if index == e.knobs["fail_update_at"]:
+            return 500, b"Internal Server Error"
+        if index == e.knobs["hang_update_at"]:
+            time.sleep(3600)
+        name = body.get("group_name", "weight_update_group")
+        if e.group != name:
+            return 400, {"success": False, "message": f"group '{name}' is not initialized"}
+        res = e.ranks.all("update", dict(body, corrupt_tensor=e.knobs["corrupt_tensor"],
+                                         die_midway=index == e.knobs["die_at_update"]))
+        bad = [m for ok, m in res if not ok]
+        if bad:
+            with e.state:
+                e.last_error = "; ".join(bad)
+            return 400, {"success": False, "message": "; ".join(bad)}
+        time.sleep(delay)  # load_weights' own time
+        if isinstance(body.get("weight_version"), str):
+            e.weight_version = body["weight_version"]
+        return 200, {"success": True,
+                     "message": "Succeeded to update parameter online from distributed."}
 
     def destroy_group(self, body):
         """Behind the updates that came before it: their receives use the group's ranks."""

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/process_harness.h"
 
@@ -65,19 +66,23 @@ class SglangEngineProcess {
   std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
   ChildProcess& process() { return *process_; }
 
-  // GET /sim/checksums: each rank's CRC-32 per tensor by global rank, the weight version, the
-  // update requests received, and the state the routes keep ({} if it does not answer).
+  // GET /sim/checksums, between updates: each rank's CRC-32 per tensor by global rank, the
+  // weight version and the state the routes keep. A test fails when it does not answer.
   nlohmann::json Checksums() const {
     httplib::Client http("127.0.0.1", port_);
     http.set_read_timeout(30, 0);
     auto res = http.Get("/sim/checksums");
-    if (!res || res->status != 200) return nlohmann::json::object();
+    if (!res || res->status != 200) {
+      ADD_FAILURE() << url() << "/sim/checksums did not answer";
+      return nlohmann::json::object();
+    }
     return nlohmann::json::parse(res->body, nullptr, false);
   }
-  int updates_received() const { return Checksums().value("updates_received", -1); }
+  // The update requests received so far, answered at once whatever the ranks are doing.
+  int updates_received() const { return Knobs().value("updates_received", -1); }
   // The most requests that waited at once on one connection: 2 once the daemon sent an update
   // request before the previous answer came back (it pipelines).
-  int max_waiting_requests() const { return Checksums().value("max_waiting_requests", 0); }
+  int max_waiting_requests() const { return Knobs().value("max_waiting_requests", 0); }
 
   absl::Status SetKnobs(const nlohmann::json& knobs) const {
     httplib::Client http("127.0.0.1", port_);
@@ -89,6 +94,18 @@ class SglangEngineProcess {
   }
 
  private:
+  // POST /sim/knobs {}: the knobs and counts, without waiting for an update's turn. A test fails
+  // when it does not answer.
+  nlohmann::json Knobs() const {
+    httplib::Client http("127.0.0.1", port_);
+    auto res = http.Post("/sim/knobs", "{}", "application/json");
+    if (!res || res->status != 200) {
+      ADD_FAILURE() << url() << "/sim/knobs did not answer";
+      return nlohmann::json::object();
+    }
+    return nlohmann::json::parse(res->body, nullptr, false);
+  }
+
   explicit SglangEngineProcess(int port) : port_(port) {}
 
   int port_;
