@@ -188,15 +188,19 @@ bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Buck
   return true;
 }
 
-void PushStream::SendHeld(bool last) {
-  if (!held_wire_) return;
-  v1::Bucket wire = *std::exchange(held_wire_, std::nullopt);
-  wire.set_last(last || wire.last());
+void PushStream::Transmit(const v1::Bucket& wire) {
   if (!stream_.SendBucket(wire)) {
     // The daemon ended the stream; the next wait for a slot collects its status.
     std::lock_guard<std::mutex> lock(mu_);
     daemon_ended_ = true;
   }
+}
+
+void PushStream::SendHeld(bool last) {
+  if (!held_wire_) return;
+  v1::Bucket wire = *std::exchange(held_wire_, std::nullopt);
+  wire.set_last(last || wire.last());
+  Transmit(wire);
 }
 
 absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last, bool hold) {
@@ -281,12 +285,8 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last, bool
   }
   if (hold) {
     held_wire_ = std::move(wire);
-    return absl::OkStatus();
-  }
-  if (!stream_.SendBucket(wire)) {
-    // The daemon ended the stream; the next wait for a slot collects its status.
-    std::lock_guard<std::mutex> lock(mu_);
-    daemon_ended_ = true;
+  } else {
+    Transmit(wire);
   }
   return absl::OkStatus();
 }

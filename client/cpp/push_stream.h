@@ -174,6 +174,8 @@ class PushStream {
   absl::Status SendBucket(const PlannedBucket& bucket, bool last, bool hold = false);
   // Sends the held bucket's message, if any, marked last or not.
   void SendHeld(bool last);
+  // Writes a bucket's message; a stream the daemon ended is noted for the next slot wait.
+  void Transmit(const v1::Bucket& wire);
   // Pull mode: the bucket's sources, with announcements of allocations new to this update; false
   // when a tensor cannot be exported.
   bool DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire);

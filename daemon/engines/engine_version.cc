@@ -71,13 +71,11 @@ void ReadSuffix(absl::string_view rest, EngineVersion& v) {
     rest = rest.substr(0, plus);
   }
   int n = 0;
-  // Longest spellings first: "alpha" before "a", "preview" before "pre".
-  static constexpr const char* kPreNames[] = {"a", "b", "rc"};
+  // Longest spellings first ("alpha" before "a", "preview" before "pre"), each with the name
+  // PEP 440 normalises it to.
+  constexpr const char* kNormalised[] = {"a", "b", "rc", "rc", "rc", "a", "b", "rc"};
   const int pre = TakeWord(&rest, {"alpha", "beta", "preview", "pre", "rc", "a", "b", "c"}, &n);
-  if (pre >= 0) {
-    constexpr int kNameOf[] = {0, 1, 2, 2, 2, 0, 1, 2};
-    v.pre = absl::StrCat(kPreNames[kNameOf[pre]], n);
-  }
+  if (pre >= 0) v.pre = absl::StrCat(kNormalised[pre], n);
   if (TakeWord(&rest, {"post", "rev", "r"}, &n) >= 0) {
     v.post = n;
   } else if (rest.size() > 1 && rest.front() == '-' &&

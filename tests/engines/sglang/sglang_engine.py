@@ -191,14 +191,20 @@ def session_guard(e, body):
         e.session_log.append(f"update selector={body.get('selector', '(none)')}")
 
 
+def outcome(results, ok_message):
+    """(status, body) of the ranks' answers: 400 with their failures (kept as last_error), else
+    200 with `ok_message`."""
+    bad = [m for ok, m in results if not ok]
+    if bad:
+        with ENGINE.state:
+            ENGINE.last_error = "; ".join(bad)
+        return 400, {"success": False, "message": "; ".join(bad)}
+    return 200, {"success": True, "message": ok_message}
+
+
 class Handler(JsonReplies, BaseHTTPRequestHandler):
     def result(self, results, ok_message):
-        bad = [m for ok, m in results if not ok]
-        if bad:
-            with ENGINE.state:
-                ENGINE.last_error = "; ".join(bad)
-            return self.reply(400, {"success": False, "message": "; ".join(bad)})
-        return self.reply(200, {"success": True, "message": ok_message})
+        return self.reply(*outcome(results, ok_message))
 
     def do_GET(self):
         e, path = ENGINE, urllib.parse.urlsplit(self.path).path
@@ -237,12 +243,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else {}
         except ValueError:
             return self.reply(400, {"success": False, "message": "invalid JSON"})
-        weight_routes = ("/update_weights_from_tensor", "/update_weights_from_ipc",
-                         "/update_weights_from_distributed")
         if not isinstance(body, dict):
             return self.reply(400, {"success": False, "message": "a JSON object is required"})
         # The broadcast route checks at its turn (distributed_turn), as the scheduler does.
-        if path in weight_routes[:2] and e.args.sessions:
+        if path in ("/update_weights_from_tensor", "/update_weights_from_ipc") \
+                and e.args.sessions:
             session_guard(e, body)
         if path == "/begin_weight_update" and e.args.sessions:
             with e.state:
@@ -405,16 +410,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return 400, {"success": False, "message": f"group '{name}' is not initialized"}
         res = e.ranks.all("update", dict(body, corrupt_tensor=e.knobs["corrupt_tensor"],
                                          die_midway=index == e.knobs["die_at_update"]))
-        bad = [m for ok, m in res if not ok]
-        if bad:
-            with e.state:
-                e.last_error = "; ".join(bad)
-            return 400, {"success": False, "message": "; ".join(bad)}
-        time.sleep(delay)  # load_weights' own time
-        if isinstance(body.get("weight_version"), str):
-            e.weight_version = body["weight_version"]
-        return 200, {"success": True,
-                     "message": "Succeeded to update parameter online from distributed."}
+        if all(ok for ok, _ in res):
+            time.sleep(delay)  # load_weights' own time
+            if isinstance(body.get("weight_version"), str):
+                e.weight_version = body["weight_version"]
+        return outcome(res, "Succeeded to update parameter online from distributed.")
 
     def destroy_group(self, body):
         """Behind the updates that came before it: their receives use the group's ranks."""

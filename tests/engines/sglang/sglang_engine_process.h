@@ -71,12 +71,7 @@ class SglangEngineProcess {
   nlohmann::json Checksums() const {
     httplib::Client http("127.0.0.1", port_);
     http.set_read_timeout(30, 0);
-    auto res = http.Get("/sim/checksums");
-    if (!res || res->status != 200) {
-      ADD_FAILURE() << url() << "/sim/checksums did not answer";
-      return nlohmann::json::object();
-    }
-    return nlohmann::json::parse(res->body, nullptr, false);
+    return Answer(http.Get("/sim/checksums"), "/sim/checksums");
   }
   // The update requests received so far, answered at once whatever the ranks are doing.
   int updates_received() const { return Knobs().value("updates_received", -1); }
@@ -98,9 +93,12 @@ class SglangEngineProcess {
   // when it does not answer.
   nlohmann::json Knobs() const {
     httplib::Client http("127.0.0.1", port_);
-    auto res = http.Post("/sim/knobs", "{}", "application/json");
+    return Answer(http.Post("/sim/knobs", "{}", "application/json"), "/sim/knobs");
+  }
+  // The JSON of a 200 answer from `route`; the test fails on any other.
+  nlohmann::json Answer(const httplib::Result& res, const char* route) const {
     if (!res || res->status != 200) {
-      ADD_FAILURE() << url() << "/sim/knobs did not answer";
+      ADD_FAILURE() << url() << route << " did not answer";
       return nlohmann::json::object();
     }
     return nlohmann::json::parse(res->body, nullptr, false);

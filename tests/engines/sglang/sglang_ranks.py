@@ -121,12 +121,10 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
             raise RuntimeError("simulated: waiting in ncclCommSplit")
         st["collective_used"] = True
 
-    def die_midway(arg, dtypes):
+    def die_midway(arg, sizes):
         """A crashed engine process: on host memory it takes the header and half of the
         request's first broadcast (the bucket, or its first tensor) first, so the root loses it
         in the middle of a transfer."""
-        sizes = [torch.Size(shape).numel() * dt.itemsize
-                 for shape, dt in zip(arg["shapes"], dtypes)]
         if mem.kind == "host" and sizes:
             nbytes = sum(sizes) if arg.get("load_format") == "flattened_bucket" else sizes[0]
             st["pg"].receive_part(nbytes, nbytes // 2)
@@ -139,12 +137,12 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
             raise RuntimeError("the weight update group is not initialized")
         first_collective()
         dtypes = [getattr(torch, d) for d in arg["dtypes"]]
+        sizes = [torch.Size(shape).numel() * dt.itemsize
+                 for shape, dt in zip(arg["shapes"], dtypes)]
         if arg.get("die_midway"):
-            die_midway(arg, dtypes)
+            die_midway(arg, sizes)
         received = []
         if arg.get("load_format") == "flattened_bucket":
-            sizes = [torch.Size(shape).numel() * dt.itemsize
-                     for shape, dt in zip(arg["shapes"], dtypes)]
             flat = torch.empty(sum(sizes), dtype=torch.uint8, device=f"cuda:{gpu}")
             mem.dist.broadcast(flat, src=0, group=st["pg"])
             start = 0
