@@ -32,7 +32,14 @@ else
   exit 1
 fi
 NCCL_LIB=${NCCL_LIB:-$(python3 -c "import glob,os,torch; print(glob.glob(os.path.dirname(torch.__file__)+'/../nvidia/nccl/lib/libnccl.so*')[0])" 2>/dev/null)}
-ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+# The GPUs this step may use: CUDA_VISIBLE_DEVICES's (a runner lane's) when set, else every one.
+if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+  IFS=, read -ra visible_gpus <<<"$CUDA_VISIBLE_DEVICES"
+  ngpu=${#visible_gpus[@]}
+else
+  ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+  mapfile -t visible_gpus < <(seq 0 $((ngpu - 1)))
+fi
 fail=0
 # Every pid a step starts through these helpers, stopped when the step ends however it ends.
 started_pids=()
@@ -53,10 +60,12 @@ need_gpus() {
     exit 77
   fi
 }
-# need_free_mib MIB [GPU]: skips the step when the GPU has less memory free.
+# need_free_mib MIB [GPU]: skips the step when the GPU (CUDA's index, as torch numbers it) has less
+# memory free.
 need_free_mib() {
   local free
-  free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i "${2:-0}" | head -1)
+  free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits \
+    -i "${visible_gpus[${2:-0}]}" | head -1)
   if [[ -z $free || $free -lt $1 ]]; then
     echo "SKIP: GPU ${2:-0} has ${free:-?} MiB free, the step needs $1"
     exit 77

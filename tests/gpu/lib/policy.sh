@@ -5,9 +5,15 @@
 #   start_policy [create-group options...]   # sets policy_sock, policy_engines, policy_wsyncd
 #   policy_push LOG TIMEOUT_S trainer_push.py-args...
 #   policy_regroup LOG [create-group options...]
-policy_sock=/tmp/wsync-gpu-policy.sock
-policy_engines=http://127.0.0.1:30001
-policy_spec=(--engine "http://127.0.0.1:30001#1")
+# Every policy step uses these ports and socket; a runner lane (WSYNC_GPU_LANE) gets its own, so
+# that two lanes can run policy steps at once.
+policy_lane=${WSYNC_GPU_LANE:-0}
+policy_sock=/tmp/wsync-gpu-policy$policy_lane.sock
+# policy_url[i]: engine i's URL.
+policy_url=("http://127.0.0.1:$((30001 + 1000 * policy_lane))"
+  "http://127.0.0.1:$((30002 + 1000 * policy_lane))")
+policy_engines=${policy_url[0]}
+policy_spec=(--engine "${policy_url[0]}#1")
 policy_engine_pids=()
 
 # policy_engine INDEX [engine options...]: (re)starts engine INDEX (0: GPU 1; 1: GPUs 2,3).
@@ -17,7 +23,7 @@ policy_engine() {
   local gpus=1
   [[ $i == 1 ]] && gpus=2,3
   [[ -n ${policy_engine_pids[$i]:-} ]] && stop_pids "${policy_engine_pids[$i]}"
-  start_engine sglang $((30001 + i)) $gpus "$LOGS/engine$i.log" "$@"
+  start_engine sglang "${policy_url[$i]##*:}" $gpus "$LOGS/engine$i.log" "$@"
   local rc=$?
   policy_engine_pids[$i]=$engine_pid
   return $rc
@@ -26,8 +32,8 @@ policy_engine() {
 start_policy() {
   need_gpus 2
   if [[ $ngpu -ge 4 ]]; then
-    policy_engines="$policy_engines,http://127.0.0.1:30002"
-    policy_spec+=(--engine "http://127.0.0.1:30002#2")
+    policy_engines="$policy_engines,${policy_url[1]}"
+    policy_spec+=(--engine "${policy_url[1]}#2")
   fi
   start_wsyncd $policy_sock "$LOGS/wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60 || fail=1
   policy_wsyncd=$wsyncd_pid

@@ -5,6 +5,7 @@
 # the counts). WSYNC_BENCH_ARGS adds flags;
 # WSYNC_BENCH_VARIANTS replaces the variants (pull with 2 and 4 slots, push with 4 slots, pull
 # from a flat parameter buffer read in place).
+# runner: alone (timed: the machine to itself)
 source tests/gpu/lib/common.sh
 gpu_step bench "benchmark: Qwen2.5-7B shapes, wsync vs torch-direct vs the NCCL ceiling"
 need_gpus 2

@@ -3,6 +3,7 @@
 # engine's own trainer-side design (the trainer process as rank 0, as their examples do), the
 # Qwen2.5-7B shapes, in the same run on the same GPUs. Reported, not gated; WSYNC_DESIGNS_ARGS adds
 # flags.
+# runner: alone (timed: the machine to itself)
 source tests/gpu/lib/common.sh
 gpu_step bench_engines "vLLM and LMDeploy: wsync beside their own trainer-side designs"
 need_gpus 2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The colocated benchmark (tests/bench/ipc_bench.py): Qwen2.5-7B shapes on GPU 0 against the
 # one-copy ceiling and the peers' design, both SGLang routes; WSYNC_IPC_BENCH_ARGS adds flags.
+# runner: alone (timed: the machine to itself)
 source tests/gpu/lib/common.sh
 gpu_step ipc_bench "colocated benchmark: Qwen2.5-7B shapes, both SGLang routes, against the one-copy ceiling"
 need_gpus 1

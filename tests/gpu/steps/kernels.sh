@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Kernel bandwidth on one GPU: the bucket copy and the checksums (a table, no gate).
+# runner: alone (timed: the machine to itself)
 source tests/gpu/lib/common.sh
 gpu_step kernels "kernel bandwidth: bucket copy and checksums on one GPU"
 need_gpus 1

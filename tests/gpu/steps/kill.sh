@@ -11,7 +11,7 @@ dying=$engine_pid
 # A restarted engine lost its group: the group is made again so that the kill is mid-update.
 policy_regroup kill.log
 policy_push kill.log 120 --versions 1 --version-prefix killed- \
-  --expect-failure "http://127.0.0.1:30001"
+  --expect-failure "${policy_url[0]}"
 timeout 30 tail --pid=$dying -f /dev/null
 kill -9 $dying 2>/dev/null
 wait $dying

@@ -18,7 +18,7 @@ policy_engine 1 --die-at-update 1 --die-rank 1 || fail=1
 dying=$engine_pid
 policy_regroup kill_tp.log
 policy_push kill_tp.log 180 --versions 1 --version-prefix killed- \
-  --expect-failure "http://127.0.0.1:30002"
+  --expect-failure "${policy_url[1]}"
 grep -q "rank 1: dying at update 1 as asked" "$LOGS/engine1.log" ||
   { echo "the TP rank did not die as asked"; fail=1; }
 stop_pids "$dying"

@@ -13,39 +13,39 @@ sock=/tmp/wsync-gpu-quorum-nccl.sock
 log=$LOGS/quorum_nccl.log
 start_wsyncd $sock "$LOGS/wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60 || fail=1
 d=$wsyncd_pid
-start_engine sglang 30071 1 "$LOGS/engine-30071.log" || fail=1
-start_engine sglang 30073 3 "$LOGS/engine-30073.log" || fail=1
-spec=(--engine "http://127.0.0.1:30071" --engine "http://127.0.0.1:30072"
-  --engine "http://127.0.0.1:30073")
+start_engine sglang 30101 1 "$LOGS/engine-30101.log" || fail=1
+start_engine sglang 30103 3 "$LOGS/engine-30103.log" || fail=1
+spec=(--engine "http://127.0.0.1:30101" --engine "http://127.0.0.1:30102"
+  --engine "http://127.0.0.1:30103")
 ctl $sock "$log" create-group q --quorum 2 "${spec[@]}"
-two=http://127.0.0.1:30071,http://127.0.0.1:30073
+two=http://127.0.0.1:30101,http://127.0.0.1:30103
 trainer_push $sock "$log" 150 --group q --engines $two --versions 2 --version-prefix two-
 "$WSYNCCTL" --socket $sock groups 2>&1 | tee -a "$log"
 # Renumbered: the third engine joined as rank 2 (SGLang ranks are rank_offset + tp_rank).
-grep -q "rank 2 = http://127.0.0.1:30073" "$LOGS/wsyncd.log" ||
+grep -q "rank 2 = http://127.0.0.1:30103" "$LOGS/wsyncd.log" ||
   { echo "the group did not form as ranks 1-2 over the two engines"; fail=1; }
 # Back: the middle engine starts; the group's watcher sees it answer and the next update forms
 # over all three.
-start_engine sglang 30072 2 "$LOGS/engine-30072.log" || fail=1
+start_engine sglang 30102 2 "$LOGS/engine-30102.log" || fail=1
 middle=$engine_pid
 sleep 8
-all=http://127.0.0.1:30071,http://127.0.0.1:30072,http://127.0.0.1:30073
+all=http://127.0.0.1:30101,http://127.0.0.1:30102,http://127.0.0.1:30103
 trainer_push $sock "$log" 150 --group q --engines $all --versions 2 --version-prefix three-
-grep -q "rank 2 = http://127.0.0.1:30072, rank 3 = http://127.0.0.1:30073" "$LOGS/wsyncd.log" ||
+grep -q "rank 2 = http://127.0.0.1:30102, rank 3 = http://127.0.0.1:30103" "$LOGS/wsyncd.log" ||
   { echo "the group did not form again over all three engines"; fail=1; }
 # Dies between updates (kill -9): the next update forms without it, renumbered, and commits.
 kill -9 "$middle"
 wait "$middle" 2>/dev/null
 trainer_push $sock "$log" 150 --group q --engines $two --versions 2 --version-prefix after-
-[[ $(grep -c "rank 2 = http://127.0.0.1:30073" "$LOGS/wsyncd.log") -ge 2 ]] ||
+[[ $(grep -c "rank 2 = http://127.0.0.1:30103" "$LOGS/wsyncd.log") -ge 2 ]] ||
   { echo "the group did not form again over the two engines"; fail=1; }
 "$WSYNCCTL" --socket $sock --json engines >"$LOGS/engines.json" 2>>"$log"
 python3 -c "
 import json, sys
 rows = {e['url']: e['needs_full_version'] for e in json.load(open(sys.argv[1]))['engines']}
 print(rows)
-sys.exit(0 if rows.get('http://127.0.0.1:30071') is False and
-         rows.get('http://127.0.0.1:30073') is False else 1)" "$LOGS/engines.json" 2>&1 |
+sys.exit(0 if rows.get('http://127.0.0.1:30101') is False and
+         rows.get('http://127.0.0.1:30103') is False else 1)" "$LOGS/engines.json" 2>&1 |
   tee -a "$log"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 alive $d wsyncd

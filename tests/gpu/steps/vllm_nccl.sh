@@ -12,13 +12,13 @@ source tests/gpu/lib/common.sh
 gpu_step vllm_nccl "vLLM over NCCL: wsyncd (cuda, GPU 0) + vLLM torch engine (GPU 1) + Qwen2 trainer"
 need_gpus 2
 sock=/tmp/wsync-gpu-vllm-nccl.sock
-url=http://127.0.0.1:30062
+url=http://127.0.0.1:30092
 log=$LOGS/vllm-nccl.log
 start_wsyncd $sock "$LOGS/wsyncd.log" --slot-bytes 64MiB --bucket-timeout 60 || fail=1
 d=$wsyncd_pid
 ran=()
 for gen in 0.30.0 0.28.1 0.16.0; do
-  start_engine vllm_nccl 30062 1 "$LOGS/engine.log" --version $gen || fail=1
+  start_engine vllm_nccl 30092 1 "$LOGS/engine.log" --version $gen || fail=1
   modes=("store" "store --vllm-packed --vllm-packed-chunk-bytes 67108864")
   [[ $gen == 0.30.0 ]] && modes+=("unique-id" "unique-id --vllm-packed")
   i=0
