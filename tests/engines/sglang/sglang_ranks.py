@@ -60,13 +60,15 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
             os._exit(17)
 
     def rebuild(*args):
-        # SGLang's monkey_patch_torch_reductions: argument 6 is the GPU's UUID, mapped to the
-        # rank's device; another GPU's UUID is refused (a rank reads its own GPU only).
+        # SGLang's monkey_patch_torch_reductions (docs/engines/sglang.md): argument 6 is a GPU's
+        # UUID (what SGLang's own serializer writes) or a device index (plain torch's
+        # reduce_tensor, as trainers without SGLang's patch send), used as is. SGLang maps a UUID
+        # of any GPU it sees; this simulator refuses another GPU than the rank's, stricter on
+        # purpose: a payload naming the wrong GPU would be read across GPUs, slowly.
         args = list(args)
-        if not isinstance(args[6], str):
-            raise RuntimeError("SGLang's patched reductions expect the device as a GPU UUID")
-        if args[6] != uuid:
-            raise RuntimeError(f"device {args[6]} is not this rank's GPU ({uuid})")
+        device = args[6]
+        if device not in (uuid, gpu) or isinstance(device, bool):
+            raise RuntimeError(f"device {device} is not this rank's GPU ({uuid}, index {gpu})")
         args[6] = gpu
         return mem.reductions.rebuild_cuda_tensor(*args)
 
