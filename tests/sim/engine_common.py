@@ -225,6 +225,9 @@ def serve(handler, args, banner):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     handler.delivery = Delivery()
     handler.delivery.from_flags(args)
+    if args.http10:
+        # BaseHTTPRequestHandler then answers "HTTP/1.0" and closes after each answer.
+        handler.protocol_version = "HTTP/1.0"
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler)
     server.daemon_threads = True
     print(f"{banner} ({args.memory} memory) on :{server.server_address[1]}, gpus "
@@ -286,9 +289,13 @@ class Delivery:
     def __init__(self):
         self.oversize_routes, self.oversize_mib = [], 0
         self.trickle_routes, self.trickle_ms = [], 0
+        # Answers per connection before one says `Connection: close` (0: never), as servers with a
+        # keep-alive request limit and many proxies do; --http-1.0 closes after every answer.
+        self.close_after = 0
 
     def update(self, knobs):
-        for key in ("oversize_routes", "oversize_mib", "trickle_routes", "trickle_ms"):
+        for key in ("oversize_routes", "oversize_mib", "trickle_routes", "trickle_ms",
+                    "close_after"):
             if key in knobs:
                 setattr(self, key, knobs.pop(key))
 
@@ -302,10 +309,16 @@ class Delivery:
                             help='a route ("*": every one) whose answers go one byte at a time')
         parser.add_argument("--trickle-ms", type=int, default=0,
                             help="milliseconds between a trickled answer's bytes")
+        parser.add_argument("--http-1.0", dest="http10", action="store_true",
+                            help="answer as HTTP/1.0, closing the connection after each answer")
+        parser.add_argument("--close-after", type=int, default=0,
+                            help="answers per connection, the last with Connection: close "
+                                 "(0: keep connections open)")
 
     def from_flags(self, args):
         self.oversize_routes, self.oversize_mib = args.oversize_route, args.oversize_mib
         self.trickle_routes, self.trickle_ms = args.trickle_route, args.trickle_ms
+        self.close_after = args.close_after
 
     def names(self, routes, path):
         return not path.startswith("/sim/") and ("*" in routes or path in routes)
@@ -364,6 +377,10 @@ class JsonReplies:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        self.answers_sent = getattr(self, "answers_sent", 0) + 1  # one handler per connection
+        if d is not None and d.close_after and self.answers_sent >= d.close_after:
+            # Sets close_connection too: whatever the client pipelined behind is never read.
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 

@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -15,6 +16,25 @@
 #include "daemon/transport/http/http_message_reader.h"
 
 namespace wsync {
+namespace {
+
+// Whatever an engine serves there (a 404 too) shows how it treats a connection.
+constexpr char kProbePath[] = "/health";
+
+}  // namespace
+
+// A request and where it stands. Guarded by the channel's mu_.
+struct UpdateChannel::Request {
+  enum class State { kQueued, kWriting, kWritten, kAnswered, kFailed };
+  std::shared_ptr<ChannelCall> call;
+  std::string path;
+  std::string bytes;
+  absl::Time deadline;
+  bool probe = false;  // the channel's own GET: never re-sent, its answer goes to no caller
+  State state = State::kQueued;
+  absl::Status failure;  // why, when kFailed
+};
+
 absl::StatusOr<HttpReply> ChannelCall::Wait(absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return done_; })) {
@@ -34,9 +54,19 @@ void ChannelCall::OnDone(Done then) {
   then(outcome);
 }
 
+absl::Time ChannelCall::written_at() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return written_at_;
+}
+
 absl::Time ChannelCall::ended_at() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ended_at_;
+}
+
+void ChannelCall::SetWrittenAt(absl::Time at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  written_at_ = at;
 }
 
 void ChannelCall::Finish(absl::StatusOr<HttpReply> outcome) {
@@ -53,84 +83,215 @@ void ChannelCall::Finish(absl::StatusOr<HttpReply> outcome) {
   if (then) then(outcome_);
 }
 
-UpdateChannel::UpdateChannel(std::string base_url) : target_(ParseHttpTarget(base_url)) {}
+UpdateChannel::UpdateChannel(std::string base_url, std::optional<ConnectionHabits> known)
+    : target_(ParseHttpTarget(base_url)), habits_(known) {}
 
-UpdateChannel::~UpdateChannel() { Cancel("the update's engine connection was closed"); }
+UpdateChannel::~UpdateChannel() {
+  Cancel("the update's engine connection was closed");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+  CloseConnection(absl::CancelledError("the update's engine connection was closed"));
+}
+
+ConnectionHabits UpdateChannel::habits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return habits_.value_or(ConnectionHabits{});
+}
 
 absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::string& path,
                                                                  const std::string& json_body,
                                                                  absl::Time deadline) {
-  std::lock_guard<std::mutex> write(write_mu_);
   if (!target_.status.ok()) return target_.status;
-  bool reopen = !fd_.valid();
-  {
-    std::lock_guard<std::mutex> lock(open_mu_);
-    // A connection that failed a request, or was cancelled, stays failed: the update it carries
-    // is over.
-    if (!broken_.ok()) return broken_;
-    if (!ended_.ok()) reopen = true;
-    if (open_.empty() && absl::Now() - last_activity_ >= kReopenAfterIdle) reopen = true;
-  }
-  if (reopen) {
-    CloseLocked(absl::UnavailableError("connection reopened"));
-    WSYNC_RETURN_IF_ERROR(ConnectLocked());
-  }
-  const std::string request =
+  auto request = std::make_shared<Request>();
+  request->call = std::shared_ptr<ChannelCall>(new ChannelCall());
+  request->path = path;
+  request->deadline = deadline;
+  request->bytes =
       absl::StrCat("POST ", path, " HTTP/1.1\r\nHost: ", target_.host_header,
                    "\r\nContent-Type: application/json\r\nContent-Length: ", json_body.size(),
                    "\r\n\r\n", json_body);
-  // Queued before its bytes go: the answer may come before this thread returns from the write.
-  auto call = std::shared_ptr<ChannelCall>(new ChannelCall());
-  {
-    std::lock_guard<std::mutex> lock(open_mu_);
-    open_.push_back(call);
+  std::unique_lock<std::mutex> lock(mu_);
+  // A channel that failed a request, or was cancelled, stays failed: the update it carries is
+  // over.
+  if (!broken_.ok()) return broken_;
+  if (!writer_.joinable()) writer_ = std::thread([this] { WriteLoop(); });
+  queued_.push_back(request);
+  cv_.notify_all();
+  using State = Request::State;
+  cv_.wait(lock, [&] {
+    if (request->state != State::kQueued && request->state != State::kWriting) return true;
+    // A server that takes one request at a time: this one waits for the answers before it.
+    return request->state == State::kQueued && habits_.has_value() && !habits_->pipelines &&
+           (!written_.empty() || queued_.front() != request);
+  });
+  if (request->state == State::kFailed && request->call->written_at() == absl::InfinitePast()) {
+    return request->failure;
   }
-  absl::Status written = WriteAll(fd_.get(), request.data(), request.size(), deadline);
-  if (!written.ok()) {
-    // Half a request leaves the connection unusable for the ones behind it.
-    absl::Status failed =
-        written.code() == absl::StatusCode::kDeadlineExceeded
-            ? absl::DeadlineExceededError(absl::StrCat("POST ", path,
-                                                       ": the engine did not take the request "
-                                                       "before the deadline (engine hung?)"))
-            : absl::UnavailableError(
-                  absl::StrCat("POST ", path, ": writing the request failed: ", written.message(),
-                               " (engine process died or restarted?)"));
-    {
-      // A Cancel that shut the socket under this write has already said why.
-      std::lock_guard<std::mutex> lock(open_mu_);
-      if (broken_.ok()) broken_ = failed;
-      failed = broken_;
-    }
-    CloseLocked(failed);
-    return failed;
-  }
-  call->written_at_ = absl::Now();
-  std::lock_guard<std::mutex> lock(open_mu_);
-  last_activity_ = call->written_at_;
-  return call;
+  return request->call;
 }
 
 void UpdateChannel::Cancel(absl::string_view why) {
+  std::vector<std::shared_ptr<Request>> ending;
+  absl::Status failure;
   {
-    // A Post blocked writing to an engine that stopped reading holds write_mu_ until its
-    // deadline; shutting the socket first ends that write now.
-    std::lock_guard<std::mutex> lock(fd_mu_);
-    {
-      // Before the shutdown: the reader, seeing the connection end, reports this reason and not
-      // an engine that closed it.
-      std::lock_guard<std::mutex> open(open_mu_);
-      const absl::Status cancelled = absl::CancelledError(why);
-      if (ended_.ok()) ended_ = cancelled;
-      if (broken_.ok()) broken_ = cancelled;
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Status cancelled = absl::CancelledError(why);
+    if (ended_.ok()) ended_ = cancelled;
+    if (broken_.ok()) broken_ = cancelled;
+    failure = broken_;
+    for (auto* list : {&written_, &queued_}) {
+      for (auto& r : *list) {
+        r->state = Request::State::kFailed;
+        r->failure = failure;
+        ending.push_back(std::move(r));
+      }
+      list->clear();
     }
+  }
+  cv_.notify_all();
+  {
+    // A write blocked on an engine that stopped reading ends now, not at its deadline; the
+    // reader, seeing the connection end, finds nothing left to fail.
+    std::lock_guard<std::mutex> lock(fd_mu_);
     if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
   }
-  std::lock_guard<std::mutex> write(write_mu_);
-  CloseLocked(absl::CancelledError(why));
+  for (auto& r : ending) r->call->Finish(failure);
 }
 
-absl::Status UpdateChannel::ConnectLocked() {
+bool UpdateChannel::WriterHasWorkLocked() const {
+  if (stop_) return true;
+  if (queued_.empty()) return false;
+  if (!broken_.ok()) return true;
+  // The probe's requests go first; the rest wait for its verdict.
+  if (probing_) return queued_.front()->probe;
+  if (!habits_.has_value()) return true;  // connects, then probes
+  return habits_->pipelines || written_.empty();
+}
+
+void UpdateChannel::WriteLoop() {
+  using State = Request::State;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (probing_ && !WriterHasWorkLocked()) {
+      // The probe's answers, or its time runs out.
+      if (!cv_.wait_until(lock, absl::ToChronoTime(probe_until_),
+                          [&] { return !probing_ || stop_ || !broken_.ok(); })) {
+        // Out of time: what the answers so far say.
+        probing_ = false;
+        if (probe_answers_ == 0) {
+          broken_ = absl::UnavailableError(absl::StrCat(
+              "the engine did not answer GET ", kProbePath, " on the update connection within ",
+              absl::FormatDuration(kProbeWait), " (is it an HTTP server? is it hung?)"));
+        } else {
+          // The first answer kept the connection, the second never came: the server answers one
+          // request at a time. The connection, with a request open, is not used again.
+          habits_ = ConnectionHabits{/*keeps_connections=*/true, /*pipelines=*/false};
+          if (ended_.ok()) ended_ = absl::UnavailableError("the probe's second request is open");
+          WSYNC_LOG(Info, target_.base_url,
+                    ": answers no pipelined request; one update request in flight at a time");
+        }
+        cv_.notify_all();
+      } else if (stop_ || !broken_.ok()) {
+        probing_ = false;  // the channel is over; its requests fail below
+      }
+      continue;
+    }
+    cv_.wait(lock, [&] { return WriterHasWorkLocked(); });
+    if (stop_) break;
+    if (!broken_.ok()) {
+      std::vector<std::shared_ptr<Request>> failing(queued_.begin(), queued_.end());
+      queued_.clear();
+      const absl::Status failure = broken_;
+      for (auto& r : failing) {
+        r->state = State::kFailed;
+        r->failure = failure;
+      }
+      cv_.notify_all();
+      lock.unlock();
+      for (auto& r : failing) r->call->Finish(failure);
+      lock.lock();
+      continue;
+    }
+    const bool idle = written_.empty() && absl::Now() - last_activity_ >= kReopenAfterIdle;
+    if (!connected_ || !ended_.ok() || idle) {
+      lock.unlock();
+      CloseConnection(absl::UnavailableError("connection reopened"));
+      absl::Status connected = Connect();
+      lock.lock();
+      if (!connected.ok()) {
+        if (broken_.ok()) broken_ = connected;
+        continue;
+      }
+      if (!habits_.has_value() && !probing_) {
+        for (int i = 0; i < 2; ++i) {
+          auto probe = std::make_shared<Request>();
+          probe->call = std::shared_ptr<ChannelCall>(new ChannelCall());
+          probe->path = kProbePath;
+          probe->probe = true;
+          probe->deadline = absl::Now() + kProbeWait;
+          probe->bytes = absl::StrCat("GET ", kProbePath,
+                                      " HTTP/1.1\r\nHost: ", target_.host_header, "\r\n\r\n");
+          queued_.insert(queued_.begin() + i, std::move(probe));
+        }
+        probing_ = true;
+        probe_answers_ = 0;
+        probe_until_ = absl::Now() + kProbeWait;
+      }
+      continue;
+    }
+    std::shared_ptr<Request> next = queued_.front();
+    queued_.pop_front();
+    // In the list before its bytes go: the answer may come before the write returns.
+    written_.push_back(next);
+    next->state = State::kWriting;
+    const int fd = connection_fd_;
+    lock.unlock();
+    absl::Status written = WriteAll(fd, next->bytes.data(), next->bytes.size(), next->deadline);
+    const absl::Time now = absl::Now();
+    lock.lock();
+    if (!written.ok() && next->state == State::kWriting) {
+      // A server that answered with `Connection: close` and closed makes this write fail before
+      // the reader may have read that answer: the reader's verdict (queued again, or failed with
+      // the connection) decides, and it comes as soon as it reads the rest of the connection.
+      cv_.wait_until(lock, absl::ToChronoTime(std::min(next->deadline, now + absl::Seconds(2))),
+                     [&] { return !reader_running_ || next->state != State::kWriting; });
+    }
+    if (next->state == State::kQueued || next->state == State::kFailed) {
+      // Queued again behind an answer that closed the connection, or ended by Cancel or by the
+      // connection's end: whatever the write did, it is accounted for.
+      continue;
+    }
+    if (!written.ok()) {
+      // Half a request leaves the connection unusable for the ones behind it.
+      absl::Status failed =
+          written.code() == absl::StatusCode::kDeadlineExceeded
+              ? absl::DeadlineExceededError(absl::StrCat("POST ", next->path,
+                                                         ": the engine did not take the request "
+                                                         "before the deadline (engine hung?)"))
+              : absl::UnavailableError(absl::StrCat(
+                    "POST ", next->path, ": writing the request failed: ", written.message(),
+                    " (engine process died or restarted?)"));
+      if (broken_.ok()) broken_ = failed;
+      failed = broken_;
+      lock.unlock();
+      CloseConnection(failed);
+      lock.lock();
+      continue;
+    }
+    if (next->state == State::kWriting) next->state = State::kWritten;
+    next->call->SetWrittenAt(now);
+    last_activity_ = now;
+    cv_.notify_all();
+  }
+  lock.unlock();
+  CloseConnection(absl::CancelledError("the update's engine connection was closed"));
+}
+
+absl::Status UpdateChannel::Connect() {
   // One attempt: a refused connection means the engine is down, not starting.
   auto fd = ConnectTcp(target_.host, target_.port, absl::Now());
   if (!fd.ok()) {
@@ -140,57 +301,101 @@ absl::Status UpdateChannel::ConnectLocked() {
               ": cannot connect for the update requests: ", fd.status().message());
     return absl::UnavailableError("engine unreachable: cannot connect for the update requests");
   }
+  const int raw = fd->get();
   {
     std::lock_guard<std::mutex> lock(fd_mu_);
     fd_ = std::move(*fd);
   }
   {
-    std::lock_guard<std::mutex> lock(open_mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ended_ = absl::OkStatus();
     last_activity_ = absl::Now();
+    connected_ = true;
+    connection_fd_ = raw;
+    reader_running_ = true;
   }
-  reader_ = std::thread([this, fd = fd_.get()] { ReadLoop(fd); });
+  reader_ = std::thread([this, raw] { ReadLoop(raw); });
   return absl::OkStatus();
 }
 
-void UpdateChannel::CloseLocked(absl::Status why) {
-  if (fd_.valid()) {
-    {
-      std::lock_guard<std::mutex> lock(open_mu_);
-      if (ended_.ok()) ended_ = why;
-    }
-    ::shutdown(fd_.get(), SHUT_RDWR);
+void UpdateChannel::CloseConnection(const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(fd_mu_);
+    if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
   }
   if (reader_.joinable()) reader_.join();
   {
     std::lock_guard<std::mutex> lock(fd_mu_);
     fd_.reset();
   }
-  FailOpen(why);
+  std::vector<std::shared_ptr<Request>> failing;
+  absl::Status failure;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    connected_ = false;
+    connection_fd_ = -1;
+    if (ended_.ok()) ended_ = why;
+    failure = why;
+    failing.assign(written_.begin(), written_.end());
+    written_.clear();
+    for (auto& r : failing) {
+      r->state = Request::State::kFailed;
+      r->failure = failure;
+    }
+  }
+  cv_.notify_all();
+  for (auto& r : failing) r->call->Finish(failure);
 }
 
-void UpdateChannel::FailOpen(const absl::Status& why) {
-  std::deque<std::shared_ptr<ChannelCall>> failing;
-  {
-    std::lock_guard<std::mutex> lock(open_mu_);
-    failing.swap(open_);
+void UpdateChannel::LearnLocked(bool closes) {
+  const ConnectionHabits was = habits_.value_or(ConnectionHabits{});
+  if (probing_) {
+    ++probe_answers_;
+    if (!closes && probe_answers_ < 2) return;
+    probing_ = false;
+    habits_ = ConnectionHabits{/*keeps_connections=*/!closes, /*pipelines=*/!closes};
+  } else if (closes) {
+    habits_ = ConnectionHabits{/*keeps_connections=*/false, /*pipelines=*/false};
   }
-  for (auto& call : failing) call->Finish(why);
+  if (habits_.has_value() && (was.pipelines && !habits_->pipelines)) {
+    WSYNC_LOG(Info, target_.base_url,
+              ": closes its connection after answers (HTTP/1.0 or Connection: close); one update "
+              "request in flight at a time, a connection each where it closes");
+  }
 }
 
 void UpdateChannel::ReadLoop(int fd) {
+  ReadAnswers(fd);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reader_running_ = false;
+  }
+  cv_.notify_all();
+}
+
+void UpdateChannel::ReadAnswers(int fd) {
+  using State = Request::State;
   HttpMessageReader</*kRequest=*/false> reader(64ull << 20);
   std::vector<HttpMessageReader<false>::Message> answers;
   char chunk[64 << 10];
-  // Ends the connection from the reader's side; later requests go on a new one unless `sticky`.
+  // Ends the connection from the reader's side: its unanswered requests fail with `why`, and with
+  // `sticky` every later one too.
   auto end = [&](absl::Status why, bool sticky) {
+    std::vector<std::shared_ptr<Request>> failing;
     {
-      std::lock_guard<std::mutex> lock(open_mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (ended_.ok()) ended_ = why;
       why = ended_;
       if (sticky && broken_.ok()) broken_ = why;
+      failing.assign(written_.begin(), written_.end());
+      written_.clear();
+      for (auto& r : failing) {
+        r->state = State::kFailed;
+        r->failure = why;
+      }
     }
-    FailOpen(why);
+    cv_.notify_all();
+    for (auto& r : failing) r->call->Finish(why);
     ::shutdown(fd, SHUT_RDWR);
   };
   while (true) {
@@ -204,8 +409,8 @@ void UpdateChannel::ReadLoop(int fd) {
     if (n <= 0) {
       size_t unanswered;
       {
-        std::lock_guard<std::mutex> lock(open_mu_);
-        unanswered = open_.size();
+        std::lock_guard<std::mutex> lock(mu_);
+        unanswered = written_.size();
       }
       end(absl::UnavailableError(
               absl::StrCat("the engine closed the connection with ", unanswered,
@@ -219,32 +424,47 @@ void UpdateChannel::ReadLoop(int fd) {
       return;
     }
     for (auto& res : answers) {
-      std::shared_ptr<ChannelCall> call;
+      const bool closes = !res.keep_alive();
+      std::shared_ptr<Request> answered;
+      std::vector<std::shared_ptr<Request>> unused_probes;
       {
-        std::lock_guard<std::mutex> lock(open_mu_);
-        if (!open_.empty()) {
-          call = std::move(open_.front());
-          open_.pop_front();
-        }
+        std::lock_guard<std::mutex> lock(mu_);
         last_activity_ = absl::Now();
+        if (!written_.empty()) {
+          answered = std::move(written_.front());
+          written_.pop_front();
+          answered->state = State::kAnswered;
+          if (answered->probe || closes) LearnLocked(closes);
+        }
+        if (answered != nullptr && closes) {
+          // The server processes nothing more of this connection: what was written behind this
+          // answer was never read and goes again, in order, on a new connection.
+          while (!written_.empty()) {
+            std::shared_ptr<Request> r = std::move(written_.back());
+            written_.pop_back();
+            if (r->probe) {
+              r->state = State::kFailed;
+              unused_probes.push_back(std::move(r));
+            } else {
+              r->state = State::kQueued;
+              queued_.push_front(std::move(r));
+            }
+          }
+          if (ended_.ok()) {
+            ended_ = absl::UnavailableError("the engine closed the connection after an answer");
+          }
+        }
       }
-      if (call == nullptr) {
+      cv_.notify_all();
+      if (answered == nullptr) {
         end(absl::InternalError("answered a request that was never sent"), true);
         return;
       }
-      call->Finish(HttpReply{static_cast<int>(res.result_int()), std::move(res.body()),
-                             std::string(res[boost::beast::http::field::content_type])});
-      if (!res.keep_alive()) {
-        // The server drops whatever was pipelined behind this answer.
-        size_t behind;
-        {
-          std::lock_guard<std::mutex> lock(open_mu_);
-          behind = open_.size();
-        }
-        end(absl::UnavailableError(absl::StrCat(
-                "the engine closes its connection after each answer (Connection: close), so the ",
-                behind, " update request(s) pipelined behind it were dropped")),
-            behind > 0);
+      answered->call->Finish(HttpReply{static_cast<int>(res.result_int()), std::move(res.body()),
+                                       std::string(res[boost::beast::http::field::content_type])});
+      for (auto& r : unused_probes) r->call->Finish(absl::CancelledError("probe not needed"));
+      if (closes) {
+        ::shutdown(fd, SHUT_RDWR);
         return;
       }
     }
@@ -254,8 +474,9 @@ void UpdateChannel::ReadLoop(int fd) {
 double AnswerSeconds(const ChannelCall* call) {
   if (call == nullptr) return 0;
   const absl::Time ended = call->ended_at();
-  if (ended == absl::InfinitePast() || call->written_at() == absl::InfinitePast()) return 0;
-  return absl::ToDoubleSeconds(ended - call->written_at());
+  const absl::Time written = call->written_at();
+  if (ended == absl::InfinitePast() || written == absl::InfinitePast()) return 0;
+  return absl::ToDoubleSeconds(ended - written);
 }
 
 }  // namespace wsync

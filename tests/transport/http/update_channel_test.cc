@@ -1,5 +1,7 @@
 // UpdateChannel against real sockets: pipelined requests answered in order, a connection the
-// server closed between requests reopened, and every way a connection ends with requests open.
+// server closed between requests reopened, servers that close after answers (HTTP/1.0,
+// Connection: close, after N) served by re-sending only what they never read, and every other
+// way a connection ends with requests open.
 #include "daemon/transport/http/update_channel.h"
 
 #include <sys/socket.h>
@@ -69,6 +71,90 @@ class ScriptedServer {
 };
 
 constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+// The scripted servers answer no probe: their channels are told the habits.
+constexpr ConnectionHabits kPipelines{};
+
+// A server that answers every request (GET or POST, "Content-Length" bodies) with its body echoed
+// and, per `style`: HTTP/1.0 (closing after each answer), HTTP/1.1 with `Connection: close` after
+// the `close_after`-th answer of a connection (0: never), or no answer at all.
+class HabitServer {
+ public:
+  enum class Style { kHttp10, kHttp11, kSilent };
+  HabitServer(Style style, int close_after) {
+    auto fd = ListenTcp("127.0.0.1", 0);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    listener_ = std::move(*fd);
+    url_ = absl::StrCat("http://127.0.0.1:", *LocalPort(listener_.get()));
+    thread_ = std::thread([this, style, close_after] {
+      while (true) {
+        UniqueFd c(::accept(listener_.get(), nullptr, nullptr));
+        if (!c.valid()) return;
+        ++connections_;
+        std::string got;
+        char buf[4096];
+        int answered = 0;
+        bool open = true;
+        while (open) {
+          size_t head_end = got.find("\r\n\r\n");
+          size_t length = 0;
+          if (head_end != std::string::npos) {
+            size_t at = got.find("Content-Length: ");
+            if (at != std::string::npos && at < head_end) length = std::stoul(got.substr(at + 16));
+          }
+          if (head_end == std::string::npos || got.size() < head_end + 4 + length) {
+            ssize_t n = ::recv(c.get(), buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            got.append(buf, static_cast<size_t>(n));
+            continue;
+          }
+          const std::string body = got.substr(head_end + 4, length);
+          const bool is_post = got.rfind("POST", 0) == 0;
+          got.erase(0, head_end + 4 + length);
+          if (is_post) ++posts_;
+          if (style == Style::kSilent) continue;
+          ++answered;
+          const bool last = style == Style::kHttp10 || answered == close_after;
+          const std::string answer = absl::StrCat(
+              style == Style::kHttp10 ? "HTTP/1.0" : "HTTP/1.1",
+              " 200 OK\r\nContent-Length: ", body.size(),
+              last && style != Style::kHttp10 ? "\r\nConnection: close" : "", "\r\n\r\n", body);
+          (void)WriteAll(c.get(), answer.data(), answer.size(), Soon());
+          // Whatever came behind the closing answer is dropped unread, as RFC 9112 says.
+          open = !last;
+        }
+      }
+    });
+  }
+  ~HabitServer() {
+    ::shutdown(listener_.get(), SHUT_RDWR);
+    thread_.join();
+  }
+  const std::string& url() const { return url_; }
+  int connections() const { return connections_.load(); }
+  int posts() const { return posts_.load(); }
+
+ private:
+  UniqueFd listener_;
+  std::string url_;
+  std::thread thread_;
+  std::atomic<int> connections_{0};
+  std::atomic<int> posts_{0};
+};
+
+// Posts `n` requests without waiting (as an update's buckets go) and checks every answer.
+void PostAllAndCheck(UpdateChannel& channel, int n) {
+  std::vector<std::shared_ptr<ChannelCall>> calls;
+  for (int i = 0; i < n; ++i) {
+    auto call = channel.Post("/update", absl::StrCat("{\"bucket\": ", i, "}"), Soon());
+    ASSERT_TRUE(call.ok()) << call.status();
+    calls.push_back(*call);
+  }
+  for (int i = 0; i < n; ++i) {
+    auto reply = calls[i]->Wait(Soon());
+    ASSERT_TRUE(reply.ok()) << "request " << i << ": " << reply.status();
+    EXPECT_EQ(reply->body, absl::StrCat("{\"bucket\": ", i, "}"));
+  }
+}
 
 TEST(HttpMessageReader, PipelinedAnswersSplitAtAnyByteComeOutWholeAndInOrder) {
   const std::string stream =
@@ -192,7 +278,7 @@ TEST(UpdateChannel, PipelinedRequestsAreAnsweredInOrderOnOneConnection) {
 TEST(UpdateChannel, AConnectionTheServerClosedBetweenRequestsIsReopened) {
   // Answers each connection's first request, then closes it (as a keep-alive timeout would).
   ScriptedServer server(1, kOk);
-  UpdateChannel channel(server.url());
+  UpdateChannel channel(server.url(), kPipelines);
   for (int i = 0; i < 3; ++i) {
     auto call = channel.Post("/update", "{}", Soon());
     ASSERT_TRUE(call.ok()) << call.status();
@@ -206,23 +292,77 @@ TEST(UpdateChannel, AConnectionTheServerClosedBetweenRequestsIsReopened) {
   EXPECT_EQ(server.connections(), 3);
 }
 
-TEST(UpdateChannel, ConnectionCloseFailsTheRequestsPipelinedBehindTheAnswer) {
-  ScriptedServer server(2, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+TEST(UpdateChannel, TheProbeFindsAPipeliningServerAndItsRequestsShareOneConnection) {
+  HabitServer server(HabitServer::Style::kHttp11, 0);
   UpdateChannel channel(server.url());
+  PostAllAndCheck(channel, 4);
+  EXPECT_TRUE(channel.habits().keeps_connections);
+  EXPECT_TRUE(channel.habits().pipelines);
+  EXPECT_EQ(server.connections(), 1);
+  EXPECT_EQ(server.posts(), 4);
+}
+
+TEST(UpdateChannel, AnHttp10ServerGetsOneRequestAtATimeEachOnItsOwnConnection) {
+  HabitServer server(HabitServer::Style::kHttp10, 0);
+  UpdateChannel channel(server.url());
+  PostAllAndCheck(channel, 4);
+  EXPECT_FALSE(channel.habits().keeps_connections);
+  EXPECT_FALSE(channel.habits().pipelines);
+  // The probe's connection, then one per request; no request was written twice.
+  EXPECT_EQ(server.connections(), 5);
+  EXPECT_EQ(server.posts(), 4);
+}
+
+TEST(UpdateChannel, RequestsBehindAConnectionCloseAnswerAreResentAndNothingTwice) {
+  // Closes after each connection's 3rd answer; the probe's two GETs are its first two, so the
+  // first bucket's answer closes the connection with the other buckets pipelined behind it.
+  HabitServer server(HabitServer::Style::kHttp11, 3);
+  UpdateChannel channel(server.url());
+  PostAllAndCheck(channel, 5);
+  EXPECT_FALSE(channel.habits().pipelines);
+  EXPECT_EQ(server.posts(), 5) << "a request the server never read is sent again; none twice";
+}
+
+TEST(UpdateChannel, ConnectionCloseAfterEachAnswerIsServedWhenKnownToPipeline) {
+  // Told the server pipelines; it closes after every answer: each request behind an answer goes
+  // again, and the channel learns one at a time.
+  HabitServer server(HabitServer::Style::kHttp11, 1);
+  UpdateChannel channel(server.url(), kPipelines);
+  PostAllAndCheck(channel, 3);
+  EXPECT_FALSE(channel.habits().keeps_connections);
+  EXPECT_EQ(server.posts(), 3);
+}
+
+TEST(UpdateChannel, AServerThatAnswersNoProbeFailsTheFirstRequestInBoundedTime) {
+  HabitServer server(HabitServer::Style::kSilent, 0);
+  UpdateChannel channel(server.url());
+  const absl::Time start = absl::Now();
+  auto call = channel.Post("/update", "{}", absl::Now() + absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, UpdateChannel::kProbeWait + absl::Seconds(3));
+  ASSERT_FALSE(call.ok());
+  EXPECT_EQ(call.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(call.status().message(), HasSubstr("GET /health"));
+  EXPECT_EQ(server.posts(), 0) << "no update request reaches a server that failed the probe";
+}
+
+TEST(UpdateChannel, AServerThatClosesWithoutAnAnswerIsNotSentTheRequestAgain) {
+  // Reads two requests and closes without answering: not a `Connection: close` answer, so the
+  // requests may have been read and nothing is re-sent.
+  ScriptedServer server(2, "");
+  UpdateChannel channel(server.url(), kPipelines);
   auto first = channel.Post("/update", "{}", Soon());
   auto second = channel.Post("/update", "{}", Soon());
   ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_TRUE((*first)->Wait(Soon()).ok());
-  auto dropped = (*second)->Wait(Soon());
-  EXPECT_EQ(dropped.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(dropped.status().message(), HasSubstr("Connection: close"));
-  // The update lost a request: later ones fail too, rather than reach the engine out of step.
+  EXPECT_EQ((*first)->Wait(Soon()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*second)->Wait(Soon()).status().code(), absl::StatusCode::kUnavailable);
+  // The update lost requests: later ones fail too, rather than reach the engine out of step.
   EXPECT_EQ(channel.Post("/update", "{}", Soon()).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(server.connections(), 1);
 }
 
 TEST(UpdateChannel, AnEngineThatDiesWithRequestsOpenFailsThemUnavailable) {
   ScriptedServer server(1, "");  // reads the request, closes without answering
-  UpdateChannel channel(server.url());
+  UpdateChannel channel(server.url(), kPipelines);
   auto call = channel.Post("/update", "{}", Soon());
   ASSERT_TRUE(call.ok()) << call.status();
   auto reply = (*call)->Wait(Soon());
@@ -267,7 +407,7 @@ TEST(UpdateChannel, CancelEndsOpenRequestsAndRefusesLaterOnes) {
 TEST(UpdateChannel, CancelEndsAWriteBlockedOnAnEngineThatStoppedReading) {
   auto listener = ListenTcp("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok());
-  UpdateChannel channel(absl::StrCat("http://127.0.0.1:", *LocalPort(listener->get())));
+  UpdateChannel channel(absl::StrCat("http://127.0.0.1:", *LocalPort(listener->get())), kPipelines);
   // The connection is accepted by the kernel's backlog and never read: the request's bytes fill
   // the socket buffers and the write blocks.
   const std::string body(256 << 20, ' ');

@@ -1,0 +1,151 @@
+"""Engines whose HTTP servers talk the ways real ones do (host mode): HTTP/1.0, `Connection: close`
+after every answer or after a few, and a proxy in front that closes idle connections. Each of
+SGLang, vLLM and LMDeploy takes updates of several buckets over the broadcast, and every update
+must commit with every rank holding every tensor's bytes: wsyncd learns how each server treats a
+connection and re-sends only what a closing server never read.
+
+Usage: http_habits_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_ENGINE
+                           VLLM_ENGINE LMDEPLOY_ENGINE IDLE_CLOSING_PROXY
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_support import child_environment, free_port, state_environment  # noqa: E402
+from process_support import wait_port  # noqa: E402
+
+child_environment()
+
+WSYNCD, CTL, LIB, PKG, SGLANG, VLLM, LMDEPLOY, PROXY = sys.argv[1:9]
+del sys.argv[1:9]
+os.environ["WSYNC_CLIENT_LIB"] = LIB
+sys.path.insert(0, PKG)
+
+import numpy as np  # noqa: E402
+import wsync  # noqa: E402
+
+KINDS = {
+    "sglang": [sys.executable, SGLANG, "--memory", "host", "--tp", "2"],
+    "vllm": [sys.executable, VLLM, "--memory", "host", "--backend", "nccl", "--gpus", "0,1",
+             "--version", "0.30.0"],
+    "lmdeploy": [sys.executable, LMDEPLOY, "--memory", "host", "--gpus", "0,1"],
+}
+SLOT = 128 << 10  # two of the model's tensors a bucket: 8 buckets an update
+
+
+def model(seed):
+    rng = np.random.default_rng(seed)
+    return [(f"layers.{i}.weight", rng.standard_normal(16 << 10, dtype=np.float32))
+            for i in range(16)]
+
+
+def crc(item):
+    return format(zlib.crc32(np.ascontiguousarray(item[1]).tobytes()), "08x")
+
+
+class HttpHabitsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="wsync-habits-")
+        self.sock = os.path.join(self.dir, "wsyncd.sock")
+        self.procs = []
+        self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", str(SLOT),
+                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10"], "wsyncd.log")
+        deadline = time.time() + 10
+        while not os.path.exists(self.sock) and time.time() < deadline:
+            time.sleep(0.02)
+
+    def tearDown(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(timeout=20)
+
+    def spawn(self, argv, log):
+        with open(os.path.join(self.dir, log), "w") as out:
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                               env=state_environment(self.dir)))
+
+    def engine(self, kind, *habit):
+        port = free_port()
+        self.spawn([*KINDS[kind], "--port", str(port), *habit], f"{kind}-{port}.log")
+        wait_port(port)
+        return port
+
+    def ctl(self, *args):
+        out = subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout
+
+    def checksums(self, port):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
+            return json.loads(r.read())
+
+    def wsyncd_log(self):
+        with open(os.path.join(self.dir, "wsyncd.log")) as f:
+            return f.read()
+
+    def updates_commit(self, kind, port, url, rounds=3, pause_s=0.0, extra=()):
+        """Makes a group over the engine at `url` (its simulator on `port`) and pushes `rounds`
+        versions; each must commit with both ranks holding every tensor."""
+        self.ctl("create-group", kind, "--kind", kind, "--transport", "broadcast",
+                 "--engine", f"{url}#2", *extra)
+        with wsync.Client("unix:" + self.sock) as client:
+            for round_ in range(1, rounds + 1):
+                weights = model(round_)
+                result = client.push(weights, version=f"{kind}-v{round_}", group=kind)
+                self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+                self.assertGreaterEqual(result["buckets"], 8, result)
+                ranks = self.checksums(port)["ranks"]
+                self.assertEqual(len(ranks), 2, kind)
+                for rank, tensors in ranks.items():
+                    for item in weights:
+                        self.assertEqual(tensors.get(item[0]), crc(item),
+                                         f"{kind} round {round_} rank {rank} {item[0]}")
+                time.sleep(pause_s)
+
+    def each_kind(self, *habit):
+        for kind in KINDS:
+            with self.subTest(kind=kind):
+                port = self.engine(kind, *habit)
+                self.updates_commit(kind, port, f"http://127.0.0.1:{port}")
+
+    def test_http_1_0_servers(self):
+        self.each_kind("--http-1.0")
+        self.assertIn("closes its connection after answers", self.wsyncd_log())
+
+    def test_servers_that_close_after_every_answer(self):
+        self.each_kind("--close-after", "1")
+
+    def test_servers_that_close_after_a_few_answers(self):
+        # Learned pipelining at the probe; the 5th answer of a connection closes it with buckets
+        # pipelined behind: those go again, and none twice (the bytes prove it).
+        self.each_kind("--close-after", "5")
+
+    def test_engines_behind_a_proxy_that_closes_idle_connections(self):
+        # wsyncd keeps no connection between updates (each update opens its own), so a proxy's
+        # idle close between them meets nothing; the updates go through it and commit.
+        for kind in KINDS:
+            with self.subTest(kind=kind):
+                port = self.engine(kind)
+                proxy = free_port()
+                self.spawn([sys.executable, PROXY, "--port", str(proxy), "--upstream-port",
+                            str(port), "--idle-ms", "300"], f"proxy-{proxy}.log")
+                wait_port(proxy)
+                # The store admits only the ranks of the process that serves the engine's URL,
+                # here the proxy: vLLM's ranks join by unique id instead, as the refusal says.
+                extra = ["--vllm-rendezvous", "unique-id"] if kind == "vllm" else []
+                self.updates_commit(kind, port, f"http://127.0.0.1:{proxy}", pause_s=0.6,
+                                    extra=extra)
+                with open(os.path.join(self.dir, f"proxy-{proxy}.log")) as f:
+                    self.assertGreaterEqual(f.read().count("accepted a connection"), 3)
+
+if __name__ == "__main__":
+    unittest.main()
