@@ -368,7 +368,8 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message()),
-        e.engine_version(), e.weights_check(), e.needs_full_version()});
+        e.engine_version(), e.weights_check(), e.needs_full_version(),
+        std::vector<std::string>(e.warnings().begin(), e.warnings().end())});
   }
   return out;
 }

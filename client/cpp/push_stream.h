@@ -49,6 +49,8 @@ struct EngineResultView {
   std::string weights_check;   // the check after the commit, where the group asks for one
   // Why it waits, paused, for a full version after this update; "" when it holds one whole.
   std::string needs_full_version;
+  // What went wrong that the update did not fail for (a version label not set).
+  std::vector<std::string> warnings;
 };
 
 struct PushResult {

@@ -67,6 +67,9 @@ struct EngineOutcome {
   // From its bucket request written to its answer (a pipelined request includes its wait behind
   // the previous bucket); 0 where not measured.
   double answer_seconds = 0;
+  // What went wrong at its commit that the update did not fail for (EngineAdapter::
+  // TakeCommitWarnings): every byte landed, a label did not.
+  std::vector<std::string> warnings;
 };
 
 // An engine's checksums of the weights it serves, by the engine's own tensor key (which names the
@@ -151,6 +154,9 @@ class EngineAdapter {
   virtual bool BeginLeavesWeightsUndefined() const { return false; }
   // Records the version, flushes caches computed with old weights, resumes generation.
   virtual absl::Status FinishUpdate(const UpdateInfo& update) = 0;
+  // What the last FinishUpdate let pass rather than fail the update for (a route that only
+  // labels the version answered an error), taken once; none by default.
+  virtual std::vector<std::string> TakeCommitWarnings() { return {}; }
   // OK when the engine's answer to one of its bucket requests says it loaded the bucket.
   virtual absl::Status CheckBucketReply(const HttpReply& reply) const = 0;
   // The version the last successful Probe read ("" before one, or where the engine reports none).

@@ -143,7 +143,16 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
   }
   std::vector<absl::Status> results = CommitOnEngines(update);
   const size_t first_outcome = outcomes->size();
-  for (size_t i = 0; i < adapters_.size(); ++i) outcomes->push_back(OutcomeOf(i, results[i]));
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    outcomes->push_back(OutcomeOf(i, results[i]));
+    // A label that did not land fails nothing: the engine holds the version. Said in the result,
+    // the log and wsync_engine_warnings_total.
+    outcomes->back().warnings = adapters_[i]->TakeCommitWarnings();
+    for (const std::string& w : outcomes->back().warnings) {
+      WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", adapters_[i]->endpoint().url,
+                " committed version '", update.version, "' with a warning: ", w);
+    }
+  }
   std::vector<size_t> committed;
   std::vector<EngineCommitFacts> facts(adapters_.size());
   {

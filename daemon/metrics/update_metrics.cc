@@ -41,7 +41,12 @@ UpdateMetrics::UpdateMetrics(prometheus::Registry& registry)
           prometheus::BuildHistogram()
               .Name("wsync_bucket_phase_seconds")
               .Help("Where each bucket's time went: verify, idle, wire, answer, and its total")
-              .Register(registry)) {}
+              .Register(registry)),
+      engine_warnings_(prometheus::BuildCounter()
+                           .Name("wsync_engine_warnings_total")
+                           .Help("What engines' commits let pass rather than fail the update "
+                                 "for, such as a version label not set")
+                           .Register(registry)) {}
 
 void UpdateMetrics::BucketDone(const std::string& group, uint64_t bytes,
                                const BucketTiming& timing) {
@@ -62,6 +67,11 @@ void UpdateMetrics::UpdateDone(const std::string& group, const std::string& vers
   updates_.Add({{"group", group}, {"outcome", state}}).Increment();
   update_seconds_.Add({{"group", group}, {"outcome", state}}, UpdateBounds())
       .Observe(outcome.seconds);
+  for (const EngineOutcome& e : outcome.engines) {
+    if (e.warnings.empty()) continue;
+    engine_warnings_.Add({{"group", group}, {"engine", e.engine}})
+        .Increment(static_cast<double>(e.warnings.size()));
+  }
 }
 
 }  // namespace wsync

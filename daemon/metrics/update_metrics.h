@@ -25,6 +25,8 @@ namespace wsync {
 //                                                 idle (rank 0 had nothing queued), wire (rank 0's
 //                                                 broadcast), answer (from reusable sources to the
 //                                                 engines' last answer), total
+//   wsync_engine_warnings_total{group,engine}     counter: what an engine's commit let pass (a
+//                                                 version label not set)
 class UpdateMetrics final : public UpdateObserver {
  public:
   explicit UpdateMetrics(prometheus::Registry& registry);
@@ -39,6 +41,7 @@ class UpdateMetrics final : public UpdateObserver {
   prometheus::Family<prometheus::Counter>& update_bytes_;
   prometheus::Family<prometheus::Counter>& buckets_;
   prometheus::Family<prometheus::Histogram>& bucket_phase_seconds_;
+  prometheus::Family<prometheus::Counter>& engine_warnings_;
 };
 
 }  // namespace wsync

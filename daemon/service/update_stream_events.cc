@@ -163,6 +163,7 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
     er->set_engine_version(o.engine_version);
     er->set_weights_check(o.weights_check);
     er->set_needs_full_version(o.needs_full_version);
+    for (const std::string& w : o.warnings) er->add_warnings(w);
   }
   return e;
 }

@@ -197,8 +197,11 @@ SimHttpResponse SimHttpServer::Dispatch(const SimHttpRequest& request) {
   SimHttpResponse response;
   auto it = routes_.find({request.method, request.path});
   if (it == routes_.end()) {
-    response.status = 404;
-    response.set_content("Not Found", "text/plain");
+    // As FastAPI: a path served for another method answers 405 (what a GET on a POST route asks).
+    bool other_method = false;
+    for (const auto& [key, handler] : routes_) other_method |= key.second == request.path;
+    response.status = other_method ? 405 : 404;
+    response.set_content(other_method ? "Method Not Allowed" : "Not Found", "text/plain");
     return response;
   }
   it->second(request, response);

@@ -1,6 +1,7 @@
 #include "daemon/engines/sglang/sglang_adapter.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -53,26 +54,101 @@ absl::Status SglangAdapter::UseDataPath(absl::string_view data_path) {
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
   WSYNC_RETURN_IF_ERROR(CheckServerInfo(info, endpoint_));
-  // Read again at each formation, like the version: a server may be replaced by another build.
-  auto sessions = ProbeSglangSessions(http_, endpoint_.url, timeouts_.probe);
-  if (!sessions.ok()) {
-    return absl::Status(sessions.status().code(),
-                        absl::StrCat("engine ", endpoint_.url, ": ", sessions.status().message()));
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (*sessions != sessions_) {
-      WSYNC_LOG(Info, "engine ", endpoint_.url,
-                *sessions ? ": weight-update sessions (begin/end around every update)"
-                          : ": no weight-update sessions");
-    }
-    sessions_ = *sessions;
-  }
   if (path_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine ", endpoint_.url, ": no data path was picked for it"));
   }
+  // Read again at each formation, like the version: a server may be replaced by another build.
+  auto routes = ProbeSglangRoutes(http_, endpoint_.url, NeededRoutes(), timeouts_.probe);
+  if (!routes.ok()) {
+    return absl::Status(routes.status().code(),
+                        absl::StrCat("engine ", endpoint_.url, ": ", routes.status().message()));
+  }
+  if (!routes->missing.empty()) {
+    const nlohmann::json& version = info["version"];
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", endpoint_.url, " (SGLang ",
+        version.is_string() ? SanitizePeerText(version.get<std::string>(), kMaxVersionBytes)
+                            : std::string("of no version it reports"),
+        "): its OpenAPI document lists no POST ", absl::StrJoin(routes->missing, ", no POST "),
+        ", which every update of this group calls: refused before any byte is sent (a build "
+        "without these routes, or a proxy in front that hides them)"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (routes->sessions != sessions_) {
+      WSYNC_LOG(Info, "engine ", endpoint_.url,
+                routes->sessions ? ": weight-update sessions (begin/end around every update)"
+                                 : ": no weight-update sessions");
+    }
+    sessions_ = routes->sessions;
+    const bool in_request = routes->version_route == false;
+    if (in_request && version_route_ != false) {
+      WSYNC_LOG(Info, "engine ", endpoint_.url,
+                ": serves no /update_weight_version; the version goes in the last bucket's "
+                "request (weight_version) instead");
+    }
+    version_route_ = routes->version_route;
+  }
   return path_->ProbeServer(info);
+}
+
+std::vector<std::string> SglangAdapter::NeededRoutes() const {
+  std::vector<std::string> routes = {path_->bucket_path(), "/pause_generation",
+                                     "/continue_generation", "/flush_cache"};
+  if (path_ == broadcast_.get()) routes.push_back("/init_weights_update_group");
+  if (memory_ == SglangMemory::kResume) routes.push_back("/resume_memory_occupation");
+  return routes;
+}
+
+void SglangAdapter::LabelRequest(const std::string& version, bool last,
+                                 nlohmann::json* body) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (version_route_ != false || !last) return;
+  (*body)["weight_version"] = version;
+  label_sent_ = true;
+}
+
+std::vector<std::string> SglangAdapter::TakeCommitWarnings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> taken;
+  taken.swap(commit_warnings_);
+  return taken;
+}
+
+void SglangAdapter::RecordVersionLabel(const UpdateInfo& update) {
+  bool in_request, sent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_request = version_route_ == false;
+    sent = label_sent_;
+    label_sent_ = false;
+  }
+  std::string warning;
+  if (in_request) {
+    if (!sent) {
+      warning = absl::StrCat(
+          "version '", update.version,
+          "' committed without its label: the server serves no /update_weight_version and the "
+          "trainer did not mark its last bucket (the label rides on it), so /get_server_info "
+          "still reports the previous weight_version");
+    }
+  } else {
+    absl::Status labelled =
+        http_
+            .PostExpectSuccess("/update_weight_version",
+                               {{"new_version", update.version}, {"abort_all_requests", false}},
+                               timeouts_.control)
+            .status();
+    if (!labelled.ok()) {
+      warning = absl::StrCat(
+          "version '", update.version,
+          "' committed (every byte landed), but its label was not set: ", labelled.message());
+    }
+  }
+  if (warning.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_warnings_.push_back(std::move(warning));
 }
 
 absl::Status SglangIpcPath::ProbeServer(const nlohmann::json& info) {
@@ -302,15 +378,10 @@ absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
   // Every bucket was loaded, so the engine holds the whole version: each step is tried even when
   // an earlier one failed, and the engine resumes generation rather than waiting, paused, for an
   // update that may not come. The first failure is the update's. The session ends first (the
-  // server may finish loading there); if it cannot, the version is not recorded.
+  // server may finish loading there); if it cannot, the version is not recorded. The label never
+  // fails the update: the weights are in (RecordVersionLabel warns instead).
   absl::Status first = EndSession();
-  if (first.ok()) {
-    first = http_
-                .PostExpectSuccess("/update_weight_version",
-                                   {{"new_version", update.version}, {"abort_all_requests", false}},
-                                   timeouts_.control)
-                .status();
-  }
+  if (first.ok()) RecordVersionLabel(update);
   // The KV cache is back before it is flushed and generation resumes; without it the engine
   // cannot generate, so it stays paused.
   absl::Status kv = ResumeKvCache();

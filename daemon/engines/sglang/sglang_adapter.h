@@ -62,6 +62,7 @@ class SglangAdapter final : public EngineAdapter {
   // whatever the buckets write.
   bool BeginLeavesWeightsUndefined() const override { return memory_ == SglangMemory::kResume; }
   absl::Status FinishUpdate(const UpdateInfo& update) override;
+  std::vector<std::string> TakeCommitWarnings() override;
   absl::Status CheckBucketReply(const HttpReply& reply) const override;
 
   DataPathBinding* Binding(absl::string_view data_path) override;
@@ -101,6 +102,14 @@ class SglangAdapter final : public EngineAdapter {
   // The IPC paths' part of Probe and Health: the version read from /get_server_info.
   absl::Status ProbeIpcVersion(const nlohmann::json& info);
   void AddIpcHealth(const nlohmann::json& info, EngineHealth* health) const;
+  // The routes every update of the group calls: refused at Probe when the OpenAPI document lacks
+  // one.
+  std::vector<std::string> NeededRoutes() const;
+  // Where the server serves no /update_weight_version: the version rides on the last bucket's
+  // request (SGLang's update requests take "weight_version"), when the trainer marked it.
+  void LabelRequest(const std::string& version, bool last, nlohmann::json* body) const;
+  // Sets the version's label after the commit, or notes why it could not (a warning).
+  void RecordVersionLabel(const UpdateInfo& update);
   // The layout checks of the routes that take the bucket's tensors as they lie (the broadcast,
   // update_weights_from_tensor).
   absl::Status ValidateTensorLayout(const BucketManifest& manifest) const;
@@ -121,8 +130,12 @@ class SglangAdapter final : public EngineAdapter {
   // Resuming the weights failed, so they may still be released: the resume that follows is
   // refused.
   bool weights_unknown_ = false;
-  bool sessions_ = false;      // set by Probe
-  bool session_open_ = false;  // begun and not yet ended (or its end failed)
+  bool sessions_ = false;  // set by Probe
+  // Whether the server serves /update_weight_version (Probe; nullopt: not told, so it is asked).
+  std::optional<bool> version_route_;
+  mutable bool label_sent_ = false;           // this update's last bucket carried weight_version
+  std::vector<std::string> commit_warnings_;  // since the last TakeCommitWarnings
+  bool session_open_ = false;                 // begun and not yet ended (or its end failed)
 };
 
 }  // namespace wsync

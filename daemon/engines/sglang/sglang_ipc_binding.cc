@@ -9,7 +9,7 @@ namespace wsync {
 
 absl::StatusOr<EngineRequest> SglangIpcBinding::BucketRequest(
     const BucketManifest& manifest, const std::vector<IpcBucketView>& ranks,
-    const BucketContext& /*context*/) const {
+    const BucketContext& context) const {
   const EngineEndpoint& endpoint = adapter_.endpoint_;
   if (ranks.size() != endpoint.ranks) {
     return absl::InternalError(absl::StrCat("engine ", endpoint.url, " has ", endpoint.ranks,
@@ -20,6 +20,7 @@ absl::StatusOr<EngineRequest> SglangIpcBinding::BucketRequest(
                          SglangIpcBucketBody(manifest, ranks, adapter_.format_));
   // Session builds add the selector to this request's struct too.
   if (adapter_.sessions()) body["selector"] = "all";
+  adapter_.LabelRequest(context.version, context.last, &body);
   return EngineRequest{bucket_path(), body.dump()};
 }
 

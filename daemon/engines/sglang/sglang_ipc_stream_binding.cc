@@ -8,7 +8,7 @@
 namespace wsync {
 
 absl::StatusOr<EngineRequest> SglangIpcStreamBinding::StreamRequest(
-    const UpdateInfo& /*update*/, const std::vector<IpcStreamRank>& ranks) const {
+    const UpdateInfo& update, const std::vector<IpcStreamRank>& ranks) const {
   const EngineEndpoint& endpoint = adapter_.endpoint_;
   if (ranks.size() != endpoint.ranks) {
     return absl::InternalError(absl::StrCat("engine ", endpoint.url, " has ", endpoint.ranks,
@@ -27,6 +27,8 @@ absl::StatusOr<EngineRequest> SglangIpcStreamBinding::StreamRequest(
   }
   // flush_cache defaults to true on this route: the flush waits for the commit.
   nlohmann::json body = {{"zmq_handles", std::move(handles)}, {"flush_cache", false}};
+  // Answered once every weight is in: the one request of the update is its last.
+  adapter_.LabelRequest(update.version, /*last=*/true, &body);
   return EngineRequest{bucket_path(), body.dump()};
 }
 

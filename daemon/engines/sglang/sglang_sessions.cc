@@ -1,6 +1,7 @@
 #include "daemon/engines/sglang/sglang_sessions.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -8,6 +9,7 @@ namespace {
 
 constexpr char kOpenApiPath[] = "/openapi.json";
 constexpr char kBeginPath[] = "/begin_weight_update";
+constexpr char kVersionPath[] = "/update_weight_version";
 
 bool HasPost(const nlohmann::json& paths, const char* path) {
   auto it = paths.find(path);
@@ -32,22 +34,45 @@ absl::StatusOr<bool> SglangSessionsFromOpenApi(const HttpReply& reply, const std
   return HasPost(paths, kBeginPath) && HasPost(paths, "/end_weight_update");
 }
 
-absl::StatusOr<bool> ProbeSglangSessions(const EngineHttp& http, const std::string& url,
-                                         absl::Duration timeout) {
+absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std::string& url,
+                                               const std::vector<std::string>& needed,
+                                               absl::Duration timeout) {
+  SglangRoutes routes;
   auto doc = http.Get(kOpenApiPath, timeout);
   if (!doc.ok()) return doc.status();
   auto found = SglangSessionsFromOpenApi(*doc, url);
-  if (found.ok() || found.status().code() != absl::StatusCode::kNotFound) return found;
-  // No documents: ask the route itself, by a method it does not take (no session is opened).
+  if (found.ok()) {
+    routes.sessions = *found;
+    const nlohmann::json paths = nlohmann::json::parse(doc->body)["paths"];
+    routes.version_route = HasPost(paths, kVersionPath);
+    for (const std::string& route : needed) {
+      if (!HasPost(paths, route.c_str())) routes.missing.push_back(route);
+    }
+    return routes;
+  }
+  if (found.status().code() != absl::StatusCode::kNotFound) return found.status();
+  // No documents: ask each route itself, by a method it does not take (nothing is changed).
   auto probe = http.Get(kBeginPath, timeout);
   if (!probe.ok()) return probe.status();
-  if (probe->status == 405) return true;
-  if (probe->status == 404) return false;
-  return absl::FailedPreconditionError(
-      absl::StrCat(url, " serves no OpenAPI document and answered GET ", kBeginPath, " with HTTP ",
-                   probe->status,
-                   " (405 or 404 expected), so whether it has weight-update sessions cannot be "
-                   "told"));
+  if (probe->status != 405 && probe->status != 404) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        url, " serves no OpenAPI document and answered GET ", kBeginPath, " with HTTP ",
+        probe->status,
+        " (405 or 404 expected), so whether it has weight-update sessions cannot be told"));
+  }
+  routes.sessions = probe->status == 405;
+  auto version = http.Get(kVersionPath, timeout);
+  if (!version.ok()) return version.status();
+  if (version->status == 405 || version->status == 404) {
+    routes.version_route = version->status == 405;
+  }
+  return routes;
+}
+
+absl::StatusOr<bool> ProbeSglangSessions(const EngineHttp& http, const std::string& url,
+                                         absl::Duration timeout) {
+  WSYNC_ASSIGN_OR_RETURN(SglangRoutes routes, ProbeSglangRoutes(http, url, {}, timeout));
+  return routes.sessions;
 }
 
 }  // namespace wsync

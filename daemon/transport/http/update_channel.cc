@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -191,6 +192,21 @@ void UpdateChannel::WriteLoop() {
           // request at a time. The connection, with a request open, is not used again.
           habits_ = ConnectionHabits{/*keeps_connections=*/true, /*pipelines=*/false};
           if (ended_.ok()) ended_ = absl::UnavailableError("the probe's second request is open");
+          // Its connection is not used again: the unanswered probe goes with it, never counted as
+          // an update request.
+          std::vector<std::shared_ptr<Request>> dropped;
+          for (auto it = written_.begin(); it != written_.end();) {
+            if ((*it)->probe) {
+              (*it)->state = Request::State::kFailed;
+              dropped.push_back(std::move(*it));
+              it = written_.erase(it);
+            } else {
+              ++it;
+            }
+          }
+          lock.unlock();
+          for (auto& r : dropped) r->call->Finish(absl::CancelledError("probe unanswered"));
+          lock.lock();
           WSYNC_LOG(Info, target_.base_url,
                     ": answers no pipelined request; one update request in flight at a time");
         }
@@ -260,7 +276,8 @@ void UpdateChannel::WriteLoop() {
       cv_.wait_until(lock, absl::ToChronoTime(std::min(next->deadline, now + absl::Seconds(2))),
                      [&] { return !reader_running_ || next->state != State::kWriting; });
     }
-    if (next->state == State::kQueued || next->state == State::kFailed) {
+    if (next->state == State::kQueued || next->state == State::kFailed ||
+        (!written.ok() && next->state == State::kAnswered)) {
       // Queued again behind an answer that closed the connection, or ended by Cancel or by the
       // connection's end: whatever the write did, it is accounted for.
       continue;
@@ -282,7 +299,9 @@ void UpdateChannel::WriteLoop() {
       lock.lock();
       continue;
     }
-    if (next->state == State::kWriting) next->state = State::kWritten;
+    // Answered before the write returned (an early error answer): no answer time to measure.
+    if (next->state != State::kWriting) continue;
+    next->state = State::kWritten;
     next->call->SetWrittenAt(now);
     last_activity_ = now;
     cv_.notify_all();
@@ -378,15 +397,32 @@ void UpdateChannel::ReadAnswers(int fd) {
   HttpMessageReader</*kRequest=*/false> reader(64ull << 20);
   std::vector<HttpMessageReader<false>::Message> answers;
   char chunk[64 << 10];
-  // Ends the connection from the reader's side: its unanswered requests fail with `why`, and with
-  // `sticky` every later one too.
-  auto end = [&](absl::Status why, bool sticky) {
+  // Ends the connection from the reader's side: its unanswered requests fail, and where an update
+  // request is among them every later one too (the engine may have read it). `why` is given the
+  // count of update requests unanswered, decided under the same lock that takes them.
+  auto end = [&](const std::function<absl::Status(size_t)>& why_for) {
     std::vector<std::shared_ptr<Request>> failing;
+    absl::Status why;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      size_t updates = 0;
+      for (const auto& r : written_) updates += r->probe ? 0 : 1;
+      why = why_for(updates);
       if (ended_.ok()) ended_ = why;
       why = ended_;
-      if (sticky && broken_.ok()) broken_ = why;
+      if (updates > 0 && broken_.ok()) broken_ = why;
+      if (probing_ && updates == 0) {
+        // The server closed with only the probe's requests open: after an answer, it is one
+        // that closes connections; before any, it is no HTTP server to update.
+        probing_ = false;
+        if (probe_answers_ > 0) {
+          habits_ = ConnectionHabits{/*keeps_connections=*/false, /*pipelines=*/false};
+        } else if (broken_.ok()) {
+          broken_ = absl::UnavailableError(
+              absl::StrCat("the engine closed the update connection without answering GET ",
+                           kProbePath, " (is it an HTTP server?)"));
+        }
+      }
       failing.assign(written_.begin(), written_.end());
       written_.clear();
       for (auto& r : failing) {
@@ -406,25 +442,19 @@ void UpdateChannel::ReadAnswers(int fd) {
     // delayed ACK would add 40 ms to every answer.
     const int quick = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &quick, sizeof(quick));
-    if (n <= 0) {
-      size_t unanswered;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        unanswered = written_.size();
-      }
-      end(absl::UnavailableError(
-              absl::StrCat("the engine closed the connection with ", unanswered,
-                           " update request(s) unanswered (engine process died or restarted?)")),
-          unanswered > 0);
-      return;
-    }
     answers.clear();
-    if (absl::Status read = reader.Feed(chunk, static_cast<size_t>(n), &answers); !read.ok()) {
-      end(absl::InternalError(absl::StrCat("unreadable HTTP answer: ", read.message())), true);
+    const bool eof = n <= 0;
+    // An answer whose body runs until the close (HTTP/1.0 without Content-Length) ends at it.
+    absl::Status read =
+        eof ? reader.FeedEof(&answers) : reader.Feed(chunk, static_cast<size_t>(n), &answers);
+    if (!read.ok()) {
+      end([&](size_t) {
+        return absl::InternalError(absl::StrCat("unreadable HTTP answer: ", read.message()));
+      });
       return;
     }
     for (auto& res : answers) {
-      const bool closes = !res.keep_alive();
+      const bool closes = eof || !res.keep_alive();
       std::shared_ptr<Request> answered;
       std::vector<std::shared_ptr<Request>> unused_probes;
       {
@@ -457,7 +487,11 @@ void UpdateChannel::ReadAnswers(int fd) {
       }
       cv_.notify_all();
       if (answered == nullptr) {
-        end(absl::InternalError("answered a request that was never sent"), true);
+        // Nothing was asked (a server's 408 before it closes an idle connection): the connection
+        // ends, nothing is lost.
+        end([](size_t) {
+          return absl::UnavailableError("the engine answered a request that was never sent");
+        });
         return;
       }
       answered->call->Finish(HttpReply{static_cast<int>(res.result_int()), std::move(res.body()),
@@ -467,6 +501,14 @@ void UpdateChannel::ReadAnswers(int fd) {
         ::shutdown(fd, SHUT_RDWR);
         return;
       }
+    }
+    if (eof) {
+      end([](size_t updates) {
+        return absl::UnavailableError(
+            absl::StrCat("the engine closed the connection with ", updates,
+                         " update request(s) unanswered (engine process died or restarted?)"));
+      });
+      return;
     }
   }
 }

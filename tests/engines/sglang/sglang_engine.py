@@ -219,12 +219,14 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 return self.reply(404, {"detail": "Not Found"})
             posts = POSTS + (["/begin_weight_update", "/end_weight_update"]
                              if e.args.sessions else [])
-            paths = {p: {"post": {"summary": p}} for p in posts}
+            paths = {p: {"post": {"summary": p}} for p in posts if p not in e.args.missing_route}
             paths["/get_server_info"] = {"get": {"summary": "server info"}}
             return self.reply(200, {"openapi": "3.1.0", "info": {"title": "FastAPI"},
                                     "paths": paths})
         if path in ("/begin_weight_update", "/end_weight_update") and e.args.sessions:
             return self.reply(405, {"detail": "Method Not Allowed"})
+        if path in POSTS and path not in e.args.missing_route:
+            return self.reply(405, {"detail": "Method Not Allowed"})  # as FastAPI
         if path == "/sim/checksums":
             return self.reply(200, e.snapshot())
         if path == "/sim/pids":
@@ -238,6 +240,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
 
     def do_POST(self):
         e, path = ENGINE, urllib.parse.urlsplit(self.path).path
+        # A build or a proxy without the route; one whose handler fails.
+        if path in e.args.missing_route:
+            return self.reply(404, {"detail": "Not Found"})
+        if path in e.args.fail_route:
+            return self.reply(500, {"success": False, "message": "simulated failure"})
         try:
             raw = self.raw_body()
             body = json.loads(raw) if raw else {}
@@ -481,6 +488,9 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 e.last_error = bad[0]
             return self.reply(400, {"success": False,
                                     "message": f"Failed to update weights: {bad[0]}"})
+        if isinstance(body.get("weight_version"), str):
+            with e.state:
+                e.weight_version = body["weight_version"]
         self.reply(200, {"success": True, "message": "Succeeded to update parameter online."})
 
     def update_from_ipc(self, body):
@@ -528,6 +538,10 @@ def main():
     ap.add_argument("--sessions", action="store_true",
                     help="a session build: updates only inside begin/end, or the process dies")
     ap.add_argument("--no-docs", action="store_true", help="serve no /openapi.json")
+    ap.add_argument("--missing-route", action="append", default=[],
+                    help="a POST route this server lacks (404, and not in /openapi.json)")
+    ap.add_argument("--fail-route", action="append", default=[],
+                    help="a POST route that answers HTTP 500 success=false")
     ap.add_argument("--die-at-update", type=int, default=-1,
                     help="the rank processes exit when the Nth update (0-based) reaches them")
     ap.add_argument("--rank-processes", action="store_true",

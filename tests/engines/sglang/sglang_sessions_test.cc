@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/engines/sglang/sglang_adapter.h"
 #include "daemon/transport/broadcast/broadcast_binding.h"
@@ -55,12 +56,21 @@ class SessionServer {
       res.status = 200;
       res.set_content(R"({"version": "0.5.6", "tp_size": 1})", "application/json");
     });
-    server_.Get("/openapi.json", [=](const SimHttpRequest&, SimHttpResponse& res) {
+    server_.Get("/openapi.json", [=, this](const SimHttpRequest&, SimHttpResponse& res) {
       if (!docs) {
         res.status = 404;
         return;
       }
-      nlohmann::json paths = {{"/pause_generation", {{"post", nlohmann::json::object()}}}};
+      // As FastAPI lists them: every route the server serves.
+      nlohmann::json paths = nlohmann::json::object();
+      for (const char* route : {"/pause_generation", "/continue_generation", "/flush_cache",
+                                "/init_weights_update_group", "/update_weights_from_distributed"}) {
+        paths[route] = {{"post", nlohmann::json::object()}};
+      }
+      if (!without_.empty()) paths.erase(without_);
+      if (without_ != "/update_weight_version") {
+        paths["/update_weight_version"] = {{"post", nlohmann::json::object()}};
+      }
       if (sessions) {
         paths["/begin_weight_update"] = {{"post", nlohmann::json::object()}};
         paths["/end_weight_update"] = {{"post", nlohmann::json::object()}};
@@ -75,7 +85,13 @@ class SessionServer {
     }
     for (const char* path : {"/begin_weight_update", "/end_weight_update", "/pause_generation",
                              "/continue_generation", "/update_weight_version", "/flush_cache"}) {
+      // A server without sessions serves neither route (GET there: 404, not 405).
+      if (!sessions && absl::EndsWith(path, "_weight_update")) continue;
       server_.Post(path, [this, path](const SimHttpRequest& req, SimHttpResponse& res) {
+        if (path == without_) {
+          res.status = 404;
+          return;
+        }
         {
           std::lock_guard<std::mutex> lock(mu_);
           calls_.push_back(absl::StrCat(path, " ", req.body));
@@ -93,6 +109,8 @@ class SessionServer {
     return calls_;
   }
   void Fail(const char* path) { end_fails_ = path; }
+  // Serves no `path`: a 404 there, and its OpenAPI document omits it.
+  void Without(const char* path) { without_ = path; }
   const std::string& url() const { return url_; }
 
  private:
@@ -100,6 +118,7 @@ class SessionServer {
   std::mutex mu_;
   std::vector<std::string> calls_;
   std::string end_fails_;
+  std::string without_;
   std::string url_;
 };
 
@@ -172,6 +191,56 @@ TEST(SglangSessionsTest, AServerWithoutSessionsGetsNoBeginNoEndAndNoSelector) {
     for (const std::string& c : server.calls())
       EXPECT_THAT(c, ::testing::Not(HasSubstr("weight_update ")));
   }
+}
+
+TEST(SglangSessionsTest, AServerWithoutTheVersionRouteTakesTheVersionOnTheLastBucket) {
+  SessionServer server(/*sessions=*/false, /*docs=*/true);
+  server.Without("/update_weight_version");
+  SglangAdapter adapter = AdapterFor(server);
+  ASSERT_TRUE(adapter.Probe().ok());
+  BucketManifest manifest;
+  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  auto* binding = BroadcastBindingOf(adapter).value();
+  auto first = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 0, false});
+  auto last = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 1, true});
+  ASSERT_TRUE(first.ok() && last.ok());
+  EXPECT_FALSE(nlohmann::json::parse(first->json_body).contains("weight_version"));
+  EXPECT_EQ(nlohmann::json::parse(last->json_body)["weight_version"], "v1");
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());
+  EXPECT_TRUE(adapter.TakeCommitWarnings().empty());
+  EXPECT_THAT(server.calls(), ElementsAre("/flush_cache {}", "/continue_generation {}"));
+  // A trainer that did not mark its last bucket: the update commits, its label is not set, and
+  // the result says so.
+  ASSERT_TRUE(binding->BucketRequest(manifest, "g", BucketContext{"u2", "v2", 0, false}).ok());
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u2", "v2"}).ok());
+  std::vector<std::string> warnings = adapter.TakeCommitWarnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("version 'v2' committed without its label"));
+}
+
+TEST(SglangSessionsTest, AVersionRouteThatFailsWarnsAndTheUpdateStillCommits) {
+  SessionServer server(/*sessions=*/false, /*docs=*/true);
+  server.Fail("/update_weight_version");
+  SglangAdapter adapter = AdapterFor(server);
+  ASSERT_TRUE(adapter.Probe().ok());
+  EXPECT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());
+  std::vector<std::string> warnings = adapter.TakeCommitWarnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("version 'v1' committed (every byte landed), but its label "
+                                     "was not set"));
+  EXPECT_THAT(warnings[0], HasSubstr("/update_weight_version"));
+  EXPECT_TRUE(adapter.TakeCommitWarnings().empty()) << "taken once";
+}
+
+TEST(SglangSessionsTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBeforeAnyByte) {
+  SessionServer server(/*sessions=*/false, /*docs=*/true);
+  server.Without("/flush_cache");
+  SglangAdapter adapter = AdapterFor(server);
+  absl::Status probe = adapter.Probe();
+  EXPECT_EQ(probe.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(probe.message(), HasSubstr("(SGLang 0.5.6): its OpenAPI document lists no POST "
+                                         "/flush_cache, which every update of this group calls"));
+  EXPECT_TRUE(server.calls().empty()) << "nothing but reads before the refusal";
 }
 
 }  // namespace

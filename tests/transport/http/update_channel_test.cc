@@ -75,11 +75,13 @@ constexpr char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
 constexpr ConnectionHabits kPipelines{};
 
 // A server that answers every request (GET or POST, "Content-Length" bodies) with its body echoed
-// and, per `style`: HTTP/1.0 (closing after each answer), HTTP/1.1 with `Connection: close` after
-// the `close_after`-th answer of a connection (0: never), or no answer at all.
+// and, per `style`: HTTP/1.0 (closing after each answer; with kHttp10UntilClose the body runs
+// until the close, no Content-Length), HTTP/1.1 with `Connection: close` after the
+// `close_after`-th answer of a connection (0: never), keep-alive but dropping whatever arrived
+// while it read a request (it answers no pipelined request), or no answer at all.
 class HabitServer {
  public:
-  enum class Style { kHttp10, kHttp11, kSilent };
+  enum class Style { kHttp10, kHttp10UntilClose, kHttp11, kDropsPipelined, kSilent };
   HabitServer(Style style, int close_after) {
     auto fd = ListenTcp("127.0.0.1", 0);
     EXPECT_TRUE(fd.ok()) << fd.status();
@@ -112,12 +114,22 @@ class HabitServer {
           got.erase(0, head_end + 4 + length);
           if (is_post) ++posts_;
           if (style == Style::kSilent) continue;
+          if (style == Style::kDropsPipelined) {
+            // Whatever the client sent behind this request, by now, is dropped.
+            absl::SleepFor(absl::Milliseconds(100));
+            while (::recv(c.get(), buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+            }
+            got.clear();
+          }
           ++answered;
-          const bool last = style == Style::kHttp10 || answered == close_after;
-          const std::string answer = absl::StrCat(
-              style == Style::kHttp10 ? "HTTP/1.0" : "HTTP/1.1",
-              " 200 OK\r\nContent-Length: ", body.size(),
-              last && style != Style::kHttp10 ? "\r\nConnection: close" : "", "\r\n\r\n", body);
+          const bool http10 = style == Style::kHttp10 || style == Style::kHttp10UntilClose;
+          const bool last = http10 || answered == close_after;
+          const std::string length_header = style == Style::kHttp10UntilClose
+                                                ? std::string()
+                                                : absl::StrCat("\r\nContent-Length: ", body.size());
+          const std::string answer =
+              absl::StrCat(http10 ? "HTTP/1.0" : "HTTP/1.1", " 200 OK", length_header,
+                           last && !http10 ? "\r\nConnection: close" : "", "\r\n\r\n", body);
           (void)WriteAll(c.get(), answer.data(), answer.size(), Soon());
           // Whatever came behind the closing answer is dropped unread, as RFC 9112 says.
           open = !last;
@@ -311,6 +323,24 @@ TEST(UpdateChannel, AnHttp10ServerGetsOneRequestAtATimeEachOnItsOwnConnection) {
   // The probe's connection, then one per request; no request was written twice.
   EXPECT_EQ(server.connections(), 5);
   EXPECT_EQ(server.posts(), 4);
+}
+
+TEST(UpdateChannel, AnHttp10AnswerWhoseBodyRunsUntilTheCloseIsRead) {
+  HabitServer server(HabitServer::Style::kHttp10UntilClose, 0);
+  UpdateChannel channel(server.url());
+  PostAllAndCheck(channel, 3);
+  EXPECT_EQ(server.posts(), 3);
+}
+
+TEST(UpdateChannel, AServerThatAnswersNoPipelinedRequestGetsOneAtATimeAfterTheProbe) {
+  // Drops what was pipelined behind a request and keeps the connection: the probe's second GET is
+  // never answered; after kProbeWait the requests go one at a time on a fresh connection.
+  HabitServer server(HabitServer::Style::kDropsPipelined, 0);
+  UpdateChannel channel(server.url());
+  PostAllAndCheck(channel, 2);
+  EXPECT_TRUE(channel.habits().keeps_connections);
+  EXPECT_FALSE(channel.habits().pipelines);
+  EXPECT_EQ(server.posts(), 2);
 }
 
 TEST(UpdateChannel, RequestsBehindAConnectionCloseAnswerAreResentAndNothingTwice) {

@@ -1,8 +1,14 @@
-"""Engines whose HTTP servers talk the ways real ones do (host mode): HTTP/1.0, `Connection: close`
-after every answer or after a few, and a proxy in front that closes idle connections. Each of
-SGLang, vLLM and LMDeploy takes updates of several buckets over the broadcast, and every update
-must commit with every rank holding every tensor's bytes: wsyncd learns how each server treats a
-connection and re-sends only what a closing server never read.
+"""Engine servers as real ones are (host mode).
+
+HttpHabitsTest: HTTP/1.0, `Connection: close` after every answer or after a few, and a proxy in
+front that closes idle connections. Each of SGLang, vLLM and LMDeploy takes updates of several
+buckets over the broadcast, and every update must commit with every rank holding every tensor's
+bytes: wsyncd learns how each server treats a connection and re-sends only what a closing server
+never read.
+
+SglangRoutesTest: a server without /update_weight_version takes the version on the last bucket; one
+whose label route fails commits with a warning (result, log, metric); one without a route every
+update calls is refused at formation, before any byte.
 
 Usage: http_habits_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_ENGINE
                            VLLM_ENGINE LMDEPLOY_ENGINE IDLE_CLOSING_PROXY
@@ -56,8 +62,10 @@ class HttpHabitsTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="wsync-habits-")
         self.sock = os.path.join(self.dir, "wsyncd.sock")
         self.procs = []
+        self.metrics_port = free_port()
         self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", str(SLOT),
-                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10"], "wsyncd.log")
+                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10",
+                    "--metrics-listen", f"127.0.0.1:{self.metrics_port}"], "wsyncd.log")
         deadline = time.time() + 10
         while not os.path.exists(self.sock) and time.time() < deadline:
             time.sleep(0.02)
@@ -146,6 +154,66 @@ class HttpHabitsTest(unittest.TestCase):
                                     extra=extra)
                 with open(os.path.join(self.dir, f"proxy-{proxy}.log")) as f:
                     self.assertGreaterEqual(f.read().count("accepted a connection"), 3)
+
+
+class SglangRoutesTest(HttpHabitsTest):
+    test_http_1_0_servers = None  # the parent's tests run once, there
+    test_servers_that_close_after_every_answer = None
+    test_servers_that_close_after_a_few_answers = None
+    test_engines_behind_a_proxy_that_closes_idle_connections = None
+
+    def push(self, port, version, seed):
+        with wsync.Client("unix:" + self.sock) as client:
+            result = client.push(model(seed), version=version, group="sglang")
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        ranks = self.checksums(port)["ranks"]
+        for tensors in ranks.values():
+            for item in model(seed):
+                self.assertEqual(tensors.get(item[0]), crc(item), item[0])
+        return result
+
+    def test_a_server_without_the_version_route_takes_the_version_on_the_last_bucket(self):
+        port = self.engine("sglang", "--missing-route", "/update_weight_version")
+        self.ctl("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
+                 "--engine", f"http://127.0.0.1:{port}#2")
+        for round_ in (1, 2):
+            result = self.push(port, f"v{round_}", round_)
+            self.assertEqual(result["engines"][0]["warnings"], [])
+            self.assertEqual(self.checksums(port)["weight_version"], f"v{round_}")
+        self.assertIn("serves no /update_weight_version", self.wsyncd_log())
+
+    def test_a_label_route_that_fails_leaves_the_update_committed_with_a_warning(self):
+        port = self.engine("sglang", "--fail-route", "/update_weight_version")
+        self.ctl("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
+                 "--engine", f"http://127.0.0.1:{port}#2")
+        result = self.push(port, "v1", 1)
+        warnings = result["engines"][0]["warnings"]
+        self.assertEqual(len(warnings), 1, result)
+        self.assertIn("version 'v1' committed (every byte landed), but its label was not set",
+                      warnings[0])
+        self.assertIn("/update_weight_version answered success=false (HTTP 500)", warnings[0])
+        self.assertIn("committed version 'v1' with a warning", self.wsyncd_log())
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as r:
+            metrics = r.read().decode()
+        self.assertRegex(metrics, r'wsync_engine_warnings_total\{[^}]*engine="http://127\.0\.0\.1:'
+                         + str(port) + r'"[^}]*\} 1')
+        self.assertRegex(metrics, r'wsync_updates_total\{[^}]*outcome="committed"[^}]*\} 1')
+
+    def test_a_server_without_a_route_every_update_calls_is_refused_before_any_byte(self):
+        port = self.engine("sglang", "--missing-route", "/flush_cache")
+        out = subprocess.run([CTL, "--socket", self.sock, "create-group", "sglang", "--kind",
+                              "sglang", "--transport", "broadcast", "--engine",
+                              f"http://127.0.0.1:{port}#2"], capture_output=True, text=True)
+        refusal = out.stderr
+        if out.returncode == 0:
+            # The group forms at its first update: the push is refused instead.
+            with self.assertRaises(wsync.WsyncError) as e:
+                with wsync.Client("unix:" + self.sock) as client:
+                    client.push(model(1), version="v1", group="sglang")
+            refusal = e.exception.message
+        self.assertIn("(SGLang 0.5.6): its OpenAPI document lists no POST /flush_cache", refusal)
+        self.assertEqual(self.checksums(port)["ranks"].get("0", {}), {}, "no byte reached it")
+
 
 if __name__ == "__main__":
     unittest.main()
