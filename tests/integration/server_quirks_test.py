@@ -10,30 +10,25 @@ SglangRoutesTest: a server without /update_weight_version takes the version on t
 whose label route fails commits with a warning (result, log, metric); one without a route every
 update calls is refused at formation, before any byte.
 
-Usage: http_habits_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_ENGINE
+Usage: server_quirks_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_ENGINE
                            VLLM_ENGINE LMDEPLOY_ENGINE IDLE_CLOSING_PROXY
 """
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from process_support import child_environment, free_port, state_environment  # noqa: E402
-from process_support import wait_port  # noqa: E402
+import process_support  # noqa: E402
+from process_support import HostWsyncdCase, free_port, wait_port  # noqa: E402
 
-child_environment()
-
-WSYNCD, CTL, LIB, PKG, SGLANG, VLLM, LMDEPLOY, PROXY = sys.argv[1:9]
-del sys.argv[1:9]
-os.environ["WSYNC_CLIENT_LIB"] = LIB
-sys.path.insert(0, PKG)
+_, _, _, _, SGLANG = process_support.client_test_arguments()
+VLLM, LMDEPLOY, PROXY = sys.argv[1:4]
+del sys.argv[1:4]
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
@@ -44,12 +39,12 @@ KINDS = {
              "--version", "0.30.0"],
     "lmdeploy": [sys.executable, LMDEPLOY, "--memory", "host", "--gpus", "0,1"],
 }
-SLOT = 128 << 10  # two of the model's tensors a bucket: 8 buckets an update
 
 
 def model(seed):
+    """16 tensors of 512 KiB: two a bucket in the harness's 1 MiB slots, 8 buckets an update."""
     rng = np.random.default_rng(seed)
-    return [(f"layers.{i}.weight", rng.standard_normal(16 << 10, dtype=np.float32))
+    return [(f"layers.{i}.weight", rng.standard_normal(128 << 10, dtype=np.float32))
             for i in range(16)]
 
 
@@ -57,38 +52,20 @@ def crc(item):
     return format(zlib.crc32(np.ascontiguousarray(item[1]).tobytes()), "08x")
 
 
-class HttpHabitsTest(unittest.TestCase):
+class HttpHabitsTest(HostWsyncdCase):
     def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="wsync-habits-")
-        self.sock = os.path.join(self.dir, "wsyncd.sock")
-        self.procs = []
         self.metrics_port = free_port()
-        self.spawn([WSYNCD, "--mode", "host", "--socket", self.sock, "--slot-bytes", str(SLOT),
-                    "--bind-address", "127.0.0.1", "--bucket-timeout", "10",
-                    "--metrics-listen", f"127.0.0.1:{self.metrics_port}"], "wsyncd.log")
-        deadline = time.time() + 10
-        while not os.path.exists(self.sock) and time.time() < deadline:
-            time.sleep(0.02)
-
-    def tearDown(self):
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            p.wait(timeout=20)
-
-    def spawn(self, argv, log):
-        with open(os.path.join(self.dir, log), "w") as out:
-            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                               env=state_environment(self.dir)))
+        self.WSYNCD_FLAGS = ["--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
+        super().setUp()
 
     def engine(self, kind, *habit):
         port = free_port()
-        self.spawn([*KINDS[kind], "--port", str(port), *habit], f"{kind}-{port}.log")
+        self.spawn(f"{kind}-{port}", [*KINDS[kind], "--port", str(port), *habit])
         wait_port(port)
         return port
 
-    def ctl(self, *args):
-        out = subprocess.run([CTL, "--socket", self.sock, *args], capture_output=True, text=True)
+    def ctl_ok(self, *args):
+        out = self.ctl(*args)
         self.assertEqual(out.returncode, 0, out.stderr)
         return out.stdout
 
@@ -103,7 +80,7 @@ class HttpHabitsTest(unittest.TestCase):
     def updates_commit(self, kind, port, url, rounds=3, pause_s=0.0, extra=()):
         """Makes a group over the engine at `url` (its simulator on `port`) and pushes `rounds`
         versions; each must commit with both ranks holding every tensor."""
-        self.ctl("create-group", kind, "--kind", kind, "--transport", "broadcast",
+        self.ctl_ok("create-group", kind, "--kind", kind, "--transport", "broadcast",
                  "--engine", f"{url}#2", *extra)
         with wsync.Client("unix:" + self.sock) as client:
             for round_ in range(1, rounds + 1):
@@ -144,8 +121,8 @@ class HttpHabitsTest(unittest.TestCase):
             with self.subTest(kind=kind):
                 port = self.engine(kind)
                 proxy = free_port()
-                self.spawn([sys.executable, PROXY, "--port", str(proxy), "--upstream-port",
-                            str(port), "--idle-ms", "300"], f"proxy-{proxy}.log")
+                self.spawn(f"proxy-{proxy}", [sys.executable, PROXY, "--port", str(proxy),
+                                              "--upstream-port", str(port), "--idle-ms", "300"])
                 wait_port(proxy)
                 # The store admits only the ranks of the process that serves the engine's URL,
                 # here the proxy: vLLM's ranks join by unique id instead, as the refusal says.
@@ -174,7 +151,7 @@ class SglangRoutesTest(HttpHabitsTest):
 
     def test_a_server_without_the_version_route_takes_the_version_on_the_last_bucket(self):
         port = self.engine("sglang", "--missing-route", "/update_weight_version")
-        self.ctl("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
+        self.ctl_ok("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
                  "--engine", f"http://127.0.0.1:{port}#2")
         for round_ in (1, 2):
             result = self.push(port, f"v{round_}", round_)
@@ -184,7 +161,7 @@ class SglangRoutesTest(HttpHabitsTest):
 
     def test_a_label_route_that_fails_leaves_the_update_committed_with_a_warning(self):
         port = self.engine("sglang", "--fail-route", "/update_weight_version")
-        self.ctl("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
+        self.ctl_ok("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
                  "--engine", f"http://127.0.0.1:{port}#2")
         result = self.push(port, "v1", 1)
         warnings = result["engines"][0]["warnings"]
@@ -201,9 +178,8 @@ class SglangRoutesTest(HttpHabitsTest):
 
     def test_a_server_without_a_route_every_update_calls_is_refused_before_any_byte(self):
         port = self.engine("sglang", "--missing-route", "/flush_cache")
-        out = subprocess.run([CTL, "--socket", self.sock, "create-group", "sglang", "--kind",
-                              "sglang", "--transport", "broadcast", "--engine",
-                              f"http://127.0.0.1:{port}#2"], capture_output=True, text=True)
+        out = self.ctl("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
+                       "--engine", f"http://127.0.0.1:{port}#2")
         refusal = out.stderr
         if out.returncode == 0:
             # The group forms at its first update: the push is refused instead.

@@ -304,53 +304,42 @@ TEST(UpdateChannel, AConnectionTheServerClosedBetweenRequestsIsReopened) {
   EXPECT_EQ(server.connections(), 3);
 }
 
-TEST(UpdateChannel, TheProbeFindsAPipeliningServerAndItsRequestsShareOneConnection) {
-  HabitServer server(HabitServer::Style::kHttp11, 0);
-  UpdateChannel channel(server.url());
-  PostAllAndCheck(channel, 4);
-  EXPECT_TRUE(channel.habits().keeps_connections);
-  EXPECT_TRUE(channel.habits().pipelines);
-  EXPECT_EQ(server.connections(), 1);
-  EXPECT_EQ(server.posts(), 4);
-}
-
-TEST(UpdateChannel, AnHttp10ServerGetsOneRequestAtATimeEachOnItsOwnConnection) {
-  HabitServer server(HabitServer::Style::kHttp10, 0);
-  UpdateChannel channel(server.url());
-  PostAllAndCheck(channel, 4);
-  EXPECT_FALSE(channel.habits().keeps_connections);
-  EXPECT_FALSE(channel.habits().pipelines);
-  // The probe's connection, then one per request; no request was written twice.
-  EXPECT_EQ(server.connections(), 5);
-  EXPECT_EQ(server.posts(), 4);
-}
-
-TEST(UpdateChannel, AnHttp10AnswerWhoseBodyRunsUntilTheCloseIsRead) {
-  HabitServer server(HabitServer::Style::kHttp10UntilClose, 0);
-  UpdateChannel channel(server.url());
-  PostAllAndCheck(channel, 3);
-  EXPECT_EQ(server.posts(), 3);
-}
-
-TEST(UpdateChannel, AServerThatAnswersNoPipelinedRequestGetsOneAtATimeAfterTheProbe) {
-  // Drops what was pipelined behind a request and keeps the connection: the probe's second GET is
-  // never answered; after kProbeWait the requests go one at a time on a fresh connection.
-  HabitServer server(HabitServer::Style::kDropsPipelined, 0);
-  UpdateChannel channel(server.url());
-  PostAllAndCheck(channel, 2);
-  EXPECT_TRUE(channel.habits().keeps_connections);
-  EXPECT_FALSE(channel.habits().pipelines);
-  EXPECT_EQ(server.posts(), 2);
-}
-
-TEST(UpdateChannel, RequestsBehindAConnectionCloseAnswerAreResentAndNothingTwice) {
-  // Closes after each connection's 3rd answer; the probe's two GETs are its first two, so the
-  // first bucket's answer closes the connection with the other buckets pipelined behind it.
-  HabitServer server(HabitServer::Style::kHttp11, 3);
-  UpdateChannel channel(server.url());
-  PostAllAndCheck(channel, 5);
-  EXPECT_FALSE(channel.habits().pipelines);
-  EXPECT_EQ(server.posts(), 5) << "a request the server never read is sent again; none twice";
+// Each kind of server, probed on the channel's first connection: the habits learned, every request
+// answered, none written twice (the server counts what it read).
+TEST(UpdateChannel, EachServersHabitsAreLearnedAndEveryRequestIsAnsweredOnce) {
+  struct Case {
+    const char* what;
+    HabitServer::Style style;
+    int close_after;
+    bool keeps_connections;
+    bool pipelines;
+    int connections;  // -1: not checked
+  };
+  const Case cases[] = {
+      {"pipelines: one connection for the probe and every request", HabitServer::Style::kHttp11, 0,
+       true, true, 1},
+      {"HTTP/1.0: the probe's connection, then one per request", HabitServer::Style::kHttp10, 0,
+       false, false, 5},
+      {"HTTP/1.0, bodies that end at the close", HabitServer::Style::kHttp10UntilClose, 0, false,
+       false, 5},
+      // The probe's two GETs are the first two answers, so the first request's answer closes the
+      // connection with the others pipelined behind it: they go again.
+      {"Connection: close after the 3rd answer", HabitServer::Style::kHttp11, 3, false, false, -1},
+      // The probe's second GET is never answered; after kProbeWait, one request at a time.
+      {"drops what was pipelined", HabitServer::Style::kDropsPipelined, 0, true, false, -1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    HabitServer server(c.style, c.close_after);
+    UpdateChannel channel(server.url());
+    PostAllAndCheck(channel, 4);
+    EXPECT_EQ(channel.habits().keeps_connections, c.keeps_connections);
+    EXPECT_EQ(channel.habits().pipelines, c.pipelines);
+    if (c.connections >= 0) {
+      EXPECT_EQ(server.connections(), c.connections);
+    }
+    EXPECT_EQ(server.posts(), 4) << "a request the server never read is sent again; none twice";
+  }
 }
 
 TEST(UpdateChannel, ConnectionCloseAfterEachAnswerIsServedWhenKnownToPipeline) {
