@@ -33,7 +33,8 @@ struct UpdateChannel::Request {
   absl::Time deadline;
   bool probe = false;  // the channel's own GET: never re-sent, its answer goes to no caller
   State state = State::kQueued;
-  absl::Status failure;  // why, when kFailed
+  bool in_write = false;  // the writer is writing its bytes (whatever the state says meanwhile)
+  absl::Status failure;   // why, when kFailed
 };
 
 absl::StatusOr<HttpReply> ChannelCall::Wait(absl::Time deadline) {
@@ -124,6 +125,7 @@ absl::StatusOr<std::shared_ptr<ChannelCall>> UpdateChannel::Post(const std::stri
   cv_.notify_all();
   using State = Request::State;
   cv_.wait(lock, [&] {
+    if (request->in_write) return false;  // its outcome is the write's
     if (request->state != State::kQueued && request->state != State::kWriting) return true;
     // A server that takes one request at a time: this one waits for the answers before it.
     return request->state == State::kQueued && habits_.has_value() && !habits_->pipelines &&
@@ -264,11 +266,14 @@ void UpdateChannel::WriteLoop() {
     // In the list before its bytes go: the answer may come before the write returns.
     written_.push_back(next);
     next->state = State::kWriting;
+    next->in_write = true;
     const int fd = connection_fd_;
     lock.unlock();
     absl::Status written = WriteAll(fd, next->bytes.data(), next->bytes.size(), next->deadline);
     const absl::Time now = absl::Now();
     lock.lock();
+    next->in_write = false;
+    cv_.notify_all();
     if (!written.ok() && next->state == State::kWriting) {
       // A server that answered with `Connection: close` and closed makes this write fail before
       // the reader may have read that answer: the reader's verdict (queued again, or failed with
@@ -276,6 +281,9 @@ void UpdateChannel::WriteLoop() {
       cv_.wait_until(lock, absl::ToChronoTime(std::min(next->deadline, now + absl::Seconds(2))),
                      [&] { return !reader_running_ || next->state != State::kWriting; });
     }
+    // Written whole and then failed with its connection: Post returns the call, which carries the
+    // error (an error from Post means the bytes never went out).
+    if (written.ok() && next->state == State::kFailed) next->call->SetWrittenAt(now);
     if (next->state == State::kQueued || next->state == State::kFailed ||
         (!written.ok() && next->state == State::kAnswered)) {
       // Queued again behind an answer that closed the connection, or ended by Cancel or by the
