@@ -96,6 +96,38 @@ bool EngineVersion::AtLeast(int want_major, int want_minor, int want_patch) cons
   return have > want || (have == want && !prerelease);
 }
 
+bool EngineVersion::ReleaseAtLeast(int want_major, int want_minor, int want_patch) const {
+  return std::make_tuple(major, minor, patch) >=
+         std::make_tuple(want_major, want_minor, want_patch);
+}
+
+absl::StatusOr<EngineVersion> ParseEngineVersionOption(absl::string_view kind,
+                                                       absl::string_view text) {
+  auto version = ParseEngineVersion(text);
+  if (!version.ok() || version->prerelease || version->post >= 0 || !version->local.empty() ||
+      version->Release() != version->text) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kind, " option \"engine_version\" must be a release as MAJOR.MINOR.PATCH (e.g. 0.17.0), ",
+        "the one whose gates the group's engines are to pass"));
+  }
+  return version;
+}
+
+EngineVersion GateVersion(const EngineVersion& reported, const EngineVersion* forced) {
+  if (forced == nullptr) return reported;
+  EngineVersion read = *forced;
+  read.text =
+      absl::StrCat(reported.text, ", read as ", forced->text, " (the group's engine_version)");
+  return read;
+}
+
+std::string EngineVersionOverrideHint(const EngineVersion& read) {
+  const std::string release = read.prerelease ? read.Release() : std::string("MAJOR.MINOR.PATCH");
+  return absl::StrCat("; if this build has what ", read.prerelease ? release : "the release",
+                      " ships, create the group with --option engine_version=", release,
+                      " (the config's \"engine_version\") to have it read as that release");
+}
+
 std::string EngineVersion::Release() const { return absl::StrCat(major, ".", minor, ".", patch); }
 
 std::string EngineVersion::Described() const {

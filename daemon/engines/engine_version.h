@@ -33,6 +33,9 @@ struct EngineVersion {
 
   // Orders by (major, minor, patch), a pre-release before its release.
   bool AtLeast(int major, int minor, int patch) const;
+  // The same, a pre-release counted as the release it precedes: for a gate that decides by a
+  // route the probe found (the route, not the build date, says what the server has).
+  bool ReleaseAtLeast(int major, int minor, int patch) const;
   // The release this version is, or precedes: "MAJOR.MINOR.PATCH".
   std::string Release() const;
   // The text and how it was read, for messages: "0.5.6", "0.17.0-sim, a pre-release of 0.17.0
@@ -46,6 +49,18 @@ struct EngineVersion {
 // that is not MAJOR.MINOR[.PATCH][suffix].
 inline constexpr size_t kMaxEngineVersionChars = 64;
 absl::StatusOr<EngineVersion> ParseEngineVersion(absl::string_view text);
+
+// A group's "engine_version" option (every kind that gates on versions takes it): the version
+// gates read its engines as this release, whatever they report. It is the way through for a
+// nightly or vendor build that has what a release ships where wsyncd cannot probe for it (payload
+// formats). Only a plain release (MAJOR.MINOR.PATCH) is taken; errors name `kind`'s option.
+absl::StatusOr<EngineVersion> ParseEngineVersionOption(absl::string_view kind,
+                                                       absl::string_view text);
+// What the gates read: the option's release where set, its text saying both ("0.17.0-sim, read as
+// 0.17.0 (the group's engine_version)"); else the engine's own.
+EngineVersion GateVersion(const EngineVersion& reported, const EngineVersion* forced);
+// How a refusal of `read` ends: how to serve the build as another release.
+std::string EngineVersionOverrideHint(const EngineVersion& read);
 
 }  // namespace wsync
 

@@ -102,5 +102,33 @@ TEST(EngineVersionTest, AVersionWithoutPatchTakesItsSuffixAfterTheMinor) {
   EXPECT_EQ(Parsed("v1.2").Release(), "1.2.0");
 }
 
+TEST(EngineVersionTest, TheGroupOptionTakesAPlainReleaseOnlyAndNamesItsKind) {
+  EXPECT_TRUE(ParseEngineVersionOption("vllm", "0.17.0").ok());
+  for (const char* bad : {"0.17.0rc1", "0.17", "v0.17.0", "0.17.0+cu130", "0.17.0.post1",
+                          "0.17.0-sim", "", "latest"}) {
+    auto v = ParseEngineVersionOption("vllm", bad);
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(v.status().message(), ::testing::HasSubstr("vllm option \"engine_version\""));
+  }
+}
+
+TEST(EngineVersionTest, GatesReadTheGroupOptionAndSayWhatTheEngineReported) {
+  const EngineVersion reported = Parsed("0.17.0-sim");
+  EXPECT_FALSE(reported.AtLeast(0, 17, 0));
+  EXPECT_TRUE(reported.ReleaseAtLeast(0, 17, 0));
+  EXPECT_FALSE(reported.ReleaseAtLeast(0, 17, 1));
+  EXPECT_EQ(GateVersion(reported, nullptr).text, "0.17.0-sim");
+  const EngineVersion forced = *ParseEngineVersionOption("vllm", "0.17.0");
+  const EngineVersion read = GateVersion(reported, &forced);
+  EXPECT_TRUE(read.AtLeast(0, 17, 0));
+  EXPECT_EQ(read.text, "0.17.0-sim, read as 0.17.0 (the group's engine_version)");
+  EXPECT_EQ(EngineVersionOverrideHint(reported),
+            "; if this build has what 0.17.0 ships, create the group with --option "
+            "engine_version=0.17.0 (the config's \"engine_version\") to have it read as that "
+            "release");
+  EXPECT_THAT(EngineVersionOverrideHint(Parsed("0.16.0")),
+              ::testing::HasSubstr("--option engine_version=MAJOR.MINOR.PATCH"));
+}
+
 }  // namespace
 }  // namespace wsync

@@ -27,6 +27,11 @@ SglangAdapter::SglangAdapter(EngineEndpoint endpoint, AdapterTimeouts timeouts,
   } else {
     ipc_ = std::make_unique<SglangIpcBinding>(*this);
   }
+  if (!options.engine_version().empty()) {
+    // Checked when the group's options were read.
+    auto forced = ParseEngineVersionOption("sglang", options.engine_version());
+    if (forced.ok()) forced_version_ = *forced;
+  }
   if (!data_path.empty()) (void)UseDataPath(data_path);
 }
 
@@ -82,6 +87,7 @@ absl::Status SglangAdapter::Probe() {
                                  : ": no weight-update sessions");
     }
     sessions_ = routes->sessions;
+    documented_ = routes->documented;
     const bool in_request = routes->version_route == false;
     if (in_request && version_route_ != false) {
       WSYNC_LOG(Info, "engine ", endpoint_.url,
@@ -161,7 +167,14 @@ void SglangIpcPath::AddHealth(const nlohmann::json& info, EngineHealth* health) 
 
 absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
   // Each formation reads the version again: the engine behind the URL may have been upgraded.
-  WSYNC_ASSIGN_OR_RETURN(auto found, CheckIpcVersion(info, endpoint_.url, format_, route_));
+  bool documented;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    documented = documented_;
+  }
+  WSYNC_ASSIGN_OR_RETURN(
+      auto found, CheckIpcVersion(info, endpoint_.url, format_, route_,
+                                  forced_version_ ? &*forced_version_ : nullptr, documented));
   auto& [version, variant] = found;
   std::lock_guard<std::mutex> lock(mu_);
   if (!ipc_variant_.has_value() || ipc_variant_->name != variant.name ||
@@ -174,7 +187,13 @@ absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
 }
 
 void SglangAdapter::AddIpcHealth(const nlohmann::json& info, EngineHealth* health) const {
-  auto found = CheckIpcVersion(info, endpoint_.url, format_, route_);
+  bool documented;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    documented = documented_;
+  }
+  auto found = CheckIpcVersion(info, endpoint_.url, format_, route_,
+                               forced_version_ ? &*forced_version_ : nullptr, documented);
   if (found.ok()) {
     health->variant = found->second.name;
   } else {
@@ -203,7 +222,8 @@ std::optional<SglangIpcVariant> SglangAdapter::ipc_variant() const {
 }
 
 absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckIpcVersion(
-    const nlohmann::json& info, const std::string& url, BucketFormat format, SglangIpcRoute route) {
+    const nlohmann::json& info, const std::string& url, BucketFormat format, SglangIpcRoute route,
+    const SglangVersion* forced, bool route_documented) {
   auto field = info.find("version");
   if (field == info.end() || !field->is_string()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -219,13 +239,14 @@ absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckI
         absl::StrCat(url, "/get_server_info answered a version wsyncd cannot read (", text.size(),
                      " characters, not MAJOR.MINOR.PATCH): not an SGLang server wsyncd knows"));
   }
-  auto variant = route == SglangIpcRoute::kIpc ? SglangIpcRouteVariantFor(*version)
-                                               : SglangIpcVariantFor(*version, format);
+  const SglangVersion gate = GateVersion(*version, forced);
+  auto variant = route == SglangIpcRoute::kIpc ? SglangIpcRouteVariantFor(gate, route_documented)
+                                               : SglangIpcVariantFor(gate, format);
   if (!variant.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("engine ", url, ": ", variant.status().message()));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "engine ", url, ": ", variant.status().message(), EngineVersionOverrideHint(*version)));
   }
-  return std::make_pair(*std::move(version), *std::move(variant));
+  return std::make_pair(gate, *std::move(variant));
 }
 
 absl::Status SglangAdapter::CheckServerInfo(const nlohmann::json& info,

@@ -72,9 +72,12 @@ class SglangAdapter final : public EngineAdapter {
   static absl::Status CheckServerInfo(const nlohmann::json& info, const EngineEndpoint& endpoint);
   // On the IPC paths: the server's version (the "version" of /get_server_info) and the
   // payload it gets with `format`, or FAILED_PRECONDITION naming the version and the minimum.
+  // `forced`: the group's engine_version (engine_version.h); `route_documented`: the server's
+  // OpenAPI document lists the route's path (a pre-release then passes the route's gate).
   static absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> CheckIpcVersion(
       const nlohmann::json& info, const std::string& url, BucketFormat format,
-      SglangIpcRoute route = SglangIpcRoute::kTensor);
+      SglangIpcRoute route = SglangIpcRoute::kTensor, const SglangVersion* forced = nullptr,
+      bool route_documented = false);
   // The IPC variant the last successful Probe picked; nullopt before one and on the broadcast.
   std::optional<SglangIpcVariant> ipc_variant() const;
   std::string probed_version() const override;
@@ -115,6 +118,8 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status ValidateTensorLayout(const BucketManifest& manifest) const;
 
   BucketFormat format_;
+  // The group's engine_version: what the version gates read instead of the engine's own.
+  std::optional<SglangVersion> forced_version_;
   SglangMemory memory_;
   SglangIpcRoute route_;
   EngineHttp http_;
@@ -130,7 +135,8 @@ class SglangAdapter final : public EngineAdapter {
   // Resuming the weights failed, so they may still be released: the resume that follows is
   // refused.
   bool weights_unknown_ = false;
-  bool sessions_ = false;  // set by Probe
+  bool sessions_ = false;    // set by Probe
+  bool documented_ = false;  // Probe read the routes from the server's OpenAPI document
   // Whether the server serves /update_weight_version (Probe; nullopt: not told, so it is asked).
   std::optional<bool> version_route_;
   mutable bool label_sent_ = false;           // this update's last bucket carried weight_version

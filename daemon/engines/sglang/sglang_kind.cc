@@ -26,11 +26,12 @@ class SglangKind final : public EngineKindPlugin {
   absl::string_view name() const override { return "sglang"; }
 
   // {"load_format": "flattened_bucket" | "per_tensor", "memory": "keep" | "resume",
-  //  "ipc_route": "tensor" | "ipc"}, every key optional.
+  //  "ipc_route": "tensor" | "ipc", "engine_version": "MAJOR.MINOR.PATCH"}, every key optional.
   absl::StatusOr<std::shared_ptr<const EngineOptions>> ParseOptions(
       const nlohmann::json& options) const override {
     for (const auto& [key, value] : options.items()) {
-      if (key != "load_format" && key != "memory" && key != "ipc_route") {
+      if (key != "load_format" && key != "memory" && key != "ipc_route" &&
+          key != "engine_version") {
         return absl::InvalidArgumentError(absl::StrCat("unknown sglang option \"", key, "\""));
       }
     }
@@ -45,7 +46,15 @@ class SglangKind final : public EngineKindPlugin {
         SglangIpcRoute route,
         StringOption(options, "ipc_route", "tensor", "\"tensor\" or \"ipc\"",
                      [](absl::string_view v) { return ParseSglangIpcRoute(v); }));
-    return std::make_shared<const SglangOptions>(format, memory, route);
+    WSYNC_ASSIGN_OR_RETURN(
+        std::string engine_version,
+        StringOption(options, "engine_version", "", "a release as MAJOR.MINOR.PATCH",
+                     [](absl::string_view v) -> absl::StatusOr<std::string> {
+                       if (v.empty()) return std::string();
+                       WSYNC_RETURN_IF_ERROR(ParseEngineVersionOption("sglang", v).status());
+                       return std::string(v);
+                     }));
+    return std::make_shared<const SglangOptions>(format, memory, route, engine_version);
   }
 
   nlohmann::json OptionsToJson(const EngineOptions& options) const override {
@@ -57,6 +66,7 @@ class SglangKind final : public EngineKindPlugin {
     if (sglang.ipc_route() != SglangIpcRoute::kTensor) {
       j["ipc_route"] = std::string(SglangIpcRouteName(sglang.ipc_route()));
     }
+    if (!sglang.engine_version().empty()) j["engine_version"] = sglang.engine_version();
     return j;
   }
 

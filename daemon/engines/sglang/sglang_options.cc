@@ -29,7 +29,7 @@ absl::StatusOr<SglangIpcRoute> ParseSglangIpcRoute(absl::string_view name) {
 bool SglangOptions::Equals(const EngineOptions& other) const {
   const auto* o = dynamic_cast<const SglangOptions*>(&other);
   return o != nullptr && o->load_format_ == load_format_ && o->memory_ == memory_ &&
-         o->ipc_route_ == ipc_route_;
+         o->ipc_route_ == ipc_route_ && o->engine_version_ == engine_version_;
 }
 
 std::string SglangOptions::Describe() const {
@@ -38,6 +38,7 @@ std::string SglangOptions::Describe() const {
   if (ipc_route_ != SglangIpcRoute::kTensor) {
     absl::StrAppend(&out, ", ipc_route=", SglangIpcRouteName(ipc_route_));
   }
+  if (!engine_version_.empty()) absl::StrAppend(&out, ", engine_version=", engine_version_);
   return out;
 }
 

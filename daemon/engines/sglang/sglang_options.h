@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "daemon/core/group_spec.h"
@@ -35,8 +36,12 @@ class SglangOptions final : public EngineOptions {
  public:
   SglangOptions() = default;
   explicit SglangOptions(BucketFormat load_format, SglangMemory memory = SglangMemory::kKeep,
-                         SglangIpcRoute ipc_route = SglangIpcRoute::kTensor)
-      : load_format_(load_format), memory_(memory), ipc_route_(ipc_route) {}
+                         SglangIpcRoute ipc_route = SglangIpcRoute::kTensor,
+                         std::string engine_version = "")
+      : load_format_(load_format),
+        memory_(memory),
+        ipc_route_(ipc_route),
+        engine_version_(std::move(engine_version)) {}
 
   absl::string_view kind() const override { return "sglang"; }
   absl::Status Validate() const override { return absl::OkStatus(); }
@@ -46,11 +51,14 @@ class SglangOptions final : public EngineOptions {
   BucketFormat load_format() const { return load_format_; }
   SglangMemory memory() const { return memory_; }
   SglangIpcRoute ipc_route() const { return ipc_route_; }
+  // The release the version gates read every engine as ("": each engine's own; engine_version.h).
+  const std::string& engine_version() const { return engine_version_; }
 
  private:
   BucketFormat load_format_ = BucketFormat::kFlattened;
   SglangMemory memory_ = SglangMemory::kKeep;
   SglangIpcRoute ipc_route_ = SglangIpcRoute::kTensor;
+  std::string engine_version_;
 };
 
 }  // namespace wsync

@@ -43,6 +43,7 @@ absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std
   auto found = SglangSessionsFromOpenApi(*doc, url);
   if (found.ok()) {
     routes.sessions = *found;
+    routes.documented = true;
     const nlohmann::json paths = nlohmann::json::parse(doc->body)["paths"];
     routes.version_route = HasPost(paths, kVersionPath);
     for (const std::string& route : needed) {

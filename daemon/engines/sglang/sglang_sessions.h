@@ -28,6 +28,8 @@ absl::StatusOr<bool> ProbeSglangSessions(const EngineHttp& http, const std::stri
 // above), whether it serves /update_weight_version, and which routes the update calls it lacks.
 struct SglangRoutes {
   bool sessions = false;
+  // Read from the server's OpenAPI document (else asked route by route).
+  bool documented = false;
   // POST /update_weight_version: served, not served, or not told (no OpenAPI document and an
   // answer to GET there that is neither 405 nor 404).
   std::optional<bool> version_route;

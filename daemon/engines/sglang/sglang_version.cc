@@ -28,8 +28,11 @@ absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& versio
   return SglangIpcVariant{"ipc uint8-flattened", BucketFormat::kFlattened};
 }
 
-absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version) {
-  if (!version.AtLeast(0, 5, 5)) {
+absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version,
+                                                          bool route_documented) {
+  // A route gate: a pre-release of 0.5.5 or later whose documents list the route has it.
+  const bool served = route_documented && version.ReleaseAtLeast(0, 5, 5);
+  if (!version.AtLeast(0, 5, 5) && !served) {
     return absl::FailedPreconditionError(absl::StrCat(
         "SGLang ", version.Described(),
         " may predate POST /update_weights_from_ipc (the map-once route, PR #11755); wsyncd "

@@ -60,7 +60,10 @@ struct SglangIpcVariant {
 absl::StatusOr<SglangIpcVariant> SglangIpcVariantFor(const SglangVersion& version,
                                                      BucketFormat format);
 // The same for the map-once route ("ipc stream"), where the format does not apply.
-absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version);
+// `route_documented`: the server's OpenAPI document lists /update_weights_from_ipc, so a
+// pre-release of 0.5.5 or later is served as its release (the gate is the route's).
+absl::StatusOr<SglangIpcVariant> SglangIpcRouteVariantFor(const SglangVersion& version,
+                                                          bool route_documented = false);
 
 }  // namespace wsync
 

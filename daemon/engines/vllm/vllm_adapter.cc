@@ -1,5 +1,7 @@
 #include "daemon/engines/vllm/vllm_adapter.h"
 
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -92,24 +94,34 @@ absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
         absl::StrCat(url, "/version answered a version wsyncd cannot read (", text.size(),
                      " characters, not MAJOR.MINOR.PATCH): not a vLLM server wsyncd knows"));
   }
+  std::optional<VllmVersion> forced;
+  if (!options.engine_version().empty()) {
+    // Checked when the group's options were read.
+    auto parsed = ParseEngineVersionOption("vllm", options.engine_version());
+    if (parsed.ok()) forced = *parsed;
+  }
+  const std::string hint = EngineVersionOverrideHint(*version);
+  *version = GateVersion(*version, forced ? &*forced : nullptr);
   const bool nccl = backend == VllmBackend::kNccl;
   auto variant = nccl ? VllmNcclVariantFor(*version) : VllmVariantFor(*version);
   if (!variant.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("engine ", url, ": ", variant.status().message()));
+        absl::StrCat("engine ", url, ": ", variant.status().message(), hint));
   }
   if (nccl && options.rendezvous() == VllmRendezvous::kUniqueId && !variant->nccl_unique_id) {
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, ": vLLM ", version->text,
         " reads no nccl_unique_id_b64 (it came with vLLM ", kVllmMinUniqueIdVersion,
         "); create the group with the store rendezvous (--vllm-rendezvous store), or upgrade "
-        "the engine"));
+        "the engine",
+        hint));
   }
   if (!nccl && options.packed() && !variant->packed_ipc) {
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, ": vLLM ", version->text,
         " reads no packed IPC updates (they came with vLLM 0.22.0); create the group without "
-        "packed, or upgrade the engine"));
+        "packed, or upgrade the engine",
+        hint));
   }
   return std::make_pair(*std::move(version), *std::move(variant));
 }

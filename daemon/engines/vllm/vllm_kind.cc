@@ -1,5 +1,6 @@
 // The vLLM engine kind (engine_kind.h): its options as JSON, and its adapter.
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -15,7 +16,8 @@ class VllmKind final : public EngineKindPlugin {
   absl::string_view name() const override { return "vllm"; }
 
   // {"packed": bool, "pause_mode": "keep" | "wait" | "abort", "wake_weights": bool,
-  //  "reset_prefix_cache": bool, "rendezvous": "store" | "unique-id", "packed_chunk_bytes": int},
+  //  "reset_prefix_cache": bool, "rendezvous": "store" | "unique-id", "packed_chunk_bytes": int,
+  //  "engine_version": "MAJOR.MINOR.PATCH"},
   // every key optional (VllmOptions' defaults).
   absl::StatusOr<std::shared_ptr<const EngineOptions>> ParseOptions(
       const nlohmann::json& options) const override {
@@ -26,6 +28,7 @@ class VllmKind final : public EngineKindPlugin {
     VllmPauseMode pause_mode = defaults.pause_mode();
     VllmRendezvous rendezvous = defaults.rendezvous();
     uint64_t chunk_bytes = defaults.packed_chunk_bytes();
+    std::string engine_version;
     for (const auto& [key, value] : options.items()) {
       bool* flag = key == "packed"               ? &packed
                    : key == "wake_weights"       ? &wake_weights
@@ -55,22 +58,31 @@ class VllmKind final : public EngineKindPlugin {
               "vllm option \"packed_chunk_bytes\" must be a positive integer");
         }
         chunk_bytes = value.get<uint64_t>();
+      } else if (key == "engine_version") {
+        if (!value.is_string()) {
+          return absl::InvalidArgumentError(
+              "vllm option \"engine_version\" must be a release as MAJOR.MINOR.PATCH");
+        }
+        WSYNC_RETURN_IF_ERROR(ParseEngineVersionOption("vllm", value.get<std::string>()).status());
+        engine_version = value.get<std::string>();
       } else {
         return absl::InvalidArgumentError(absl::StrCat("unknown vllm option \"", key, "\""));
       }
     }
     return std::make_shared<const VllmOptions>(packed, pause_mode, wake_weights, reset_prefix_cache,
-                                               rendezvous, chunk_bytes);
+                                               rendezvous, chunk_bytes, engine_version);
   }
 
   nlohmann::json OptionsToJson(const EngineOptions& options) const override {
     const auto& vllm = static_cast<const VllmOptions&>(options);
-    return {{"packed", vllm.packed()},
-            {"pause_mode", std::string(VllmPauseModeName(vllm.pause_mode()))},
-            {"wake_weights", vllm.wake_weights()},
-            {"reset_prefix_cache", vllm.reset_prefix_cache()},
-            {"rendezvous", std::string(VllmRendezvousName(vllm.rendezvous()))},
-            {"packed_chunk_bytes", vllm.packed_chunk_bytes()}};
+    nlohmann::json j = {{"packed", vllm.packed()},
+                        {"pause_mode", std::string(VllmPauseModeName(vllm.pause_mode()))},
+                        {"wake_weights", vllm.wake_weights()},
+                        {"reset_prefix_cache", vllm.reset_prefix_cache()},
+                        {"rendezvous", std::string(VllmRendezvousName(vllm.rendezvous()))},
+                        {"packed_chunk_bytes", vllm.packed_chunk_bytes()}};
+    if (!vllm.engine_version().empty()) j["engine_version"] = vllm.engine_version();
+    return j;
   }
 
   absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(

@@ -46,7 +46,8 @@ bool VllmOptions::Equals(const EngineOptions& other) const {
   const auto* o = dynamic_cast<const VllmOptions*>(&other);
   return o != nullptr && o->packed_ == packed_ && o->pause_mode_ == pause_mode_ &&
          o->wake_weights_ == wake_weights_ && o->reset_prefix_cache_ == reset_prefix_cache_ &&
-         o->rendezvous_ == rendezvous_ && o->packed_chunk_bytes_ == packed_chunk_bytes_;
+         o->rendezvous_ == rendezvous_ && o->packed_chunk_bytes_ == packed_chunk_bytes_ &&
+         o->engine_version_ == engine_version_;
 }
 
 std::string VllmOptions::Describe() const {
@@ -56,7 +57,8 @@ std::string VllmOptions::Describe() const {
                       ", rendezvous=", VllmRendezvousName(rendezvous_),
                       packed_chunk_bytes_ == kVllmDefaultPackedChunkBytes
                           ? std::string()
-                          : absl::StrCat(", chunk=", packed_chunk_bytes_));
+                          : absl::StrCat(", chunk=", packed_chunk_bytes_),
+                      engine_version_.empty() ? "" : ", engine_version=", engine_version_);
 }
 
 }  // namespace wsync

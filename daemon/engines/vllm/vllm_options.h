@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -80,13 +81,15 @@ class VllmOptions final : public EngineOptions {
   VllmOptions() = default;
   VllmOptions(bool packed, VllmPauseMode pause_mode, bool wake_weights, bool reset_prefix_cache,
               VllmRendezvous rendezvous = VllmRendezvous::kStore,
-              uint64_t packed_chunk_bytes = kVllmDefaultPackedChunkBytes)
+              uint64_t packed_chunk_bytes = kVllmDefaultPackedChunkBytes,
+              std::string engine_version = "")
       : packed_(packed),
         pause_mode_(pause_mode),
         wake_weights_(wake_weights),
         reset_prefix_cache_(reset_prefix_cache),
         rendezvous_(rendezvous),
-        packed_chunk_bytes_(packed_chunk_bytes) {}
+        packed_chunk_bytes_(packed_chunk_bytes),
+        engine_version_(std::move(engine_version)) {}
 
   absl::string_view kind() const override { return "vllm"; }
   absl::Status Validate() const override;
@@ -100,6 +103,8 @@ class VllmOptions final : public EngineOptions {
   bool reset_prefix_cache() const { return reset_prefix_cache_; }
   VllmRendezvous rendezvous() const { return rendezvous_; }
   uint64_t packed_chunk_bytes() const { return packed_chunk_bytes_; }
+  // The release the version gates read every engine as ("": each engine's own; engine_version.h).
+  const std::string& engine_version() const { return engine_version_; }
 
  private:
   bool packed_ = false;
@@ -108,6 +113,7 @@ class VllmOptions final : public EngineOptions {
   bool reset_prefix_cache_ = true;
   VllmRendezvous rendezvous_ = VllmRendezvous::kStore;
   uint64_t packed_chunk_bytes_ = kVllmDefaultPackedChunkBytes;
+  std::string engine_version_;
 };
 
 }  // namespace wsync

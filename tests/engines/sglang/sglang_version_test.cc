@@ -130,6 +130,30 @@ TEST(SglangVersionTest, TheMapOnceRouteNeedsItsOwnFloorWhateverTheFormat) {
   auto routed = SglangAdapter::CheckIpcVersion({{"version", "0.5.5"}}, "http://e:1",
                                                BucketFormat::kFlattened, SglangIpcRoute::kIpc);
   EXPECT_TRUE(routed.ok()) << routed.status();
+  // The map-once gate is a route's: a pre-release whose documents list the route is served as
+  // its release; one whose documents were not read is refused, saying how to override.
+  auto documented = SglangAdapter::CheckIpcVersion({{"version", "0.5.5rc1"}}, "http://e:1",
+                                                   BucketFormat::kFlattened, SglangIpcRoute::kIpc,
+                                                   nullptr, /*route_documented=*/true);
+  EXPECT_TRUE(documented.ok()) << documented.status();
+  auto undocumented = SglangAdapter::CheckIpcVersion(
+      {{"version", "0.5.5rc1"}}, "http://e:1", BucketFormat::kFlattened, SglangIpcRoute::kIpc);
+  EXPECT_THAT(undocumented.status().message(),
+              HasSubstr("create the group with --option engine_version=0.5.5"));
+  // The uint8 reader is a payload format, never probed: a documented pre-release is still
+  // refused, and the group's engine_version lets it through.
+  auto format = SglangAdapter::CheckIpcVersion({{"version", "0.5.6.dev3"}}, "http://e:1",
+                                               BucketFormat::kFlattened, SglangIpcRoute::kTensor,
+                                               nullptr, /*route_documented=*/true);
+  EXPECT_EQ(format.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(format.status().message(), HasSubstr("--option engine_version=0.5.6"));
+  const SglangVersion forced = *ParseEngineVersionOption("sglang", "0.5.6");
+  auto through =
+      SglangAdapter::CheckIpcVersion({{"version", "0.5.6.dev3"}}, "http://e:1",
+                                     BucketFormat::kFlattened, SglangIpcRoute::kTensor, &forced);
+  ASSERT_TRUE(through.ok()) << through.status();
+  EXPECT_EQ(through->first.text, "0.5.6.dev3, read as 0.5.6 (the group's engine_version)");
+  EXPECT_EQ(through->second.name, "ipc uint8-flattened");
 }
 
 TEST(SglangIpcRouteTest, TheRoutePicksTheDataPathAndTheOpeningRequestNamesEachRanksGpu) {

@@ -139,6 +139,22 @@ TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {
   EXPECT_TRUE(VllmAdapter::CheckVersion({{"version", "0.20.1"}}, "http://e:1", VllmOptions(),
                                         VllmBackend::kIpc)
                   .ok());
+  // A vendor build refused says how it was read, what is needed and how to override; the
+  // group's engine_version lets it through, and says so wherever the version shows.
+  auto vendor = VllmAdapter::CheckVersion({{"version", "0.17.0-sim"}}, "http://e:1", VllmOptions(),
+                                          VllmBackend::kIpc);
+  EXPECT_THAT(vendor.status().message(),
+              HasSubstr("vLLM 0.17.0-sim, a pre-release of 0.17.0 (vendor suffix '-sim') is read "
+                        "as older than 0.17.0"));
+  EXPECT_THAT(vendor.status().message(),
+              HasSubstr("create the group with --option engine_version=0.17.0"));
+  const VllmOptions forced(false, VllmPauseMode::kKeep, false, true, VllmRendezvous::kStore,
+                           kVllmDefaultPackedChunkBytes, "0.17.0");
+  auto through = VllmAdapter::CheckVersion({{"version", "0.17.0-sim"}}, "http://e:1", forced,
+                                           VllmBackend::kIpc);
+  ASSERT_TRUE(through.ok()) << through.status();
+  EXPECT_EQ(through->first.text, "0.17.0-sim, read as 0.17.0 (the group's engine_version)");
+  EXPECT_EQ(through->second.name, "ipc-func-args");
   auto other = VllmAdapter::CheckVersion({{"detail", kSecret}}, "http://e:1", VllmOptions(),
                                          VllmBackend::kIpc);
   EXPECT_THAT(other.status().message(), HasSubstr("not a vLLM server"));

@@ -33,13 +33,33 @@ TEST(Config, VllmBroadcastOptionsNameTheRendezvousAndChunkAndSurviveARecord) {
   GroupSpecToProto(config.groups[0], &proto);
   EXPECT_EQ(proto.vllm().rendezvous(), v1::VLLM_RENDEZVOUS_UNIQUE_ID);
   EXPECT_EQ(proto.vllm().packed_chunk_bytes(), 65536u);
-  for (const char* bad : {R"("rendezvous": "tcp")", R"("packed_chunk_bytes": 0)"}) {
+  for (const char* bad : {R"("rendezvous": "tcp")", R"("packed_chunk_bytes": 0)",
+                          R"("engine_version": "0.17.0rc1")", R"("engine_version": 17)"}) {
     std::ofstream(path) << absl::StrCat(
         R"({"groups": [{"name": "g", "kind": "vllm", "transport": "broadcast", "vllm": {)", bad,
         R"(}, "engines": [{"url": "http://e:1"}]}]})");
     DaemonConfig refused;
     EXPECT_EQ(LoadConfigFile(path, &refused).code(), absl::StatusCode::kInvalidArgument) << bad;
   }
+}
+
+TEST(Config, AGroupsEngineVersionIsKeptAndTravelsWithItsOptions) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-vllm-version.json";
+  std::ofstream(path) << R"({"groups": [
+      {"name": "n", "kind": "vllm", "transport": "ipc", "vllm": {"engine_version": "0.17.0"},
+       "engines": [{"url": "http://e:1", "gpus": ["GPU-0"]}]}]})";
+  DaemonConfig config;
+  ASSERT_TRUE(LoadConfigFile(path, &config).ok());
+  const auto* n = dynamic_cast<const VllmOptions*>(config.groups[0].engine_options.get());
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->engine_version(), "0.17.0");
+  EXPECT_THAT(n->Describe(), HasSubstr("engine_version=0.17.0"));
+  auto again = GroupSpecFromJson(GroupSpecToJson(config.groups[0]));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, config.groups[0]);
+  v1::GroupSpec proto;
+  GroupSpecToProto(config.groups[0], &proto);
+  EXPECT_THAT(proto.engine_options_json(), HasSubstr("\"engine_version\":\"0.17.0\""));
 }
 
 TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
