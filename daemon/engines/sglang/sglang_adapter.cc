@@ -302,6 +302,11 @@ absl::Status SglangAdapter::EndSession() {
 }
 
 absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& update) {
+  {
+    // A label an aborted update's last bucket carried says nothing of this one.
+    std::lock_guard<std::mutex> lock(mu_);
+    label_sent_ = false;
+  }
   WSYNC_RETURN_IF_ERROR(ResumeWeights());
   bool sessions;
   {
@@ -356,6 +361,10 @@ absl::Status SglangAdapter::ResumeKvCache() {
 }
 
 void SglangAdapter::AbandonUpdate() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    label_sent_ = false;
+  }
   if (absl::Status ended = EndSession(); !ended.ok()) {
     WSYNC_LOG(Warning, "engine ", endpoint_.url,
               ": ending its weight-update session failed: ", ended.message());
