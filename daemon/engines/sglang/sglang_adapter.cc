@@ -165,16 +165,20 @@ void SglangIpcPath::AddHealth(const nlohmann::json& info, EngineHealth* health) 
   adapter_.AddIpcHealth(info, health);
 }
 
-absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
-  // Each formation reads the version again: the engine behind the URL may have been upgraded.
+absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> SglangAdapter::CheckOwnIpcVersion(
+    const nlohmann::json& info) const {
   bool documented;
   {
     std::lock_guard<std::mutex> lock(mu_);
     documented = documented_;
   }
-  WSYNC_ASSIGN_OR_RETURN(
-      auto found, CheckIpcVersion(info, endpoint_.url, format_, route_,
-                                  forced_version_ ? &*forced_version_ : nullptr, documented));
+  return CheckIpcVersion(info, endpoint_.url, format_, route_,
+                         forced_version_ ? &*forced_version_ : nullptr, documented);
+}
+
+absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
+  // Each formation reads the version again: the engine behind the URL may have been upgraded.
+  WSYNC_ASSIGN_OR_RETURN(auto found, CheckOwnIpcVersion(info));
   auto& [version, variant] = found;
   std::lock_guard<std::mutex> lock(mu_);
   if (!ipc_variant_.has_value() || ipc_variant_->name != variant.name ||
@@ -187,13 +191,7 @@ absl::Status SglangAdapter::ProbeIpcVersion(const nlohmann::json& info) {
 }
 
 void SglangAdapter::AddIpcHealth(const nlohmann::json& info, EngineHealth* health) const {
-  bool documented;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    documented = documented_;
-  }
-  auto found = CheckIpcVersion(info, endpoint_.url, format_, route_,
-                               forced_version_ ? &*forced_version_ : nullptr, documented);
+  auto found = CheckOwnIpcVersion(info);
   if (found.ok()) {
     health->variant = found->second.name;
   } else {

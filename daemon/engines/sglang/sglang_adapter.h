@@ -104,6 +104,9 @@ class SglangAdapter final : public EngineAdapter {
   absl::Status ResumeWeights();
   // The IPC paths' part of Probe and Health: the version read from /get_server_info.
   absl::Status ProbeIpcVersion(const nlohmann::json& info);
+  // CheckIpcVersion with this group's engine_version and what the last Probe read of the routes.
+  absl::StatusOr<std::pair<SglangVersion, SglangIpcVariant>> CheckOwnIpcVersion(
+      const nlohmann::json& info) const;
   void AddIpcHealth(const nlohmann::json& info, EngineHealth* health) const;
   // The routes every update of the group calls: refused at Probe when the OpenAPI document lacks
   // one.
