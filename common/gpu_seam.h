@@ -92,9 +92,9 @@ class SlotMemory {
   // producer's writes (on GPUs the slot's stream waits on the producer's event first).
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
   // Pull mode: copies the pieces into the slot once the producer's signal says the trainer's
-  // tensors are ready, and returns the CRC-32 of the slot's first `span` bytes.
-  virtual absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces,
-                                            uint64_t span) = 0;
+  // tensors are ready, and returns once the copy is done. No checksum: the copy is wsyncd's own,
+  // so there is no trainer write to check, and a fused checksum halves the copy's rate.
+  virtual absl::Status FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) = 0;
   // DATA_LOSS when the slot no longer holds its bytes (a host-mode trainer truncated it), after
   // restoring its size for later buckets. Checked before a bucket is broadcast out of a slot that
   // wsyncd did not read first (no checksum), since the kernel's read is not guarded.

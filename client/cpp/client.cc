@@ -287,7 +287,7 @@ absl::StatusOr<std::unique_ptr<PushStream>> Client::BeginPush(const std::string&
   std::vector<MappedSlot*> slots;
   for (auto& s : slots_) slots.push_back(s.get());
   options.checksums = checksums_;
-  options.exporter = options.pull ? exporter_.get() : nullptr;
+  options.exporter = options.pull || options.pull_as_group_prefers ? exporter_.get() : nullptr;
   return PushStream::Begin(
       trainer_.get(), session_id_, group, version, std::move(slots),
       [this](uint64_t bytes) { return OversizeSlot(bytes); }, std::move(options));

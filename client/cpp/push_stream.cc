@@ -33,12 +33,16 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
   auto push = std::unique_ptr<PushStream>(
       new PushStream(stub, std::move(slots), std::move(oversize), options));
   push->progress_.buckets_total = options.buckets_total;
-  if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
-  if (options.pull_bucket_bytes != 0 && !options.pull) {
+  if (options.pull_bucket_bytes != 0 && !options.pull && !options.pull_as_group_prefers) {
     return absl::InvalidArgumentError("pull_bucket_bytes is a pull-mode option");
   }
   WSYNC_ASSIGN_OR_RETURN(v1::UpdateStarted started,
                          push->stream_.Begin(session_id, group, version, options.tp_rank));
+  if (options.pull_as_group_prefers) {
+    options.pull = started.pull_preferred() || options.pull_bucket_bytes != 0;
+    push->options_.pull = options.pull;
+  }
+  if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
   // The group's engines shape every bucket of this update; no tensor has been planned yet.
   push->planner_ = BucketPlanner(std::max(push->slots_.front()->bytes(), options.pull_bucket_bytes),
                                  /*oversize_alone=*/push->oversize_ != nullptr,

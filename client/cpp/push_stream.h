@@ -101,6 +101,10 @@ struct PushOptions {
   // so the trainer's process does no GPU work of its own; a bucket holding a tensor that cannot
   // be exported is copied by the client as usual. Tensors are released once wsyncd has read them.
   bool pull = false;
+  // Leave push or pull to the group: wsyncd says in UpdateStarted (pull_preferred) which its
+  // transport is fed fastest by, and `pull` is set from it (pull_bucket_bytes still asks for
+  // pull). What Python's push(pull=None) does.
+  bool pull_as_group_prefers = false;
   // A colocated group whose engines' TP ranks span GPUs takes one trainer rank per GPU, each from
   // a session on its own GPU, beginning the same version: wsyncd joins them into one update. The
   // rank's position among the group's GPUs, checked by wsyncd when set (-1: not sent; the

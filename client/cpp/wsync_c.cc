@@ -146,13 +146,14 @@ int wsync_push_begin_flags(wsync_client* client, const char* group, const char* 
                            void* cuda_stream, uint32_t flags, wsync_progress_fn progress,
                            void* user, wsync_push_stream** out, char* err, size_t err_len) {
   if (out == nullptr) return Report(absl::InvalidArgumentError("out is required"), err, err_len);
-  if ((flags & ~WSYNC_PUSH_PULL) != 0) {
+  if ((flags & ~(WSYNC_PUSH_PULL | WSYNC_PUSH_GROUP_DEFAULT)) != 0) {
     return Report(absl::InvalidArgumentError("unknown push flags"), err, err_len);
   }
   wsync::PushOptions options;
   options.progress = ProgressFn(progress, user);
   options.cuda_stream = cuda_stream;
   options.pull = (flags & WSYNC_PUSH_PULL) != 0;
+  options.pull_as_group_prefers = (flags & WSYNC_PUSH_GROUP_DEFAULT) != 0;
   auto push =
       client->client->BeginPush(group ? group : "", version ? version : "", std::move(options));
   if (!push.ok()) return Report(push.status(), err, err_len);
@@ -166,13 +167,14 @@ int wsync_push_begin_options(wsync_client* client, const char* group, const char
   if (out == nullptr || options == nullptr) {
     return Report(absl::InvalidArgumentError("out and options are required"), err, err_len);
   }
-  if ((options->flags & ~WSYNC_PUSH_PULL) != 0) {
+  if ((options->flags & ~(WSYNC_PUSH_PULL | WSYNC_PUSH_GROUP_DEFAULT)) != 0) {
     return Report(absl::InvalidArgumentError("unknown push flags"), err, err_len);
   }
   wsync::PushOptions push_options;
   push_options.progress = ProgressFn(progress, user);
   push_options.cuda_stream = options->cuda_stream;
   push_options.pull = (options->flags & WSYNC_PUSH_PULL) != 0;
+  push_options.pull_as_group_prefers = (options->flags & WSYNC_PUSH_GROUP_DEFAULT) != 0;
   push_options.pull_bucket_bytes = options->pull_bucket_bytes;
   push_options.tp_rank = options->tp_rank < 0 ? -1 : options->tp_rank;
   auto push = client->client->BeginPush(group ? group : "", version ? version : "",

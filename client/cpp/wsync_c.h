@@ -56,6 +56,9 @@ WSYNC_EXPORT int wsync_push_begin(wsync_client* client, const char* group, const
 /* wsync_push_begin with flags: WSYNC_PUSH_PULL has wsyncd copy the tensors out of the caller's
  * memory itself (docs/PULL_MODE.md); tensors are then released once wsyncd has read them. */
 #define WSYNC_PUSH_PULL 1u
+/* Leave push or pull to the group: wsyncd names the mode its transport is fed fastest by when the
+ * update starts (what Python's push(pull=None) does); WSYNC_PUSH_PULL is then ignored. */
+#define WSYNC_PUSH_GROUP_DEFAULT 2u
 WSYNC_EXPORT int wsync_push_begin_flags(wsync_client* client, const char* group,
                                         const char* version, void* cuda_stream, uint32_t flags,
                                         wsync_progress_fn progress, void* user,
@@ -63,7 +66,7 @@ WSYNC_EXPORT int wsync_push_begin_flags(wsync_client* client, const char* group,
 /* What a push may set beyond wsync_push_begin_flags; zero-initialise it, then set fields. */
 typedef struct {
   void* cuda_stream; /* cudaStream_t the tensors were produced on, or NULL */
-  uint32_t flags;    /* WSYNC_PUSH_PULL */
+  uint32_t flags;    /* WSYNC_PUSH_PULL, WSYNC_PUSH_GROUP_DEFAULT */
   /* Pull mode: plan buckets up to this many bytes (0: a slot's). A bucket past a slot must lie in
    * one exportable allocation exactly as sent (a flat parameter buffer), read there in place. */
   uint64_t pull_bucket_bytes;

@@ -51,14 +51,17 @@ absl::Status CudaSlot::WaitProducer(absl::Duration timeout) {
   return event_->Poll(timeout, "the trainer's writes to the slot (did the trainer die?)");
 }
 
-absl::StatusOr<uint32_t> CudaSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
+absl::Status CudaSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
   WSYNC_RETURN_IF_ERROR(CheckFillFits(*this, pieces, span));
   std::vector<CopyItem> items;
   for (const SourcePiece& p : pieces) items.push_back(CopyItem{p.src, p.offset, p.bytes});
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   // The trainer's signal that its tensors are ready (recorded only when its stream had work).
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
-  return CopyAndCrc32(items, data(), span, stream_->get(), scratch_.get());
+  WSYNC_RETURN_IF_ERROR(BatchedCopy(items, data(), stream_->get(), scratch_.get()));
+  // The broadcast that follows runs on another stream: the bytes are in before this returns.
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_->get()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<CudaMappedAllocation>> CudaMappedAllocation::Open(

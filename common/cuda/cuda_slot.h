@@ -32,7 +32,7 @@ class CudaSlot final : public SlotMemory {
   uint64_t allocation_bytes() const override { return buffer_->bytes(); }
   std::string event_handle() const override { return event_->handle(); }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
-  absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
+  absl::Status FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
   absl::Status WaitProducer(absl::Duration timeout) override;
   // The event the trainer records after filling the slot; the daemon's streams wait on it.
   cudaEvent_t producer_event() const { return event_->get(); }

@@ -55,7 +55,7 @@ class ShmSlot final : public SlotMemory {
   uint64_t allocation_bytes() const override { return arena_->bytes(); }
   std::string event_handle() const override { return ""; }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
-  absl::StatusOr<uint32_t> FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
+  absl::Status FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
   absl::Status CheckIntact() override { return arena_->CheckIntact(); }
 
  private:

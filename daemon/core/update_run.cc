@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/core/read_in_place.h"
 
 namespace wsync {
 
@@ -77,6 +78,8 @@ void UpdateRun::IdleLoop() {
 }
 
 uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
+
+bool UpdateRun::pull_preferred() const { return group_->transport_kind().pull_by_default(); }
 
 void UpdateRun::Fail(absl::Status status) {
   if (!failure_.ok()) return;
@@ -316,13 +319,13 @@ absl::Status UpdateRun::Verify(size_t feed, const Share& s, uint64_t span) {
 }
 
 absl::Status UpdateRun::Fill(size_t feed, const Share& s, uint64_t span) {
-  auto crc = s.memory->FillFrom(s.pulled.pieces, span);
-  if (!crc.ok()) {
+  absl::Status filled = s.memory->FillFrom(s.pulled.pieces, span);
+  if (!filled.ok()) {
     return absl::Status(
-        crc.status().code(),
+        filled.code(),
         absl::StrCat("bucket ", s.sequence, ": copying the trainer's tensors into slot ", s.slot,
-                     " of session ", feed_state_[feed].session_id,
-                     " failed: ", crc.status().message(), "; nothing was sent"));
+                     " of session ", feed_state_[feed].session_id, " failed: ", filled.message(),
+                     "; nothing was sent"));
   }
   if (UpdateEvents* events = feed_state_[feed].events.load()) events->SourcesRead(s.sequence);
   return absl::OkStatus();
@@ -423,6 +426,11 @@ void UpdateRun::SenderLoop() {
       const bool share_pull = !share.pulled.pieces.empty();
       pull = pull || share_pull;
       share.direct = share_pull ? DirectSource(share.pulled, p.manifest) : nullptr;
+      if (share.direct != nullptr && span <= share.memory->bytes() &&
+          group_->transport_kind().engines_read_in_place() &&
+          !ReadInPlacePays(share.pulled.keep.front()->bytes(), span)) {
+        share.direct = nullptr;  // a slot's copy costs the engines less than the mapping
+      }
       copied = copied || share.direct == nullptr;
       status = share.direct != nullptr ? CheckInPlace(i, share)
                : share_pull            ? Fill(i, share, span)

@@ -138,6 +138,8 @@ class UpdateRun {
   uint32_t world_size() const;
   // What the trainer's planner must obey (the group's engines' union).
   const BucketRules& bucket_rules() const { return group_->bucket_rules(); }
+  // Whether the group's transport is fed fastest in pull mode (TransportKind::pull_by_default).
+  bool pull_preferred() const;
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 
   // False once the update began to end (committed by every feed, aborted, or finished).
@@ -298,6 +300,7 @@ class UpdateMember {
   const std::string& id() const { return run_->id(); }
   uint32_t world_size() const { return run_->world_size(); }
   const BucketRules& bucket_rules() const { return run_->bucket_rules(); }
+  bool pull_preferred() const { return run_->pull_preferred(); }
   absl::Status SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
                             uint64_t sequence, PulledSources pulled = {}, bool last = false) {
     return run_->SubmitBucket(feed_, slot, std::move(manifest), checksum, sequence,

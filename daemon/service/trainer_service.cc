@@ -262,6 +262,7 @@ grpc::Status TrainerService::Update(
     started.mutable_started()->mutable_bucket_rules()->set_one_dtype(rules.one_dtype);
     started.mutable_started()->mutable_bucket_rules()->set_close_after_bytes(
         rules.close_after_bytes);
+    started.mutable_started()->set_pull_preferred((*run)->pull_preferred());
     events.Write(started);
   }
   auto finish = [&](const UpdateOutcome& outcome) {

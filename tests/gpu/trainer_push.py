@@ -154,10 +154,14 @@ def main():
     ap.add_argument("--dtensor", action="store_true",
                     help="push the state as DTensors sharded on a 1-GPU mesh (the client calls "
                          "full_tensor() on each)")
-    ap.add_argument("--pull", action="store_true",
-                    help="pull mode: wsyncd copies the tensors out of this process's memory; "
-                         "every bucket must be pulled, except with --dtensor, where the "
-                         "gathered copies are temporaries the client must copy itself")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--pull", action="store_true",
+                      help="pull mode: wsyncd copies the tensors out of this process's memory; "
+                           "every bucket must be pulled, except with --dtensor, where the "
+                           "gathered copies are temporaries the client must copy itself")
+    mode.add_argument("--push", action="store_true",
+                      help="push mode: this process copies the tensors into wsyncd's slots "
+                           "(neither flag: the group's mode, as push() picks by default)")
     ap.add_argument("--flat", action="store_true",
                     help="parameters live in one flat buffer (Megatron-style); with --pull every "
                          "bucket must then be read in place, with no copy")
@@ -175,6 +179,11 @@ def main():
     ap.add_argument("--release-sources", action="store_true",
                     help="after each version, have wsyncd close its mappings of this process "
                          "(pull mode: there must be some); the next version maps them again")
+    ap.add_argument("--temporaries", action="store_true",
+                    help="push fresh copies of the parameters each version, dropped after the "
+                         "push: where wsyncd pulled them, the client must have let wsyncd's "
+                         "mappings and its hold on them go at the push's end (without this flag, "
+                         "pulled parameters must stay held for the next push)")
     ap.add_argument("--device", type=int, default=0,
                     help="the GPU this trainer rank's model lives on and whose slots it fills")
     ap.add_argument("--tp-rank", type=int, default=None,
@@ -208,6 +217,8 @@ def main():
                 for p in model.parameters():
                     p.add_(torch.randn_like(p) * 0.01)
             state = model.state_dict()
+            if args.temporaries:
+                state = {k: t.clone() for k, t in state.items()}
             expected = {k: crc(t) for k, t in state.items()}
             if args.dtensor:
                 state = as_dtensors(state)
@@ -224,7 +235,8 @@ def main():
                     sys.exit(0 if hit else 1)
                 print("TRAINER RESULT: FAIL (push succeeded)", flush=True)
                 sys.exit(1)
-            result = client.push(state, version=version, group=args.group, pull=args.pull,
+            pull = True if args.pull else False if args.push else None
+            result = client.push(state, version=version, group=args.group, pull=pull,
                                  tp_rank=args.tp_rank)
             total = sum(t.numel() * t.element_size() for t in state.values())
             print(f"version {version}: {result['buckets']} buckets "
@@ -232,6 +244,12 @@ def main():
                   f"{result['buckets_read_in_place']} read in place), {total / 2**30:.3f} GiB in "
                   f"{time.time() - t0:.3f} s, engines: "
                   f"{[(e['engine'], e['ok']) for e in result['engines']]}", flush=True)
+            if args.temporaries:
+                del state  # the push's tensors are the trainer's to drop now
+            if result["buckets_pulled"] and bool(client._held_sources) == args.temporaries:
+                print(f"  pulled storages held after the push: {len(client._held_sources)} "
+                      f"(temporaries: {args.temporaries})", flush=True)
+                ok = False
             want_pulled = 0 if args.dtensor else result["buckets"]
             if args.pull and result["buckets_pulled"] != want_pulled:
                 print(f"  pull mode: {result['buckets_pulled']} buckets pulled, expected "

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -92,14 +93,16 @@ class IpcPullTest : public ServiceFixture {
   }
 
   // Lays `model` out back to back in a new arena from byte `start`, as a flat parameter buffer
-  // holds it, and pushes it in pull mode. The arena lives until the push is done.
+  // holds it, and pushes it in pull mode (or, with `leave_to_group`, in the mode the group
+  // prefers). The arena, of at least `arena_bytes`, lives until the push is done.
   absl::StatusOr<PushResult> PullPush(const std::vector<OwnedTensor>& model, uint64_t start,
                                       const std::string& version, Client* client = nullptr,
-                                      int tp_rank = -1, uint64_t pull_bucket_bytes = 0) {
+                                      int tp_rank = -1, uint64_t pull_bucket_bytes = 0,
+                                      uint64_t arena_bytes = 0, bool leave_to_group = false) {
     if (client == nullptr) client = client_.get();
     uint64_t total = start;
     for (const auto& t : model) total += t.data.size();
-    auto arena = client->NewSourceArena(total);
+    auto arena = client->NewSourceArena(std::max(total, arena_bytes));
     if (!arena.ok()) return arena.status();
     auto* base = static_cast<uint8_t*>((*arena)->data());
     std::vector<TensorRef> refs;
@@ -110,7 +113,8 @@ class IpcPullTest : public ServiceFixture {
       at += t.data.size();
     }
     PushOptions options;
-    options.pull = true;
+    options.pull = !leave_to_group;
+    options.pull_as_group_prefers = leave_to_group;
     options.tp_rank = tp_rank;
     options.pull_bucket_bytes = pull_bucket_bytes;
     auto push = client->BeginPush("colo", version, std::move(options));
@@ -144,6 +148,51 @@ TEST_F(IpcPullTest, BucketsLaidOutInTheTrainersArenaAreReadThereByTheEngine) {
     // and never one of wsyncd's slots.
     EXPECT_EQ(state["ipc_opens"][0], v);
   }
+}
+
+TEST_F(IpcPullTest, LeftToTheGroupAColocatedPushIsPulledAndReadInPlace) {
+  IpcSim engine;
+  CreateIpcGroup(engine);
+  std::vector<OwnedTensor> model;
+  for (const OwnedTensor& t : SmallModel(6)) {
+    if (t.dtype == DType::kBfloat16) model.push_back(t);
+  }
+  auto result = PullPush(model, 0, "g1", nullptr, -1, 0, 0, /*leave_to_group=*/true);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->buckets_pulled, result->buckets) << "the IPC transport prefers pull mode";
+  EXPECT_EQ(result->buckets_read_in_place, result->buckets);
+  nlohmann::json state = engine.State();
+  EXPECT_EQ(state["weight_version"], "g1");
+  for (const auto& t : model) {
+    EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
+  }
+}
+
+TEST_F(IpcPullTest, BucketsOfAnAllocationFarLargerThanThemAreCopiedIntoSlotsInstead) {
+  // An engine maps the whole allocation a request names, request after request, and that costs
+  // more the larger it is: from an allocation past 1 GiB and more than 16 times a bucket, each
+  // bucket is copied into a slot, which the engine maps for less (daemon/core/read_in_place.h).
+  // The arena is sparse: only the model's bytes are ever touched.
+  IpcSim engine;
+  CreateIpcGroup(engine);
+  std::vector<OwnedTensor> model;
+  for (const OwnedTensor& t : SmallModel(7)) {
+    if (t.dtype == DType::kBfloat16) model.push_back(t);
+  }
+  auto result =
+      PullPush(model, 0, "big-arena", nullptr, -1, 0, /*arena_bytes=*/(1ull << 30) + 4096);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->buckets_pulled, result->buckets);
+  EXPECT_EQ(result->buckets_read_in_place, 0u) << "every bucket through a slot";
+  nlohmann::json state = engine.State();
+  EXPECT_EQ(state["weight_version"], "big-arena");
+  for (const auto& t : model) {
+    EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
+  }
+  // At 1 GiB or less the same layout is read in place.
+  auto small = PullPush(model, 0, "small-arena", nullptr, -1, 0, /*arena_bytes=*/1ull << 30);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->buckets_read_in_place, small->buckets);
 }
 
 TEST_F(IpcPullTest, AMisalignedLayoutIsCopiedIntoTheSlotInstead) {

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <optional>
+#include <tuple>
 
 #include "common/host/host_source.h"
 #include "common/host/shm_region.h"
@@ -115,6 +116,27 @@ TEST_F(PullFixture, BucketsLaidOutInOneAllocationAsTheyAreSentGoOutWithNoCopy) {
   size_t copied = 0;
   for (size_t i = sent.size(); i < all.size(); ++i) copied += all[i].from_slot ? 1 : 0;
   EXPECT_GT(copied, 0u);
+}
+
+TEST_F(PullFixture, LeftToTheGroupABroadcastPushIsPulledAndMemoryItCannotExportCopied) {
+  CreatePolicyGroup();
+  auto model = SmallModel(10);
+  ArenaModel in_arena = InArena(*client_, model);
+  auto heap = SmallModel(11);  // ordinary heap memory: nothing to export
+  for (auto [version, refs, expected_pulled] :
+       {std::tuple{"g1", in_arena.refs, true}, std::tuple{"g2", Refs(heap), false}}) {
+    PushOptions options;
+    options.pull_as_group_prefers = true;  // the broadcast transport prefers pull mode
+    auto push = client_->BeginPush("policy", version, std::move(options));
+    ASSERT_TRUE(push.ok()) << push.status();
+    ASSERT_TRUE((*push)->Add(refs).ok());
+    auto result = (*push)->Commit();
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->buckets_pulled, expected_pulled ? result->buckets : 0u) << version;
+    const auto& expected = expected_pulled ? model : heap;
+    ExpectHolds(*sim_a_.sim, expected, version, 1);
+    ExpectHolds(*sim_b_.sim, expected, version, 2);
+  }
 }
 
 TEST_F(PullFixture, PullModeCopiesMemoryItCannotExportAsUsual) {

@@ -9,10 +9,12 @@ gathered with full_tensor()); a (name, array, dtype) triple reinterprets an arra
 another torch dtype (e.g. numpy uint16 as "bfloat16").
 
 push() streams: it takes tensors from the iterable one at a time and lets go of each as soon as
-its bucket has been copied into one of the daemon's slots, so a generator that gathers one
-DTensor at a time never holds more than about one slot of gathered weights. CUDA tensors are
-copied on torch's current stream of the session's device, after the work that produced them,
-without synchronising the device.
+its bucket has been copied into one of the daemon's slots (or read by wsyncd), so a generator that
+gathers one DTensor at a time never holds more than about one slot of gathered weights. Each
+group's transport says whether wsyncd reads the trainer's CUDA tensors itself (pull mode, the
+default where it measured faster: both built-in transports) or the trainer copies them into slots,
+on torch's current stream of the session's device, after the work that produced them, without
+synchronising the device.
 """
 
 import collections
@@ -155,6 +157,7 @@ def _declare(lib):
 
 
 _PUSH_PULL = 1  # WSYNC_PUSH_PULL
+_PUSH_GROUP_DEFAULT = 2  # WSYNC_PUSH_GROUP_DEFAULT
 _TENSOR_TEMPORARY = 1  # WSYNC_TENSOR_TEMPORARY
 
 
@@ -196,6 +199,12 @@ class Client:
         if rc:
             raise WsyncError(rc, err.value.decode())
         self._device = device
+        # Storages of CUDA tensors wsyncd may map (pull mode), by their address, held until
+        # release_sources(); weak references to the caller's tensors of them, by id; whether a
+        # push is running. See _hold_sources.
+        self._held_sources = {}
+        self._watched = {}
+        self._pushing = False
         name = name or f"python pid {os.getpid()}"
         rc = self._lib.wsync_open_session(self._handle, device, name.encode(), err, len(err))
         if rc:
@@ -207,7 +216,7 @@ class Client:
     def slot_bytes(self):
         return self._lib.wsync_slot_bytes(self._handle)
 
-    def push(self, named_tensors, version, group, progress=None, pull=False, bucket_bytes=None,
+    def push(self, named_tensors, version, group, progress=None, pull=None, bucket_bytes=None,
              tp_rank=None):
         """Pushes (name, tensor) pairs, a state_dict or any iterable of pairs as one update.
 
@@ -224,10 +233,16 @@ class Client:
         left None, a bar is drawn on stderr when it is a terminal; False draws nothing.
         pull=True has wsyncd copy the tensors out of this process's GPU memory itself (no GPU
         work here; see docs/PULL_MODE.md); the result's buckets_pulled says how many it did, and
-        buckets_read_in_place how many of those went out with no copy at all.
-        wsyncd keeps that memory mapped until the session closes, and CUDA forbids freeing memory
-        another process maps: keep pulled tensors allocated, or call release_sources() before
-        freeing them.
+        buckets_read_in_place how many of those went out with no copy at all. pull=False has this
+        process copy them into wsyncd's slots. pull=None (the default) does, for a state_dict, a
+        list or a tuple, what the group's transport is fed fastest by, which wsyncd says when the
+        update starts (pull mode on both built-in transports); a generator's tensors are copied
+        here, since they may be made for the push and dropped as it goes.
+        wsyncd keeps pulled memory mapped for the session, and CUDA forbids freeing memory another
+        process maps, so the client holds each pulled tensor's storage (not a copy) until
+        release_sources(): the model's parameters cost nothing more. A storage nobody else holds
+        any more (a temporary the caller made for the push and dropped) is let go as soon as the
+        caller drops it, after wsyncd's mappings are closed.
         Copies made here (gathered DTensors, contiguous copies) are never pulled.
         bucket_bytes (pull mode only) plans buckets up to that size instead of a slot's: a bucket
         larger than a slot is read in place from one allocation laid out as it is sent (a flat
@@ -238,6 +253,13 @@ class Client:
         session); wsyncd checks it against the session's GPU.
         """
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
+        # A state_dict, list or tuple is the caller's to hold for the whole push, so pulled
+        # memory stays allocated; a generator's tensors may be made for the push and dropped as
+        # it goes, which pull mode would hold or (worse) map after they are freed: left to
+        # push(), a generator is copied here.
+        if pull is None and not (hasattr(named_tensors, "items")
+                                 or isinstance(named_tensors, (list, tuple))):
+            pull = False
 
         report = progress
         if progress is None and sys.stderr.isatty():
@@ -253,6 +275,8 @@ class Client:
         err = ctypes.create_string_buffer(8192)
         stream = ctypes.c_void_p()
         held = collections.deque()  # (index, keepalive...) of tensors not yet in a slot
+        storages = {}  # CUDA storages wsyncd may map, by address (pull mode)
+        callers = []  # the caller's tensor objects of them
         batch, batch_bytes, added = [], 0, 0
         flush_at = max(self.slot_bytes // 2, 1)
 
@@ -262,7 +286,8 @@ class Client:
                 return
             if not stream:
                 cuda_stream = self._cuda_stream() if any(b[1] for b in batch) else None
-                options = _PushOptions(cuda_stream, _PUSH_PULL if pull else 0, bucket_bytes or 0,
+                mode = _PUSH_GROUP_DEFAULT if pull is None else _PUSH_PULL if pull else 0
+                options = _PushOptions(cuda_stream, mode, bucket_bytes or 0,
                                        -1 if tp_rank is None else tp_rank)
                 rc = self._lib.wsync_push_begin_options(
                     self._handle, group.encode(), str(version).encode(), ctypes.byref(options),
@@ -281,6 +306,7 @@ class Client:
             if rc:
                 raise WsyncError(rc, err.value.decode())
 
+        self._pushing = True
         try:
             for item in items:
                 name, value = item[0], item[1]
@@ -290,6 +316,10 @@ class Client:
                 shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
                 name_b, dtype_b = name.encode(), dtype_name.encode()
                 held.append((added, holder, shape_arr, name_b, dtype_b))
+                if is_cuda and not flags and pull is not False:
+                    storage = holder.untyped_storage()
+                    storages.setdefault(storage.data_ptr(), storage)
+                    callers.append(value)
                 batch.append((_Tensor(name_b, dtype_b, len(shape), shape_arr, ptr, nbytes),
                               is_cuda, flags))
                 added += 1
@@ -303,14 +333,54 @@ class Client:
             if stream:
                 self._lib.wsync_push_abort(stream, b"the Python caller raised")
             raise
+        finally:
+            self._pushing = False
         out = ctypes.c_void_p()
         rc = self._lib.wsync_push_commit(stream, ctypes.byref(out), err, len(err))
         if rc:
             raise WsyncError(rc, err.value.decode())
         try:
-            return json.loads(ctypes.string_at(out.value).decode())
+            result = json.loads(ctypes.string_at(out.value).decode())
         finally:
             self._lib.wsync_free_string(out)
+        if result.get("buckets_pulled"):
+            self._hold_sources(storages, callers)
+        return result
+
+    def _hold_sources(self, storages, callers):
+        """Holds the storages of a push's tensors that wsyncd may have mapped, so that no
+        allocation it maps is ever freed: torch frees a segment (empty_cache(), or its retry after
+        an out-of-memory) only when none of its blocks is in use. Parameters are held by the model
+        anyway. A storage that nothing else holds any more (a temporary the trainer made for the
+        push and has dropped) is let go at once, after wsyncd's mappings are closed, so pushing
+        temporaries never keeps their memory: it is checked now and whenever one of the caller's
+        tensor objects of the push dies. Their allocations are mapped anew at the next push."""
+        import weakref
+        self._held_sources.update(storages)
+        self._watched = {}
+        this = weakref.ref(self)
+
+        def died(_ref):
+            client = this()
+            if client is not None:
+                client._let_go_of_dropped()
+
+        for t in callers:
+            self._watched[id(t)] = weakref.ref(t, died)
+        self._let_go_of_dropped()
+
+    def _let_go_of_dropped(self):
+        """release_sources() once a held storage is held by nothing else (its one reference is
+        the held storage object's own); later, at the push's end, while a push runs."""
+        if self._pushing or not self._held_sources or not self._handle:
+            return
+        import torch
+        use_count = torch._C._storage_Use_Count
+        if any(use_count(s._cdata) <= 1 for s in self._held_sources.values()):
+            try:
+                self.release_sources()
+            except WsyncError as e:  # called as the caller drops a tensor: never raise there
+                print(f"wsync: releasing pulled memory failed: {e}", file=sys.stderr)
 
     def release_sources(self):
         """Pull mode: wsyncd closes its mappings of this process's memory, which otherwise last
@@ -321,6 +391,8 @@ class Client:
         rc = self._lib.wsync_release_sources(self._handle, ctypes.byref(closed), err, len(err))
         if rc:
             raise WsyncError(rc, err.value.decode())
+        self._held_sources.clear()
+        self._watched = {}
         return closed.value
 
     def _cuda_stream(self):
@@ -336,6 +408,9 @@ class Client:
         if self._handle:
             self._lib.wsync_close(self._handle)
             self._handle = None
+        # wsyncd's mappings went with the session.
+        self._held_sources = {}
+        self._watched = {}
 
     def __enter__(self):
         return self

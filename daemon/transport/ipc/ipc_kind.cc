@@ -15,6 +15,9 @@ class IpcTransportKind final : public TransportKind {
     return {std::string(kCudaIpcDataPath), std::string(kCudaIpcStreamDataPath)};
   }
   bool engines_read_in_place() const override { return true; }
+  // Measured colocated on one GPU (docs/PERFORMANCE.md): wsyncd's copy, or none where a bucket is
+  // read in place, beside the engines' own loads beats a copy in the trainer's process.
+  bool pull_by_default() const override { return true; }
   absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const override {
     return std::make_unique<IpcTransport>(std::move(env));
   }

@@ -275,9 +275,9 @@ TEST(ShmSlotTruncated, FillingFromAShrunkPullSourceOrIntoAShrunkSlotIsDataLoss) 
   EXPECT_TRUE((*source)->CheckIntact().ok());
 
   Truncate((*arena)->name(), 32 * kPage);  // the second piece now lies past the end
-  auto filled = (*slot)->FillFrom(pieces, 16 * kPage);
-  EXPECT_EQ(filled.status().code(), absl::StatusCode::kDataLoss) << filled.status();
-  EXPECT_THAT(filled.status().message(),
+  absl::Status filled = (*slot)->FillFrom(pieces, 16 * kPage);
+  EXPECT_EQ(filled.code(), absl::StatusCode::kDataLoss) << filled;
+  EXPECT_THAT(filled.message(),
               HasSubstr(absl::StrCat("pull source ", (*arena)->name(), " shrank under wsyncd to ",
                                      32 * kPage, " of the ", 64 * kPage, " bytes")));
   EXPECT_EQ((*source)->CheckIntact().code(), absl::StatusCode::kDataLoss);
@@ -285,11 +285,11 @@ TEST(ShmSlotTruncated, FillingFromAShrunkPullSourceOrIntoAShrunkSlotIsDataLoss) 
   const std::vector<SourcePiece> first = {pieces[0]};
   Truncate((*slot)->memory_handle(), kPage);  // now the slot, being written
   filled = (*slot)->FillFrom(first, 8 * kPage);
-  EXPECT_EQ(filled.status().code(), absl::StatusCode::kDataLoss) << filled.status();
-  EXPECT_THAT(filled.status().message(),
+  EXPECT_EQ(filled.code(), absl::StatusCode::kDataLoss) << filled;
+  EXPECT_THAT(filled.message(),
               HasSubstr(absl::StrCat((*slot)->memory_handle(), " shrank under wsyncd")));
   filled = (*slot)->FillFrom(first, 8 * kPage);
-  EXPECT_TRUE(filled.ok()) << "grown back: " << filled.status();
+  EXPECT_TRUE(filled.ok()) << "grown back: " << filled;
 }
 
 }  // namespace

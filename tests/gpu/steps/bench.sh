@@ -2,9 +2,9 @@
 # The disaggregated benchmark (tests/bench/bench_update.py): Qwen2.5-7B shapes from GPU 0 to torch
 # engines with SGLang semantics, one receiving rank per GPU, against the NCCL broadcast ceiling and
 # torch-direct in the same run; with 4+ GPUs also 3 receiving ranks (WSYNC_BENCH_RECEIVERS sets
-# the counts). WSYNC_BENCH_ARGS adds flags;
-# WSYNC_BENCH_VARIANTS replaces the variants (pull with 2 and 4 slots, push with 4 slots, pull
-# from a flat parameter buffer read in place).
+# the counts). Gated on the defaults row (push() and wsyncd with nothing set) against torch-direct.
+# WSYNC_BENCH_ARGS adds flags; WSYNC_BENCH_VARIANTS replaces the variants (push mode with wsyncd's
+# checksum and without, the defaults from a flat parameter buffer read in place).
 # runner: alone (timed: the machine to itself)
 source tests/gpu/lib/common.sh
 gpu_step bench "benchmark: Qwen2.5-7B shapes, wsync vs torch-direct vs the NCCL ceiling"
@@ -24,7 +24,7 @@ for n in $receivers; do
   # shellcheck disable=SC2086
   timeout "${WSYNC_BENCH_TIMEOUT:-540}" python3 tests/bench/bench_update.py --wsyncd "$WSYNCD" \
     --nccl-lib "$NCCL_LIB" --engines "$urls" --python-client client/python --out "$LOGS/bench-$n" \
-    --variants "${WSYNC_BENCH_VARIANTS-pull=client:pull;pull-4-slots=client:pull --slots 4;4-slots=--slots 4;pull-flat=client:pull client:flat}" \
+    --variants "${WSYNC_BENCH_VARIANTS-push=client:push;push-none=client:push --checksum none;flat=client:flat}" \
     ${WSYNC_BENCH_ARGS:-} 2>&1 | tee -a "$LOGS/bench.txt"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
   [[ -f $LOGS/bench-$n/bench.json ]] && cp "$LOGS/bench-$n/bench.json" "$OUT/bench-$n.json"

@@ -23,6 +23,9 @@ done
 # Zero copy: parameters in one flat buffer, pulled; every request names that buffer, and the
 # engine reads each bucket there (the trainer checks every bucket was read in place).
 push colo-flattened_bucket --versions 2 --pull --flat --version-prefix zero-copy-
+# Left to the group (pulled): fresh copies of the parameters each version, which the client must
+# stop holding (with wsyncd's mappings) once the trainer drops them.
+push colo-flattened_bucket --versions 2 --temporaries --version-prefix temporaries-
 ctl $sock "$log" group colo-flattened_bucket
 # An engine that dies at its 2nd bucket: the update fails naming it, wsyncd stays up, and the
 # next update into a fresh engine on the same port succeeds.
