@@ -131,6 +131,22 @@ absl::StatusOr<size_t> DaemonCore::ReleaseSources(const std::string& session_id)
   return closed;
 }
 
+void DaemonCore::CloseSourcesAfterUpdate(const std::string& session_id) {
+  std::shared_ptr<SourceTable> table;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = source_tables_.find(session_id);
+    if (it == source_tables_.end()) return;
+    table = std::move(it->second);
+    source_tables_.erase(it);
+  }
+  // The last reference: the mappings close here, the buckets that read them being done.
+  if (table->mapped() > 0) {
+    WSYNC_LOG(Debug, "session ", session_id, ": closed ", table->mapped(),
+              " trainer allocation mapping(s) at the end of a colocated update");
+  }
+}
+
 absl::StatusOr<PulledSources> DaemonCore::ResolveSources(
     const std::string& session_id, const std::vector<AllocationAnnounce>& announced,
     const std::vector<TensorSourceRef>& sources, const BucketManifest& manifest) {
@@ -420,7 +436,11 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
                                group->feeds().size() - 1, " more trainer rank(s) to join")
                 : "");
 
-  auto on_done = [this, record](const UpdateOutcome& outcome) mutable {
+  // Colocated trainers free or offload their weights between updates (resize_(0), .cpu(),
+  // empty_cache()), and CUDA forbids freeing memory another process maps: a colocated update
+  // closes the mappings its sessions pulled from before its trainers hear the result.
+  const bool close_sources = group->transport_kind().engines_read_in_place();
+  auto on_done = [this, record, close_sources](const UpdateOutcome& outcome) mutable {
     record.status = outcome.status;
     record.state = outcome.status.ok() ? "committed"
                    : outcome.status.code() == absl::StatusCode::kAborted ||
@@ -442,6 +462,9 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
       options_.observer->UpdateDone(record.group, record.version, record.state, outcome);
     }
     for (const std::string& s : outcome.sessions) sessions_.EndUpdate(s);
+    if (close_sources) {
+      for (const std::string& s : outcome.sessions) CloseSourcesAfterUpdate(s);
+    }
     LogUpdate(record, outcome);
     std::lock_guard<std::mutex> lock(mu_);
     --running_updates_;

@@ -168,6 +168,9 @@ class DaemonCore {
   const Platform& platform() const { return *platform_; }
 
  private:
+  // A colocated update ended: the pull-mode mappings of `session_id` close before its trainer
+  // hears the result.
+  void CloseSourcesAfterUpdate(const std::string& session_id);
   void ReapLoop();
   // PERMISSION_DENIED naming the engine and engine_networks unless every engine's host is in it.
   absl::Status CheckEngineNetworks(const GroupSpec& spec) const;

@@ -17,15 +17,15 @@ namespace wsync {
 // 2026-11-28-h200x4-runner-every-step.md, zero-copy against wsync/none): in place beat a slot's
 // copy at 1 GiB buckets (14x: 1.36x the peers against 1.07x) and lost at 512 MiB (28x: 1.14x
 // against 1.42x) and 128 MiB (1.08x against 1.40x); a request's mapping took 0.42 ms for 64 MiB,
-// 0.47 ms for 1 GiB and 1.22 ms for 16 GiB (tests/bench/ipc_map_cost.py). A bucket larger than a
-// slot is read in place whatever its allocation, since no slot holds it; a broadcast maps once per
-// session and always reads in place.
+// 0.47 ms for 1 GiB and 1.22 ms for 16 GiB (tests/bench/ipc_map_cost.py). A bucket larger than the
+// slot it was given is read in place whatever its allocation, since that slot cannot hold it; a
+// broadcast maps once per session and always reads in place.
 inline constexpr uint64_t kInPlaceMaxAllocationPerBucket = 16;
 inline constexpr uint64_t kInPlaceAnyBucketUpTo = uint64_t{1} << 30;
 
 inline bool ReadInPlacePays(uint64_t allocation_bytes, uint64_t bucket_bytes) {
   if (allocation_bytes <= kInPlaceAnyBucketUpTo) return true;
-  return bucket_bytes != 0 && allocation_bytes / bucket_bytes <= kInPlaceMaxAllocationPerBucket;
+  return allocation_bytes <= kInPlaceMaxAllocationPerBucket * bucket_bytes;
 }
 
 }  // namespace wsync

@@ -34,10 +34,11 @@ class TransportKind {
   virtual bool engines_read_in_place() const { return false; }
   // True where rank 0 of its groups loads an NCCL library (GroupSpec::nccl_library).
   virtual bool loads_nccl_library() const { return false; }
-  // How a trainer that leaves the choice to the group feeds it (UpdateStarted.pull_preferred):
-  // true where wsyncd reading the trainer's tensors itself (pull mode) measured faster than the
-  // trainer copying them into slots, in the benchmarks docs/PERFORMANCE.md reports.
-  virtual bool pull_by_default() const { return false; }
+  // How a trainer that leaves the choice to the group feeds engines on `data_path`
+  // (UpdateStarted.pull_preferred, true only where every engine's path says so): true where
+  // wsyncd reading the trainer's tensors itself (pull mode) measured faster than the trainer
+  // copying them into slots, in the benchmarks docs/PERFORMANCE.md reports.
+  virtual bool pull_by_default(absl::string_view data_path) const { return false; }
   virtual absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const = 0;
 };
 

@@ -79,7 +79,7 @@ void UpdateRun::IdleLoop() {
 
 uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
 
-bool UpdateRun::pull_preferred() const { return group_->transport_kind().pull_by_default(); }
+bool UpdateRun::pull_preferred() const { return group_->pull_preferred(); }
 
 void UpdateRun::Fail(absl::Status status) {
   if (!failure_.ok()) return;

@@ -138,7 +138,7 @@ class UpdateRun {
   uint32_t world_size() const;
   // What the trainer's planner must obey (the group's engines' union).
   const BucketRules& bucket_rules() const { return group_->bucket_rules(); }
-  // Whether the group's transport is fed fastest in pull mode (TransportKind::pull_by_default).
+  // Whether the group is fed fastest in pull mode (WeightGroup::pull_preferred).
   bool pull_preferred() const;
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 

@@ -257,6 +257,17 @@ std::vector<EngineAdapter*> WeightGroup::UnflaggedLocked() const {
   return out;
 }
 
+bool WeightGroup::pull_preferred() const {
+  // The adapters and their data paths are fixed at creation.
+  for (const std::unique_ptr<EngineAdapter>& adapter : adapters_) {
+    const DataPathBinding* binding = adapter->used_binding();
+    if (binding == nullptr || !transport_kind_->pull_by_default(binding->data_path())) {
+      return false;
+    }
+  }
+  return !adapters_.empty();
+}
+
 WeightGroup::~WeightGroup() {
   {
     std::lock_guard<std::mutex> wait(watcher_mu_);

@@ -135,6 +135,9 @@ class WeightGroup {
   const GroupSpec& spec() const { return spec_; }
   // The transport the spec names.
   const TransportKind& transport_kind() const { return *transport_kind_; }
+  // Whether its transport is fed fastest in pull mode on every engine's data path
+  // (TransportKind::pull_by_default).
+  bool pull_preferred() const;
   // The trainer ranks an update needs, one per device (FeedsOf).
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 

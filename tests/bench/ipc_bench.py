@@ -171,10 +171,15 @@ def ceiling(model, total_bytes):
     return best
 
 
-def check_engine(engine_url, expected):
+def check_engine(engine_url, expected, version=None):
+    """The spot tensors hold `expected` on every rank (there must be one), and the engine's
+    weight_version is `version` where given: the design's last push, not an earlier one's,
+    delivered them."""
     with urllib.request.urlopen(engine_url + "/sim/checksums") as r:
-        got = json.loads(r.read())["ranks"]
-    return all(tensors.get(k) == v for tensors in got.values() for k, v in expected.items())
+        got = json.loads(r.read())
+    ranks = got["ranks"]
+    return (bool(ranks) and (version is None or got.get("weight_version") == version)
+            and all(tensors.get(k) == v for tensors in ranks.values() for k, v in expected.items()))
 
 
 def crc_of(model, names):
@@ -201,15 +206,15 @@ GATES = [(lambda b: b <= GIB, 1.10, "128 MiB to 1 GiB"), (lambda b: b > GIB, 1.0
 
 
 def timed_pushes(client, model, runs, version, **kwargs):
-    """Median seconds of `runs` pushes after one warm-up, and whether every one read in place
-    wherever it pulled."""
+    """Median seconds of `runs` pushes after one warm-up, the last push's result and its
+    version."""
     times, results = [], []
     for r in range(runs + 1):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         results.append(client.push(model, version=f"{version}-{r}", group="colo", **kwargs))
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:]), results[-1]
+    return statistics.median(times[1:]), results[-1], f"{version}-{runs}"
 
 
 def main():
@@ -275,10 +280,10 @@ def main():
                     for name, c, kwargs, which in CONFIGS:
                         if c != checksum:
                             continue
-                        seconds, res = timed_pushes(client, models[which], args.runs,
-                                                    f"{text}-{name}", **kwargs)
+                        seconds, res, last = timed_pushes(client, models[which], args.runs,
+                                                          f"{text}-{name}", **kwargs)
                         row["designs"][name] = {
-                            "s": seconds, "ok": check_engine(engine.url, spot),
+                            "s": seconds, "ok": check_engine(engine.url, spot, last),
                             "pulled": res["buckets_pulled"],
                             "in_place": res["buckets_read_in_place"]}
                         note(f"{text} {name}: {seconds * 1e3:.1f} ms, {res['buckets_pulled']}/"
@@ -313,7 +318,9 @@ def main():
                         row["buckets"] = res["buckets"]
                     client.release_sources()
                 row["zero_copy_s"] = statistics.median(times[1:])
-                row["zero_copy_ok"] = check_engine(engine.url, spot) and in_place
+                row["zero_copy_ok"] = (check_engine(engine.url, spot,
+                                                    f"{text}-zero-big{suffix}-{args.runs}")
+                                       and in_place)
             finally:
                 if daemon.stop() is not None:
                     row["zero_copy_ok"] = False

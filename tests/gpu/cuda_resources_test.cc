@@ -195,7 +195,7 @@ TEST(CudaPull, ExporterFindsTheAllocationAndRefusesWhatItCannotExport) {
   EXPECT_EQ(exporter.Export(host.data(), host.size()).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(CudaPull, SlotFillsItselfFromDevicePiecesAndChecksumsTheBucket) {
+TEST(CudaPull, SlotFillsItselfFromDevicePieces) {
   SKIP_WITHOUT_GPU();
   Bucket b = MakeBucket();
   auto src = DeviceBuffer::Create(0, b.source.size());

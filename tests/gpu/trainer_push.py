@@ -179,6 +179,9 @@ def main():
     ap.add_argument("--release-sources", action="store_true",
                     help="after each version, have wsyncd close its mappings of this process "
                          "(pull mode: there must be some); the next version maps them again")
+    ap.add_argument("--expect-pulled", action="store_true",
+                    help="left to the group: every bucket must have been pulled by wsyncd (the "
+                         "group's transport prefers pull mode)")
     ap.add_argument("--temporaries", action="store_true",
                     help="push fresh copies of the parameters each version, dropped after the "
                          "push: where wsyncd pulled them, the client must have let wsyncd's "
@@ -251,7 +254,7 @@ def main():
                       f"(temporaries: {args.temporaries})", flush=True)
                 ok = False
             want_pulled = 0 if args.dtensor else result["buckets"]
-            if args.pull and result["buckets_pulled"] != want_pulled:
+            if (args.pull or args.expect_pulled) and result["buckets_pulled"] != want_pulled:
                 print(f"  pull mode: {result['buckets_pulled']} buckets pulled, expected "
                       f"{want_pulled}", flush=True)
                 ok = False

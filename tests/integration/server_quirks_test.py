@@ -192,5 +192,28 @@ class SglangRoutesTest(HttpHabitsTest):
         self.assertTrue(all(tensors == {} for tensors in ranks.values()), ranks)
 
 
+class VllmRoutesTest(SglangRoutesTest):
+    test_a_server_without_the_version_route_takes_the_version_on_the_last_bucket = None
+    test_a_label_route_that_fails_leaves_the_update_committed_with_a_warning = None
+    test_a_server_without_a_route_every_update_calls_is_refused_before_any_byte = None
+
+    def test_a_server_without_its_finishing_route_is_refused_before_any_byte(self):
+        # /finish_weight_update is called only after the last bucket: without the document's
+        # word, every byte would land and then the commit fail.
+        port = self.engine("vllm", "--missing-route", "/finish_weight_update")
+        out = self.ctl("create-group", "vllm", "--kind", "vllm", "--transport", "broadcast",
+                       "--engine", f"http://127.0.0.1:{port}#2")
+        refusal = out.stderr
+        if out.returncode == 0:
+            with self.assertRaises(wsync.WsyncError) as e:
+                with wsync.Client("unix:" + self.sock) as client:
+                    client.push(model(1), version="v1", group="vllm")
+            refusal = e.exception.message
+        self.assertIn("its OpenAPI document lists no POST /finish_weight_update, which every "
+                      "update of this group calls: refused before any byte is sent", refusal)
+        state = self.checksums(port)
+        self.assertNotIn("update", state["calls"], state["calls"])
+
+
 if __name__ == "__main__":
     unittest.main()

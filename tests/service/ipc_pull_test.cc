@@ -76,11 +76,13 @@ class IpcSim {
 
 class IpcPullTest : public ServiceFixture {
  protected:
-  void CreateIpcGroup(const IpcSim& engine, std::vector<int> devices = {0}) {
+  // `map_once`: on SGLang's map-once route (the IPC stream), else a request per bucket.
+  void CreateIpcGroup(const IpcSim& engine, std::vector<int> devices = {0}, bool map_once = false) {
     v1::CreateGroupRequest req;
     v1::GroupSpec* spec = req.mutable_spec();
     spec->set_name("colo");
-    spec->set_kind(v1::ENGINE_KIND_SGLANG);
+    spec->set_kind_name("sglang");
+    if (map_once) spec->set_engine_options_json(R"({"ipc_route": "ipc"})");
     spec->set_transport(v1::TRANSPORT_IPC);
     auto* e = spec->add_engines();
     e->set_url(engine.url());
@@ -161,8 +163,31 @@ TEST_F(IpcPullTest, LeftToTheGroupAColocatedPushIsPulledAndReadInPlace) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->buckets_pulled, result->buckets) << "the IPC transport prefers pull mode";
   EXPECT_EQ(result->buckets_read_in_place, result->buckets);
+  // Colocated trainers offload between updates: wsyncd closed its mappings as the update ended.
+  auto closed = client_->ReleaseSources();
+  ASSERT_TRUE(closed.ok()) << closed.status();
+  EXPECT_EQ(*closed, 0u) << "nothing of the trainer's is still mapped";
   nlohmann::json state = engine.State();
   EXPECT_EQ(state["weight_version"], "g1");
+  for (const auto& t : model) {
+    EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
+  }
+}
+
+TEST_F(IpcPullTest, LeftToTheGroupAPushOnTheMapOnceRouteIsCopiedByTheTrainer) {
+  // The route maps one allocation per update; pulled buckets may lie in several (the slots and
+  // the trainer's own), so a group on it prefers push mode.
+  IpcSim engine;
+  CreateIpcGroup(engine, {0}, /*map_once=*/true);
+  std::vector<OwnedTensor> model;
+  for (const OwnedTensor& t : SmallModel(8)) {
+    if (t.dtype == DType::kBfloat16) model.push_back(t);
+  }
+  auto result = PullPush(model, 0, "m1", nullptr, -1, 0, 0, /*leave_to_group=*/true);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->buckets_pulled, 0u);
+  nlohmann::json state = engine.State();
+  EXPECT_EQ(state["weight_version"], "m1");
   for (const auto& t : model) {
     EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size()))) << t.name;
   }

@@ -24,6 +24,7 @@ import json
 import os
 import pathlib
 import sys
+import threading
 
 __all__ = ["Client", "WsyncError", "load_library"]
 
@@ -161,6 +162,15 @@ _PUSH_GROUP_DEFAULT = 2  # WSYNC_PUSH_GROUP_DEFAULT
 _TENSOR_TEMPORARY = 1  # WSYNC_TENSOR_TEMPORARY
 
 
+def _weak(value):
+    """A weak reference to a tensor object, or None where it takes none."""
+    import weakref
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return None
+
+
 def _view(name, value, dtype=None):
     """Returns (keepalive, pointer, nbytes, shape, torch dtype name, is_cuda, flags) for a tensor.
 
@@ -200,11 +210,15 @@ class Client:
             raise WsyncError(rc, err.value.decode())
         self._device = device
         # Storages of CUDA tensors wsyncd may map (pull mode), by their address, held until
-        # release_sources(); weak references to the caller's tensors of them, by id; whether a
-        # push is running. See _hold_sources.
+        # release_sources(); weak references to the caller's tensors of them, each with its
+        # storage's address; whether a push is running. See _hold_sources.
         self._held_sources = {}
         self._watched = {}
         self._pushing = False
+        # Guards the three above and every release: a release runs its RPC holding it, so no
+        # push starts (nor holds what it mapped) while wsyncd closes the session's mappings.
+        self._hold_lock = threading.RLock()
+        self._release_failed = False  # no release from a callback until the next push
         name = name or f"python pid {os.getpid()}"
         rc = self._lib.wsync_open_session(self._handle, device, name.encode(), err, len(err))
         if rc:
@@ -276,7 +290,7 @@ class Client:
         stream = ctypes.c_void_p()
         held = collections.deque()  # (index, keepalive...) of tensors not yet in a slot
         storages = {}  # CUDA storages wsyncd may map, by address (pull mode)
-        callers = []  # the caller's tensor objects of them
+        callers = []  # (weak reference to the caller's tensor object, its storage's address)
         batch, batch_bytes, added = [], 0, 0
         flush_at = max(self.slot_bytes // 2, 1)
 
@@ -306,7 +320,10 @@ class Client:
             if rc:
                 raise WsyncError(rc, err.value.decode())
 
-        self._pushing = True
+        with self._hold_lock:
+            self._pushing = True
+            self._release_failed = False
+        committing = False
         try:
             for item in items:
                 name, value = item[0], item[1]
@@ -319,7 +336,7 @@ class Client:
                 if is_cuda and not flags and pull is not False:
                     storage = holder.untyped_storage()
                     storages.setdefault(storage.data_ptr(), storage)
-                    callers.append(value)
+                    callers.append((_weak(value), storage.data_ptr()))
                 batch.append((_Tensor(name_b, dtype_b, len(shape), shape_arr, ptr, nbytes),
                               is_cuda, flags))
                 added += 1
@@ -329,23 +346,42 @@ class Client:
             flush()
             if not stream:
                 raise WsyncError(3, "nothing to push: no tensors")
+            out = ctypes.c_void_p()
+            # The commit takes the stream, whatever its outcome: it is not aborted after.
+            committing = True
+            rc = self._lib.wsync_push_commit(stream, ctypes.byref(out), err, len(err))
+            if rc:
+                raise WsyncError(rc, err.value.decode())
+            try:
+                result = json.loads(ctypes.string_at(out.value).decode())
+            finally:
+                self._lib.wsync_free_string(out)
         except BaseException:
-            if stream:
+            if stream and not committing:
                 self._lib.wsync_push_abort(stream, b"the Python caller raised")
+            # wsyncd keeps what a failed update mapped: hold it, then have it closed (the
+            # update has ended, unless wsyncd has not finished it yet: then it stays held).
+            held.clear()
+            self._end_push(storages, callers, release=True)
             raise
-        finally:
-            self._pushing = False
-        out = ctypes.c_void_p()
-        rc = self._lib.wsync_push_commit(stream, ctypes.byref(out), err, len(err))
-        if rc:
-            raise WsyncError(rc, err.value.decode())
-        try:
-            result = json.loads(ctypes.string_at(out.value).decode())
-        finally:
-            self._lib.wsync_free_string(out)
-        if result.get("buckets_pulled"):
-            self._hold_sources(storages, callers)
+        held.clear()
+        self._end_push(storages, callers if result.get("buckets_pulled") else [],
+                       release=False)
         return result
+
+    def _end_push(self, storages, callers, release):
+        """The push is over: holds what wsyncd may have mapped (_hold_sources), then lets go
+        of what the caller already dropped, or of everything where `release`."""
+        with self._hold_lock:
+            if callers or release:
+                self._hold_sources(storages, callers)
+            self._pushing = False
+            if release and self._held_sources:
+                try:
+                    self.release_sources()
+                except WsyncError:
+                    pass  # an update still ending: the storages stay held
+        self._let_go_of_dropped()
 
     def _hold_sources(self, storages, callers):
         """Holds the storages of a push's tensors that wsyncd may have mapped, so that no
@@ -357,43 +393,68 @@ class Client:
         tensor objects of the push dies. Their allocations are mapped anew at the next push."""
         import weakref
         self._held_sources.update(storages)
-        self._watched = {}
         this = weakref.ref(self)
 
-        def died(_ref):
+        def died(ref):
             client = this()
             if client is not None:
-                client._let_go_of_dropped()
+                client._tensor_died(ref)
 
-        for t in callers:
-            self._watched[id(t)] = weakref.ref(t, died)
-        self._let_go_of_dropped()
+        for ref, key in callers:
+            t = ref() if ref is not None else None
+            if t is not None:
+                # Keyed by the weak reference itself (hashed while its tensor lives), so a
+                # death removes its own entry.
+                self._watched[weakref.ref(t, died)] = key
 
-    def _let_go_of_dropped(self):
+    def _tensor_died(self, ref):
+        """A caller's tensor of a held storage died: that storage may now be held by nothing
+        else."""
+        with self._hold_lock:
+            key = self._watched.pop(ref, None)
+        if key is not None:
+            self._let_go_of_dropped(key)
+
+    def _let_go_of_dropped(self, key=None):
         """release_sources() once a held storage is held by nothing else (its one reference is
-        the held storage object's own); later, at the push's end, while a push runs."""
-        if self._pushing or not self._held_sources or not self._handle:
+        the held storage object's own): the one at address `key` (a caller's tensor of it died),
+        or any (None: a push ended). Never while a push runs (it ends with a check), at
+        interpreter exit, or again after a failed release until the next push."""
+        if sys.is_finalizing():
             return
-        import torch
-        use_count = torch._C._storage_Use_Count
-        if any(use_count(s._cdata) <= 1 for s in self._held_sources.values()):
+        with self._hold_lock:
+            if (self._pushing or self._release_failed or not self._held_sources
+                    or not self._handle):
+                return
+            import torch
+            use_count = torch._C._storage_Use_Count
+            if key is not None:
+                storage = self._held_sources.get(key)
+                dropped = storage is not None and use_count(storage._cdata) <= 1
+            else:
+                dropped = any(use_count(s._cdata) <= 1 for s in self._held_sources.values())
+            if not dropped:
+                return
             try:
                 self.release_sources()
             except WsyncError as e:  # called as the caller drops a tensor: never raise there
+                self._release_failed = True
                 print(f"wsync: releasing pulled memory failed: {e}", file=sys.stderr)
 
     def release_sources(self):
         """Pull mode: wsyncd closes its mappings of this process's memory, which otherwise last
         the session, so the trainer may free it (offload, empty_cache). Returns how many
         allocations were mapped. Not while a push is running."""
-        closed = ctypes.c_uint32()
-        err = ctypes.create_string_buffer(4096)
-        rc = self._lib.wsync_release_sources(self._handle, ctypes.byref(closed), err, len(err))
-        if rc:
-            raise WsyncError(rc, err.value.decode())
-        self._held_sources.clear()
-        self._watched = {}
-        return closed.value
+        with self._hold_lock:
+            closed = ctypes.c_uint32()
+            err = ctypes.create_string_buffer(4096)
+            rc = self._lib.wsync_release_sources(self._handle, ctypes.byref(closed), err,
+                                                 len(err))
+            if rc:
+                raise WsyncError(rc, err.value.decode())
+            self._held_sources.clear()
+            self._watched = {}
+            return closed.value
 
     def _cuda_stream(self):
         torch = sys.modules.get("torch")

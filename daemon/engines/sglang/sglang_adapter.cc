@@ -138,6 +138,8 @@ void SglangAdapter::RecordVersionLabel(const UpdateInfo& update) {
           "' committed without its label: the server serves no /update_weight_version and the "
           "trainer did not mark its last bucket (the label rides on it), so /get_server_info "
           "still reports the previous weight_version");
+    } else {
+      warning = CheckLabelTaken(update.version);
     }
   } else {
     absl::Status labelled =
@@ -155,6 +157,27 @@ void SglangAdapter::RecordVersionLabel(const UpdateInfo& update) {
   if (warning.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   commit_warnings_.push_back(std::move(warning));
+}
+
+std::string SglangAdapter::CheckLabelTaken(const std::string& version) const {
+  // A build without /update_weight_version may also ignore weight_version in update requests: the
+  // label is read back, and a server that reports another one is named (one that reports none
+  // has no label to be wrong).
+  auto info = http_.GetJson("/get_server_info", timeouts_.control);
+  if (!info.ok()) {
+    return absl::StrCat("version '", version,
+                        "' committed (every byte landed) with its label in the last bucket's "
+                        "request, but reading it back failed: ",
+                        info.status().message());
+  }
+  const nlohmann::json& reported = (*info)["weight_version"];
+  if (!reported.is_string() || reported.get<std::string>() == version) return "";
+  return absl::StrCat(
+      "version '", version,
+      "' committed (every byte landed), but the server ignored the label in its last bucket's "
+      "request: /get_server_info reports weight_version '",
+      SanitizePeerText(reported.get<std::string>(), kMaxVersionBytes),
+      "' (a build with neither /update_weight_version nor weight_version in update requests)");
 }
 
 absl::Status SglangIpcPath::ProbeServer(const nlohmann::json& info) {

@@ -116,6 +116,9 @@ class SglangAdapter final : public EngineAdapter {
   void LabelRequest(const std::string& version, bool last, nlohmann::json* body) const;
   // Sets the version's label after the commit, or notes why it could not (a warning).
   void RecordVersionLabel(const UpdateInfo& update);
+  // After a label sent in the last bucket's request: a warning if the server reports another
+  // weight_version (or cannot be asked), else "".
+  std::string CheckLabelTaken(const std::string& version) const;
   // The layout checks of the routes that take the bucket's tensors as they lie (the broadcast,
   // update_weights_from_tensor).
   absl::Status ValidateTensorLayout(const BucketManifest& manifest) const;

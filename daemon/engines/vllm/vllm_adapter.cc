@@ -7,9 +7,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/engines/openapi_routes.h"
 #include "daemon/engines/vllm/vllm_ipc_binding.h"
 #include "daemon/engines/vllm/vllm_ipc_payload.h"
 #include "daemon/engines/vllm/vllm_nccl_binding.h"
@@ -108,6 +110,23 @@ absl::StatusOr<std::pair<VllmVersion, VllmVariant>> VllmAdapter::CheckVersion(
     return absl::FailedPreconditionError(
         absl::StrCat("engine ", url, ": ", variant.status().message(), hint));
   }
+  if (version->prerelease) {
+    // A pre-release orders before its release, but a build from before a release that changed
+    // the payload may already send the new one, and no route tells them apart: where the two
+    // readings differ, refuse rather than guess (the override names the release to serve).
+    VllmVersion as_release = *version;
+    as_release.prerelease = false;
+    auto released = nccl ? VllmNcclVariantFor(as_release) : VllmVariantFor(as_release);
+    if (released.ok() && released->name != variant->name) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "engine ", url, ": vLLM ", version->Described(), " would be served as older than ",
+          version->Release(), ", but ", version->Release(), " changed what wsyncd sends (",
+          variant->name, " before it, ", released->name,
+          " from it) and no route tells which one this build reads: refused before any byte is "
+          "sent",
+          hint));
+    }
+  }
   if (nccl && options.rendezvous() == VllmRendezvous::kUniqueId && !variant->nccl_unique_id) {
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, ": vLLM ", version->text,
@@ -142,6 +161,7 @@ absl::Status VllmAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(auto found,
                          CheckVersion(*answer, endpoint_.url, options_, path_->backend()));
   auto& [version, variant] = found;
+  WSYNC_RETURN_IF_ERROR(CheckRoutes(version, variant));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!variant_.has_value() || variant_->name != variant.name || version_text_ != version.text) {
@@ -152,6 +172,32 @@ absl::Status VllmAdapter::Probe() {
     version_text_ = version.text;
   }
   return path_->ProbeServer();
+}
+
+absl::Status VllmAdapter::CheckRoutes(const VllmVersion& version,
+                                      const VllmVariant& variant) const {
+  WSYNC_ASSIGN_OR_RETURN(std::optional<OpenApiRoutes> routes,
+                         ReadOpenApiRoutes(http_, endpoint_.url, timeouts_.probe));
+  // No document: each route answers for itself when it is called (the init at formation first).
+  if (!routes.has_value()) return absl::OkStatus();
+  std::vector<OpenApiRoute> needed = {{"get", "/is_sleeping"},
+                                      {"post", "/pause"},
+                                      {"post", "/resume"},
+                                      {"post", kInitPath},
+                                      {"post", kVllmBucketPath}};
+  if (variant.session_routes) {
+    needed.push_back({"post", kStartPath});
+    needed.push_back({"post", kFinishPath});
+  }
+  if (options_.reset_prefix_cache()) needed.push_back({"post", "/reset_prefix_cache"});
+  const std::vector<std::string> missing = routes->Missing(needed);
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "engine ", endpoint_.url, " (vLLM ", version.text, "): its OpenAPI document lists no ",
+      absl::StrJoin(missing, ", no "),
+      ", which every update of this group calls: refused before any byte is sent (vLLM serves "
+      "its weight-transfer routes only in dev mode: ",
+      ServerFlags(), ")"));
 }
 
 std::string VllmAdapter::probed_version() const {

@@ -114,6 +114,9 @@ class VllmAdapter final : public EngineAdapter {
 
   // How the server must be started for the used path's backend.
   const char* ServerFlags() const;
+  // Where the server lists its routes (GET /openapi.json), refuses one that lacks a route every
+  // update of `variant` calls, naming it and `version`, before any byte is sent.
+  absl::Status CheckRoutes(const VllmVersion& version, const VllmVariant& variant) const;
   // The used path's backend; IPC before one is picked.
   VllmBackend backend() const;
   // POST /init_weight_transfer_engine; a 404 is named as a server without the dev routes.

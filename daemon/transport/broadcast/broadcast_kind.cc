@@ -48,7 +48,7 @@ class BroadcastTransportKind final : public TransportKind {
   bool loads_nccl_library() const override { return true; }
   // Measured on 2+ GPUs (docs/PERFORMANCE.md): wsyncd's copies run in the broadcasts' own CUDA
   // context and overlap them; a trainer's copies take turns with them by time slice.
-  bool pull_by_default() const override { return true; }
+  bool pull_by_default(absl::string_view) const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const override {
     WSYNC_ASSIGN_OR_RETURN(const RendezvousMode mode, GroupRendezvousMode(env));

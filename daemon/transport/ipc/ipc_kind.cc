@@ -16,8 +16,11 @@ class IpcTransportKind final : public TransportKind {
   }
   bool engines_read_in_place() const override { return true; }
   // Measured colocated on one GPU (docs/PERFORMANCE.md): wsyncd's copy, or none where a bucket is
-  // read in place, beside the engines' own loads beats a copy in the trainer's process.
-  bool pull_by_default() const override { return true; }
+  // read in place, beside the engines' own loads beats a copy in the trainer's process. Not on
+  // the stream, which maps one allocation per update: pulled buckets may lie in several.
+  bool pull_by_default(absl::string_view data_path) const override {
+    return data_path != kCudaIpcStreamDataPath;
+  }
   absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const override {
     return std::make_unique<IpcTransport>(std::move(env));
   }

@@ -48,13 +48,19 @@ TEST(SglangSessionsTest, BothRoutesAsPostMeanSessions) {
 }
 
 // A scripted SGLang server that records its calls; `sessions` adds the session routes, and
-// `docs` serves the OpenAPI document (without it, GET /begin_weight_update answers 405).
+// `docs` serves the OpenAPI document (without it, GET /begin_weight_update answers 405). A route
+// in `never` is not served at all (GET and POST there: 404).
 class SessionServer {
  public:
-  SessionServer(bool sessions, bool docs) {
-    server_.Get("/get_server_info", [](const SimHttpRequest&, SimHttpResponse& res) {
+  SessionServer(bool sessions, bool docs, const std::string& never = "") : without_(never) {
+    server_.Get("/get_server_info", [this](const SimHttpRequest&, SimHttpResponse& res) {
+      nlohmann::json info = {{"version", "0.5.6"}, {"tp_size", 1}};
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!weight_version_.empty()) info["weight_version"] = weight_version_;
+      }
       res.status = 200;
-      res.set_content(R"({"version": "0.5.6", "tp_size": 1})", "application/json");
+      res.set_content(info.dump(), "application/json");
     });
     server_.Get("/openapi.json", [=, this](const SimHttpRequest&, SimHttpResponse& res) {
       if (!docs) {
@@ -87,6 +93,7 @@ class SessionServer {
                              "/continue_generation", "/update_weight_version", "/flush_cache"}) {
       // A server without sessions serves neither route (GET there: 404, not 405).
       if (!sessions && absl::EndsWith(path, "_weight_update")) continue;
+      if (path == never) continue;
       server_.Post(path, [this, path](const SimHttpRequest& req, SimHttpResponse& res) {
         if (path == without_) {
           res.status = 404;
@@ -109,6 +116,11 @@ class SessionServer {
     return calls_;
   }
   void Fail(const char* path) { end_fails_ = path; }
+  // What /get_server_info reports as weight_version ("": none).
+  void ReportWeightVersion(const std::string& v) {
+    std::lock_guard<std::mutex> lock(mu_);
+    weight_version_ = v;
+  }
   // Serves no `path`: a 404 there, and its OpenAPI document omits it.
   void Without(const char* path) { without_ = path; }
   const std::string& url() const { return url_; }
@@ -119,6 +131,7 @@ class SessionServer {
   std::vector<std::string> calls_;
   std::string end_fails_;
   std::string without_;
+  std::string weight_version_;
   std::string url_;
 };
 
@@ -216,6 +229,34 @@ TEST(SglangSessionsTest, AServerWithoutTheVersionRouteTakesTheVersionOnTheLastBu
   std::vector<std::string> warnings = adapter.TakeCommitWarnings();
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("version 'v2' committed without its label"));
+}
+
+TEST(SglangSessionsTest, AServerThatIgnoresTheLabelInItsRequestIsNamedAtTheCommit) {
+  // No OpenAPI document, and no /update_weight_version at all: the probe's GET there answers 404.
+  SessionServer server(/*sessions=*/false, /*docs=*/false, "/update_weight_version");
+  SglangAdapter adapter = AdapterFor(server);
+  ASSERT_TRUE(adapter.Probe().ok());
+  BucketManifest manifest;
+  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  auto* binding = BroadcastBindingOf(adapter).value();
+  auto last = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 0, true});
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(nlohmann::json::parse(last->json_body)["weight_version"], "v1");
+  // The server took it: no warning.
+  server.ReportWeightVersion("v1");
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());
+  EXPECT_TRUE(adapter.TakeCommitWarnings().empty());
+  // A build that ignores weight_version in requests still reports the previous label.
+  ASSERT_TRUE(binding->BucketRequest(manifest, "g", BucketContext{"u2", "v2", 0, true}).ok());
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u2", "v2"}).ok());
+  std::vector<std::string> warnings = adapter.TakeCommitWarnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("version 'v2' committed (every byte landed), but the server "
+                                     "ignored the label in its last bucket's request: "
+                                     "/get_server_info reports weight_version 'v1'"));
+  for (const std::string& c : server.calls()) {
+    EXPECT_THAT(c, ::testing::Not(HasSubstr("/update_weight_version"))) << "never called";
+  }
 }
 
 TEST(SglangSessionsTest, AVersionRouteThatFailsWarnsAndTheUpdateStillCommits) {

@@ -53,6 +53,16 @@ class VllmAdapterTest : public ::testing::Test {
     for (const char* get : {"/version", "/is_sleeping", "/health", "/get_world_size"}) {
       server_.Get(get, record(get));
     }
+    // Not recorded: served only where a test sets openapi_ (else 404, as without FastAPI docs).
+    server_.Get("/openapi.json", [this](const SimHttpRequest&, SimHttpResponse& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (openapi_.is_null()) {
+        res.status = 404;
+        return;
+      }
+      res.status = 200;
+      res.set_content(openapi_.dump(), "application/json");
+    });
     for (const char* post :
          {"/init_weight_transfer_engine", "/pause", "/resume", "/wake_up", "/start_weight_update",
           "/update_weights", "/finish_weight_update", "/reset_prefix_cache"}) {
@@ -101,6 +111,7 @@ class VllmAdapterTest : public ::testing::Test {
   }
 
   std::string version_ = "0.29.0";
+  nlohmann::json openapi_;  // null: no /openapi.json
   bool sleeping_ = false;
   int world_size_ = 1;
   std::map<std::string, int> status_;
@@ -119,6 +130,53 @@ TEST_F(VllmAdapterTest, ProbeReadsTheVersionThenInitsTheIpcEngine) {
             nlohmann::json({{"init_info", nlohmann::json::object()}}));
   ASSERT_TRUE(a.variant().has_value());
   EXPECT_TRUE(a.variant()->finish_weight_version);
+}
+
+TEST_F(VllmAdapterTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBeforeAnyByte) {
+  // As FastAPI lists a server started without VLLM_SERVER_DEV_MODE: no weight-transfer routes.
+  nlohmann::json paths = nlohmann::json::object();
+  for (const char* route : {"/pause", "/resume", "/reset_prefix_cache", "/v1/completions"}) {
+    paths[route] = {{"post", nlohmann::json::object()}};
+  }
+  paths["/is_sleeping"] = {{"get", nlohmann::json::object()}};
+  openapi_ = {{"openapi", "3.1.0"}, {"paths", paths}};
+  Start();
+  VllmAdapter a = Adapter();
+  absl::Status refused = a.Probe();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("(vLLM 0.29.0): its OpenAPI document lists no POST "
+                        "/init_weight_transfer_engine, no POST /update_weights, no POST "
+                        "/start_weight_update, no POST /finish_weight_update, which every update "
+                        "of this group calls: refused before any byte is sent"));
+  EXPECT_THAT(refused.message(), HasSubstr("VLLM_SERVER_DEV_MODE=1"));
+  EXPECT_THAT(Seen(), ElementsAre("GET /version")) << "nothing is initialised on it";
+  // In dev mode it lists them, and the probe goes on to the init.
+  for (const char* route : {"/init_weight_transfer_engine", "/update_weights",
+                            "/start_weight_update", "/finish_weight_update"}) {
+    std::lock_guard<std::mutex> lock(mu_);
+    openapi_["paths"][route] = {{"post", nlohmann::json::object()}};
+  }
+  Forget();
+  ASSERT_TRUE(a.Probe().ok());
+  EXPECT_THAT(Seen(), ElementsAre("GET /version", "POST /init_weight_transfer_engine"));
+  // Before the session routes (0.22.0) they are not asked for.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    openapi_["paths"].erase("/start_weight_update");
+    openapi_["paths"].erase("/finish_weight_update");
+    version_ = "0.21.0";
+  }
+  EXPECT_TRUE(a.Probe().ok());
+  // Something at /openapi.json that is not a document: what the server is cannot be told.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    openapi_ = nlohmann::json::array();
+  }
+  absl::Status garbled = a.Probe();
+  EXPECT_EQ(garbled.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(garbled.message(), HasSubstr("/openapi.json answered HTTP 200 without an OpenAPI "
+                                           "document"));
 }
 
 TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {
@@ -155,6 +213,24 @@ TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {
   ASSERT_TRUE(through.ok()) << through.status();
   EXPECT_EQ(through->first.text, "0.17.0-sim, read as 0.17.0 (the group's engine_version)");
   EXPECT_EQ(through->second.name, "ipc-func-args");
+  // A pre-release of a release that changed the payload cannot be served as either side of it
+  // without a probe that tells them apart: refused, naming both payloads and the way through.
+  auto crossing = VllmAdapter::CheckVersion({{"version", "0.22.0rc2"}}, "http://e:1", VllmOptions(),
+                                            VllmBackend::kIpc);
+  EXPECT_EQ(crossing.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(crossing.status().message(),
+              HasSubstr("vLLM 0.22.0rc2, a pre-release of 0.22.0 (rc2) would be served as older "
+                        "than 0.22.0, but 0.22.0 changed what wsyncd sends (ipc-func-args before "
+                        "it, ipc-args-session from it)"));
+  EXPECT_THAT(crossing.status().message(), HasSubstr("--option engine_version=0.22.0"));
+  auto nccl_crossing = VllmAdapter::CheckVersion({{"version", "0.28.0.dev5+gabc"}}, "http://e:1",
+                                                 VllmOptions(), VllmBackend::kNccl);
+  EXPECT_THAT(nccl_crossing.status().message(), HasSubstr("0.28.0 changed what wsyncd sends"));
+  // One whose release changed nothing is served as that release would be.
+  auto quiet = VllmAdapter::CheckVersion({{"version", "0.22.1rc1"}}, "http://e:1", VllmOptions(),
+                                         VllmBackend::kIpc);
+  ASSERT_TRUE(quiet.ok()) << quiet.status();
+  EXPECT_EQ(quiet->second.name, "ipc-args-session");
   auto other = VllmAdapter::CheckVersion({{"detail", kSecret}}, "http://e:1", VllmOptions(),
                                          VllmBackend::kIpc);
   EXPECT_THAT(other.status().message(), HasSubstr("not a vLLM server"));

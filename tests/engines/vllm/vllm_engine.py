@@ -57,7 +57,8 @@ would, 500), POST /pause?mode=abort|wait|keep (400 on another), /resume, GET /is
 /sleep?level=1|2 (weights to host memory; level 2: dropped), POST /wake_up?tags=... (none: all),
 GET /is_sleeping, POST /reset_prefix_cache, GET /health, GET /get_world_size (404 with
 --no-world-size), GET /weight_info,
-POST /update_weight_version, POST /abort_requests.
+POST /update_weight_version, POST /abort_requests. GET /openapi.json lists every route served
+(404 with --no-docs); --missing-route P (repeatable) serves no POST P (404, and not listed).
 
 GET /sim/state (and /sim/checksums, /sim/stats): {"ranks": {"<rank>": {name: crc32 hex}} (an NCCL
 worker by its global rank, once a group formed; else 1, 2, ...), "digests", "calls" (the POSTs in
@@ -333,6 +334,23 @@ class Engine:
     def has_sessions(self):
         return at_least(self.version, (0, 22, 0)) and not self.args.no_session_routes
 
+    def routes(self):
+        """The OpenAPI "paths" of the routes this server serves, as FastAPI lists them."""
+        posts = ["/pause", "/resume", "/sleep", "/wake_up", "/reset_prefix_cache",
+                 "/abort_requests", "/update_weight_version"]
+        if self.has_ipc():
+            posts += ["/init_weight_transfer_engine", "/update_weights"]
+        if self.has_sessions():
+            posts += ["/start_weight_update", "/finish_weight_update"]
+        if self.args.weight_checker:
+            posts.append("/weight_checker")
+        gets = ["/version", "/health", "/is_sleeping", "/is_paused", "/weight_info"]
+        if not self.args.no_world_size:
+            gets.append("/get_world_size")
+        paths = {p: {"post": {"summary": p}} for p in posts if p not in self.args.missing_route}
+        paths.update({p: {"get": {"summary": p}} for p in gets})
+        return paths
+
     def form_rule(self):
         if self.args.entry_form != "auto":
             return self.args.entry_form
@@ -436,6 +454,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return self.reply(200, out)
         if url.path == "/version":
             return self.reply(200, {"version": e.version})
+        if url.path == "/openapi.json":
+            if e.args.no_docs:
+                return self.detail(404, "Not Found")
+            return self.reply(200, {"openapi": "3.1.0", "info": {"title": "vLLM API"},
+                                    "paths": e.routes()})
         if url.path == "/health":
             return self.send(503 if e.dead else 200, b"", "text/plain")
         if e.dead:
@@ -468,6 +491,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 return self.reply(200, dict(e.knobs, version=e.version))
         if e.dead:
             return self.send(500, b"Internal Server Error", "text/plain")
+        if path in e.args.missing_route:
+            return self.detail(404, "Not Found")
         if (path in ("/init_weight_transfer_engine", "/update_weights") and not e.has_ipc()) or \
                 (path in ("/start_weight_update", "/finish_weight_update") and
                  not e.has_sessions()):
@@ -781,6 +806,9 @@ def main():
     ap.add_argument("--no-session-routes", action="store_true",
                     help="a build from before PR #39212: no /start_weight_update, "
                          "/finish_weight_update")
+    ap.add_argument("--no-docs", action="store_true", help="serve no /openapi.json")
+    ap.add_argument("--missing-route", action="append", default=[],
+                    help="a POST route this server lacks (404, and not in /openapi.json)")
     ap.add_argument("--no-world-size", action="store_true",
                     help="serve no GET /get_world_size (vLLM serves it in dev mode only)")
     ap.add_argument("--refuse-pickle", action="store_true",

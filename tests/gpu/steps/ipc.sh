@@ -25,7 +25,7 @@ done
 push colo-flattened_bucket --versions 2 --pull --flat --version-prefix zero-copy-
 # Left to the group (pulled): fresh copies of the parameters each version, which the client must
 # stop holding (with wsyncd's mappings) once the trainer drops them.
-push colo-flattened_bucket --versions 2 --temporaries --version-prefix temporaries-
+push colo-flattened_bucket --versions 2 --temporaries --expect-pulled --version-prefix temporaries-
 ctl $sock "$log" group colo-flattened_bucket
 # An engine that dies at its 2nd bucket: the update fails naming it, wsyncd stays up, and the
 # next update into a fresh engine on the same port succeeds.

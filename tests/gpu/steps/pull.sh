@@ -12,7 +12,8 @@ policy_push pull.log 120 --versions 3 --version-prefix pull- --pull
 policy_push pull.log 120 --versions 2 --version-prefix pull-release- --pull --release-sources
 policy_push pull.log 120 --versions 2 --version-prefix pull-flat- --pull --flat
 policy_push pull.log 120 --versions 1 --version-prefix pull-dtensor- --pull --dtensor
-policy_push pull.log 120 --versions 2 --version-prefix pull-default-
-policy_push pull.log 120 --versions 2 --version-prefix pull-temporaries- --temporaries
+policy_push pull.log 120 --versions 2 --version-prefix pull-default- --expect-pulled
+policy_push pull.log 120 --versions 2 --version-prefix pull-temporaries- --temporaries \
+  --expect-pulled
 alive $policy_wsyncd wsyncd
 end_step

@@ -1,0 +1,39 @@
+#include "daemon/engines/openapi_routes.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace wsync {
+
+bool OpenApiRoutes::Has(const OpenApiRoute& route) const {
+  auto it = paths_.find(route.path);
+  return it != paths_.end() && it->is_object() && it->contains(route.method);
+}
+
+std::vector<std::string> OpenApiRoutes::Missing(const std::vector<OpenApiRoute>& needed) const {
+  std::vector<std::string> missing;
+  for (const OpenApiRoute& route : needed) {
+    if (!Has(route))
+      missing.push_back(absl::StrCat(absl::AsciiStrToUpper(route.method), " ", route.path));
+  }
+  return missing;
+}
+
+absl::StatusOr<std::optional<OpenApiRoutes>> ReadOpenApiRoutes(const EngineHttp& http,
+                                                               const std::string& url,
+                                                               absl::Duration timeout) {
+  auto reply = http.Get("/openapi.json", timeout);
+  if (!reply.ok()) return reply.status();
+  if (reply->status == 404) return std::nullopt;
+  nlohmann::json doc = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  if (reply->status != 200 || !doc.is_object() || !doc.contains("paths") ||
+      !doc["paths"].is_object()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(url, "/openapi.json answered HTTP ", reply->status,
+                     " without an OpenAPI document, so the routes an update calls cannot be "
+                     "checked before it"));
+  }
+  return OpenApiRoutes(std::move(doc["paths"]));
+}
+
+}  // namespace wsync

@@ -1,0 +1,44 @@
+#ifndef WSYNC_DAEMON_ENGINES_OPENAPI_ROUTES_H_
+#define WSYNC_DAEMON_ENGINES_OPENAPI_ROUTES_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/engines/http_json.h"
+#include "nlohmann/json.hpp"
+
+namespace wsync {
+
+// A route as an OpenAPI document lists it: a lowercase method and a path ("post",
+// "/update_weights").
+struct OpenApiRoute {
+  std::string method;
+  std::string path;
+};
+
+// The routes an engine's FastAPI server lists in its OpenAPI document (GET /openapi.json).
+class OpenApiRoutes {
+ public:
+  explicit OpenApiRoutes(nlohmann::json paths) : paths_(std::move(paths)) {}
+  bool Has(const OpenApiRoute& route) const;
+  // Those of `needed` it lacks, each as "METHOD /path", in order.
+  std::vector<std::string> Missing(const std::vector<OpenApiRoute>& needed) const;
+
+ private:
+  nlohmann::json paths_;
+};
+
+// The server's document, or nullopt where it serves none (HTTP 404: FastAPI with its docs turned
+// off, or a proxy that hides them), where each route answers for itself when it is called.
+// FAILED_PRECONDITION where it answers anything else that is not a document: what the server is
+// cannot be told. `url` names the engine in errors.
+absl::StatusOr<std::optional<OpenApiRoutes>> ReadOpenApiRoutes(const EngineHttp& http,
+                                                               const std::string& url,
+                                                               absl::Duration timeout);
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_OPENAPI_ROUTES_H_
