@@ -403,22 +403,25 @@ class Client:
         for ref, key in callers:
             t = ref() if ref is not None else None
             if t is not None:
-                # Keyed by the weak reference itself (hashed while its tensor lives), so a
-                # death removes its own entry.
-                self._watched[weakref.ref(t, died)] = key
+                # Keyed by the weak reference's id (a tensor compares elementwise, so the
+                # reference itself cannot be a key), so a death removes its own entry.
+                w = weakref.ref(t, died)
+                self._watched[id(w)] = (w, key)
 
     def _tensor_died(self, ref):
         """A caller's tensor of a held storage died: that storage may now be held by nothing
         else."""
         with self._hold_lock:
-            key = self._watched.pop(ref, None)
-        if key is not None:
-            self._let_go_of_dropped(key)
+            entry = self._watched.pop(id(ref), None)
+        if entry is not None:
+            # Its callback runs before the dying tensor lets go of its storage.
+            self._let_go_of_dropped(entry[1], dying=1)
 
-    def _let_go_of_dropped(self, key=None):
+    def _let_go_of_dropped(self, key=None, dying=0):
         """release_sources() once a held storage is held by nothing else (its one reference is
-        the held storage object's own): the one at address `key` (a caller's tensor of it died),
-        or any (None: a push ended). Never while a push runs (it ends with a check), at
+        the held storage object's own, plus `dying`: the tensor whose death called this still
+        holds it): the one at address `key` (a caller's tensor of it died), or any (None: a push
+        ended). Never while a push runs (it ends with a check), at
         interpreter exit, or again after a failed release until the next push."""
         if sys.is_finalizing():
             return
@@ -430,7 +433,7 @@ class Client:
             use_count = torch._C._storage_Use_Count
             if key is not None:
                 storage = self._held_sources.get(key)
-                dropped = storage is not None and use_count(storage._cdata) <= 1
+                dropped = storage is not None and use_count(storage._cdata) <= 1 + dying
             else:
                 dropped = any(use_count(s._cdata) <= 1 for s in self._held_sources.values())
             if not dropped:
