@@ -96,6 +96,18 @@ class HttpHabitsTest(HostWsyncdCase):
                                          f"{kind} round {round_} rank {rank} {item[0]}")
                 time.sleep(pause_s)
 
+    def refusal_at_formation(self, kind, port):
+        """Creates a group of `kind` over the engine on `port` and returns why it was refused:
+        by create-group, or (a group that forms at its first update) by that first push."""
+        out = self.ctl("create-group", kind, "--kind", kind, "--transport", "broadcast",
+                       "--engine", f"http://127.0.0.1:{port}#2")
+        if out.returncode != 0:
+            return out.stderr
+        with self.assertRaises(wsync.WsyncError) as e:
+            with wsync.Client("unix:" + self.sock) as client:
+                client.push(model(1), version="v1", group=kind)
+        return e.exception.message
+
     def each_kind(self, *habit):
         for kind in KINDS:
             with self.subTest(kind=kind):
@@ -178,15 +190,7 @@ class SglangRoutesTest(HttpHabitsTest):
 
     def test_a_server_without_a_route_every_update_calls_is_refused_before_any_byte(self):
         port = self.engine("sglang", "--missing-route", "/flush_cache")
-        out = self.ctl("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
-                       "--engine", f"http://127.0.0.1:{port}#2")
-        refusal = out.stderr
-        if out.returncode == 0:
-            # The group forms at its first update: the push is refused instead.
-            with self.assertRaises(wsync.WsyncError) as e:
-                with wsync.Client("unix:" + self.sock) as client:
-                    client.push(model(1), version="v1", group="sglang")
-            refusal = e.exception.message
+        refusal = self.refusal_at_formation("sglang", port)
         self.assertIn("(SGLang 0.5.6): its OpenAPI document lists no POST /flush_cache", refusal)
         ranks = self.checksums(port)["ranks"]
         self.assertTrue(all(tensors == {} for tensors in ranks.values()), ranks)
@@ -201,14 +205,7 @@ class VllmRoutesTest(SglangRoutesTest):
         # /finish_weight_update is called only after the last bucket: without the document's
         # word, every byte would land and then the commit fail.
         port = self.engine("vllm", "--missing-route", "/finish_weight_update")
-        out = self.ctl("create-group", "vllm", "--kind", "vllm", "--transport", "broadcast",
-                       "--engine", f"http://127.0.0.1:{port}#2")
-        refusal = out.stderr
-        if out.returncode == 0:
-            with self.assertRaises(wsync.WsyncError) as e:
-                with wsync.Client("unix:" + self.sock) as client:
-                    client.push(model(1), version="v1", group="vllm")
-            refusal = e.exception.message
+        refusal = self.refusal_at_formation("vllm", port)
         self.assertIn("its OpenAPI document lists no POST /finish_weight_update, which every "
                       "update of this group calls: refused before any byte is sent", refusal)
         state = self.checksums(port)
