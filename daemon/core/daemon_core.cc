@@ -118,28 +118,25 @@ absl::StatusOr<size_t> DaemonCore::ReleaseSources(const std::string& session_id)
     return absl::FailedPreconditionError(
         "an update of this session is running; release its sources after it ends");
   }
-  std::shared_ptr<SourceTable> table;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = source_tables_.find(session_id);
-    if (it == source_tables_.end()) return 0;
-    table = std::move(it->second);
-    source_tables_.erase(it);
-  }
+  std::shared_ptr<SourceTable> table = TakeSourceTable(session_id);
+  if (table == nullptr) return 0;
   const size_t closed = table->mapped();
   WSYNC_LOG(Info, "session ", session_id, ": released ", closed, " trainer allocation mapping(s)");
   return closed;
 }
 
+std::shared_ptr<SourceTable> DaemonCore::TakeSourceTable(const std::string& session_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = source_tables_.find(session_id);
+  if (it == source_tables_.end()) return nullptr;
+  std::shared_ptr<SourceTable> table = std::move(it->second);
+  source_tables_.erase(it);
+  return table;
+}
+
 void DaemonCore::CloseSourcesAfterUpdate(const std::string& session_id) {
-  std::shared_ptr<SourceTable> table;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = source_tables_.find(session_id);
-    if (it == source_tables_.end()) return;
-    table = std::move(it->second);
-    source_tables_.erase(it);
-  }
+  std::shared_ptr<SourceTable> table = TakeSourceTable(session_id);
+  if (table == nullptr) return;
   // The last reference: the mappings close here, the buckets that read them being done.
   if (table->mapped() > 0) {
     WSYNC_LOG(Debug, "session ", session_id, ": closed ", table->mapped(),

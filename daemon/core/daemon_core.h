@@ -171,6 +171,9 @@ class DaemonCore {
   // A colocated update ended: the pull-mode mappings of `session_id` close before its trainer
   // hears the result.
   void CloseSourcesAfterUpdate(const std::string& session_id);
+  // Removes the session's pull-mode mappings from the table (null: none); they close when the
+  // returned table and every bucket still reading them are gone.
+  std::shared_ptr<SourceTable> TakeSourceTable(const std::string& session_id);
   void ReapLoop();
   // PERMISSION_DENIED naming the engine and engine_networks unless every engine's host is in it.
   absl::Status CheckEngineNetworks(const GroupSpec& spec) const;
