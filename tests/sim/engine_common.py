@@ -223,6 +223,17 @@ def serve(handler, args, banner):
     """Serves `handler` on 127.0.0.1:--port until SIGTERM, its answers delivered as the flags
     say."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # A server dies with whatever started it (a test, a step script): a test that crashes or is
+    # stopped by a sanitizer never stops its engines, and an engine left running keeps the test
+    # runner's output pipe open, so the runner waits on it until its own timeout.
+    parent = os.getppid()
+
+    def exit_with_parent():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     handler.delivery = Delivery()
     handler.delivery.from_flags(args)
     if args.http10:
