@@ -6,9 +6,10 @@ buckets over the broadcast, and every update must commit with every rank holding
 bytes: wsyncd learns how each server treats a connection and re-sends only what a closing server
 never read.
 
-SglangRoutesTest: a server without /update_weight_version takes the version on the last bucket; one
-whose label route fails commits with a warning (result, log, metric); one without a route every
-update calls is refused at formation, before any byte.
+SglangRoutesTest: the label and the cache flush ride on the last bucket; a server without
+/update_weight_version takes the version there too; one that ignores it there and whose label route
+fails commits with a warning (result, log, metric); one without a route every update calls is
+refused at formation, before any byte.
 
 Usage: server_quirks_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_ENGINE
                            VLLM_ENGINE LMDEPLOY_ENGINE IDLE_CLOSING_PROXY
@@ -171,8 +172,23 @@ class SglangRoutesTest(HttpHabitsTest):
             self.assertEqual(self.checksums(port)["weight_version"], f"v{round_}")
         self.assertIn("serves no /update_weight_version", self.wsyncd_log())
 
+    def test_the_label_and_the_flush_ride_on_the_last_bucket(self):
+        # As SGLang's own trainers send them: the commit then only resumes generation.
+        port = self.engine("sglang")
+        self.ctl_ok("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
+                 "--engine", f"http://127.0.0.1:{port}#2")
+        for round_ in (1, 2):
+            result = self.push(port, f"v{round_}", round_)
+            self.assertEqual(result["engines"][0]["warnings"], [])
+            state = self.checksums(port)
+            self.assertEqual(state["weight_version"], f"v{round_}")
+            self.assertEqual(state["request_flushes"], round_, "the last bucket's, only")
+            self.assertEqual(state["route_calls"], {})
+
     def test_a_label_route_that_fails_leaves_the_update_committed_with_a_warning(self):
-        port = self.engine("sglang", "--fail-route", "/update_weight_version")
+        # A build that ignores the label in update requests: the commit sets it.
+        port = self.engine("sglang", "--fail-route", "/update_weight_version",
+                           "--label-in-request-ignored")
         self.ctl_ok("create-group", "sglang", "--kind", "sglang", "--transport", "broadcast",
                  "--engine", f"http://127.0.0.1:{port}#2")
         result = self.push(port, "v1", 1)
@@ -197,6 +213,7 @@ class SglangRoutesTest(HttpHabitsTest):
 
 
 class VllmRoutesTest(SglangRoutesTest):
+    test_the_label_and_the_flush_ride_on_the_last_bucket = None
     test_a_server_without_the_version_route_takes_the_version_on_the_last_bucket = None
     test_a_label_route_that_fails_leaves_the_update_committed_with_a_warning = None
     test_a_server_without_a_route_every_update_calls_is_refused_before_any_byte = None

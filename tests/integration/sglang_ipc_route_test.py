@@ -67,9 +67,12 @@ class MapOnceRouteTest(RouteFixture):
             self.assertEqual(state["stream_maps"], [n])
             self.assertEqual(state["post_hooks"], [n])
         self.assertEqual(state["updates_received"], buckets, "one metadata frame per bucket")
-        # The cache is flushed once, at the commit, not by the route (whose default is true).
-        self.assertEqual(state["ipc_route_bodies"], [{"flush_cache": False}] * 3)
-        self.assertEqual(state["flushes_by_route"], 0)
+        # The update's one request carries the label and the cache flush, so the commit sends
+        # neither on its own.
+        self.assertEqual(state["ipc_route_bodies"],
+                         [{"flush_cache": True, "weight_version": v} for v in ("v1", "v2", "v3")])
+        self.assertEqual(state["request_flushes"], 3)
+        self.assertEqual(state["route_calls"], {})
         self.assertIn("ipc stream (map once)", self.ctl("engines").stdout)
         self.assertFalse(state["paused"])
 

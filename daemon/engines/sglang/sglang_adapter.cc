@@ -1,5 +1,8 @@
 #include "daemon/engines/sglang/sglang_adapter.h"
 
+#include <utility>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -107,12 +110,22 @@ std::vector<std::string> SglangAdapter::NeededRoutes() const {
   return routes;
 }
 
+bool SglangAdapter::FlushRidesLocked() const {
+  return memory_ != SglangMemory::kResume && !sessions_;
+}
+
 void SglangAdapter::LabelRequest(const std::string& version, bool last,
                                  nlohmann::json* body) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (version_route_ != false || !last) return;
+  if (!last) return;
   (*body)["weight_version"] = version;
-  label_sent_ = true;
+  last_bucket_ = LastBucket{true, FlushRidesLocked(), false};
+  if (last_bucket_.flush_sent) (*body)["flush_cache"] = true;
+}
+
+SglangAdapter::LastBucket SglangAdapter::TakeLastBucket() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(last_bucket_, LastBucket{});
 }
 
 std::vector<std::string> SglangAdapter::TakeCommitWarnings() {
@@ -122,14 +135,15 @@ std::vector<std::string> SglangAdapter::TakeCommitWarnings() {
   return taken;
 }
 
-void SglangAdapter::RecordVersionLabel(const UpdateInfo& update) {
-  bool in_request, sent;
+void SglangAdapter::RecordVersionLabel(const UpdateInfo& update, const LastBucket& last) {
+  // The server said, answering the last bucket, that it recorded the label.
+  if (last.label_sent && last.label_taken) return;
+  bool in_request;
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_request = version_route_ == false;
-    sent = label_sent_;
-    label_sent_ = false;
   }
+  const bool sent = last.label_sent;
   std::string warning;
   if (in_request) {
     if (!sent) {
@@ -326,7 +340,7 @@ absl::Status SglangAdapter::BeginUpdate(const UpdateInfo& update) {
   {
     // A label an aborted update's last bucket carried says nothing of this one.
     std::lock_guard<std::mutex> lock(mu_);
-    label_sent_ = false;
+    last_bucket_ = LastBucket{};
   }
   WSYNC_RETURN_IF_ERROR(ResumeWeights());
   bool sessions;
@@ -384,7 +398,7 @@ absl::Status SglangAdapter::ResumeKvCache() {
 void SglangAdapter::AbandonUpdate() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    label_sent_ = false;
+    last_bucket_ = LastBucket{};
   }
   if (absl::Status ended = EndSession(); !ended.ok()) {
     WSYNC_LOG(Warning, "engine ", endpoint_.url,
@@ -420,9 +434,20 @@ absl::Status SglangAdapter::ResumeGeneration() {
 }
 
 absl::Status SglangAdapter::CheckBucketReply(const HttpReply& reply) const {
-  // Both bucket routes answer {"success", "message"}.
+  // Every bucket route answers {"success", "message"}.
   if (path_ == nullptr) return absl::InternalError("no data path was picked");
-  return http_.ExpectSuccess(path_->bucket_path(), reply).status();
+  WSYNC_ASSIGN_OR_RETURN(const nlohmann::json answer,
+                         http_.ExpectSuccess(path_->bucket_path(), reply));
+  // SGLang records a request's weight_version only once the request succeeded, and then appends
+  // this to its message; a build that ignores the field says nothing of it.
+  const nlohmann::json& message =
+      answer.is_object() && answer.contains("message") ? answer["message"] : nlohmann::json();
+  if (message.is_string() &&
+      absl::StrContains(message.get<std::string>(), "Weight version updated to")) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_bucket_.label_sent) last_bucket_.label_taken = true;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
@@ -431,15 +456,20 @@ absl::Status SglangAdapter::FinishUpdate(const UpdateInfo& update) {
   // update that may not come. The first failure is the update's. The session ends first (the
   // server may finish loading there); if it cannot, the version is not recorded. The label never
   // fails the update: the weights are in (RecordVersionLabel warns instead).
+  const LastBucket last = TakeLastBucket();
   absl::Status first = EndSession();
-  if (first.ok()) RecordVersionLabel(update);
+  if (first.ok()) RecordVersionLabel(update, last);
   // The KV cache is back before it is flushed and generation resumes; without it the engine
   // cannot generate, so it stays paused.
   absl::Status kv = ResumeKvCache();
   if (!kv.ok()) return first.ok() ? kv : first;
+  // The last bucket's request flushed the cache if its answer, which also says the label was
+  // recorded, came back a success; a server that ignored both is flushed here.
   // /flush_cache answers plain text, not {"success"}: its status says it all.
   absl::Status flushed =
-      http_.PostExpectStatus("/flush_cache", nlohmann::json::object(), timeouts_.control);
+      last.flush_sent && last.label_taken
+          ? absl::OkStatus()
+          : http_.PostExpectStatus("/flush_cache", nlohmann::json::object(), timeouts_.control);
   if (first.ok()) first = flushed;
   absl::Status resumed = ResumeGeneration();
   return first.ok() ? resumed : first;

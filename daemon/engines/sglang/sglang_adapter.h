@@ -111,11 +111,26 @@ class SglangAdapter final : public EngineAdapter {
   // The routes every update of the group calls: refused at Probe when the OpenAPI document lacks
   // one.
   std::vector<std::string> NeededRoutes() const;
-  // Where the server serves no /update_weight_version: the version rides on the last bucket's
-  // request (SGLang's update requests take "weight_version"), when the trainer marked it.
+  // The last bucket's request (when the trainer marked it) carries what SGLang's own trainers
+  // send with it: the version's label ("weight_version", recorded by the server once the request
+  // succeeds, and said in its answer) and, where nothing must come between the load and the
+  // flush, the cache flush. Each then costs the commit no request of its own.
   void LabelRequest(const std::string& version, bool last, nlohmann::json* body) const;
-  // Sets the version's label after the commit, or notes why it could not (a warning).
-  void RecordVersionLabel(const UpdateInfo& update);
+  // Whether the flush may ride on the last bucket: not where the KV cache is resumed at the commit
+  // (it is flushed once back) nor inside a weight-update session (the server may finish loading
+  // at its end).
+  bool FlushRidesLocked() const;
+  // What this update's last bucket carried, and what the server's answer to it said.
+  struct LastBucket {
+    bool label_sent = false;   // weight_version
+    bool flush_sent = false;   // flush_cache true
+    bool label_taken = false;  // the answer said the label was recorded
+  };
+  // This update's, reset for the next.
+  LastBucket TakeLastBucket();
+  // Sets the version's label after the commit unless the last bucket did, or notes why it could
+  // not (a warning).
+  void RecordVersionLabel(const UpdateInfo& update, const LastBucket& last);
   // After a label sent in the last bucket's request: a warning if the server reports another
   // weight_version (or cannot be asked), else "".
   std::string CheckLabelTaken(const std::string& version) const;
@@ -145,7 +160,7 @@ class SglangAdapter final : public EngineAdapter {
   bool documented_ = false;  // Probe read the routes from the server's OpenAPI document
   // Whether the server serves /update_weight_version (Probe; nullopt: not told, so it is asked).
   std::optional<bool> version_route_;
-  mutable bool label_sent_ = false;           // this update's last bucket carried weight_version
+  mutable LastBucket last_bucket_;            // this update's
   std::vector<std::string> commit_warnings_;  // since the last TakeCommitWarnings
   bool session_open_ = false;                 // begun and not yet ended (or its end failed)
 };

@@ -43,8 +43,7 @@ nlohmann::json SglangBroadcastBinding::BucketBody(const BucketManifest& manifest
 absl::StatusOr<EngineRequest> SglangBroadcastBinding::BucketRequest(
     const BucketManifest& manifest, const std::string& group_name,
     const BucketContext& context) const {
-  // The version is recorded once, at commit (/update_weight_version), not on a bucket; a server
-  // without that route takes it on the last bucket.
+  // The label and the cache flush ride on the last bucket only (SglangAdapter::LabelRequest).
   nlohmann::json body = BucketBody(manifest, group_name, adapter_.format_, adapter_.sessions());
   adapter_.LabelRequest(context.version, context.last, &body);
   return EngineRequest{bucket_path(), body.dump()};

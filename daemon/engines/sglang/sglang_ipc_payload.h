@@ -19,8 +19,8 @@ namespace wsync {
 // view's whole allocation as one storage, so the rank maps a slot once and every later bucket of it
 // reuses the mapping. With load_format "flattened_bucket" a rank gets one uint8 tensor of the
 // bucket's bytes and FlattenedTensorMetadata in bytes (the receiver since PR #13413); with null,
-// a list of (name, tensor) views in their own dtypes. The version is recorded at commit, and
-// caches are flushed then, so every bucket says flush_cache false.
+// a list of (name, tensor) views in their own dtypes. Every bucket says flush_cache false: the
+// label and the flush ride on the last one only (SglangAdapter::LabelRequest).
 absl::StatusOr<nlohmann::json> SglangIpcBucketBody(const BucketManifest& manifest,
                                                    const std::vector<IpcBucketView>& ranks,
                                                    BucketFormat format);

@@ -25,9 +25,10 @@ absl::StatusOr<EngineRequest> SglangIpcStreamBinding::StreamRequest(
     }
     handles[key] = rank.address;
   }
-  // flush_cache defaults to true on this route: the flush waits for the commit.
+  // flush_cache defaults to true on this route; the adapter says whether it rides on this request.
   nlohmann::json body = {{"zmq_handles", std::move(handles)}, {"flush_cache", false}};
-  // Answered once every weight is in: the one request of the update is its last.
+  // Answered once every weight is in: the one request of the update is its last, and carries the
+  // label (and the flush) as the last bucket does.
   adapter_.LabelRequest(update.version, /*last=*/true, &body);
   return EngineRequest{bucket_path(), body.dump()};
 }

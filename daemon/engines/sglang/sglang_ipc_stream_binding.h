@@ -9,8 +9,9 @@
 namespace wsync {
 
 // SGLang's colocated map-once receive (ipc_route "ipc"): one POST /update_weights_from_ipc
-// {zmq_handles: {"GPU-<uuid>": address}, flush_cache: false} opens the update; each TP rank then
-// takes the buckets on its own socket. The version is recorded and the cache flushed at commit.
+// {zmq_handles: {"GPU-<uuid>": address}, weight_version, flush_cache} opens the update; each TP
+// rank then takes the buckets on its own socket. The request is the update's last, so it carries
+// the label and the flush (SglangAdapter::LabelRequest).
 class SglangIpcStreamBinding final : public IpcStreamBinding, public SglangIpcPath {
  public:
   explicit SglangIpcStreamBinding(SglangAdapter& adapter) : SglangIpcPath(adapter) {}

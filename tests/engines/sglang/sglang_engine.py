@@ -22,7 +22,9 @@ docs/engines/sglang.md.
   "GPU-<its uuid>" in zmq_handles (missing: 400) and runs checkpoint-engine's worker
   (tests/sim/checkpoint_engine_worker.py, generation --ce-worker) on a REP socket there, in its
   own process as SGLang's scheduler processes do; the request answers 200 once every rank is
-  done, or 400 with the first failure; flush_cache defaults to true.
+  done, or 400 with the first failure. On every update route flush_cache defaults to true, and a
+  request that succeeds with weight_version records it and says "Weight version updated to V."
+  in its message, as SGLang does (--label-in-request-ignored: an older build that does neither).
 - --sessions: a session build. POST /begin_weight_update {"selector"} and /end_weight_update
   exist (GET on them: 405); an update outside a session, or a begin while one is open, kills
   the process (the scheduler's assert).
@@ -33,7 +35,8 @@ docs/engines/sglang.md.
 - GET /sim/checksums: weight_version, ranks (CRC-32 per tensor, by global rank), digests,
   updates_received (update requests, and on the map-once route rank 0's buckets), paused, group,
   ipc_opens, stream_maps, post_hooks, offload_tags, memory_calls, ipc_route_bodies,
-  flushes_by_route, session_open, session_log, last_error, master_port, max_waiting_requests.
+  request_flushes (successful update requests that flushed), route_calls (POSTs to /flush_cache
+  and /update_weight_version), session_open, session_log, last_error, master_port, max_waiting_requests.
   POST /sim/knobs (its answer: the knobs and updates_received): fail_update_at,
   hang_update_at, die_at_update (the n-th update, from 0; on the map-once route the n-th bucket)
   and stranger_at_update, the delivery knobs (oversize_routes, oversize_mib, trickle_routes,
@@ -146,7 +149,8 @@ class Engine:
         self.offload_tags = set()  # released by release_memory_occupation, not yet resumed
         self.memory_calls = []
         self.ipc_route_bodies = []
-        self.flushes_by_route = 0
+        self.request_flushes = 0  # successful update requests that flushed the cache
+        self.route_calls = {}  # POST /flush_cache and /update_weight_version: how many
         self.last_error = ""
         # POST /sim/knobs sets these; the flags of the same names set them at start.
         self.knobs = {"fail_update_at": args.fail_update_at,
@@ -171,8 +175,8 @@ class Engine:
                     "offload_tags": sorted(self.offload_tags),
                     "memory_calls": list(self.memory_calls),
                     "ipc_route_bodies": list(self.ipc_route_bodies),
-                    "flushes_by_route": self.flushes_by_route,
-                    "route_flushes": self.flushes_by_route,
+                    "request_flushes": self.request_flushes,
+                    "route_calls": dict(self.route_calls),
                     "session_open": self.session_open, "session_log": list(self.session_log),
                     "memory": self.args.memory, "last_error": self.last_error}
 
@@ -189,6 +193,20 @@ def session_guard(e, body):
                   flush=True)
             os._exit(6)
         e.session_log.append(f"update selector={body.get('selector', '(none)')}")
+
+
+def took_request(body, message):
+    """After an update request succeeded, what SGLang does with its flush_cache (default true) and
+    weight_version: flushes the cache, records the label and says so in `message` (a build that
+    ignores the field, --label-in-request-ignored, does neither of the last two)."""
+    e = ENGINE
+    with e.state:
+        if body.get("flush_cache", True):
+            e.request_flushes += 1
+        if body.get("weight_version") is not None and not e.args.label_in_request_ignored:
+            e.weight_version = body["weight_version"]
+            message += f" Weight version updated to {body['weight_version']}."
+    return message
 
 
 def outcome(results, ok_message):
@@ -292,6 +310,9 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             e.paused = False
             return self.reply(200, {"message": "Generation continued successfully.",
                                     "status": "ok"})
+        if path in ("/update_weight_version", "/flush_cache"):
+            with e.state:
+                e.route_calls[path] = e.route_calls.get(path, 0) + 1
         if path == "/update_weight_version":
             if "new_version" not in body:
                 return self.reply(400, {"success": False, "message": "new_version is required"})
@@ -417,11 +438,11 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return 400, {"success": False, "message": f"group '{name}' is not initialized"}
         res = e.ranks.all("update", dict(body, corrupt_tensor=e.knobs["corrupt_tensor"],
                                          die_midway=index == e.knobs["die_at_update"]))
+        message = "Succeeded to update parameter online from distributed."
         if all(ok for ok, _ in res):
             time.sleep(delay)  # load_weights' own time
-            if isinstance(body.get("weight_version"), str):
-                e.weight_version = body["weight_version"]
-        return outcome(res, "Succeeded to update parameter online from distributed.")
+            message = took_request(body, message)
+        return outcome(res, message)
 
     def destroy_group(self, body):
         """Behind the updates that came before it: their receives use the group's ranks."""
@@ -488,10 +509,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 e.last_error = bad[0]
             return self.reply(400, {"success": False,
                                     "message": f"Failed to update weights: {bad[0]}"})
-        if isinstance(body.get("weight_version"), str):
-            with e.state:
-                e.weight_version = body["weight_version"]
-        self.reply(200, {"success": True, "message": "Succeeded to update parameter online."})
+        self.reply(200, {"success": True,
+                         "message": took_request(body, "Succeeded to update parameter online.")})
 
     def update_from_ipc(self, body):
         e = ENGINE
@@ -519,12 +538,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             with e.state:
                 e.last_error = bad[0]
             return self.reply(400, {"success": False, "message": bad[0]})
-        with e.state:
-            if body.get("flush_cache", True):
-                e.flushes_by_route += 1
-            if body.get("weight_version") is not None:
-                e.weight_version = body["weight_version"]
-        self.reply(200, {"success": True, "message": "IPC weight update completed successfully"})
+        self.reply(200, {"success": True, "message": took_request(
+            body, "IPC weight update completed successfully")})
 
 
 def main():
@@ -557,6 +572,9 @@ def main():
                     help="the Nth update (0-based) never answers and never receives")
     ap.add_argument("--answer-delay-ms", type=int, default=0,
                     help="time a broadcast update takes after receiving, as load_weights does")
+    ap.add_argument("--label-in-request-ignored", action="store_true",
+                    help="an older build: weight_version in update requests is neither recorded "
+                         "nor mentioned in the answer")
     ap.add_argument("--weights-checker", action="store_true",
                     help='serve POST /weights_checker {"action": "checksum"}')
     args = ap.parse_args()

@@ -259,6 +259,79 @@ TEST(SglangSessionsTest, AServerThatIgnoresTheLabelInItsRequestIsNamedAtTheCommi
   }
 }
 
+// The answer SGLang gives a request that succeeded, with or without the words it appends once it
+// recorded the request's weight_version.
+HttpReply BucketAnswer(const std::string& version) {
+  std::string message = "Succeeded to update parameter online from distributed.";
+  if (!version.empty()) absl::StrAppend(&message, " Weight version updated to ", version, ".");
+  return HttpReply{200, nlohmann::json{{"success", true}, {"message", message}}.dump(),
+                   "application/json"};
+}
+
+TEST(SglangSessionsTest, TheLabelAndTheFlushRideOnTheLastBucketAndTheCommitOnlyResumes) {
+  SessionServer server(/*sessions=*/false, /*docs=*/true);
+  SglangAdapter adapter = AdapterFor(server);
+  ASSERT_TRUE(adapter.Probe().ok());
+  BucketManifest manifest;
+  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  auto* binding = BroadcastBindingOf(adapter).value();
+  auto first = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 0, false});
+  auto last = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 1, true});
+  ASSERT_TRUE(first.ok() && last.ok());
+  EXPECT_EQ(nlohmann::json::parse(first->json_body)["flush_cache"], false);
+  EXPECT_FALSE(nlohmann::json::parse(first->json_body).contains("weight_version"));
+  EXPECT_EQ(nlohmann::json::parse(last->json_body)["flush_cache"], true);
+  EXPECT_EQ(nlohmann::json::parse(last->json_body)["weight_version"], "v1");
+  ASSERT_TRUE(adapter.CheckBucketReply(BucketAnswer("")).ok());
+  ASSERT_TRUE(adapter.CheckBucketReply(BucketAnswer("v1")).ok());
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());
+  EXPECT_TRUE(adapter.TakeCommitWarnings().empty());
+  EXPECT_THAT(server.calls(), ElementsAre("/continue_generation {}"));
+
+  // An answer that does not say the label was recorded (a build that ignores the field): the
+  // commit labels and flushes through the routes, as without a marked last bucket.
+  ASSERT_TRUE(binding->BucketRequest(manifest, "g", BucketContext{"u2", "v2", 0, true}).ok());
+  ASSERT_TRUE(adapter.CheckBucketReply(BucketAnswer("")).ok());
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u2", "v2"}).ok());
+  EXPECT_THAT(server.calls(), ElementsAre("/continue_generation {}",
+                                          "/update_weight_version "
+                                          "{\"abort_all_requests\":false,\"new_version\":\"v2\"}",
+                                          "/flush_cache {}", "/continue_generation {}"));
+  // What an update carried is its own: a next one whose last bucket was never sent rides
+  // nothing.
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u3", "v3"}).ok());
+  EXPECT_THAT(server.calls().back(), "/continue_generation {}");
+  EXPECT_THAT(server.calls()[server.calls().size() - 2], "/flush_cache {}");
+}
+
+TEST(SglangSessionsTest, InsideASessionTheFlushWaitsForTheCommit) {
+  // The server may finish loading at the session's end: the cache is flushed after it.
+  SessionServer server(/*sessions=*/true, /*docs=*/true);
+  SglangAdapter adapter = AdapterFor(server);
+  ASSERT_TRUE(adapter.Probe().ok());
+  ASSERT_TRUE(adapter.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
+  BucketManifest manifest;
+  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  auto last = BroadcastBindingOf(adapter).value()->BucketRequest(
+      manifest, "g", BucketContext{"u1", "v1", 0, true});
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(nlohmann::json::parse(last->json_body)["flush_cache"], false);
+  EXPECT_EQ(nlohmann::json::parse(last->json_body)["weight_version"], "v1");
+  ASSERT_TRUE(adapter.CheckBucketReply(BucketAnswer("v1")).ok());
+  ASSERT_TRUE(adapter.FinishUpdate(UpdateInfo{"u1", "v1"}).ok());
+  EXPECT_THAT(server.calls(),
+              ElementsAre("/begin_weight_update {\"selector\":\"all\"}", "/end_weight_update {}",
+                          "/flush_cache {}", "/continue_generation {}"));
+  // Nor where the KV cache is resumed at the commit: it is flushed once it is back.
+  SglangAdapter resuming(
+      EngineEndpoint{server.url(), 1, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+      SglangOptions(BucketFormat::kFlattened, SglangMemory::kResume), kBroadcastDataPath);
+  auto resumed = BroadcastBindingOf(resuming).value()->BucketRequest(
+      manifest, "g", BucketContext{"u1", "v1", 0, true});
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(nlohmann::json::parse(resumed->json_body)["flush_cache"], false);
+}
+
 TEST(SglangSessionsTest, AVersionRouteThatFailsWarnsAndTheUpdateStillCommits) {
   SessionServer server(/*sessions=*/false, /*docs=*/true);
   server.Fail("/update_weight_version");

@@ -171,13 +171,14 @@ TEST(SglangIpcRouteTest, TheRoutePicksTheDataPathAndTheOpeningRequestNamesEachRa
       UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc:///tmp/a.sock"}, {"bbbb-2", "ipc:///tmp/b.sock"}});
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->path, "/update_weights_from_ipc");
-  // SGLang looks a rank up as "GPU-" + torch's UUID text; the route flushes by default, and
-  // wsyncd flushes once, at the commit.
+  // SGLang looks a rank up as "GPU-" + torch's UUID text; the update's one request carries its
+  // label and the cache flush, as a last bucket does.
   EXPECT_EQ(
       nlohmann::json::parse(request->json_body),
       (nlohmann::json{{"zmq_handles",
                        {{"GPU-aaaa-1", "ipc:///tmp/a.sock"}, {"GPU-bbbb-2", "ipc:///tmp/b.sock"}}},
-                      {"flush_cache", false}}));
+                      {"flush_cache", true},
+                      {"weight_version", "v1"}}));
   auto same_gpu = IpcStreamBindingOf(adapter).value()->StreamRequest(
       UpdateInfo{"u1", "v1"}, {{"aaaa-1", "ipc:///tmp/a.sock"}, {"aaaa-1", "ipc:///tmp/b.sock"}});
   EXPECT_EQ(same_gpu.status().code(), absl::StatusCode::kInvalidArgument);
