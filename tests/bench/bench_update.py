@@ -7,8 +7,12 @@ same run on the same GPUs and NCCL:
                of its receives (POST /bench/receive): the wire's limit for those bytes and sizes.
   data plane   wsync with receivers that post their receives at once (engine in data-plane mode),
                so only trainer copy -> slot -> checksum -> NCCL is measured.
-  torch-direct the trainer process itself is rank 0 and does what XTuner/SGLang trainers do: per
-               bucket, torch.cat into a flat uint8 bucket, post the HTTP update, broadcast, wait.
+  torch-direct the trainer process itself is rank 0 and runs an update as slime's distributed
+               updater does (the peers' design): pause every engine and flush its cache, then
+               per bucket torch.cat into a flat uint8 bucket, post the HTTP update (labelled
+               with the version), broadcast, wait; then resume the engines. Its buckets alone
+               (without those three requests, as this table had it before 2026-11-28) are timed
+               beside it and noted under each slot size.
   wsync        the trainer pushes through wsyncd (Python client, CUDA IPC slots), which posts the
                engine's HTTP updates and broadcasts as rank 0, pipelined.
 
@@ -112,6 +116,22 @@ def post(url, body, timeout=600):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read() or b"{}")
+
+
+def post_control(url, body):
+    """A control request (pause, flush, resume) whose answer's body is not read: /flush_cache
+    answers plain text."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        r.read()
+
+
+def post_control_all(urls, path):
+    """post_control on every engine at once, as the peers' trainers do (one Ray call each)."""
+    calls = [Async(post_control, url + path, {}) for url in urls]
+    for c in calls:
+        c.join()
 
 
 def post_all(urls, path, body):
@@ -225,19 +245,30 @@ def direct_group(args):
     return root.join()
 
 
-def torch_direct(args, pg, model, buckets):
+def torch_direct(args, pg, model, buckets, version, steps=True):
+    """One update as slime's distributed updater runs it (update_weights in
+    slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py): pause every
+    engine and flush its cache, then the buckets, each labelled with the version, then resume.
+    Without `steps`, the buckets alone."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    if steps:
+        post_control_all(args.engines, "/pause_generation")
+        post_control_all(args.engines, "/flush_cache")
     for b in buckets:
         flat = torch.cat([model[i][1].view(-1).view(torch.uint8) for i in b])
         body = {"names": [model[i][0] for i in b], "dtypes": ["bfloat16"] * len(b),
                 "shapes": [list(model[i][1].shape) for i in b], "group_name": "direct",
                 "load_format": "flattened_bucket", "flush_cache": False}
+        if steps:
+            body["weight_version"] = version
         answer = Async(post_all, args.engines, "/update_weights_from_distributed", body)
         dist.broadcast(flat, src=0, group=pg)
         if not all(a.get("success") for a in answer.join()):
             raise RuntimeError("torch-direct update failed")
     torch.cuda.synchronize()
+    if steps:
+        post_control_all(args.engines, "/continue_generation")
     return time.perf_counter() - t0
 
 
@@ -454,9 +485,15 @@ def main():
         row["one_process_s"] = statistics.median(one[1:])
         note(f"{slot_text}: one-process pipelined copy+broadcast {[round(s, 4) for s in one]} s")
         del bufs
-        direct = [torch_direct(args, pg, model, buckets) for _ in range(args.runs + 1)]
+        # The whole update and its buckets alone, alternately.
+        direct, bare = [], []
+        for r in range(args.runs + 1):
+            direct.append(torch_direct(args, pg, model, buckets, f"direct-{r}"))
+            bare.append(torch_direct(args, pg, model, buckets, "", steps=False))
         row["direct_s"] = statistics.median(direct[1:])
-        note(f"{slot_text}: torch-direct {[round(s, 3) for s in direct]} s")
+        row["direct_buckets_s"] = statistics.median(bare[1:])
+        note(f"{slot_text}: torch-direct {[round(s, 4) for s in direct]} s, its buckets alone "
+             f"{[round(s, 4) for s in bare]} s")
         # torch tears a group down with its peers: both sides at once.
         destroy = Async(post_all, args.engines, "/destroy_weights_update_group",
                         {"group_name": "direct"})
@@ -489,7 +526,9 @@ def main():
         print(f"#   {slot_text:>7} best: {best}; defaults' gaps per bucket: daemon "
               f"{row['daemon_ms_per_bucket']:.2f} ms, engine {row['engine_ms_per_bucket']:.2f} ms; "
               f"one process, copy beside broadcast: {one_g:.1f} GiB/s "
-              f"({one_g / ceiling_g:.2f} of ceiling)", flush=True)
+              f"({one_g / ceiling_g:.2f} of ceiling); torch-direct's buckets alone "
+              f"{total / row['direct_buckets_s'] / GIB:.1f} GiB/s (defaults e2e "
+              f"{row['direct_buckets_s'] / configs['defaults']['wsync_s']:.2f}x that)", flush=True)
         rows.append(row)
         with open(os.path.join(args.out, "bench.json"), "w") as f:
             json.dump({"model": "Qwen2.5-7B shapes, bf16", "bytes": total,

@@ -7,8 +7,11 @@ bucket size, in the same run on the same GPU:
 
   ceiling   one device-to-device copy of the whole model (the engine's load alone): the least any
             path must do.
-  peers     what RL frameworks do today: per bucket, torch.cat into a fresh tensor, reduce_tensor
-            (a fresh IPC export), POST with load_format flattened_bucket, wait for the answer.
+  peers     what RL frameworks do today, as slime's tensor updater runs an update: pause the
+            engine and flush its cache; per bucket, torch.cat into a fresh tensor, reduce_tensor
+            (a fresh IPC export), POST with load_format flattened_bucket and the version, wait for
+            the answer; resume the engine. peers/buckets: its buckets alone (without the three
+            requests, as this table had it before 2026-11-28).
   defaults  push(state_dict, version, group) with nothing set, to a wsyncd with nothing set (the
             headline row, which the gates judge), the model in one flat buffer; the group's
             transport asks for pull mode, so wsyncd copies each bucket into a slot, or lets the
@@ -47,7 +50,7 @@ import urllib.request
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_update import free_port, note, own_state_environment, plan, post  # noqa: E402
+from bench_update import free_port, note, own_state_environment, plan, post, post_control  # noqa: E402,E501
 from bench_update import qwen25_7b_shapes  # noqa: E402
 
 GIB = 2**30
@@ -121,13 +124,19 @@ def fake_sglang_metadata_class():
     return FlattenedTensorMetadata
 
 
-def peers(engine_url, model, buckets, metadata_cls):
-    """Per bucket: cat into a fresh tensor, export it anew, POST, wait (the receive semantics of
-    SGLang's flattened_bucket, uint8 since PR #13413)."""
+def peers(engine_url, model, buckets, metadata_cls, version, steps=True):
+    """One update as slime's tensor updater runs it (update_weights in
+    slime/backends/megatron_utils/update_weight/update_weight_from_tensor.py): pause the engine
+    and flush its cache; per bucket cat into a fresh tensor, export it anew, POST (labelled with
+    the version), wait (the receive semantics of SGLang's flattened_bucket, uint8 since PR #13413);
+    resume. Without `steps`, the buckets alone."""
     from torch.multiprocessing.reductions import reduce_tensor
     import pickle
     torch.cuda.synchronize()
     t0 = time.perf_counter()
+    if steps:
+        post_control(engine_url + "/pause_generation", {})
+        post_control(engine_url + "/flush_cache", {})
     for b in buckets:
         flat = torch.cat([model[i][1].view(-1).view(torch.uint8) for i in b])
         meta, start = [], 0
@@ -146,13 +155,17 @@ def peers(engine_url, model, buckets, metadata_cls):
                 return fn, fn_args
 
         pickle.Pickler(buf, protocol=4).dump({"flattened_tensor": Reduced(), "metadata": meta})
-        answer = post(engine_url + "/update_weights_from_tensor",
-                      {"serialized_named_tensors": [base64.b64encode(buf.getvalue()).decode()],
-                       "load_format": "flattened_bucket", "flush_cache": False})
+        body = {"serialized_named_tensors": [base64.b64encode(buf.getvalue()).decode()],
+                "load_format": "flattened_bucket", "flush_cache": False}
+        if steps:
+            body["weight_version"] = version
+        answer = post(engine_url + "/update_weights_from_tensor", body)
         if not answer.get("success"):
             raise RuntimeError(f"peers' update failed: {answer}")
         del flat
     torch.cuda.synchronize()
+    if steps:
+        post_control(engine_url + "/continue_generation", {})
     return time.perf_counter() - t0
 
 
@@ -269,10 +282,16 @@ def main():
         slot = int(text[:-3]) * units[text[-3:]]
         buckets = plan(sizes, slot)
         row = {"size": text, "bytes": slot, "buckets": len(buckets), "designs": {}}
-        # The peers' design: median of the runs after one warm-up.
-        times = [peers(engine.url, model, buckets, metadata_cls) for _ in range(args.runs + 1)]
+        # The peers' design: median of the runs after one warm-up; the whole update and its
+        # buckets alone, alternately.
+        times, bare = [], []
+        for r in range(args.runs + 1):
+            times.append(peers(engine.url, model, buckets, metadata_cls, f"{text}-peers-{r}"))
+            bare.append(peers(engine.url, model, buckets, metadata_cls, "", steps=False))
         row["peers_s"] = statistics.median(times[1:])
         row["designs"]["peers"] = {"s": row["peers_s"], "ok": check_engine(engine.url, spot)}
+        row["designs"]["peers/buckets"] = {"s": statistics.median(bare[1:]),
+                                           "ok": check_engine(engine.url, spot)}
         for checksum in dict.fromkeys(c for _, c, _, _ in CONFIGS):
             daemon = Daemon(args, slot, checksum, engine.url, uuid, log)
             try:
