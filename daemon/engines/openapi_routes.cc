@@ -5,6 +5,16 @@
 
 namespace wsync {
 
+std::optional<OpenApiRoutes> OpenApiRoutes::FromReply(const HttpReply& reply) {
+  if (reply.status != 200) return std::nullopt;
+  nlohmann::json doc = nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object() || !doc.contains("openapi") || !doc.contains("paths") ||
+      !doc["paths"].is_object()) {
+    return std::nullopt;
+  }
+  return OpenApiRoutes(std::move(doc["paths"]));
+}
+
 bool OpenApiRoutes::Has(const OpenApiRoute& route) const {
   auto it = paths_.find(route.path);
   return it != paths_.end() && it->is_object() && it->contains(route.method);
@@ -25,15 +35,14 @@ absl::StatusOr<std::optional<OpenApiRoutes>> ReadOpenApiRoutes(const EngineHttp&
   auto reply = http.Get("/openapi.json", timeout);
   if (!reply.ok()) return reply.status();
   if (reply->status == 404) return std::nullopt;
-  nlohmann::json doc = nlohmann::json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
-  if (reply->status != 200 || !doc.is_object() || !doc.contains("paths") ||
-      !doc["paths"].is_object()) {
+  std::optional<OpenApiRoutes> routes = OpenApiRoutes::FromReply(*reply);
+  if (!routes.has_value()) {
     return absl::FailedPreconditionError(
         absl::StrCat(url, "/openapi.json answered HTTP ", reply->status,
                      " without an OpenAPI document, so the routes an update calls cannot be "
                      "checked before it"));
   }
-  return OpenApiRoutes(std::move(doc["paths"]));
+  return routes;
 }
 
 }  // namespace wsync

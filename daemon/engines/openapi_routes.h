@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/core/http_reply.h"
 #include "daemon/engines/http_json.h"
 #include "nlohmann/json.hpp"
 
@@ -19,13 +20,19 @@ struct OpenApiRoute {
   std::string path;
 };
 
-// The routes an engine's FastAPI server lists in its OpenAPI document (GET /openapi.json).
+// The routes an engine's FastAPI server lists in its OpenAPI document (GET /openapi.json). Every
+// adapter reads a server's routes through this one reader.
 class OpenApiRoutes {
  public:
   explicit OpenApiRoutes(nlohmann::json paths) : paths_(std::move(paths)) {}
+  // The routes of an answer to GET /openapi.json that is one (HTTP 200, a JSON object with
+  // "openapi" and a "paths" object); nullopt for any other answer, which each caller words.
+  static std::optional<OpenApiRoutes> FromReply(const HttpReply& reply);
   bool Has(const OpenApiRoute& route) const;
   // Those of `needed` it lacks, each as "METHOD /path", in order.
   std::vector<std::string> Missing(const std::vector<OpenApiRoute>& needed) const;
+  // How many paths the document lists.
+  size_t size() const { return paths_.size(); }
 
  private:
   nlohmann::json paths_;

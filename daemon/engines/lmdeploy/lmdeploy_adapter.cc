@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +11,7 @@
 #include "daemon/core/peer_text.h"
 #include "daemon/engines/lmdeploy/lmdeploy_broadcast_binding.h"
 #include "daemon/engines/lmdeploy/lmdeploy_ipc_binding.h"
+#include "daemon/engines/openapi_routes.h"
 
 namespace wsync {
 namespace {
@@ -20,18 +20,16 @@ constexpr char kOpenApiPath[] = "/openapi.json";
 // How much of an engine's answer the debug log keeps.
 constexpr size_t kLoggedBodyBytes = 300;
 
-// The routes an update cannot do without, as (method, path) in the OpenAPI document.
-constexpr std::pair<const char*, const char*> kRequiredRoutes[] = {
-    {"post", kLmdeployIpcBucketPath}, {"post", "/sleep"}, {"post", "/wakeup"}};
+// The routes an update cannot do without.
+const std::vector<OpenApiRoute>& RequiredRoutes() {
+  static const auto* routes = new std::vector<OpenApiRoute>{
+      {"post", kLmdeployIpcBucketPath}, {"post", "/sleep"}, {"post", "/wakeup"}};
+  return *routes;
+}
 
 void LogAnswer(const std::string& url, absl::string_view path, const HttpReply& reply) {
   WSYNC_LOG(Debug, url, path, " answered HTTP ", reply.status, ": ",
             SanitizePeerText(reply.body, kLoggedBodyBytes));
-}
-
-bool HasRoute(const nlohmann::json& paths, const char* method, const char* path) {
-  auto it = paths.find(path);
-  return it != paths.end() && it->is_object() && it->contains(method);
 }
 
 }  // namespace
@@ -85,31 +83,24 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const
     return absl::FailedPreconditionError(
         absl::StrCat(where, ": the engine refused the request", kNoDocs));
   }
-  const nlohmann::json doc = nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || !doc.contains("openapi") || !doc.contains("paths") ||
-      !doc["paths"].is_object()) {
+  const std::optional<OpenApiRoutes> routes = OpenApiRoutes::FromReply(reply);
+  if (!routes.has_value()) {
     LogAnswer(url, kOpenApiPath, reply);
     return absl::FailedPreconditionError(absl::StrCat(
         where, " with something that is not an OpenAPI document (no \"openapi\" and \"paths\")",
         kNoDocs));
   }
-  const nlohmann::json& paths = doc["paths"];
   // Named in wsyncd's own words: the document's route names are the engine's text, which an
   // error never carries (whatever answers at the URL may not be an engine at all).
-  std::vector<std::string> missing;
-  for (const auto& [method, path] : kRequiredRoutes) {
-    if (!HasRoute(paths, method, path)) {
-      missing.push_back(absl::StrCat(absl::AsciiStrToUpper(method), " ", path));
-    }
-  }
+  const std::vector<std::string> missing = routes->Missing(RequiredRoutes());
   if (!missing.empty()) {
     LogAnswer(url, kOpenApiPath, reply);
     return absl::FailedPreconditionError(absl::StrCat(
-        "engine ", url, "'s OpenAPI document lists ", paths.size(), " route(s) but not ",
+        "engine ", url, "'s OpenAPI document lists ", routes->size(), " route(s) but not ",
         absl::StrJoin(missing, ", "),
         ": not an LMDeploy server of the PyTorch backend with the weight-update and sleep API"));
   }
-  return HasRoute(paths, "post", "/init_weights_update_group");
+  return routes->Has(OpenApiRoute{"post", "/init_weights_update_group"});
 }
 
 absl::Status LmdeployAdapter::Probe() {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "daemon/engines/openapi_routes.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -11,27 +12,32 @@ constexpr char kOpenApiPath[] = "/openapi.json";
 constexpr char kBeginPath[] = "/begin_weight_update";
 constexpr char kVersionPath[] = "/update_weight_version";
 
-bool HasPost(const nlohmann::json& paths, const char* path) {
-  auto it = paths.find(path);
-  return it != paths.end() && it->is_object() && it->contains("post");
-}
+OpenApiRoute Post(const std::string& path) { return OpenApiRoute{"post", path}; }
 
-}  // namespace
-
-absl::StatusOr<bool> SglangSessionsFromOpenApi(const HttpReply& reply, const std::string& url) {
+// The server's routes: NOT_FOUND when it serves no document (404).
+absl::StatusOr<OpenApiRoutes> RoutesOf(const HttpReply& reply, const std::string& url) {
   if (reply.status == 404) {
     return absl::NotFoundError(absl::StrCat(url, kOpenApiPath, " answered HTTP 404"));
   }
-  const nlohmann::json doc = nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
-  if (reply.status != 200 || !doc.is_object() || !doc.contains("paths") ||
-      !doc["paths"].is_object()) {
+  std::optional<OpenApiRoutes> routes = OpenApiRoutes::FromReply(reply);
+  if (!routes.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
         url, kOpenApiPath, " answered HTTP ", reply.status,
         " without an OpenAPI document, so whether the server has weight-update sessions (which "
         "it would require around every update) cannot be told"));
   }
-  const nlohmann::json& paths = doc["paths"];
-  return HasPost(paths, kBeginPath) && HasPost(paths, "/end_weight_update");
+  return *std::move(routes);
+}
+
+bool HasSessions(const OpenApiRoutes& routes) {
+  return routes.Has(Post(kBeginPath)) && routes.Has(Post("/end_weight_update"));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> SglangSessionsFromOpenApi(const HttpReply& reply, const std::string& url) {
+  WSYNC_ASSIGN_OR_RETURN(const OpenApiRoutes routes, RoutesOf(reply, url));
+  return HasSessions(routes);
 }
 
 absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std::string& url,
@@ -40,14 +46,13 @@ absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std
   SglangRoutes routes;
   auto doc = http.Get(kOpenApiPath, timeout);
   if (!doc.ok()) return doc.status();
-  auto found = SglangSessionsFromOpenApi(*doc, url);
+  auto found = RoutesOf(*doc, url);
   if (found.ok()) {
-    routes.sessions = *found;
+    routes.sessions = HasSessions(*found);
     routes.documented = true;
-    const nlohmann::json paths = nlohmann::json::parse(doc->body)["paths"];
-    routes.version_route = HasPost(paths, kVersionPath);
+    routes.version_route = found->Has(Post(kVersionPath));
     for (const std::string& route : needed) {
-      if (!HasPost(paths, route.c_str())) routes.missing.push_back(route);
+      if (!found->Has(Post(route))) routes.missing.push_back(route);
     }
     return routes;
   }
