@@ -2,8 +2,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/cuda/cuda_devices.h"
 #include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_source.h"
 #include "common/cuda/cuda_status.h"
@@ -90,17 +93,17 @@ class CudaPlatform final : public Platform {
 
 absl::StatusOr<std::unique_ptr<Platform>> CreateCudaPlatform(const CudaPlatformOptions& options,
                                                              std::string* description) {
-  int devices = 0;
-  cudaError_t err = cudaGetDeviceCount(&devices);
-  if (err != cudaSuccess || devices == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no CUDA device is visible (", cudaGetErrorString(err),
-        "); wsyncd --mode=cuda needs a GPU node (use --mode=host only for development)"));
+  cuda::DeviceCount count;
+  count.error = cudaGetDeviceCount(&count.devices);
+  count.error_text = cudaGetErrorString(count.error);
+  cudaRuntimeGetVersion(&count.runtime_version);
+  cudaDriverGetVersion(&count.driver_version);
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) {
+    count.visible_devices = visible;
   }
+  WSYNC_RETURN_IF_ERROR(cuda::UsableDevices(count));
   WSYNC_ASSIGN_OR_RETURN(auto nccl, NcclLibraries::Create(options.nccl_library));
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
+  const int devices = count.devices, runtime = count.runtime_version, driver = count.driver_version;
   *description = absl::StrCat(devices, " CUDA device(s), runtime ", runtime, ", driver ", driver,
                               ", NCCL ", nccl->default_library().version_string(), " from ",
                               nccl->default_library().path());
