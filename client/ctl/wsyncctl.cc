@@ -336,6 +336,9 @@ class Ctl {
         add("FAIL", what, e.needs_restart());
       } else if (!e.healthy()) {
         add("FAIL", what, absl::StrCat("not answering: ", e.last_error()));
+      } else if (!e.group_error().empty()) {
+        add("FAIL", what,
+            absl::StrCat("healthy, but group '", e.group(), "' cannot form: ", e.group_error()));
       } else if (e.needs_full_version()) {
         add("WARN", what,
             absl::StrCat("paused, waiting for a full version: ", e.needs_full_version_reason()));
@@ -495,11 +498,19 @@ class Ctl {
       t.AddRow({e.group(), e.url(), e.kind(),
                 absl::StrCat(e.rank_offset(), "-", e.rank_offset() + e.ranks() - 1), healthy,
                 e.engine_version(), e.variant(), e.weight_version(), NeedsFullVersion(e),
-                e.needs_restart().empty() ? e.last_error()
-                                          : absl::StrCat("needs a restart: ", e.needs_restart())});
+                EngineError(e)});
     }
     t.Print(std::cout);
     return 0;
+  }
+
+  // The ERROR column: why the engine must restart, else why it does not answer, else why its
+  // group cannot form (an engine healthy on its own may be why).
+  static std::string EngineError(const v1::EngineInfo& e) {
+    if (!e.needs_restart().empty()) return absl::StrCat("needs a restart: ", e.needs_restart());
+    if (!e.last_error().empty()) return e.last_error();
+    if (!e.group_error().empty()) return absl::StrCat("group broken: ", e.group_error());
+    return "";
   }
 
   int ResumeEngine(const std::string& group, const std::string& url) {

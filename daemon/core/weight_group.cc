@@ -706,11 +706,13 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
   std::map<std::string, std::string> waiting, restarts;
   // Copied under the lock: a quorum group renumbers its engines' ranks when it forms.
   std::vector<EngineEndpoint> endpoints;
+  std::string group_error;
   {
     std::lock_guard<std::mutex> lock(mu_);
     waiting = needs_full_;
     restarts = recovery_.needs_restart();
     for (const auto& a : adapters_) endpoints.push_back(a->endpoint());
+    if (state_ == GroupState::kBroken) group_error = error_;
   }
   return FanOut(adapters_.size(), [&](size_t i) {
     const EngineEndpoint& e = endpoints[i];
@@ -721,7 +723,8 @@ std::vector<EngineRow> WeightGroup::ProbeEngines() {
                      e,
                      adapters_[i]->Health(),
                      it == waiting.end() ? std::string() : it->second,
-                     restart == restarts.end() ? std::string() : restart->second};
+                     restart == restarts.end() ? std::string() : restart->second,
+                     group_error};
   });
 }
 

@@ -54,6 +54,9 @@ struct EngineRow {
   std::string needs_full_version;
   // Why the engine must be restarted before it can join again; empty when it need not.
   std::string needs_restart;
+  // Why its group is broken (a failed formation, or a failed bucket): it forms again before its
+  // next update. Empty while the group is forming, ready or updating.
+  std::string group_error;
 };
 
 struct GroupSnapshot {

@@ -120,18 +120,40 @@ void EngineHttp::LogBody(const std::string& path, const HttpReply& reply) const 
             SanitizePeerText(reply.body, kLoggedBodyBytes));
 }
 
+std::string EngineHttp::EngineReason(const HttpReply& reply) const {
+  if (!identified_.load()) return "";
+  const nlohmann::json parsed =
+      nlohmann::json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object()) return "";
+  // SGLang's and vLLM's {"success": false, "message"}, LMDeploy's and FastAPI's {"detail"}.
+  for (const char* key : {"message", "detail"}) {
+    auto it = parsed.find(key);
+    if (it == parsed.end()) continue;
+    const std::string text = it->is_string() ? it->get<std::string>() : it->dump();
+    if (!text.empty()) {
+      return absl::StrCat("; the engine says: ", SanitizePeerText(text, kMaxEngineReasonBytes));
+    }
+  }
+  return "";
+}
+
 absl::Status EngineHttp::CheckReply(const std::string& path, const HttpReply& reply) const {
   if (reply.status >= 200 && reply.status < 300) return absl::OkStatus();
-  // The engine's words stay in the daemon's log: whatever answers at the URL (the engine, or a
-  // service a group was pointed at) never has its response carried back to the caller.
+  // The whole answer goes to the daemon's log; the caller hears its reason from an identified
+  // engine only (EngineReason).
   LogBody(path, reply);
   const std::string what =
       absl::StrCat(target_.base_url, path, " answered HTTP ", reply.status, ": ");
-  if (reply.status >= 500) return absl::InternalError(what + "the engine failed the request");
-  if (reply.status == 404) {
-    return absl::UnimplementedError(what + "the engine has no such route (too old an engine?)");
+  const std::string reason = EngineReason(reply);
+  if (reply.status >= 500) {
+    return absl::InternalError(absl::StrCat(what, "the engine failed the request", reason));
   }
-  return absl::FailedPreconditionError(what + "the engine refused the request");
+  if (reply.status == 404) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, "the engine has no such route (too old an engine?)", reason));
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, "the engine refused the request", reason));
 }
 
 absl::StatusOr<nlohmann::json> EngineHttp::PostExpectSuccess(const std::string& path,
@@ -155,9 +177,11 @@ absl::StatusOr<nlohmann::json> EngineHttp::ExpectSuccess(const std::string& path
   if (parsed.is_object() && parsed.contains("success") && parsed["success"].is_boolean() &&
       !parsed["success"].get<bool>()) {
     LogBody(path, reply);
+    const std::string reason = EngineReason(reply);
     return absl::FailedPreconditionError(
         absl::StrCat(target_.base_url, path, " answered success=false (HTTP ", reply.status,
-                     "): the engine refused the request (its reply is logged at debug level)"));
+                     "): the engine refused the request",
+                     reason.empty() ? " (its answer is logged at debug level)" : reason));
   }
   if (absl::Status s = CheckReply(path, reply); !s.ok()) return s;
   return parsed.is_discarded() ? nlohmann::json() : parsed;

@@ -1,6 +1,7 @@
 #ifndef WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 #define WSYNC_DAEMON_ENGINES_HTTP_JSON_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -15,10 +16,16 @@ namespace wsync {
 // A small JSON-over-HTTP client for engine admin routes (bucket requests go through an
 // UpdateChannel). Each call opens its own connection, so calls to one engine may run concurrently
 // (a control request and a health probe, say). Errors name the engine, the route and the HTTP
-// status with wsyncd's own reading of it, never the engine's words: an HTTP error status ->
-// INTERNAL (5xx), UNIMPLEMENTED (404) or FAILED_PRECONDITION (other), success=false ->
-// FAILED_PRECONDITION, and no answer at all (refused, timed out, closed) -> UNAVAILABLE
-// "unreachable", whatever the cause. The body and the cause go to the debug log.
+// status with wsyncd's own reading of it: an HTTP error status -> INTERNAL (5xx), UNIMPLEMENTED
+// (404) or FAILED_PRECONDITION (other), success=false -> FAILED_PRECONDITION, and no answer at all
+// (refused, timed out, closed) -> UNAVAILABLE "unreachable", whatever the cause. The body and the
+// cause go to the debug log.
+//
+// The engine's own reason for a refusal (its answer's "message", or FastAPI's "detail") is carried
+// in the error only once the server has identified itself as an engine (EngineIdentified: its
+// adapter's probe read the answers only an engine gives), cut to kMaxEngineReasonBytes and
+// escaped. Until then nothing it answers reaches the caller: whatever listens at a URL a group was
+// pointed at (a service that is no engine) never has its words carried back.
 //
 // Every request is bounded: `timeout` is the whole request's (connecting, writing, and reading
 // all of the answer), however slowly the engine sends its bytes, and an answer longer than its
@@ -34,6 +41,14 @@ class EngineHttp {
   static uint64_t AnswerLimit(const std::string& path);
   // The longest answer header (status line and fields) wsyncd reads from any route.
   static constexpr uint32_t kAnswerHeaderLimit = 64 << 10;
+  // The most of an engine's reason an error carries.
+  static constexpr size_t kMaxEngineReasonBytes = 512;
+
+  EngineHttp(const EngineHttp& other)
+      : target_(other.target_), identified_(other.identified_.load()) {}
+
+  // The server answered as an engine of its kind does: its reasons may be carried from now on.
+  void EngineIdentified() { identified_.store(true); }
 
   absl::StatusOr<HttpReply> Post(const std::string& path, const nlohmann::json& body,
                                  absl::Duration timeout) const;
@@ -65,10 +80,13 @@ class EngineHttp {
 
  private:
   absl::Status CheckReply(const std::string& path, const HttpReply& reply) const;
+  // "; the engine says: <reason>" from an identified engine's JSON answer, else "".
+  std::string EngineReason(const HttpReply& reply) const;
   // Sends `method path` (with `body` as JSON when `json`) and reads the whole answer.
   absl::StatusOr<HttpReply> Request(const char* method, const std::string& path,
                                     const std::string* json, absl::Duration timeout) const;
   HttpTarget target_;
+  std::atomic<bool> identified_{false};
 };
 
 }  // namespace wsync

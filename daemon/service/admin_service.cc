@@ -59,6 +59,7 @@ grpc::Status AdminService::ListEngines(grpc::ServerContext* context, const v1::L
     e->set_needs_full_version(!row.needs_full_version.empty());
     e->set_needs_full_version_reason(row.needs_full_version);
     e->set_needs_restart(row.needs_restart);
+    e->set_group_error(row.group_error);
   }
   return grpc::Status::OK;
 }

@@ -106,6 +106,8 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const
 absl::Status LmdeployAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Get(kOpenApiPath, timeouts_.probe));
   WSYNC_ASSIGN_OR_RETURN(const bool update_group, CheckOpenApi(reply, endpoint_.url));
+  // Its document lists LMDeploy's routes: its refusals' reasons reach callers from now on.
+  http_.EngineIdentified();
   // The routes first: Health reads them once probed_ is set.
   const bool changed = has_weights_update_group_.exchange(update_group) != update_group;
   if (!probed_.exchange(true) || changed) {

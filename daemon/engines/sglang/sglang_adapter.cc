@@ -62,6 +62,8 @@ absl::Status SglangAdapter::UseDataPath(absl::string_view data_path) {
 absl::Status SglangAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(nlohmann::json info, http_.GetJson("/get_server_info", timeouts_.probe));
   WSYNC_RETURN_IF_ERROR(CheckServerInfo(info, endpoint_));
+  // Its server info is an SGLang server's: its refusals' reasons reach callers from now on.
+  http_.EngineIdentified();
   if (path_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("engine ", endpoint_.url, ": no data path was picked for it"));

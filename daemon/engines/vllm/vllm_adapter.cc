@@ -160,6 +160,8 @@ absl::Status VllmAdapter::Probe() {
   }
   WSYNC_ASSIGN_OR_RETURN(auto found,
                          CheckVersion(*answer, endpoint_.url, options_, path_->backend()));
+  // A vLLM version it serves: its refusals' reasons reach callers from now on.
+  http_.EngineIdentified();
   auto& [version, variant] = found;
   WSYNC_RETURN_IF_ERROR(CheckRoutes(version, variant));
   {

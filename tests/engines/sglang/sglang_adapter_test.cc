@@ -84,6 +84,52 @@ TEST_F(NotAnEngine, ErrorsNameTheEngineRouteAndStatusButNeverItsAnswer) {
   EXPECT_THAT(health.error, ::testing::Not(HasSubstr(kSecret)));
 }
 
+// An SGLang server that refuses: what it says reaches the caller once it answered as an engine.
+TEST(SglangAdapterReasons, AnIdentifiedEnginesReasonIsCarriedCutAndEscaped) {
+  SimHttpServer server;
+  auto json = [](int status, nlohmann::json body) {
+    return [=](const SimHttpRequest&, SimHttpResponse& res) {
+      res.status = status;
+      res.set_content(body.dump(), "application/json");
+    };
+  };
+  server.Get("/get_server_info", json(200, {{"version", "0.5.6"}, {"tp_size", 1}}));
+  server.Get("/openapi.json",
+             [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 404; });
+  server.Get("/begin_weight_update",
+             [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 404; });
+  server.Get("/update_weight_version",
+             [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 405; });
+  // What a server whose group an earlier wsyncd left behind answers.
+  server.Post("/init_weights_update_group",
+              json(400, {{"success", false},
+                         {"message", "Failed to init group: already initialized\nforged line"}}));
+  server.Post("/pause_generation", json(500, {{"detail", std::string(2000, 'x')}}));
+  auto port = server.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok());
+  const std::string url = absl::StrCat("http://127.0.0.1:", *port);
+  SglangAdapter a(EngineEndpoint{url, 1, 1}, AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
+                  SglangOptions(BucketFormat::kFlattened), kBroadcastDataPath);
+  const Rendezvous rendezvous{"127.0.0.1", 1, 2, "g", RendezvousMode::kTorchStore, ""};
+  // Before the probe it is any service: its words stay in the log.
+  absl::Status before = BroadcastBindingOf(a).value()->InitGroup(rendezvous);
+  EXPECT_THAT(before.message(), HasSubstr("(its answer is logged at debug level)"));
+  EXPECT_THAT(before.message(), ::testing::Not(HasSubstr("already initialized")));
+
+  ASSERT_TRUE(a.Probe().ok());
+  absl::Status init = BroadcastBindingOf(a).value()->InitGroup(rendezvous);
+  EXPECT_EQ(init.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(init.message(),
+              HasSubstr(url + "/init_weights_update_group answered success=false (HTTP 400): the "
+                              "engine refused the request; the engine says: Failed to init group: "
+                              "already initialized\\x0aforged line"));
+  absl::Status pause = a.PauseGeneration();
+  EXPECT_EQ(pause.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(pause.message(), HasSubstr("the engine failed the request; the engine says: xxx"));
+  EXPECT_THAT(pause.message(), ::testing::Not(HasSubstr(std::string(600, 'x'))))
+      << "cut to " << EngineHttp::kMaxEngineReasonBytes << " bytes";
+}
+
 TEST(EngineHttp, EveryWayOfNotAnsweringReadsTheSame) {
   // Closed port, a port that accepts and never answers, a port that accepts and hangs up: which
   // of these a host:port is must not be learnt from the error of a group pointed at it.
