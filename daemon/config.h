@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "common/network_allow_list.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/service/group_spec_json.h"
 #include "daemon/service/server.h"
 #include "nlohmann/json.hpp"
 
@@ -34,14 +35,8 @@ struct DaemonConfig {
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& text);
 
-// One "groups" entry of a config file: {"name", "kind" (default sglang), "transport" (default
-// broadcast), "device", "engines": [{"url", "ranks"}], and the engine's own options under its
-// kind's name, e.g. "sglang": {"load_format": "per_tensor"}; SGLang's load_format is also read
-// at the top level, where older config files have it}. Unknown keys are refused. Maps to the same
-// GroupSpec as the admin API; ValidateGroupSpec checks it when the group is declared.
-absl::StatusOr<GroupSpec> GroupSpecFromJson(const nlohmann::json& group);
-// The "groups" entry GroupSpecFromJson reads back as `spec`.
-nlohmann::json GroupSpecToJson(const GroupSpec& spec);
+// The config's "groups" entries are read by GroupSpecFromJson (daemon/service/group_spec_json.h),
+// which a trainer's DeclareGroup shares.
 
 // Reads a JSON config file. Its keys mirror the flags (socket, listen, max_streams_per_connection,
 // max_streams_per_caller, stream_idle_timeout_s, handshake_timeout_s, mode, slots, slot_bytes,

@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "common/log.h"
 
 namespace wsync {
@@ -262,7 +263,10 @@ int ParseDaemonCommandLine(int argc, const char* const* argv, DaemonCommandLine*
   DaemonConfig& config = out->config;
   config.server.unix_socket = "/run/wsync/wsyncd.sock";
   config.daemon.mode = "cuda";
-  CLI::App app{"wsyncd: moves trainer weights into inference engines (SGLang, vLLM, LMDeploy)"};
+  CLI::App app{
+      "wsyncd: moves trainer weights into inference engines (SGLang, vLLM, LMDeploy); "
+      "exit status: 0 stopped cleanly, 1 failed, 2 usage"};
+  app.set_version_flag("--version", "wsyncd " WSYNC_VERSION);
   FlagTable table;
   RawFlags raw;
   app.add_option("--config", raw.config_path, "JSON config file (may predeclare groups)");
@@ -270,11 +274,7 @@ int ParseDaemonCommandLine(int argc, const char* const* argv, DaemonCommandLine*
   AddSlotFlags(app, table, config, raw);
   AddEngineFlags(app, table, config, raw);
   AddOperationFlags(app, table, config, raw, out->nccl_lib);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int exit_code = ParseCommandLine(app, argc, argv); exit_code >= 0) return exit_code;
   CLI::Option* networks = app.get_option("--engine-networks");
   CLI::Option* state_dir = app.get_option("--state-dir");
   if (!raw.config_path.empty()) {

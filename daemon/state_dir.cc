@@ -24,6 +24,8 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/config.h"
+#include "daemon/engines/builtin_engine_kinds.h"
+#include "daemon/transport/builtin_transport_kinds.h"
 
 namespace wsync {
 namespace {
@@ -194,7 +196,8 @@ nlohmann::json StateDir::RecordToJson(const GroupRecord& record) {
                       {"store_port", record.store_port},
                       {"stale_engine_groups", record.stale_engine_groups},
                       {"last_version", record.last_version},
-                      {"needs_full_version", record.needs_full_version}};
+                      {"needs_full_version", record.needs_full_version},
+                      {"trainer_declared", record.trainer_declared}};
   j["open_update"] = record.open_version.empty() ? nlohmann::json(nullptr)
                                                  : nlohmann::json{{"id", record.open_update_id},
                                                                   {"version", record.open_version}};
@@ -207,12 +210,16 @@ absl::StatusOr<GroupRecord> StateDir::RecordFromJson(const nlohmann::json& j) {
       return absl::InvalidArgumentError(absl::StrCat("not a group record of format ", kFormat));
     }
     GroupRecord record;
+    // A record names built-in kinds only (registered once per process).
+    RegisterBuiltinEngineKinds();
+    RegisterBuiltinTransportKinds();
     WSYNC_ASSIGN_OR_RETURN(record.spec, GroupSpecFromJson(j.at("group")));
     WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(record.spec));
     record.engine_group = j.at("engine_group").get<std::string>();
     record.store_port = j.value("store_port", uint16_t{0});
     record.stale_engine_groups = j.value("stale_engine_groups", std::vector<std::string>());
     record.last_version = j.value("last_version", std::string());
+    record.trainer_declared = j.value("trainer_declared", false);
     if (j.contains("open_update") && j["open_update"].is_object()) {
       record.open_update_id = j["open_update"].value("id", std::string());
       record.open_version = j["open_update"].at("version").get<std::string>();

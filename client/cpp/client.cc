@@ -118,6 +118,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& target,
                                                         const ConnectOptions& options) {
+  // gRPC reads a target without a scheme as a host name to resolve: a socket's path would wait
+  // out the whole timeout and then read as "not answering".
+  const bool a_path = absl::StartsWith(target, "/") || absl::StartsWith(target, ".") ||
+                      absl::EndsWith(target, ".sock");
+  if (a_path && !absl::StartsWith(target, "unix:")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target '", target, "' names no scheme: a unix socket is 'unix:", target,
+                     "', a TCP address 'host:port'"));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
@@ -269,6 +278,30 @@ absl::StatusOr<uint32_t> Client::ReleaseSources() {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   WSYNC_RETURN_IF_ERROR(FromGrpc(trainer_->ReleaseSources(&ctx, req, &resp)));
   return resp.closed();
+}
+
+absl::StatusOr<bool> Client::DeclareGroup(const std::string& group_json) {
+  if (session_id_.empty()) return absl::FailedPreconditionError("open a session first");
+  v1::DeclareGroupRequest req;
+  req.set_session_id(session_id_);
+  req.set_group_json(group_json);
+  v1::DeclareGroupResponse resp;
+  grpc::ClientContext ctx;
+  // Forming asks every engine to join (and, declared anew, the old group's to leave).
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(300)));
+  WSYNC_RETURN_IF_ERROR(FromGrpc(trainer_->DeclareGroup(&ctx, req, &resp)));
+  return resp.formed();
+}
+
+absl::Status Client::ForgetGroup(const std::string& name) {
+  if (session_id_.empty()) return absl::FailedPreconditionError("open a session first");
+  v1::ForgetGroupRequest req;
+  req.set_session_id(session_id_);
+  req.set_name(name);
+  v1::ForgetGroupResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  return FromGrpc(trainer_->ForgetGroup(&ctx, req, &resp));
 }
 
 absl::StatusOr<std::unique_ptr<HostSourceArena>> Client::NewSourceArena(uint64_t bytes) const {

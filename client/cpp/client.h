@@ -63,6 +63,13 @@ class Client {
   // Pull mode: has wsyncd close its mappings of this process's memory, which otherwise last the
   // session, so that memory may be freed. Returns how many allocations were mapped.
   absl::StatusOr<uint32_t> ReleaseSources();
+  // A group of this session's own, for engines the trainer started (Trainer.DeclareGroup):
+  // `group_json` is a "groups" entry of wsyncd's config file. Declaring it again as it is does
+  // nothing; with other engines or options it forms anew, between updates. It ends with the
+  // session. Returns whether it formed now.
+  absl::StatusOr<bool> DeclareGroup(const std::string& group_json);
+  // Ends a group this session declared.
+  absl::Status ForgetGroup(const std::string& name);
 
   // Starts an update fed tensor by tensor (see PushStream).
   absl::StatusOr<std::unique_ptr<PushStream>> BeginPush(const std::string& group,

@@ -121,6 +121,19 @@ int wsync_release_sources(wsync_client* client, uint32_t* closed, char* err, siz
   return 0;
 }
 
+int wsync_declare_group(wsync_client* client, const char* group_json, int* formed, char* err,
+                        size_t err_len) {
+  auto declared = client->client->DeclareGroup(group_json ? group_json : "");
+  if (!declared.ok()) return Report(declared.status(), err, err_len);
+  if (formed != nullptr) *formed = *declared ? 1 : 0;
+  return 0;
+}
+
+int wsync_forget_group(wsync_client* client, const char* name, char* err, size_t err_len) {
+  absl::Status s = client->client->ForgetGroup(name ? name : "");
+  return s.ok() ? 0 : Report(s, err, err_len);
+}
+
 uint64_t wsync_slot_bytes(const wsync_client* client) { return client->client->slot_bytes(); }
 
 int wsync_push(wsync_client* client, const char* group, const char* version,

@@ -39,6 +39,15 @@ WSYNC_EXPORT int wsync_close_session(wsync_client* client, char* err, size_t err
  * session), so that memory may be freed; *closed gets how many allocations were mapped. */
 WSYNC_EXPORT int wsync_release_sources(wsync_client* client, uint32_t* closed, char* err,
                                        size_t err_len);
+/* A group of this session's own, for engines the trainer started: group_json is a "groups" entry
+ * of wsyncd's config file ({"name", "kind", "engines": [{"url", "ranks"}], ...}). Declaring it
+ * again as it is does nothing; with other engines or options it forms anew, between updates. It
+ * ends with the session. *formed (may be NULL) gets 1 when it formed now. */
+WSYNC_EXPORT int wsync_declare_group(wsync_client* client, const char* group_json, int* formed,
+                                     char* err, size_t err_len);
+/* Ends a group this session declared. */
+WSYNC_EXPORT int wsync_forget_group(wsync_client* client, const char* name, char* err,
+                                    size_t err_len);
 WSYNC_EXPORT uint64_t wsync_slot_bytes(const wsync_client* client);
 /* On success *result_json holds {"update_id", "buckets", "bytes", "seconds", "engines": [...],
  * "bucket_rules": the group's rules the buckets followed, e.g. "one dtype per bucket" or "none",

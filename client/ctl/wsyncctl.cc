@@ -24,6 +24,7 @@
 #include "client/cpp/client.h"
 #include "client/cpp/progress_bar.h"
 #include "client/ctl/table.h"
+#include "common/command_line.h"
 #include "common/net.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -209,9 +210,32 @@ absl::Status ReachTcp(const std::string& address, absl::Duration timeout) {
   return result;
 }
 
+// gRPC's status codes by the names its documentation and every other client use.
+const char* CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const int i = static_cast<int>(code);
+  return i >= 0 && i < static_cast<int>(std::size(kNames)) ? kNames[i] : "UNKNOWN";
+}
+
 int Error(const grpc::Status& s) {
-  std::cerr << "wsyncctl: " << s.error_message() << " (" << s.error_code() << ")\n";
-  return 1;
+  std::cerr << "wsyncctl: " << s.error_message() << " (" << CodeName(s.error_code()) << ")\n";
+  return kExitFailed;
 }
 
 class Ctl {
@@ -224,8 +248,9 @@ class Ctl {
     options.timeout = absl::Seconds(std::min(g_.timeout, 5.0));
     auto client = Client::Connect(target, options);
     if (!client.ok()) {
-      std::cerr << "wsyncctl: " << client.status().message() << "\n";
-      return 2;
+      std::cerr << "wsyncctl: " << client.status().message() << " ("
+                << absl::StatusCodeToString(client.status().code()) << ")\n";
+      return kExitFailed;
     }
     client_ = std::move(*client);
     return 0;
@@ -599,7 +624,7 @@ class Ctl {
     absl::StatusOr<nlohmann::json> options = EngineOptionsJson(option_flags);
     if (!options.ok()) {
       std::cerr << "wsyncctl: " << options.status().message() << "\n";
-      return 2;
+      return kExitUsage;
     }
     group->set_engine_options_json(options->dump());
     group->set_device(device);
@@ -623,7 +648,7 @@ class Ctl {
       uint32_t ranks = spec->gpus_size() > 0 ? spec->gpus_size() : 1;
       if (hash != std::string::npos && !absl::SimpleAtoi(rest.substr(hash + 1), &ranks)) {
         std::cerr << "wsyncctl: '" << e << "': ranks after '#' must be a number\n";
-        return 2;
+        return kExitUsage;
       }
       spec->set_ranks(ranks);
     }
@@ -699,8 +724,11 @@ int main(int argc, char** argv) {
   wsync::Globals g;
   const char* env_socket = std::getenv("WSYNC_SOCKET");
   g.socket = env_socket ? env_socket : "/run/wsync/wsyncd.sock";
-  CLI::App app{"wsyncctl: inspect and steer wsyncd"};
+  CLI::App app{"wsyncctl: inspect and steer wsyncd (exit status: 0 done, 1 failed, 2 usage)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "wsyncctl " WSYNC_VERSION);
+  // The global options (--json, --socket, ...) are taken after the subcommand too.
+  app.fallthrough();
   app.add_option("--socket", g.socket, "wsyncd's unix socket (env WSYNC_SOCKET)");
   app.add_option("--address", g.address, "wsyncd's TCP host:port instead of the socket");
   g.connect = wsync::ConnectOptions::FromEnvironment();
@@ -846,10 +874,12 @@ int main(int argc, char** argv) {
   resume->add_option("--engine", resume_url,
                      "the engine's URL (default: every engine of the group that needs a full "
                      "version)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int exit_code = wsync::ParseCommandLine(app, argc, argv); exit_code >= 0) {
+    return exit_code;
+  }
 
   wsync::Ctl ctl(g);
-  if (int rc = ctl.Connect(); rc != 0) return *health ? 1 : rc;
+  if (int rc = ctl.Connect(); rc != 0) return rc;
   if (*health) {
     if (health_services.empty()) health_services = {"", "wsync.v1.Trainer", "wsync.v1.Admin"};
     return ctl.Health(health_services);
@@ -871,5 +901,5 @@ int main(int argc, char** argv) {
   if (*undrain) return ctl.Undrain();
   if (*close_session) return ctl.CloseSession(session_id);
   if (*resume) return ctl.ResumeEngine(name, resume_url);
-  return 2;
+  return wsync::kExitUsage;
 }

@@ -16,6 +16,7 @@
 #include "client/cpp/progress_bar.h"
 #include "client/push/synthetic_model.h"
 #include "common/checksum.h"
+#include "common/command_line.h"
 #include "nlohmann/json.hpp"
 
 namespace wsync {
@@ -64,7 +65,10 @@ bool VerifyEngine(const std::string& url, const std::string& version, const Chec
 }  // namespace wsync
 
 int main(int argc, char** argv) {
-  CLI::App app{"wsync-push: push a synthetic model through wsyncd"};
+  CLI::App app{
+      "wsync-push: push a synthetic model through wsyncd (exit status: 0 done, 1 failed, "
+      "2 usage)"};
+  app.set_version_flag("--version", "wsync-push " WSYNC_VERSION);
   std::string socket = "/run/wsync/wsyncd.sock", address, group, prefix = "v";
   double model_gib = 1.0;
   int versions = 1, device = 0;
@@ -78,7 +82,9 @@ int main(int argc, char** argv) {
   app.add_option("--version-prefix", prefix, "versions are named PREFIX1, PREFIX2, ...");
   app.add_flag("--verify-sim", verify,
                "after each version, compare every engine rank's tensors (engine simulators only)");
-  CLI11_PARSE(app, argc, argv);
+  if (const int exit_code = wsync::ParseCommandLine(app, argc, argv); exit_code >= 0) {
+    return exit_code;
+  }
   // Progress is read as it happens, also through a pipe (the demo's output, a CI log).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
 
@@ -86,7 +92,7 @@ int main(int argc, char** argv) {
   auto client = wsync::Client::Connect(target);
   if (!client.ok()) {
     std::fprintf(stderr, "wsync-push: %s\n", std::string(client.status().message()).c_str());
-    return 2;
+    return wsync::kExitFailed;
   }
   if (auto s = (*client)->OpenSession(device, absl::StrCat("wsync-push pid ", getpid())); !s.ok()) {
     std::fprintf(stderr, "wsync-push: open session: %s\n", std::string(s.message()).c_str());

@@ -53,6 +53,7 @@ void DaemonCore::ReapLoop() {
       pool_.Release(s.device, s.id);
       if (options_.release_idle_slots) (void)pool_.ReleaseIdle(s.device);
     }
+    for (const Session& s : expired) EndSessionGroups(s.id);
     lock.lock();
     for (const Session& s : expired) source_tables_.erase(s.id);
   }
@@ -93,6 +94,7 @@ absl::Status DaemonCore::CloseSession(const std::string& session_id) {
     source_tables_.erase(s.id);
   }
   WSYNC_LOG(Info, "session ", s.id, " closed");
+  EndSessionGroups(s.id);
   return absl::OkStatus();
 }
 
@@ -214,6 +216,11 @@ absl::Status DaemonCore::DeclareWithRecord(const GroupSpec& spec, const GroupRec
       WeightGroup::Create(spec, platform_.get(), options_.group, factories_, state_.get(),
                           allowed.has_value() ? &*allowed : nullptr));
   groups_[spec.name] = group;
+  if (previous != nullptr && previous->trainer_declared) {
+    // Its trainer's next session takes it by declaring it again.
+    group->SetTrainerDeclared();
+    group_owners_[spec.name] = "";
+  }
   formers_.emplace_back([group] { (void)group->Form(); });
   return absl::OkStatus();
 }
@@ -224,9 +231,15 @@ absl::Status DaemonCore::Recover(const std::vector<GroupSpec>& configured,
   for (const GroupRecord& r : recorded) records[r.spec.name] = &r;
   for (const GroupSpec& g : configured) {
     auto it = records.find(g.name);
-    const GroupRecord* previous = it == records.end() ? nullptr : it->second;
-    if (previous != nullptr) records.erase(it);
-    if (absl::Status s = DeclareWithRecord(g, previous); !s.ok()) {
+    std::optional<GroupRecord> previous;
+    if (it != records.end()) {
+      previous = *it->second;
+      // A group the config names is the config's, whoever declared it before.
+      previous->trainer_declared = false;
+      records.erase(it);
+    }
+    if (absl::Status s = DeclareWithRecord(g, previous.has_value() ? &*previous : nullptr);
+        !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("config group '", g.name, "': ", s.message()));
     }
   }
@@ -243,6 +256,11 @@ absl::Status DaemonCore::Recover(const std::vector<GroupSpec>& configured,
 }
 
 absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
+  return CreateAndForm(spec, /*trainer_declared=*/false);
+}
+
+absl::StatusOr<GroupSnapshot> DaemonCore::CreateAndForm(const GroupSpec& spec,
+                                                        bool trainer_declared) {
   WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
   WSYNC_RETURN_IF_ERROR(CheckEngineNetworks(spec));
   std::shared_ptr<WeightGroup> group;
@@ -256,6 +274,7 @@ absl::StatusOr<GroupSnapshot> DaemonCore::CreateGroup(const GroupSpec& spec) {
     }
     WSYNC_ASSIGN_OR_RETURN(group, WeightGroup::Create(spec, platform_.get(), options_.group,
                                                       factories_, state_.get()));
+    if (trainer_declared) group->SetTrainerDeclared();
     groups_[spec.name] = group;
   }
   absl::Status formed = group->Form();
@@ -293,7 +312,102 @@ absl::Status DaemonCore::DestroyGroup(const std::string& name) {
   WSYNC_RETURN_IF_ERROR(group->Destroy());
   std::lock_guard<std::mutex> lock(mu_);
   groups_.erase(name);
+  group_owners_.erase(name);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<GroupSnapshot, bool>> DaemonCore::DeclareSessionGroup(
+    const std::string& session_id, const GroupSpec& spec) {
+  WSYNC_RETURN_IF_ERROR(sessions_.Touch(session_id).status());
+  std::lock_guard<std::mutex> declaring(declare_mu_);
+  std::shared_ptr<WeightGroup> existing = FindGroup(spec.name);
+  std::optional<std::string> owner;
+  uint32_t owned = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = group_owners_.find(spec.name); it != group_owners_.end()) owner = it->second;
+    for (const auto& [name, session] : group_owners_) owned += session == session_id ? 1 : 0;
+  }
+  if (existing != nullptr) {
+    if (!owner.has_value()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("group '", spec.name,
+                       "' is wsyncd's own (from its config or an operator): a trainer declares "
+                       "groups under names of its own"));
+    }
+    if (!owner->empty() && *owner != session_id) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("group '", spec.name, "' was declared by another session (", *owner, ")"));
+    }
+    if (owner->empty()) {
+      // Kept from a wsyncd before this one for its trainer: this session takes it.
+      WSYNC_LOG(Info, "group ", spec.name, ": taken by session ", session_id,
+                ", which declared it again");
+      std::lock_guard<std::mutex> lock(mu_);
+      group_owners_[spec.name] = session_id;
+    }
+    if (existing->spec() == spec) return std::make_pair(existing->Snapshot(), false);
+    if (existing->Snapshot().state == GroupState::kUpdating) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group '", spec.name,
+                       "' is being updated: its engines and options change after the update "
+                       "ends"));
+    }
+    WSYNC_LOG(Info, "group ", spec.name, ": declared anew by session ", session_id,
+              "; forming it again");
+    WSYNC_RETURN_IF_ERROR(DestroyGroup(spec.name));
+  } else if (owned >= options_.max_groups_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session ", session_id, " has declared ", owned,
+                     " groups, the most a session may: forget one first"));
+  }
+  WSYNC_ASSIGN_OR_RETURN(GroupSnapshot formed, CreateAndForm(spec, /*trainer_declared=*/true));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    group_owners_[spec.name] = session_id;
+  }
+  // A session that ended while its group formed would leave it with no one to end it.
+  if (!sessions_.Touch(session_id).ok()) {
+    (void)DestroyGroup(spec.name);
+    return absl::NotFoundError(
+        absl::StrCat("session ", session_id, " ended while group '", spec.name, "' formed"));
+  }
+  WSYNC_LOG(Info, "group ", spec.name, " declared by session ", session_id);
+  return std::make_pair(std::move(formed), true);
+}
+
+absl::Status DaemonCore::ForgetSessionGroup(const std::string& session_id,
+                                            const std::string& name) {
+  WSYNC_RETURN_IF_ERROR(sessions_.Touch(session_id).status());
+  std::lock_guard<std::mutex> declaring(declare_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = group_owners_.find(name);
+    if (it == group_owners_.end() || it->second != session_id) {
+      return absl::NotFoundError(
+          absl::StrCat("session ", session_id, " declared no group '", name, "'"));
+    }
+  }
+  return DestroyGroup(name);
+}
+
+void DaemonCore::EndSessionGroups(const std::string& session_id) {
+  std::lock_guard<std::mutex> declaring(declare_mu_);
+  std::vector<std::string> owned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, session] : group_owners_) {
+      if (session == session_id) owned.push_back(name);
+    }
+  }
+  for (const std::string& name : owned) {
+    if (absl::Status s = DestroyGroup(name); !s.ok()) {
+      WSYNC_LOG(Warning, "group ", name, ", declared by session ", session_id,
+                ", which ended: ending it failed: ", s.message());
+      continue;
+    }
+    WSYNC_LOG(Info, "group ", name, " ended with session ", session_id, ", which declared it");
+  }
 }
 
 std::vector<EngineRow> DaemonCore::ListEngines() {

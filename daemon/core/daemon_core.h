@@ -43,6 +43,8 @@ struct DaemonOptions {
   // What wsyncd found about GPU sharing at startup (GpuSharing), shown by `wsyncctl status`.
   std::string gpu_sharing = "n/a (host mode)";
   size_t history_limit = 256;
+  // The most groups one trainer session may declare (Trainer.DeclareGroup).
+  uint32_t max_groups_per_session = 8;
   GroupOptions group;
   // The hosts a group's engines may be at (config "engine_networks"): wsyncd sends requests to
   // whatever URL a group names, so a group elsewhere is refused before any request is made.
@@ -110,6 +112,16 @@ class DaemonCore {
       const std::string& session_id, uint64_t bytes);
 
   absl::StatusOr<GroupSnapshot> CreateGroup(const GroupSpec& spec);
+  // A group of the session's own (Trainer.DeclareGroup): created and formed; as it is when the
+  // session declared the same before (second: false); formed anew when it declared it with other
+  // engines or options (refused while an update of it runs). A group of the config's or an
+  // operator's, or another session's, is ALREADY_EXISTS; one a wsyncd before this one kept for
+  // its trainer (GroupRecord::trainer_declared) is taken by the first session that declares it.
+  // More than max_groups_per_session is RESOURCE_EXHAUSTED. The group ends with the session.
+  absl::StatusOr<std::pair<GroupSnapshot, bool>> DeclareSessionGroup(const std::string& session_id,
+                                                                     const GroupSpec& spec);
+  // Ends a group the session declared; NOT_FOUND for any other.
+  absl::Status ForgetSessionGroup(const std::string& session_id, const std::string& name);
   // Registers a group without contacting its engines (config-declared groups form in background).
   absl::Status DeclareGroup(const GroupSpec& spec);
   // Brings up the groups at start: the configured ones, and the recorded ones (an earlier wsyncd's
@@ -178,6 +190,10 @@ class DaemonCore {
   // PERMISSION_DENIED naming the engine and engine_networks unless every engine's host is in it.
   absl::Status CheckEngineNetworks(const GroupSpec& spec) const;
   absl::Status DeclareWithRecord(const GroupSpec& spec, const GroupRecord* previous);
+  // CreateGroup, marking the group a trainer's before it is first recorded.
+  absl::StatusOr<GroupSnapshot> CreateAndForm(const GroupSpec& spec, bool trainer_declared);
+  // Ends the groups the session declared: it ended.
+  void EndSessionGroups(const std::string& session_id);
   std::shared_ptr<WeightGroup> FindGroup(const std::string& name) const;
   // Starts a new update of `group` fed first by `feed`.
   absl::StatusOr<std::shared_ptr<UpdateRun>> StartRun(const std::shared_ptr<WeightGroup>& group,
@@ -205,6 +221,11 @@ class DaemonCore {
   std::map<std::string, std::shared_ptr<SourceTable>> source_tables_;
   std::condition_variable cv_;
   std::map<std::string, std::shared_ptr<WeightGroup>> groups_;
+  // Group name -> the session that declared it; "" for one recovered from a trainer's record,
+  // which the first session to declare it takes (guarded by mu_).
+  std::map<std::string, std::string> group_owners_;
+  // One declaration at a time: each may destroy and form a group.
+  std::mutex declare_mu_;
   std::map<std::string, std::shared_ptr<JoinPoint>> join_points_;
   int running_updates_ = 0;
   uint64_t next_update_ = 1;

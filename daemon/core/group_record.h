@@ -37,6 +37,9 @@ struct GroupRecord {
   // Engine URL -> why it holds (or may hold) a mix of two versions. Such an engine is not resumed
   // until a complete update lands or an operator resumes it.
   std::map<std::string, std::string> needs_full_version;
+  // Declared by a trainer's session (Trainer.DeclareGroup), not by the config or an operator: the
+  // next wsyncd keeps it for the first session that declares it again.
+  bool trainer_declared = false;
 
   bool operator==(const GroupRecord&) const = default;
 };

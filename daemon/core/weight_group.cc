@@ -230,10 +230,16 @@ void WeightGroup::TakeOver(const GroupRecord& previous, Platform* platform,
   });
 }
 
+void WeightGroup::SetTrainerDeclared() {
+  std::lock_guard<std::mutex> lock(mu_);
+  trainer_declared_ = true;
+}
+
 absl::Status WeightGroup::PersistLocked() {
   if (store_ == nullptr) return absl::OkStatus();
   GroupRecord record;
   record.spec = spec_;
+  record.trainer_declared = trainer_declared_;
   record.engine_group = engine_group_;
   recovery_.Fill(&record);
   record.open_update_id = open_update_.update_id;

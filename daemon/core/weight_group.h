@@ -136,6 +136,8 @@ class WeightGroup {
   // the next update forms the group again to take them back.
   std::set<std::string> AnsweringAgain() const;
   const GroupSpec& spec() const { return spec_; }
+  // Declared by a trainer's session: kept so in its record (GroupRecord::trainer_declared).
+  void SetTrainerDeclared();
   // The transport the spec names.
   const TransportKind& transport_kind() const { return *transport_kind_; }
   // Whether its transport is fed fastest in pull mode on every engine's data path
@@ -236,6 +238,7 @@ class WeightGroup {
   // breaks the group while the update's threads still hold its transport, which must stay formed
   // under them until the update ends.
   bool update_open_ = false;
+  bool trainer_declared_ = false;
   std::string last_version_;
   std::string error_;
   uint64_t updates_ = 0;

@@ -10,6 +10,8 @@
 #include "common/checksum.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/service/config_json.h"
+#include "daemon/service/group_spec_json.h"
 #include "daemon/service/status_mapping.h"
 #include "daemon/service/update_stream_events.h"
 
@@ -194,6 +196,36 @@ grpc::Status TrainerService::ReleaseSources(grpc::ServerContext* context,
   if (!closed.ok()) return ToGrpcStatus(closed.status());
   resp->set_closed(static_cast<uint32_t>(*closed));
   return grpc::Status::OK;
+}
+
+grpc::Status TrainerService::DeclareGroup(grpc::ServerContext* context,
+                                          const v1::DeclareGroupRequest* req,
+                                          v1::DeclareGroupResponse* resp) {
+  if (grpc::Status s = AuthorizeSession(*context, "DeclareGroup", req->session_id(), false);
+      !s.ok()) {
+    return s;
+  }
+  // The config file's form of a group, and its errors' paths ("group_json.engines[0].url").
+  auto json = config_json::Parse(req->group_json(), "group_json");
+  if (!json.ok()) return ToGrpcStatus(json.status());
+  auto spec = GroupSpecFromJson(*json, "group_json");
+  if (!spec.ok()) return ToGrpcStatus(spec.status());
+  auto declared = core_->DeclareSessionGroup(req->session_id(), *spec);
+  if (!declared.ok()) return ToGrpcStatus(declared.status());
+  resp->set_name(declared->first.spec.name);
+  resp->set_formed(declared->second);
+  resp->set_world_size(declared->first.world_size);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainerService::ForgetGroup(grpc::ServerContext* context,
+                                         const v1::ForgetGroupRequest* req,
+                                         v1::ForgetGroupResponse*) {
+  if (grpc::Status s = AuthorizeSession(*context, "ForgetGroup", req->session_id(), false);
+      !s.ok()) {
+    return s;
+  }
+  return ToGrpcStatus(core_->ForgetSessionGroup(req->session_id(), req->name()));
 }
 
 absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v1::Bucket& bucket,

@@ -32,6 +32,10 @@ class TrainerService final : public v1::Trainer::Service {
   grpc::Status Update(
       grpc::ServerContext* context,
       grpc::ServerReaderWriter<v1::UpdateEvent, v1::UpdateRequest>* stream) override;
+  grpc::Status DeclareGroup(grpc::ServerContext* context, const v1::DeclareGroupRequest* request,
+                            v1::DeclareGroupResponse* response) override;
+  grpc::Status ForgetGroup(grpc::ServerContext* context, const v1::ForgetGroupRequest* request,
+                           v1::ForgetGroupResponse* response) override;
 
  private:
   // Validates one wire bucket (resolving a pull bucket's sources) and hands it to the update.

@@ -432,6 +432,44 @@ TEST_F(FakeDaemonTest, AFullUpdateFromASessionReachesTheEngineByteForByte) {
                                              absl::StrCat("finish ", id, " v7")));
 }
 
+TEST_F(FakeDaemonTest, ASessionsGroupsAreCappedFrozenDuringAnUpdateAndEndWithTheSession) {
+  Start({});
+  const std::string id = session_.id;
+  for (int i = 0; i < 8; ++i) {
+    auto declared = core_->DeclareSessionGroup(
+        id, FakeGroupSpec(absl::StrCat("mine-", i), {absl::StrCat("http://a:", 10 + i)}));
+    ASSERT_TRUE(declared.ok()) << declared.status();
+    EXPECT_TRUE(declared->second) << "formed now";
+  }
+  auto ninth = core_->DeclareSessionGroup(id, FakeGroupSpec("mine-8", {"http://a:30"}));
+  EXPECT_EQ(ninth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(ninth.status().message(), HasSubstr("has declared 8 groups, the most a session may"));
+  // The same declaration again is no new group.
+  auto again = core_->DeclareSessionGroup(id, FakeGroupSpec("mine-0", {"http://a:10"}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->second);
+  // While an update of it runs its engines stay as they are.
+  RecordingEvents events;
+  auto run = core_->BeginUpdate(id, "mine-0", "v1", &events);
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto changed =
+      core_->DeclareSessionGroup(id, FakeGroupSpec("mine-0", {"http://a:10", "http://a:11"}));
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(changed.status().message(), HasSubstr("is being updated"));
+  (*run)->Abort(absl::CancelledError("test"));
+  run->reset();
+  // The operator's group is no session's to take or forget.
+  EXPECT_EQ(core_->DeclareSessionGroup(id, FakeGroupSpec("policy", {"http://a:1"})).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(core_->ForgetSessionGroup(id, "policy").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(core_->ForgetSessionGroup(id, "mine-7").ok());
+  EXPECT_EQ(core_->ListGroups().size(), 8u) << "policy and mine-0 to mine-6";
+  ASSERT_TRUE(core_->CloseSession(id).ok());
+  const std::vector<GroupSnapshot> left = core_->ListGroups();
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].spec.name, "policy");
+}
+
 TEST_F(FakeDaemonTest, OversizedOrUnprintableNamesAreRefusedBeforeAnythingIsKept) {
   Start({});
   RecordingEvents events;

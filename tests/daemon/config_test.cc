@@ -225,7 +225,46 @@ TEST(Config, EngineNetworksAreCheckedAndAMisspeltKeyIsRefused) {
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("must be a list"));
   // A misspelt security setting would otherwise leave the default in force without a word.
   std::ofstream(path) << R"({"engine_network": ["0.0.0.0/0"]})";
-  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown key \"engine_network\""));
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(),
+              HasSubstr("engine_network: unknown key; did you mean \"engine_networks\"?"));
+}
+
+// Each error names where in the file, in wsyncd's words: a key's path, a syntax error's line and
+// column, what a value must be and what it is.
+TEST(Config, EveryErrorSaysWhereInTheFile) {
+  const std::string path = ::testing::TempDir() + "/wsyncd-where.json";
+  const auto refused = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    DaemonConfig config;
+    absl::Status s = LoadConfigFile(path, &config);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << text;
+    return std::string(s.message());
+  };
+  // An engine's misspelt key was ignored and the engine taken as 1 rank.
+  EXPECT_EQ(refused(R"({"groups": [{"name": "p", "engines": [{"url": "http://e:1"},
+                         {"url": "http://e:2", "rank": 4}]}]})"),
+            path + ": groups[0].engines[1].rank: unknown key; did you mean \"ranks\"?");
+  EXPECT_EQ(refused(R"({"groups": [{"name": "p", "engins": []}]})"),
+            path + ": groups[0].engins: unknown key; did you mean \"engines\"?");
+  EXPECT_THAT(refused(R"({"groups": [{"name": "p", "engines": [], "colour": 1}]})"),
+              HasSubstr(": groups[0].colour: unknown key (groups[0] takes: name, kind,"));
+  EXPECT_EQ(refused("{\n  \"slots\": 2,\n}\n"),
+            absl::StrCat(path,
+                         ":3:1: not valid JSON: syntax error while parsing object key - "
+                         "unexpected '}'; expected string literal"));
+  EXPECT_EQ(refused(R"({"groups": [{"engines": []}]})"),
+            path + ": groups[0]: \"name\" is required");
+  EXPECT_EQ(refused(R"({"groups": [{"name": "p", "engines": [{"ranks": 2}]}]})"),
+            path + ": groups[0].engines[0]: \"url\" is required");
+  EXPECT_EQ(refused(R"({"socket": 5})"), path + ": socket must be a string, not a number");
+  EXPECT_EQ(refused(R"({"groups": [{"name": "p", "engines": [{"url": "http://e:1",
+                         "gpus": ["GPU-1", 2]}]}]})"),
+            path + ": groups[0].engines[0].gpus[1] must be a string, not a number");
+  EXPECT_EQ(refused(R"({"groups": {"name": "p"}})"),
+            path + ": groups must be a list of groups, not an object");
+  EXPECT_EQ(refused(R"({"insecure_listen": "yes"})"),
+            path + ": insecure_listen must be true or false, not a string");
+  EXPECT_EQ(refused("[1, 2]"), path + ": the config must be an object, not a list");
 }
 
 TEST(Config, DefaultEngineNetworksAreLoopbackAndTheConfigsOwnEngineHosts) {

@@ -79,7 +79,7 @@ TEST(EngineRegistry, AnUnknownOptionIsRefusedByItsKindNamingTheGroupAndTheKey) {
   auto spec = SpecFromConfig(R"({"name": "v", "kind": "vllm", "engines": [{"url": "http://e:1"}],
                                  "vllm": {"pakced": true}})");
   ASSERT_FALSE(spec.ok());
-  EXPECT_EQ(spec.status().message(), "group 'v': unknown vllm option \"pakced\"");
+  EXPECT_EQ(spec.status().message(), "test.json: groups[0].vllm: unknown vllm option \"pakced\"");
 }
 
 TEST(EngineRegistry, AConfigsTopLevelLoadFormatStillWorksForSglang) {
@@ -214,7 +214,7 @@ TEST_F(EchoKindTest, ItsOptionsTravelThroughTheConfigTheAdminApiAndTheRecord) {
                               "echo": {"volume": 11}})")
                 .status()
                 .message(),
-            "group 'e': bad echo option \"volume\"");
+            "test.json: groups[0].echo: bad echo option \"volume\"");
   EXPECT_THAT(std::string(SpecFromConfig(
                               R"({"name": "e", "kind": "echo", "engines": [{"url": "http://x:1"}],
                                   "echo": {"ranks_per_engine": 0}})")

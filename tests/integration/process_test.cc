@@ -186,14 +186,40 @@ TEST_F(ProcessTest, WsyncctlShowsEverythingAsTablesAndJson) {
   EXPECT_EQ(j["state"], "GROUP_STATE_READY");
   EXPECT_EQ(j["last_version"], "step-7");
   auto missing = Ctl({"group", "nope"});
-  EXPECT_NE(missing.first, 0);
-  EXPECT_THAT(missing.second, HasSubstr("unknown group 'nope'"));
+  EXPECT_EQ(missing.first, 1);
+  EXPECT_THAT(missing.second, HasSubstr("unknown group 'nope' (NOT_FOUND)"));
+  // --json after the subcommand, as before it.
+  auto after = Ctl({"groups", "--json"});
+  EXPECT_EQ(after.first, 0);
+  EXPECT_TRUE(nlohmann::json::parse(after.second, nullptr, false).is_object()) << after.second;
 }
 
 TEST_F(ProcessTest, WsyncctlSaysClearlyWhenNoDaemonRuns) {
   auto [rc, out] = Ctl({"status"});
-  EXPECT_EQ(rc, 2);
+  EXPECT_EQ(rc, 1) << "a failure, not a usage error";
   EXPECT_THAT(out, HasSubstr("wsyncd is not answering at unix:" + socket_));
+  EXPECT_THAT(out, HasSubstr("(UNAVAILABLE)"));
+}
+
+// Every binary: 0 done (and after --help or --version), 1 failed, 2 a wrong command line.
+TEST_F(ProcessTest, EveryBinaryTellsItsVersionAndExitsTwoOnAWrongCommandLine) {
+  auto run = [&](std::vector<std::string> argv) {
+    auto p = std::make_unique<ChildProcess>(std::move(argv), dir_ + "/cli.log", StateEnv());
+    const int rc = p->Wait(absl::Seconds(10));
+    return std::make_pair(rc, p->Log());
+  };
+  for (const std::string& bin : {std::string(WSYNCD_BIN), std::string(WSYNCCTL_BIN)}) {
+    auto [rc, out] = run({bin, "--version"});
+    EXPECT_EQ(rc, 0) << bin;
+    EXPECT_THAT(out, HasSubstr(std::string(" ") + WSYNC_VERSION)) << bin;
+    EXPECT_EQ(run({bin, "--no-such-flag"}).first, 2) << bin;
+  }
+  EXPECT_EQ(Ctl({"no-such-command"}).first, 2);
+  EXPECT_EQ(Ctl({}).first, 2) << "a subcommand is required";
+  EXPECT_EQ(Ctl({"--help"}).first, 0);
+  // A command line wsyncctl can judge only once connected.
+  auto daemon = StartDaemon();
+  EXPECT_EQ(Ctl({"create-group", "g", "--engine", "http://127.0.0.1:1#x"}).first, 2);
 }
 
 TEST_F(ProcessTest, ConfigDeclaredGroupFormsAndSocketIsPrivateAndSigtermStopsCleanly) {
@@ -594,8 +620,9 @@ TEST_F(ProcessTest, EnginesOutsideEngineNetworksAreRefusedOnEveryPath) {
     auto [rc, out] = Ctl({"create-group", "policy", "--engine", "http://10.255.0.1:30000",
                           "--engine", "http://127.0.0.1:30000"});
     EXPECT_EQ(rc, 1) << out;
-    EXPECT_THAT(out, HasSubstr("engine http://10.255.0.1:30000 is not allowed by engine_networks: "
-                               "10.255.0.1 is not in 127.0.0.0/8, ::1, localhost (7)"));
+    EXPECT_THAT(out,
+                HasSubstr("engine http://10.255.0.1:30000 is not allowed by engine_networks: "
+                          "10.255.0.1 is not in 127.0.0.0/8, ::1, localhost (PERMISSION_DENIED)"));
   }
   std::filesystem::remove(socket_);  // the killed daemon's
   // Given with the flag: it replaces the default.

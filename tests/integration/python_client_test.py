@@ -193,12 +193,122 @@ class PythonClientTest(SimFixture):
         with wsync.Client("unix:" + self.sock) as c:
             self.assertEqual(c.slot_bytes, 1 << 20)
 
+    def test_the_bar_fills_by_the_plan_or_the_known_bytes_never_by_bytes_added_so_far(self):
+        model = {f"w{i}": np.full(200_000, i, np.float32) for i in range(6)}  # 0.8 MB each
+        total = sum(a.nbytes for a in model.values())
+        seen = []
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            result = client.push(model, version="bar", group="policy", progress=seen.append)
+        self.assertGreater(result["buckets"], 2)
+        for p in seen[:-1]:
+            self.assertEqual(p["bytes_expected"], total)
+            bar = wsync.progress_bar(p, width=10)
+            self.assertNotIn("[##########]", bar, "full before the last bucket")
+        self.assertIn(f"bucket {result['buckets']}/{result['buckets']}",
+                      wsync.progress_bar(seen[-1]))
+        # A stream still being fed: its bytes so far are no total, so none is made up.
+        self.assertEqual(
+            wsync.progress_bar({"buckets_done": 3, "buckets_total": 0, "bytes_done": 3 << 30,
+                                "bytes_total": 3 << 30, "bytes_expected": 0,
+                                "gib_per_second": 1.0}, width=8),
+            "[........] bucket 3/?  3.00/? GiB  1.00 GiB/s")
+        self.assertEqual(
+            wsync.progress_bar({"buckets_done": 1, "buckets_total": 0, "bytes_done": 1 << 30,
+                                "bytes_total": 1 << 30, "bytes_expected": 4 << 30,
+                                "gib_per_second": 1.0}, width=8),
+            "[##......] bucket 1/?  1.00/4.00 GiB  1.00 GiB/s")
+
+    def test_a_missing_version_and_a_target_without_a_scheme_are_refused_at_once(self):
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            for version in (None, "", True, 1.5):
+                with self.assertRaises(wsync.WsyncError) as e:
+                    client.push({"w": np.ones(4, np.float32)}, version=version, group="policy")
+                self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+                self.assertIn("version must be a non-empty string", e.exception.message)
+        self.assertNotIn(self.engine_checksums()["weight_version"], ("None", "", "True", "1.5"))
+        started = time.time()
+        with self.assertRaises(wsync.WsyncError) as e:
+            wsync.Client(self.sock, timeout=5)
+        self.assertLess(time.time() - started, 1.0, "refused, not timed out")
+        self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+        self.assertIn(f"target '{self.sock}' names no scheme: a unix socket is 'unix:{self.sock}'",
+                      e.exception.message)
+
     def test_no_daemon_is_a_clear_error(self):
         with self.assertRaises(wsync.WsyncError) as e:
             wsync.Client("unix:" + os.path.join(self.dir, "none.sock"), timeout=0.5)
         self.assertEqual(e.exception.code_name, "UNAVAILABLE")
         self.assertIn("wsyncd is not answering", e.exception.message)
 
+
+
+class DeclaredGroupTest(SimFixture):
+    """Groups a trainer declares for engines it started, under its session."""
+
+    def start_engine(self, tp=1):
+        port = free_port()
+        self.spawn([*SIM, "--tp", str(tp), "--port", str(port)], f"sim-{port}.log")
+        wait_port(port)
+        return port
+
+    def state_of(self, port):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/checksums") as r:
+            return json.loads(r.read())
+
+    def groups(self):
+        out = subprocess.run([CTL, "--socket", self.sock, "--json", "groups"], check=True,
+                             capture_output=True, text=True).stdout
+        return {g["spec"]["name"]: g for g in json.loads(out).get("groups", [])}
+
+    def test_a_trainers_group_is_declared_once_reformed_when_changed_and_ends_with_it(self):
+        a, b = self.start_engine(), self.start_engine()
+        model = [("w", np.arange(1000, dtype=np.float32))]
+        spec = {"name": "mine", "kind": "sglang",
+                "engines": [{"url": f"http://127.0.0.1:{a}", "ranks": 1}]}
+        with wsync.Client("unix:" + self.sock, device=0, name="declaring") as client:
+            self.assertTrue(client.declare_group(spec))
+            self.assertFalse(client.declare_group(spec), "the same declaration is a no-op")
+            client.push(model, version="d1", group="mine")
+            self.assertEqual(self.state_of(a)["weight_version"], "d1")
+            # Another engine: the group forms anew with both, between updates.
+            spec["engines"].append({"url": f"http://127.0.0.1:{b}", "ranks": 1})
+            self.assertTrue(client.declare_group(spec))
+            client.push(model, version="d2", group="mine")
+            for port in (a, b):
+                self.assertEqual(self.state_of(port)["weight_version"], "d2")
+            # Another session may not take it, nor may this one take the operator's group.
+            with wsync.Client("unix:" + self.sock, device=1, name="other") as other:
+                with self.assertRaises(wsync.WsyncError) as e:
+                    other.declare_group(spec)
+                self.assertEqual(e.exception.code_name, "ALREADY_EXISTS")
+                self.assertIn("was declared by another session", e.exception.message)
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.declare_group(dict(spec, name="policy"))
+            self.assertEqual(e.exception.code_name, "ALREADY_EXISTS")
+            self.assertIn("is wsyncd's own (from its config or an operator)", e.exception.message)
+            self.assertIn("mine", self.groups())
+            self.assertNotEqual(self.state_of(b)["group"], "")
+        # The session ended: so did its group, and its engines dropped theirs.
+        self.assertNotIn("mine", self.groups())
+        self.assertIn("policy", self.groups(), "the operator's group stays")
+        for port in (a, b):
+            self.assertEqual(self.state_of(port)["group"], "")
+
+    def test_a_group_declaration_is_checked_as_the_config_file_is(self):
+        with wsync.Client("unix:" + self.sock, device=0) as client:
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.declare_group({"name": "typo", "engines": [
+                    {"url": "http://127.0.0.1:1", "rank": 4}]})
+            self.assertEqual(e.exception.code_name, "INVALID_ARGUMENT")
+            self.assertIn('group_json.engines[0].rank: unknown key; did you mean "ranks"?',
+                          e.exception.message)
+            # Outside engine_networks (loopback by default): refused before any request.
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.declare_group({"name": "far", "engines": [{"url": "http://10.9.9.9:1"}]})
+            self.assertEqual(e.exception.code_name, "PERMISSION_DENIED")
+            with self.assertRaises(wsync.WsyncError) as e:
+                client.forget_group("policy")
+            self.assertEqual(e.exception.code_name, "NOT_FOUND")
 
 
 class SessionBuildTest(SimFixture):
@@ -218,7 +328,6 @@ class SessionBuildTest(SimFixture):
     def test_every_update_sits_inside_a_session_and_a_failed_one_ends_its_own(self):
         rng = np.random.default_rng(5)
         model = [(f"w{i}", rng.standard_normal(100000).astype(np.float32)) for i in range(6)]
-        logs = []
         with wsync.Client("unix:" + self.sock, device=0) as client:
             for version in ("s1", "s2"):
                 result = client.push(model, version=version, group="policy")

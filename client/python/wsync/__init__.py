@@ -90,19 +90,45 @@ def _candidates():
 
 
 def progress_bar(p, width=24):
-    """One line of a push's progress (the dict push() reports), for a terminal."""
-    fraction = min(1.0, p["bytes_done"] / p["bytes_total"]) if p["bytes_total"] else 0.0
+    """One line of a push's progress (the dict push() reports), for a terminal. It fills by
+    buckets of the plan once the plan is final (buckets_total > 0); before, by bytes of the
+    model where the caller's tensors were all known up front (bytes_expected: a state_dict, a
+    list), else not at all, since the bytes added so far are no total."""
+    total, expected = p["buckets_total"], p.get("bytes_expected", 0)
+    if total:
+        fraction, bytes_total = min(1.0, p["buckets_done"] / total), p["bytes_total"]
+    elif expected:
+        fraction, bytes_total = min(1.0, p["bytes_done"] / expected), expected
+    else:
+        fraction, bytes_total = 0.0, 0
     filled = int(fraction * width + 0.5)
     return (f"[{'#' * filled}{'.' * (width - filled)}] bucket {p['buckets_done']}/"
-            f"{p['buckets_total']}  {p['bytes_done'] / 2**30:.2f}/{p['bytes_total'] / 2**30:.2f} "
-            f"GiB  {p['gib_per_second']:.2f} GiB/s")
+            f"{total or '?'}  {p['bytes_done'] / 2**30:.2f}/"
+            f"{f'{bytes_total / 2**30:.2f}' if bytes_total else '?'} GiB  "
+            f"{p['gib_per_second']:.2f} GiB/s")
+
+
+def _expected_bytes(named_tensors):
+    """The bytes of a state_dict's, list's or tuple's tensors (0 for a stream, or a tensor whose
+    size cannot be read)."""
+    if hasattr(named_tensors, "items"):
+        values = list(named_tensors.values())
+    elif isinstance(named_tensors, (list, tuple)):
+        values = [item[1] for item in named_tensors if isinstance(item, (list, tuple))
+                  and len(item) >= 2]
+    else:
+        return 0
+    try:
+        return sum(int(v.nbytes) for v in values)
+    except (AttributeError, TypeError):
+        return 0
 
 
 def terminal_bar(stream):
     """A push() progress callback that redraws one bar line on `stream` (a terminal)."""
     def draw(p):
         stream.write("\r" + progress_bar(p))
-        if p["buckets_done"] == p["buckets_total"]:
+        if p["buckets_total"] and p["buckets_done"] == p["buckets_total"]:
             stream.write("\n")
         stream.flush()
     return draw
@@ -132,6 +158,9 @@ def _declare(lib):
     lib.wsync_open_session.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.c_char_p] + err
     lib.wsync_close_session.argtypes = [ctypes.c_void_p] + err
     lib.wsync_release_sources.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)] + err
+    lib.wsync_declare_group.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                        ctypes.POINTER(ctypes.c_int)] + err
+    lib.wsync_forget_group.argtypes = [ctypes.c_void_p, ctypes.c_char_p] + err
     lib.wsync_slot_bytes.argtypes = [ctypes.c_void_p]
     lib.wsync_slot_bytes.restype = ctypes.c_uint64
     lib.wsync_push.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
@@ -226,6 +255,32 @@ class Client:
             self._handle = None
             raise WsyncError(rc, err.value.decode())
 
+    def declare_group(self, group):
+        """Declares a group of this session's own, for engines the trainer started: `group` is a
+        dict with the keys of a "groups" entry of wsyncd's config file, e.g. {"name": "policy",
+        "kind": "sglang", "engines": [{"url": "http://127.0.0.1:30000", "ranks": 2}],
+        "sglang": {"load_format": "flattened_bucket"}}. Declaring it again as it is does
+        nothing; with other engines or options (an engine added or removed) it forms anew,
+        between updates. The group ends with the session (close(), or the process going away).
+        Returns True when it formed now."""
+        if not isinstance(group, dict):
+            raise WsyncError(3, f"group must be a dict of a config file's group keys, not "
+                                f"{type(group).__name__}")
+        err = ctypes.create_string_buffer(8192)
+        formed = ctypes.c_int(0)
+        rc = self._lib.wsync_declare_group(self._handle, json.dumps(group).encode(),
+                                           ctypes.byref(formed), err, len(err))
+        if rc:
+            raise WsyncError(rc, err.value.decode())
+        return bool(formed.value)
+
+    def forget_group(self, name):
+        """Ends a group this session declared."""
+        err = ctypes.create_string_buffer(4096)
+        rc = self._lib.wsync_forget_group(self._handle, name.encode(), err, len(err))
+        if rc:
+            raise WsyncError(rc, err.value.decode())
+
     @property
     def slot_bytes(self):
         return self._lib.wsync_slot_bytes(self._handle)
@@ -266,6 +321,10 @@ class Client:
         place among the group's GPUs (each rank pushes the same version from its own GPU's
         session); wsyncd checks it against the session's GPU.
         """
+        # str(None) would push a version named "None".
+        if isinstance(version, bool) or not isinstance(version, (str, int)) or version == "":
+            raise WsyncError(3, f"version must be a non-empty string (or an int), not "
+                                f"{version!r}: it names the weights the engines report")
         items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
         # A state_dict, list or tuple is the caller's to hold for the whole push, so pulled
         # memory stays allocated; a generator's tensors may be made for the push and dropped as
@@ -278,11 +337,15 @@ class Client:
         report = progress
         if progress is None and sys.stderr.isatty():
             report = terminal_bar(sys.stderr)
+        # A state_dict's or a list's bytes are known before the first bucket: the bar fills by
+        # them until the plan is final.
+        expected = _expected_bytes(named_tensors) if report else 0
 
         def on_progress(_user, done, total, bytes_done, bytes_total, seconds):
             if report:
                 report({"buckets_done": done, "buckets_total": total, "bytes_done": bytes_done,
-                        "bytes_total": bytes_total, "seconds": seconds,
+                        "bytes_total": bytes_total, "bytes_expected": expected,
+                        "seconds": seconds,
                         "gib_per_second": bytes_done / seconds / 2**30 if seconds > 0 else 0.0})
 
         callback = _PROGRESS(on_progress)

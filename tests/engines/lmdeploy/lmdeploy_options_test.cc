@@ -40,13 +40,14 @@ TEST(Config, LmdeployOptionsSitUnderTheirKindInTheEnginesOwnWords) {
   std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "lmdeploy",
       "load_format": "null", "engines": [{"url": "http://e:1"}]}]})";
   EXPECT_THAT(LoadConfigFile(path, &bad).message(),
-              HasSubstr("load_format goes under \"lmdeploy\""));
+              HasSubstr("groups[0].load_format: goes under \"lmdeploy\""));
   std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "lmdeploy",
       "lmdeploy": {"sleep": 2}, "engines": [{"url": "http://e:1"}]}]})";
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown lmdeploy option \"sleep\""));
   std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "lmdeploy",
       "sglang": {}, "engines": [{"url": "http://e:1"}]}]})";
-  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("has \"sglang\" options"));
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(),
+              HasSubstr("groups[0].sglang: group 'g' is of kind lmdeploy, not sglang"));
 }
 
 TEST(GroupSpecProto, LmdeployOptionsTravelInTheirOwnMessage) {

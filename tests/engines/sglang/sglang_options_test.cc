@@ -24,7 +24,8 @@ TEST(Config, SglangOptionsSitUnderTheirKindAndUnknownKeysAreRefused) {
   std::ofstream(path) << R"({"groups": [{"name": "g", "load_fromat": "per_tensor",
       "engines": [{"url": "http://e:1"}]}]})";
   DaemonConfig bad;
-  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown key \"load_fromat\""));
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(),
+              HasSubstr("groups[0].load_fromat: unknown key; did you mean \"load_format\"?"));
   std::ofstream(path) << R"({"groups": [{"name": "g", "sglang": {"format": "per_tensor"},
       "engines": [{"url": "http://e:1"}]}]})";
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("unknown sglang option"));

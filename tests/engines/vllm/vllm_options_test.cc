@@ -103,7 +103,8 @@ TEST(Config, VllmOptionsSitUnderTheirKindWithSafeDefaults) {
   EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("must be true or false"));
   std::ofstream(path) << R"({"groups": [{"name": "g", "kind": "sglang", "vllm": {},
       "engines": [{"url": "http://e:1"}]}]})";
-  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("has \"vllm\" options"));
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(),
+              HasSubstr("groups[0].vllm: group 'g' is of kind sglang, not vllm"));
 }
 
 TEST(GroupSpecProto, VllmOptionsTravelInTheirOwnMessageWithZeroAsTheDefault) {
