@@ -265,6 +265,10 @@ TEST(Config, EveryErrorSaysWhereInTheFile) {
   EXPECT_EQ(refused(R"({"insecure_listen": "yes"})"),
             path + ": insecure_listen must be true or false, not a string");
   EXPECT_EQ(refused("[1, 2]"), path + ": the config must be an object, not a list");
+  // Found by the config fuzzer: a number no JSON number type holds threw past the parser's
+  // position-carrying errors.
+  EXPECT_THAT(refused("99000E06156000000"),
+              HasSubstr(path + ": not valid JSON: number overflow parsing '99000E06156000000'"));
 }
 
 TEST(Config, DefaultEngineNetworksAreLoopbackAndTheConfigsOwnEngineHosts) {
