@@ -318,8 +318,13 @@ absl::Status DaemonCore::DestroyGroup(const std::string& name) {
 
 absl::StatusOr<std::pair<GroupSnapshot, bool>> DaemonCore::DeclareSessionGroup(
     const std::string& session_id, const GroupSpec& spec) {
-  WSYNC_RETURN_IF_ERROR(sessions_.Touch(session_id).status());
+  // Checked before a group is touched: a declaration that cannot form leaves the group it would
+  // replace as it is.
+  WSYNC_RETURN_IF_ERROR(ValidateGroupSpec(spec));
+  WSYNC_RETURN_IF_ERROR(CheckEngineNetworks(spec));
   std::lock_guard<std::mutex> declaring(declare_mu_);
+  // Under the declaration lock: a session that ends now ends its groups after this one.
+  WSYNC_RETURN_IF_ERROR(sessions_.Touch(session_id).status());
   std::shared_ptr<WeightGroup> existing = FindGroup(spec.name);
   std::optional<std::string> owner;
   uint32_t owned = 0;
@@ -337,7 +342,12 @@ absl::StatusOr<std::pair<GroupSnapshot, bool>> DaemonCore::DeclareSessionGroup(
     }
     if (!owner->empty() && *owner != session_id) {
       return absl::AlreadyExistsError(
-          absl::StrCat("group '", spec.name, "' was declared by another session (", *owner, ")"));
+          absl::StrCat("group '", spec.name, "' was declared by another session"));
+    }
+    if (owner->empty() && owned >= options_.max_groups_per_session) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session ", session_id, " has declared ", owned,
+                       " groups, the most a session may: forget one first"));
     }
     if (owner->empty()) {
       // Kept from a wsyncd before this one for its trainer: this session takes it.
@@ -360,6 +370,11 @@ absl::StatusOr<std::pair<GroupSnapshot, bool>> DaemonCore::DeclareSessionGroup(
     return absl::ResourceExhaustedError(
         absl::StrCat("session ", session_id, " has declared ", owned,
                      " groups, the most a session may: forget one first"));
+  }
+  // A group of that name made meanwhile by an operator is theirs, not this session's.
+  if (FindGroup(spec.name) != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("group '", spec.name, "' was created meanwhile by an operator"));
   }
   WSYNC_ASSIGN_OR_RETURN(GroupSnapshot formed, CreateAndForm(spec, /*trainer_declared=*/true));
   {
@@ -388,25 +403,46 @@ absl::Status DaemonCore::ForgetSessionGroup(const std::string& session_id,
           absl::StrCat("session ", session_id, " declared no group '", name, "'"));
     }
   }
-  return DestroyGroup(name);
+  absl::Status destroyed = DestroyGroup(name);
+  if (destroyed.code() == absl::StatusCode::kNotFound) {
+    // Gone already (an operator destroyed it): nothing is left to forget.
+    std::lock_guard<std::mutex> lock(mu_);
+    group_owners_.erase(name);
+  }
+  return destroyed;
 }
 
 void DaemonCore::EndSessionGroups(const std::string& session_id) {
-  std::lock_guard<std::mutex> declaring(declare_mu_);
-  std::vector<std::string> owned;
-  {
+  const auto owned_by = [&] {
+    std::vector<std::string> owned;
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, session] : group_owners_) {
       if (session == session_id) owned.push_back(name);
     }
-  }
-  for (const std::string& name : owned) {
-    if (absl::Status s = DestroyGroup(name); !s.ok()) {
-      WSYNC_LOG(Warning, "group ", name, ", declared by session ", session_id,
-                ", which ended: ending it failed: ", s.message());
+    return owned;
+  };
+  // Most sessions declare nothing: they never wait on a declaration that is forming.
+  if (owned_by().empty()) return;
+  std::lock_guard<std::mutex> declaring(declare_mu_);
+  for (const std::string& name : owned_by()) {
+    // A wsyncd that drains or stops keeps its trainers' groups (and their records) for the
+    // trainers' next declaration, as after a crash.
+    absl::Status s = draining_ ? absl::CancelledError("wsyncd is draining") : DestroyGroup(name);
+    if (s.ok()) {
+      WSYNC_LOG(Info, "group ", name, " ended with session ", session_id, ", which declared it");
       continue;
     }
-    WSYNC_LOG(Info, "group ", name, " ended with session ", session_id, ", which declared it");
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = group_owners_.find(name);
+    if (it == group_owners_.end()) continue;
+    if (s.code() == absl::StatusCode::kNotFound) {
+      group_owners_.erase(it);
+      continue;
+    }
+    // Kept, for the trainer's next session to declare again (or an operator to destroy).
+    it->second = "";
+    WSYNC_LOG(Warning, "group ", name, ", declared by session ", session_id,
+              ", which ended, is kept for its trainer's next declaration: ", s.message());
   }
 }
 

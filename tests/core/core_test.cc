@@ -458,6 +458,10 @@ TEST_F(FakeDaemonTest, ASessionsGroupsAreCappedFrozenDuringAnUpdateAndEndWithThe
   EXPECT_THAT(changed.status().message(), HasSubstr("is being updated"));
   (*run)->Abort(absl::CancelledError("test"));
   run->reset();
+  // A declaration that cannot form leaves the group it would replace as it is.
+  auto outside = core_->DeclareSessionGroup(id, FakeGroupSpec("mine-0", {"http://b:1"}));
+  EXPECT_EQ(outside.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(core_->GetGroup("mine-0").ok());
   // The operator's group is no session's to take or forget.
   EXPECT_EQ(core_->DeclareSessionGroup(id, FakeGroupSpec("policy", {"http://a:1"})).status().code(),
             absl::StatusCode::kAlreadyExists);
@@ -468,6 +472,22 @@ TEST_F(FakeDaemonTest, ASessionsGroupsAreCappedFrozenDuringAnUpdateAndEndWithThe
   const std::vector<GroupSnapshot> left = core_->ListGroups();
   ASSERT_EQ(left.size(), 1u);
   EXPECT_EQ(left[0].spec.name, "policy");
+}
+
+TEST_F(FakeDaemonTest, ADrainingWsyncdKeepsASessionsGroupForItsTrainersNextDeclaration) {
+  Start({});
+  ASSERT_TRUE(core_->DeclareSessionGroup(session_.id, FakeGroupSpec("mine", {"http://a:5"})).ok());
+  (void)core_->Drain(absl::Seconds(1));
+  ASSERT_TRUE(core_->CloseSession(session_.id).ok());
+  EXPECT_TRUE(core_->GetGroup("mine").ok()) << "kept, as after a crash";
+  core_->Undrain();
+  auto next = core_->OpenSession(0, "the trainer again");
+  ASSERT_TRUE(next.ok()) << next.status();
+  auto again = core_->DeclareSessionGroup(next->id, FakeGroupSpec("mine", {"http://a:5"}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->second) << "taken as it is";
+  ASSERT_TRUE(core_->CloseSession(next->id).ok());
+  EXPECT_FALSE(core_->GetGroup("mine").ok()) << "ended with the session that took it";
 }
 
 TEST_F(FakeDaemonTest, OversizedOrUnprintableNamesAreRefusedBeforeAnythingIsKept) {
