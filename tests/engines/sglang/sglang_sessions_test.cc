@@ -135,6 +135,13 @@ class SessionServer {
   std::string url_;
 };
 
+// A bucket of one float32 tensor "w" of 2 elements.
+BucketManifest OneTensor() {
+  BucketManifest manifest;
+  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  return manifest;
+}
+
 SglangAdapter AdapterFor(const SessionServer& server) {
   return SglangAdapter(EngineEndpoint{server.url(), 1, 1},
                        AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)},
@@ -149,8 +156,7 @@ TEST(SglangSessionsTest, AnUpdateOnASessionBuildIsOpenedAndClosedAroundItsBucket
     EXPECT_TRUE(adapter.sessions()) << "docs " << docs;
     ASSERT_TRUE(adapter.PauseGeneration().ok());
     ASSERT_TRUE(adapter.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-    BucketManifest manifest;
-    manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+    const BucketManifest manifest = OneTensor();
     auto request =
         BroadcastBindingOf(adapter).value()->BucketRequest(manifest, "g", BucketContext{});
     ASSERT_TRUE(request.ok());
@@ -194,8 +200,7 @@ TEST(SglangSessionsTest, AServerWithoutSessionsGetsNoBeginNoEndAndNoSelector) {
     ASSERT_TRUE(adapter.Probe().ok());
     EXPECT_FALSE(adapter.sessions());
     ASSERT_TRUE(adapter.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-    BucketManifest manifest;
-    manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+    const BucketManifest manifest = OneTensor();
     auto request =
         BroadcastBindingOf(adapter).value()->BucketRequest(manifest, "g", BucketContext{});
     ASSERT_TRUE(request.ok());
@@ -211,8 +216,7 @@ TEST(SglangSessionsTest, AServerWithoutTheVersionRouteTakesTheVersionOnTheLastBu
   server.Without("/update_weight_version");
   SglangAdapter adapter = AdapterFor(server);
   ASSERT_TRUE(adapter.Probe().ok());
-  BucketManifest manifest;
-  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  const BucketManifest manifest = OneTensor();
   auto* binding = BroadcastBindingOf(adapter).value();
   auto first = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 0, false});
   auto last = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 1, true});
@@ -236,8 +240,7 @@ TEST(SglangSessionsTest, AServerThatIgnoresTheLabelInItsRequestIsNamedAtTheCommi
   SessionServer server(/*sessions=*/false, /*docs=*/false, "/update_weight_version");
   SglangAdapter adapter = AdapterFor(server);
   ASSERT_TRUE(adapter.Probe().ok());
-  BucketManifest manifest;
-  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  const BucketManifest manifest = OneTensor();
   auto* binding = BroadcastBindingOf(adapter).value();
   auto last = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 0, true});
   ASSERT_TRUE(last.ok());
@@ -272,8 +275,7 @@ TEST(SglangSessionsTest, TheLabelAndTheFlushRideOnTheLastBucketAndTheCommitOnlyR
   SessionServer server(/*sessions=*/false, /*docs=*/true);
   SglangAdapter adapter = AdapterFor(server);
   ASSERT_TRUE(adapter.Probe().ok());
-  BucketManifest manifest;
-  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  const BucketManifest manifest = OneTensor();
   auto* binding = BroadcastBindingOf(adapter).value();
   auto first = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 0, false});
   auto last = binding->BucketRequest(manifest, "g", BucketContext{"u1", "v1", 1, true});
@@ -310,8 +312,7 @@ TEST(SglangSessionsTest, InsideASessionTheFlushWaitsForTheCommit) {
   SglangAdapter adapter = AdapterFor(server);
   ASSERT_TRUE(adapter.Probe().ok());
   ASSERT_TRUE(adapter.BeginUpdate(UpdateInfo{"u1", "v1"}).ok());
-  BucketManifest manifest;
-  manifest.tensors = {TensorEntry{"w", DType::kFloat32, {2}, 0, 8}};
+  const BucketManifest manifest = OneTensor();
   auto last = BroadcastBindingOf(adapter).value()->BucketRequest(
       manifest, "g", BucketContext{"u1", "v1", 0, true});
   ASSERT_TRUE(last.ok());
