@@ -52,11 +52,6 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
 
 namespace {
 
-absl::StatusOr<int64_t> IntegerValue(const nlohmann::json& value, const std::string& what,
-                                     int64_t min, int64_t max) {
-  return config_json::AsInteger(value, what, min, max);
-}
-
 // Seconds: a number above zero (a negative timeout would fail everything at once).
 absl::StatusOr<absl::Duration> SecondsValue(const nlohmann::json& value, const std::string& what) {
   if (!value.is_number() || !(value.get<double>() > 0)) {
@@ -68,7 +63,7 @@ absl::StatusOr<absl::Duration> SecondsValue(const nlohmann::json& value, const s
 // A size given as "512MiB" or as a number of bytes.
 absl::StatusOr<uint64_t> ByteSizeValue(const nlohmann::json& value, const std::string& what) {
   if (value.is_string()) return ParseByteSize(value.get<std::string>());
-  return IntegerValue(value, what, 0, std::numeric_limits<int64_t>::max());
+  return config_json::AsInteger(value, what, 0, std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace
@@ -160,7 +155,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
   }
   // The same bounds as the flags'.
   if (j.contains("slots")) {
-    auto slots = IntegerValue(j["slots"], "slots", 1, 64);
+    auto slots = config_json::AsInteger(j["slots"], "slots", 1, 64);
     if (!slots.ok()) return in_file(slots.status());
     config->daemon.slots_per_device = static_cast<uint32_t>(*slots);
   }
@@ -173,7 +168,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
        {std::pair{"max_streams_per_connection", &config->server.max_streams_per_connection},
         std::pair{"max_streams_per_caller", &config->server.max_streams_per_caller}}) {
     if (!j.contains(key)) continue;
-    auto n = IntegerValue(j[key], key, 1, 4096);
+    auto n = config_json::AsInteger(j[key], key, 1, 4096);
     if (!n.ok()) return in_file(n.status());
     *field = static_cast<int>(*n);
   }

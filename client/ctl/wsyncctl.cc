@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -210,31 +211,10 @@ absl::Status ReachTcp(const std::string& address, absl::Duration timeout) {
   return result;
 }
 
-// gRPC's status codes by the names its documentation and every other client use.
-const char* CodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  const int i = static_cast<int>(code);
-  return i >= 0 && i < static_cast<int>(std::size(kNames)) ? kNames[i] : "UNKNOWN";
-}
-
 int Error(const grpc::Status& s) {
-  std::cerr << "wsyncctl: " << s.error_message() << " (" << CodeName(s.error_code()) << ")\n";
+  // gRPC's codes are absl's, number for number: named as every client names them.
+  std::cerr << "wsyncctl: " << s.error_message() << " ("
+            << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ")\n";
   return kExitFailed;
 }
 

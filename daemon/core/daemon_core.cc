@@ -333,22 +333,24 @@ absl::StatusOr<std::pair<GroupSnapshot, bool>> DaemonCore::DeclareSessionGroup(
     if (auto it = group_owners_.find(spec.name); it != group_owners_.end()) owner = it->second;
     for (const auto& [name, session] : group_owners_) owned += session == session_id ? 1 : 0;
   }
+  if (existing != nullptr && !owner.has_value()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("group '", spec.name,
+                     "' is wsyncd's own (from its config or an operator): a trainer declares "
+                     "groups under names of its own"));
+  }
+  if (existing != nullptr && !owner->empty() && *owner != session_id) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("group '", spec.name, "' was declared by another session"));
+  }
+  // A new group, or one kept for its trainer that this session takes, counts against the cap.
+  const bool already_ours = existing != nullptr && *owner == session_id;
+  if (!already_ours && owned >= options_.max_groups_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session ", session_id, " has declared ", owned,
+                     " groups, the most a session may: forget one first"));
+  }
   if (existing != nullptr) {
-    if (!owner.has_value()) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("group '", spec.name,
-                       "' is wsyncd's own (from its config or an operator): a trainer declares "
-                       "groups under names of its own"));
-    }
-    if (!owner->empty() && *owner != session_id) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("group '", spec.name, "' was declared by another session"));
-    }
-    if (owner->empty() && owned >= options_.max_groups_per_session) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("session ", session_id, " has declared ", owned,
-                       " groups, the most a session may: forget one first"));
-    }
     if (owner->empty()) {
       // Kept from a wsyncd before this one for its trainer: this session takes it.
       WSYNC_LOG(Info, "group ", spec.name, ": taken by session ", session_id,
@@ -366,10 +368,6 @@ absl::StatusOr<std::pair<GroupSnapshot, bool>> DaemonCore::DeclareSessionGroup(
     WSYNC_LOG(Info, "group ", spec.name, ": declared anew by session ", session_id,
               "; forming it again");
     WSYNC_RETURN_IF_ERROR(DestroyGroup(spec.name));
-  } else if (owned >= options_.max_groups_per_session) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("session ", session_id, " has declared ", owned,
-                     " groups, the most a session may: forget one first"));
   }
   // A group of that name made meanwhile by an operator is theirs, not this session's.
   if (FindGroup(spec.name) != nullptr) {
