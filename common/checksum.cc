@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -175,6 +176,54 @@ Crc32OperatorTable::Crc32OperatorTable(const Crc32Operator& op) {
   for (int b = 0; b < 4; ++b) {
     for (uint32_t v = 0; v < 256; ++v) byte[b][v] = op.Apply(v << (8 * b));
   }
+}
+
+absl::string_view ChecksumKindName(ChecksumKind kind) {
+  switch (kind) {
+    case ChecksumKind::kNone:
+      return "none";
+    case ChecksumKind::kCrc32:
+      return kChecksumName;
+    case ChecksumKind::kCrc32Sampled:
+      return kSampledChecksumName;
+  }
+  return "unknown";
+}
+
+std::optional<ChecksumKind> ParseChecksumKind(absl::string_view name) {
+  for (ChecksumKind kind :
+       {ChecksumKind::kNone, ChecksumKind::kCrc32, ChecksumKind::kCrc32Sampled}) {
+    if (name == ChecksumKindName(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+std::vector<ByteWindow> SampledWindows(uint64_t span) {
+  std::vector<ByteWindow> windows;
+  for (uint64_t at = 0; at < span; at += kSampleStride) {
+    windows.push_back(ByteWindow{at, std::min(kSampleWindow, span - at)});
+  }
+  if (!windows.empty()) {
+    const uint64_t covered = windows.back().offset + windows.back().bytes;
+    if (covered < span) {
+      const uint64_t start = std::max(covered, span - kSampleWindow);
+      windows.push_back(ByteWindow{start, span - start});
+    }
+  }
+  return windows;
+}
+
+uint64_t SampledBytes(uint64_t span) {
+  uint64_t bytes = 0;
+  for (const ByteWindow& w : SampledWindows(span)) bytes += w.bytes;
+  return bytes;
+}
+
+uint32_t SampledCrc32(const void* data, uint64_t span) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t crc = 0;
+  for (const ByteWindow& w : SampledWindows(span)) crc = Crc32(p + w.offset, w.bytes, crc);
+  return crc;
 }
 
 }  // namespace wsync

@@ -3,7 +3,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
 
 namespace wsync {
 
@@ -38,6 +42,35 @@ struct Crc32OperatorTable {
 };
 
 inline constexpr const char kChecksumName[] = "crc32";
+
+// "crc32-sampled": the CRC-32 of windows of a bucket rather than of all its bytes, for slots that
+// the GPU which reads them also filled (colocated groups). No wire lies between the trainer's copy
+// and the engines' read there, so what a check must catch is a copy that did not happen, ran
+// late, or landed elsewhere, or a slot changed under it: each leaves whole windows wrong. The
+// full CRC-32 runs at about half a copy's rate; the windows are 1/256 of the bytes.
+inline constexpr const char kSampledChecksumName[] = "crc32-sampled";
+inline constexpr uint64_t kSampleStride = uint64_t{1} << 20;
+inline constexpr uint64_t kSampleWindow = 4096;
+
+struct ByteWindow {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+// The windows of [0, span): kSampleWindow bytes at every multiple of kSampleStride, and the span's
+// last kSampleWindow bytes (so its end is covered), in order and not overlapping.
+std::vector<ByteWindow> SampledWindows(uint64_t span);
+// What a trainer-filled bucket's checksum is computed by; kNone: no checksum.
+enum class ChecksumKind { kNone, kCrc32, kCrc32Sampled };
+// "none", "crc32", "crc32-sampled".
+absl::string_view ChecksumKindName(ChecksumKind kind);
+// The kind a name gives; nullopt for any other name.
+std::optional<ChecksumKind> ParseChecksumKind(absl::string_view name);
+
+// The bytes SampledWindows(span) covers; at most span.
+uint64_t SampledBytes(uint64_t span);
+// The CRC-32 (Crc32's) of the windows' bytes laid end to end.
+uint32_t SampledCrc32(const void* data, uint64_t span);
 
 }  // namespace wsync
 

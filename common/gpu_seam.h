@@ -91,6 +91,9 @@ class SlotMemory {
   // CRC-32 of the slot's first `bytes` bytes (see common/checksum.h), computed after the
   // producer's writes (on GPUs the slot's stream waits on the producer's event first).
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+  // crc32-sampled of the slot's first `span` bytes (common/checksum.h), after the producer's
+  // writes as Checksum.
+  virtual absl::StatusOr<uint32_t> SampledChecksum(uint64_t span) = 0;
   // Pull mode: copies the pieces into the slot once the producer's signal says the trainer's
   // tensors are ready, and returns once the copy is done. No checksum: the copy is wsyncd's own,
   // so there is no trainer write to check, and a fused checksum halves the copy's rate.
@@ -258,6 +261,9 @@ class MappedSlot {
     return absl::OkStatus();
   }
   virtual absl::StatusOr<uint32_t> Checksum(uint64_t bytes) = 0;
+  // crc32-sampled of the slot's first `span` bytes (common/checksum.h), ordered after the copies
+  // queued before it; returns once it is known, so the copies are done too.
+  virtual absl::StatusOr<uint32_t> SampledChecksum(uint64_t span) = 0;
   // CopyBatch, then the checksum of the slot's first `span` bytes; the CUDA slot does both in one
   // kernel launch, reading the bytes back while they are still in L2.
   virtual absl::StatusOr<uint32_t> CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,

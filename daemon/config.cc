@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/transport_kind.h"
@@ -185,9 +186,12 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
   if (j.contains("checksum")) {
     auto checksum = AsString(j["checksum"], "checksum");
     if (!checksum.ok()) return in_file(checksum.status());
-    if (*checksum != "crc32" && *checksum != "none") {
+    if (*checksum != "auto" && !ParseChecksumKind(*checksum).has_value()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": checksum must be \"crc32\" or \"none\", not \"", *checksum, "\""));
+          absl::StrCat(path,
+                       ": checksum must be \"auto\", \"crc32\", \"crc32-sampled\" or "
+                       "\"none\", not \"",
+                       *checksum, "\""));
     }
     config->daemon.checksum = *checksum;
   }

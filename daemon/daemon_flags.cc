@@ -137,10 +137,12 @@ void AddSlotFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& ra
           ->check(CLI::PositiveNumber),
       [&raw](const DaemonConfig& f) { raw.bucket_timeout = Seconds(f.daemon.bucket_timeout); });
   table.Bind(app.add_option("--checksum", d.checksum,
-                            "crc32: trainers checksum each bucket and wsyncd verifies it before "
-                            "sending; none: skip both (faster; no guard against a trainer-side "
-                            "copy bug)")
-                 ->check(CLI::IsMember({"crc32", "none"})),
+                            "what trainers checksum in each bucket they fill and wsyncd verifies "
+                            "before sending: auto (default): crc32 where the bytes then cross a "
+                            "wire, crc32-sampled where the engines read them on the same GPU; "
+                            "crc32: every byte; crc32-sampled: 4 KiB in every MiB; none: nothing "
+                            "(no guard against a trainer-side copy bug)")
+                 ->check(CLI::IsMember({"auto", "crc32", "crc32-sampled", "none"})),
              [&d](const DaemonConfig& f) { d.checksum = f.daemon.checksum; });
   table.Bind(app.add_flag("--release-idle-slots", d.release_idle_slots,
                           "free a device's slots when its last session closes, for training to "

@@ -41,6 +41,15 @@ absl::StatusOr<std::unique_ptr<PushStream>> PushStream::Begin(
   if (options.pull_as_group_prefers) {
     options.pull = started.pull_preferred() || options.pull_bucket_bytes != 0;
     push->options_.pull = options.pull;
+    // Each pulled allocation then costs wsyncd a mapping per update, where this client's copy of
+    // the bucket costs the same copy wsyncd's would.
+    push->pull_one_allocation_ = started.pull_one_allocation_per_bucket();
+  }
+  if (!options.checksums) {
+    push->checksum_ = ChecksumKind::kNone;
+  } else if (!started.checksum().empty()) {
+    // A checksum this client does not know: the full CRC-32, which wsyncd always takes.
+    push->checksum_ = ParseChecksumKind(started.checksum()).value_or(ChecksumKind::kCrc32);
   }
   if (options.pull && options.exporter != nullptr) options.exporter->BeginUpdate();
   // The group's engines shape every bucket of this update; no tensor has been planned yet.
@@ -168,7 +177,8 @@ void PushStream::ReleaseFinishedLocked() {
   }
 }
 
-bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire) {
+bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, bool one_allocation,
+                                 v1::Bucket* wire) {
   std::vector<ExportedSource> found;
   for (const TensorRef& t : tensors) {
     // wsyncd keeps what it maps until the session closes, and CUDA makes freeing memory another
@@ -177,6 +187,11 @@ bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, v1::Buck
     auto e = options_.exporter->Export(t.data, t.bytes);
     if (!e.ok()) return false;
     found.push_back(std::move(*e));
+  }
+  if (one_allocation) {
+    for (const ExportedSource& e : found) {
+      if (e.allocation_id != found.front().allocation_id) return false;
+    }
   }
   for (const ExportedSource& e : found) {
     if (announced_.insert(e.allocation_id).second) {
@@ -236,8 +251,10 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last, bool
     wire.set_planned_buckets(std::max<uint64_t>(progress_.buckets_total, sequence + 1));
     wire.set_planned_bytes(progress_.bytes_total);
   }
+  // A bucket larger than a slot can only be pulled (read in place).
   const bool pull =
-      options_.pull && options_.exporter != nullptr && DescribeSources(tensors, &wire);
+      options_.pull && options_.exporter != nullptr &&
+      DescribeSources(tensors, pull_one_allocation_ && bucket.bytes <= slot.bytes(), &wire);
   if (!pull && bucket.bytes > slot.bytes()) {
     // Planned past a slot (pull_bucket_bytes) but holding memory wsyncd cannot map: no slot holds
     // it, so nothing of it may be sent.
@@ -264,17 +281,24 @@ absl::Status PushStream::SendBucket(const PlannedBucket& bucket, bool last, bool
     if (absl::Status s = slot.MarkReady(); !s.ok()) return Fail(s);
     ++buckets_pulled_;
   } else {
-    if (options_.checksums) {
-      // The checksum waits for the copies, so once it is known the caller's tensors are free.
+    // A checksum waits for the copies, so once it is known the caller's tensors are free.
+    if (checksum_ == ChecksumKind::kCrc32) {
       auto crc = slot.CopyBatchAndChecksum(copies, bucket.bytes);
       if (!crc.ok()) return Fail(crc.status());
       wire.set_checksum(*crc);
     } else if (absl::Status s = slot.CopyBatch(copies); !s.ok()) {
       return Fail(s);
+    } else if (checksum_ == ChecksumKind::kCrc32Sampled) {
+      auto crc = slot.SampledChecksum(bucket.bytes);
+      if (!crc.ok()) return Fail(crc.status());
+      wire.set_checksum(*crc);
+    }
+    if (checksum_ != ChecksumKind::kNone) {
+      wire.set_checksum_algorithm(std::string(ChecksumKindName(checksum_)));
     }
     if (absl::Status s = slot.MarkWritten(); !s.ok()) return Fail(s);
     // Without a checksum nothing has waited for the copies yet.
-    if (!options_.checksums) {
+    if (checksum_ == ChecksumKind::kNone) {
       if (absl::Status s = slot.WaitWritten(); !s.ok()) return Fail(s);
     }
   }

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "client/cpp/update_stream.h"
 #include "common/bucket_planner.h"
+#include "common/checksum.h"
 #include "common/dtype.h"
 #include "common/gpu_seam.h"
 
@@ -88,8 +89,9 @@ struct PushOptions {
   // CUDA stream (cudaStream_t) the tensors were produced on: the copies into the slots run on it,
   // after the producer's work, without synchronising the device. nullptr: the slots' own streams.
   void* cuda_stream = nullptr;
-  // Compute each bucket's CRC-32 (the daemon verifies it); false when the daemon runs
-  // --checksum none.
+  // Checksum the buckets this client fills (the daemon verifies them); false when the daemon runs
+  // --checksum none. Which checksum, the update says (UpdateStarted.checksum); a daemon that does
+  // not say gets the full CRC-32.
   bool checksums = true;
   // Shown in progress before the last bucket is known (0: unknown).
   uint64_t buckets_total = 0;
@@ -183,8 +185,9 @@ class PushStream {
   // Writes a bucket's message; a stream the daemon ended is noted for the next slot wait.
   void Transmit(const v1::Bucket& wire);
   // Pull mode: the bucket's sources, with announcements of allocations new to this update; false
-  // when a tensor cannot be exported.
-  bool DescribeSources(const std::vector<TensorRef>& tensors, v1::Bucket* wire);
+  // when a tensor cannot be exported, or when `one_allocation` and they lie in several.
+  bool DescribeSources(const std::vector<TensorRef>& tensors, bool one_allocation,
+                       v1::Bucket* wire);
   // Releases the tensors of finished buckets at the front of `outstanding_` (mu_ held).
   void ReleaseFinishedLocked();
   absl::Status Fail(absl::Status status);
@@ -193,6 +196,11 @@ class PushStream {
   std::vector<MappedSlot*> slots_;
   OversizeSlotFn oversize_;
   PushOptions options_;
+  // What the buckets this client fills carry (UpdateStarted.checksum).
+  ChecksumKind checksum_ = ChecksumKind::kCrc32;
+  // The mode was left to the group, and wsyncd maps the trainer's memory anew each update: only
+  // buckets that lie in one allocation are pulled (UpdateStarted.pull_one_allocation_per_bucket).
+  bool pull_one_allocation_ = false;
   BucketPlanner planner_;  // replaced at Begin by one that follows the group's rules
   uint64_t added_ = 0;     // tensors added so far
   // The message of a bucket that closed with the last tensor added, its slot already filled, not

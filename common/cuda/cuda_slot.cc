@@ -1,6 +1,7 @@
 #include "common/cuda/cuda_slot.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/cuda/cuda_status.h"
 #include "common/cuda/kernels.h"
 #include "common/status_macros.h"
@@ -45,6 +46,33 @@ absl::StatusOr<uint32_t> CudaSlot::Checksum(uint64_t bytes) {
   // only this stream's result is waited for on the host.
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
   return DeviceCrc32(data(), bytes, stream_->get(), scratch_.get());
+}
+
+absl::StatusOr<uint32_t> CudaSlot::SampledChecksum(uint64_t span) {
+  if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
+  return SampledDeviceCrc32(device_, data(), span, &sample_, stream_->get(), scratch_.get());
+}
+
+absl::StatusOr<uint32_t> SampledDeviceCrc32(int device, const void* base, uint64_t span,
+                                            std::unique_ptr<DeviceBuffer>* sample,
+                                            cudaStream_t stream, KernelScratch* scratch) {
+  const std::vector<ByteWindow> windows = SampledWindows(span);
+  std::vector<CopyItem> items;
+  items.reserve(windows.size());
+  uint64_t packed = 0;
+  for (const ByteWindow& w : windows) {
+    items.push_back(CopyItem{static_cast<const char*>(base) + w.offset, packed, w.bytes});
+    packed += w.bytes;
+  }
+  if (packed == 0) return Crc32(nullptr, 0);
+  if (*sample == nullptr || (*sample)->bytes() < packed) {
+    // Sized for the slot's largest span once; a later smaller span reuses it.
+    WSYNC_ASSIGN_OR_RETURN(*sample, DeviceBuffer::Create(device, packed));
+  }
+  WSYNC_RETURN_IF_ERROR(BatchedCopy(items, (*sample)->data(), stream, scratch));
+  return DeviceCrc32((*sample)->data(), packed, stream, scratch);
 }
 
 absl::Status CudaSlot::WaitProducer(absl::Duration timeout) {
@@ -134,6 +162,12 @@ absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
   if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   return DeviceCrc32(base_, bytes, active_stream(), scratch_.get());
+}
+
+absl::StatusOr<uint32_t> CudaMappedSlot::SampledChecksum(uint64_t span) {
+  if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
+  return SampledDeviceCrc32(device_, base_, span, &sample_, active_stream(), scratch_.get());
 }
 
 // The event's latest record is the trainer's own after its last fill, or, after an engine that

@@ -32,6 +32,7 @@ class CudaSlot final : public SlotMemory {
   uint64_t allocation_bytes() const override { return buffer_->bytes(); }
   std::string event_handle() const override { return event_->handle(); }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::StatusOr<uint32_t> SampledChecksum(uint64_t span) override;
   absl::Status FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
   absl::Status WaitProducer(absl::Duration timeout) override;
   // The event the trainer records after filling the slot; the daemon's streams wait on it.
@@ -58,6 +59,7 @@ class CudaSlot final : public SlotMemory {
   std::unique_ptr<IpcEvent> event_;
   std::unique_ptr<Stream> stream_;  // checksums: the lowest priority, beside the broadcasts
   std::unique_ptr<KernelScratch> scratch_;
+  std::unique_ptr<DeviceBuffer> sample_;  // SampledChecksum's windows, made on first use
 };
 
 // The trainer's mapping of one daemon allocation (cudaIpcOpenMemHandle, once per process).
@@ -90,6 +92,7 @@ class CudaMappedSlot final : public MappedSlot {
   absl::StatusOr<uint32_t> CopyBatchAndChecksum(const std::vector<SlotCopy>& copies,
                                                 uint64_t span) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::StatusOr<uint32_t> SampledChecksum(uint64_t span) override;
   absl::Status WaitReaders(absl::Duration timeout) override;
   bool ReadersDone() override;
   absl::Status MarkWritten() override;
@@ -122,7 +125,15 @@ class CudaMappedSlot final : public MappedSlot {
   std::unique_ptr<Stream> stream_;
   cudaStream_t caller_stream_ = nullptr;
   std::unique_ptr<KernelScratch> scratch_;
+  std::unique_ptr<DeviceBuffer> sample_;  // SampledChecksum's windows, made on first use
 };
+
+// crc32-sampled (common/checksum.h) of the device bytes [base, base + span): the windows gathered
+// into `sample` (made or grown to fit) by one batched copy, then checksummed; equal to
+// SampledCrc32 of the same bytes. Synchronises `stream`.
+absl::StatusOr<uint32_t> SampledDeviceCrc32(int device, const void* base, uint64_t span,
+                                            std::unique_ptr<DeviceBuffer>* sample,
+                                            cudaStream_t stream, KernelScratch* scratch);
 
 }  // namespace wsync::cuda
 

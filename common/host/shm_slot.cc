@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
@@ -88,6 +89,23 @@ absl::StatusOr<uint32_t> ShmSlot::Checksum(uint64_t bytes) {
   return crc.crc;
 }
 
+absl::StatusOr<uint32_t> ShmSlot::SampledChecksum(uint64_t span) {
+  if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  // The windows are copied out under the guard, then checksummed.
+  std::vector<char> sample(SampledBytes(span));
+  std::vector<GuardedCopyPiece> pieces;
+  uint64_t packed = 0;
+  for (const ByteWindow& w : SampledWindows(span)) {
+    pieces.push_back(
+        GuardedCopyPiece{sample.data() + packed, static_cast<char*>(data_) + w.offset, w.bytes});
+    packed += w.bytes;
+  }
+  if (const void* fault = GuardedCopy({GuardedRange{data_, bytes_}}, pieces); fault != nullptr) {
+    return SlotFault(fault);
+  }
+  return Crc32(sample.data(), sample.size());
+}
+
 absl::Status ShmSlot::FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) {
   WSYNC_RETURN_IF_ERROR(CheckFillFits(*this, pieces, span));
   // Both ends are the trainer's to truncate: the slot, and the sources it made.
@@ -147,6 +165,11 @@ absl::Status ShmMappedSlot::CopyIn(uint64_t offset, const void* src, uint64_t by
 absl::StatusOr<uint32_t> ShmMappedSlot::Checksum(uint64_t bytes) {
   if (bytes > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   return Crc32Parallel(data_, bytes, 2);
+}
+
+absl::StatusOr<uint32_t> ShmMappedSlot::SampledChecksum(uint64_t span) {
+  if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
+  return SampledCrc32(data_, span);
 }
 
 }  // namespace wsync

@@ -55,6 +55,7 @@ class ShmSlot final : public SlotMemory {
   uint64_t allocation_bytes() const override { return arena_->bytes(); }
   std::string event_handle() const override { return ""; }
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::StatusOr<uint32_t> SampledChecksum(uint64_t span) override;
   absl::Status FillFrom(const std::vector<SourcePiece>& pieces, uint64_t span) override;
   absl::Status CheckIntact() override { return arena_->CheckIntact(); }
 
@@ -103,6 +104,7 @@ class ShmMappedSlot final : public MappedSlot {
   void* data() override { return data_; }
   absl::Status CopyIn(uint64_t offset, const void* src, uint64_t bytes) override;
   absl::StatusOr<uint32_t> Checksum(uint64_t bytes) override;
+  absl::StatusOr<uint32_t> SampledChecksum(uint64_t span) override;
   absl::Status MarkWritten() override { return absl::OkStatus(); }
 
  private:

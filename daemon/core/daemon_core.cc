@@ -559,7 +559,9 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
   }
   context.version = version;
   context.bucket_timeout = options_.bucket_timeout;
-  context.verify_checksums = options_.checksum != "none";
+  context.checksum = options_.checksum == "auto"
+                         ? group->transport_kind().checksum_by_default()
+                         : ParseChecksumKind(options_.checksum).value_or(ChecksumKind::kCrc32);
   if (UpdateObserver* observer = options_.observer) {
     context.on_bucket = [observer, group_name](uint64_t bytes, const BucketTiming& timing) {
       observer->BucketDone(group_name, bytes, timing);

@@ -37,9 +37,11 @@ struct DaemonOptions {
   int max_device = 15;
   absl::Duration lease = absl::Seconds(60);
   absl::Duration bucket_timeout = absl::Seconds(120);
-  // "crc32": trainers checksum every bucket and wsyncd verifies it before sending; "none": neither
-  // (one pass less over every byte on both sides, no protection from a trainer-side copy bug).
-  std::string checksum = "crc32";
+  // "auto": each group's transport says (TransportKind::checksum_by_default: crc32 where the
+  // bytes cross a wire, crc32-sampled where the engines read them on the GPU that filled them);
+  // "crc32": trainers checksum every byte of every bucket they fill and wsyncd verifies it before
+  // sending; "none": neither (no protection from a trainer-side copy bug).
+  std::string checksum = "auto";
   // What wsyncd found about GPU sharing at startup (GpuSharing), shown by `wsyncctl status`.
   std::string gpu_sharing = "n/a (host mode)";
   size_t history_limit = 256;

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/checksum.h"
 #include "daemon/core/transport.h"
 
 namespace wsync {
@@ -39,6 +40,10 @@ class TransportKind {
   // wsyncd reading the trainer's tensors itself (pull mode) measured faster than the trainer
   // copying them into slots, in the benchmarks docs/PERFORMANCE.md reports.
   virtual bool pull_by_default(absl::string_view data_path) const { return false; }
+  // The checksum trainer-filled buckets carry when wsyncd's --checksum is "auto" (the default):
+  // crc32 where the bytes then cross a wire; a transport whose engines read the bytes on the GPU
+  // that filled them may ask only for the sampled check (common/checksum.h).
+  virtual ChecksumKind checksum_by_default() const { return ChecksumKind::kCrc32; }
   virtual absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const = 0;
 };
 

@@ -81,6 +81,10 @@ uint32_t UpdateRun::world_size() const { return group_->Snapshot().world_size; }
 
 bool UpdateRun::pull_preferred() const { return group_->pull_preferred(); }
 
+bool UpdateRun::sources_mapped_per_update() const {
+  return group_->transport_kind().engines_read_in_place();
+}
+
 void UpdateRun::Fail(absl::Status status) {
   if (!failure_.ok()) return;
   // The failure goes to the trainer, the log, the history and the reasons engines wait for a
@@ -130,7 +134,7 @@ absl::Status UpdateRun::Join(size_t feed, const std::string& session_id, UpdateE
 
 absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest manifest,
                                      uint32_t checksum, uint64_t sequence, PulledSources pulled,
-                                     bool last) {
+                                     bool last, ChecksumKind checksum_kind) {
   std::unique_lock<std::mutex> lock(mu_);
   if (finished_ || finishing_ || closing_) {
     return absl::FailedPreconditionError(
@@ -159,6 +163,15 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
     cv_.notify_all();
     return failure_;
   };
+  if (pulled.pieces.empty() && context_.checksum == ChecksumKind::kCrc32 &&
+      checksum_kind != ChecksumKind::kCrc32) {
+    // A sampled check cannot stand for the full one where the bytes then cross a wire.
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+                      "carries a ", ChecksumKindName(checksum_kind),
+                      " checksum, but this update's buckets must carry crc32 (its engines are "
+                      "across a wire); nothing was sent")),
+                  " refused: ");
+  }
   auto memory = pool_->Get(device, slot, session);
   if (!memory.ok()) return refuse(memory.status(), ": ");
   // The update's bucket this one is a share of; the first share of it made it and was checked
@@ -222,6 +235,7 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   share.slot = slot;
   share.memory = *memory;
   share.checksum = checksum;
+  share.checksum_kind = checksum_kind;
   share.sequence = sequence;
   share.pulled = std::move(pulled);
   ++joined->present;
@@ -299,21 +313,25 @@ absl::Status UpdateRun::Verify(size_t feed, const Share& s, uint64_t span) {
                         absl::StrCat("bucket ", s.sequence, ": slot ", s.slot, " of session ",
                                      session, ": ", status.message(), "; nothing was sent"));
   };
-  if (!context_.verify_checksums) {
+  if (context_.checksum == ChecksumKind::kNone) {
     // Unread here, the slot is first read by the broadcast, where a host-mode slot the trainer
     // truncated fails mid-way: make sure it still holds its bytes.
     absl::Status intact = s.memory->CheckIntact();
     return intact.ok() ? intact : refused(intact);
   }
   // Verified before any byte moves: a trainer-side copy bug must not reach an engine.
-  absl::StatusOr<uint32_t> checked = s.memory->Checksum(span);
+  const bool sampled = s.checksum_kind == ChecksumKind::kCrc32Sampled;
+  absl::StatusOr<uint32_t> checked =
+      sampled ? s.memory->SampledChecksum(span) : s.memory->Checksum(span);
   if (!checked.ok()) return refused(checked.status());
   const uint32_t crc = *checked;
   if (crc != s.checksum) {
-    return absl::DataLossError(
-        absl::StrCat("bucket ", s.sequence, ": checksum mismatch: the trainer announced crc32 ",
-                     Crc32Hex(s.checksum), " but slot ", s.slot, " of session ", session, " holds ",
-                     Crc32Hex(crc), " over ", span, " bytes; nothing was sent"));
+    return absl::DataLossError(absl::StrCat(
+        "bucket ", s.sequence, ": checksum mismatch: the trainer announced ",
+        ChecksumKindName(s.checksum_kind), " ", Crc32Hex(s.checksum), " but slot ", s.slot,
+        " of session ", session, " holds ", Crc32Hex(crc), " over ", span, " bytes",
+        sampled ? absl::StrCat(" (", SampledBytes(span), " of them sampled)") : "",
+        "; nothing was sent"));
   }
   return absl::OkStatus();
 }
@@ -439,7 +457,7 @@ void UpdateRun::SenderLoop() {
       // holds them until its engines are done.
       if (share.direct == nullptr) share.pulled.keep.clear();
     }
-    const double verify_seconds = (context_.verify_checksums || pull) && copied
+    const double verify_seconds = (context_.checksum != ChecksumKind::kNone || pull) && copied
                                       ? absl::ToDoubleSeconds(absl::Now() - turn)
                                       : 0;
     std::unique_ptr<BucketHandle> handle;

@@ -101,7 +101,10 @@ struct UpdateContext {
   std::string update_id;
   std::string version;
   absl::Duration bucket_timeout = absl::Seconds(120);
-  bool verify_checksums = true;
+  // What the trainer-filled buckets' checksums must be: kCrc32 where the bytes cross a wire,
+  // kCrc32Sampled where the engines read them on the GPU that filled them; a bucket may always
+  // carry the full CRC-32. kNone: nothing is compared.
+  ChecksumKind checksum = ChecksumKind::kCrc32;
   // Told of each bucket that reached every engine (its bytes and time split); may be empty.
   std::function<void(uint64_t bytes, const BucketTiming& timing)> on_bucket;
 };
@@ -140,6 +143,11 @@ class UpdateRun {
   const BucketRules& bucket_rules() const { return group_->bucket_rules(); }
   // Whether the group is fed fastest in pull mode (WeightGroup::pull_preferred).
   bool pull_preferred() const;
+  // The checksum the trainer-filled buckets must carry (UpdateContext::checksum).
+  ChecksumKind checksum() const { return context_.checksum; }
+  // wsyncd closes its mappings of the trainers' memory when this update ends (a colocated group):
+  // a pulled bucket lying in several allocations costs a mapping of each, every update.
+  bool sources_mapped_per_update() const;
   const std::vector<TrainerFeed>& feeds() const { return feeds_; }
 
   // False once the update began to end (committed by every feed, aborted, or finished).
@@ -153,9 +161,11 @@ class UpdateRun {
   // Refuses (and fails the update) on any problem with the bucket; the bucket's bytes go nowhere.
   // With `pulled` pieces wsyncd fills the slot itself from the trainer's memory (pull mode) and
   // the checksum is not compared; otherwise the trainer filled it and the checksum is verified.
-  // `last`: the trainer says this is its last bucket of the update.
+  // `last`: the trainer says this is its last bucket of the update; `checksum_kind`: how the
+  // trainer computed `checksum`.
   absl::Status SubmitBucket(size_t feed, uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                            uint64_t sequence, PulledSources pulled = {}, bool last = false);
+                            uint64_t sequence, PulledSources pulled = {}, bool last = false,
+                            ChecksumKind checksum_kind = ChecksumKind::kCrc32);
   // Waits until every feed committed, then commits; the same outcome for every member.
   UpdateOutcome Commit(size_t feed);
   UpdateOutcome Abort(absl::Status reason);
@@ -179,6 +189,7 @@ class UpdateRun {
     uint32_t slot = 0;
     SlotMemory* memory = nullptr;
     uint32_t checksum = 0;
+    ChecksumKind checksum_kind = ChecksumKind::kCrc32;
     uint64_t sequence = 0;  // the feed's own bucket number, echoed to it
     PulledSources pulled;
     // Pull mode, when one trainer allocation holds the bucket exactly as it is laid out: the
@@ -301,10 +312,13 @@ class UpdateMember {
   uint32_t world_size() const { return run_->world_size(); }
   const BucketRules& bucket_rules() const { return run_->bucket_rules(); }
   bool pull_preferred() const { return run_->pull_preferred(); }
+  ChecksumKind checksum() const { return run_->checksum(); }
+  bool sources_mapped_per_update() const { return run_->sources_mapped_per_update(); }
   absl::Status SubmitBucket(uint32_t slot, BucketManifest manifest, uint32_t checksum,
-                            uint64_t sequence, PulledSources pulled = {}, bool last = false) {
+                            uint64_t sequence, PulledSources pulled = {}, bool last = false,
+                            ChecksumKind checksum_kind = ChecksumKind::kCrc32) {
     return run_->SubmitBucket(feed_, slot, std::move(manifest), checksum, sequence,
-                              std::move(pulled), last);
+                              std::move(pulled), last, checksum_kind);
   }
   UpdateOutcome Commit();
   UpdateOutcome Abort(absl::Status reason);

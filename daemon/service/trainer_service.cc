@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -250,9 +251,18 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
     if (!resolved.ok()) return refused(resolved.status());
     pulled = std::move(*resolved);
   }
+  // A client that predates checksum_algorithm sends the full CRC-32.
+  std::optional<ChecksumKind> kind = bucket.checksum_algorithm().empty()
+                                         ? ChecksumKind::kCrc32
+                                         : ParseChecksumKind(bucket.checksum_algorithm());
+  if (!kind.has_value() || *kind == ChecksumKind::kNone) {
+    return refused(absl::InvalidArgumentError(
+        absl::StrCat("checksum_algorithm \"", SanitizePeerText(bucket.checksum_algorithm(), 64),
+                     "\" is none of \"crc32\", \"crc32-sampled\"")));
+  }
   if (bucket.planned_buckets() != 0) run.NotePlan(bucket.planned_buckets(), bucket.planned_bytes());
   return run.SubmitBucket(bucket.slot(), std::move(*manifest), bucket.checksum(), bucket.sequence(),
-                          std::move(pulled), bucket.last());
+                          std::move(pulled), bucket.last(), *kind);
 }
 
 grpc::Status TrainerService::Update(
@@ -295,6 +305,9 @@ grpc::Status TrainerService::Update(
     started.mutable_started()->mutable_bucket_rules()->set_close_after_bytes(
         rules.close_after_bytes);
     started.mutable_started()->set_pull_preferred((*run)->pull_preferred());
+    started.mutable_started()->set_checksum(std::string(ChecksumKindName((*run)->checksum())));
+    started.mutable_started()->set_pull_one_allocation_per_bucket(
+        (*run)->sources_mapped_per_update());
     events.Write(started);
   }
   auto finish = [&](const UpdateOutcome& outcome) {

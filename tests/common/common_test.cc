@@ -78,6 +78,57 @@ TEST(Checksum, EqualsZlibForLongRandomSpans) {
   EXPECT_EQ(Crc32(ones.data(), ones.size()), ZlibCrc32(ones.data(), ones.size(), 0));
 }
 
+TEST(SampledChecksum, WindowsCoverEachMebibytesStartAndTheSpansEnd) {
+  using W = std::vector<std::pair<uint64_t, uint64_t>>;
+  const auto windows = [](uint64_t span) {
+    W out;
+    for (const ByteWindow& w : SampledWindows(span)) out.emplace_back(w.offset, w.bytes);
+    return out;
+  };
+  constexpr uint64_t kMiB = 1 << 20;
+  EXPECT_EQ(windows(0), W{});
+  EXPECT_EQ(windows(100), (W{{0, 100}}));
+  EXPECT_EQ(windows(4096), (W{{0, 4096}}));
+  EXPECT_EQ(windows(6000), (W{{0, 4096}, {4096, 1904}})) << "the end, without overlap";
+  EXPECT_EQ(windows(kMiB), (W{{0, 4096}, {kMiB - 4096, 4096}}));
+  EXPECT_EQ(windows(kMiB + 10), (W{{0, 4096}, {kMiB, 10}})) << "a last window that is the end";
+  EXPECT_EQ(
+      windows(3 * kMiB + 5000),
+      (W{{0, 4096}, {kMiB, 4096}, {2 * kMiB, 4096}, {3 * kMiB, 4096}, {3 * kMiB + 4096, 904}}));
+  EXPECT_EQ(SampledBytes(4 * (uint64_t{1} << 30)), (4096u + 1) * 4096u) << "1/256 of 4 GiB";
+}
+
+TEST(SampledChecksum, IsTheCrcOfTheWindowsLaidEndToEnd) {
+  std::vector<uint8_t> data((5u << 20) + 123);
+  std::mt19937_64 rng(3);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  std::string packed;
+  for (const ByteWindow& w : SampledWindows(data.size())) {
+    packed.append(reinterpret_cast<const char*>(data.data()) + w.offset, w.bytes);
+  }
+  const uint32_t sampled = SampledCrc32(data.data(), data.size());
+  EXPECT_EQ(sampled, Crc32(packed.data(), packed.size()));
+  // A change inside a window shows; one between windows does not (the check's reach).
+  data[(2u << 20) + 17] ^= 1;
+  EXPECT_NE(SampledCrc32(data.data(), data.size()), sampled);
+  data[(2u << 20) + 17] ^= 1;
+  data[(2u << 20) + 4096] ^= 1;
+  EXPECT_EQ(SampledCrc32(data.data(), data.size()), sampled);
+  // The span's last byte is always sampled.
+  data.back() ^= 1;
+  EXPECT_NE(SampledCrc32(data.data(), data.size()), sampled);
+}
+
+TEST(SampledChecksum, KindsReadByName) {
+  for (ChecksumKind kind :
+       {ChecksumKind::kNone, ChecksumKind::kCrc32, ChecksumKind::kCrc32Sampled}) {
+    EXPECT_EQ(ParseChecksumKind(ChecksumKindName(kind)), kind);
+  }
+  EXPECT_EQ(ChecksumKindName(ChecksumKind::kCrc32Sampled), "crc32-sampled");
+  EXPECT_EQ(ParseChecksumKind("auto"), std::nullopt);
+  EXPECT_EQ(ParseChecksumKind("CRC32"), std::nullopt);
+}
+
 TEST(Checksum, ChainedCallsEqualOneCall) {
   std::vector<uint8_t> data(3u << 20);
   std::mt19937_64 rng(9);

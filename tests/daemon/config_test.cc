@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/core/weight_group.h"
 #include "daemon/service/group_spec_proto.h"
 #include "gmock/gmock.h"
@@ -96,7 +97,7 @@ TEST(Config, TheShippedExampleConfigLoads) {
   EXPECT_EQ(config.groups[0].engines.size(), 2u);
   EXPECT_EQ(config.groups[0].engines[0].ranks, 4u);
   EXPECT_EQ(LoadFormat(config.groups[0]), BucketFormat::kFlattened);
-  EXPECT_EQ(config.daemon.checksum, "crc32");
+  EXPECT_EQ(config.daemon.checksum, "auto");
   EXPECT_TRUE(ValidateGroupSpec(config.groups[0]).ok());
 }
 
@@ -104,7 +105,15 @@ TEST(Config, ChecksumAndLoadFormatAreChecked) {
   const std::string path = ::testing::TempDir() + "/wsyncd-formats.json";
   std::ofstream(path) << R"({"checksum": "md5"})";
   DaemonConfig bad;
-  EXPECT_THAT(LoadConfigFile(path, &bad).message(), HasSubstr("checksum must be"));
+  EXPECT_THAT(LoadConfigFile(path, &bad).message(),
+              HasSubstr("checksum must be \"auto\", \"crc32\", \"crc32-sampled\" or \"none\", "
+                        "not \"md5\""));
+  for (const char* kind : {"auto", "crc32", "crc32-sampled"}) {
+    std::ofstream(path) << absl::StrCat(R"({"checksum": ")", kind, R"("})");
+    DaemonConfig read;
+    ASSERT_TRUE(LoadConfigFile(path, &read).ok()) << kind;
+    EXPECT_EQ(read.daemon.checksum, kind);
+  }
   std::ofstream(path) << R"({"checksum": "none", "groups": [
       {"name": "g", "load_format": "per_tensor", "engines": [{"url": "http://e:1"}]}]})";
   DaemonConfig good;

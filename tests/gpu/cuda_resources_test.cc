@@ -141,6 +141,25 @@ TEST(CudaKernels, CopyAndCrc32PlacesEveryPieceAndChecksumsTheWholeSpan) {
   }
 }
 
+TEST(CudaKernels, SampledCrc32OnTheDeviceEqualsTheHostsForEverySpanShape) {
+  SKIP_WITHOUT_GPU();
+  constexpr uint64_t kBytes = (5u << 20) + 4321;
+  std::vector<uint8_t> host(kBytes);
+  for (uint64_t i = 0; i < kBytes; ++i) host[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  auto data = DeviceBuffer::Create(0, kBytes);
+  auto scratch = KernelScratch::Create(0);
+  ASSERT_TRUE(data.ok() && scratch.ok());
+  ASSERT_EQ(cudaMemcpy((*data)->data(), host.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
+  // The sample buffer is made for the first span and grown for a larger one.
+  std::unique_ptr<DeviceBuffer> sample;
+  for (uint64_t span : {uint64_t{100}, uint64_t{4096}, uint64_t{6000}, uint64_t{1} << 20,
+                        (uint64_t{1} << 20) + 10, uint64_t{3} << 20, kBytes}) {
+    auto crc = SampledDeviceCrc32(0, (*data)->data(), span, &sample, nullptr, scratch->get());
+    ASSERT_TRUE(crc.ok()) << crc.status();
+    EXPECT_EQ(*crc, SampledCrc32(host.data(), span)) << span << " bytes";
+  }
+}
+
 TEST(CudaKernels, BatchedCopyMovesEveryRangeAndRefusesOverlaps) {
   SKIP_WITHOUT_GPU();
   Bucket b = MakeBucket();

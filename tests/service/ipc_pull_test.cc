@@ -174,6 +174,86 @@ TEST_F(IpcPullTest, LeftToTheGroupAColocatedPushIsPulledAndReadInPlace) {
   }
 }
 
+TEST_F(IpcPullTest, LeftToTheGroupABucketInSeveralAllocationsIsCopiedByTheTrainer) {
+  // A state_dict's parameters lie in allocations of their own. wsyncd maps a colocated trainer's
+  // memory anew each update (it closes its mappings as the update ends), so a bucket over several
+  // allocations costs a mapping of each: the client copies it into the slot instead (with the
+  // sampled checksum, which a colocated group asks for) and leaves only one-allocation buckets
+  // to wsyncd.
+  IpcSim engine;
+  CreateIpcGroup(engine);
+  std::vector<OwnedTensor> model;
+  for (const OwnedTensor& t : SmallModel(4)) {
+    if (t.dtype == DType::kBfloat16) model.push_back(t);
+  }
+  for (int v = 1; v <= 2; ++v) {
+    std::vector<std::unique_ptr<HostSourceArena>> arenas;
+    std::vector<TensorRef> refs;
+    for (const OwnedTensor& t : model) {
+      auto arena = client_->NewSourceArena(t.data.size());
+      ASSERT_TRUE(arena.ok()) << arena.status();
+      std::memcpy((*arena)->data(), t.data.data(), t.data.size());
+      refs.push_back({t.name, t.dtype, t.shape, (*arena)->data(), t.data.size()});
+      arenas.push_back(std::move(*arena));
+    }
+    PushOptions options;
+    options.pull_as_group_prefers = true;
+    auto push = client_->BeginPush("colo", absl::StrCat("s", v), std::move(options));
+    ASSERT_TRUE(push.ok()) << push.status();
+    ASSERT_TRUE((*push)->Add(refs).ok());
+    auto result = (*push)->Commit();
+    ASSERT_TRUE(result.ok()) << result.status();
+    // 1 MiB slots: the embedding and the bias share a bucket (two allocations); the three other
+    // matrices travel alone, each in its own allocation.
+    EXPECT_EQ(result->buckets, 4u);
+    EXPECT_EQ(result->buckets_pulled, 3u);
+    nlohmann::json state = engine.State();
+    EXPECT_EQ(state["weight_version"], absl::StrCat("s", v));
+    for (const auto& t : model) {
+      EXPECT_EQ(state["ranks"]["1"][t.name], Crc32Hex(Crc32(t.data.data(), t.data.size())))
+          << t.name;
+    }
+  }
+}
+
+TEST_F(IpcPullTest, ASampledChecksumThatDoesNotMatchTheSlotFailsTheUpdateBeforeAnyRequest) {
+  IpcSim engine;
+  CreateIpcGroup(engine);
+  MappedSlot& slot = *client_->slot(0);
+  // 64 KiB: windows at 0 and at 60 KiB (the span's last 4 KiB); bytes between are not sampled.
+  std::vector<uint8_t> bytes(64 << 10);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + 1);
+  ASSERT_TRUE(slot.CopyIn(0, bytes.data(), bytes.size()).ok());
+  v1::Bucket bucket;
+  bucket.set_slot(0);
+  *bucket.add_tensors() = Spec("w", "bfloat16", {32 << 10}, 0, bytes.size());
+  bucket.set_checksum_algorithm("crc32-sampled");
+
+  // What the trainer saw differs from the slot inside a window: refused, nothing sent.
+  std::vector<uint8_t> seen = bytes;
+  seen[(64 << 10) - 1] ^= 0x40;
+  bucket.set_checksum(SampledCrc32(seen.data(), seen.size()));
+  absl::Status refused = SendRawBucket(*client_, bucket, false, "colo");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              testing::HasSubstr("the trainer announced crc32-sampled"));
+  EXPECT_THAT(std::string(refused.message()),
+              testing::HasSubstr("over 65536 bytes (8192 of them sampled); nothing was sent"));
+  EXPECT_TRUE(engine.State()["ranks"]["1"].empty()) << "no request reached the engine";
+
+  // Outside the windows a difference goes unseen: that is the check's reach, by design.
+  seen = bytes;
+  seen[30 << 10] ^= 0x40;
+  bucket.set_checksum(SampledCrc32(seen.data(), seen.size()));
+  ASSERT_EQ(bucket.checksum(), SampledCrc32(bytes.data(), bytes.size()));
+  // A client that predates the sampled check sends the full CRC-32, which a colocated group takes.
+  bucket.clear_checksum_algorithm();
+  bucket.set_checksum(Crc32(bytes.data(), bytes.size()));
+  absl::Status full = SendRawBucket(*client_, bucket, false, "colo");
+  EXPECT_TRUE(full.ok()) << full;
+  EXPECT_EQ(engine.State()["ranks"]["1"]["w"], Crc32Hex(Crc32(bytes.data(), bytes.size())));
+}
+
 TEST_F(IpcPullTest, LeftToTheGroupAPushOnTheMapOnceRouteIsCopiedByTheTrainer) {
   // The route maps one allocation per update; pulled buckets may lie in several (the slots and
   // the trainer's own), so a group on it prefers push mode.

@@ -67,6 +67,10 @@ TEST_F(ServiceFixture, BadBucketsAreRefusedBeforeAnyByteReachesAnEngine) {
     for (auto& s : specs) *b.add_tensors() = s;
     return b;
   };
+  const auto checked_by = [](v1::Bucket b, const std::string& algorithm) {
+    b.set_checksum_algorithm(algorithm);
+    return b;
+  };
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   const auto kPrecondition = absl::StatusCode::kFailedPrecondition;
   std::vector<BadBucket> cases = {
@@ -89,6 +93,13 @@ TEST_F(ServiceFixture, BadBucketsAreRefusedBeforeAnyByteReachesAnEngine) {
        absl::StatusCode::kDataLoss, "checksum mismatch"},
       {"bucket after commit", bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc), kPrecondition,
        "arrived after commit", true},
+      // 64 bytes are one window, so the sampled value is the full one: refused for its kind.
+      {"sampled checksum where bytes cross a wire",
+       checked_by(bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc), "crc32-sampled"), kInvalid,
+       "carries a crc32-sampled checksum, but this update's buckets must carry crc32"},
+      {"unknown checksum algorithm",
+       checked_by(bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc), "md5"), kInvalid,
+       "checksum_algorithm \"md5\" is none of \"crc32\", \"crc32-sampled\""},
   };
   for (const BadBucket& c : cases) {
     const int before = TotalUpdatesReceived();
@@ -147,6 +158,8 @@ TEST_P(TruncatedSlotTest, ATrainerThatTruncatesItsSlotFailsItsUpdateAndTheNextOn
   v1::Bucket bucket;
   bucket.set_slot(0);
   bucket.set_checksum(Crc32(bytes.data(), bytes.size()));
+  // 64 bytes are one window: the sampled checksum is the full one, read through its own path.
+  if (GetParam() == "crc32-sampled") bucket.set_checksum_algorithm("crc32-sampled");
   *bucket.add_tensors() = Spec("a", "uint8", {64}, 0, 64);
   const int received = TotalUpdatesReceived();
   const size_t broadcasts = broadcasts_.records().size();
@@ -175,7 +188,8 @@ TEST_P(TruncatedSlotTest, ATrainerThatTruncatesItsSlotFailsItsUpdateAndTheNextOn
   PushAndExpectHeld("v2", SmallModel(2));
 }
 
-INSTANTIATE_TEST_SUITE_P(Checksums, TruncatedSlotTest, ::testing::Values("crc32", "none"));
+INSTANTIATE_TEST_SUITE_P(Checksums, TruncatedSlotTest,
+                         ::testing::Values("crc32", "crc32-sampled", "none"));
 
 TEST_F(ServiceFixture, UnknownGroupAndSecondSessionAreRefused) {
   CreatePolicyGroup();
