@@ -29,6 +29,29 @@ std::vector<std::string> OpenApiRoutes::Missing(const std::vector<OpenApiRoute>&
   return missing;
 }
 
+absl::StatusOr<bool> ServesRoute(const EngineHttp& http, const OpenApiRoute& route,
+                                 absl::Duration timeout) {
+  auto reply = http.Get(route.path, timeout);
+  if (!reply.ok()) return reply.status();
+  return route.method == "get" ? reply->status != 404 : reply->status == 405;
+}
+
+absl::StatusOr<std::vector<std::string>> UnservedRoutes(const OpenApiRoutes& routes,
+                                                        const std::vector<OpenApiRoute>& needed,
+                                                        const EngineHttp& http,
+                                                        absl::Duration timeout) {
+  std::vector<std::string> unserved;
+  for (const OpenApiRoute& route : needed) {
+    if (routes.Has(route)) continue;
+    auto served = ServesRoute(http, route, timeout);
+    if (!served.ok()) return served.status();
+    if (!*served) {
+      unserved.push_back(absl::StrCat(absl::AsciiStrToUpper(route.method), " ", route.path));
+    }
+  }
+  return unserved;
+}
+
 absl::StatusOr<std::optional<OpenApiRoutes>> ReadOpenApiRoutes(const EngineHttp& http,
                                                                const std::string& url,
                                                                absl::Duration timeout) {

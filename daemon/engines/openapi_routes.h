@@ -38,6 +38,21 @@ class OpenApiRoutes {
   nlohmann::json paths_;
 };
 
+// Whether the server serves `route`, asked with a request that changes nothing: GET on its path.
+// FastAPI (Starlette) answers 405 where the path serves only other methods and 404 where it
+// serves nothing, so a POST route is served on 405 and a GET route on any answer but 404.
+absl::StatusOr<bool> ServesRoute(const EngineHttp& http, const OpenApiRoute& route,
+                                 absl::Duration timeout);
+
+// Those of `needed` that the document does not list and the server does not serve when asked
+// (ServesRoute), each as "METHOD /path": a document may list only some of what a server serves
+// (a gateway or proxy in front that publishes its own), and a route it leaves out is asked
+// before it is called missing.
+absl::StatusOr<std::vector<std::string>> UnservedRoutes(const OpenApiRoutes& routes,
+                                                        const std::vector<OpenApiRoute>& needed,
+                                                        const EngineHttp& http,
+                                                        absl::Duration timeout);
+
 // The server's document, or nullopt where it serves none (HTTP 404: FastAPI with its docs turned
 // off, or a proxy that hides them), where each route answers for itself when it is called.
 // FAILED_PRECONDITION where it answers anything else that is not a document: what the server is

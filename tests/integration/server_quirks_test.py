@@ -115,6 +115,16 @@ class HttpHabitsTest(HostWsyncdCase):
                 port = self.engine(kind, *habit)
                 self.updates_commit(kind, port, f"http://127.0.0.1:{port}")
 
+    def test_a_document_that_lists_only_some_routes(self):
+        # A gateway in front publishes an OpenAPI document of its own, without routes it passes
+        # on: each route an update calls is asked of the server (GET there: 405) before it counts
+        # as missing, and the updates commit.
+        unlisted = {"sglang": "/flush_cache", "vllm": "/pause", "lmdeploy": "/wakeup"}
+        for kind in KINDS:
+            with self.subTest(kind=kind):
+                port = self.engine(kind, "--unlisted-route", unlisted[kind])
+                self.updates_commit(kind, port, f"http://127.0.0.1:{port}", rounds=2)
+
     def test_http_1_0_servers(self):
         self.each_kind("--http-1.0")
         self.assertIn("closes its connection after answers", self.wsyncd_log())
@@ -148,6 +158,7 @@ class HttpHabitsTest(HostWsyncdCase):
 
 class SglangRoutesTest(HttpHabitsTest):
     test_http_1_0_servers = None  # the parent's tests run once, there
+    test_a_document_that_lists_only_some_routes = None
     test_servers_that_close_after_every_answer = None
     test_servers_that_close_after_a_few_answers = None
     test_engines_behind_a_proxy_that_closes_idle_connections = None
@@ -207,7 +218,8 @@ class SglangRoutesTest(HttpHabitsTest):
     def test_a_server_without_a_route_every_update_calls_is_refused_before_any_byte(self):
         port = self.engine("sglang", "--missing-route", "/flush_cache")
         refusal = self.refusal_at_formation("sglang", port)
-        self.assertIn("(SGLang 0.5.6): its OpenAPI document lists no POST /flush_cache", refusal)
+        self.assertIn("(SGLang 0.5.6): it serves no POST /flush_cache (its OpenAPI document does "
+                      "not list them, and GET on each path was not answered 405", refusal)
         ranks = self.checksums(port)["ranks"]
         self.assertTrue(all(tensors == {} for tensors in ranks.values()), ranks)
 
@@ -223,8 +235,10 @@ class VllmRoutesTest(SglangRoutesTest):
         # word, every byte would land and then the commit fail.
         port = self.engine("vllm", "--missing-route", "/finish_weight_update")
         refusal = self.refusal_at_formation("vllm", port)
-        self.assertIn("its OpenAPI document lists no POST /finish_weight_update, which every "
-                      "update of this group calls: refused before any byte is sent", refusal)
+        self.assertIn("it serves no POST /finish_weight_update (its OpenAPI document does not "
+                      "list them, and asked directly, GET on each path, the server does not serve "
+                      "them either), which every update of this group calls: refused before any "
+                      "byte is sent", refusal)
         state = self.checksums(port)
         self.assertNotIn("update", state["calls"], state["calls"])
 

@@ -198,8 +198,8 @@ def wake_params(mem, params, gpu):
 
 
 def add_engine_flags(parser, rank_word="TP rank"):
-    """The flags every engine simulator takes: --port, --gpus, --memory and the answers'
-    delivery."""
+    """The flags every engine simulator takes: --port, --gpus, --memory, the routes its OpenAPI
+    document leaves out and the answers' delivery."""
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--gpus",
                         help=f"comma-separated device index (host memory: or stand-in GPU UUID) "
@@ -210,6 +210,9 @@ def add_engine_flags(parser, rank_word="TP rank"):
     parser.add_argument("--memory", choices=memories.KINDS, default="cuda",
                         help="where the ranks keep tensors: host (shared memory, no torch) or "
                              "cuda")
+    parser.add_argument("--unlisted-route", action="append", default=[],
+                        help="a route served but left out of /openapi.json, as by a gateway in "
+                             "front that publishes a document of its own (repeatable)")
     Delivery.add_flags(parser)
 
 

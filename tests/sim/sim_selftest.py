@@ -183,7 +183,8 @@ def vllm_checks():
                                  refuse_pickle=False, die_at_update=-1, memory="cuda",
                                  no_world_size=False, backend="ipc", fail_update_at=-1,
                                  conflict_update_at=-1, init_delay_ms=0, weight_checker=False,
-                                 corrupt_tensor="", no_docs=False, missing_route=[])
+                                 corrupt_tensor="", no_docs=False, missing_route=[],
+                                 unlisted_route=[])
     vllm.RankPool = lambda *a: FakeRanks(1, script)
     vllm.ENGINE = vllm.Engine(args, [0])
     vllm.Handler.delivery = common.Delivery()

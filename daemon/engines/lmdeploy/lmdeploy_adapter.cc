@@ -68,7 +68,9 @@ absl::Status LmdeployAdapter::UseDataPath(absl::string_view data_path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const std::string& url) {
+absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
+    const HttpReply& reply, const std::string& url,
+    const std::function<absl::StatusOr<bool>(const OpenApiRoute&)>& served) {
   const std::string where = absl::StrCat(url, kOpenApiPath, " answered HTTP ", reply.status);
   // wsyncd knows an LMDeploy server's routes only from this document (it has no version route).
   constexpr char kNoDocs[] =
@@ -92,20 +94,34 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const
   }
   // Named in wsyncd's own words: the document's route names are the engine's text, which an
   // error never carries (whatever answers at the URL may not be an engine at all).
-  const std::vector<std::string> missing = routes->Missing(RequiredRoutes());
+  // A route the document leaves out may still be served (a proxy in front may publish a document
+  // of its own): asked before it counts as absent.
+  const auto has = [&](const OpenApiRoute& route) -> absl::StatusOr<bool> {
+    if (routes->Has(route) || served == nullptr) return routes->Has(route);
+    return served(route);
+  };
+  std::vector<std::string> missing;
+  for (const OpenApiRoute& route : RequiredRoutes()) {
+    WSYNC_ASSIGN_OR_RETURN(const bool found, has(route));
+    if (!found) missing.push_back(absl::StrCat("POST ", route.path));
+  }
   if (!missing.empty()) {
     LogAnswer(url, kOpenApiPath, reply);
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, "'s OpenAPI document lists ", routes->size(), " route(s) but not ",
         absl::StrJoin(missing, ", "),
+        served == nullptr ? "" : ", nor does the server serve them (GET on each path: no 405)",
         ": not an LMDeploy server of the PyTorch backend with the weight-update and sleep API"));
   }
-  return routes->Has(OpenApiRoute{"post", "/init_weights_update_group"});
+  return has(OpenApiRoute{"post", "/init_weights_update_group"});
 }
 
 absl::Status LmdeployAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Get(kOpenApiPath, timeouts_.probe));
-  WSYNC_ASSIGN_OR_RETURN(const bool update_group, CheckOpenApi(reply, endpoint_.url));
+  WSYNC_ASSIGN_OR_RETURN(const bool update_group,
+                         CheckOpenApi(reply, endpoint_.url, [this](const OpenApiRoute& route) {
+                           return ServesRoute(http_, route, timeouts_.probe);
+                         }));
   // Its document lists LMDeploy's routes: its refusals' reasons reach callers from now on.
   http_.EngineIdentified();
   // The routes first: Health reads them once probed_ is set.

@@ -2,6 +2,7 @@
 #define WSYNC_DAEMON_ENGINES_LMDEPLOY_LMDEPLOY_ADAPTER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "daemon/engines/http_json.h"
 #include "daemon/engines/lmdeploy/lmdeploy_options.h"
 #include "daemon/engines/lmdeploy/lmdeploy_path.h"
+#include "daemon/engines/openapi_routes.h"
 
 namespace wsync {
 
@@ -110,8 +112,12 @@ class LmdeployAdapter final : public EngineAdapter {
   bool has_weights_update_group() const { return has_weights_update_group_.load(); }
 
   // What Probe requires of the answer to GET /openapi.json; returns whether the NCCL path's
-  // init route is there. Exposed for tests.
-  static absl::StatusOr<bool> CheckOpenApi(const HttpReply& reply, const std::string& url);
+  // init route is there. A route the document does not list is asked of `served` (ServesRoute on
+  // the server) before it counts as absent; without it, the document alone decides. Exposed for
+  // tests.
+  static absl::StatusOr<bool> CheckOpenApi(
+      const HttpReply& reply, const std::string& url,
+      const std::function<absl::StatusOr<bool>(const OpenApiRoute&)>& served = nullptr);
 
  private:
   friend class LmdeployBroadcastBinding;

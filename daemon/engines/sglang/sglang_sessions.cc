@@ -48,11 +48,20 @@ absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std
   if (!doc.ok()) return doc.status();
   auto found = RoutesOf(*doc, url);
   if (found.ok()) {
-    routes.sessions = HasSessions(*found);
+    // A route the document leaves out may still be served (a proxy in front may publish a
+    // document of its own): it is asked before it counts as absent.
+    const auto has = [&](const std::string& route) -> absl::StatusOr<bool> {
+      if (found->Has(Post(route))) return true;
+      return ServesRoute(http, Post(route), timeout);
+    };
     routes.documented = true;
-    routes.version_route = found->Has(Post(kVersionPath));
+    WSYNC_ASSIGN_OR_RETURN(const bool begin, has(kBeginPath));
+    WSYNC_ASSIGN_OR_RETURN(const bool end, has("/end_weight_update"));
+    routes.sessions = begin && end;
+    WSYNC_ASSIGN_OR_RETURN(routes.version_route, has(kVersionPath));
     for (const std::string& route : needed) {
-      if (!found->Has(Post(route))) routes.missing.push_back(route);
+      WSYNC_ASSIGN_OR_RETURN(const bool served, has(route));
+      if (!served) routes.missing.push_back(route);
     }
     return routes;
   }

@@ -192,13 +192,15 @@ absl::Status VllmAdapter::CheckRoutes(const VllmVersion& version,
     needed.push_back({"post", kFinishPath});
   }
   if (options_.reset_prefix_cache()) needed.push_back({"post", "/reset_prefix_cache"});
-  const std::vector<std::string> missing = routes->Missing(needed);
+  WSYNC_ASSIGN_OR_RETURN(const std::vector<std::string> missing,
+                         UnservedRoutes(*routes, needed, http_, timeouts_.probe));
   if (missing.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      "engine ", endpoint_.url, " (vLLM ", version.text, "): its OpenAPI document lists no ",
+      "engine ", endpoint_.url, " (vLLM ", version.text, "): it serves no ",
       absl::StrJoin(missing, ", no "),
-      ", which every update of this group calls: refused before any byte is sent (vLLM serves "
-      "its weight-transfer routes only in dev mode: ",
+      " (its OpenAPI document does not list them, and asked directly, GET on each path, the "
+      "server does not serve them either), which every update of this group calls: refused "
+      "before any byte is sent (vLLM serves its weight-transfer routes only in dev mode: ",
       ServerFlags(), ")"));
 }
 

@@ -386,6 +386,7 @@ ENGINE = None
 
 class Handler(JsonReplies, BaseHTTPRequestHandler):
     openapi = True
+    unlisted = set()
     nccl_routes = True
     backend_501 = False
 
@@ -398,7 +399,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         if url.path == "/openapi.json" and self.openapi:
             routes = ROUTES + (NCCL_ROUTES if self.nccl_routes else [])
-            paths = {path: {method: {"summary": path.strip("/")}} for path, method in routes}
+            paths = {path: {method: {"summary": path.strip("/")}} for path, method in routes
+                     if path not in self.unlisted}
             return self.reply(200, {"openapi": "3.1.0",
                                     "info": {"title": "FastAPI", "version": "0.1.0"},
                                     "paths": paths})
@@ -412,6 +414,9 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             with e.state:
                 cycles = [{k: v for k, v in c.items() if k != "arrivals"} for c in e.cycles]
             return self.reply(200, {"cycles": cycles})
+        served = ROUTES + (NCCL_ROUTES if self.nccl_routes else [])
+        if (url.path, "post") in served:
+            return self.reply(405, {"detail": "Method Not Allowed"})  # as FastAPI
         self.reply(404, {"detail": "Not Found"})
 
     def do_POST(self):
@@ -581,6 +586,7 @@ def main():
              "refuse_pickle": args.refuse_pickle}
     ENGINE = Engine(gpus_of(args), args.memory, knobs, not args.no_digest_log)
     Handler.openapi = not args.disable_fastapi_docs
+    Handler.unlisted = set(args.unlisted_route)
     Handler.nccl_routes = not args.no_nccl_routes
     Handler.backend_501 = args.backend_501
     serve(Handler, args, "lmdeploy engine")

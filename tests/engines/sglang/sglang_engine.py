@@ -237,7 +237,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 return self.reply(404, {"detail": "Not Found"})
             posts = POSTS + (["/begin_weight_update", "/end_weight_update"]
                              if e.args.sessions else [])
-            paths = {p: {"post": {"summary": p}} for p in posts if p not in e.args.missing_route}
+            paths = {p: {"post": {"summary": p}} for p in posts
+                     if p not in e.args.missing_route and p not in e.args.unlisted_route}
             paths["/get_server_info"] = {"get": {"summary": "server info"}}
             return self.reply(200, {"openapi": "3.1.0", "info": {"title": "FastAPI"},
                                     "paths": paths})

@@ -74,6 +74,7 @@ class SessionServer {
         paths[route] = {{"post", nlohmann::json::object()}};
       }
       if (!without_.empty()) paths.erase(without_);
+      if (!unlisted_.empty()) paths.erase(unlisted_);
       if (without_ != "/update_weight_version") {
         paths["/update_weight_version"] = {{"post", nlohmann::json::object()}};
       }
@@ -85,15 +86,15 @@ class SessionServer {
       res.set_content(nlohmann::json{{"openapi", "3.1.0"}, {"paths", paths}}.dump(),
                       "application/json");
     });
-    if (sessions) {
-      server_.Get("/begin_weight_update",
-                  [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 405; });
-    }
     for (const char* path : {"/begin_weight_update", "/end_weight_update", "/pause_generation",
                              "/continue_generation", "/update_weight_version", "/flush_cache"}) {
       // A server without sessions serves neither route (GET there: 404, not 405).
       if (!sessions && absl::EndsWith(path, "_weight_update")) continue;
       if (path == never) continue;
+      // As FastAPI: GET on a served POST route answers 405.
+      server_.Get(path, [this, path](const SimHttpRequest&, SimHttpResponse& res) {
+        res.status = path == without_ ? 404 : 405;
+      });
       server_.Post(path, [this, path](const SimHttpRequest& req, SimHttpResponse& res) {
         if (path == without_) {
           res.status = 404;
@@ -123,6 +124,8 @@ class SessionServer {
   }
   // Serves no `path`: a 404 there, and its OpenAPI document omits it.
   void Without(const char* path) { without_ = path; }
+  // Serves `path` but its OpenAPI document omits it (a proxy's own document).
+  void Unlisted(const char* path) { unlisted_ = path; }
   const std::string& url() const { return url_; }
 
  private:
@@ -131,6 +134,7 @@ class SessionServer {
   std::vector<std::string> calls_;
   std::string end_fails_;
   std::string without_;
+  std::string unlisted_;
   std::string weight_version_;
   std::string url_;
 };
@@ -353,9 +357,21 @@ TEST(SglangSessionsTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBefo
   SglangAdapter adapter = AdapterFor(server);
   absl::Status probe = adapter.Probe();
   EXPECT_EQ(probe.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(probe.message(), HasSubstr("(SGLang 0.5.6): its OpenAPI document lists no POST "
-                                         "/flush_cache, which every update of this group calls"));
+  EXPECT_THAT(probe.message(),
+              HasSubstr("(SGLang 0.5.6): it serves no POST /flush_cache (its OpenAPI document "
+                        "does not list them, and GET on each path was not answered 405, as a "
+                        "served POST route is), which every update of this group calls"));
   EXPECT_TRUE(server.calls().empty()) << "nothing but reads before the refusal";
+}
+
+TEST(SglangSessionsTest, ARouteTheDocumentLeavesOutButTheServerServesIsUsed) {
+  // A proxy in front publishes a document of its own without /flush_cache, and passes it on.
+  SessionServer server(/*sessions=*/false, /*docs=*/true);
+  server.Unlisted("/flush_cache");
+  SglangAdapter adapter = AdapterFor(server);
+  absl::Status probe = adapter.Probe();
+  EXPECT_TRUE(probe.ok()) << probe;
+  EXPECT_TRUE(server.calls().empty()) << "asked by GET only";
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,7 +67,18 @@ class VllmAdapterTest : public ::testing::Test {
     for (const char* post :
          {"/init_weight_transfer_engine", "/pause", "/resume", "/wake_up", "/start_weight_update",
           "/update_weights", "/finish_weight_update", "/reset_prefix_cache"}) {
-      server_.Post(post, record(post));
+      server_.Post(post, [this, post, served = record(post)](const SimHttpRequest& req,
+                                                             SimHttpResponse& res) {
+        if (Unserved(post)) {
+          res.status = 404;
+          return;
+        }
+        served(req, res);
+      });
+      // As FastAPI: GET on a served POST route answers 405, on a path it does not serve 404.
+      server_.Get(post, [this, post](const SimHttpRequest&, SimHttpResponse& res) {
+        res.status = Unserved(post) ? 404 : 405;
+      });
     }
     auto port = server_.Start("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
@@ -76,6 +88,10 @@ class VllmAdapterTest : public ::testing::Test {
     return VllmAdapter(EngineEndpoint{url_, 1, 1},
                        AdapterTimeouts{absl::Seconds(2), absl::Seconds(2)}, options,
                        kCudaIpcDataPath);
+  }
+  bool Unserved(const std::string& route) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unserved_.count(route) > 0;
   }
   std::vector<std::string> Seen() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -115,6 +131,7 @@ class VllmAdapterTest : public ::testing::Test {
   bool sleeping_ = false;
   int world_size_ = 1;
   std::map<std::string, int> status_;
+  std::set<std::string> unserved_;  // POST routes the server does not serve (404)
   SimHttpServer server_;
   std::string url_;
   std::mutex mu_;
@@ -140,22 +157,27 @@ TEST_F(VllmAdapterTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBefor
   }
   paths["/is_sleeping"] = {{"get", nlohmann::json::object()}};
   openapi_ = {{"openapi", "3.1.0"}, {"paths", paths}};
+  unserved_ = {"/init_weight_transfer_engine", "/update_weights", "/start_weight_update",
+               "/finish_weight_update"};
   Start();
   VllmAdapter a = Adapter();
   absl::Status refused = a.Probe();
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.message(),
-              HasSubstr("(vLLM 0.29.0): its OpenAPI document lists no POST "
-                        "/init_weight_transfer_engine, no POST /update_weights, no POST "
-                        "/start_weight_update, no POST /finish_weight_update, which every update "
-                        "of this group calls: refused before any byte is sent"));
+              HasSubstr("(vLLM 0.29.0): it serves no POST /init_weight_transfer_engine, no POST "
+                        "/update_weights, no POST /start_weight_update, no POST "
+                        "/finish_weight_update (its OpenAPI document does not list them, and "
+                        "asked directly, GET on each path, the server does not serve them "
+                        "either), which every update of this group calls: refused before any "
+                        "byte is sent"));
   EXPECT_THAT(refused.message(), HasSubstr("VLLM_SERVER_DEV_MODE=1"));
   EXPECT_THAT(Seen(), ElementsAre("GET /version")) << "nothing is initialised on it";
-  // In dev mode it lists them, and the probe goes on to the init.
+  // In dev mode it serves and lists them, and the probe goes on to the init.
   for (const char* route : {"/init_weight_transfer_engine", "/update_weights",
                             "/start_weight_update", "/finish_weight_update"}) {
     std::lock_guard<std::mutex> lock(mu_);
     openapi_["paths"][route] = {{"post", nlohmann::json::object()}};
+    unserved_.erase(route);
   }
   Forget();
   ASSERT_TRUE(a.Probe().ok());
@@ -177,6 +199,21 @@ TEST_F(VllmAdapterTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBefor
   EXPECT_EQ(garbled.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(garbled.message(), HasSubstr("/openapi.json answered HTTP 200 without an OpenAPI "
                                            "document"));
+}
+
+TEST_F(VllmAdapterTest, RoutesADocumentLeavesOutAreAskedOfTheServerBeforeTheyCountAsMissing) {
+  // A gateway in front publishes a document of its own that lists only the inference routes,
+  // and passes every route on: each route an update calls is asked with GET (405: served).
+  nlohmann::json paths = nlohmann::json::object();
+  paths["/v1/completions"] = {{"post", nlohmann::json::object()}};
+  openapi_ = {{"openapi", "3.1.0"}, {"paths", paths}};
+  Start();
+  VllmAdapter a = Adapter();
+  absl::Status probed = a.Probe();
+  ASSERT_TRUE(probed.ok()) << probed;
+  EXPECT_THAT(Seen(),
+              ElementsAre("GET /version", "GET /is_sleeping", "POST /init_weight_transfer_engine"))
+      << "GET /is_sleeping, a GET route, is asked as itself; the POST routes answered 405";
 }
 
 TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {

@@ -335,7 +335,13 @@ class Engine:
         return at_least(self.version, (0, 22, 0)) and not self.args.no_session_routes
 
     def routes(self):
-        """The OpenAPI "paths" of the routes this server serves, as FastAPI lists them."""
+        """The OpenAPI "paths" of the routes this server serves, as FastAPI lists them (less
+        --unlisted-route)."""
+        return {p: entry for p, entry in self.served_routes().items()
+                if p not in self.args.unlisted_route}
+
+    def served_routes(self):
+        """Every route this server serves, by path: {method: {...}}."""
         posts = ["/pause", "/resume", "/sleep", "/wake_up", "/reset_prefix_cache",
                  "/abort_requests", "/update_weight_version"]
         if self.has_ipc():
@@ -471,6 +477,8 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return self.reply(200, {"world_size": len(e.ranks)})
         if url.path == "/weight_info":
             return self.reply(200, {"weight_version": e.weight_version})
+        if "post" in e.served_routes().get(url.path, {}):
+            return self.detail(405, "Method Not Allowed")  # as FastAPI
         self.detail(404, "Not Found")
 
     def do_POST(self):
