@@ -314,14 +314,17 @@ TEST(UpdateChannel, EachServersHabitsAreLearnedAndEveryRequestIsAnsweredOnce) {
     bool keeps_connections;
     bool pipelines;
     int connections;  // -1: not checked
+    // The probe's pipelined second GET may or may not be read before an HTTP/1.0 server closes
+    // after the first answer; unread, it goes again on a connection of its own.
+    int probe_may_add = 0;
   };
   const Case cases[] = {
       {"pipelines: one connection for the probe and every request", HabitServer::Style::kHttp11, 0,
        true, true, 1},
       {"HTTP/1.0: the probe's connection, then one per request", HabitServer::Style::kHttp10, 0,
-       false, false, 5},
+       false, false, 5, 1},
       {"HTTP/1.0, bodies that end at the close", HabitServer::Style::kHttp10UntilClose, 0, false,
-       false, 5},
+       false, 5, 1},
       // The probe's two GETs are the first two answers, so the first request's answer closes the
       // connection with the others pipelined behind it: they go again.
       {"Connection: close after the 3rd answer", HabitServer::Style::kHttp11, 3, false, false, -1},
@@ -336,7 +339,8 @@ TEST(UpdateChannel, EachServersHabitsAreLearnedAndEveryRequestIsAnsweredOnce) {
     EXPECT_EQ(channel.habits().keeps_connections, c.keeps_connections);
     EXPECT_EQ(channel.habits().pipelines, c.pipelines);
     if (c.connections >= 0) {
-      EXPECT_EQ(server.connections(), c.connections);
+      EXPECT_GE(server.connections(), c.connections);
+      EXPECT_LE(server.connections(), c.connections + c.probe_may_add);
     }
     EXPECT_EQ(server.posts(), 4) << "a request the server never read is sent again; none twice";
   }
