@@ -1,6 +1,8 @@
 """The clients where trainers are, each installed and used from a clean directory outside the
 tree: the Python client with `pip install ./client/python` (into a fresh venv, offline, carrying
-libwsync_client.so) pushing a model to a host-mode wsyncd, and the C/C++ client installed by
+libwsync_client.so) pushing a model to a host-mode wsyncd, the same from the wheel that
+client/python/build_wheel.py makes (carrying every library beyond the system's), and the C/C++
+client installed by
 `cmake --install` and found by a consumer project with find_package(wsync), whose C++ code
 pushes a tensor through <wsync/wsync.hpp>.
 
@@ -88,6 +90,45 @@ class PackagingTest(unittest.TestCase):
         self.assertTrue(installed.startswith(venv), installed)
         self.assertTrue(os.path.exists(os.path.join(installed, "libwsync_client.so")),
                         "the library travels with the package")
+
+        self.group_with_engine()
+        script = textwrap.dedent(f"""
+            import numpy as np, wsync
+            model = [("w", np.arange(1000, dtype=np.float32))]
+            with wsync.Client("unix:{self.sock}", device=0) as client:
+                result = client.push(model, version="v1", group="g")
+            print(result["buckets"], all(e["ok"] for e in result["engines"]))
+            """)
+        out = run([os.path.join(venv, "bin", "python"), "-c", script], env=self.env,
+                  cwd=self.dir)
+        self.assertEqual(out.stdout.split(), ["1", "True"])
+
+    def test_the_wheel_carries_every_library_beyond_the_systems_and_pushes(self):
+        # A trainer's image has no gRPC, protobuf or abseil: the wheel carries them, and the
+        # installed library loads nothing from outside it but glibc and the C++ runtime.
+        dist = os.path.join(self.dir, "dist")
+        wheel = run(["/usr/bin/python3", os.path.join(SOURCE, "client", "python", "build_wheel.py"),
+                     "--lib", LIB, "--out", dist], env=self.env).stdout.strip()
+        self.assertRegex(os.path.basename(wheel),
+                         r"^wsync-[0-9.]+-py3-none-manylinux_2_[0-9]+_x86_64\.whl$")
+        venv = os.path.join(self.dir, "venv")
+        run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv])
+        run([os.path.join(venv, "bin", "pip"), "install", "--no-index", wheel], env=self.env,
+            cwd=self.dir)
+        installed = run([os.path.join(venv, "bin", "python"), "-c",
+                         "import wsync, os; print(os.path.dirname(wsync.__file__))"],
+                        env=self.env, cwd=self.dir).stdout.strip()
+        self.assertTrue(installed.startswith(venv), installed)
+        resolved = run(["ldd", os.path.join(installed, "libwsync_client.so")],
+                       env=self.env).stdout
+        system = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6",
+                  "libgcc_s.so.1", "libstdc++.so.6", "libpthread.so.0", "libdl.so.2",
+                  "librt.so.1"}
+        outside = [line.strip() for line in resolved.splitlines()
+                   if line.split() and os.path.basename(line.split()[0]) not in system
+                   and installed not in line]
+        self.assertEqual(outside, [], "loaded from outside the wheel")
+        self.assertIn("libgrpc++.so", resolved)
 
         self.group_with_engine()
         script = textwrap.dedent(f"""
