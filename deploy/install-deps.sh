@@ -15,6 +15,10 @@ packages=(
   libsystemd-dev systemd
   # pip installs the Python client offline (no PyPI) with Debian's setuptools and wheel.
   python3-venv python3-pip python3-setuptools python3-wheel
+  # The Python client's wheel carries the libraries it loads (client/python/build_wheel.py).
+  patchelf binutils
+  # The package stage installs the .deb into a clean Debian root.
+  mmdebstrap dpkg-dev
   libgtest-dev libgmock-dev
   # SGLang's map-once colocated route speaks checkpoint-engine's ZMQ protocol; its host simulator
   # is the engine side, with pyzmq.

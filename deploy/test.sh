@@ -12,6 +12,8 @@
 #              faults); tests labelled gpu skip themselves
 #   faults     the fault matrix (ctest -L faults), and its table
 #   soak       WSYNC_SOAK_UPDATES (200) updates through a real wsyncd (ctest -L soak)
+#   package    the .deb (CPack), installed with apt into a clean Debian 12 root (mmdebstrap),
+#              its unit verified and its wsyncd started there (deploy/package/check_deb.sh)
 #   sanitize   a second build, clang with ASan + UBSan, with the libFuzzer targets (build-asan)
 #   fuzz       each fuzz target for WSYNC_FUZZ_SECONDS (30) from its committed corpus
 #   asan       ctest under ASan + UBSan: the tests stage's tests, the fault matrix and the fuzz
@@ -55,6 +57,7 @@ stage_faults() {
   cat "$WSYNC_BUILD/fault_matrix.md"
 }
 stage_soak() { ctest --test-dir "$WSYNC_BUILD" --verbose -L soak; }
+stage_package() { deploy/package/check_deb.sh "$WSYNC_BUILD"; }
 stage_sanitize() {
   # -O1 with line tables: what the sanitizers need, at a fraction of a full debug build's time.
   # NDEBUG as in the release build: Boost.Beast 1.74 asserts more than its chunk parser needs
@@ -103,13 +106,14 @@ print(",".join(str(i + 1) for i, t in enumerate(tests)
   [[ -n $numbers ]]
   ctest --test-dir "$WSYNC_TSAN_BUILD" --output-on-failure --timeout 600 -j2 -I "0,0,0,$numbers"
 }
-export -f stage_deps stage_format stage_build stage_tests stage_faults stage_soak stage_sanitize stage_fuzz \
+export -f stage_deps stage_format stage_build stage_tests stage_faults stage_soak stage_package \
+  stage_sanitize stage_fuzz \
   stage_asan stage_tsan
 
 # name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
-stages=(deps:300 format:60 build:900 tests:300 faults:150 soak:90 sanitize:780 fuzz:150 asan:360
-  tsan:900)
-wanted=" ${WSYNC_STAGES:-deps format build tests faults soak sanitize fuzz asan tsan} "
+stages=(deps:300 format:60 build:900 tests:300 faults:150 soak:90 package:120 sanitize:780
+  fuzz:150 asan:360 tsan:900)
+wanted=" ${WSYNC_STAGES:-deps format build tests faults soak package sanitize fuzz asan tsan} "
 summary=()
 total_budget=0
 run_start=$(date +%s)

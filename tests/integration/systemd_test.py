@@ -34,7 +34,7 @@ class UnitFilesTest(unittest.TestCase):
         """systemd-analyze verify's complaints about a unit (its ExecStart made this build's)."""
         path = os.path.join(self.dir, "wsyncd.service")
         with open(path, "w") as f:
-            f.write(text.replace("/usr/local/bin/wsyncd", process_support.WSYNCD))
+            f.write(text.replace("/usr/bin/wsyncd", process_support.WSYNCD))
         out = subprocess.run(["systemd-analyze", "verify", path], capture_output=True, text=True)
         return out.returncode, (out.stdout + out.stderr).strip()
 
