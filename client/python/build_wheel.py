@@ -109,7 +109,9 @@ def build(lib, out_dir):
             "Summary: Python client of wsyncd, the weight-sync daemon for RL training\n"
             "Requires-Python: >=3.9\n"
             "Provides-Extra: numpy\n"
-            "Provides-Extra: torch\n")
+            "Requires-Dist: numpy; extra == \"numpy\"\n"
+            "Provides-Extra: torch\n"
+            "Requires-Dist: torch; extra == \"torch\"\n")
         (dist_info / "WHEEL").write_text(
             "Wheel-Version: 1.0\n"
             "Generator: wsync build_wheel.py\n"

@@ -1,5 +1,7 @@
 #include "common/cuda/cuda_slot.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/cuda/cuda_status.h"
@@ -52,10 +54,12 @@ absl::StatusOr<uint32_t> CudaSlot::SampledChecksum(uint64_t span) {
   if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_->get(), event_->get(), 0));
-  return SampledDeviceCrc32(device_, data(), span, &sample_, stream_->get(), scratch_.get());
+  return SampledDeviceCrc32(device_, data(), span, bytes_, &sample_, stream_->get(),
+                            scratch_.get());
 }
 
 absl::StatusOr<uint32_t> SampledDeviceCrc32(int device, const void* base, uint64_t span,
+                                            uint64_t capacity,
                                             std::unique_ptr<DeviceBuffer>* sample,
                                             cudaStream_t stream, KernelScratch* scratch) {
   const std::vector<ByteWindow> windows = SampledWindows(span);
@@ -68,8 +72,9 @@ absl::StatusOr<uint32_t> SampledDeviceCrc32(int device, const void* base, uint64
   }
   if (packed == 0) return Crc32(nullptr, 0);
   if (*sample == nullptr || (*sample)->bytes() < packed) {
-    // Sized for the slot's largest span once; a later smaller span reuses it.
-    WSYNC_ASSIGN_OR_RETURN(*sample, DeviceBuffer::Create(device, packed));
+    // Made once, for the slot's whole size, so no later bucket allocates (or frees) mid-update.
+    WSYNC_ASSIGN_OR_RETURN(*sample,
+                           DeviceBuffer::Create(device, SampledBytes(std::max(capacity, span))));
   }
   WSYNC_RETURN_IF_ERROR(BatchedCopy(items, (*sample)->data(), stream, scratch));
   return DeviceCrc32((*sample)->data(), packed, stream, scratch);
@@ -167,7 +172,8 @@ absl::StatusOr<uint32_t> CudaMappedSlot::Checksum(uint64_t bytes) {
 absl::StatusOr<uint32_t> CudaMappedSlot::SampledChecksum(uint64_t span) {
   if (span > bytes_) return absl::OutOfRangeError("checksum range exceeds the slot");
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
-  return SampledDeviceCrc32(device_, base_, span, &sample_, active_stream(), scratch_.get());
+  return SampledDeviceCrc32(device_, base_, span, bytes_, &sample_, active_stream(),
+                            scratch_.get());
 }
 
 // The event's latest record is the trainer's own after its last fill, or, after an engine that

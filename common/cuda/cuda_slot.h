@@ -129,9 +129,11 @@ class CudaMappedSlot final : public MappedSlot {
 };
 
 // crc32-sampled (common/checksum.h) of the device bytes [base, base + span): the windows gathered
-// into `sample` (made or grown to fit) by one batched copy, then checksummed; equal to
-// SampledCrc32 of the same bytes. Synchronises `stream`.
+// into `sample` by one batched copy, then checksummed; equal to SampledCrc32 of the same bytes.
+// `sample` is made on first use for spans up to `capacity` (the slot's size). Synchronises
+// `stream`.
 absl::StatusOr<uint32_t> SampledDeviceCrc32(int device, const void* base, uint64_t span,
+                                            uint64_t capacity,
                                             std::unique_ptr<DeviceBuffer>* sample,
                                             cudaStream_t stream, KernelScratch* scratch);
 

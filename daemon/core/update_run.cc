@@ -165,11 +165,12 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   };
   if (pulled.pieces.empty() && context_.checksum == ChecksumKind::kCrc32 &&
       checksum_kind != ChecksumKind::kCrc32) {
-    // A sampled check cannot stand for the full one where the bytes then cross a wire.
+    // A sampled check cannot stand for the full one the update asked for (bytes that then cross
+    // a wire, or an operator's --checksum crc32).
     return refuse(absl::InvalidArgumentError(absl::StrCat(
                       "carries a ", ChecksumKindName(checksum_kind),
-                      " checksum, but this update's buckets must carry crc32 (its engines are "
-                      "across a wire); nothing was sent")),
+                      " checksum, but this update asks every bucket for crc32 (UpdateStarted."
+                      "checksum); nothing was sent")),
                   " refused: ");
   }
   auto memory = pool_->Get(device, slot, session);

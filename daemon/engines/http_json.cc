@@ -106,6 +106,11 @@ absl::StatusOr<HttpReply> EngineHttp::Get(const std::string& path, absl::Duratio
   return Request("GET", path, nullptr, timeout);
 }
 
+absl::StatusOr<HttpReply> EngineHttp::Options(const std::string& path,
+                                              absl::Duration timeout) const {
+  return Request("OPTIONS", path, nullptr, timeout);
+}
+
 absl::Status EngineHttp::GetHealth(absl::Duration timeout) const {
   WSYNC_ASSIGN_OR_RETURN(HttpReply reply, Get("/health", timeout));
   if (reply.status == 200) return absl::OkStatus();

@@ -53,6 +53,9 @@ class EngineHttp {
   absl::StatusOr<HttpReply> Post(const std::string& path, const nlohmann::json& body,
                                  absl::Duration timeout) const;
   absl::StatusOr<HttpReply> Get(const std::string& path, absl::Duration timeout) const;
+  // OPTIONS, with no body: runs no handler of a FastAPI route (Starlette answers 405 where the
+  // path is served for other methods, 404 where nothing is).
+  absl::StatusOr<HttpReply> Options(const std::string& path, absl::Duration timeout) const;
   // A POST with no body at all (Content-Length: 0), for routes whose official clients send none
   // (vLLM's /start_weight_update, /pause?mode=..., /resume).
   absl::StatusOr<HttpReply> PostEmpty(const std::string& path, absl::Duration timeout) const;

@@ -29,11 +29,16 @@ std::vector<std::string> OpenApiRoutes::Missing(const std::vector<OpenApiRoute>&
   return missing;
 }
 
-absl::StatusOr<bool> ServesRoute(const EngineHttp& http, const OpenApiRoute& route,
-                                 absl::Duration timeout) {
-  auto reply = http.Get(route.path, timeout);
+absl::StatusOr<bool> RouteAsker::Serves(const OpenApiRoute& route) {
+  if (!answers_unknown_404_.has_value()) {
+    auto calibration = http_.Options(kUnservedProbePath, timeout_);
+    if (!calibration.ok()) return calibration.status();
+    answers_unknown_404_ = calibration->status == 404;
+  }
+  if (!*answers_unknown_404_) return false;
+  auto reply = http_.Options(route.path, timeout_);
   if (!reply.ok()) return reply.status();
-  return route.method == "get" ? reply->status != 404 : reply->status == 405;
+  return reply->status != 404;
 }
 
 absl::StatusOr<std::vector<std::string>> UnservedRoutes(const OpenApiRoutes& routes,
@@ -41,9 +46,10 @@ absl::StatusOr<std::vector<std::string>> UnservedRoutes(const OpenApiRoutes& rou
                                                         const EngineHttp& http,
                                                         absl::Duration timeout) {
   std::vector<std::string> unserved;
+  RouteAsker asker(http, timeout);
   for (const OpenApiRoute& route : needed) {
     if (routes.Has(route)) continue;
-    auto served = ServesRoute(http, route, timeout);
+    auto served = asker.Serves(route);
     if (!served.ok()) return served.status();
     if (!*served) {
       unserved.push_back(absl::StrCat(absl::AsciiStrToUpper(route.method), " ", route.path));

@@ -38,16 +38,29 @@ class OpenApiRoutes {
   nlohmann::json paths_;
 };
 
-// Whether the server serves `route`, asked with a request that changes nothing: GET on its path.
-// FastAPI (Starlette) answers 405 where the path serves only other methods and 404 where it
-// serves nothing, so a POST route is served on 405 and a GET route on any answer but 404.
-absl::StatusOr<bool> ServesRoute(const EngineHttp& http, const OpenApiRoute& route,
-                                 absl::Duration timeout);
+// Asks the server about routes its document leaves out (a gateway or proxy in front may publish a
+// document of its own), with a request that runs no route's handler: OPTIONS on the path, which
+// FastAPI (Starlette) answers 405 where the path is served for other methods and 404 where
+// nothing is. Before its first question it asks a path nothing serves: a server that does not
+// answer that 404 (a gateway that answers every path alike) cannot tell served from not, and every
+// route it leaves out then counts as absent, as the document says. One asker per probe.
+class RouteAsker {
+ public:
+  RouteAsker(const EngineHttp& http, absl::Duration timeout) : http_(http), timeout_(timeout) {}
+  // Whether the server serves `route` (whatever its method: OPTIONS cannot tell methods apart).
+  absl::StatusOr<bool> Serves(const OpenApiRoute& route);
+
+ private:
+  const EngineHttp& http_;
+  absl::Duration timeout_;
+  std::optional<bool> answers_unknown_404_;
+};
+
+// The path RouteAsker asks first, which no engine serves.
+inline constexpr char kUnservedProbePath[] = "/wsync-probe-of-a-route-nothing-serves";
 
 // Those of `needed` that the document does not list and the server does not serve when asked
-// (ServesRoute), each as "METHOD /path": a document may list only some of what a server serves
-// (a gateway or proxy in front that publishes its own), and a route it leaves out is asked
-// before it is called missing.
+// (RouteAsker), each as "METHOD /path".
 absl::StatusOr<std::vector<std::string>> UnservedRoutes(const OpenApiRoutes& routes,
                                                         const std::vector<OpenApiRoute>& needed,
                                                         const EngineHttp& http,

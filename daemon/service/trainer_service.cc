@@ -237,6 +237,15 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
   };
   auto manifest = ManifestFromProto(bucket);
   if (!manifest.ok()) return refused(manifest.status());
+  // A client that predates checksum_algorithm sends the full CRC-32.
+  std::optional<ChecksumKind> kind = bucket.checksum_algorithm().empty()
+                                         ? ChecksumKind::kCrc32
+                                         : ParseChecksumKind(bucket.checksum_algorithm());
+  if (!kind.has_value() || *kind == ChecksumKind::kNone) {
+    return refused(absl::InvalidArgumentError(
+        absl::StrCat("checksum_algorithm \"", SanitizePeerText(bucket.checksum_algorithm(), 64),
+                     "\" is none of \"crc32\", \"crc32-sampled\"")));
+  }
   PulledSources pulled;
   if (bucket.sources_size() > 0) {
     std::vector<AllocationAnnounce> announced;
@@ -250,15 +259,6 @@ absl::Status TrainerService::SubmitBucket(const std::string& session_id, const v
     auto resolved = core_->ResolveSources(session_id, announced, sources, *manifest);
     if (!resolved.ok()) return refused(resolved.status());
     pulled = std::move(*resolved);
-  }
-  // A client that predates checksum_algorithm sends the full CRC-32.
-  std::optional<ChecksumKind> kind = bucket.checksum_algorithm().empty()
-                                         ? ChecksumKind::kCrc32
-                                         : ParseChecksumKind(bucket.checksum_algorithm());
-  if (!kind.has_value() || *kind == ChecksumKind::kNone) {
-    return refused(absl::InvalidArgumentError(
-        absl::StrCat("checksum_algorithm \"", SanitizePeerText(bucket.checksum_algorithm(), 64),
-                     "\" is none of \"crc32\", \"crc32-sampled\"")));
   }
   if (bucket.planned_buckets() != 0) run.NotePlan(bucket.planned_buckets(), bucket.planned_bytes());
   return run.SubmitBucket(bucket.slot(), std::move(*manifest), bucket.checksum(), bucket.sequence(),

@@ -5,6 +5,10 @@
 # wsyncd starts from the installed path with the installed config (in host mode: no GPU here)
 # and answers wsyncctl. Needs root (mmdebstrap's root mode) and Debian's mirrors.
 set -euo pipefail
+if [[ $(id -u) -ne 0 ]]; then
+  echo "check_deb.sh: needs root (mmdebstrap's root mode builds the Debian root)" >&2
+  exit 1
+fi
 build=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -25,6 +29,7 @@ grep -q '^ExecStart=/usr/bin/wsyncd --config /etc/wsync/wsyncd.json' \
 out=$(systemd-analyze verify /usr/lib/systemd/system/wsyncd.service 2>&1) || { echo "$out"; exit 1; }
 [ -z "$out" ] || { echo "systemd-analyze verify: $out"; exit 1; }
 getent group wsync wsync-admin
+ldconfig -p | grep -q 'libwsync_client.so ' || { echo "libwsync_client.so is not in ld.so's cache"; exit 1; }
 mountpoint -q /dev/shm || { mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm; }
 /usr/bin/wsyncd --config /etc/wsync/wsyncd.json --mode host --socket /tmp/wsyncd.sock \
   --state-dir /tmp/wsync-state >/tmp/wsyncd.log 2>&1 &

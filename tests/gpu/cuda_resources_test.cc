@@ -150,11 +150,12 @@ TEST(CudaKernels, SampledCrc32OnTheDeviceEqualsTheHostsForEverySpanShape) {
   auto scratch = KernelScratch::Create(0);
   ASSERT_TRUE(data.ok() && scratch.ok());
   ASSERT_EQ(cudaMemcpy((*data)->data(), host.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
-  // The sample buffer is made for the first span and grown for a larger one.
+  // The sample buffer is made for the first span's capacity, and made again for a larger span.
   std::unique_ptr<DeviceBuffer> sample;
   for (uint64_t span : {uint64_t{100}, uint64_t{4096}, uint64_t{6000}, uint64_t{1} << 20,
                         (uint64_t{1} << 20) + 10, uint64_t{3} << 20, kBytes}) {
-    auto crc = SampledDeviceCrc32(0, (*data)->data(), span, &sample, nullptr, scratch->get());
+    auto crc = SampledDeviceCrc32(0, (*data)->data(), span, /*capacity=*/4096, &sample, nullptr,
+                                  scratch->get());
     ASSERT_TRUE(crc.ok()) << crc.status();
     EXPECT_EQ(*crc, SampledCrc32(host.data(), span)) << span << " bytes";
   }

@@ -117,7 +117,7 @@ class HttpHabitsTest(HostWsyncdCase):
 
     def test_a_document_that_lists_only_some_routes(self):
         # A gateway in front publishes an OpenAPI document of its own, without routes it passes
-        # on: each route an update calls is asked of the server (GET there: 405) before it counts
+        # on: each route an update calls is asked of the server (OPTIONS there: 405) before it counts
         # as missing, and the updates commit.
         unlisted = {"sglang": "/flush_cache", "vllm": "/pause", "lmdeploy": "/wakeup"}
         for kind in KINDS:
@@ -219,7 +219,8 @@ class SglangRoutesTest(HttpHabitsTest):
         port = self.engine("sglang", "--missing-route", "/flush_cache")
         refusal = self.refusal_at_formation("sglang", port)
         self.assertIn("(SGLang 0.5.6): it serves no POST /flush_cache (its OpenAPI document does "
-                      "not list them, and GET on each path was not answered 405", refusal)
+                      "not list them, and asked with OPTIONS the server does not serve them",
+                      refusal)
         ranks = self.checksums(port)["ranks"]
         self.assertTrue(all(tensors == {} for tensors in ranks.values()), ranks)
 
@@ -236,9 +237,9 @@ class VllmRoutesTest(SglangRoutesTest):
         port = self.engine("vllm", "--missing-route", "/finish_weight_update")
         refusal = self.refusal_at_formation("vllm", port)
         self.assertIn("it serves no POST /finish_weight_update (its OpenAPI document does not "
-                      "list them, and asked directly, GET on each path, the server does not serve "
-                      "them either), which every update of this group calls: refused before any "
-                      "byte is sent", refusal)
+                      "list them, and asked with OPTIONS the server does not serve them either), "
+                      "which every update of this group calls: refused before any byte is sent",
+                      refusal)
         state = self.checksums(port)
         self.assertNotIn("update", state["calls"], state["calls"])
 

@@ -73,24 +73,17 @@ class PackagingTest(unittest.TestCase):
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                            env=state_environment(self.dir)))
 
-    def test_pip_installs_the_python_client_which_pushes_from_a_clean_directory(self):
-        venv = os.path.join(self.dir, "venv")
-        # Debian's setuptools and wheel build the package offline (no PyPI here).
-        run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv])
-        pip = os.path.join(venv, "bin", "pip")
-        # From a copy: setuptools writes its build files next to the package it builds.
-        package = os.path.join(self.dir, "python")
-        shutil.copytree(os.path.join(SOURCE, "client", "python"), package,
-                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        run([pip, "install", "--no-build-isolation", "--no-index", package],
-            env=dict(self.env, WSYNC_CLIENT_LIB=LIB), cwd=self.dir)
+    def installed_in(self, venv):
+        """Where the venv's python imports wsync from (inside the venv)."""
         installed = run([os.path.join(venv, "bin", "python"), "-c",
                          "import wsync, os; print(os.path.dirname(wsync.__file__))"],
                         env=self.env, cwd=self.dir).stdout.strip()
         self.assertTrue(installed.startswith(venv), installed)
-        self.assertTrue(os.path.exists(os.path.join(installed, "libwsync_client.so")),
-                        "the library travels with the package")
+        return installed
 
+    def push_from(self, venv):
+        """A push of one tensor with the venv's wsync, from a clean directory, to a group over an
+        SGLang simulator: committed, in one bucket."""
         self.group_with_engine()
         script = textwrap.dedent(f"""
             import numpy as np, wsync
@@ -102,6 +95,23 @@ class PackagingTest(unittest.TestCase):
         out = run([os.path.join(venv, "bin", "python"), "-c", script], env=self.env,
                   cwd=self.dir)
         self.assertEqual(out.stdout.split(), ["1", "True"])
+
+    def test_pip_installs_the_python_client_which_pushes_from_a_clean_directory(self):
+        venv = os.path.join(self.dir, "venv")
+        # Debian's setuptools and wheel build the package offline (no PyPI here).
+        run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv])
+        pip = os.path.join(venv, "bin", "pip")
+        # From a copy: setuptools writes its build files next to the package it builds.
+        package = os.path.join(self.dir, "python")
+        shutil.copytree(os.path.join(SOURCE, "client", "python"), package,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        run([pip, "install", "--no-build-isolation", "--no-index", package],
+            env=dict(self.env, WSYNC_CLIENT_LIB=LIB), cwd=self.dir)
+        installed = self.installed_in(venv)
+        self.assertTrue(os.path.exists(os.path.join(installed, "libwsync_client.so")),
+                        "the library travels with the package")
+
+        self.push_from(venv)
 
     def test_the_wheel_carries_every_library_beyond_the_systems_and_pushes(self):
         # A trainer's image has no gRPC, protobuf or abseil: the wheel carries them, and the
@@ -115,10 +125,7 @@ class PackagingTest(unittest.TestCase):
         run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv])
         run([os.path.join(venv, "bin", "pip"), "install", "--no-index", wheel], env=self.env,
             cwd=self.dir)
-        installed = run([os.path.join(venv, "bin", "python"), "-c",
-                         "import wsync, os; print(os.path.dirname(wsync.__file__))"],
-                        env=self.env, cwd=self.dir).stdout.strip()
-        self.assertTrue(installed.startswith(venv), installed)
+        installed = self.installed_in(venv)
         resolved = run(["ldd", os.path.join(installed, "libwsync_client.so")],
                        env=self.env).stdout
         system = {"linux-vdso.so.1", "ld-linux-x86-64.so.2", "libc.so.6", "libm.so.6",
@@ -130,17 +137,7 @@ class PackagingTest(unittest.TestCase):
         self.assertEqual(outside, [], "loaded from outside the wheel")
         self.assertIn("libgrpc++.so", resolved)
 
-        self.group_with_engine()
-        script = textwrap.dedent(f"""
-            import numpy as np, wsync
-            model = [("w", np.arange(1000, dtype=np.float32))]
-            with wsync.Client("unix:{self.sock}", device=0) as client:
-                result = client.push(model, version="v1", group="g")
-            print(result["buckets"], all(e["ok"] for e in result["engines"]))
-            """)
-        out = run([os.path.join(venv, "bin", "python"), "-c", script], env=self.env,
-                  cwd=self.dir)
-        self.assertEqual(out.stdout.split(), ["1", "True"])
+        self.push_from(venv)
 
     def test_find_package_finds_the_installed_client_which_pushes_a_tensor(self):
         prefix = os.path.join(self.dir, "prefix")

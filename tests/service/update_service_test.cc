@@ -96,7 +96,7 @@ TEST_F(ServiceFixture, BadBucketsAreRefusedBeforeAnyByteReachesAnEngine) {
       // 64 bytes are one window, so the sampled value is the full one: refused for its kind.
       {"sampled checksum where bytes cross a wire",
        checked_by(bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc), "crc32-sampled"), kInvalid,
-       "carries a crc32-sampled checksum, but this update's buckets must carry crc32"},
+       "carries a crc32-sampled checksum, but this update asks every bucket for crc32"},
       {"unknown checksum algorithm",
        checked_by(bucket({Spec("a", "uint8", {64}, 0, 64)}, 0, crc), "md5"), kInvalid,
        "checksum_algorithm \"md5\" is none of \"crc32\", \"crc32-sampled\""},

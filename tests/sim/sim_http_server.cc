@@ -40,6 +40,10 @@ void SimHttpServer::Post(const std::string& path, Handler handler) {
   routes_[{"POST", path}] = std::move(handler);
 }
 
+void SimHttpServer::Options(const std::string& path, Handler handler) {
+  routes_[{"OPTIONS", path}] = std::move(handler);
+}
+
 absl::StatusOr<int> SimHttpServer::Start(const std::string& host, int port) {
   auto fd = ListenTcp(host, static_cast<uint16_t>(port));
   if (!fd.ok()) return fd.status();
@@ -197,7 +201,8 @@ SimHttpResponse SimHttpServer::Dispatch(const SimHttpRequest& request) {
   SimHttpResponse response;
   auto it = routes_.find({request.method, request.path});
   if (it == routes_.end()) {
-    // As FastAPI: a path served for another method answers 405 (what a GET on a POST route asks).
+    // As FastAPI: a path served for another method answers 405 (what a GET or an OPTIONS on a
+    // POST route asks).
     bool other_method = false;
     for (const auto& [key, handler] : routes_) other_method |= key.second == request.path;
     response.status = other_method ? 405 : 404;

@@ -68,6 +68,7 @@ class SimHttpServer {
 
   void Get(const std::string& path, Handler handler);
   void Post(const std::string& path, Handler handler);
+  void Options(const std::string& path, Handler handler);
   // Runs after the handler of every request a route took (before Start): it may change how the
   // answer is delivered.
   void SetShaper(Handler shaper) { shaper_ = std::move(shaper); }

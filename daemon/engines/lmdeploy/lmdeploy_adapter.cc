@@ -110,7 +110,7 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, "'s OpenAPI document lists ", routes->size(), " route(s) but not ",
         absl::StrJoin(missing, ", "),
-        served == nullptr ? "" : ", nor does the server serve them (GET on each path: no 405)",
+        served == nullptr ? "" : ", nor does the server serve them (asked with OPTIONS)",
         ": not an LMDeploy server of the PyTorch backend with the weight-update and sleep API"));
   }
   return has(OpenApiRoute{"post", "/init_weights_update_group"});
@@ -118,9 +118,10 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
 
 absl::Status LmdeployAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Get(kOpenApiPath, timeouts_.probe));
+  RouteAsker asker(http_, timeouts_.probe);
   WSYNC_ASSIGN_OR_RETURN(const bool update_group,
-                         CheckOpenApi(reply, endpoint_.url, [this](const OpenApiRoute& route) {
-                           return ServesRoute(http_, route, timeouts_.probe);
+                         CheckOpenApi(reply, endpoint_.url, [&asker](const OpenApiRoute& route) {
+                           return asker.Serves(route);
                          }));
   // Its document lists LMDeploy's routes: its refusals' reasons reach callers from now on.
   http_.EngineIdentified();

@@ -112,8 +112,8 @@ class LmdeployAdapter final : public EngineAdapter {
   bool has_weights_update_group() const { return has_weights_update_group_.load(); }
 
   // What Probe requires of the answer to GET /openapi.json; returns whether the NCCL path's
-  // init route is there. A route the document does not list is asked of `served` (ServesRoute on
-  // the server) before it counts as absent; without it, the document alone decides. Exposed for
+  // init route is there. A route the document does not list is asked of `served` (a RouteAsker
+  // of the server) before it counts as absent; without it, the document alone decides. Exposed for
   // tests.
   static absl::StatusOr<bool> CheckOpenApi(
       const HttpReply& reply, const std::string& url,

@@ -81,10 +81,9 @@ absl::Status SglangAdapter::Probe() {
         version.is_string() ? SanitizePeerText(version.get<std::string>(), kMaxVersionBytes)
                             : std::string("of no version it reports"),
         "): it serves no POST ", absl::StrJoin(routes->missing, ", no POST "),
-        " (its OpenAPI document does not list them, and GET on each path was not answered 405, "
-        "as a served POST route is), which every update of this group calls: refused before any "
-        "byte is sent (a build without these routes, or a proxy in front that does not pass "
-        "them)"));
+        " (its OpenAPI document does not list them, and asked with OPTIONS the server does not "
+        "serve them either), which every update of this group calls: refused before any byte is "
+        "sent (a build without these routes, or a proxy in front that does not pass them)"));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

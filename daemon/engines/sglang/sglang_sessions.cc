@@ -50,14 +50,16 @@ absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std
   if (found.ok()) {
     // A route the document leaves out may still be served (a proxy in front may publish a
     // document of its own): it is asked before it counts as absent.
+    RouteAsker asker(http, timeout);
     const auto has = [&](const std::string& route) -> absl::StatusOr<bool> {
       if (found->Has(Post(route))) return true;
-      return ServesRoute(http, Post(route), timeout);
+      return asker.Serves(Post(route));
     };
     routes.documented = true;
     WSYNC_ASSIGN_OR_RETURN(const bool begin, has(kBeginPath));
-    WSYNC_ASSIGN_OR_RETURN(const bool end, has("/end_weight_update"));
-    routes.sessions = begin && end;
+    if (begin) {
+      WSYNC_ASSIGN_OR_RETURN(routes.sessions, has("/end_weight_update"));
+    }
     WSYNC_ASSIGN_OR_RETURN(routes.version_route, has(kVersionPath));
     for (const std::string& route : needed) {
       WSYNC_ASSIGN_OR_RETURN(const bool served, has(route));

@@ -198,8 +198,8 @@ absl::Status VllmAdapter::CheckRoutes(const VllmVersion& version,
   return absl::FailedPreconditionError(absl::StrCat(
       "engine ", endpoint_.url, " (vLLM ", version.text, "): it serves no ",
       absl::StrJoin(missing, ", no "),
-      " (its OpenAPI document does not list them, and asked directly, GET on each path, the "
-      "server does not serve them either), which every update of this group calls: refused "
+      " (its OpenAPI document does not list them, and asked with OPTIONS the server does not "
+      "serve them either), which every update of this group calls: refused "
       "before any byte is sent (vLLM serves its weight-transfer routes only in dev mode: ",
       ServerFlags(), ")"));
 }

@@ -394,6 +394,13 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         self.reply(status, {"error": {"message": message, "type": "invalid_request_error",
                                       "code": status}})
 
+    def do_OPTIONS(self):
+        """As FastAPI: 405 where the path is served (for any method), 404 where nothing is."""
+        routes = ROUTES + (NCCL_ROUTES if self.nccl_routes else [])
+        if urllib.parse.urlsplit(self.path).path in {path for path, _ in routes}:
+            return self.reply(405, {"detail": "Method Not Allowed"})
+        self.reply(404, {"detail": "Not Found"})
+
     def do_GET(self):
         e = ENGINE
         url = urllib.parse.urlsplit(self.path)

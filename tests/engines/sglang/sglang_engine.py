@@ -224,6 +224,16 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
     def result(self, results, ok_message):
         return self.reply(*outcome(results, ok_message))
 
+    def do_OPTIONS(self):
+        """As FastAPI: 405 where the path is served (for any method), 404 where nothing is."""
+        e, path = ENGINE, urllib.parse.urlsplit(self.path).path
+        served = ([p for p in POSTS if p not in e.args.missing_route]
+                  + (["/begin_weight_update", "/end_weight_update"] if e.args.sessions else [])
+                  + ["/health", "/get_server_info"] + ([] if e.args.no_docs else ["/openapi.json"]))
+        if path in served:
+            return self.reply(405, {"detail": "Method Not Allowed"})
+        return self.reply(404, {"detail": "Not Found"})
+
     def do_GET(self):
         e, path = ENGINE, urllib.parse.urlsplit(self.path).path
         if path == "/health":

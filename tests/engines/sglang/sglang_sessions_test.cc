@@ -91,10 +91,12 @@ class SessionServer {
       // A server without sessions serves neither route (GET there: 404, not 405).
       if (!sessions && absl::EndsWith(path, "_weight_update")) continue;
       if (path == never) continue;
-      // As FastAPI: GET on a served POST route answers 405.
-      server_.Get(path, [this, path](const SimHttpRequest&, SimHttpResponse& res) {
-        res.status = path == without_ ? 404 : 405;
-      });
+      // As FastAPI: GET or OPTIONS on a served POST route answers 405.
+      for (auto on : {&SimHttpServer::Get, &SimHttpServer::Options}) {
+        (server_.*on)(path, [this, path](const SimHttpRequest&, SimHttpResponse& res) {
+          res.status = path == without_ ? 404 : 405;
+        });
+      }
       server_.Post(path, [this, path](const SimHttpRequest& req, SimHttpResponse& res) {
         if (path == without_) {
           res.status = 404;
@@ -359,8 +361,8 @@ TEST(SglangSessionsTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBefo
   EXPECT_EQ(probe.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(probe.message(),
               HasSubstr("(SGLang 0.5.6): it serves no POST /flush_cache (its OpenAPI document "
-                        "does not list them, and GET on each path was not answered 405, as a "
-                        "served POST route is), which every update of this group calls"));
+                        "does not list them, and asked with OPTIONS the server does not serve "
+                        "them either), which every update of this group calls"));
   EXPECT_TRUE(server.calls().empty()) << "nothing but reads before the refusal";
 }
 
@@ -371,7 +373,7 @@ TEST(SglangSessionsTest, ARouteTheDocumentLeavesOutButTheServerServesIsUsed) {
   SglangAdapter adapter = AdapterFor(server);
   absl::Status probe = adapter.Probe();
   EXPECT_TRUE(probe.ok()) << probe;
-  EXPECT_TRUE(server.calls().empty()) << "asked by GET only";
+  EXPECT_TRUE(server.calls().empty()) << "asked with OPTIONS only";
 }
 
 }  // namespace

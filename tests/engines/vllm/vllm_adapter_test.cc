@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/host/host_platform.h"
 #include "daemon/core/weight_group.h"
+#include "daemon/engines/openapi_routes.h"
 #include "daemon/group_factories.h"
 #include "daemon/transport/broadcast/broadcast_binding.h"
 #include "daemon/transport/ipc/ipc_binding.h"
@@ -75,8 +76,8 @@ class VllmAdapterTest : public ::testing::Test {
         }
         served(req, res);
       });
-      // As FastAPI: GET on a served POST route answers 405, on a path it does not serve 404.
-      server_.Get(post, [this, post](const SimHttpRequest&, SimHttpResponse& res) {
+      // As FastAPI: OPTIONS on a served route answers 405, on a path it does not serve 404.
+      server_.Options(post, [this, post](const SimHttpRequest&, SimHttpResponse& res) {
         res.status = Unserved(post) ? 404 : 405;
       });
     }
@@ -167,9 +168,8 @@ TEST_F(VllmAdapterTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBefor
               HasSubstr("(vLLM 0.29.0): it serves no POST /init_weight_transfer_engine, no POST "
                         "/update_weights, no POST /start_weight_update, no POST "
                         "/finish_weight_update (its OpenAPI document does not list them, and "
-                        "asked directly, GET on each path, the server does not serve them "
-                        "either), which every update of this group calls: refused before any "
-                        "byte is sent"));
+                        "asked with OPTIONS the server does not serve them either), which every "
+                        "update of this group calls: refused before any byte is sent"));
   EXPECT_THAT(refused.message(), HasSubstr("VLLM_SERVER_DEV_MODE=1"));
   EXPECT_THAT(Seen(), ElementsAre("GET /version")) << "nothing is initialised on it";
   // In dev mode it serves and lists them, and the probe goes on to the init.
@@ -203,7 +203,8 @@ TEST_F(VllmAdapterTest, ARouteEveryUpdateCallsThatTheDocumentLacksIsRefusedBefor
 
 TEST_F(VllmAdapterTest, RoutesADocumentLeavesOutAreAskedOfTheServerBeforeTheyCountAsMissing) {
   // A gateway in front publishes a document of its own that lists only the inference routes,
-  // and passes every route on: each route an update calls is asked with GET (405: served).
+  // and passes every route on: each route an update calls is asked with OPTIONS (405: served),
+  // which runs no handler.
   nlohmann::json paths = nlohmann::json::object();
   paths["/v1/completions"] = {{"post", nlohmann::json::object()}};
   openapi_ = {{"openapi", "3.1.0"}, {"paths", paths}};
@@ -211,9 +212,24 @@ TEST_F(VllmAdapterTest, RoutesADocumentLeavesOutAreAskedOfTheServerBeforeTheyCou
   VllmAdapter a = Adapter();
   absl::Status probed = a.Probe();
   ASSERT_TRUE(probed.ok()) << probed;
-  EXPECT_THAT(Seen(),
-              ElementsAre("GET /version", "GET /is_sleeping", "POST /init_weight_transfer_engine"))
-      << "GET /is_sleeping, a GET route, is asked as itself; the POST routes answered 405";
+  EXPECT_THAT(Seen(), ElementsAre("GET /version", "POST /init_weight_transfer_engine"))
+      << "no route's handler ran before the init";
+}
+
+TEST_F(VllmAdapterTest, AServerThatAnswersEveryPathAlikeIsTakenAtItsDocumentsWord) {
+  // A gateway that answers 405 to an OPTIONS anywhere cannot tell served from not: a route its
+  // document leaves out then counts as absent.
+  nlohmann::json paths = nlohmann::json::object();
+  paths["/v1/completions"] = {{"post", nlohmann::json::object()}};
+  openapi_ = {{"openapi", "3.1.0"}, {"paths", paths}};
+  server_.Options(kUnservedProbePath,
+                  [](const SimHttpRequest&, SimHttpResponse& res) { res.status = 405; });
+  Start();
+  VllmAdapter a = Adapter();
+  absl::Status refused = a.Probe();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("it serves no GET /is_sleeping, no POST /pause"));
+  EXPECT_THAT(Seen(), ElementsAre("GET /version"));
 }
 
 TEST_F(VllmAdapterTest, ATooOldServerIsRefusedNamingItsVersionAndTheMinimum) {

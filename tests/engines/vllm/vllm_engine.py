@@ -441,6 +441,12 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return None
         return body if isinstance(body, dict) else None
 
+    def do_OPTIONS(self):
+        """As FastAPI: 405 where the path is served (for any method), 404 where nothing is."""
+        if urllib.parse.urlsplit(self.path).path in ENGINE.served_routes():
+            return self.detail(405, "Method Not Allowed")
+        self.detail(404, "Not Found")
+
     def do_GET(self):
         e = ENGINE
         url = urllib.parse.urlsplit(self.path)
