@@ -20,15 +20,6 @@ bool OpenApiRoutes::Has(const OpenApiRoute& route) const {
   return it != paths_.end() && it->is_object() && it->contains(route.method);
 }
 
-std::vector<std::string> OpenApiRoutes::Missing(const std::vector<OpenApiRoute>& needed) const {
-  std::vector<std::string> missing;
-  for (const OpenApiRoute& route : needed) {
-    if (!Has(route))
-      missing.push_back(absl::StrCat(absl::AsciiStrToUpper(route.method), " ", route.path));
-  }
-  return missing;
-}
-
 absl::StatusOr<bool> RouteAsker::Serves(const OpenApiRoute& route) {
   if (!answers_unknown_404_.has_value()) {
     auto calibration = http_.Options(kUnservedProbePath, timeout_);
@@ -48,8 +39,7 @@ absl::StatusOr<std::vector<std::string>> UnservedRoutes(const OpenApiRoutes& rou
   std::vector<std::string> unserved;
   RouteAsker asker(http, timeout);
   for (const OpenApiRoute& route : needed) {
-    if (routes.Has(route)) continue;
-    auto served = asker.Serves(route);
+    auto served = asker.Has(routes, route);
     if (!served.ok()) return served.status();
     if (!*served) {
       unserved.push_back(absl::StrCat(absl::AsciiStrToUpper(route.method), " ", route.path));

@@ -29,8 +29,6 @@ class OpenApiRoutes {
   // "openapi" and a "paths" object); nullopt for any other answer, which each caller words.
   static std::optional<OpenApiRoutes> FromReply(const HttpReply& reply);
   bool Has(const OpenApiRoute& route) const;
-  // Those of `needed` it lacks, each as "METHOD /path", in order.
-  std::vector<std::string> Missing(const std::vector<OpenApiRoute>& needed) const;
   // How many paths the document lists.
   size_t size() const { return paths_.size(); }
 
@@ -49,6 +47,11 @@ class RouteAsker {
   RouteAsker(const EngineHttp& http, absl::Duration timeout) : http_(http), timeout_(timeout) {}
   // Whether the server serves `route` (whatever its method: OPTIONS cannot tell methods apart).
   absl::StatusOr<bool> Serves(const OpenApiRoute& route);
+  // Whether `routes` lists `route`, or else the server serves it when asked.
+  absl::StatusOr<bool> Has(const OpenApiRoutes& routes, const OpenApiRoute& route) {
+    if (routes.Has(route)) return true;
+    return Serves(route);
+  }
 
  private:
   const EngineHttp& http_;

@@ -68,9 +68,8 @@ absl::Status LmdeployAdapter::UseDataPath(absl::string_view data_path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
-    const HttpReply& reply, const std::string& url,
-    const std::function<absl::StatusOr<bool>(const OpenApiRoute&)>& served) {
+absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(const HttpReply& reply, const std::string& url,
+                                                   RouteAsker* asker) {
   const std::string where = absl::StrCat(url, kOpenApiPath, " answered HTTP ", reply.status);
   // wsyncd knows an LMDeploy server's routes only from this document (it has no version route).
   constexpr char kNoDocs[] =
@@ -97,8 +96,8 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
   // A route the document leaves out may still be served (a proxy in front may publish a document
   // of its own): asked before it counts as absent.
   const auto has = [&](const OpenApiRoute& route) -> absl::StatusOr<bool> {
-    if (routes->Has(route) || served == nullptr) return routes->Has(route);
-    return served(route);
+    if (asker == nullptr) return routes->Has(route);
+    return asker->Has(*routes, route);
   };
   std::vector<std::string> missing;
   for (const OpenApiRoute& route : RequiredRoutes()) {
@@ -110,7 +109,7 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
     return absl::FailedPreconditionError(absl::StrCat(
         "engine ", url, "'s OpenAPI document lists ", routes->size(), " route(s) but not ",
         absl::StrJoin(missing, ", "),
-        served == nullptr ? "" : ", nor does the server serve them (asked with OPTIONS)",
+        asker == nullptr ? "" : ", nor does the server serve them (asked with OPTIONS)",
         ": not an LMDeploy server of the PyTorch backend with the weight-update and sleep API"));
   }
   return has(OpenApiRoute{"post", "/init_weights_update_group"});
@@ -119,10 +118,7 @@ absl::StatusOr<bool> LmdeployAdapter::CheckOpenApi(
 absl::Status LmdeployAdapter::Probe() {
   WSYNC_ASSIGN_OR_RETURN(HttpReply reply, http_.Get(kOpenApiPath, timeouts_.probe));
   RouteAsker asker(http_, timeouts_.probe);
-  WSYNC_ASSIGN_OR_RETURN(const bool update_group,
-                         CheckOpenApi(reply, endpoint_.url, [&asker](const OpenApiRoute& route) {
-                           return asker.Serves(route);
-                         }));
+  WSYNC_ASSIGN_OR_RETURN(const bool update_group, CheckOpenApi(reply, endpoint_.url, &asker));
   // Its document lists LMDeploy's routes: its refusals' reasons reach callers from now on.
   http_.EngineIdentified();
   // The routes first: Health reads them once probed_ is set.

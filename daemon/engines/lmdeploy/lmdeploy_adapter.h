@@ -2,7 +2,6 @@
 #define WSYNC_DAEMON_ENGINES_LMDEPLOY_LMDEPLOY_ADAPTER_H_
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -112,12 +111,11 @@ class LmdeployAdapter final : public EngineAdapter {
   bool has_weights_update_group() const { return has_weights_update_group_.load(); }
 
   // What Probe requires of the answer to GET /openapi.json; returns whether the NCCL path's
-  // init route is there. A route the document does not list is asked of `served` (a RouteAsker
-  // of the server) before it counts as absent; without it, the document alone decides. Exposed for
+  // init route is there. A route the document does not list is asked of the server through
+  // `asker` before it counts as absent; without one, the document alone decides. Exposed for
   // tests.
-  static absl::StatusOr<bool> CheckOpenApi(
-      const HttpReply& reply, const std::string& url,
-      const std::function<absl::StatusOr<bool>(const OpenApiRoute&)>& served = nullptr);
+  static absl::StatusOr<bool> CheckOpenApi(const HttpReply& reply, const std::string& url,
+                                           RouteAsker* asker = nullptr);
 
  private:
   friend class LmdeployBroadcastBinding;

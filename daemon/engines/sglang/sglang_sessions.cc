@@ -51,10 +51,7 @@ absl::StatusOr<SglangRoutes> ProbeSglangRoutes(const EngineHttp& http, const std
     // A route the document leaves out may still be served (a proxy in front may publish a
     // document of its own): it is asked before it counts as absent.
     RouteAsker asker(http, timeout);
-    const auto has = [&](const std::string& route) -> absl::StatusOr<bool> {
-      if (found->Has(Post(route))) return true;
-      return asker.Serves(Post(route));
-    };
+    const auto has = [&](const std::string& route) { return asker.Has(*found, Post(route)); };
     routes.documented = true;
     WSYNC_ASSIGN_OR_RETURN(const bool begin, has(kBeginPath));
     if (begin) {
