@@ -179,9 +179,12 @@ def main():
     ap.add_argument("--release-sources", action="store_true",
                     help="after each version, have wsyncd close its mappings of this process "
                          "(pull mode: there must be some); the next version maps them again")
-    ap.add_argument("--expect-pulled", action="store_true",
-                    help="left to the group: every bucket must have been pulled by wsyncd (the "
-                         "group's transport prefers pull mode)")
+    ap.add_argument("--expect-pulled", nargs="?", const="all", choices=("all", "one-allocation"),
+                    help="left to the group: 'all' (the default), every bucket must have been "
+                         "pulled by wsyncd (the group's transport prefers pull mode); "
+                         "'one-allocation', a colocated group: wsyncd pulls only the buckets "
+                         "that lie in one allocation, reads each of those in place, and the "
+                         "client copies the others (this layout must have both kinds)")
     ap.add_argument("--temporaries", action="store_true",
                     help="push fresh copies of the parameters each version, dropped after the "
                          "push: where wsyncd pulled them, the client must have let wsyncd's "
@@ -254,7 +257,14 @@ def main():
                       f"(temporaries: {args.temporaries})", flush=True)
                 ok = False
             want_pulled = 0 if args.dtensor else result["buckets"]
-            if (args.pull or args.expect_pulled) and result["buckets_pulled"] != want_pulled:
+            if args.expect_pulled == "one-allocation":
+                pulled, in_place = result["buckets_pulled"], result["buckets_read_in_place"]
+                if not 0 < pulled < result["buckets"] or pulled != in_place:
+                    print(f"  one-allocation pulls: {pulled} of {result['buckets']} buckets "
+                          f"pulled, {in_place} read in place; expected some but not all "
+                          "pulled, each read in place", flush=True)
+                    ok = False
+            elif (args.pull or args.expect_pulled) and result["buckets_pulled"] != want_pulled:
                 print(f"  pull mode: {result['buckets_pulled']} buckets pulled, expected "
                       f"{want_pulled}", flush=True)
                 ok = False

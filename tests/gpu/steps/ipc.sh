@@ -23,9 +23,11 @@ done
 # Zero copy: parameters in one flat buffer, pulled; every request names that buffer, and the
 # engine reads each bucket there (the trainer checks every bucket was read in place).
 push colo-flattened_bucket --versions 2 --pull --flat --version-prefix zero-copy-
-# Left to the group (pulled): fresh copies of the parameters each version, which the client must
-# stop holding (with wsyncd's mappings) once the trainer drops them.
-push colo-flattened_bucket --versions 2 --temporaries --expect-pulled --version-prefix temporaries-
+# Left to the group: wsyncd pulls the buckets that lie in one allocation, the client copies the
+# others. Fresh copies of the parameters each version, which the client must stop holding (with
+# wsyncd's mappings) once the trainer drops them.
+push colo-flattened_bucket --versions 2 --temporaries --expect-pulled one-allocation \
+  --version-prefix temporaries-
 ctl $sock "$log" group colo-flattened_bucket
 # An engine that dies at its 2nd bucket: the update fails naming it, wsyncd stays up, and the
 # next update into a fresh engine on the same port succeeds.

@@ -28,6 +28,11 @@ fi
 "${pip[@]}" install --no-index "$wheel" >>"$LOGS/venv.log" 2>&1 ||
   { echo "FAILED: pip install $wheel"; fail=1; }
 tail -2 "$LOGS/venv.log"
+# The machine's python3 may itself be a venv (torch's), whose packages --system-site-packages does
+# not reach: a .pth file appends that interpreter's site folders after the new venv's own, as a
+# trainer's image that layers an environment does.
+python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$(
+  "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch_env.pth"
 # The client must load from the wheel alone: neither the bundle's libraries nor its client.
 (
   unset WSYNC_CLIENT_LIB
