@@ -27,8 +27,8 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 # In run order: the one-GPU steps first, then those that need two GPUs, the benchmarks last.
 ALL=(unit kernels one_gpu_session ipc ops quorum ipc_route ipc_lmdeploy ipc_vllm ipc_7b ipc_tp2
-  trainer wheel kill per_tensor memory pull dtensor mismatch lmdeploy_nccl vllm_nccl mixed_kinds
-  kill_tp quorum_nccl
+  trainer wheel integrations kill per_tensor memory pull dtensor mismatch lmdeploy_nccl vllm_nccl
+  mixed_kinds kill_tp quorum_nccl
   ipc_bench bench bench_engines)
 selected=()
 if [[ ${STEPS:-all} == all ]]; then

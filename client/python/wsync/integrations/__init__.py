@@ -1,0 +1,51 @@
+"""Drop-ins that put wsync under RL frameworks' own weight-update interfaces.
+
+- `wsync.integrations.slime`: `UpdateWeightFromDistributed` and `UpdateWeightFromTensor` with
+  slime's (and miles') constructor and `update_weights()`, taking over after slime's gather and
+  HF name conversion.
+- `wsync.integrations.verl`: a `wsync` checkpoint-engine backend for verl's
+  `CheckpointEngineRegistry`, and `attach(manager)`, which tells it the rollout servers.
+
+Each module imports its framework only when it is used, so that `import wsync` never needs one.
+docs/INTEGRATIONS.md names the commits whose interfaces these match.
+"""
+
+import os
+
+DEFAULT_TARGET = "unix:/run/wsync/wsyncd.sock"
+
+
+def target_from(value=None):
+    """wsyncd's address: `value`, else $WSYNC_TARGET, else the packaged socket."""
+    return value or os.environ.get("WSYNC_TARGET") or DEFAULT_TARGET
+
+
+def engine_url(address):
+    """An engine server's base URL from what a framework holds ("host:port" or a URL)."""
+    address = str(address).rstrip("/")
+    return address if "://" in address else f"http://{address}"
+
+
+def group_spec(name, kind, engines, transport=None, options=None):
+    """A group declaration (the keys of a config file's group): `engines` is a list of
+    (url, ranks) or (url, ranks, gpus); `options` adds keys such as {"sglang": {...}}."""
+    spec = {"name": name, "kind": kind, "engines": []}
+    for engine in engines:
+        entry = {"url": engine_url(engine[0]), "ranks": int(engine[1])}
+        if len(engine) > 2 and engine[2]:
+            entry["gpus"] = list(engine[2])
+        spec["engines"].append(entry)
+    if transport:
+        spec["transport"] = transport
+    spec.update(options or {})
+    return spec
+
+
+def result_metrics(result, prefix="wsync/"):
+    """The figures of a push's result a framework's metrics take (floats by name)."""
+    return {
+        f"{prefix}seconds": float(result["seconds"]),
+        f"{prefix}gib_per_second": float(result["gib_per_second"]),
+        f"{prefix}buckets": float(result["buckets"]),
+        f"{prefix}bytes": float(result["bytes"]),
+    }

@@ -1,0 +1,228 @@
+"""wsync under slime's weight updaters (THUDM/slime; its fork miles has the same interface).
+
+slime picks its updater in `slime/backends/megatron_utils/actor.py`: `UpdateWeightFromTensor` when
+the rollout engines are colocated with the trainer (`args.colocate`), else
+`UpdateWeightFromDistributed`. The two classes here have the same constructor,
+`connect_rollout_engines`, `update_weights()`, `pop_metrics()` and `weight_version`, so a one-line
+change of import puts wsync in their place:
+
+    from wsync.integrations.slime import UpdateWeightFromDistributed, UpdateWeightFromTensor
+
+They take over after slime's own gather and HF name conversion (`hf_weight_chunks`: lists of HF
+names and full tensors, slime's `HfWeightIteratorDirect`), and push those through wsyncd instead of
+slime's HTTP calls and broadcasts: wsyncd pauses the engines, loads the buckets with the version
+and resumes them. The engines are declared to wsyncd by trainer rank 0 when slime connects them (a
+group owned by that rank's session, gone when it closes). Settings, read from slime's `args` where
+set: `wsync_target` (else $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `wsync_group` (default
+"slime"), `wsync_engine_kind` ("sglang"), `wsync_group_options` (more group keys, e.g.
+{"sglang": {"load_format": "flattened_bucket"}}).
+"""
+
+import contextlib
+
+import wsync
+from . import engine_url, group_spec, result_metrics, target_from
+
+
+def _dist():
+    """torch.distributed where the trainer initialized it, else None (one process)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _no_grad():
+    try:
+        import torch
+    except ImportError:
+        return contextlib.nullcontext()
+    return torch.no_grad()
+
+
+def _current_device():
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
+
+
+def local_gpu_uuid(device):
+    """The UUID of this process's GPU as wsyncd names GPUs ("GPU-..."), for colocated groups."""
+    import torch
+    return f"GPU-{torch.cuda.get_device_properties(device).uuid}"
+
+
+def _resolve(value):
+    """A Ray ObjectRef's value (slime's engines are Ray actors), or the value itself."""
+    if type(value).__name__ == "ObjectRef":
+        import ray
+        return ray.get(value)
+    return value
+
+
+def engine_address(engine):
+    """An engine's server URL: a slime `SGLangEngine` actor (`get_url`), an object with
+    `get_url()`, or the URL itself."""
+    get_url = getattr(engine, "get_url", None)
+    if get_url is None:
+        return engine_url(engine)
+    remote = getattr(get_url, "remote", None)
+    return engine_url(_resolve(remote() if remote else get_url()))
+
+
+class _WsyncUpdater:
+    """What both updaters share: slime's constructor, the seam, the push and the metrics."""
+
+    transport = None
+
+    def __init__(self, args, model, weights_getter, *, model_name, quantization_config):
+        self.args = args
+        self.model = model
+        self.weights_getter = weights_getter
+        self.model_name = model_name
+        self.quantization_config = quantization_config
+        dist = _dist()
+        self.rank = dist.get_rank() if dist else 0
+        self.weight_version = 0
+        self.update_weight_metrics = {}
+        self.rollout_engines = []
+        self.group = getattr(args, "wsync_group", None) or "slime"
+        self.target = target_from(getattr(args, "wsync_target", None))
+        self.engine_kind = getattr(args, "wsync_engine_kind", None) or "sglang"
+        self.group_options = getattr(args, "wsync_group_options", None) or {}
+        self._client = None
+        self._iterator = None
+
+    def hf_weight_chunks(self):
+        """slime's gather (PP and EP broadcasts, TP all-gather) and HF conversion: one list of
+        (HF name, full tensor) per bucket of `args.update_weight_buffer_size`, on every trainer
+        rank. Collective: every rank must iterate it to its end."""
+        if self._iterator is None:
+            try:
+                from slime.backends.megatron_utils.update_weight.hf_weight_iterator_direct import (
+                    HfWeightIteratorDirect)
+            except ImportError as e:
+                raise ImportError(
+                    "wsync.integrations.slime gathers weights with slime's HfWeightIteratorDirect "
+                    f"(slime.backends.megatron_utils.update_weight), which did not import: {e}"
+                ) from e
+            self._iterator = HfWeightIteratorDirect(
+                args=self.args, model=self.model, model_name=self.model_name,
+                quantization_config=self.quantization_config)
+        return self._iterator.get_hf_weight_chunks(self.weights_getter())
+
+    def _named_tensors(self):
+        for chunk in self.hf_weight_chunks():
+            yield from chunk
+
+    def _open_client(self):
+        if self._client is None:
+            self._client = wsync.Client(self.target, device=_current_device(),
+                                        name=f"slime rank {self.rank}")
+        return self._client
+
+    def _declare(self, engines):
+        spec = group_spec(self.group, self.engine_kind, engines, self.transport,
+                          self.group_options)
+        self._open_client().declare_group(spec)
+
+    def _update(self, pushes, **push_options):
+        """One version: this rank pushes the chunks when `pushes`, else only iterates them (the
+        gather is collective)."""
+        self.weight_version += 1
+        with _no_grad():
+            if not pushes:
+                for _ in self._named_tensors():
+                    pass
+                return
+            result = self._client.push(self._named_tensors(), version=str(self.weight_version),
+                                       group=self.group, progress=False, **push_options)
+        self.update_weight_metrics.update(result_metrics(result, "perf/wsync_"))
+
+    def pop_metrics(self):
+        out, self.update_weight_metrics = self.update_weight_metrics, {}
+        return out
+
+    def _close(self):
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+class UpdateWeightFromDistributed(_WsyncUpdater):
+    """Disaggregated engines: wsyncd is rank 0 of each engine's weight-update group (NCCL), fed by
+    trainer rank 0; the other ranks take part in the gather only."""
+
+    def connect_rollout_engines(self, rollout_engines, rollout_engine_lock,
+                                engine_gpu_counts=None, engine_gpu_offsets=None,
+                                engine_parallel_configs=None):
+        self.rollout_engines = list(rollout_engines)
+        counts = engine_gpu_counts or [self.args.rollout_num_gpus_per_engine] * len(
+            self.rollout_engines)
+        if self.rank == 0:
+            self._declare([(engine_address(e), n) for e, n in zip(self.rollout_engines, counts)])
+
+    def update_weights(self):
+        self._update(pushes=self.rank == 0)
+
+    def disconnect_rollout_engines(self):
+        """Ends the group (its engines drop their weight-update group) and the session."""
+        if self._client is not None:
+            with contextlib.suppress(wsync.WsyncError):
+                self._client.forget_group(self.group)
+        self._close()
+
+
+class UpdateWeightFromTensor(_WsyncUpdater):
+    """Colocated engines: wsyncd hands each engine rank CUDA-IPC handles of its own GPU's slots.
+    Every trainer rank on an engine's GPU pushes the same version from its GPU (`tp_rank`: its
+    place among the group's GPUs); rank 0 declares the group with every rank's GPU."""
+
+    transport = "ipc"
+
+    def connect_rollout_engines(self, rollout_engines, rollout_engine_lock,
+                                engine_gpu_counts=None, engine_gpu_offsets=None,
+                                engine_parallel_configs=None):
+        self.rollout_engines = list(rollout_engines)
+        counts = list(engine_gpu_counts or [self.args.rollout_num_gpus_per_engine] * len(
+            self.rollout_engines))
+        offsets = list(engine_gpu_offsets or [sum(counts[:i]) for i in range(len(counts))])
+        trainer_gpus = getattr(self.args, "actor_num_nodes", 1) * getattr(
+            self.args, "actor_num_gpus_per_node", sum(counts))
+        beyond = [i for i, (o, n) in enumerate(zip(offsets, counts)) if o + n > trainer_gpus]
+        if beyond:
+            raise ValueError(
+                f"wsync's UpdateWeightFromTensor serves engines on the trainer's GPUs; engines "
+                f"{beyond} lie beyond its {trainer_gpus} GPUs: use UpdateWeightFromDistributed "
+                "for disaggregated engines")
+        dist = _dist()
+        uuid = local_gpu_uuid(_current_device())
+        uuids = [uuid]
+        if dist:
+            uuids = [None] * dist.get_world_size()
+            dist.all_gather_object(uuids, uuid)
+        # This rank's place among the group's GPUs (the engines' ranks in order), or None.
+        feeds = [r for o, n in zip(offsets, counts) for r in range(o, o + n)]
+        self._feed = feeds.index(self.rank) if self.rank in feeds else None
+        if self.rank == 0:
+            self._declare([(engine_address(e), n, uuids[o:o + n])
+                           for e, n, o in zip(self.rollout_engines, counts, offsets)])
+        if dist:
+            dist.barrier()  # the group exists before any rank pushes to it
+        if self._feed is not None:
+            self._open_client()
+
+    def update_weights(self):
+        if self._feed is None:
+            self._update(pushes=False)
+        else:
+            self._update(pushes=True, tp_rank=self._feed)
+
+    def disconnect_rollout_engines(self):
+        if self._client is not None and self.rank == 0:
+            with contextlib.suppress(wsync.WsyncError):
+                self._client.forget_group(self.group)
+        self._close()

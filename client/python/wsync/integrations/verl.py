@@ -1,0 +1,157 @@
+"""wsync as a verl checkpoint-engine backend (volcengine/verl's `CheckpointEngineRegistry`).
+
+verl moves weights with a named backend (`actor_rollout_ref.rollout.checkpoint_engine.backend`):
+the trainer's workers call `send_weights(generator)` and each rollout worker feeds
+`receive_weights()` to its server adapter. With the `wsync` backend, trainer rank 0 pushes the
+generator's tensors through wsyncd, which loads them into the rollout servers through their own
+routes (pause, buckets with the version, resume); the other trainer ranks iterate the generator
+(its gather is collective); `receive_weights()` yields nothing, since the weights are already in
+the server, and verl's manager ends the step only once both sides returned, so after wsyncd
+committed (or the push raised). There is nothing to rendezvous: `prepare`, `build_topology`,
+`init_process_group` and `finalize` do nothing.
+
+Use it in two lines, where the trainer builds verl's `CheckpointEngineManager`:
+
+    import wsync.integrations.verl as wsync_verl     # registers "wsync" with verl
+    wsync_verl.attach(checkpoint_manager)            # tells the trainer the rollout servers
+
+and in the config `actor_rollout_ref.rollout.checkpoint_engine.backend=wsync`, with the
+backend's settings under `engine_kwargs.wsync` (all optional): `target` (wsyncd's address, else
+$WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `group` ("verl"), `kind` ("sglang"),
+`options` (more group keys), `version_prefix` ("verl-"; each update is `<prefix><n>`).
+"""
+
+import wsync
+from . import engine_url, group_spec, result_metrics, target_from
+
+
+def _resolve(value):
+    """Ray ObjectRefs' values (verl dispatches to Ray actors), or the value itself."""
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    if type(value).__name__ == "ObjectRef":
+        import ray
+        return ray.get(value)
+    return value
+
+
+class WsyncCheckpointEngine:
+    """verl's CheckpointEngine interface (prepare, build_topology, init_process_group, finalize,
+    async send_weights, async receive_weights), built by verl with `bucket_size`, `is_master`
+    (trainer rank 0) and the backend's `engine_kwargs`."""
+
+    def __init__(self, bucket_size, is_master=False, target=None, group="verl", kind="sglang",
+                 options=None, version_prefix="verl-"):
+        self.bucket_size = bucket_size
+        self.is_master = is_master
+        self.target = target_from(target)
+        self.group = group
+        self.kind = kind
+        self.options = dict(options or {})
+        self.version_prefix = version_prefix
+        self.updates = 0
+        self.engines = []
+        self.last_result = None
+        self._declared = None
+        self._client = None
+
+    # verl's rendezvous steps: wsyncd holds the groups, so there is nothing to set up.
+    def prepare(self):
+        return {}
+
+    @classmethod
+    def build_topology(cls, trainer_world_size, rollout_world_size, metadata):
+        return {}, {}
+
+    def init_process_group(self, **kwargs):
+        pass
+
+    def finalize(self):
+        pass
+
+    def set_engines(self, engines):
+        """The rollout servers, [(address, ranks)], from `attach`; declared to wsyncd before the
+        next push (again only when they changed)."""
+        self.engines = [(engine_url(address), int(ranks)) for address, ranks in engines]
+
+    def _declare(self):
+        if not self.engines:
+            raise wsync.WsyncError(
+                3, "the wsync checkpoint engine knows no rollout servers: call "
+                   "wsync.integrations.verl.attach(manager) where the trainer builds verl's "
+                   "CheckpointEngineManager")
+        if self._client is None:
+            self._client = wsync.Client(self.target, device=_current_device(),
+                                        name="verl trainer rank 0")
+        spec = group_spec(self.group, self.kind, self.engines, options=self.options)
+        if spec != self._declared:
+            self._client.declare_group(spec)
+            self._declared = spec
+
+    async def send_weights(self, weights):
+        """Pushes the generator's (name, tensor) pairs as one version (trainer rank 0); the other
+        ranks iterate it for its collective gather."""
+        self.updates += 1
+        if not self.is_master:
+            for _ in weights:
+                pass
+            return
+        self._declare()
+        self.last_result = self._client.push(
+            weights, version=f"{self.version_prefix}{self.updates}", group=self.group,
+            progress=False)
+
+    async def receive_weights(self):
+        """Nothing to receive: wsyncd delivered into the server itself."""
+        return
+        yield  # an async generator, as verl's server adapters iterate one
+
+    def metrics(self):
+        return result_metrics(self.last_result) if self.last_result else {}
+
+    def close(self):
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+            self._declared = None
+
+
+def _current_device():
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
+
+
+def attach(manager):
+    """Has verl's CheckpointEngineManager tell the trainer's wsync backends the rollout servers
+    (each replica's `server_address` and `world_size`) before each update, as replicas come and
+    go. Returns the manager."""
+    build = manager.build_process_group
+
+    def build_process_group(rollout):
+        engines = [(r.server_address, r.world_size) for r in manager.replicas]
+        n = manager.trainer.world_size
+        _resolve(manager.trainer.execute_checkpoint_engine(["set_engines"] * n, [engines] * n))
+        return build(rollout)
+
+    manager.build_process_group = build_process_group
+    return manager
+
+
+def register(registry=None):
+    """Registers the backend as "wsync" with verl's registry (done on import where verl is
+    installed); returns the class."""
+    if registry is None:
+        from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
+        registry = CheckpointEngineRegistry
+        if not issubclass(WsyncCheckpointEngine, CheckpointEngine):
+            CheckpointEngine.register(WsyncCheckpointEngine)  # an ABC: a virtual subclass
+    return registry.register("wsync")(WsyncCheckpointEngine)
+
+
+try:
+    register()
+except ImportError:
+    pass  # verl is not installed: register(registry) by hand
