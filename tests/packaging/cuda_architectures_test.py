@@ -11,6 +11,7 @@ The fat binary layout (little-endian), as nvcc writes it:
 Entries follow one another (header, then payload); fat binaries follow one another in the section.
 
 Usage: cuda_architectures_test.py "ARCHITECTURES" BINARY...
+       cuda_architectures_test.py --list BINARY...   # "elf 80 86 89 90; ptx 90" per binary
 """
 
 import os
@@ -50,14 +51,26 @@ def expected(architectures):
     return elf, ptx
 
 
-def check(binary, architectures):
+def read_entries(binary):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "fatbin")
         subprocess.run(["objcopy", "-O", "binary", "--only-section=.nv_fatbin", binary, out],
                        check=True)
         with open(out, "rb") as f:
-            section = f.read()
-    entries = fatbin_entries(section)
+            return fatbin_entries(f.read())
+
+
+def listing(binary):
+    """One line, as the GPU machine's cross-check with cuobjdump compares it:
+    "elf 80 86; ptx 90"."""
+    entries = read_entries(binary)
+    elf = sorted({arch for kind, arch in entries if kind == "elf"})
+    ptx = sorted({arch for kind, arch in entries if kind == "ptx"})
+    return f"elf {' '.join(map(str, elf))}; ptx {' '.join(map(str, ptx))}"
+
+
+def check(binary, architectures):
+    entries = read_entries(binary)
     found_elf = {arch for kind, arch in entries if kind == "elf"}
     found_ptx = {arch for kind, arch in entries if kind == "ptx"}
     want_elf, want_ptx = expected(architectures)
@@ -72,6 +85,10 @@ def check(binary, architectures):
 
 
 def main():
+    if sys.argv[1] == "--list":
+        for binary in sys.argv[2:]:
+            print(listing(binary))
+        return 0
     architectures, binaries = sys.argv[1], sys.argv[2:]
     results = [check(b, architectures) for b in binaries]
     return 0 if binaries and all(results) else 1
