@@ -111,7 +111,7 @@ export -f stage_deps stage_format stage_build stage_tests stage_faults stage_soa
   stage_asan stage_tsan
 
 # name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
-stages=(deps:300 format:60 build:900 tests:300 faults:150 soak:90 package:120 sanitize:780
+stages=(deps:300 format:60 build:900 tests:270 faults:150 soak:60 package:120 sanitize:900
   fuzz:150 asan:360 tsan:900)
 wanted=" ${WSYNC_STAGES:-deps format build tests faults soak package sanitize fuzz asan tsan} "
 summary=()
