@@ -167,6 +167,25 @@ class SlimeDistributedTest(IntegrationCase):
         updater.disconnect_rollout_engines()
 
 
+    def test_a_dead_engine_is_left_out_until_slime_connects_it_again(self):
+        # slime's fault tolerance: a dead engine's place holds None until it is back, and then
+        # connect_rollout_engines is called again (num_new_engines > 0).
+        a, b = self.start_sim("--tp", "2"), self.start_sim("--tp", "1")
+        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2, wsync_target="unix:" + self.sock)
+        updater = FedDistributed(args, [], dict, model_name="qwen2", quantization_config=None)
+        updater.set_models([model(9), model(10)])
+        updater.connect_rollout_engines([EngineActor(a), None], None, engine_gpu_counts=[2, 1])
+        updater.update_weights()
+        self.assert_holds(a, model(9), "1", ranks=[1, 2])
+        self.assertEqual(sim_state(b)["updates_received"], 0)
+        updater.connect_rollout_engines([EngineActor(a), EngineActor(b)], None,
+                                        engine_gpu_counts=[2, 1])
+        updater.update_weights()
+        self.assert_holds(a, model(10), "2", ranks=[1, 2])
+        self.assert_holds(b, model(10), "2", ranks=[3])
+        updater.disconnect_rollout_engines()
+
+
 class SlimeColocatedTest(IntegrationCase):
     def setUp(self):
         super().setUp()

@@ -163,7 +163,10 @@ class UpdateWeightFromDistributed(_WsyncUpdater):
         counts = engine_gpu_counts or [self.args.rollout_num_gpus_per_engine] * len(
             self.rollout_engines)
         if self.rank == 0:
-            self._declare([(engine_address(e), n) for e, n in zip(self.rollout_engines, counts)])
+            # slime's fault tolerance leaves None where an engine died and is not back yet; the
+            # next connect (num_new_engines > 0) brings it in.
+            self._declare([(engine_address(e), n) for e, n in zip(self.rollout_engines, counts)
+                           if e is not None])
 
     def update_weights(self):
         self._update(pushes=self.rank == 0)
@@ -205,11 +208,13 @@ class UpdateWeightFromTensor(_WsyncUpdater):
             uuids = [None] * dist.get_world_size()
             dist.all_gather_object(uuids, uuid)
         # This rank's place among the group's GPUs (the engines' ranks in order), or None.
-        feeds = [r for o, n in zip(offsets, counts) for r in range(o, o + n)]
+        feeds = [r for e, o, n in zip(self.rollout_engines, offsets, counts) if e is not None
+                 for r in range(o, o + n)]
         self._feed = feeds.index(self.rank) if self.rank in feeds else None
         if self.rank == 0:
             self._declare([(engine_address(e), n, uuids[o:o + n])
-                           for e, n, o in zip(self.rollout_engines, counts, offsets)])
+                           for e, n, o in zip(self.rollout_engines, counts, offsets)
+                           if e is not None])
         if dist:
             dist.barrier()  # the group exists before any rank pushes to it
         if self._feed is not None:
