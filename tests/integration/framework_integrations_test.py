@@ -118,7 +118,8 @@ class SlimeInterfaceTest(unittest.TestCase):
                                              "engine_parallel_configs"])
             self.assertEqual(list(inspect.signature(cls.update_weights).parameters), ["self"])
             self.assertTrue(callable(cls.pop_metrics))
-        self.assertTrue(callable(wsync_slime.UpdateWeightFromDistributed.disconnect_rollout_engines))
+        distributed = wsync_slime.UpdateWeightFromDistributed
+        self.assertTrue(callable(distributed.disconnect_rollout_engines))
 
     def test_without_slime_the_gather_names_what_is_missing(self):
         if importlib.util.find_spec("slime") is not None:
@@ -133,7 +134,8 @@ class SlimeInterfaceTest(unittest.TestCase):
 class SlimeDistributedTest(IntegrationCase):
     def test_versions_land_bit_exact_on_every_rank_and_disconnect_ends_the_group(self):
         port = self.start_sim("--tp", "2")
-        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2, wsync_target="unix:" + self.sock,
+        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2,
+                                     wsync_target="unix:" + self.sock,
                                      wsync_group="slime-policy")
         updater = FedDistributed(args, [], dict, model_name="qwen2", quantization_config=None)
         models = [model(1), model(2)]
@@ -157,7 +159,8 @@ class SlimeDistributedTest(IntegrationCase):
     def test_a_start_version_set_from_outside_is_continued(self):
         # slime's actor sets weight_version before the first update (a resumed run).
         port = self.start_sim("--tp", "2")
-        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2, wsync_target="unix:" + self.sock)
+        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2,
+                                     wsync_target="unix:" + self.sock)
         updater = FedDistributed(args, [], dict, model_name="qwen2", quantization_config=None)
         updater.set_models([model(3)])
         updater.connect_rollout_engines([EngineActor(port)], None, engine_gpu_counts=[2])
@@ -171,7 +174,8 @@ class SlimeDistributedTest(IntegrationCase):
         # slime's fault tolerance: a dead engine's place holds None until it is back, and then
         # connect_rollout_engines is called again (num_new_engines > 0).
         a, b = self.start_sim("--tp", "2"), self.start_sim("--tp", "1")
-        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2, wsync_target="unix:" + self.sock)
+        args = types.SimpleNamespace(rollout_num_gpus_per_engine=2,
+                                     wsync_target="unix:" + self.sock)
         updater = FedDistributed(args, [], dict, model_name="qwen2", quantization_config=None)
         updater.set_models([model(9), model(10)])
         updater.connect_rollout_engines([EngineActor(a), None], None, engine_gpu_counts=[2, 1])
