@@ -20,6 +20,27 @@ def target_from(value=None):
     return value or os.environ.get("WSYNC_TARGET") or DEFAULT_TARGET
 
 
+def current_device():
+    """The trainer process's CUDA device (torch's current one), or 0 without torch or a GPU: the
+    device of the wsyncd session an integration opens."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.current_device() if torch.cuda.is_available() else 0
+
+
+def resolve(value):
+    """Ray ObjectRefs' values (the frameworks' engines and workers are Ray actors), in a list
+    too, or the value itself; Ray is imported only when one is met."""
+    if isinstance(value, list):
+        return [resolve(v) for v in value]
+    if type(value).__name__ == "ObjectRef":
+        import ray
+        return ray.get(value)
+    return value
+
+
 def engine_url(address):
     """An engine server's base URL from what a framework holds ("host:port" or a URL)."""
     address = str(address).rstrip("/")

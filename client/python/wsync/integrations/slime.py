@@ -21,7 +21,7 @@ set: `wsync_target` (else $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `wsy
 import contextlib
 
 import wsync
-from . import engine_url, group_spec, result_metrics, target_from
+from . import current_device, engine_url, group_spec, resolve, result_metrics, target_from
 
 
 def _dist():
@@ -41,26 +41,10 @@ def _no_grad():
     return torch.no_grad()
 
 
-def _current_device():
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.current_device() if torch.cuda.is_available() else 0
-
-
 def local_gpu_uuid(device):
     """The UUID of this process's GPU as wsyncd names GPUs ("GPU-..."), for colocated groups."""
     import torch
     return f"GPU-{torch.cuda.get_device_properties(device).uuid}"
-
-
-def _resolve(value):
-    """A Ray ObjectRef's value (slime's engines are Ray actors), or the value itself."""
-    if type(value).__name__ == "ObjectRef":
-        import ray
-        return ray.get(value)
-    return value
 
 
 def engine_address(engine):
@@ -70,7 +54,7 @@ def engine_address(engine):
     if get_url is None:
         return engine_url(engine)
     remote = getattr(get_url, "remote", None)
-    return engine_url(_resolve(remote() if remote else get_url()))
+    return engine_url(resolve(remote() if remote else get_url()))
 
 
 class _WsyncUpdater:
@@ -120,7 +104,7 @@ class _WsyncUpdater:
 
     def _open_client(self):
         if self._client is None:
-            self._client = wsync.Client(self.target, device=_current_device(),
+            self._client = wsync.Client(self.target, device=current_device(),
                                         name=f"slime rank {self.rank}")
         return self._client
 
@@ -202,7 +186,7 @@ class UpdateWeightFromTensor(_WsyncUpdater):
                 f"{beyond} lie beyond its {trainer_gpus} GPUs: use UpdateWeightFromDistributed "
                 "for disaggregated engines")
         dist = _dist()
-        uuid = local_gpu_uuid(_current_device())
+        uuid = local_gpu_uuid(current_device())
         uuids = [uuid]
         if dist:
             uuids = [None] * dist.get_world_size()

@@ -22,17 +22,7 @@ $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `group` ("verl"), `kind` ("sgl
 """
 
 import wsync
-from . import engine_url, group_spec, result_metrics, target_from
-
-
-def _resolve(value):
-    """Ray ObjectRefs' values (verl dispatches to Ray actors), or the value itself."""
-    if isinstance(value, list):
-        return [_resolve(v) for v in value]
-    if type(value).__name__ == "ObjectRef":
-        import ray
-        return ray.get(value)
-    return value
+from . import current_device, engine_url, group_spec, resolve, result_metrics, target_from
 
 
 class WsyncCheckpointEngine:
@@ -81,7 +71,7 @@ class WsyncCheckpointEngine:
                    "wsync.integrations.verl.attach(manager) where the trainer builds verl's "
                    "CheckpointEngineManager")
         if self._client is None:
-            self._client = wsync.Client(self.target, device=_current_device(),
+            self._client = wsync.Client(self.target, device=current_device(),
                                         name="verl trainer rank 0")
         spec = group_spec(self.group, self.kind, self.engines, options=self.options)
         if spec != self._declared:
@@ -116,14 +106,6 @@ class WsyncCheckpointEngine:
             self._declared = None
 
 
-def _current_device():
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.current_device() if torch.cuda.is_available() else 0
-
-
 def attach(manager):
     """Has verl's CheckpointEngineManager tell the trainer's wsync backends the rollout servers
     (each replica's `server_address` and `world_size`) before each update, as replicas come and
@@ -133,7 +115,7 @@ def attach(manager):
     def build_process_group(rollout):
         engines = [(r.server_address, r.world_size) for r in manager.replicas]
         n = manager.trainer.world_size
-        _resolve(manager.trainer.execute_checkpoint_engine(["set_engines"] * n, [engines] * n))
+        resolve(manager.trainer.execute_checkpoint_engine(["set_engines"] * n, [engines] * n))
         return build(rollout)
 
     manager.build_process_group = build_process_group
