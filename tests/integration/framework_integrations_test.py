@@ -326,9 +326,18 @@ class VerlBackendTest(IntegrationCase):
         port = self.start_sim("--tp", "1")
         trainer = TrainerGroup(self.backends())
         manager = Manager(trainer, [Replica(port, 1)])
+        seen = []
+
+        def gathered():
+            for item in model(8):
+                seen.append(item[0])
+                yield item
+
         with self.assertRaises(wsync.WsyncError) as e:
-            manager.update_weights([iter(model(8)), iter(model(8))])
+            manager.update_weights([gathered(), iter(model(8))])
         self.assertIn("wsync.integrations.verl.attach(manager)", e.exception.message)
+        self.assertEqual(len(seen), len(model(8)),
+                         "a failed push still runs the collective generator to its end")
         self.assertEqual(sim_state(port)["updates_received"], 0)
 
 

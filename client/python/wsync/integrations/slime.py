@@ -1,4 +1,4 @@
-"""wsync under slime's weight updaters (THUDM/slime; its fork miles has the same interface).
+"""wsync under slime's weight updaters (THUDM/slime; not miles, whose updaters differ).
 
 slime picks its updater in `slime/backends/megatron_utils/actor.py`: `UpdateWeightFromTensor` when
 the rollout engines are colocated with the trainer (`args.colocate`), else
@@ -52,6 +52,9 @@ def engine_address(engine):
     `get_url()`, or the URL itself."""
     get_url = getattr(engine, "get_url", None)
     if get_url is None:
+        if not isinstance(engine, str):
+            raise TypeError(f"a rollout engine must have get_url() (slime's SGLangEngine) or be "
+                            f"its URL; got {type(engine).__name__}")
         return engine_url(engine)
     remote = getattr(get_url, "remote", None)
     return engine_url(resolve(remote() if remote else get_url()))
@@ -122,8 +125,16 @@ class _WsyncUpdater:
                 for _ in self._named_tensors():
                     pass
                 return
-            result = self._client.push(self._named_tensors(), version=str(self.weight_version),
-                                       group=self.group, progress=False, **push_options)
+            tensors = self._named_tensors()
+            try:
+                result = self._client.push(tensors, version=str(self.weight_version),
+                                           group=self.group, progress=False, **push_options)
+            except BaseException:
+                # The gather is collective: the other ranks wait in it until this rank has
+                # iterated it to its end, so a failed push still drains it before raising.
+                for _ in tensors:
+                    pass
+                raise
         self.update_weight_metrics.update(result_metrics(result, "perf/wsync_"))
 
     def pop_metrics(self):

@@ -10,7 +10,10 @@ the server, and verl's manager ends the step only once both sides returned, so a
 committed (or the push raised). There is nothing to rendezvous: `prepare`, `build_topology`,
 `init_process_group` and `finalize` do nothing.
 
-Use it in two lines, where the trainer builds verl's `CheckpointEngineManager`:
+verl builds backends inside its Ray workers, so the module must be imported in every process:
+set `VERL_USE_EXTERNAL_MODULES=wsync.integrations.verl` in the job's environment (Ray's
+`runtime_env` env_vars), which verl's own `__init__` imports. Then, where the trainer builds
+verl's `CheckpointEngineManager`:
 
     import wsync.integrations.verl as wsync_verl     # registers "wsync" with verl
     wsync_verl.attach(checkpoint_manager)            # tells the trainer the rollout servers
@@ -86,10 +89,17 @@ class WsyncCheckpointEngine:
             for _ in weights:
                 pass
             return
-        self._declare()
-        self.last_result = self._client.push(
-            weights, version=f"{self.version_prefix}{self.updates}", group=self.group,
-            progress=False)
+        try:
+            self._declare()
+            self.last_result = self._client.push(
+                weights, version=f"{self.version_prefix}{self.updates}", group=self.group,
+                progress=False)
+        except BaseException:
+            # The other ranks' generators gather collectively with this one's: drain it so they
+            # are not left waiting, then raise.
+            for _ in weights:
+                pass
+            raise
 
     async def receive_weights(self):
         """Nothing to receive: wsyncd delivered into the server itself."""
