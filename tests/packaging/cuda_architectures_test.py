@@ -60,19 +60,22 @@ def read_entries(binary):
             return fatbin_entries(f.read())
 
 
+def found(entries):
+    """The architectures with machine code and those with PTX, as two sets."""
+    return ({arch for kind, arch in entries if kind == "elf"},
+            {arch for kind, arch in entries if kind == "ptx"})
+
+
 def listing(binary):
     """One line, as the GPU machine's cross-check with cuobjdump compares it:
     "elf 80 86; ptx 90"."""
-    entries = read_entries(binary)
-    elf = sorted({arch for kind, arch in entries if kind == "elf"})
-    ptx = sorted({arch for kind, arch in entries if kind == "ptx"})
-    return f"elf {' '.join(map(str, elf))}; ptx {' '.join(map(str, ptx))}"
+    elf, ptx = found(read_entries(binary))
+    return f"elf {' '.join(map(str, sorted(elf)))}; ptx {' '.join(map(str, sorted(ptx)))}"
 
 
 def check(binary, architectures):
     entries = read_entries(binary)
-    found_elf = {arch for kind, arch in entries if kind == "elf"}
-    found_ptx = {arch for kind, arch in entries if kind == "ptx"}
+    found_elf, found_ptx = found(entries)
     want_elf, want_ptx = expected(architectures)
     print(f"{binary}: {len(entries)} entries; machine code for "
           f"{', '.join(f'sm_{a}' for a in sorted(found_elf)) or 'none'}; PTX for "

@@ -39,7 +39,7 @@ python3 -c 'import site; print("\n".join(site.getsitepackages()))' >"$(
   export LD_LIBRARY_PATH=
   cd "$LOGS" || exit 1
   "$venv/bin/python" - <<'PY' 2>&1 | tee "$LOGS/import.log"
-import glob, os, subprocess, sys
+import os, subprocess, sys
 import torch, grpc, wsync
 lib = os.path.join(os.path.dirname(wsync.__file__), "libwsync_client.so")
 print("wsync from", wsync.__file__)
@@ -63,7 +63,8 @@ mkdir -p "$LOGS/no-source"
     tee -a "$LOGS/trainer.log"
   exit "${PIPESTATUS[0]}"
 ) || { echo "FAILED: the wheel's client did not push 3 versions bit-identically"; fail=1; }
-grep -q "wsync from $venv" "$LOGS/import.log" || { echo "FAILED: wsync not imported from the venv"; fail=1; }
+grep -q "wsync from $venv" "$LOGS/import.log" ||
+  { echo "FAILED: wsync not imported from the venv"; fail=1; }
 ctl $policy_sock "$LOGS/trainer.log" updates
 alive $policy_wsyncd wsyncd
 end_step

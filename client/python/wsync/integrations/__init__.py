@@ -1,8 +1,8 @@
 """Drop-ins that put wsync under RL frameworks' own weight-update interfaces.
 
 - `wsync.integrations.slime`: `UpdateWeightFromDistributed` and `UpdateWeightFromTensor` with
-  slime's (and miles') constructor and `update_weights()`, taking over after slime's gather and
-  HF name conversion.
+  slime's constructor and `update_weights()`, taking over after slime's gather and HF name
+  conversion.
 - `wsync.integrations.verl`: a `wsync` checkpoint-engine backend for verl's
   `CheckpointEngineRegistry`, and `attach(manager)`, which tells it the rollout servers.
 
@@ -39,6 +39,14 @@ def resolve(value):
         import ray
         return ray.get(value)
     return value
+
+
+def drain(tensors):
+    """Iterates a framework's weight generator to its end without using it: its gather is
+    collective, so a rank that does not push (or whose push failed) must still take part, or the
+    other ranks wait in it."""
+    for _ in tensors:
+        pass
 
 
 def engine_url(address):

@@ -21,7 +21,7 @@ set: `wsync_target` (else $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `wsy
 import contextlib
 
 import wsync
-from . import current_device, engine_url, group_spec, resolve, result_metrics, target_from
+from . import current_device, drain, engine_url, group_spec, resolve, result_metrics, target_from
 
 
 def _dist():
@@ -121,19 +121,15 @@ class _WsyncUpdater:
         gather is collective)."""
         self.weight_version += 1
         with _no_grad():
-            if not pushes:
-                for _ in self._named_tensors():
-                    pass
-                return
             tensors = self._named_tensors()
+            if not pushes:
+                drain(tensors)
+                return
             try:
                 result = self._client.push(tensors, version=str(self.weight_version),
                                            group=self.group, progress=False, **push_options)
             except BaseException:
-                # The gather is collective: the other ranks wait in it until this rank has
-                # iterated it to its end, so a failed push still drains it before raising.
-                for _ in tensors:
-                    pass
+                drain(tensors)  # the other ranks wait in the gather until this one ends it
                 raise
         self.update_weight_metrics.update(result_metrics(result, "perf/wsync_"))
 
@@ -141,8 +137,13 @@ class _WsyncUpdater:
         out, self.update_weight_metrics = self.update_weight_metrics, {}
         return out
 
-    def _close(self):
+    def disconnect_rollout_engines(self):
+        """Ends the group rank 0 declared (its engines drop their weight-update group) and this
+        rank's session."""
         if self._client is not None:
+            if self.rank == 0:
+                with contextlib.suppress(wsync.WsyncError):
+                    self._client.forget_group(self.group)
             self._client.close()
             self._client = None
 
@@ -165,13 +166,6 @@ class UpdateWeightFromDistributed(_WsyncUpdater):
 
     def update_weights(self):
         self._update(pushes=self.rank == 0)
-
-    def disconnect_rollout_engines(self):
-        """Ends the group (its engines drop their weight-update group) and the session."""
-        if self._client is not None:
-            with contextlib.suppress(wsync.WsyncError):
-                self._client.forget_group(self.group)
-        self._close()
 
 
 class UpdateWeightFromTensor(_WsyncUpdater):
@@ -220,9 +214,3 @@ class UpdateWeightFromTensor(_WsyncUpdater):
             self._update(pushes=False)
         else:
             self._update(pushes=True, tp_rank=self._feed)
-
-    def disconnect_rollout_engines(self):
-        if self._client is not None and self.rank == 0:
-            with contextlib.suppress(wsync.WsyncError):
-                self._client.forget_group(self.group)
-        self._close()

@@ -25,7 +25,7 @@ $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `group` ("verl"), `kind` ("sgl
 """
 
 import wsync
-from . import current_device, engine_url, group_spec, resolve, result_metrics, target_from
+from . import current_device, drain, engine_url, group_spec, resolve, result_metrics, target_from
 
 
 class WsyncCheckpointEngine:
@@ -86,8 +86,7 @@ class WsyncCheckpointEngine:
         ranks iterate it for its collective gather."""
         self.updates += 1
         if not self.is_master:
-            for _ in weights:
-                pass
+            drain(weights)
             return
         try:
             self._declare()
@@ -95,10 +94,7 @@ class WsyncCheckpointEngine:
                 weights, version=f"{self.version_prefix}{self.updates}", group=self.group,
                 progress=False)
         except BaseException:
-            # The other ranks' generators gather collectively with this one's: drain it so they
-            # are not left waiting, then raise.
-            for _ in weights:
-                pass
+            drain(weights)  # the other ranks wait in the gather until this one ends it
             raise
 
     async def receive_weights(self):
