@@ -308,6 +308,10 @@ class SourceExporter {
   // NOT_FOUND when the memory cannot be exported (host memory, virtual-memory allocations): the
   // client then copies that bucket itself.
   virtual absl::StatusOr<ExportedSource> Export(const void* data, uint64_t bytes) = 0;
+  // The first address of the allocation holding [data, data + bytes), exporting nothing: on GPUs
+  // a lookup of the driver's address ranges, where Export also reads an IPC handle, which costs
+  // far more per allocation. NOT_FOUND as Export.
+  virtual absl::StatusOr<uintptr_t> AllocationStart(const void* data, uint64_t bytes) = 0;
 };
 
 }  // namespace wsync

@@ -1,6 +1,7 @@
 #include "client/cpp/push_stream.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -179,19 +180,27 @@ void PushStream::ReleaseFinishedLocked() {
 
 bool PushStream::DescribeSources(const std::vector<TensorRef>& tensors, bool one_allocation,
                                  v1::Bucket* wire) {
+  // wsyncd keeps what it maps until the session closes, and CUDA makes freeing memory another
+  // process still maps undefined: memory about to be freed is copied instead.
+  for (const TensorRef& t : tensors) {
+    if (t.temporary) return false;
+  }
+  if (one_allocation) {
+    // Where the allocation is is a cheap lookup; exporting it reads an IPC handle, which a
+    // bucket that will be copied anyway (a state_dict's tensors, each its own allocation) must
+    // not pay for every tensor.
+    std::optional<uintptr_t> start;
+    for (const TensorRef& t : tensors) {
+      auto s = options_.exporter->AllocationStart(t.data, t.bytes);
+      if (!s.ok() || (start.has_value() && *s != *start)) return false;
+      start = *s;
+    }
+  }
   std::vector<ExportedSource> found;
   for (const TensorRef& t : tensors) {
-    // wsyncd keeps what it maps until the session closes, and CUDA makes freeing memory another
-    // process still maps undefined: memory about to be freed is copied instead.
-    if (t.temporary) return false;
     auto e = options_.exporter->Export(t.data, t.bytes);
     if (!e.ok()) return false;
     found.push_back(std::move(*e));
-  }
-  if (one_allocation) {
-    for (const ExportedSource& e : found) {
-      if (e.allocation_id != found.front().allocation_id) return false;
-    }
   }
   for (const ExportedSource& e : found) {
     if (announced_.insert(e.allocation_id).second) {

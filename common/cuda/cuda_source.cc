@@ -35,18 +35,16 @@ absl::StatusOr<PointerGetAttributeFn> PointerGetAttribute() {
   return fn;
 }
 
-}  // namespace
+struct AllocationRange {
+  uintptr_t base;
+  uint64_t bytes;
+};
 
-absl::StatusOr<std::unique_ptr<CudaSource>> CudaSource::Open(int device, const std::string& handle,
-                                                             uint64_t bytes) {
-  WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, handle));
-  return std::unique_ptr<CudaSource>(new CudaSource(std::move(mapping), handle, bytes));
-}
-
-absl::StatusOr<ExportedSource> CudaSourceExporter::Export(const void* data, uint64_t bytes) {
+// The driver's address range holding [data, data + bytes) on `device`: cheap attribute lookups.
+absl::StatusOr<AllocationRange> RangeOf(int device, const void* data, uint64_t bytes) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, data) != cudaSuccess || attr.type != cudaMemoryTypeDevice ||
-      attr.device != device_) {
+      attr.device != device) {
     (void)cudaGetLastError();
     return absl::NotFoundError("not device memory of the session's GPU");
   }
@@ -61,6 +59,27 @@ absl::StatusOr<ExportedSource> CudaSourceExporter::Export(const void* data, uint
   if (ptr - base + bytes > size) {
     return absl::NotFoundError("the tensor runs past its allocation");
   }
+  return AllocationRange{static_cast<uintptr_t>(base), size};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaSource>> CudaSource::Open(int device, const std::string& handle,
+                                                             uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(auto mapping, IpcMapping::Open(device, handle));
+  return std::unique_ptr<CudaSource>(new CudaSource(std::move(mapping), handle, bytes));
+}
+
+absl::StatusOr<uintptr_t> CudaSourceExporter::AllocationStart(const void* data, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(AllocationRange range, RangeOf(device_, data, bytes));
+  return range.base;
+}
+
+absl::StatusOr<ExportedSource> CudaSourceExporter::Export(const void* data, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(AllocationRange range, RangeOf(device_, data, bytes));
+  const uintptr_t base = range.base;
+  const uint64_t size = range.bytes;
+  const auto ptr = reinterpret_cast<uintptr_t>(data);
   auto it = by_base_.find(base);
   if (it == by_base_.end() || checked_.count(base) == 0) {
     WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));

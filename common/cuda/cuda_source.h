@@ -38,6 +38,7 @@ class CudaSourceExporter final : public SourceExporter {
   explicit CudaSourceExporter(int device) : device_(device) {}
   void BeginUpdate() override { checked_.clear(); }
   absl::StatusOr<ExportedSource> Export(const void* data, uint64_t bytes) override;
+  absl::StatusOr<uintptr_t> AllocationStart(const void* data, uint64_t bytes) override;
 
  private:
   struct Known {

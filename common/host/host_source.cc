@@ -96,6 +96,11 @@ absl::StatusOr<ExportedSource> HostSourceExporter::Export(const void* data, uint
   return absl::NotFoundError("not in a shared-memory source arena of this session");
 }
 
+absl::StatusOr<uintptr_t> HostSourceExporter::AllocationStart(const void* data, uint64_t bytes) {
+  WSYNC_ASSIGN_OR_RETURN(ExportedSource e, Export(data, bytes));
+  return reinterpret_cast<uintptr_t>(data) - e.offset;
+}
+
 absl::StatusOr<std::unique_ptr<SourceMemory>> MapHostSource(const std::string& name, uint64_t bytes,
                                                             const std::string& session_tag) {
   if (!IsSourceShmNameOf(name, session_tag)) {

@@ -42,6 +42,7 @@ class HostSourceExporter final : public SourceExporter {
   explicit HostSourceExporter(std::string session_tag) : session_tag_(std::move(session_tag)) {}
   void BeginUpdate() override {}
   absl::StatusOr<ExportedSource> Export(const void* data, uint64_t bytes) override;
+  absl::StatusOr<uintptr_t> AllocationStart(const void* data, uint64_t bytes) override;
 
  private:
   std::string session_tag_;

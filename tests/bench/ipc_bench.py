@@ -227,15 +227,15 @@ GATES = [(lambda b: b <= GIB, 1.10, "128 MiB to 1 GiB"), (lambda b: b > GIB, 1.0
 
 
 def timed_pushes(client, model, runs, version, **kwargs):
-    """Median seconds of `runs` pushes after one warm-up, the last push's result and its
-    version."""
+    """Median seconds of `runs` pushes after one warm-up, the last push's result, its version and
+    every timed run's seconds (the spread behind the median)."""
     times, results = [], []
     for r in range(runs + 1):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         results.append(client.push(model, version=f"{version}-{r}", group="colo", **kwargs))
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:]), results[-1], f"{version}-{runs}"
+    return statistics.median(times[1:]), results[-1], f"{version}-{runs}", times[1:]
 
 
 def main():
@@ -297,7 +297,8 @@ def main():
             times.append(peers(engine.url, model, buckets, metadata_cls, f"{text}-peers-{r}"))
             bare.append(peers(engine.url, model, buckets, metadata_cls, "", steps=False))
         row["peers_s"] = statistics.median(times[1:])
-        row["designs"]["peers"] = {"s": row["peers_s"], "ok": check_engine(engine.url, spot)}
+        row["designs"]["peers"] = {"s": row["peers_s"], "ok": check_engine(engine.url, spot),
+                                   "runs_s": times[1:]}
         row["designs"]["peers/buckets"] = {"s": statistics.median(bare[1:]),
                                            "ok": check_engine(engine.url, spot)}
         for checksum in dict.fromkeys(c for _, c, _, _ in CONFIGS):
@@ -307,13 +308,14 @@ def main():
                     for name, c, kwargs, which in CONFIGS:
                         if c != checksum:
                             continue
-                        seconds, res, last = timed_pushes(client, models[which], args.runs,
-                                                          f"{text}-{name}", **kwargs)
+                        seconds, res, last, runs_s = timed_pushes(
+                            client, models[which], args.runs, f"{text}-{name}", **kwargs)
                         row["designs"][name] = {
                             "s": seconds, "ok": check_engine(engine.url, spot, last),
                             "pulled": res["buckets_pulled"],
-                            "in_place": res["buckets_read_in_place"]}
-                        note(f"{text} {name}: {seconds * 1e3:.1f} ms, {res['buckets_pulled']}/"
+                            "in_place": res["buckets_read_in_place"], "runs_s": runs_s}
+                        note(f"{text} {name}: {seconds * 1e3:.1f} ms (runs {min(runs_s) * 1e3:.1f}"
+                             f"-{max(runs_s) * 1e3:.1f}), {res['buckets_pulled']}/"
                              f"{res['buckets']} buckets pulled, {res['buckets_read_in_place']} "
                              f"read in place")
             finally:
