@@ -12,7 +12,10 @@ import importlib.util
 import inspect
 import json
 import os
+import subprocess
 import sys
+import threading
+import time
 import types
 import unittest
 
@@ -20,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (HostWsyncdCase, client_test_arguments, crc, free_port,  # noqa: E402
                              host_gpu, sglang_engine, sim_state, wait_port)
 
-_, _, _, _, SIM = client_test_arguments()
+_, _, _, PACKAGE_DIR, SIM = client_test_arguments()
 
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
@@ -57,7 +60,7 @@ class FedSeam:
         self.models = list(models)
         self.gathered = 0
 
-    def hf_weight_chunks(self):
+    def hf_weight_chunks(self, convert=True):
         for chunk in chunks_of(self.models.pop(0)):
             self.gathered += 1
             yield chunk
@@ -129,6 +132,46 @@ class SlimeInterfaceTest(unittest.TestCase):
         with self.assertRaises(ImportError) as e:
             list(updater.hf_weight_chunks())
         self.assertIn("HfWeightIteratorDirect", str(e.exception))
+
+    def test_only_a_pushing_rank_converts_where_slimes_iterator_can_skip_it(self):
+        asked = []
+
+        class Newer:  # slime's iterator with should_convert_chunk
+            def get_hf_weight_chunks(self, weights, progress_desc="Update weights",
+                                     should_convert_chunk=None):
+                for index in range(2):
+                    asked.append(should_convert_chunk(index))
+                    yield [("w", weights)] if should_convert_chunk(index) else []
+
+        class Older:
+            def get_hf_weight_chunks(self, weights):
+                yield [("w", weights)]
+
+        updater = wsync_slime.UpdateWeightFromDistributed(
+            types.SimpleNamespace(), [], lambda: 7, model_name="qwen2", quantization_config=None)
+        updater._iterator = Newer()
+        self.assertEqual(list(updater._named_tensors(convert=False)), [])
+        self.assertEqual(list(updater._named_tensors(convert=True)), [("w", 7), ("w", 7)])
+        self.assertEqual(asked, [False, False, True, True])
+        updater._iterator = Older()
+        self.assertEqual(list(updater._named_tensors(convert=False)), [("w", 7)])
+
+    def test_a_compressed_tensors_rollout_is_refused_at_construction(self):
+        # slime's int4/fp4 rollout needs SGLang's post-processing request after the load; its
+        # HF config's quantization_config is a dict, or an object where a framework parsed it.
+        for config in ({"quant_method": "compressed-tensors"},
+                       types.SimpleNamespace(quant_method="compressed-tensors")):
+            for cls in (wsync_slime.UpdateWeightFromDistributed,
+                        wsync_slime.UpdateWeightFromTensor):
+                with self.assertRaises(ValueError) as e:
+                    cls(types.SimpleNamespace(), [], dict, model_name="qwen2",
+                        quantization_config=config)
+                self.assertIn("quant_method 'compressed-tensors'", str(e.exception))
+                self.assertIn("post_process_weights", str(e.exception))
+        # fp8 weights travel as converted (float8 tensors and their scales).
+        wsync_slime.UpdateWeightFromDistributed(
+            types.SimpleNamespace(), [], dict, model_name="qwen2",
+            quantization_config={"quant_method": "fp8"})
 
 
 class SlimeDistributedTest(IntegrationCase):
@@ -229,11 +272,13 @@ class SlimeColocatedTest(IntegrationCase):
 
 
 class Replica:
-    """What verl's RolloutReplica offers: its server's address and world size."""
+    """What verl's RolloutReplica offers: its server's address, world size and rollout config."""
 
-    def __init__(self, port, world_size):
+    def __init__(self, port, world_size, **config):
         self.server_address = f"127.0.0.1:{port}"
         self.world_size = world_size
+        self.config = types.SimpleNamespace(**{"name": "sglang", "quantization": None,
+                                               "pipeline_model_parallel_size": 1, **config})
 
 
 class TrainerGroup:
@@ -339,6 +384,92 @@ class VerlBackendTest(IntegrationCase):
         self.assertEqual(len(seen), len(model(8)),
                          "a failed push still runs the collective generator to its end")
         self.assertEqual(sim_state(port)["updates_received"], 0)
+
+    def test_replicas_it_cannot_serve_are_refused_before_any_request(self):
+        port = self.start_sim("--tp", "1")
+        cases = [({"name": "vllm"}, "rollout.name is 'vllm'"),
+                 ({"quantization": "fp8"}, "rollout.quantization is 'fp8'"),
+                 ({"pipeline_model_parallel_size": 2}, "pipeline_model_parallel_size is 2")]
+        for config, expected in cases:
+            trainer = TrainerGroup(self.backends())
+            manager = wsync_verl.attach(Manager(trainer, [Replica(port, 1, **config)]))
+            with self.assertRaises(ValueError) as e:
+                manager.update_weights([iter(model(9)), iter(model(9))])
+            self.assertIn(expected, str(e.exception))
+            self.assertIn(f"127.0.0.1:{port}", str(e.exception))
+        self.assertEqual(sim_state(port)["updates_received"], 0)
+        self.assertNotIn("verl-rollout", self.groups())
+        with self.assertRaises(ValueError) as e:
+            VERL.CheckpointEngineRegistry.new("wsync", bucket_size=1 << 20, kind="vllm")
+        self.assertIn("kind is 'vllm'", str(e.exception))
+
+    def test_a_start_version_continues_the_numbering_of_a_resumed_trainer(self):
+        port = self.start_sim("--tp", "1")
+        kwargs = {"target": "unix:" + self.sock, "group": "verl-rollout", "start_version": 41}
+        trainer = TrainerGroup([VERL.CheckpointEngineRegistry.new(
+            "wsync", bucket_size=1 << 20, is_master=(i == 0), **kwargs) for i in range(2)])
+        manager = wsync_verl.attach(Manager(trainer, [Replica(port, 1)]))
+        manager.update_weights([iter(model(10)), iter(model(10))])
+        self.assert_holds(port, model(10), "verl-42", ranks=[1])
+        trainer.engines[0].close()
+
+    def test_the_push_runs_off_the_workers_event_loop(self):
+        # verl's workers are async actors: a push that held the loop would stall every other
+        # coroutine of the worker for the whole update.
+        port = self.start_sim("--tp", "1")
+        backend = self.backends()[0]
+        backend.set_engines([(f"127.0.0.1:{port}", 1)])
+        pushing = threading.Event()
+
+        def slow():
+            for item in model(11):
+                pushing.set()
+                time.sleep(0.05)
+                yield item
+
+        async def step():
+            ticks = 0
+
+            async def ticker():
+                nonlocal ticks
+                while not pushing.is_set():
+                    await asyncio.sleep(0.001)
+                while not done.is_set():
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            done = asyncio.Event()
+            tick = asyncio.create_task(ticker())
+            await backend.send_weights(slow())
+            done.set()
+            await tick
+            return ticks
+
+        self.assertGreater(asyncio.run(step()), 5, "the loop ran while the push did")
+        self.assert_holds(port, model(11), "verl-1", ranks=[1])
+        backend.close()
+
+
+class VerlFreshProcessTest(unittest.TestCase):
+    def test_verls_external_modules_variable_registers_the_backend_in_a_new_process(self):
+        # verl's __init__ imports each module named in VERL_USE_EXTERNAL_MODULES in every process
+        # (its Ray workers included); nothing else of wsync is imported there first.
+        here = os.path.dirname(os.path.abspath(__file__))
+        code = ("import importlib, os, sys\n"
+                f"sys.path.insert(0, {here!r})\n"
+                "from verl_stand_in import install_verl_stand_in\n"
+                "base = install_verl_stand_in()\n"
+                "for m in os.environ['VERL_USE_EXTERNAL_MODULES'].split(','):\n"
+                "    importlib.import_module(m)\n"
+                "engine = base.CheckpointEngineRegistry.new('wsync', bucket_size=1 << 20,\n"
+                "                                           is_master=False)\n"
+                "print(type(engine).__module__, engine.group, engine.updates)\n")
+        env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="wsync.integrations.verl",
+                   PYTHONPATH=PACKAGE_DIR)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), ["wsync.integrations.verl", "verl", "0"])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,28 @@ def current_device():
     return torch.cuda.current_device() if torch.cuda.is_available() else 0
 
 
+def set_device(device):
+    """Makes `device` the calling thread's CUDA device (torch keeps one per thread), where torch
+    and a GPU are present."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.set_device(device)
+
+
+def empty_cache():
+    """Returns the trainer's cached, unused GPU memory to the driver (torch's empty_cache), for a
+    colocated engine that wakes on the same GPU after an update."""
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def resolve(value):
     """Ray ObjectRefs' values (the frameworks' engines and workers are Ray actors), in a list
     too, or the value itself; Ray is imported only when one is met."""

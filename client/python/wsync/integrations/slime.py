@@ -16,12 +16,18 @@ group owned by that rank's session, gone when it closes). Settings, read from sl
 set: `wsync_target` (else $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `wsync_group` (default
 "slime"), `wsync_engine_kind` ("sglang"), `wsync_group_options` (more group keys, e.g.
 {"sglang": {"load_format": "flattened_bucket"}}).
+
+Refused at construction: a `quantization_config` whose `quant_method` is "compressed-tensors"
+(slime's int4/fp4 rollout), whose weights need SGLang's post-processing request after the load,
+which wsync does not send.
 """
 
 import contextlib
+import inspect
 
 import wsync
-from . import current_device, drain, engine_url, group_spec, resolve, result_metrics, target_from
+from . import (current_device, drain, empty_cache, engine_url, group_spec, resolve,
+               result_metrics, target_from)
 
 
 def _dist():
@@ -60,12 +66,29 @@ def engine_address(engine):
     return engine_url(resolve(remote() if remote else get_url()))
 
 
+def quant_method(quantization_config):
+    """The `quant_method` of an HF quantization config (a dict or an object), or None."""
+    if quantization_config is None:
+        return None
+    if isinstance(quantization_config, dict):
+        return quantization_config.get("quant_method")
+    return getattr(quantization_config, "quant_method", None)
+
+
 class _WsyncUpdater:
     """What both updaters share: slime's constructor, the seam, the push and the metrics."""
 
     transport = None
 
     def __init__(self, args, model, weights_getter, *, model_name, quantization_config):
+        method = quant_method(quantization_config)
+        if method == "compressed-tensors":
+            raise ValueError(
+                "wsync's slime updaters push the HF tensors as slime converts them; "
+                "quantization_config has quant_method 'compressed-tensors' (slime's int4/fp4 "
+                "rollout), whose weights SGLang must post-process after the load "
+                "(post_process_weights), which wsync does not send yet: keep slime's own updater "
+                "for a compressed-tensors rollout")
         self.args = args
         self.model = model
         self.weights_getter = weights_getter
@@ -83,10 +106,12 @@ class _WsyncUpdater:
         self._client = None
         self._iterator = None
 
-    def hf_weight_chunks(self):
+    def hf_weight_chunks(self, convert=True):
         """slime's gather (PP and EP broadcasts, TP all-gather) and HF conversion: one list of
         (HF name, full tensor) per bucket of `args.update_weight_buffer_size`, on every trainer
-        rank. Collective: every rank must iterate it to its end."""
+        rank. Collective: every rank must iterate it to its end. `convert` False: a rank that
+        does not push skips the conversion where slime's iterator takes `should_convert_chunk`
+        (newer slime); older ones convert on every rank."""
         if self._iterator is None:
             try:
                 from slime.backends.megatron_utils.update_weight.hf_weight_iterator_direct import (
@@ -99,11 +124,15 @@ class _WsyncUpdater:
             self._iterator = HfWeightIteratorDirect(
                 args=self.args, model=self.model, model_name=self.model_name,
                 quantization_config=self.quantization_config)
-        return self._iterator.get_hf_weight_chunks(self.weights_getter())
+        chunks = self._iterator.get_hf_weight_chunks
+        kwargs = {}
+        if "should_convert_chunk" in inspect.signature(chunks).parameters:
+            kwargs["should_convert_chunk"] = lambda _index: convert
+        return chunks(self.weights_getter(), **kwargs)
 
-    def _named_tensors(self):
-        for chunk in self.hf_weight_chunks():
-            yield from chunk
+    def _named_tensors(self, convert=True):
+        for chunk in self.hf_weight_chunks(convert):
+            yield from chunk or ()
 
     def _open_client(self):
         if self._client is None:
@@ -121,7 +150,7 @@ class _WsyncUpdater:
         gather is collective)."""
         self.weight_version += 1
         with _no_grad():
-            tensors = self._named_tensors()
+            tensors = self._named_tensors(convert=pushes)
             if not pushes:
                 drain(tensors)
                 return
@@ -214,3 +243,7 @@ class UpdateWeightFromTensor(_WsyncUpdater):
             self._update(pushes=False)
         else:
             self._update(pushes=True, tp_rank=self._feed)
+        # The gathered full tensors are gone once the update ended (and wsyncd closed what it
+        # mapped of them); their cached memory goes back to the driver for the engine that
+        # shares this GPU.
+        empty_cache()

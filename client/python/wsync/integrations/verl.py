@@ -21,11 +21,21 @@ verl's `CheckpointEngineManager`:
 and in the config `actor_rollout_ref.rollout.checkpoint_engine.backend=wsync`, with the
 backend's settings under `engine_kwargs.wsync` (all optional): `target` (wsyncd's address, else
 $WSYNC_TARGET, else unix:/run/wsync/wsyncd.sock), `group` ("verl"), `kind` ("sglang"),
-`options` (more group keys), `version_prefix` ("verl-"; each update is `<prefix><n>`).
+`options` (more group keys), `version_prefix` ("verl-"; each update is `<prefix><n>`),
+`start_version` (0; the first update is `<prefix><start_version + 1>`, so that a trainer resumed
+from a checkpoint continues its numbering).
+
+Served: SGLang rollout servers without pipeline parallelism, in bf16/fp16/fp32. Refused before
+anything is sent, with what was read: another rollout kind (verl's vLLM servers take weights
+through verl's own receive path), a quantized rollout (verl's fp8 rollout quantizes in that path)
+and pipeline-parallel replicas (SGLang numbers its weight-update ranks by TP rank only).
 """
 
+import asyncio
+
 import wsync
-from . import current_device, drain, engine_url, group_spec, resolve, result_metrics, target_from
+from . import (current_device, drain, engine_url, group_spec, resolve, result_metrics, set_device,
+               target_from)
 
 
 class WsyncCheckpointEngine:
@@ -34,7 +44,12 @@ class WsyncCheckpointEngine:
     (trainer rank 0) and the backend's `engine_kwargs`."""
 
     def __init__(self, bucket_size, is_master=False, target=None, group="verl", kind="sglang",
-                 options=None, version_prefix="verl-"):
+                 options=None, version_prefix="verl-", start_version=0):
+        if kind != "sglang":
+            raise ValueError(
+                f"wsync's verl backend serves SGLang rollout servers; engine_kwargs.wsync.kind is "
+                f"{kind!r}. verl's vLLM servers load weights through verl's own receive path, "
+                "which wsync does not replace yet: keep verl's nccl or naive backend for them")
         self.bucket_size = bucket_size
         self.is_master = is_master
         self.target = target_from(target)
@@ -42,7 +57,7 @@ class WsyncCheckpointEngine:
         self.kind = kind
         self.options = dict(options or {})
         self.version_prefix = version_prefix
-        self.updates = 0
+        self.updates = int(start_version)
         self.engines = []
         self.last_result = None
         self._declared = None
@@ -83,8 +98,13 @@ class WsyncCheckpointEngine:
 
     async def send_weights(self, weights):
         """Pushes the generator's (name, tensor) pairs as one version (trainer rank 0); the other
-        ranks iterate it for its collective gather."""
+        ranks iterate it for its collective gather. Either runs in a thread on this process's
+        device, so that the worker's event loop goes on while the update runs."""
         self.updates += 1
+        await asyncio.to_thread(self._send, weights, current_device())
+
+    def _send(self, weights, device):
+        set_device(device)
         if not self.is_master:
             drain(weights)
             return
@@ -112,13 +132,39 @@ class WsyncCheckpointEngine:
             self._declared = None
 
 
+def check_replica(replica):
+    """Refuses a rollout replica the backend cannot serve, naming what its config says."""
+    config = getattr(replica, "config", None)
+    name = getattr(config, "name", None)
+    where = f"rollout replica at {replica.server_address}"
+    if name not in (None, "sglang"):
+        raise ValueError(
+            f"{where}: rollout.name is {name!r}; wsync's verl backend serves SGLang servers (verl's "
+            "vLLM servers load weights through verl's own receive path): keep verl's nccl or "
+            "naive backend for them")
+    quantization = getattr(config, "quantization", None)
+    if quantization:
+        raise ValueError(
+            f"{where}: rollout.quantization is {quantization!r}; verl quantizes in its own receive "
+            "path, which wsync does not run: turn rollout quantization off or keep verl's "
+            "backend")
+    pp = int(getattr(config, "pipeline_model_parallel_size", 1) or 1)
+    if pp > 1:
+        raise ValueError(
+            f"{where}: rollout.pipeline_model_parallel_size is {pp}; SGLang numbers its "
+            "weight-update ranks by TP rank only, so pipeline stages would share ranks: use "
+            "pipeline_model_parallel_size 1")
+
+
 def attach(manager):
     """Has verl's CheckpointEngineManager tell the trainer's wsync backends the rollout servers
     (each replica's `server_address` and `world_size`) before each update, as replicas come and
-    go. Returns the manager."""
+    go, after checking that each is one the backend serves. Returns the manager."""
     build = manager.build_process_group
 
     def build_process_group(rollout):
+        for r in manager.replicas:
+            check_replica(r)
         engines = [(r.server_address, r.world_size) for r in manager.replicas]
         n = manager.trainer.world_size
         resolve(manager.trainer.execute_checkpoint_engine(["set_engines"] * n, [engines] * n))
