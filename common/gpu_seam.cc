@@ -69,4 +69,11 @@ absl::StatusOr<int> FindDeviceByUuid(const Platform& platform, absl::string_view
                    " (its devices: ", uuids->empty() ? "none" : absl::StrJoin(*uuids, ", "), ")"));
 }
 
+absl::StatusOr<std::unique_ptr<PeerCommunicator>> Platform::JoinCommunicator(
+    int device, const std::string& unique_id, int rank, int world_size,
+    const std::string& nccl_library, absl::Time deadline) {
+  return absl::UnimplementedError(
+      absl::StrCat("the ", name(), " platform cannot join a communicator as a peer"));
+}
+
 }  // namespace wsync

@@ -181,6 +181,26 @@ class RootCommunicator {
   virtual std::string Describe() const = 0;
 };
 
+// A collective group joined as rank `rank` (1..world_size-1) by the root's unique id: the
+// receiving side of RootCommunicator, for a wsyncd fed by another wsyncd (the node relay).
+class PeerCommunicator {
+ public:
+  virtual ~PeerCommunicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Receives root 0's broadcasts of `pieces`, one per piece and in order (the root's pieces, with
+  // the same counts and dtypes), each into the slot at its offset, and returns once every byte
+  // has landed; on GPUs the slot's producer event is then recorded, so that whatever waits on it
+  // (the local groups' launches) orders after the receive as after a trainer's copy. OUT_OF_RANGE,
+  // with nothing received, unless every piece lies inside the slot. A deadline that passes aborts
+  // the communicator; errors name the piece waited for.
+  virtual absl::Status ReceiveInto(SlotMemory& slot, const std::vector<BroadcastPiece>& pieces,
+                                   absl::Time deadline) = 0;
+  // Breaks running and later receives. Safe from any thread.
+  virtual void Abort(absl::string_view reason) = 0;
+  virtual std::string Describe() const = 0;
+};
+
 class Platform {
  public:
   virtual ~Platform() = default;
@@ -198,6 +218,11 @@ class Platform {
   // default (wsyncd's --nccl-lib).
   virtual absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size, const std::string& nccl_library) = 0;
+  // Joins the communicator whose root gave `unique_id`, as `rank` of `world_size`, on `device`;
+  // returns once joined (NCCL: its init completed), or fails at the deadline.
+  virtual absl::StatusOr<std::unique_ptr<PeerCommunicator>> JoinCommunicator(
+      int device, const std::string& unique_id, int rank, int world_size,
+      const std::string& nccl_library, absl::Time deadline);
   // Maps a trainer allocation announced for pull mode: a cudaIpcMemHandle_t on GPUs, a
   // shared-memory name in host mode. Fails unless it holds at least `bytes`. `session_tag` is the
   // announcing session's (OpenSession reply): in host mode only a segment that session's client

@@ -12,6 +12,7 @@
 #include "common/cuda/cuda_status.h"
 #include "common/cuda/nccl_communicator.h"
 #include "common/cuda/nccl_library.h"
+#include "common/cuda/nccl_peer_communicator.h"
 #include "common/status_macros.h"
 
 namespace wsync::cuda {
@@ -47,6 +48,14 @@ class CudaPlatform final : public Platform {
     WSYNC_ASSIGN_OR_RETURN(const NcclLibrary* nccl, nccl_->Get(nccl_library));
     WSYNC_ASSIGN_OR_RETURN(auto comm, NcclRootCommunicator::Create(nccl, device, world_size));
     return std::unique_ptr<RootCommunicator>(std::move(comm));
+  }
+  absl::StatusOr<std::unique_ptr<PeerCommunicator>> JoinCommunicator(
+      int device, const std::string& unique_id, int rank, int world_size,
+      const std::string& nccl_library, absl::Time deadline) override {
+    WSYNC_ASSIGN_OR_RETURN(const NcclLibrary* nccl, nccl_->Get(nccl_library));
+    WSYNC_ASSIGN_OR_RETURN(
+        auto comm, NcclPeerCommunicator::Join(nccl, device, unique_id, rank, world_size, deadline));
+    return std::unique_ptr<PeerCommunicator>(std::move(comm));
   }
   // A CUDA IPC handle is the exporting process's to give: the session tag names nothing here.
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,

@@ -1,11 +1,11 @@
 #include "common/cuda/nccl_communicator.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_status.h"
+#include "common/cuda/nccl_dtype.h"
+#include "common/cuda/nccl_wait.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -52,83 +52,9 @@ NcclRootCommunicator::~NcclRootCommunicator() {
   comm_ = nullptr;
 }
 
-namespace {
-
-// The types torch's ProcessGroupNCCL gives each dtype: the receivers' calls use those, and NCCL
-// splits a collective's work by element, so rank 0 must use the same (or one of the same size).
-absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
-  switch (dtype) {
-    case DType::kBool:
-    case DType::kUint8:
-    case DType::kFloat8E4m3fn:
-    case DType::kFloat8E5m2:
-      return ncclUint8;
-    case DType::kInt8:
-      return ncclInt8;
-    case DType::kInt32:
-      return ncclInt32;
-    case DType::kInt64:
-      return ncclInt64;
-    case DType::kFloat16:
-      return ncclFloat16;
-    case DType::kBfloat16:
-      return ncclBfloat16;
-    case DType::kFloat32:
-      return ncclFloat32;
-    case DType::kFloat64:
-      return ncclFloat64;
-    case DType::kInt16:
-      break;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("torch's NCCL backend cannot broadcast ",
-                                                 DTypeName(dtype), " tensors one by one"));
-}
-
-}  // namespace
-
 absl::Status NcclRootCommunicator::WaitFor(cudaEvent_t done, absl::Time deadline,
                                            absl::string_view what) {
-  const absl::Time started = absl::Now();
-  const absl::Time slow_at = started + absl::Seconds(2);
-  bool reported_slow = false;
-  while (true) {
-    if (aborted_) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
-    ncclResult_t state = ncclInProgress;
-    cudaError_t event_state = cudaErrorNotReady;
-    {
-      std::lock_guard<std::mutex> lock(comm_mu_);
-      if (comm_ == nullptr) return absl::AbortedError("communicator gone");
-      nccl_->CommGetAsyncError(comm_, &state);
-      if (state == ncclSuccess) event_state = done == nullptr ? cudaSuccess : cudaEventQuery(done);
-    }
-    if (state != ncclSuccess && state != ncclInProgress) {
-      return nccl_->Check(state, std::string(what).c_str());
-    }
-    if (state == ncclSuccess && event_state == cudaSuccess) return absl::OkStatus();
-    if (state == ncclSuccess && event_state != cudaErrorNotReady) {
-      return WSYNC_CUDA_STATUS(event_state);
-    }
-    if (!reported_slow && absl::Now() >= slow_at) {
-      reported_slow = true;
-      WSYNC_LOG(Debug, what, ": still waiting after 2 s (NCCL state ", static_cast<int>(state),
-                ", event ", state == ncclSuccess ? cudaGetErrorName(event_state) : "not queried",
-                ")");
-    }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, " did not complete before its deadline"));
-    }
-    // The next bucket is queued only once this wait returns, so its latency is a gap on the
-    // wire: poll without sleeping for the first half millisecond, then every 20 us for as long
-    // as a 4 GiB broadcast takes, then back off (communicator setup, a hung peer).
-    const absl::Duration waited = absl::Now() - started;
-    if (waited < absl::Microseconds(500)) {
-      std::this_thread::yield();
-    } else {
-      absl::SleepFor(waited < absl::Milliseconds(20) ? absl::Microseconds(20)
-                                                     : absl::Microseconds(200));
-    }
-  }
+  return WaitForComm(*nccl_, comm_mu_, comm_, aborted_, abort_reason_, done, deadline, what);
 }
 
 absl::Status NcclRootCommunicator::WaitReady(absl::Time deadline) {
@@ -161,7 +87,7 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcastFrom(
   }
   std::vector<ncclDataType_t> types;
   for (const BroadcastPiece& p : pieces) {
-    WSYNC_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(p.dtype));
+    WSYNC_ASSIGN_OR_RETURN(ncclDataType_t type, NcclTypeOf(p.dtype));
     types.push_back(type);
   }
   std::lock_guard<std::mutex> order(broadcast_mu_);

@@ -445,6 +445,8 @@ absl::Status HostCollectivePeer::ReadHeader(uint64_t bytes, absl::Time deadline)
   return absl::OkStatus();
 }
 
+void HostCollectivePeer::Shutdown() { ::shutdown(fd_.get(), SHUT_RDWR); }
+
 absl::Status HostCollectivePeer::Receive(void* dst, uint64_t bytes, absl::Time deadline) {
   WSYNC_RETURN_IF_ERROR(ReadHeader(bytes, deadline));
   return ReadExact(fd_.get(), dst, bytes, deadline);

@@ -116,6 +116,9 @@ class HostCollectivePeer {
   // Receives the first `partial` bytes of a broadcast of `bytes` and stops (fault injection).
   absl::Status ReceivePartial(void* dst, uint64_t bytes, uint64_t partial, absl::Time deadline);
   int rank() const { return rank_; }
+  // Ends the connection: a receive blocked in another thread returns an error, and so does every
+  // later one.
+  void Shutdown();
 
  private:
   HostCollectivePeer(UniqueFd fd, int rank) : fd_(std::move(fd)), rank_(rank) {}

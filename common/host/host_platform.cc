@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/host/host_collective.h"
+#include "common/host/host_peer_communicator.h"
 #include "common/host/host_source.h"
 #include "common/host/shm_slot.h"
 
@@ -47,6 +48,18 @@ absl::StatusOr<std::unique_ptr<RootCommunicator>> HostPlatform::CreateRootCommun
         absl::StrCat("the group's NCCL ", nccl_library, " is not loaded in host mode"));
   }
   return std::unique_ptr<RootCommunicator>(std::move(*comm));
+}
+
+absl::StatusOr<std::unique_ptr<PeerCommunicator>> HostPlatform::JoinCommunicator(
+    int device, const std::string& unique_id, int rank, int world_size,
+    const std::string& nccl_library, absl::Time deadline) {
+  if (device < 0 || device >= kDevices) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host device ", device, " is not one of 0..", kDevices - 1));
+  }
+  auto comm = HostPeerCommunicator::Join(unique_id, rank, world_size, deadline);
+  if (!comm.ok()) return comm.status();
+  return std::unique_ptr<PeerCommunicator>(std::move(*comm));
 }
 
 }  // namespace wsync

@@ -21,6 +21,10 @@ class HostPlatform final : public Platform {
   // The host collective never loads NCCL: a group's nccl_library is named in its description.
   absl::StatusOr<std::unique_ptr<RootCommunicator>> CreateRootCommunicator(
       int device, int world_size, const std::string& nccl_library) override;
+  // The TCP collective's peer side (HostPeerCommunicator); `nccl_library` is not loaded.
+  absl::StatusOr<std::unique_ptr<PeerCommunicator>> JoinCommunicator(
+      int device, const std::string& unique_id, int rank, int world_size,
+      const std::string& nccl_library, absl::Time deadline) override;
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
                                                           uint64_t bytes,
                                                           const std::string& session_tag) override;

@@ -344,6 +344,54 @@ TEST(NcclPerGroup, TwoLibrariesLoadSideBySideAndEachStartsACommunicator) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// One wsyncd's NCCL communicator joined by another's as a peer (the node relay): rank 0 on GPU 0
+// broadcasts pieces of its slot, rank 1 on GPU 1 receives them into a slot of its own at the same
+// offsets, dtypes as the pieces say. Needs two GPUs: NCCL refuses two ranks on one device.
+TEST(NcclPeer, PiecesBroadcastFromOneSlotLandInAPeersSlotOnAnotherGpu) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  std::string description;
+  auto platform = CreateCudaPlatform({"libnccl.so.2"}, &description);
+  ASSERT_TRUE(platform.ok()) << platform.status();
+  constexpr uint64_t kBytes = 64 << 20;
+  auto sent = (*platform)->AllocateSlot(0, kBytes);
+  auto got = (*platform)->AllocateSlot(1, kBytes);
+  ASSERT_TRUE(sent.ok() && got.ok());
+  std::vector<uint8_t> pattern = Pattern(kBytes, 11);
+  ASSERT_EQ(cudaMemcpy((*sent)->data(), pattern.data(), kBytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(cudaMemset((*got)->data(), 0, kBytes), cudaSuccess);
+  const std::vector<BroadcastPiece> pieces = {{1 << 20, (16 << 20) / 2, DType::kBfloat16},
+                                              {0, 1024, DType::kFloat32},
+                                              {40 << 20, 3, DType::kUint8}};
+  auto root = (*platform)->CreateRootCommunicator(0, 2, "");
+  ASSERT_TRUE(root.ok()) << root.status();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  absl::Status received;
+  std::thread peer_thread([&] {
+    auto peer = (*platform)->JoinCommunicator(1, (*root)->unique_id(), 1, 2, "", deadline);
+    if (!peer.ok()) {
+      received = peer.status();
+      return;
+    }
+    received = (*peer)->ReceiveInto(**got, pieces, deadline);
+    std::printf("peer: %s\n", (*peer)->Describe().c_str());
+  });
+  auto ticket = (*root)->StartBroadcast(**sent, pieces, deadline);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  EXPECT_TRUE((*root)->WaitBroadcast(*ticket, deadline).ok());
+  peer_thread.join();
+  ASSERT_TRUE(received.ok()) << received;
+  std::vector<uint8_t> out(kBytes);
+  ASSERT_EQ(cudaMemcpy(out.data(), (*got)->data(), kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (const BroadcastPiece& p : pieces) {
+    EXPECT_EQ(std::memcmp(out.data() + p.offset, pattern.data() + p.offset, p.bytes()), 0)
+        << "piece at " << p.offset;
+  }
+  EXPECT_EQ(out[(40 << 20) + 3], 0) << "nothing beyond the pieces was written";
+}
+
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {
   absl::Status s = WSYNC_CUDA_STATUS(cudaErrorInvalidValue);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);

@@ -1,0 +1,71 @@
+#include "common/cuda/nccl_wait.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/cuda/cuda_status.h"
+#include "common/log.h"
+
+namespace wsync::cuda {
+
+absl::Status PollUntil(const std::function<absl::StatusOr<bool>()>& poll,
+                       const std::function<std::string()>& state, absl::Time deadline,
+                       absl::string_view what) {
+  const absl::Time started = absl::Now();
+  const absl::Time slow_at = started + absl::Seconds(2);
+  bool reported_slow = false;
+  while (true) {
+    absl::StatusOr<bool> done = poll();
+    if (!done.ok()) return done.status();
+    if (*done) return absl::OkStatus();
+    if (!reported_slow && absl::Now() >= slow_at) {
+      reported_slow = true;
+      WSYNC_LOG(Debug, what, ": still waiting after 2 s (", state(), ")");
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " did not complete before its deadline"));
+    }
+    const absl::Duration waited = absl::Now() - started;
+    if (waited < absl::Microseconds(500)) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(waited < absl::Milliseconds(20) ? absl::Microseconds(20)
+                                                     : absl::Microseconds(200));
+    }
+  }
+}
+
+absl::Status WaitForComm(const NcclLibrary& nccl, std::mutex& comm_mu, const ncclComm_t& comm,
+                         const std::atomic<bool>& aborted, const std::string& abort_reason,
+                         cudaEvent_t done, absl::Time deadline, absl::string_view what) {
+  ncclResult_t state = ncclInProgress;
+  cudaError_t event_state = cudaErrorNotReady;
+  auto poll = [&]() -> absl::StatusOr<bool> {
+    if (aborted) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason));
+    state = ncclInProgress;
+    event_state = cudaErrorNotReady;
+    {
+      std::lock_guard<std::mutex> lock(comm_mu);
+      if (comm == nullptr) return absl::AbortedError("communicator gone");
+      nccl.CommGetAsyncError(comm, &state);
+      if (state == ncclSuccess) event_state = done == nullptr ? cudaSuccess : cudaEventQuery(done);
+    }
+    if (state != ncclSuccess && state != ncclInProgress) {
+      return nccl.Check(state, std::string(what).c_str());
+    }
+    if (state == ncclSuccess && event_state == cudaSuccess) return true;
+    if (state == ncclSuccess && event_state != cudaErrorNotReady) {
+      return WSYNC_CUDA_STATUS(event_state);
+    }
+    return false;
+  };
+  auto describe = [&] {
+    return absl::StrCat("NCCL state ", static_cast<int>(state), ", event ",
+                        state == ncclSuccess ? cudaGetErrorName(event_state) : "not queried");
+  };
+  return PollUntil(poll, describe, deadline, what);
+}
+
+}  // namespace wsync::cuda
