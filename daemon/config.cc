@@ -93,6 +93,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                                  "tls_key",
                                                  "token_file",
                                                  "admin_token_file",
+                                                 "relay_tokens",
                                                  "insecure_listen",
                                                  "max_streams_per_connection",
                                                  "max_streams_per_caller",
@@ -148,6 +149,30 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
           absl::StrCat(path, ": engine_networks: ", parsed.status().message()));
     }
     config->engine_networks = *std::move(entries);
+  }
+  if (j.contains("relay_tokens")) {
+    // [{"token_file": FILE, "groups": [GROUP, ...]}]: see ServerOptions::relay_token_files.
+    const nlohmann::json& list = j["relay_tokens"];
+    if (!list.is_array()) {
+      return in_file(absl::InvalidArgumentError("relay_tokens: must be a list of objects"));
+    }
+    config->server.relay_token_files.clear();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string at = absl::StrCat("relay_tokens[", i, "]");
+      if (absl::Status s = RequireObject(list[i], at); !s.ok()) return in_file(s);
+      if (absl::Status s = CheckKeys(list[i], at, {"token_file", "groups"}); !s.ok()) {
+        return in_file(s);
+      }
+      auto file_json = Required(list[i], "token_file", at);
+      if (!file_json.ok()) return in_file(file_json.status());
+      auto groups_json = Required(list[i], "groups", at);
+      if (!groups_json.ok()) return in_file(groups_json.status());
+      auto file = AsString(**file_json, at + ".token_file");
+      if (!file.ok()) return in_file(file.status());
+      auto groups = AsStrings(**groups_json, at + ".groups");
+      if (!groups.ok()) return in_file(groups.status());
+      config->server.relay_token_files.push_back({*std::move(file), *std::move(groups)});
+    }
   }
   if (j.contains("insecure_listen")) {
     auto insecure = AsBool(j["insecure_listen"], "insecure_listen");

@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "common/log.h"
 
@@ -45,7 +46,26 @@ struct RawFlags {
   double handshake_timeout = 0;
   std::vector<std::string> engine_networks;
   std::string state_dir;
+  std::vector<std::string> relay_token_files;  // FILE=GROUP[,GROUP...] each
 };
+
+// "--relay-token-file FILE=GROUP[,GROUP...]": a relay token and the groups it admits to.
+absl::StatusOr<ServerOptions::RelayTokenFile> ParseRelayTokenFlag(const std::string& text) {
+  const size_t eq = text.rfind('=');
+  std::vector<std::string> groups;
+  if (eq != std::string::npos) {
+    for (absl::string_view g : absl::StrSplit(text.substr(eq + 1), ',', absl::SkipEmpty())) {
+      groups.emplace_back(g);
+    }
+  }
+  if (eq == std::string::npos || eq == 0 || groups.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--relay-token-file ", text,
+                     ": give FILE=GROUP[,GROUP...], the token's file and the "
+                     "groups a downstream wsyncd holding it may subscribe to"));
+  }
+  return ServerOptions::RelayTokenFile{text.substr(0, eq), std::move(groups)};
+}
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
@@ -76,6 +96,12 @@ void AddServerFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& 
   table.Bind(app.add_option("--admin-token-file", s.admin_token_file,
                             "file holding the token TCP admins present"),
              [&s](const DaemonConfig& f) { s.admin_token_file = f.server.admin_token_file; });
+  table.Bind(app.add_option("--relay-token-file", raw.relay_token_files,
+                            "FILE=GROUP[,GROUP...]: a token downstream wsyncds present to "
+                            "subscribe to those groups (the node relay), and nothing else; "
+                            "repeat for more tokens")
+                 ->allow_extra_args(false),
+             [&s](const DaemonConfig& f) { s.relay_token_files = f.server.relay_token_files; });
   table.Bind(app.add_flag("--insecure-listen", s.insecure_listen,
                           "serve --listen as plain TCP without tokens, every caller a trainer "
                           "(trusted networks only)"),
@@ -250,6 +276,14 @@ absl::Status CompleteConfig(const RawFlags& raw, DaemonConfig& c) {
                      " is not a directory (the map-once route's sockets live there)"));
   }
   t.socket_dir = absolute.lexically_normal().string();
+  if (!raw.relay_token_files.empty()) {
+    c.server.relay_token_files.clear();
+    for (const std::string& text : raw.relay_token_files) {
+      auto parsed = ParseRelayTokenFlag(text);
+      if (!parsed.ok()) return parsed.status();
+      c.server.relay_token_files.push_back(*std::move(parsed));
+    }
+  }
   if (c.server.unix_socket.empty() && c.server.tcp_listen.empty()) {
     return absl::InvalidArgumentError("nothing to serve on: give --socket and/or --listen");
   }

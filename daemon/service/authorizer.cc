@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 
 namespace wsync {
@@ -65,8 +66,16 @@ const char* RoleName(Role role) {
       return "trainer";
     case Role::kAdmin:
       return "admin";
+    case Role::kRelay:
+      return "relay";
   }
   return "none";
+}
+
+bool RoleSatisfies(Role has, Role needed) {
+  if (has == Role::kNone) return false;
+  if (has == Role::kRelay || needed == Role::kRelay) return has == needed;
+  return static_cast<int>(has) >= static_cast<int>(needed);
 }
 
 Role Authorizer::UnixRole(const UnixPeer& peer) const {
@@ -78,10 +87,17 @@ Role Authorizer::UnixRole(const UnixPeer& peer) const {
   return Role::kTrainer;
 }
 
-Role Authorizer::TokenRole(absl::string_view authorization) const {
+Role Authorizer::TokenRole(absl::string_view authorization,
+                           std::vector<std::string>* relay_groups) const {
   const absl::string_view token = BearerToken(authorization);
   if (SameSecret(token, options_.admin_token)) return Role::kAdmin;
   if (SameSecret(token, options_.trainer_token)) return Role::kTrainer;
+  for (const AuthOptions::RelayToken& relay : options_.relay_tokens) {
+    if (SameSecret(token, relay.token)) {
+      if (relay_groups != nullptr) *relay_groups = relay.groups;
+      return Role::kRelay;
+    }
+  }
   return Role::kNone;
 }
 
@@ -101,8 +117,12 @@ Caller Authorizer::Identify(const grpc::ServerContextBase& context) const {
     caller.connection = peer;
     caller.identity = absl::StrCat("TCP ", PeerHost(peer));
     const absl::string_view authorization = AuthorizationValue(context);
-    const Role token_role = TokenRole(authorization);
-    if (token_role == Role::kAdmin) {
+    const Role token_role = TokenRole(authorization, &caller.relay_groups);
+    if (token_role == Role::kRelay) {
+      caller.role = Role::kRelay;
+      caller.description = absl::StrCat("TCP ", peer, " with a relay token (groups ",
+                                        absl::StrJoin(caller.relay_groups, ", "), ")");
+    } else if (token_role == Role::kAdmin) {
       caller.role = Role::kAdmin;
       caller.description = absl::StrCat("TCP ", peer, " with the admin token");
     } else if (token_role == Role::kTrainer) {
@@ -142,7 +162,7 @@ grpc::Status Authorizer::Require(const grpc::ServerContextBase& context, Role ne
                           absl::StrCat(call, ": ", caller.description,
                                        " is not authenticated (TCP callers present a token over "
                                        "TLS: `authorization: Bearer <token>`)"));
-  } else if (static_cast<int>(caller.role) < static_cast<int>(needed)) {
+  } else if (!RoleSatisfies(caller.role, needed)) {
     status =
         grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
                      absl::StrCat(call, " needs the ", RoleName(needed), " role; ",

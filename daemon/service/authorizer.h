@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "daemon/service/caller.h"
@@ -15,6 +16,12 @@ struct AuthOptions {
   // TCP callers present one of these as "authorization: Bearer <token>" over TLS.
   std::string trainer_token;
   std::string admin_token;
+  // Relay tokens, each for the groups it names (a downstream wsyncd's subscription).
+  struct RelayToken {
+    std::string token;
+    std::vector<std::string> groups;
+  };
+  std::vector<RelayToken> relay_tokens;
   // Unix callers in this group are admins, as are root and the daemon's own user (who can stop
   // the daemon anyway).
   std::string admin_group = "wsync-admin";
@@ -32,13 +39,14 @@ class Authorizer {
       : options_(std::move(options)), unix_(unix_listener) {}
 
   Caller Identify(const grpc::ServerContextBase& context) const;
-  // OK when the caller has at least `needed`; else UNAUTHENTICATED (no role at all) or
-  // PERMISSION_DENIED naming the call, the caller and the role it needs.
+  // OK when the caller's role satisfies `needed` (RoleSatisfies); else UNAUTHENTICATED (no role
+  // at all) or PERMISSION_DENIED naming the call, the caller and the role it needs.
   grpc::Status Require(const grpc::ServerContextBase& context, Role needed, const char* call,
                        Caller* caller = nullptr) const;
   // The role a TCP caller's "authorization" value gives ("Bearer <token>"): kNone for no token
-  // or an unknown one.
-  Role TokenRole(absl::string_view authorization) const;
+  // or an unknown one; for a relay token, its groups in `relay_groups` (may be null).
+  Role TokenRole(absl::string_view authorization,
+                 std::vector<std::string>* relay_groups = nullptr) const;
   // TCP callers need a token (a TLS listener): calls without one are refused before they reach
   // a service (TokenGate).
   bool tcp_needs_token() const { return !options_.tcp_is_trainer_without_token; }

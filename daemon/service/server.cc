@@ -21,7 +21,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
     const ServerOptions& options, AuthOptions* auth) {
   const bool tls = !options.tls_cert_file.empty() || !options.tls_key_file.empty();
   if (options.insecure_listen) {
-    if (tls || !options.token_file.empty() || !options.admin_token_file.empty()) {
+    if (tls || !options.token_file.empty() || !options.admin_token_file.empty() ||
+        !options.relay_token_files.empty()) {
       return absl::InvalidArgumentError(
           "--insecure-listen serves plain TCP: it takes no TLS files or tokens");
     }
@@ -44,6 +45,28 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
     if (auth->admin_token == auth->trainer_token) {
       return absl::InvalidArgumentError("the admin token must differ from the trainer token");
     }
+  }
+  for (const ServerOptions::RelayTokenFile& relay : options.relay_token_files) {
+    if (relay.groups.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("relay token file ", relay.file,
+                       " names no group: a relay token admits a downstream "
+                       "wsyncd to the groups it names, and only to those"));
+    }
+    WSYNC_ASSIGN_OR_RETURN(std::string token, ReadSecretFile(relay.file, "relay token file"));
+    if (token == auth->trainer_token || token == auth->admin_token) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("relay token file ", relay.file,
+                       " holds the trainer or admin token: a relay token "
+                       "must differ from both (it admits subscriptions, and nothing else)"));
+    }
+    for (const AuthOptions::RelayToken& other : auth->relay_tokens) {
+      if (other.token == token) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("relay token file ", relay.file, " holds a token given twice"));
+      }
+    }
+    auth->relay_tokens.push_back({std::move(token), relay.groups});
   }
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({key + "\n", cert + "\n"});

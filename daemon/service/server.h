@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/core/daemon_core.h"
@@ -33,6 +34,13 @@ struct ServerOptions {
   std::string tls_key_file;
   std::string token_file;
   std::string admin_token_file;
+  // Relay tokens (a downstream wsyncd's subscription), each read from its file and good for the
+  // groups it names only; each must differ from the other tokens.
+  struct RelayTokenFile {
+    std::string file;
+    std::vector<std::string> groups;
+  };
+  std::vector<RelayTokenFile> relay_token_files;
   // Serve TCP without TLS or tokens (a trusted network only): every TCP caller is a trainer.
   bool insecure_listen = false;
   // Each stream holds a server thread for its life: how many one connection and one caller

@@ -65,6 +65,47 @@ TEST(DaemonFlags, WithoutAFileTheDefaultsHold) {
   EXPECT_EQ(line.nccl_lib, "libnccl.so.2");
 }
 
+TEST(DaemonFlags, RelayTokensComeFromTheFileOrTheFlagsEachWithItsGroups) {
+  const std::string path = ConfigFile("wsyncd-relay.json", R"({
+    "relay_tokens": [{"token_file": "/etc/wsync/relay-a.token", "groups": ["policy", "ref"]}]})");
+  DaemonCommandLine from_file;
+  ASSERT_EQ(
+      Parse({"--config", path, "--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp"}, &from_file),
+      -1);
+  ASSERT_EQ(from_file.config.server.relay_token_files.size(), 1u);
+  EXPECT_EQ(from_file.config.server.relay_token_files[0].file, "/etc/wsync/relay-a.token");
+  EXPECT_EQ(from_file.config.server.relay_token_files[0].groups,
+            (std::vector<std::string>{"policy", "ref"}));
+  // Flags, repeated, replace the file's list.
+  DaemonCommandLine from_flags;
+  ASSERT_EQ(Parse({"--config", path, "--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp",
+                   "--relay-token-file", "/run/b.token=policy", "--relay-token-file",
+                   "/run/c.token=ref,critic"},
+                  &from_flags),
+            -1);
+  const auto& tokens = from_flags.config.server.relay_token_files;
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0].file, "/run/b.token");
+  EXPECT_EQ(tokens[0].groups, (std::vector<std::string>{"policy"}));
+  EXPECT_EQ(tokens[1].file, "/run/c.token");
+  EXPECT_EQ(tokens[1].groups, (std::vector<std::string>{"ref", "critic"}));
+  // A token without groups is refused: it would admit to nothing, or be read as everything.
+  for (const char* bad : {"/run/b.token", "/run/b.token=", "=policy"}) {
+    DaemonCommandLine line;
+    EXPECT_EQ(
+        Parse({"--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp", "--relay-token-file", bad},
+              &line),
+        1)
+        << bad;
+  }
+  const std::string no_groups =
+      ConfigFile("wsyncd-relay-bad.json", R"({"relay_tokens": [{"token_file": "/x"}]})");
+  DaemonCommandLine line;
+  EXPECT_EQ(
+      Parse({"--config", no_groups, "--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp"}, &line),
+      1);
+}
+
 TEST(DaemonFlags, TheStateDirFlagCanSayNone) {
   DaemonCommandLine line;
   ASSERT_EQ(

@@ -74,6 +74,7 @@ class AuthTest : public ::testing::Test {
     WriteFile(dir_ + "/trainer.token", "trainer-secret-1234\n");
     WriteFile(dir_ + "/admin.token", "admin-secret-5678\n");
     WriteFile(dir_ + "/wrong.token", "trainer-secret-1235\n");
+    WriteFile(dir_ + "/relay.token", "relay-secret-9012\n");
   }
 
   ServerOptions TlsOptions() {
@@ -231,6 +232,65 @@ TEST_F(AuthTest, EveryMethodRefusesACallerWithoutARoleAndAdminMethodsATrainer) {
     }
   }
   EXPECT_GE(methods, 18);
+}
+
+// The relay role (a downstream wsyncd's subscription) stands apart from trainer < admin: its
+// token is good for no trainer or admin call, and the server refuses relay tokens that name no
+// group or repeat another token.
+TEST_F(AuthTest, ARelayTokenIsGoodForNoTrainerOrAdminCall) {
+  MakeTlsFiles();
+  ServerOptions o = TlsOptions();
+  o.relay_token_files.push_back({dir_ + "/relay.token", {"policy"}});
+  auto started = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+  auto relay = TcpClient(dir_ + "/relay.token");
+  ASSERT_NE(relay, nullptr);
+  absl::Status session = relay->OpenSession(0, "a relay pretending to train");
+  EXPECT_EQ(session.code(), absl::StatusCode::kPermissionDenied) << session;
+  EXPECT_THAT(session.message(), HasSubstr("needs the trainer role"));
+  EXPECT_THAT(session.message(), HasSubstr("relay token (groups policy)"));
+  EXPECT_THAT(session.message(), HasSubstr("has the relay role"));
+  {
+    grpc::ClientContext ctx;
+    v1::ListGroupsResponse groups;
+    EXPECT_EQ(relay->admin()->ListGroups(&ctx, v1::ListGroupsRequest(), &groups).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  EXPECT_EQ(Drain(*relay), grpc::StatusCode::PERMISSION_DENIED);
+  // The other tokens keep their roles beside it.
+  auto admin = TcpClient(dir_ + "/admin.token");
+  EXPECT_EQ(Drain(*admin), grpc::StatusCode::OK);
+  server_.reset();
+
+  ServerOptions no_group = TlsOptions();
+  no_group.relay_token_files.push_back({dir_ + "/relay.token", {}});
+  auto refused = DaemonServer::Start(core_.get(), no_group);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("names no group"));
+  ServerOptions same = TlsOptions();
+  same.relay_token_files.push_back({dir_ + "/trainer.token", {"policy"}});
+  refused = DaemonServer::Start(core_.get(), same);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("must differ"));
+  ServerOptions insecure;
+  insecure.tcp_listen = "127.0.0.1:0";
+  insecure.insecure_listen = true;
+  insecure.relay_token_files.push_back({dir_ + "/relay.token", {"policy"}});
+  refused = DaemonServer::Start(core_.get(), insecure);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << "relay tokens need TLS";
+}
+
+TEST(RoleSatisfies, TheLadderHoldsAndTheRelayRoleStandsApart) {
+  EXPECT_TRUE(RoleSatisfies(Role::kAdmin, Role::kTrainer));
+  EXPECT_TRUE(RoleSatisfies(Role::kTrainer, Role::kTrainer));
+  EXPECT_FALSE(RoleSatisfies(Role::kTrainer, Role::kAdmin));
+  EXPECT_TRUE(RoleSatisfies(Role::kRelay, Role::kRelay));
+  EXPECT_FALSE(RoleSatisfies(Role::kRelay, Role::kTrainer));
+  EXPECT_FALSE(RoleSatisfies(Role::kRelay, Role::kAdmin));
+  EXPECT_FALSE(RoleSatisfies(Role::kAdmin, Role::kRelay)) << "an admin token is not enough";
+  EXPECT_FALSE(RoleSatisfies(Role::kTrainer, Role::kRelay));
+  EXPECT_FALSE(RoleSatisfies(Role::kNone, Role::kTrainer));
 }
 
 TEST_F(AuthTest, ASessionIsUsedOnlyOverItsOwnConnectionAndClosedByItOrAnAdmin) {
