@@ -243,6 +243,9 @@ class Platform {
   virtual std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const {
     return {};
   }
+  // The version of the NCCL groups get when they name none (wsyncd's --nccl-lib), "2.28.9";
+  // empty where none is loaded (host mode). Two daemons relay only between equal versions.
+  virtual std::string DefaultNcclVersion() const { return ""; }
 };
 
 // A GPU UUID as DeviceUuids gives it: lower case, without nvidia-smi's "GPU-" prefix.

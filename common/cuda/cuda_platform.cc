@@ -93,6 +93,9 @@ class CudaPlatform final : public Platform {
   std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const override {
     return nccl_->List();
   }
+  std::string DefaultNcclVersion() const override {
+    return nccl_->default_library().version_string();
+  }
 
  private:
   std::unique_ptr<NcclLibraries> nccl_;

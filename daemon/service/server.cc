@@ -82,7 +82,8 @@ DaemonServer::DaemonServer(DaemonCore* core, std::string listen, AuthOptions aut
       auth_(std::move(auth), unix_listener_.get()),
       streams_(limits),
       trainer_(core, &auth_, &streams_),
-      admin_(core, &auth_, listen_) {}
+      admin_(core, &auth_, listen_),
+      relay_(core, &auth_, &streams_, &relay_subscribers_) {}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* core,
                                                                   const ServerOptions& options) {
@@ -156,6 +157,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   }
   builder.RegisterService(&server->trainer_);
   builder.RegisterService(&server->admin_);
+  builder.RegisterService(&server->relay_);
   server->server_ = builder.BuildAndStart();
   if (!server->server_) {
     return absl::UnavailableError(absl::StrCat("could not serve on ", server->listen_));

@@ -13,6 +13,7 @@
 #include "daemon/service/authorizer.h"
 #include "daemon/service/call_gate.h"
 #include "daemon/service/health_reporter.h"
+#include "daemon/service/relay_service.h"
 #include "daemon/service/stream_gate.h"
 #include "daemon/service/tcp_listener.h"
 #include "daemon/service/trainer_service.h"
@@ -79,6 +80,8 @@ class DaemonServer {
   std::shared_ptr<grpc::Channel> InProcessChannel();
   std::string listen_description() const { return listen_; }
   // The TCP port --listen bound (useful with port 0), or 0.
+  // The node relay's subscriptions held now (the upstream's side).
+  const RelaySubscribers& relay_subscribers() const { return relay_subscribers_; }
   int tcp_port() const { return tcp_port_; }
 
  private:
@@ -96,6 +99,8 @@ class DaemonServer {
   StreamGate streams_;  // before the services, which admit their streams to it
   TrainerService trainer_;
   AdminService admin_;
+  RelaySubscribers relay_subscribers_;
+  RelayService relay_;
   CallGate* call_gate_ = nullptr;  // the server's interceptor factory, owned by server_
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;
   std::unique_ptr<grpc::Server> server_;

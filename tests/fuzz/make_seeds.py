@@ -145,3 +145,48 @@ PAYLOADS = ["reduced", "pair", "args", "metadata", "sglang-null", "sglang-flatte
 rng = __import__("random").Random(12)
 for i, payload in enumerate(PAYLOADS):
     write("torch_pickle", payload, bytes(rng.randrange(256) for _ in range(512)) + bytes([i]))
+
+# --- relay_subscribe: a serialized wsync.v1.RelayUp (protobuf wire format, written by hand) -----
+
+
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def pb_int(field, v):
+    return varint(field << 3) + varint(v)
+
+
+def pb_bytes(field, data):
+    data = data.encode() if isinstance(data, str) else data
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def subscribe(protocol=1, platform="host", nccl="", node="rollout-1", groups=("policy",),
+              slot_bytes=1 << 20, one_dtype=False, close_after=0):
+    body = pb_int(1, protocol) + pb_bytes(2, platform) + pb_bytes(4, node)
+    if nccl:
+        body += pb_bytes(3, nccl)
+    for g in groups:
+        body += pb_bytes(5, g)
+    body += pb_int(6, slot_bytes)
+    rules = (pb_int(1, 1) if one_dtype else b"") + (pb_int(2, close_after) if close_after else b"")
+    if rules:
+        body += pb_bytes(7, rules)
+    return pb_bytes(1, body)
+
+
+write("relay_subscribe", "admitted", subscribe())
+write("relay_subscribe", "two-groups-rules", subscribe(groups=("policy", "ref"), one_dtype=True,
+                                                        close_after=64 << 20))
+write("relay_subscribe", "other-group", subscribe(groups=("critic",)))
+write("relay_subscribe", "nccl", subscribe(platform="cuda", nccl="2.28.9"))
+write("relay_subscribe", "small-slots", subscribe(slot_bytes=4096))
+write("relay_subscribe", "protocol-2", subscribe(protocol=2))
+write("relay_subscribe", "duplicate", subscribe(groups=("ref", "ref")))

@@ -17,11 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "client/cpp/client.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/engines/sglang/sglang_options.h"
 #include "daemon/group_factories.h"
 #include "daemon/service/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service/recording_platform.h"
+#include "wsync/v1/relay.grpc.pb.h"
 
 namespace wsync {
 namespace {
@@ -178,9 +180,9 @@ TEST_F(AuthTest, TcpCallersNeedTheTrainerTokenAndAdminCallsTheAdminToken) {
   EXPECT_FALSE(Client::Connect(absl::StrCat("127.0.0.1:", server_->tcp_port()), plain).ok());
 }
 
-// Every method of both services, called with no token and with the trainer token: none may do
-// anything for a caller without a role, and the admin-only ones nothing for a trainer. A method
-// added later without a check fails here.
+// Every method of the three services, called with no token and with the trainer token: none may
+// do anything for a caller without a role, and the admin-only and relay-only ones nothing for a
+// trainer. A method added later without a check fails here.
 TEST_F(AuthTest, EveryMethodRefusesACallerWithoutARoleAndAdminMethodsATrainer) {
   MakeTlsFiles();
   auto started = DaemonServer::Start(core_.get(), TlsOptions());
@@ -203,6 +205,7 @@ TEST_F(AuthTest, EveryMethodRefusesACallerWithoutARoleAndAdminMethodsATrainer) {
   };
   const std::set<std::string> admin_only = {"CreateGroup", "DestroyGroup", "Drain", "Undrain",
                                             "ResumeEngine"};
+  const std::set<std::string> relay_only = {"Subscribe"};
   auto call = [](std::shared_ptr<grpc::Channel> channel, const std::string& method) {
     grpc::GenericStub stub(channel);
     grpc::ClientContext ctx;
@@ -219,19 +222,20 @@ TEST_F(AuthTest, EveryMethodRefusesACallerWithoutARoleAndAdminMethodsATrainer) {
   int methods = 0;
   const auto* pool = google::protobuf::DescriptorPool::generated_pool();
   for (const google::protobuf::ServiceDescriptor* service :
-       {pool->FindServiceByName("wsync.v1.Admin"), pool->FindServiceByName("wsync.v1.Trainer")}) {
+       {pool->FindServiceByName("wsync.v1.Admin"), pool->FindServiceByName("wsync.v1.Trainer"),
+        pool->FindServiceByName("wsync.v1.Relay")}) {
     ASSERT_NE(service, nullptr);
     for (int i = 0; i < service->method_count(); ++i) {
       const std::string name = service->method(i)->name();
       const std::string path = absl::StrCat("/", service->full_name(), "/", name);
       ++methods;
       EXPECT_EQ(call(anonymous, path).error_code(), grpc::StatusCode::UNAUTHENTICATED) << path;
-      if (admin_only.count(name) != 0) {
+      if (admin_only.count(name) != 0 || relay_only.count(name) != 0) {
         EXPECT_EQ(call(trainer, path).error_code(), grpc::StatusCode::PERMISSION_DENIED) << path;
       }
     }
   }
-  EXPECT_GE(methods, 18);
+  EXPECT_GE(methods, 19);
 }
 
 // The relay role (a downstream wsyncd's subscription) stands apart from trainer < admin: its
@@ -279,6 +283,100 @@ TEST_F(AuthTest, ARelayTokenIsGoodForNoTrainerOrAdminCall) {
   insecure.relay_token_files.push_back({dir_ + "/relay.token", {"policy"}});
   refused = DaemonServer::Start(core_.get(), insecure);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << "relay tokens need TLS";
+}
+
+// Relay.Subscribe over TLS: only a relay token subscribes, only to the groups it names and the
+// upstream has; an admitted subscription is held until its stream ends.
+TEST_F(AuthTest, ASubscriptionIsAdmittedOnlyWithARelayTokenForItsGroups) {
+  MakeTlsFiles();
+  GroupSpec spec;
+  spec.name = "policy";
+  spec.engines = {{"http://127.0.0.1:9", 1}};
+  spec.kind = "sglang";
+  spec.transport = "broadcast";
+  spec.engine_options = std::make_shared<const SglangOptions>();
+  ASSERT_TRUE(core_->DeclareGroup(spec).ok());
+  WriteFile(dir_ + "/relay-later.token", "relay-secret-later\n");
+  ServerOptions o = TlsOptions();
+  o.relay_token_files.push_back({dir_ + "/relay.token", {"policy"}});
+  o.relay_token_files.push_back({dir_ + "/relay-later.token", {"later"}});
+  auto started = DaemonServer::Start(core_.get(), o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  server_ = std::move(*started);
+  auto stub_with = [&](const std::string& token_file) {
+    grpc::SslCredentialsOptions ssl;
+    std::ifstream ca(dir_ + "/cert.pem");
+    ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(ca), {});
+    std::ifstream t(token_file);
+    std::string token;
+    t >> token;
+    auto creds = grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl),
+                                                   grpc::AccessTokenCredentials(token));
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("localhost");
+    return v1::Relay::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->tcp_port()), creds, args));
+  };
+  v1::RelayUp subscribe;
+  v1::RelaySubscribe* want = subscribe.mutable_subscribe();
+  want->set_protocol_version(kRelayProtocolVersion);
+  want->set_platform(std::string(core_->platform().name()));
+  want->set_node("rollout-1");
+  want->add_groups("policy");
+  want->set_slot_bytes(1 << 20);
+  // Sends `message` as the first message and returns the stream's end (or its admission).
+  auto attempt = [&](const std::string& token_file, const v1::RelayUp& message,
+                     v1::RelayDown* answer) {
+    auto stub = stub_with(token_file);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    auto stream = stub->Subscribe(&ctx);
+    stream->Write(message);
+    stream->WritesDone();
+    while (stream->Read(answer)) {
+    }
+    return stream->Finish();
+  };
+  v1::RelayDown answer;
+  grpc::Status admin = attempt(dir_ + "/admin.token", subscribe, &answer);
+  EXPECT_EQ(admin.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(admin.error_message(), HasSubstr("needs the relay role"));
+  EXPECT_EQ(attempt(dir_ + "/trainer.token", subscribe, &answer).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // The other relay token names another group.
+  grpc::Status other = attempt(dir_ + "/relay-later.token", subscribe, &answer);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(other.error_message(), HasSubstr("does not name group 'policy' (it names later)"));
+  // Named by its token, but not a group here.
+  v1::RelayUp later = subscribe;
+  later.mutable_subscribe()->set_groups(0, "later");
+  EXPECT_EQ(attempt(dir_ + "/relay-later.token", later, &answer).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::RelayUp small = subscribe;
+  small.mutable_subscribe()->set_slot_bytes(1024);
+  grpc::Status refused = attempt(dir_ + "/relay.token", small, &answer);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("subscription refused: the subscriber's slots"));
+  EXPECT_TRUE(server_->relay_subscribers().List().empty());
+
+  // Admitted: held while the stream lasts, gone when it ends.
+  auto stub = stub_with(dir_ + "/relay.token");
+  grpc::ClientContext ctx;
+  auto stream = stub->Subscribe(&ctx);
+  ASSERT_TRUE(stream->Write(subscribe));
+  ASSERT_TRUE(stream->Read(&answer));
+  ASSERT_TRUE(answer.has_admitted());
+  EXPECT_EQ(answer.admitted().subscriber_id(), "s1");
+  EXPECT_EQ(answer.admitted().protocol_version(), kRelayProtocolVersion);
+  ASSERT_EQ(server_->relay_subscribers().OfGroup("policy").size(), 1u);
+  EXPECT_EQ(server_->relay_subscribers().OfGroup("policy")[0].subscription.node, "rollout-1");
+  EXPECT_THAT(server_->relay_subscribers().List()[0].caller, HasSubstr("relay token"));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  for (int i = 0; i < 100 && !server_->relay_subscribers().List().empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(server_->relay_subscribers().List().empty());
 }
 
 TEST(RoleSatisfies, TheLadderHoldsAndTheRelayRoleStandsApart) {

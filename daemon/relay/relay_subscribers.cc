@@ -1,0 +1,46 @@
+#include "daemon/relay/relay_subscribers.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace wsync {
+
+std::string RelaySubscribers::Add(RelaySubscription subscription, std::string caller) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t n = next_++;
+  Subscriber s{absl::StrCat("s", n), std::move(subscription), std::move(caller), absl::Now()};
+  std::string id = s.id;
+  subscribers_.emplace(n, std::move(s));
+  return id;
+}
+
+void RelaySubscribers::Remove(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = subscribers_.begin(); it != subscribers_.end(); ++it) {
+    if (it->second.id == id) {
+      subscribers_.erase(it);
+      return;
+    }
+  }
+}
+
+std::vector<RelaySubscribers::Subscriber> RelaySubscribers::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Subscriber> out;
+  for (const auto& [n, s] : subscribers_) out.push_back(s);
+  return out;
+}
+
+std::vector<RelaySubscribers::Subscriber> RelaySubscribers::OfGroup(
+    const std::string& group) const {
+  std::vector<Subscriber> out;
+  for (Subscriber& s : List()) {
+    const auto& groups = s.subscription.groups;
+    if (std::find(groups.begin(), groups.end(), group) != groups.end()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace wsync

@@ -1,0 +1,42 @@
+#ifndef WSYNC_DAEMON_RELAY_RELAY_SUBSCRIBERS_H_
+#define WSYNC_DAEMON_RELAY_RELAY_SUBSCRIBERS_H_
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/relay/subscription.h"
+
+namespace wsync {
+
+// The downstream daemons subscribed to this wsyncd's groups now (the node relay's upstream):
+// each admitted subscription from its admission until its stream ends. Thread-safe.
+class RelaySubscribers {
+ public:
+  struct Subscriber {
+    std::string id;  // "s1", "s2", ... in admission order
+    RelaySubscription subscription;
+    std::string caller;  // who holds the stream, as the gRPC front describes it
+    absl::Time since;
+  };
+
+  // Admits a subscription that CheckSubscription allowed; returns its id.
+  std::string Add(RelaySubscription subscription, std::string caller);
+  // Ends one (its stream ended); a second call does nothing.
+  void Remove(const std::string& id);
+  std::vector<Subscriber> List() const;
+  // The subscribers of `group`, in admission order.
+  std::vector<Subscriber> OfGroup(const std::string& group) const;
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t next_ = 1;
+  std::map<uint64_t, Subscriber> subscribers_;  // by admission number
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_RELAY_RELAY_SUBSCRIBERS_H_

@@ -1,0 +1,80 @@
+#include "daemon/relay/subscription.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "daemon/core/peer_text.h"
+
+namespace wsync {
+namespace {
+
+absl::Status CheckTexts(const RelaySubscription& want) {
+  WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the subscriber's node", want.node, kMaxRelayText));
+  WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the subscriber's platform", want.platform, kMaxRelayText));
+  if (!want.nccl_version.empty()) {
+    WSYNC_RETURN_IF_ERROR(
+        CheckPeerLabel("the subscriber's NCCL version", want.nccl_version, kMaxRelayText));
+  }
+  if (want.groups.empty()) {
+    return absl::InvalidArgumentError("a subscription names at least one group");
+  }
+  if (want.groups.size() > kMaxRelayGroups) {
+    return absl::InvalidArgumentError(absl::StrCat("a subscription names at most ", kMaxRelayGroups,
+                                                   " groups, not ", want.groups.size()));
+  }
+  std::set<std::string> seen;
+  for (const std::string& group : want.groups) {
+    WSYNC_RETURN_IF_ERROR(CheckPeerLabel("a subscribed group's name", group, kMaxNameBytes));
+    if (!seen.insert(group).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the subscription names group '", group, "' twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckSubscription(const RelaySubscription& want, const RelayUpstream& have) {
+  if (want.protocol_version != kRelayProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the subscriber speaks relay protocol ", want.protocol_version, ", this wsyncd speaks ",
+        kRelayProtocolVersion, ": run the same wsync release on both nodes"));
+  }
+  WSYNC_RETURN_IF_ERROR(CheckTexts(want));
+  if (want.platform != have.platform) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the subscriber runs the ", want.platform, " platform, this wsyncd the ",
+                     have.platform, " platform: both ends of a relay move bytes the same way"));
+  }
+  if (want.nccl_version != have.nccl_version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the subscriber's NCCL is ", want.nccl_version.empty() ? "none" : want.nccl_version,
+        ", this wsyncd's is ", have.nccl_version.empty() ? "none" : have.nccl_version,
+        ": NCCL connects only peers of its own version (give both daemons the same --nccl-lib)"));
+  }
+  for (const std::string& group : want.groups) {
+    if (std::find(have.token_groups.begin(), have.token_groups.end(), group) ==
+        have.token_groups.end()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the subscriber's relay token does not name group '", group, "' (it names ",
+          have.token_groups.empty() ? "none" : absl::StrJoin(have.token_groups, ", "), ")"));
+    }
+    if (!have.has_group(group)) {
+      return absl::NotFoundError(absl::StrCat("this wsyncd has no group '", group, "' to relay"));
+    }
+  }
+  if (want.slot_bytes < have.slot_bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the subscriber's slots hold ", want.slot_bytes, " bytes, this wsyncd's ", have.slot_bytes,
+        ": a bucket fills up to one upstream slot and must land in one downstream slot (give the "
+        "downstream --slot-bytes of at least ",
+        have.slot_bytes, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace wsync

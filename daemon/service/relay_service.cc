@@ -1,0 +1,86 @@
+#include "daemon/service/relay_service.h"
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "daemon/core/peer_text.h"
+#include "daemon/service/status_mapping.h"
+
+namespace wsync {
+
+RelaySubscription SubscriptionFromProto(const v1::RelaySubscribe& wire) {
+  RelaySubscription s;
+  s.protocol_version = wire.protocol_version();
+  s.platform = wire.platform();
+  s.nccl_version = wire.nccl_version();
+  s.node = wire.node();
+  // More than the limit is refused by CheckSubscription; one past it is enough to say so.
+  for (int i = 0; i < wire.groups_size() && i <= static_cast<int>(kMaxRelayGroups); ++i) {
+    s.groups.push_back(wire.groups(i));
+  }
+  s.slot_bytes = wire.slot_bytes();
+  s.bucket_rules.one_dtype = wire.bucket_rules().one_dtype();
+  s.bucket_rules.close_after_bytes = wire.bucket_rules().close_after_bytes();
+  return s;
+}
+
+grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
+                                     grpc::ServerReaderWriter<v1::RelayDown, v1::RelayUp>* stream) {
+  Caller caller;
+  if (grpc::Status s = auth_->Require(*context, Role::kRelay, "Subscribe", &caller); !s.ok()) {
+    return s;
+  }
+  auto ticket = streams_->Admit(caller, "Subscribe", context->c_call(),
+                                StreamRule{StreamProgress::kFirstMessage, "subscribe"});
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
+  v1::RelayUp first;
+  if (!stream->Read(&first)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed before subscribe");
+  }
+  ticket->Progress();
+  if (!first.has_subscribe()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message of a subscription must be subscribe");
+  }
+  RelaySubscription want = SubscriptionFromProto(first.subscribe());
+  RelayUpstream have;
+  have.platform = std::string(core_->platform().name());
+  have.nccl_version = core_->platform().DefaultNcclVersion();
+  have.token_groups = caller.relay_groups;
+  have.has_group = [this](const std::string& name) { return core_->GetGroup(name).ok(); };
+  have.slot_bytes = core_->options().slot_bytes;
+  if (absl::Status s = CheckSubscription(want, have); !s.ok()) {
+    WSYNC_LOG(Warning, "relay: refused a subscription from ", caller.description, ": ",
+              s.message());
+    return ToGrpcStatus(
+        absl::Status(s.code(), absl::StrCat("subscription refused: ", s.message())));
+  }
+  const std::string node = want.node;
+  const std::string groups = absl::StrJoin(want.groups, ", ");
+  const std::string id = subscribers_->Add(std::move(want), caller.description);
+  absl::Cleanup gone = [&] {
+    subscribers_->Remove(id);
+    WSYNC_LOG(Info, "relay: subscription ", id, " (node ", node, ") ended");
+  };
+  WSYNC_LOG(Info, "relay: admitted subscription ", id, " of node ", node, " to groups ", groups,
+            " (", caller.description, ")");
+  v1::RelayDown admitted;
+  admitted.mutable_admitted()->set_protocol_version(kRelayProtocolVersion);
+  admitted.mutable_admitted()->set_platform(have.platform);
+  admitted.mutable_admitted()->set_nccl_version(have.nccl_version);
+  admitted.mutable_admitted()->set_subscriber_id(id);
+  if (!stream->Write(admitted)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the subscriber went away");
+  }
+  // The subscription lasts as long as the stream. A downstream says nothing more in this
+  // protocol version: anything it sends ends the subscription as a protocol error.
+  v1::RelayUp next;
+  if (stream->Read(&next)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a subscriber sent a message this relay protocol has no place for");
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace wsync
