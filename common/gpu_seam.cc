@@ -32,7 +32,9 @@ absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> Platform::AllocateSlots
 
 absl::Status CheckPiecesFit(const SlotMemory& slot, const std::vector<BroadcastPiece>& pieces) {
   for (const BroadcastPiece& p : pieces) {
-    if (p.offset > slot.bytes() || p.bytes() > slot.bytes() - p.offset) {
+    // By element count, not count x size, which a huge count wraps past the check.
+    const uint64_t room = p.offset > slot.bytes() ? 0 : slot.bytes() - p.offset;
+    if (p.offset > slot.bytes() || p.count > room / DTypeSize(p.dtype)) {
       return absl::OutOfRangeError("broadcast range exceeds the slot");
     }
   }

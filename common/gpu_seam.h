@@ -196,7 +196,8 @@ class PeerCommunicator {
   // the communicator; errors name the piece waited for.
   virtual absl::Status ReceiveInto(SlotMemory& slot, const std::vector<BroadcastPiece>& pieces,
                                    absl::Time deadline) = 0;
-  // Breaks running and later receives. Safe from any thread.
+  // Breaks running and later receives. Safe from any thread. `reason` is logged and returned as
+  // is: text from a peer is the caller's to sanitize.
   virtual void Abort(absl::string_view reason) = 0;
   virtual std::string Describe() const = 0;
 };

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/command_line.h"
@@ -54,8 +55,8 @@ absl::StatusOr<ServerOptions::RelayTokenFile> ParseRelayTokenFlag(const std::str
   const size_t eq = text.rfind('=');
   std::vector<std::string> groups;
   if (eq != std::string::npos) {
-    for (absl::string_view g : absl::StrSplit(text.substr(eq + 1), ',', absl::SkipEmpty())) {
-      groups.emplace_back(g);
+    for (absl::string_view g : absl::StrSplit(text.substr(eq + 1), ',', absl::SkipWhitespace())) {
+      groups.emplace_back(absl::StripAsciiWhitespace(g));
     }
   }
   if (eq == std::string::npos || eq == 0 || groups.empty()) {

@@ -186,8 +186,13 @@ absl::StatusOr<WireTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
 }
 
 void NcclRootCommunicator::Abort(absl::string_view reason) {
-  if (aborted_.exchange(true)) return;
-  abort_reason_ = std::string(reason);
+  {
+    // The reason is written before the flag, which waiters read without a lock.
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (aborted_) return;
+    abort_reason_ = std::string(reason);
+    aborted_ = true;
+  }
   std::lock_guard<std::mutex> lock(comm_mu_);
   if (comm_ == nullptr) return;
   auto guard = DeviceGuard::Create(device_);

@@ -54,6 +54,7 @@ class NcclRootCommunicator final : public RootCommunicator {
   std::mutex comm_mu_;
   ncclComm_t comm_ = nullptr;
   bool ready_ = false;
+  std::mutex reason_mu_;  // orders Abort calls: one writes the reason, then sets aborted_
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
   std::mutex broadcast_mu_;  // orders StartBroadcastFrom calls; guards the two fields below

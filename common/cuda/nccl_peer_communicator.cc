@@ -77,7 +77,10 @@ absl::Status NcclPeerCommunicator::ReceiveInto(SlotMemory& slot,
   }
   std::lock_guard<std::mutex> order(receive_mu_);
   WSYNC_ASSIGN_OR_RETURN(auto done, TimingEvent::Create(device_));
-  {
+  // Once one piece is queued the communicator has taken a broadcast of the root's: a receive that
+  // fails after that leaves it out of step with the root (the next receive would pair with the
+  // wrong broadcast), so any failure from there on aborts it.
+  absl::Status queued = [&]() -> absl::Status {
     WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
     std::lock_guard<std::mutex> lock(comm_mu_);
     if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
@@ -85,18 +88,28 @@ absl::Status NcclPeerCommunicator::ReceiveInto(SlotMemory& slot,
     for (size_t i = 0; i < pieces.size(); ++i) {
       void* p = static_cast<char*>(slot.data()) + pieces[i].offset;
       ncclResult_t r = nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream);
+      // A non-blocking communicator may still be connecting. Abort sets aborted_ before it
+      // takes comm_mu_, so this loop lets it through at once.
       while (r == ncclInProgress) {
+        if (aborted_) return absl::AbortedError("communicator aborted");
         if (absl::Now() >= deadline) {
           return absl::DeadlineExceededError(
               absl::StrCat("the receive of piece ", i, " could not be queued before the deadline"));
         }
+        absl::SleepFor(absl::Microseconds(20));
         nccl_->CommGetAsyncError(comm_, &r);
       }
       WSYNC_RETURN_IF_ERROR(nccl_->Check(r, "ncclBroadcast"));
     }
     // What waits on the slot's producer event (the local groups' launches) orders after this.
+    // After a failure the slot's bytes and that event are undefined until the next receive.
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(cuda_slot->producer_event(), stream));
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(done->get(), stream));
+    return absl::OkStatus();
+  }();
+  if (!queued.ok()) {
+    if (queued.code() != absl::StatusCode::kAborted) Abort(queued.message());
+    return queued;
   }
   absl::Status s =
       WaitFor(done->get(), deadline,
@@ -106,13 +119,17 @@ absl::Status NcclPeerCommunicator::ReceiveInto(SlotMemory& slot,
 }
 
 void NcclPeerCommunicator::Abort(absl::string_view reason) {
+  {
+    // The reason is written before the flag, which every waiter checks without comm_mu_.
+    std::lock_guard<std::mutex> lock(reason_mu_);
+    if (aborted_) return;
+    abort_reason_ = std::string(reason);
+    aborted_ = true;
+  }
   std::lock_guard<std::mutex> lock(comm_mu_);
-  if (aborted_) return;
-  abort_reason_ = std::string(reason);
-  aborted_ = true;
   if (comm_ == nullptr) return;
   auto guard = DeviceGuard::Create(device_);
-  WSYNC_LOG(Warning, "aborting NCCL communicator (rank ", rank_, "): ", reason);
+  WSYNC_LOG(Warning, "aborting NCCL communicator (rank ", rank_, "): ", abort_reason_);
   nccl_->CommAbort(comm_);
   comm_ = nullptr;
 }

@@ -46,6 +46,7 @@ class NcclPeerCommunicator final : public PeerCommunicator {
   std::mutex receive_mu_;  // one receive at a time: broadcasts arrive in order
   std::mutex comm_mu_;     // guards comm_ against Abort from another thread
   ncclComm_t comm_ = nullptr;
+  std::mutex reason_mu_;  // orders Abort calls: one writes the reason, then sets aborted_
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;  // written once, before aborted_ is set
 };

@@ -29,6 +29,11 @@ absl::Status HostPeerCommunicator::ReceiveInto(SlotMemory& slot,
       return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
     }
     absl::Status s = peer_->Receive(base + pieces[i].offset, pieces[i].bytes(), deadline);
+    if (!s.ok() && aborted_) {
+      // Abort from another thread shut the socket under the receive.
+      std::lock_guard<std::mutex> reason(reason_mu_);
+      return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason_));
+    }
     if (!s.ok()) {
       // A broadcast read in part leaves the stream between two frames: nothing later can be read.
       Abort(s.message());

@@ -7,8 +7,20 @@
 
 namespace wsync {
 
-std::string RelaySubscribers::Add(RelaySubscription subscription, std::string caller) {
+absl::StatusOr<std::string> RelaySubscribers::Add(RelaySubscription subscription,
+                                                  std::string caller) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [n, held] : subscribers_) {
+    if (held.subscription.node != subscription.node) continue;
+    for (const std::string& group : subscription.groups) {
+      const auto& theirs = held.subscription.groups;
+      if (std::find(theirs.begin(), theirs.end(), group) != theirs.end()) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "node ", subscription.node, " already holds subscription ", held.id, " to group '",
+            group, "' (", held.caller, "); a new one is admitted once that stream has ended"));
+      }
+    }
+  }
   const uint64_t n = next_++;
   Subscriber s{absl::StrCat("s", n), std::move(subscription), std::move(caller), absl::Now()};
   std::string id = s.id;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/relay/subscription.h"
 
@@ -23,8 +24,11 @@ class RelaySubscribers {
     absl::Time since;
   };
 
-  // Admits a subscription that CheckSubscription allowed; returns its id.
-  std::string Add(RelaySubscription subscription, std::string caller);
+  // Admits a subscription that CheckSubscription allowed; returns its id. ALREADY_EXISTS when
+  // the same node already holds a subscription to one of its groups (a downstream that
+  // reconnects is admitted once its old stream has ended): each subscription holds a server
+  // thread, and one node is fed each group once.
+  absl::StatusOr<std::string> Add(RelaySubscription subscription, std::string caller);
   // Ends one (its stream ended); a second call does nothing.
   void Remove(const std::string& id);
   std::vector<Subscriber> List() const;

@@ -58,7 +58,12 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
   }
   const std::string node = want.node;
   const std::string groups = absl::StrJoin(want.groups, ", ");
-  const std::string id = subscribers_->Add(std::move(want), caller.description);
+  absl::StatusOr<std::string> added = subscribers_->Add(std::move(want), caller.description);
+  if (!added.ok()) {
+    return ToGrpcStatus(absl::Status(
+        added.status().code(), absl::StrCat("subscription refused: ", added.status().message())));
+  }
+  const std::string id = *added;
   absl::Cleanup gone = [&] {
     subscribers_->Remove(id);
     WSYNC_LOG(Info, "relay: subscription ", id, " (node ", node, ") ended");

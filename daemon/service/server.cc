@@ -94,6 +94,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
         "stream limits must be at least 1, timeouts above zero, and the server's threads at "
         "least 16");
   }
+  if (!options.relay_token_files.empty() && options.tcp_listen.empty()) {
+    return absl::InvalidArgumentError(
+        "relay tokens are presented over TLS on --listen, which is not given: downstream "
+        "wsyncds could not subscribe");
+  }
   AuthOptions auth;
   auth.admin_group = options.admin_group;
   std::vector<std::string> listens;

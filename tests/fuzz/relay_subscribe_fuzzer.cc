@@ -25,9 +25,7 @@
 namespace wsync {
 namespace {
 
-bool Printable(const std::string& text) {
-  return SanitizePeerText(text, text.size() + 1) == text;
-}
+bool Printable(const std::string& text) { return SanitizePeerText(text, text.size() + 1) == text; }
 
 }  // namespace
 }  // namespace wsync

@@ -123,8 +123,8 @@ TEST(RelaySubscribers, SubscriptionsAreListedByGroupUntilRemoved) {
   RelaySubscription b = Want();
   b.node = "rollout-8";
   b.groups = {"policy", "ref"};
-  const std::string first = subscribers.Add(a, "TCP 10.0.0.7");
-  const std::string second = subscribers.Add(b, "TCP 10.0.0.8");
+  const std::string first = *subscribers.Add(a, "TCP 10.0.0.7");
+  const std::string second = *subscribers.Add(b, "TCP 10.0.0.8");
   EXPECT_EQ(first, "s1");
   EXPECT_EQ(second, "s2");
   ASSERT_EQ(subscribers.OfGroup("policy").size(), 2u);
@@ -134,7 +134,13 @@ TEST(RelaySubscribers, SubscriptionsAreListedByGroupUntilRemoved) {
   subscribers.Remove(first);
   ASSERT_EQ(subscribers.List().size(), 1u);
   EXPECT_EQ(subscribers.List()[0].id, "s2");
-  EXPECT_EQ(subscribers.Add(a, "TCP 10.0.0.7"), "s3") << "ids are not reused";
+  // Node rollout-8 holds "ref" (and "policy"): a second subscription of it to either waits.
+  RelaySubscription again = b;
+  again.groups = {"ref"};
+  absl::StatusOr<std::string> twice = subscribers.Add(again, "TCP 10.0.0.8");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(twice.status().message(), HasSubstr("already holds subscription s2"));
+  EXPECT_EQ(*subscribers.Add(a, "TCP 10.0.0.7"), "s3") << "ids are not reused";
 }
 
 }  // namespace
