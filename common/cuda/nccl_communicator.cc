@@ -33,7 +33,7 @@ NcclRootCommunicator::~NcclRootCommunicator() {
   if (comm_ == nullptr) return;
   auto guard = DeviceGuard::Create(device_);
   // A communicator that never became ready (or whose peers are gone) cannot finalize.
-  if (!ready_ || aborted_) {
+  if (!ready_ || abort_.aborted()) {
     nccl_->CommAbort(comm_);
   } else {
     nccl_->CommFinalize(comm_);
@@ -54,7 +54,7 @@ NcclRootCommunicator::~NcclRootCommunicator() {
 
 absl::Status NcclRootCommunicator::WaitFor(cudaEvent_t done, absl::Time deadline,
                                            absl::string_view what) {
-  return WaitForComm(*nccl_, comm_mu_, comm_, aborted_, abort_reason_, done, deadline, what);
+  return WaitForComm(*nccl_, comm_mu_, comm_, abort_, done, deadline, what);
 }
 
 absl::Status NcclRootCommunicator::WaitReady(absl::Time deadline) {
@@ -99,7 +99,7 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcastFrom(
   {
     WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
     std::lock_guard<std::mutex> lock(comm_mu_);
-    if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
+    if (comm_ == nullptr || abort_.aborted()) return absl::AbortedError("communicator aborted");
     cudaStream_t stream = stream_->get();
     // The GPU, not the host, orders the broadcast after the trainer's writes (to the slot, or in
     // pull mode to its own tensors: the slot's event covers both).
@@ -137,7 +137,7 @@ absl::Status NcclRootCommunicator::WarmUpAllReduce(absl::Time deadline) {
   {
     WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
     std::lock_guard<std::mutex> lock(comm_mu_);
-    if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
+    if (comm_ == nullptr || abort_.aborted()) return absl::AbortedError("communicator aborted");
     cudaStream_t stream = stream_->get();
     WSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero->data(), 0, sizeof(float), stream));
     ncclResult_t r =
@@ -186,19 +186,8 @@ absl::StatusOr<WireTiming> NcclRootCommunicator::WaitBroadcast(uint64_t ticket,
 }
 
 void NcclRootCommunicator::Abort(absl::string_view reason) {
-  {
-    // The reason is written before the flag, which waiters read without a lock.
-    std::lock_guard<std::mutex> lock(reason_mu_);
-    if (aborted_) return;
-    abort_reason_ = std::string(reason);
-    aborted_ = true;
-  }
-  std::lock_guard<std::mutex> lock(comm_mu_);
-  if (comm_ == nullptr) return;
-  auto guard = DeviceGuard::Create(device_);
-  WSYNC_LOG(Warning, "aborting NCCL communicator: ", reason);
-  nccl_->CommAbort(comm_);
-  comm_ = nullptr;
+  if (!abort_.Mark(reason)) return;
+  AbortComm(*nccl_, device_, comm_mu_, comm_, "rank 0", reason);
 }
 
 std::string NcclRootCommunicator::Describe() const {

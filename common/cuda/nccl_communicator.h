@@ -10,6 +10,7 @@
 
 #include "common/cuda/cuda_resources.h"
 #include "common/cuda/nccl_library.h"
+#include "common/cuda/nccl_wait.h"
 #include "common/gpu_seam.h"
 
 namespace wsync::cuda {
@@ -54,9 +55,7 @@ class NcclRootCommunicator final : public RootCommunicator {
   std::mutex comm_mu_;
   ncclComm_t comm_ = nullptr;
   bool ready_ = false;
-  std::mutex reason_mu_;  // orders Abort calls: one writes the reason, then sets aborted_
-  std::atomic<bool> aborted_{false};
-  std::string abort_reason_;
+  CommAbortState abort_;
   std::mutex broadcast_mu_;  // orders StartBroadcastFrom calls; guards the two fields below
   uint64_t next_ticket_ = 0;
   std::shared_ptr<TimingEvent> last_end_;

@@ -55,8 +55,7 @@ NcclPeerCommunicator::~NcclPeerCommunicator() {
 
 absl::Status NcclPeerCommunicator::WaitFor(cudaEvent_t done, absl::Time deadline,
                                            absl::string_view what) {
-  absl::Status s =
-      WaitForComm(*nccl_, comm_mu_, comm_, aborted_, abort_reason_, done, deadline, what);
+  absl::Status s = WaitForComm(*nccl_, comm_mu_, comm_, abort_, done, deadline, what);
   if (!s.ok() && s.code() != absl::StatusCode::kAborted) Abort(s.message());
   return s;
 }
@@ -83,15 +82,15 @@ absl::Status NcclPeerCommunicator::ReceiveInto(SlotMemory& slot,
   absl::Status queued = [&]() -> absl::Status {
     WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
     std::lock_guard<std::mutex> lock(comm_mu_);
-    if (comm_ == nullptr || aborted_) return absl::AbortedError("communicator aborted");
+    if (comm_ == nullptr || abort_.aborted()) return absl::AbortedError("communicator aborted");
     cudaStream_t stream = stream_->get();
     for (size_t i = 0; i < pieces.size(); ++i) {
       void* p = static_cast<char*>(slot.data()) + pieces[i].offset;
       ncclResult_t r = nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream);
-      // A non-blocking communicator may still be connecting. Abort sets aborted_ before it
+      // A non-blocking communicator may still be connecting. Abort marks the end before it
       // takes comm_mu_, so this loop lets it through at once.
       while (r == ncclInProgress) {
-        if (aborted_) return absl::AbortedError("communicator aborted");
+        if (abort_.aborted()) return absl::AbortedError("communicator aborted");
         if (absl::Now() >= deadline) {
           return absl::DeadlineExceededError(
               absl::StrCat("the receive of piece ", i, " could not be queued before the deadline"));
@@ -119,19 +118,8 @@ absl::Status NcclPeerCommunicator::ReceiveInto(SlotMemory& slot,
 }
 
 void NcclPeerCommunicator::Abort(absl::string_view reason) {
-  {
-    // The reason is written before the flag, which every waiter checks without comm_mu_.
-    std::lock_guard<std::mutex> lock(reason_mu_);
-    if (aborted_) return;
-    abort_reason_ = std::string(reason);
-    aborted_ = true;
-  }
-  std::lock_guard<std::mutex> lock(comm_mu_);
-  if (comm_ == nullptr) return;
-  auto guard = DeviceGuard::Create(device_);
-  WSYNC_LOG(Warning, "aborting NCCL communicator (rank ", rank_, "): ", abort_reason_);
-  nccl_->CommAbort(comm_);
-  comm_ = nullptr;
+  if (!abort_.Mark(reason)) return;
+  AbortComm(*nccl_, device_, comm_mu_, comm_, absl::StrCat("rank ", rank_), reason);
 }
 
 std::string NcclPeerCommunicator::Describe() const {

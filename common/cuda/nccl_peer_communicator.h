@@ -9,6 +9,7 @@
 
 #include "common/cuda/cuda_resources.h"
 #include "common/cuda/nccl_library.h"
+#include "common/cuda/nccl_wait.h"
 #include "common/gpu_seam.h"
 
 namespace wsync::cuda {
@@ -46,9 +47,7 @@ class NcclPeerCommunicator final : public PeerCommunicator {
   std::mutex receive_mu_;  // one receive at a time: broadcasts arrive in order
   std::mutex comm_mu_;     // guards comm_ against Abort from another thread
   ncclComm_t comm_ = nullptr;
-  std::mutex reason_mu_;  // orders Abort calls: one writes the reason, then sets aborted_
-  std::atomic<bool> aborted_{false};
-  std::string abort_reason_;  // written once, before aborted_ is set
+  CommAbortState abort_;
 };
 
 }  // namespace wsync::cuda

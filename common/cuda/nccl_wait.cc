@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/cuda/cuda_resources.h"
 #include "common/cuda/cuda_status.h"
 #include "common/log.h"
 
@@ -37,13 +38,33 @@ absl::Status PollUntil(const std::function<absl::StatusOr<bool>()>& poll,
   }
 }
 
+bool CommAbortState::Mark(absl::string_view reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return false;
+  reason_ = std::string(reason);
+  aborted_ = true;
+  return true;
+}
+
+void AbortComm(const NcclLibrary& nccl, int device, std::mutex& comm_mu, ncclComm_t& comm,
+               absl::string_view who, absl::string_view reason) {
+  std::lock_guard<std::mutex> lock(comm_mu);
+  if (comm == nullptr) return;
+  auto guard = DeviceGuard::Create(device);
+  WSYNC_LOG(Warning, "aborting NCCL communicator (", who, "): ", reason);
+  nccl.CommAbort(comm);
+  comm = nullptr;
+}
+
 absl::Status WaitForComm(const NcclLibrary& nccl, std::mutex& comm_mu, const ncclComm_t& comm,
-                         const std::atomic<bool>& aborted, const std::string& abort_reason,
-                         cudaEvent_t done, absl::Time deadline, absl::string_view what) {
+                         const CommAbortState& end, cudaEvent_t done, absl::Time deadline,
+                         absl::string_view what) {
   ncclResult_t state = ncclInProgress;
   cudaError_t event_state = cudaErrorNotReady;
   auto poll = [&]() -> absl::StatusOr<bool> {
-    if (aborted) return absl::AbortedError(absl::StrCat("communicator aborted: ", abort_reason));
+    if (end.aborted()) {
+      return absl::AbortedError(absl::StrCat("communicator aborted: ", end.reason()));
+    }
     state = ncclInProgress;
     event_state = cudaErrorNotReady;
     {

@@ -26,13 +26,33 @@ absl::Status PollUntil(const std::function<absl::StatusOr<bool>()>& poll,
                        const std::function<std::string()>& state, absl::Time deadline,
                        absl::string_view what);
 
+// A communicator's end, as its owner keeps it: the first abort's reason, written before the
+// flag that every waiter reads without a lock.
+class CommAbortState {
+ public:
+  // Records `reason` and sets the flag; false when an abort came first.
+  bool Mark(absl::string_view reason);
+  bool aborted() const { return aborted_; }
+  // Valid once aborted() is true.
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::mutex mu_;  // orders Mark calls
+  std::atomic<bool> aborted_{false};
+  std::string reason_;
+};
+
+// The second half of an abort: ncclCommAbort on `comm` (under `comm_mu`, on `device`), which is
+// null afterwards; `who` names the communicator in the log line.
+void AbortComm(const NcclLibrary& nccl, int device, std::mutex& comm_mu, ncclComm_t& comm,
+               absl::string_view who, absl::string_view reason);
+
 // What a communicator's owner waits with: `comm` (guarded by `comm_mu`; null once aborted) has
 // no error and `done` completed (an event; null: the communicator's init). ABORTED once
-// `aborted` is set (with `abort_reason`, written before it), the NCCL error where the
-// communicator reports one.
+// `end` says so, the NCCL error where the communicator reports one.
 absl::Status WaitForComm(const NcclLibrary& nccl, std::mutex& comm_mu, const ncclComm_t& comm,
-                         const std::atomic<bool>& aborted, const std::string& abort_reason,
-                         cudaEvent_t done, absl::Time deadline, absl::string_view what);
+                         const CommAbortState& end, cudaEvent_t done, absl::Time deadline,
+                         absl::string_view what);
 
 }  // namespace wsync::cuda
 

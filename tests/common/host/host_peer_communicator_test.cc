@@ -97,40 +97,56 @@ TEST(HostPeerCommunicator, PiecesOutsideTheSlotAreRefusedWithNothingReceived) {
   EXPECT_TRUE((*root)->WaitBroadcast(*ticket, Soon()).ok());
 }
 
-TEST(HostPeerCommunicator, AReceiveNobodySendsEndsAtItsDeadlineNamingThePiece) {
-  HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto root = platform.CreateRootCommunicator(0, 2, "");
-  ASSERT_TRUE(root.ok());
-  auto slot = platform.AllocateSlot(1, 1 << 20);
-  ASSERT_TRUE(slot.ok());
-  auto peer = platform.JoinCommunicator(1, (*root)->unique_id(), 1, 2, "", Soon());
+// A root of world 2 and its peer joined, with a slot of the peer's.
+struct Joined {
+  HostPlatform platform{"127.0.0.1", "127.0.0.1"};
+  std::unique_ptr<RootCommunicator> root;
+  std::unique_ptr<SlotMemory> slot;
+  std::unique_ptr<PeerCommunicator> peer;
+};
+
+void Join(Joined& j) {
+  auto root = j.platform.CreateRootCommunicator(0, 2, "");
+  ASSERT_TRUE(root.ok()) << root.status();
+  j.root = std::move(*root);
+  auto slot = j.platform.AllocateSlot(1, 1 << 20);
+  ASSERT_TRUE(slot.ok()) << slot.status();
+  j.slot = std::move(*slot);
+  auto peer = j.platform.JoinCommunicator(1, j.root->unique_id(), 1, 2, "", Soon());
   ASSERT_TRUE(peer.ok()) << peer.status();
+  j.peer = std::move(*peer);
+}
+
+TEST(HostPeerCommunicator, AReceiveNobodySendsEndsAtItsDeadlineNamingThePiece) {
+  Joined j;
+  Join(j);
+  if (HasFatalFailure()) return;
+  auto& peer = j.peer;
+  auto& slot = j.slot;
   const absl::Time start = absl::Now();
-  absl::Status s = (*peer)->ReceiveInto(**slot, {{0, 64, DType::kUint8}, {64, 64, DType::kUint8}},
-                                        absl::Now() + absl::Milliseconds(300));
+  absl::Status s = peer->ReceiveInto(*slot, {{0, 64, DType::kUint8}, {64, 64, DType::kUint8}},
+                                     absl::Now() + absl::Milliseconds(300));
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_THAT(s.message(), HasSubstr("piece 0 of 2"));
   // The communicator is broken for good: a later receive says so at once.
-  absl::Status later = (*peer)->ReceiveInto(**slot, {{0, 64, DType::kUint8}}, Soon());
+  absl::Status later = peer->ReceiveInto(*slot, {{0, 64, DType::kUint8}}, Soon());
   EXPECT_FALSE(later.ok());
 }
 
 TEST(HostPeerCommunicator, AnAbortFromAnotherThreadEndsAWaitingReceive) {
-  HostPlatform platform("127.0.0.1", "127.0.0.1");
-  auto root = platform.CreateRootCommunicator(0, 2, "");
-  ASSERT_TRUE(root.ok());
-  auto slot = platform.AllocateSlot(1, 1 << 20);
-  ASSERT_TRUE(slot.ok());
-  auto peer = platform.JoinCommunicator(1, (*root)->unique_id(), 1, 2, "", Soon());
-  ASSERT_TRUE(peer.ok());
+  Joined j;
+  Join(j);
+  if (HasFatalFailure()) return;
+  auto& peer = j.peer;
+  auto& slot = j.slot;
   std::thread aborter([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    (*peer)->Abort("the upstream left");
+    peer->Abort("the upstream left");
   });
   const absl::Time start = absl::Now();
   absl::Status s =
-      (*peer)->ReceiveInto(**slot, {{0, 64, DType::kUint8}}, absl::Now() + absl::Seconds(20));
+      peer->ReceiveInto(*slot, {{0, 64, DType::kUint8}}, absl::Now() + absl::Seconds(20));
   aborter.join();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
