@@ -154,11 +154,12 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
     // [{"token_file": FILE, "groups": [GROUP, ...]}]: see ServerOptions::relay_token_files.
     const nlohmann::json& list = j["relay_tokens"];
     if (!list.is_array()) {
-      return in_file(absl::InvalidArgumentError("relay_tokens: must be a list of objects"));
+      return in_file(absl::InvalidArgumentError(
+          absl::StrCat("relay_tokens must be a list of objects, not ", Describe(list))));
     }
     config->server.relay_token_files.clear();
     for (size_t i = 0; i < list.size(); ++i) {
-      const std::string at = absl::StrCat("relay_tokens[", i, "]");
+      const std::string at = Element("relay_tokens", i);
       if (absl::Status s = RequireObject(list[i], at); !s.ok()) return in_file(s);
       if (absl::Status s = CheckKeys(list[i], at, {"token_file", "groups"}); !s.ok()) {
         return in_file(s);

@@ -108,16 +108,10 @@ absl::StatusOr<uint64_t> NcclRootCommunicator::StartBroadcastFrom(
     for (size_t i = 0; i < pieces.size(); ++i) {
       // In place at the root: NCCL only reads from it.
       void* p = const_cast<char*>(static_cast<const char*>(base)) + pieces[i].offset;
-      ncclResult_t r = nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream);
       // A non-blocking communicator may still be connecting; the next call must wait for it.
-      while (r == ncclInProgress) {
-        if (absl::Now() >= deadline) {
-          return absl::DeadlineExceededError(
-              "ncclBroadcast could not be queued before the deadline");
-        }
-        nccl_->CommGetAsyncError(comm_, &r);
-      }
-      WSYNC_RETURN_IF_ERROR(nccl_->Check(r, "ncclBroadcast"));
+      WSYNC_RETURN_IF_ERROR(SettleQueued(
+          *nccl_, comm_, nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream),
+          abort_, deadline, "ncclBroadcast"));
     }
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(ticket.end->get(), stream));
   }
@@ -140,16 +134,10 @@ absl::Status NcclRootCommunicator::WarmUpAllReduce(absl::Time deadline) {
     if (comm_ == nullptr || abort_.aborted()) return absl::AbortedError("communicator aborted");
     cudaStream_t stream = stream_->get();
     WSYNC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(zero->data(), 0, sizeof(float), stream));
-    ncclResult_t r =
-        nccl_->AllReduce(zero->data(), zero->data(), 1, ncclFloat32, ncclSum, comm_, stream);
-    while (r == ncclInProgress) {
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(
-            "the warm-up ncclAllReduce could not be queued before the deadline");
-      }
-      nccl_->CommGetAsyncError(comm_, &r);
-    }
-    WSYNC_RETURN_IF_ERROR(nccl_->Check(r, "ncclAllReduce"));
+    WSYNC_RETURN_IF_ERROR(SettleQueued(
+        *nccl_, comm_,
+        nccl_->AllReduce(zero->data(), zero->data(), 1, ncclFloat32, ncclSum, comm_, stream),
+        abort_, deadline, "the warm-up ncclAllReduce"));
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(done->get(), stream));
   }
   absl::Status s = WaitFor(done->get(), deadline, "the warm-up ncclAllReduce");

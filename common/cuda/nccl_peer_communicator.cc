@@ -86,19 +86,9 @@ absl::Status NcclPeerCommunicator::ReceiveInto(SlotMemory& slot,
     cudaStream_t stream = stream_->get();
     for (size_t i = 0; i < pieces.size(); ++i) {
       void* p = static_cast<char*>(slot.data()) + pieces[i].offset;
-      ncclResult_t r = nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream);
-      // A non-blocking communicator may still be connecting. Abort marks the end before it
-      // takes comm_mu_, so this loop lets it through at once.
-      while (r == ncclInProgress) {
-        if (abort_.aborted()) return absl::AbortedError("communicator aborted");
-        if (absl::Now() >= deadline) {
-          return absl::DeadlineExceededError(
-              absl::StrCat("the receive of piece ", i, " could not be queued before the deadline"));
-        }
-        absl::SleepFor(absl::Microseconds(20));
-        nccl_->CommGetAsyncError(comm_, &r);
-      }
-      WSYNC_RETURN_IF_ERROR(nccl_->Check(r, "ncclBroadcast"));
+      WSYNC_RETURN_IF_ERROR(SettleQueued(
+          *nccl_, comm_, nccl_->Broadcast(p, p, pieces[i].count, types[i], 0, comm_, stream),
+          abort_, deadline, absl::StrCat("the receive of piece ", i)));
     }
     // What waits on the slot's producer event (the local groups' launches) orders after this.
     // After a failure the slot's bytes and that event are undefined until the next receive.
