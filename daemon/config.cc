@@ -94,6 +94,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                                  "token_file",
                                                  "admin_token_file",
                                                  "relay_tokens",
+                                                 "relay_feeds",
                                                  "insecure_listen",
                                                  "max_streams_per_connection",
                                                  "max_streams_per_caller",
@@ -173,6 +174,32 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
       auto groups = AsStrings(**groups_json, at + ".groups");
       if (!groups.ok()) return in_file(groups.status());
       config->server.relay_token_files.push_back({*std::move(file), *std::move(groups)});
+    }
+  }
+  if (j.contains("relay_feeds")) {
+    // [{"upstream": "HOST:PORT", "group": G, "token_file": F, "ca_file": C, ...}]: see
+    // RelayFeedOptions.
+    const nlohmann::json& list = j["relay_feeds"];
+    if (!list.is_array()) {
+      return in_file(absl::InvalidArgumentError(
+          absl::StrCat("relay_feeds must be a list of objects, not ", Describe(list))));
+    }
+    config->relay_feeds.clear();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string at = Element("relay_feeds", i);
+      if (absl::Status s = RequireObject(list[i], at); !s.ok()) return in_file(s);
+      RelayFeedOptions feed;
+      for (const auto& [key, value] : list[i].items()) {
+        auto text = AsString(value, at + "." + key);
+        if (!text.ok()) return in_file(text.status());
+        if (absl::Status s = SetRelayFeedKey(key, *text, &feed); !s.ok()) {
+          return in_file(absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
+        }
+      }
+      if (absl::Status s = ValidateRelayFeed(feed); !s.ok()) {
+        return in_file(absl::InvalidArgumentError(absl::StrCat(at, ": ", s.message())));
+      }
+      config->relay_feeds.push_back(std::move(feed));
     }
   }
   if (j.contains("insecure_listen")) {
@@ -274,6 +301,8 @@ absl::StatusOr<NetworkAllowList> EngineNetworksFor(const DaemonConfig& config) {
     return absl::UnavailableError("not looked up");
   };
   for (const GroupSpec& g : config.groups) {
+    absl::StatusOr<const TransportKind*> transport = TransportOf(g);
+    if (transport.ok() && !(*transport)->engines_speak_http()) continue;
     for (const EngineSpec& e : g.engines) {
       WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
       if (list.Check(url.host, no_lookup).ok()) continue;  // 127.0.0.1, say: already in

@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "common/network_allow_list.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/relay/relay_feeder.h"
 #include "daemon/service/group_spec_json.h"
 #include "daemon/service/server.h"
 #include "nlohmann/json.hpp"
@@ -30,6 +31,8 @@ struct DaemonConfig {
   std::string log_format = "text";
   // The same log line again within this many seconds is held back and counted; 0: never.
   double log_repeat_seconds = 10;
+  // The upstream relay groups that feed local groups here (this node is a relay's downstream).
+  std::vector<RelayFeedOptions> relay_feeds;
 };
 
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.

@@ -48,6 +48,7 @@ struct RawFlags {
   std::vector<std::string> engine_networks;
   std::string state_dir;
   std::vector<std::string> relay_token_files;  // FILE=GROUP[,GROUP...] each
+  std::vector<std::string> relay_feeds;        // KEY=VALUE,... each
 };
 
 // "--relay-token-file FILE=GROUP[,GROUP...]": a relay token and the groups it admits to.
@@ -103,6 +104,13 @@ void AddServerFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& 
                             "repeat for more tokens")
                  ->allow_extra_args(false),
              [&s](const DaemonConfig& f) { s.relay_token_files = f.server.relay_token_files; });
+  table.Bind(app.add_option("--relay-feed", raw.relay_feeds,
+                            "upstream=HOST:PORT,group=G,token_file=F,ca_file=C"
+                            "[,local_group=L][,node=N][,server_name=S]: subscribe to relay group G "
+                            "of the upstream wsyncd and feed local group L (default G) from it; "
+                            "repeat for more feeds")
+                 ->allow_extra_args(false),
+             [&c](const DaemonConfig& f) { c.relay_feeds = f.relay_feeds; });
   table.Bind(app.add_flag("--insecure-listen", s.insecure_listen,
                           "serve --listen as plain TCP without tokens, every caller a trainer "
                           "(trusted networks only)"),
@@ -283,6 +291,14 @@ absl::Status CompleteConfig(const RawFlags& raw, DaemonConfig& c) {
       auto parsed = ParseRelayTokenFlag(text);
       if (!parsed.ok()) return parsed.status();
       c.server.relay_token_files.push_back(*std::move(parsed));
+    }
+  }
+  if (!raw.relay_feeds.empty()) {
+    c.relay_feeds.clear();
+    for (const std::string& text : raw.relay_feeds) {
+      auto parsed = ParseRelayFeedFlag(text);
+      if (!parsed.ok()) return parsed.status();
+      c.relay_feeds.push_back(*std::move(parsed));
     }
   }
   if (c.server.unix_socket.empty() && c.server.tcp_listen.empty()) {

@@ -128,6 +128,8 @@ int Serve(wsync::DaemonConfig& config, std::unique_ptr<wsync::Platform> platform
   if (auto s = core.Recover(config.groups, state->records); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  // Each relay feed subscribes once the groups it feeds exist.
+  (*server)->StartRelayFeeds(config.relay_feeds);
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
             " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",
             config.daemon.slot_bytes, " bytes per device)");
@@ -153,6 +155,7 @@ int Serve(wsync::DaemonConfig& config, std::unique_ptr<wsync::Platform> platform
   (*server)->BeginStopping(absl::StrCat("it got signal ", sig));
   WSYNC_LOG(Info, "signal ", sig, ": draining (running updates get 30 s to finish)");
   wsync::DrainResult drained = core.Drain(absl::Seconds(30));
+  (*server)->StopRelayFeeds();
   if (!drained.drained) WSYNC_LOG(Warning, "updates still running after the drain deadline");
   (*server)->Shutdown(absl::Seconds(2));
   WSYNC_LOG(Info, "wsyncd stopped");

@@ -80,5 +80,58 @@ echo "== wsyncctl updates"
 ctl updates
 echo "== wsyncctl engines"
 ctl engines
+
+# The node relay: the wsyncd above stands for the trainer's node; a second wsyncd stands for a
+# rollout node with an engine of its own, subscribed over TLS with a relay token and fed over
+# the host collective between the daemons.
+echo "== node relay: a second wsyncd (node rollout-1) fed by a relay group of the first"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost \
+  -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1
+head -c 24 /dev/urandom | base64 >"$work/trainer.token"
+head -c 24 /dev/urandom | base64 >"$work/relay.token"
+up_port=$(free_port)
+up_sock="$work/upstream.sock"
+cat >"$work/upstream.json" <<JSON
+{
+  "mode": "host", "socket": "$up_sock", "listen": "127.0.0.1:$up_port",
+  "tls_cert": "$work/cert.pem", "tls_key": "$work/key.pem", "token_file": "$work/trainer.token",
+  "relay_tokens": [{"token_file": "$work/relay.token", "groups": ["policy"]}],
+  "slots": 2, "slot_bytes": "256MiB", "bind_address": "127.0.0.1", "state_dir": "$work/up-state",
+  "groups": [{"name": "policy", "kind": "wsyncd", "transport": "relay",
+              "engines": [{"url": "wsyncd://rollout-1"}]}]
+}
+JSON
+port_c=$(free_port)
+"${sglang[@]}" --port "$port_c" --tp 2 >"$work/engine-c.log" 2>&1 & pids+=($!)
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$port_c") 2>/dev/null && break
+  sleep 0.1
+done
+down_sock="$work/rollout-1.sock"
+cat >"$work/rollout-1.json" <<JSON
+{
+  "mode": "host", "socket": "$down_sock", "slots": 2, "slot_bytes": "256MiB",
+  "bind_address": "127.0.0.1", "state_dir": "$work/rollout-1-state",
+  "groups": [{"name": "policy", "kind": "sglang",
+              "engines": [{"url": "http://127.0.0.1:$port_c", "ranks": 2}]}],
+  "relay_feeds": [{"upstream": "127.0.0.1:$up_port", "group": "policy", "node": "rollout-1",
+                   "token_file": "$work/relay.token", "ca_file": "$work/cert.pem",
+                   "server_name": "localhost"}]
+}
+JSON
+"$build/daemon/wsyncd" --config "$work/upstream.json" >"$work/upstream.log" 2>&1 & pids+=($!)
+"$build/daemon/wsyncd" --config "$work/rollout-1.json" >"$work/rollout-1.log" 2>&1 & pids+=($!)
+for _ in $(seq 1 100); do
+  grep -q "relay: subscribed" "$work/rollout-1.log" 2>/dev/null && break
+  sleep 0.2
+done
+echo "== pushing 2 versions to the trainer node's relay group; checked on rollout-1's engine"
+"$build/client/wsync-push" --socket "$up_sock" --group policy --model-gib 0.25 --versions 2 \
+  --verify-sim --verify-engine "http://127.0.0.1:$port_c" || rc=$?
+echo "== wsyncctl relay (trainer node)"
+"$build/client/wsyncctl" --socket "$up_sock" relay
+echo "== wsyncctl relay (rollout-1)"
+"$build/client/wsyncctl" --socket "$down_sock" relay
 echo "== logs in $work"
 exit $rc

@@ -406,7 +406,8 @@ absl::StatusOr<PushResult> PushStream::Commit() {
     out.engines.push_back(EngineResultView{
         e.engine(), absl::Status(static_cast<absl::StatusCode>(e.code()), e.message()),
         e.engine_version(), e.weights_check(), e.needs_full_version(),
-        std::vector<std::string>(e.warnings().begin(), e.warnings().end())});
+        std::vector<std::string>(e.warnings().begin(), e.warnings().end()),
+        std::vector<std::string>(e.relayed().begin(), e.relayed().end())});
   }
   return out;
 }

@@ -52,6 +52,8 @@ struct EngineResultView {
   std::string needs_full_version;
   // What went wrong that the update did not fail for (a version label not set).
   std::vector<std::string> warnings;
+  // A relay group's member: the engines it feeds, each with its outcome.
+  std::vector<std::string> relayed;
 };
 
 struct PushResult {

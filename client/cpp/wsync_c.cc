@@ -79,7 +79,8 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                             {"engine_version", e.engine_version},
                             {"weights_check", e.weights_check},
                             {"needs_full_version", e.needs_full_version},
-                            {"warnings", e.warnings}});
+                            {"warnings", e.warnings},
+                            {"relayed", e.relayed}});
   }
   std::string s = j.dump();
   *result_json = static_cast<char*>(std::malloc(s.size() + 1));

@@ -592,6 +592,44 @@ class Ctl {
     return 0;
   }
 
+  // The node relay from this daemon's side: downstreams subscribed here, and upstreams feeding
+  // its groups.
+  int Relay() {
+    v1::RelayStatus resp;
+    auto s = admin()->GetRelay(Context().get(), v1::GetRelayRequest(), &resp);
+    if (!s.ok()) return Error(s);
+    if (g_.json) return PrintJson(resp);
+    if (resp.subscribers().empty() && resp.feeds().empty()) {
+      std::cout << "no relay: no downstream subscribed here, and no relay feed configured\n";
+      return 0;
+    }
+    if (!resp.subscribers().empty()) {
+      std::cout << "subscribers (downstream daemons fed from here):\n";
+      Table t(
+          {"ID", "NODE", "GROUPS", "LAST VERSION", "VERSIONS BEHIND", "SECONDS BEHIND", "CALLER"});
+      for (const auto& sub : resp.subscribers()) {
+        t.AddRow({sub.id(), sub.node(), absl::StrJoin(sub.groups(), ","),
+                  sub.last_version().empty() ? "-" : sub.last_version(),
+                  absl::StrCat(sub.versions_behind()),
+                  absl::StrFormat("%.1f", sub.seconds_behind()), sub.caller()});
+      }
+      t.Print(std::cout);
+    }
+    if (!resp.feeds().empty()) {
+      std::cout << "feeds (upstream relay groups feeding groups here):\n";
+      Table t({"UPSTREAM", "GROUP", "LOCAL GROUP", "NODE", "SUBSCRIBED", "LAST VERSION",
+               "COMMITTED", "LAST ERROR"});
+      for (const auto& f : resp.feeds()) {
+        t.AddRow({f.upstream(), f.group(), f.local_group(), f.node(),
+                  f.subscribed() ? absl::StrCat("yes (", f.subscriber_id(), ")") : "no",
+                  f.last_version().empty() ? "-" : f.last_version(),
+                  absl::StrCat(f.updates_committed()), f.last_error()});
+      }
+      t.Print(std::cout);
+    }
+    return 0;
+  }
+
   int CreateGroup(const std::string& name, const std::string& kind,
                   const std::vector<std::string>& engines, int device, const std::string& transport,
                   const OptionFlags& option_flags, const std::string& nccl_library,
@@ -732,6 +770,8 @@ int main(int argc, char** argv) {
   release_buffers->add_option("--device", release_device, "only this device (default: all)")
       ->check(CLI::Range(0, 1 << 20));
   uint32_t limit = 20;
+  auto* relay = app.add_subcommand(
+      "relay", "the node relay: downstreams subscribed here, upstreams feeding groups here");
   auto* updates = app.add_subcommand("updates", "recent updates");
   updates->add_option("--limit", limit, "how many");
   std::string kind = "sglang";
@@ -873,6 +913,7 @@ int main(int argc, char** argv) {
   if (*buffers) return ctl.Buffers();
   if (*release_buffers) return ctl.ReleaseBuffers(release_device);
   if (*updates) return ctl.Updates(limit);
+  if (*relay) return ctl.Relay();
   if (*create)
     return ctl.CreateGroup(name, kind, engine_urls, device, transport, option_flags, nccl_library,
                            check_weights, quorum);

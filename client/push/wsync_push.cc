@@ -82,6 +82,10 @@ int main(int argc, char** argv) {
   app.add_option("--version-prefix", prefix, "versions are named PREFIX1, PREFIX2, ...");
   app.add_flag("--verify-sim", verify,
                "after each version, compare every engine rank's tensors (engine simulators only)");
+  std::vector<std::string> verify_engines;
+  app.add_option("--verify-engine", verify_engines,
+                 "with --verify-sim: compare these engine simulators (URLs) instead of the "
+                 "group's engines, e.g. the engines a relay group's downstream daemons feed");
   if (const int exit_code = wsync::ParseCommandLine(app, argc, argv); exit_code >= 0) {
     return exit_code;
   }
@@ -98,8 +102,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wsync-push: open session: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::vector<std::string> engines;
-  if (verify) {
+  std::vector<std::string> engines = verify_engines;
+  if (verify && engines.empty()) {
     grpc::ClientContext ctx;
     wsync::v1::GetGroupRequest req;
     req.set_name(group);
@@ -168,6 +172,7 @@ int main(int argc, char** argv) {
     for (const auto& e : result->engines) {
       std::printf("  engine %s: %s\n", e.engine.c_str(),
                   e.status.ok() ? "ok" : e.status.ToString().c_str());
+      for (const std::string& fed : e.relayed) std::printf("    %s\n", fed.c_str());
     }
     for (const std::string& url : engines) {
       std::string report;

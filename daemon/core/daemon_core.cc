@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/core/transport_kind.h"
 
 namespace wsync {
 namespace {
@@ -167,6 +168,8 @@ std::shared_ptr<WeightGroup> DaemonCore::FindGroup(const std::string& name) cons
 }
 
 absl::Status DaemonCore::CheckEngineNetworks(const GroupSpec& spec) const {
+  absl::StatusOr<const TransportKind*> transport = TransportOf(spec);
+  if (transport.ok() && !(*transport)->engines_speak_http()) return absl::OkStatus();
   for (const EngineSpec& e : spec.engines) {
     WSYNC_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(e.url));
     absl::Status allowed = options_.engine_networks.Check(url.host, options_.resolve_host);

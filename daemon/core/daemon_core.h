@@ -180,6 +180,8 @@ class DaemonCore {
   bool Undrain();
   const DaemonOptions& options() const { return options_; }
   const Platform& platform() const { return *platform_; }
+  // For what joins collectives on this daemon's devices (a relay feed's pair).
+  Platform* mutable_platform() { return platform_.get(); }
 
  private:
   // A colocated update ended: the pull-mode mappings of `session_id` close before its trainer

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/bucket_planner.h"
+#include "common/checksum.h"
 #include "common/gpu_seam.h"
 #include "common/manifest.h"
 #include "daemon/core/group_spec.h"
@@ -70,6 +71,9 @@ struct EngineOutcome {
   // What went wrong at its commit that the update did not fail for (EngineAdapter::
   // TakeCommitWarnings): every byte landed, a label did not.
   std::vector<std::string> warnings;
+  // Where the engine is a daemon feeding engines of its own (a relay's downstream wsyncd): each
+  // of those engines with its outcome, one line each ("rollout-1 engine http://...: committed").
+  std::vector<std::string> relayed;
 };
 
 // An engine's checksums of the weights it serves, by the engine's own tensor key (which names the
@@ -97,6 +101,11 @@ struct BucketContext {
   uint64_t index = 0;  // 0-based, in the order the buckets reach the engines
   // The trainer's last bucket of the update, when its client said so; false when unknown.
   bool last = false;
+  // The full CRC-32 of the bucket's span, verified against the slot before launch, where the
+  // trainer sent one (push mode, checksums on); kNone otherwise. A transport that passes the
+  // bytes on to another wsyncd hands it on, so the bytes are checked where they land.
+  uint32_t checksum = 0;
+  ChecksumKind checksum_kind = ChecksumKind::kNone;
 };
 
 // What an adapter can do, asked before a group forms (in the manner of NIXL's backends). The
@@ -157,6 +166,10 @@ class EngineAdapter {
   // What the last FinishUpdate let pass rather than fail the update for (a route that only
   // labels the version answered an error), taken once; none by default.
   virtual std::vector<std::string> TakeCommitWarnings() { return {}; }
+  // Where the engine is a daemon feeding engines of its own (a relay's downstream wsyncd): the
+  // outcome of each of those at the last FinishUpdate (EngineOutcome::relayed), taken once; none
+  // by default.
+  virtual std::vector<std::string> TakeRelayedOutcomes() { return {}; }
   // OK when the engine's answer to one of its bucket requests says it loaded the bucket.
   virtual absl::Status CheckBucketReply(const HttpReply& reply) const = 0;
   // The version the last successful Probe read ("" before one, or where the engine reports none).

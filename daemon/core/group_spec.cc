@@ -112,7 +112,7 @@ absl::Status ValidateGroupSpec(const GroupSpec& spec) {
   uint64_t ranks = 0;
   for (const EngineSpec& e : spec.engines) {
     // One reading of the URL for every component: the allow-list check and both HTTP clients.
-    WSYNC_RETURN_IF_ERROR(ParseHttpUrl(e.url).status());
+    WSYNC_RETURN_IF_ERROR((*transport)->CheckEngineUrl(e.url));
     if (e.ranks == 0) {
       return absl::InvalidArgumentError(absl::StrCat("engine ", e.url, " declares 0 ranks"));
     }

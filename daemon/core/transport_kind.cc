@@ -2,8 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/network_allow_list.h"
 
 namespace wsync {
+
+absl::Status TransportKind::CheckEngineUrl(const std::string& url) const {
+  return ParseHttpUrl(url).status();
+}
 
 absl::Status TransportRegistry::Register(std::unique_ptr<TransportKind> kind) {
   const std::string name(kind->name());

@@ -44,6 +44,13 @@ class TransportKind {
   // crc32 where the bytes then cross a wire; a transport whose engines read the bytes on the GPU
   // that filled them may ask only for the sampled check (common/checksum.h).
   virtual ChecksumKind checksum_by_default() const { return ChecksumKind::kCrc32; }
+  // True where its engines are HTTP servers (http://host:port, checked against the daemon's
+  // engine_networks); false where its members are something else (the relay's downstream
+  // daemons, wsyncd://node), which CheckEngineUrl then reads.
+  virtual bool engines_speak_http() const { return true; }
+  // OK when `url` names an engine of this transport: an HTTP URL unless engines_speak_http says
+  // otherwise.
+  virtual absl::Status CheckEngineUrl(const std::string& url) const;
   virtual absl::StatusOr<std::unique_ptr<Transport>> Make(TransportEnv env) const = 0;
 };
 

@@ -469,6 +469,11 @@ void UpdateRun::SenderLoop() {
       bucket.update_id = context_.update_id;
       bucket.version = context_.version;
       bucket.last = p.last;
+      if (!pull && context_.checksum != ChecksumKind::kNone &&
+          p.shares[0].checksum_kind == ChecksumKind::kCrc32) {
+        bucket.checksum = p.shares[0].checksum;
+        bucket.checksum_kind = ChecksumKind::kCrc32;
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         bucket.index = transfers_started_;

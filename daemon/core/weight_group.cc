@@ -465,6 +465,12 @@ absl::Status WeightGroup::BeginUpdate(const UpdateInfo& update) {
           "group '", spec_.name, "' is broken and re-forming it failed: ", formed.message()));
     }
   }
+  // Asked again for every update: a member's rules may change between updates (a relay group's
+  // member is a downstream wsyncd, whose rules are those of the groups it feeds). They hold
+  // still while the update runs.
+  BucketRules rules;
+  for (const auto& a : adapters_) rules.Merge(a->Capabilities().bucket_rules);
+  bucket_rules_ = rules;
   // Recorded before any engine is paused: a wsyncd that dies from here on leaves a record that
   // the engines may be paused on a mix of versions.
   open_update_ = update;

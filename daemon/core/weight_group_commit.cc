@@ -148,6 +148,7 @@ absl::Status WeightGroup::FinishUpdate(const UpdateInfo& update, absl::Time data
     // A label that did not land fails nothing: the engine holds the version. Said in the result,
     // the log and wsync_engine_warnings_total.
     outcomes->back().warnings = adapters_[i]->TakeCommitWarnings();
+    outcomes->back().relayed = adapters_[i]->TakeRelayedOutcomes();
     for (const std::string& w : outcomes->back().warnings) {
       WSYNC_LOG(Warning, "group ", spec_.name, ": engine ", adapters_[i]->endpoint().url,
                 " committed version '", update.version, "' with a warning: ", w);

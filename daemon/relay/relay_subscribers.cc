@@ -1,6 +1,7 @@
 #include "daemon/relay/relay_subscribers.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -22,10 +23,29 @@ absl::StatusOr<std::string> RelaySubscribers::Add(RelaySubscription subscription
     }
   }
   const uint64_t n = next_++;
-  Subscriber s{absl::StrCat("s", n), std::move(subscription), std::move(caller), absl::Now()};
+  Subscriber s{absl::StrCat("s", n), std::move(subscription), std::move(caller), absl::Now(),
+               nullptr};
   std::string id = s.id;
   subscribers_.emplace(n, std::move(s));
   return id;
+}
+
+void RelaySubscribers::Attach(const std::string& id, std::shared_ptr<RelayChannel> channel) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [n, s] : subscribers_) {
+    if (s.id == id) s.channel = std::move(channel);
+  }
+}
+
+std::shared_ptr<RelayChannel> RelaySubscribers::Channel(const std::string& group,
+                                                        const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [n, s] : subscribers_) {
+    if (s.subscription.node != node || s.channel == nullptr) continue;
+    const auto& groups = s.subscription.groups;
+    if (std::find(groups.begin(), groups.end(), group) != groups.end()) return s.channel;
+  }
+  return nullptr;
 }
 
 void RelaySubscribers::Remove(const std::string& id) {
@@ -54,5 +74,15 @@ std::vector<RelaySubscribers::Subscriber> RelaySubscribers::OfGroup(
   }
   return out;
 }
+
+namespace {
+std::atomic<RelaySubscribers*> process_subscribers{nullptr};
+}  // namespace
+
+void SetProcessRelaySubscribers(RelaySubscribers* subscribers) {
+  process_subscribers.store(subscribers);
+}
+
+RelaySubscribers* ProcessRelaySubscribers() { return process_subscribers.load(); }
 
 }  // namespace wsync

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -13,6 +14,7 @@ namespace {
 
 absl::Status CheckTexts(const RelaySubscription& want) {
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the subscriber's node", want.node, kMaxRelayText));
+  WSYNC_RETURN_IF_ERROR(CheckRelayNodeName(want.node));
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the subscriber's platform", want.platform, kMaxRelayText));
   if (!want.nccl_version.empty()) {
     WSYNC_RETURN_IF_ERROR(
@@ -63,9 +65,16 @@ absl::Status CheckSubscription(const RelaySubscription& want, const RelayUpstrea
           "the subscriber's relay token does not name group '", group, "' (it names ",
           have.token_groups.empty() ? "none" : absl::StrJoin(have.token_groups, ", "), ")"));
     }
-    if (!have.has_group(group)) {
-      return absl::NotFoundError(absl::StrCat("this wsyncd has no group '", group, "' to relay"));
-    }
+    WSYNC_RETURN_IF_ERROR(have.check_group(group, want.node));
+  }
+  const uint64_t close_after = want.bucket_rules.close_after_bytes;
+  if (close_after != 0 && close_after < kMinRelayCloseAfterBytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the subscriber's local groups close buckets after ", close_after,
+        " bytes; the upstream plans every subscriber's buckets alike and takes no rule below ",
+        kMinRelayCloseAfterBytes,
+        " bytes, which would cut every other subscriber's buckets "
+        "as small"));
   }
   if (want.slot_bytes < have.slot_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -75,6 +84,32 @@ absl::Status CheckSubscription(const RelaySubscription& want, const RelayUpstrea
         have.slot_bytes, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckRelayNodeName(const std::string& node) {
+  const bool allowed =
+      !node.empty() && node.size() <= 253 && std::all_of(node.begin(), node.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '.' || c == '_' || c == '-';
+      });
+  if (allowed) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("node name '", SanitizePeerText(node, kQuotedNameBytes),
+                   "' is not 1 to 253 characters of letters, digits, '.', '_' and '-'"));
+}
+
+absl::StatusOr<std::string> RelayMemberNode(const std::string& url) {
+  constexpr absl::string_view kScheme = "wsyncd://";
+  if (!absl::StartsWith(url, kScheme)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("relay member '", SanitizePeerText(url, kQuotedNameBytes),
+                     "' is not wsyncd://<node>: a relay group's members are downstream daemons"));
+  }
+  std::string node = url.substr(kScheme.size());
+  if (absl::Status s = CheckRelayNodeName(node); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("relay member ", url, ": ", s.message()));
+  }
+  return node;
 }
 
 }  // namespace wsync

@@ -1,5 +1,6 @@
 #include "daemon/service/admin_service.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/service/group_spec_proto.h"
 #include "daemon/service/status_mapping.h"
@@ -222,6 +223,82 @@ grpc::Status AdminService::ResumeEngine(grpc::ServerContext* context,
   auto resumed = core_->ResumeEngines(req->group(), req->url());
   if (!resumed.ok()) return ToGrpcStatus(resumed.status());
   for (const std::string& url : *resumed) resp->add_resumed(url);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// The last version `node` committed of `group`, from the update history (newest last): how many
+// committed updates of the group came after it, and the seconds between it and the last one.
+struct MemberLag {
+  std::string last_version;
+  uint32_t versions_behind = 0;
+  double seconds_behind = 0;
+};
+
+MemberLag LagOf(const std::vector<UpdateRecord>& history, const std::string& group,
+                const std::string& node) {
+  MemberLag lag;
+  const std::string member = absl::StrCat("wsyncd://", node);
+  absl::Time newest = absl::InfinitePast();
+  for (auto it = history.rbegin(); it != history.rend(); ++it) {
+    if (it->group != group || it->state != "committed") continue;
+    const absl::Time ended = it->started + absl::Seconds(it->seconds);
+    if (newest == absl::InfinitePast()) newest = ended;
+    bool took = false;
+    for (const std::string& r : it->engine_results) {
+      if (absl::StartsWith(r, member + " ") || absl::StartsWith(r, member + ":")) {
+        took = absl::EndsWith(r, ": ok");
+      }
+    }
+    if (took) {
+      lag.last_version = it->version;
+      lag.seconds_behind = absl::ToDoubleSeconds(newest - ended);
+      return lag;
+    }
+    ++lag.versions_behind;
+  }
+  return lag;
+}
+
+}  // namespace
+
+grpc::Status AdminService::GetRelay(grpc::ServerContext* context, const v1::GetRelayRequest*,
+                                    v1::RelayStatus* resp) {
+  WSYNC_REQUIRE_ROLE(auth_, context, Role::kTrainer, "GetRelay");
+  const std::vector<UpdateRecord> history = core_->ListUpdates(1000);
+  if (subscribers_ != nullptr) {
+    for (const RelaySubscribers::Subscriber& s : subscribers_->List()) {
+      v1::RelaySubscriberInfo* info = resp->add_subscribers();
+      info->set_id(s.id);
+      info->set_node(s.subscription.node);
+      for (const std::string& g : s.subscription.groups) info->add_groups(g);
+      info->set_caller(s.caller);
+      info->set_since_unix_ms(absl::ToUnixMillis(s.since));
+      if (!s.subscription.groups.empty()) {
+        MemberLag lag = LagOf(history, s.subscription.groups.front(), s.subscription.node);
+        info->set_last_version(lag.last_version);
+        info->set_versions_behind(lag.versions_behind);
+        info->set_seconds_behind(lag.seconds_behind);
+      }
+    }
+  }
+  if (feeders_ != nullptr) {
+    for (const RelayFeeder::View& v : feeders_->Views()) {
+      v1::RelayFeedInfo* info = resp->add_feeds();
+      info->set_upstream(v.options.upstream);
+      info->set_group(v.options.group);
+      info->set_local_group(v.options.local_group);
+      info->set_node(v.options.node);
+      info->set_subscribed(v.subscribed);
+      info->set_subscriber_id(v.subscriber_id);
+      info->set_last_version(v.last_version);
+      info->set_last_commit_unix_ms(
+          v.last_commit == absl::InfinitePast() ? 0 : absl::ToUnixMillis(v.last_commit));
+      info->set_last_error(v.last_error);
+      info->set_updates_committed(v.updates_committed);
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "daemon/core/daemon_core.h"
+#include "daemon/relay/relay_feeder.h"
+#include "daemon/relay/relay_subscribers.h"
 #include "daemon/service/authorizer.h"
 #include "wsync/v1/admin.grpc.pb.h"
 
@@ -13,8 +15,13 @@ namespace wsync {
 class AdminService final : public v1::Admin::Service {
  public:
   // Reading state needs a trainer's role; changing it (groups, drain) an admin's.
-  AdminService(DaemonCore* core, const Authorizer* auth, std::string listen_description)
-      : core_(core), auth_(auth), listen_(std::move(listen_description)) {}
+  AdminService(DaemonCore* core, const Authorizer* auth, std::string listen_description,
+               const RelaySubscribers* subscribers, const RelayFeeders* feeders)
+      : core_(core),
+        auth_(auth),
+        listen_(std::move(listen_description)),
+        subscribers_(subscribers),
+        feeders_(feeders) {}
 
   grpc::Status CreateGroup(grpc::ServerContext*, const v1::CreateGroupRequest*,
                            v1::GroupInfo*) override;
@@ -40,6 +47,8 @@ class AdminService final : public v1::Admin::Service {
                        v1::UndrainResponse*) override;
   grpc::Status ResumeEngine(grpc::ServerContext*, const v1::ResumeEngineRequest*,
                             v1::ResumeEngineResponse*) override;
+  grpc::Status GetRelay(grpc::ServerContext*, const v1::GetRelayRequest*,
+                        v1::RelayStatus*) override;
 
   // wsyncd is stopping: its drain is final, so Undrain is refused from now on (it would take
   // updates that the exit then cuts). An Undrain already running ends first.
@@ -49,6 +58,8 @@ class AdminService final : public v1::Admin::Service {
   DaemonCore* core_;
   const Authorizer* auth_;
   std::string listen_;
+  const RelaySubscribers* subscribers_;
+  const RelayFeeders* feeders_;
   std::mutex stop_mu_;
   std::string stopping_;  // why; empty while running
 };

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/core/transport_kind.h"
 #include "daemon/service/status_mapping.h"
 
 namespace wsync {
@@ -23,6 +24,30 @@ RelaySubscription SubscriptionFromProto(const v1::RelaySubscribe& wire) {
   s.bucket_rules.one_dtype = wire.bucket_rules().one_dtype();
   s.bucket_rules.close_after_bytes = wire.bucket_rules().close_after_bytes();
   return s;
+}
+
+absl::Status CheckRelayMember(const DaemonCore& core, const std::string& group,
+                              const std::string& node) {
+  absl::StatusOr<GroupSnapshot> found = core.GetGroup(group);
+  if (!found.ok()) {
+    return absl::NotFoundError(absl::StrCat("this wsyncd has no group '", group, "' to relay"));
+  }
+  absl::StatusOr<const TransportKind*> transport = TransportOf(found->spec);
+  if (!transport.ok() || (*transport)->engines_speak_http()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", group, "' feeds engines over ", found->spec.transport,
+        ", it relays to no daemon: create a group of transport relay whose members are "
+        "wsyncd://<node>"));
+  }
+  std::vector<std::string> members;
+  for (const EngineSpec& e : found->spec.engines) {
+    absl::StatusOr<std::string> member = RelayMemberNode(e.url);
+    if (member.ok() && *member == node) return absl::OkStatus();
+    members.push_back(e.url);
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("node ", node, " is not a member of group '", group,
+                   "' (its members: ", absl::StrJoin(members, ", "), ")"));
 }
 
 grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
@@ -48,7 +73,9 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
   have.platform = std::string(core_->platform().name());
   have.nccl_version = core_->platform().DefaultNcclVersion();
   have.token_groups = caller.relay_groups;
-  have.has_group = [this](const std::string& name) { return core_->GetGroup(name).ok(); };
+  have.check_group = [this](const std::string& name, const std::string& node) {
+    return CheckRelayMember(*core_, name, node);
+  };
   have.slot_bytes = core_->options().slot_bytes;
   if (absl::Status s = CheckSubscription(want, have); !s.ok()) {
     WSYNC_LOG(Warning, "relay: refused a subscription from ", caller.description, ": ",
@@ -58,6 +85,7 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
   }
   const std::string node = want.node;
   const std::string groups = absl::StrJoin(want.groups, ", ");
+  const RelaySubscription subscription = want;
   absl::StatusOr<std::string> added = subscribers_->Add(std::move(want), caller.description);
   if (!added.ok()) {
     return ToGrpcStatus(absl::Status(
@@ -78,12 +106,26 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
   if (!stream->Write(admitted)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the subscriber went away");
   }
-  // The subscription lasts as long as the stream. A downstream says nothing more in this
-  // protocol version: anything it sends ends the subscription as a protocol error.
+  // The subscription lasts as long as the stream: the relay group's member of this node sends
+  // its requests down it, and the replies come up here.
+  auto channel = std::make_shared<RelayChannel>(
+      id, subscription, [stream](const v1::RelayDown& down) { return stream->Write(down); },
+      [context] { context->TryCancel(); });
+  subscribers_->Attach(id, channel);
+  absl::Cleanup closed = [&] { channel->Close(absl::OkStatus()); };
   v1::RelayUp next;
-  if (stream->Read(&next)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "a subscriber sent a message this relay protocol has no place for");
+  while (stream->Read(&next)) {
+    if (!next.has_reply()) {
+      channel->Close(absl::InvalidArgumentError(
+          absl::StrCat("the subscription of ", channel->Describe(), " sent a second subscribe")));
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "after subscribe, a subscriber sends only replies");
+    }
+    if (absl::Status s = channel->Deliver(std::move(*next.mutable_reply())); !s.ok()) {
+      channel->Close(absl::InvalidArgumentError(
+          absl::StrCat("the subscription of ", channel->Describe(), " broke: ", s.message())));
+      return ToGrpcStatus(s);
+    }
   }
   return grpc::Status::OK;
 }

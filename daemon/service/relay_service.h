@@ -33,6 +33,10 @@ class RelayService final : public v1::Relay::Service {
 // them).
 RelaySubscription SubscriptionFromProto(const v1::RelaySubscribe& wire);
 
+// OK when `core` has a relay group `group` with `node` as a member (RelayUpstream::check_group).
+absl::Status CheckRelayMember(const DaemonCore& core, const std::string& group,
+                              const std::string& node);
+
 }  // namespace wsync
 
 #endif  // WSYNC_DAEMON_SERVICE_RELAY_SERVICE_H_

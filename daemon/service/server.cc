@@ -77,12 +77,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
 
 DaemonServer::DaemonServer(DaemonCore* core, std::string listen, AuthOptions auth,
                            std::unique_ptr<UnixListener> unix_listener, StreamLimits limits)
-    : listen_(std::move(listen)),
+    : core_(core),
+      listen_(std::move(listen)),
       unix_listener_(std::move(unix_listener)),
       auth_(std::move(auth), unix_listener_.get()),
       streams_(limits),
       trainer_(core, &auth_, &streams_),
-      admin_(core, &auth_, listen_),
+      admin_(core, &auth_, listen_, &relay_subscribers_, &feeders_),
       relay_(core, &auth_, &streams_, &relay_subscribers_) {}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* core,
@@ -169,6 +170,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   }
   if (server->unix_listener_) server->unix_listener_->Serve(server->server_.get());
   if (server->tcp_listener_) server->tcp_listener_->Serve(server->tcp_acceptor_.get());
+  SetProcessRelaySubscribers(&server->relay_subscribers_);
   DaemonServer* raw = server.get();
   server->health_ = std::make_unique<HealthReporter>(core, server->server_->GetHealthCheckService(),
                                                      [raw] { return raw->CanServe(); });
@@ -189,7 +191,14 @@ absl::Status DaemonServer::CanServe() const {
 
 DaemonServer::~DaemonServer() { Shutdown(absl::Seconds(1)); }
 
+void DaemonServer::StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds) {
+  feeders_.Start(core_, feeds);
+}
+
+void DaemonServer::StopRelayFeeds() { feeders_.Stop(); }
+
 void DaemonServer::Shutdown(absl::Duration grace) {
+  StopRelayFeeds();
   if (!server_) return;
   // No new connections are handed to a server that is shutting down.
   if (unix_listener_) unix_listener_->Stop();
@@ -199,6 +208,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
   server_.reset();
+  if (ProcessRelaySubscribers() == &relay_subscribers_) SetProcessRelaySubscribers(nullptr);
 }
 
 std::shared_ptr<grpc::Channel> DaemonServer::InProcessChannel() {

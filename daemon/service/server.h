@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/relay/relay_feeder.h"
 #include "daemon/service/admin_service.h"
 #include "daemon/service/authorizer.h"
 #include "daemon/service/call_gate.h"
@@ -82,6 +83,10 @@ class DaemonServer {
   // The TCP port --listen bound (useful with port 0), or 0.
   // The node relay's subscriptions held now (the upstream's side).
   const RelaySubscribers& relay_subscribers() const { return relay_subscribers_; }
+  // Starts the relay feeds of `options` (the downstream's side), once the groups they feed exist.
+  void StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds);
+  // Ends them (each open update aborted), before the core goes.
+  void StopRelayFeeds();
   int tcp_port() const { return tcp_port_; }
 
  private:
@@ -90,6 +95,7 @@ class DaemonServer {
   // OK while the server has threads for new calls; else why not.
   absl::Status CanServe() const;
 
+  DaemonCore* core_;
   std::string listen_;
   int tcp_port_ = 0;
   int max_threads_ = 0;
@@ -98,8 +104,9 @@ class DaemonServer {
   Authorizer auth_;
   StreamGate streams_;  // before the services, which admit their streams to it
   TrainerService trainer_;
-  AdminService admin_;
   RelaySubscribers relay_subscribers_;
+  RelayFeeders feeders_;
+  AdminService admin_;
   RelayService relay_;
   CallGate* call_gate_ = nullptr;  // the server's interceptor factory, owned by server_
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor_;

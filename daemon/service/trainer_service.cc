@@ -44,38 +44,6 @@ void DrainClient(grpc::ServerContext* context,
 
 }  // namespace
 
-absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket) {
-  BucketManifest m;
-  m.tensors.reserve(bucket.tensors_size());
-  // Names and shapes are quoted in refusals, kept and logged: bounded before anything reads them.
-  for (int i = 0; i < bucket.tensors_size(); ++i) {
-    const v1::TensorSpec& t = bucket.tensors(i);
-    absl::Status name =
-        CheckPeerLabel(absl::StrCat("the name of tensor ", i), t.name(), kMaxTensorNameBytes);
-    if (!name.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name.message(), " (", SanitizePeerText(t.name(), kQuotedNameBytes), ")"));
-    }
-    if (t.shape_size() > static_cast<int>(kMaxTensorDims)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' has ", t.shape_size(),
-                                                     " dimensions; at most ", kMaxTensorDims,
-                                                     " are allowed"));
-    }
-  }
-  for (const v1::TensorSpec& t : bucket.tensors()) {
-    auto dtype = ParseDType(t.dtype());
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '",
-                                                     SanitizePeerText(t.name(), kQuotedNameBytes),
-                                                     "': ", dtype.status().message()));
-    }
-    m.tensors.push_back(TensorEntry{t.name(), *dtype,
-                                    std::vector<int64_t>(t.shape().begin(), t.shape().end()),
-                                    t.offset(), t.length()});
-  }
-  return m;
-}
-
 namespace {
 
 void SlotToProto(uint32_t index, SlotMemory& slot, v1::SlotInfo* info) {

@@ -5,6 +5,7 @@
 #include "daemon/service/authorizer.h"
 #include "daemon/service/session_owners.h"
 #include "daemon/service/stream_gate.h"
+#include "daemon/wire/manifest_proto.h"
 #include "wsync/v1/trainer.grpc.pb.h"
 
 namespace wsync {
@@ -52,9 +53,6 @@ class TrainerService final : public v1::Trainer::Service {
   SessionOwners owners_;
   HeldSessions held_;
 };
-
-// Converts a wire bucket into a manifest; unknown dtypes are refused here.
-absl::StatusOr<BucketManifest> ManifestFromProto(const v1::Bucket& bucket);
 
 }  // namespace wsync
 

@@ -164,6 +164,7 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
     er->set_weights_check(o.weights_check);
     er->set_needs_full_version(o.needs_full_version);
     for (const std::string& w : o.warnings) er->add_warnings(w);
+    for (const std::string& r : o.relayed) er->add_relayed(r);
   }
   return e;
 }

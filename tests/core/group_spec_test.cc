@@ -72,7 +72,8 @@ TEST(GroupSpec, TheIpcTransportNeedsEachRanksGpuByUuid) {
   EXPECT_TRUE(ValidateGroupSpec(broadcast).ok());
   EXPECT_EQ(TransportKinds().Find("ipc").value()->name(), "ipc");
   EXPECT_EQ(TransportKinds().Find("nccl").value()->name(), "broadcast");
-  EXPECT_THAT(TransportKinds().Find("rdma").status().message(), HasSubstr("(broadcast, ipc)"));
+  EXPECT_THAT(TransportKinds().Find("rdma").status().message(),
+              HasSubstr("(broadcast, ipc, relay)"));
 }
 
 }  // namespace

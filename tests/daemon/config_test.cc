@@ -173,7 +173,7 @@ TEST(Config, AGroupsNcclLibraryTravelsEverywhereAndOnlyBroadcastGroupsTakeOne) {
   ipc.nccl_library = "libnccl.so.2";
   absl::Status refused = ValidateGroupSpec(ipc);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(refused.message(), ::testing::HasSubstr("for broadcast groups"));
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("for broadcast or relay groups"));
   GroupSpec odd = config.groups[0];
   odd.nccl_library = "lib\nnccl.so";  // a control character
   EXPECT_EQ(ValidateGroupSpec(odd).code(), absl::StatusCode::kInvalidArgument);

@@ -180,7 +180,7 @@ TEST_F(AdminOptionsTest, TheTransportGoesByNameAndTheDeprecatedEnumStillWorks) {
   v1::GroupSpec unknown = neither;
   unknown.set_transport_name("rdma");
   EXPECT_THAT(std::string(GroupSpecFromProto(unknown).status().message()),
-              HasSubstr("unknown transport 'rdma' (broadcast, ipc)"));
+              HasSubstr("unknown transport 'rdma' (broadcast, ipc, relay)"));
 }
 
 // A new engine kind: the "echo" folder, and this one registration line in the test's setup.
@@ -311,7 +311,7 @@ TEST_F(LoopTransportTest, AGroupOnTheLoopFormsThroughItsBindingAndCommits) {
                                 .status()
                                 .message());
   EXPECT_THAT(unknown, HasSubstr("unknown transport 'lop' (broadcast, "));
-  EXPECT_THAT(unknown, HasSubstr(", loop)"));
+  EXPECT_THAT(unknown, HasSubstr(", loop, relay)"));
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   have.platform = "host";
   have.nccl_version = "";
   have.token_groups = {"policy", "ref"};
-  have.has_group = [](const std::string& g) {
-    return g == "policy" || g == "ref" || g == "critic";
+  have.check_group = [](const std::string& g, const std::string&) {
+    return g == "policy" || g == "ref" || g == "critic" ? absl::OkStatus()
+                                                        : absl::NotFoundError("no such group");
   };
   have.slot_bytes = 1 << 20;
   const absl::Status s = CheckSubscription(want, have);

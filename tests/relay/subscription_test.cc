@@ -30,7 +30,13 @@ RelayUpstream Have() {
   u.platform = "cuda";
   u.nccl_version = "2.28.9";
   u.token_groups = {"policy", "ref"};
-  u.has_group = [](const std::string& g) { return g == "policy" || g == "ref"; };
+  u.check_group = [](const std::string& g, const std::string& node) -> absl::Status {
+    if (g != "policy" && g != "ref") return absl::NotFoundError("no group '" + g + "'");
+    if (node != "rollout-7" && node != "rollout-8") {
+      return absl::PermissionDeniedError("node " + node + " is not a member of '" + g + "'");
+    }
+    return absl::OkStatus();
+  };
   u.slot_bytes = 512 << 20;
   return u;
 }
@@ -102,6 +108,33 @@ TEST(CheckSubscription, AGroupTheUpstreamDoesNotHaveIsNotFound) {
   absl::Status s = CheckSubscription(want, have);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_THAT(s.message(), HasSubstr("no group 'later'"));
+}
+
+TEST(CheckSubscription, ANodeOutsideTheGroupOrWithABadNameOrTinyBucketsIsRefused) {
+  RelaySubscription want = Want();
+  want.node = "rollout-9";
+  absl::Status s = CheckSubscription(want, Have());
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("node rollout-9 is not a member of 'policy'"));
+  want.node = "rollout 7";
+  s = CheckSubscription(want, Have());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_THAT(s.message(), HasSubstr("letters, digits"));
+  want = Want();
+  want.bucket_rules.close_after_bytes = 4096;
+  s = CheckSubscription(want, Have());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("close buckets after 4096 bytes"));
+  want.bucket_rules.close_after_bytes = kMinRelayCloseAfterBytes;
+  EXPECT_TRUE(CheckSubscription(want, Have()).ok());
+}
+
+TEST(RelayMemberNode, ReadsOnlyWsyncdUrlsWithANodeName) {
+  EXPECT_EQ(RelayMemberNode("wsyncd://rollout-1").value(), "rollout-1");
+  for (const char* bad :
+       {"http://rollout-1", "wsyncd://", "wsyncd://a/b", "wsyncd://a:1", "rollout-1"}) {
+    EXPECT_EQ(RelayMemberNode(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(CheckSubscription, HostModeMatchesWithoutNccl) {

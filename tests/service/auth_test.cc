@@ -18,6 +18,7 @@
 #include "client/cpp/client.h"
 #include "daemon/core/daemon_core.h"
 #include "daemon/engines/sglang/sglang_options.h"
+#include "daemon/engines/wsyncd/wsyncd_options.h"
 #include "daemon/group_factories.h"
 #include "daemon/service/server.h"
 #include "gmock/gmock.h"
@@ -289,17 +290,25 @@ TEST_F(AuthTest, ARelayTokenIsGoodForNoTrainerOrAdminCall) {
 // upstream has; an admitted subscription is held until its stream ends.
 TEST_F(AuthTest, ASubscriptionIsAdmittedOnlyWithARelayTokenForItsGroups) {
   MakeTlsFiles();
+  // A relay group whose one member is node rollout-1, and a group that relays to no daemon.
   GroupSpec spec;
   spec.name = "policy";
-  spec.engines = {{"http://127.0.0.1:9", 1}};
-  spec.kind = "sglang";
-  spec.transport = "broadcast";
-  spec.engine_options = std::make_shared<const SglangOptions>();
+  spec.engines = {{"wsyncd://rollout-1", 1}};
+  spec.kind = "wsyncd";
+  spec.transport = "relay";
+  spec.engine_options = std::make_shared<const WsyncdOptions>();
   ASSERT_TRUE(core_->DeclareGroup(spec).ok());
+  GroupSpec plain;
+  plain.name = "plain";
+  plain.engines = {{"http://127.0.0.1:9", 1}};
+  plain.kind = "sglang";
+  plain.transport = "broadcast";
+  plain.engine_options = std::make_shared<const SglangOptions>();
+  ASSERT_TRUE(core_->DeclareGroup(plain).ok());
   WriteFile(dir_ + "/relay-later.token", "relay-secret-later\n");
   ServerOptions o = TlsOptions();
   o.relay_token_files.push_back({dir_ + "/relay.token", {"policy"}});
-  o.relay_token_files.push_back({dir_ + "/relay-later.token", {"later"}});
+  o.relay_token_files.push_back({dir_ + "/relay-later.token", {"later", "plain"}});
   auto started = DaemonServer::Start(core_.get(), o);
   ASSERT_TRUE(started.ok()) << started.status();
   server_ = std::move(*started);
@@ -346,12 +355,26 @@ TEST_F(AuthTest, ASubscriptionIsAdmittedOnlyWithARelayTokenForItsGroups) {
   // The other relay token names another group.
   grpc::Status other = attempt(dir_ + "/relay-later.token", subscribe, &answer);
   EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_THAT(other.error_message(), HasSubstr("does not name group 'policy' (it names later)"));
+  EXPECT_THAT(other.error_message(),
+              HasSubstr("does not name group 'policy' (it names later, plain)"));
   // Named by its token, but not a group here.
   v1::RelayUp later = subscribe;
   later.mutable_subscribe()->set_groups(0, "later");
   EXPECT_EQ(attempt(dir_ + "/relay-later.token", later, &answer).error_code(),
             grpc::StatusCode::NOT_FOUND);
+  // A group that relays to no daemon, and a node the relay group does not name.
+  v1::RelayUp to_plain = subscribe;
+  to_plain.mutable_subscribe()->set_groups(0, "plain");
+  grpc::Status not_relay = attempt(dir_ + "/relay-later.token", to_plain, &answer);
+  EXPECT_EQ(not_relay.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(not_relay.error_message(), HasSubstr("feeds engines over broadcast"));
+  v1::RelayUp stranger = subscribe;
+  stranger.mutable_subscribe()->set_node("rollout-9");
+  grpc::Status not_member = attempt(dir_ + "/relay.token", stranger, &answer);
+  EXPECT_EQ(not_member.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(not_member.error_message(),
+              HasSubstr("node rollout-9 is not a member of group 'policy' (its members: "
+                        "wsyncd://rollout-1)"));
   v1::RelayUp small = subscribe;
   small.mutable_subscribe()->set_slot_bytes(1024);
   grpc::Status refused = attempt(dir_ + "/relay.token", small, &answer);

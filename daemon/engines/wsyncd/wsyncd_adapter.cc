@@ -1,0 +1,146 @@
+#include "daemon/engines/wsyncd/wsyncd_adapter.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/relay/relay_subscribers.h"
+#include "daemon/relay/subscription.h"
+
+namespace wsync {
+
+class WsyncdAdapter::MemberBinding final : public RelayBinding {
+ public:
+  explicit MemberBinding(const WsyncdAdapter* adapter) : adapter_(adapter) {}
+  absl::StatusOr<std::shared_ptr<RelayChannel>> Channel() const override {
+    return adapter_->Channel();
+  }
+
+ private:
+  const WsyncdAdapter* adapter_;
+};
+
+WsyncdAdapter::WsyncdAdapter(const EngineEndpoint& endpoint, const AdapterTimeouts& timeouts,
+                             const WsyncdOptions& options, std::string group)
+    : endpoint_(endpoint),
+      timeouts_(timeouts),
+      options_(options),
+      group_(std::move(group)),
+      // The URL was read by the transport's CheckEngineUrl before any adapter was made.
+      node_(RelayMemberNode(endpoint.url).value_or(endpoint.url)),
+      binding_(std::make_unique<MemberBinding>(this)) {}
+
+WsyncdAdapter::~WsyncdAdapter() = default;
+
+absl::StatusOr<std::shared_ptr<RelayChannel>> WsyncdAdapter::Channel() const {
+  RelaySubscribers* subscribers = ProcessRelaySubscribers();
+  std::shared_ptr<RelayChannel> channel =
+      subscribers != nullptr ? subscribers->Channel(group_, node_) : nullptr;
+  if (channel == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("downstream node ", node_, " has not subscribed to group '", group_,
+                     "' (its wsyncd subscribes with a relay feed naming this wsyncd and group)"));
+  }
+  if (absl::Status open = channel->open(); !open.ok()) return open;
+  return channel;
+}
+
+AdapterCapabilities WsyncdAdapter::Capabilities() const {
+  AdapterCapabilities c;
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (channel.ok()) c.bucket_rules = (*channel)->subscription().bucket_rules;
+  return c;
+}
+
+absl::Status WsyncdAdapter::Probe() { return Channel().status(); }
+
+EngineHealth WsyncdAdapter::Health() {
+  EngineHealth h;
+  h.variant = "relay";
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (!channel.ok()) {
+    h.error = std::string(channel.status().message());
+    return h;
+  }
+  h.healthy = true;
+  h.engine_version = probed_version();
+  return h;
+}
+
+std::string WsyncdAdapter::probed_version() const {
+  return absl::StrCat("wsyncd relay protocol ", kRelayProtocolVersion);
+}
+
+absl::Status WsyncdAdapter::ValidateBucket(const BucketManifest& manifest) const {
+  // A member whose subscription ended is the transport's to report (dropped, or the bucket
+  // fails): the bucket itself is still good for the others.
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (!channel.ok()) return absl::OkStatus();
+  const uint64_t slot = (*channel)->subscription().slot_bytes;
+  if (manifest.span_bytes() > slot) {
+    return absl::InvalidArgumentError(absl::StrCat("the bucket spans ", manifest.span_bytes(),
+                                                   " bytes; node ", node_, "'s slots hold ", slot));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commit_warnings_.clear();
+  }
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (!channel.ok()) return channel.status();
+  v1::RelayRequest request;
+  request.mutable_begin()->set_update_id(update.update_id);
+  request.mutable_begin()->set_version(update.version);
+  absl::StatusOr<v1::RelayReply> reply =
+      (*channel)->Call(std::move(request), absl::Now() + timeouts_.control);
+  if (!reply.ok()) return reply.status();
+  return ReplyStatus(*reply, absl::StrCat("node ", node_, " could not begin the update"));
+}
+
+void WsyncdAdapter::AbandonUpdate() {
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (!channel.ok()) return;
+  v1::RelayRequest request;
+  request.mutable_abort()->set_reason("the upstream's update ended without a commit");
+  // Best effort: a downstream that does not hear it aborts when its bucket deadline passes.
+  (void)(*channel)->Call(std::move(request), absl::Now() + timeouts_.control);
+}
+
+absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (!channel.ok()) return channel.status();
+  v1::RelayRequest request;
+  request.mutable_commit();
+  absl::StatusOr<v1::RelayReply> reply =
+      (*channel)->Call(std::move(request), absl::Now() + options_.commit_timeout());
+  if (!reply.ok()) return reply.status();
+  // Every engine of the downstream, by node, in the upstream's result.
+  std::vector<std::string> engines;
+  for (const v1::EngineResult& e : reply->engines()) {
+    engines.push_back(absl::StrCat(node_, " engine ", e.engine(), ": ",
+                                   e.ok() ? "committed" : absl::StrCat("failed: ", e.message())));
+  }
+  absl::Status status = ReplyStatus(*reply, absl::StrCat("node ", node_, " did not commit"));
+  std::lock_guard<std::mutex> lock(mu_);
+  relayed_ = std::move(engines);
+  return status;
+}
+
+std::vector<std::string> WsyncdAdapter::TakeCommitWarnings() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(commit_warnings_, {});
+}
+
+std::vector<std::string> WsyncdAdapter::TakeRelayedOutcomes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(relayed_, {});
+}
+
+DataPathBinding* WsyncdAdapter::Binding(absl::string_view data_path) {
+  return data_path == kRelayDataPath ? binding_.get() : nullptr;
+}
+
+}  // namespace wsync

@@ -1,0 +1,68 @@
+#ifndef WSYNC_DAEMON_ENGINES_WSYNCD_WSYNCD_ADAPTER_H_
+#define WSYNC_DAEMON_ENGINES_WSYNCD_WSYNCD_ADAPTER_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "daemon/core/engine_adapter.h"
+#include "daemon/engines/wsyncd/wsyncd_options.h"
+#include "daemon/relay/relay_channel.h"
+#include "daemon/transport/relay/relay_binding.h"
+
+namespace wsync {
+
+// One member of a relay group: a downstream wsyncd (URL wsyncd://<node>), reached through its
+// subscription to the group (docs/RELAY.md). It has no engine of its own to pause: the
+// downstream pauses its local groups' engines when its update begins, and commits them when told
+// to. Its bucket rules are those its subscription declared for its local groups, asked again at
+// every update.
+class WsyncdAdapter final : public EngineAdapter {
+ public:
+  WsyncdAdapter(const EngineEndpoint& endpoint, const AdapterTimeouts& timeouts,
+                const WsyncdOptions& options, std::string group);
+  ~WsyncdAdapter() override;
+
+  const EngineEndpoint& endpoint() const override { return endpoint_; }
+  void SetRankOffset(uint32_t rank_offset) override { endpoint_.rank_offset = rank_offset; }
+  AdapterCapabilities Capabilities() const override;
+  absl::Status Probe() override;
+  EngineHealth Health() override;
+  absl::Status ValidateBucket(const BucketManifest& manifest) const override;
+  absl::Status PauseGeneration() override { return absl::OkStatus(); }
+  absl::Status ResumeGeneration() override { return absl::OkStatus(); }
+  absl::Status BeginUpdate(const UpdateInfo& update) override;
+  void AbandonUpdate() override;
+  absl::Status FinishUpdate(const UpdateInfo& update) override;
+  std::vector<std::string> TakeCommitWarnings() override;
+  std::vector<std::string> TakeRelayedOutcomes() override;
+  absl::Status CheckBucketReply(const HttpReply& reply) const override { return absl::OkStatus(); }
+  std::string probed_version() const override;
+  std::string ManualResumeHint() const override {
+    return "wsyncctl resume on the downstream node's wsyncd";
+  }
+  DataPathBinding* Binding(absl::string_view data_path) override;
+
+  // The node this member stands for (the URL's host part).
+  const std::string& node() const { return node_; }
+  // Its subscription stream now (see RelayBinding::Channel).
+  absl::StatusOr<std::shared_ptr<RelayChannel>> Channel() const;
+
+ private:
+  class MemberBinding;
+
+  EngineEndpoint endpoint_;
+  const AdapterTimeouts timeouts_;
+  const WsyncdOptions options_;
+  const std::string group_;
+  const std::string node_;
+  std::unique_ptr<MemberBinding> binding_;
+  mutable std::mutex mu_;
+  std::vector<std::string> commit_warnings_;  // guarded by mu_
+  std::vector<std::string> relayed_;          // guarded by mu_
+};
+
+}  // namespace wsync
+
+#endif  // WSYNC_DAEMON_ENGINES_WSYNCD_WSYNCD_ADAPTER_H_

@@ -1,0 +1,341 @@
+#include "daemon/transport/relay/relay_transport.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "daemon/transport/relay/relay_binding.h"
+#include "daemon/wire/manifest_proto.h"
+
+namespace wsync {
+namespace {
+
+// One bucket on its way to every member: announced on each member's stream, broadcast on each
+// member's pair, answered by each member once its bytes landed.
+class RelayBucket final : public BucketHandle {
+ public:
+  struct Leg {
+    size_t index = 0;  // the member's, in the group
+    std::shared_ptr<RelayTransport::Member> member;
+    uint64_t request = 0;
+    uint64_t ticket = 0;
+    absl::Status status;  // its first failure
+  };
+
+  RelayBucket(std::vector<Leg> legs, std::shared_ptr<EngineDrops> drops,
+              std::function<void(const absl::Status&)> on_failure, absl::Time deadline,
+              bool launched)
+      : legs_(std::move(legs)),
+        drops_(std::move(drops)),
+        on_failure_(std::move(on_failure)),
+        deadline_(deadline),
+        launched_(launched) {
+    if (launched_) requests_written_at_ = absl::Now();
+  }
+
+  bool launched() const override { return launched_; }
+
+  absl::StatusOr<WireTiming> WaitReusable() override {
+    WireTiming slowest;
+    for (Leg& leg : legs_) {
+      if (!leg.status.ok()) continue;
+      absl::StatusOr<WireTiming> sent = leg.member->pair->WaitBroadcast(leg.ticket, deadline_);
+      if (!sent.ok()) {
+        Fail(leg, sent.status());
+        continue;
+      }
+      slowest.wire_seconds = std::max(slowest.wire_seconds, sent->wire_seconds);
+      slowest.idle_seconds = std::max(slowest.idle_seconds, sent->idle_seconds);
+    }
+    if (absl::Status s = Settle(); !s.ok()) return s;
+    return slowest;
+  }
+
+  absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override {
+    for (Leg& leg : legs_) {
+      if (!leg.status.ok()) continue;
+      absl::StatusOr<v1::RelayReply> reply = leg.member->channel->Await(leg.request, deadline_);
+      absl::Status answered =
+          reply.ok() ? ReplyStatus(*reply, absl::StrCat(leg.member->channel->Describe(),
+                                                        " refused the bucket"))
+                     : reply.status();
+      if (!answered.ok()) Fail(leg, answered);
+    }
+    answered_at_ = absl::Now();
+    absl::Status settled = Settle();
+    for (const Leg& leg : legs_) outcomes->push_back(EngineOutcome{leg.member->url, leg.status});
+    return settled;
+  }
+
+  absl::Time requests_written_at() const override { return requests_written_at_; }
+  absl::Time answered_at() const override { return answered_at_; }
+
+ private:
+  // The member's pair carries no more of this update: its next receive would pair with the
+  // wrong broadcast.
+  void Fail(Leg& leg, absl::Status why) {
+    leg.status = absl::Status(why.code(), absl::StrCat(leg.member->url, ": ", why.message()));
+    leg.member->pair->Abort(leg.status.message());
+  }
+
+  // OK where every member took the bucket, or the quorum goes on without those that did not.
+  absl::Status Settle() {
+    if (settled_) return combined_;
+    std::map<size_t, absl::Status> failed;
+    std::vector<std::string> why;
+    for (const Leg& leg : legs_) {
+      if (leg.status.ok()) continue;
+      failed.emplace(leg.index, leg.status);
+      why.push_back(std::string(leg.status.message()));
+    }
+    if (failed.empty()) return absl::OkStatus();
+    settled_ = true;
+    if (drops_ != nullptr && drops_->TryDrop(failed)) {
+      for (const std::string& w : why) {
+        WSYNC_LOG(Warning, "relay bucket: ", w, "; the update goes on without it");
+      }
+      // Its later legs are skipped; this bucket still reached every member that remains.
+      for (Leg& leg : legs_) {
+        if (!leg.status.ok()) leg.status = absl::OkStatus();
+      }
+      return combined_ = absl::OkStatus();
+    }
+    combined_ = absl::UnavailableError(absl::StrJoin(why, "; "));
+    if (on_failure_) on_failure_(combined_);
+    return combined_;
+  }
+
+  std::vector<Leg> legs_;
+  std::shared_ptr<EngineDrops> drops_;
+  std::function<void(const absl::Status&)> on_failure_;
+  const absl::Time deadline_;
+  const bool launched_;
+  absl::Time requests_written_at_ = absl::InfinitePast();
+  absl::Time answered_at_ = absl::InfinitePast();
+  bool settled_ = false;
+  absl::Status combined_;
+};
+
+}  // namespace
+
+RelayTransport::RelayTransport(TransportEnv env) : env_(std::move(env)) {}
+
+RelayTransport::~RelayTransport() { Release("the transport was destroyed"); }
+
+absl::StatusOr<std::shared_ptr<RelayTransport::Member>> RelayTransport::Join(
+    EngineAdapter& adapter) {
+  const std::string& url = adapter.endpoint().url;
+  auto* binding = dynamic_cast<RelayBinding*>(adapter.used_binding());
+  if (binding == nullptr) {
+    return absl::InternalError(absl::StrCat(url, " speaks no relay data path"));
+  }
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = binding->Channel();
+  if (!channel.ok()) return channel.status();
+  absl::StatusOr<std::unique_ptr<RootCommunicator>> pair =
+      env_.platform->CreateRootCommunicator(env_.spec.device, 2, env_.spec.nccl_library);
+  if (!pair.ok()) {
+    return absl::Status(pair.status().code(), absl::StrCat("cannot make the pair for ", url, ": ",
+                                                           pair.status().message()));
+  }
+  v1::RelayRequest join;
+  join.mutable_join()->set_unique_id((*pair)->unique_id());
+  join.mutable_join()->set_upstream_note(env_.spec.nccl_library.empty() ? "default NCCL"
+                                                                        : env_.spec.nccl_library);
+  absl::StatusOr<v1::RelayReply> reply =
+      (*channel)->Call(std::move(join), absl::Now() + env_.options.registration_timeout);
+  absl::Status joined =
+      reply.ok()
+          ? ReplyStatus(*reply, absl::StrCat((*channel)->Describe(), " could not join its pair"))
+          : reply.status();
+  if (!joined.ok()) {
+    (*pair)->Abort(joined.message());
+    return joined;
+  }
+  auto member = std::make_shared<Member>();
+  member->url = url;
+  member->channel = *std::move(channel);
+  member->pair = *std::move(pair);
+  return member;
+}
+
+absl::Status RelayTransport::Form() {
+  Release("forming again");
+  const size_t n = env_.adapters.size();
+  std::vector<absl::StatusOr<std::shared_ptr<Member>>> joined(n, absl::UnknownError("not joined"));
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] { joined[i] = Join(*env_.adapters[i]); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  std::vector<std::string> failed, why;
+  std::vector<std::shared_ptr<Member>> formed;
+  for (size_t i = 0; i < n; ++i) {
+    if (joined[i].ok()) {
+      formed.push_back(*joined[i]);
+    } else {
+      failed.push_back(env_.adapters[i]->endpoint().url);
+      why.push_back(std::string(joined[i].status().message()));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  failed_to_join_ = failed;
+  if (!failed.empty()) {
+    for (const auto& m : formed) m->pair->Abort("another member failed to join");
+    return absl::UnavailableError(
+        absl::StrCat("relay group '", env_.spec.name, "': ", absl::StrJoin(why, "; ")));
+  }
+  members_ = std::move(formed);
+  return absl::OkStatus();
+}
+
+void RelayTransport::Release(absl::string_view why) {
+  std::vector<std::shared_ptr<Member>> members;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members.swap(members_);
+    drops_.reset();
+  }
+  // A downstream joins a new pair when the group forms again; its old one is broken here.
+  for (const auto& m : members) m->pair->Abort(why);
+}
+
+std::vector<absl::Status> RelayTransport::LeaveStale(const std::string& engine_group) {
+  return std::vector<absl::Status>(env_.adapters.size(), absl::OkStatus());
+}
+
+absl::Status RelayTransport::CheckFormed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& m : members_) {
+    if (absl::Status open = m->channel->open(); !open.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", m->url, " lost its pair: ", open.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RelayTransport::BeginUpdate(const UpdateInfo& update) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drops_ = env_.engines_needed > 0
+               ? std::make_shared<EngineDrops>(members_.size(), env_.engines_needed)
+               : nullptr;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
+    const std::vector<BucketSource>& sources, const BucketManifest& manifest,
+    const BucketContext& context, absl::Time deadline) {
+  if (sources.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "relay group '", env_.spec.name, "' is fed from one device, not ", sources.size()));
+  }
+  const BucketSource& source = sources[0];
+  const uint64_t span = manifest.span_bytes();
+  // The downstream's local update verifies the bytes that landed against the trainer's CRC-32;
+  // where the trainer sent none (pull mode) it is computed here, from the slot.
+  uint32_t crc = context.checksum;
+  if (context.checksum_kind != ChecksumKind::kCrc32) {
+    if (source.base != nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("relay group '", env_.spec.name,
+                       "': a bucket read in place carries no CRC-32 for the downstreams to "
+                       "check; push it (the relay's default) or copy it into a slot"));
+    }
+    absl::StatusOr<uint32_t> computed = source.slot->Checksum(span);
+    if (!computed.ok()) return computed.status();
+    crc = *computed;
+  }
+  v1::RelayRequest request;
+  v1::RelayBucket* bucket = request.mutable_bucket();
+  bucket->set_index(context.index);
+  bucket->set_last(context.last);
+  ManifestToTensorSpecs(manifest, bucket->mutable_tensors());
+  bucket->set_checksum(crc);
+
+  std::vector<std::shared_ptr<Member>> members;
+  std::shared_ptr<EngineDrops> drops;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    members = members_;
+    drops = drops_;
+  }
+  if (members.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("relay group '", env_.spec.name, "' is not formed"));
+  }
+  const void* base = source.base != nullptr ? source.base : source.slot->data();
+  const std::vector<BroadcastPiece> pieces = {BroadcastPiece{0, span, DType::kUint8}};
+  std::vector<RelayBucket::Leg> legs;
+  bool any_sent = false;
+  for (size_t i = 0; i < members.size(); ++i) {
+    RelayBucket::Leg leg;
+    leg.index = i;
+    leg.member = members[i];
+    if (drops != nullptr && !drops->WhyDropped(i).ok()) continue;  // left out earlier
+    absl::StatusOr<uint64_t> sent = leg.member->channel->Send(request);
+    if (!sent.ok()) {
+      leg.status = absl::Status(sent.status().code(),
+                                absl::StrCat(leg.member->url, ": ", sent.status().message()));
+      leg.member->pair->Abort(leg.status.message());
+      legs.push_back(std::move(leg));
+      continue;
+    }
+    any_sent = true;
+    leg.request = *sent;
+    absl::StatusOr<uint64_t> ticket =
+        leg.member->pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
+    if (!ticket.ok()) {
+      leg.status = absl::Status(ticket.status().code(),
+                                absl::StrCat(leg.member->url, ": ", ticket.status().message()));
+      leg.member->pair->Abort(leg.status.message());
+    } else {
+      leg.ticket = *ticket;
+    }
+    legs.push_back(std::move(leg));
+  }
+  if (!any_sent) {
+    std::vector<std::string> why;
+    for (const auto& leg : legs) why.push_back(std::string(leg.status.message()));
+    return absl::UnavailableError(
+        absl::StrCat("relay group '", env_.spec.name,
+                     "': no member took the bucket: ", absl::StrJoin(why, "; ")));
+  }
+  return std::make_unique<RelayBucket>(std::move(legs), std::move(drops), env_.on_bucket_failed,
+                                       deadline, /*launched=*/true);
+}
+
+uint32_t RelayTransport::world_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<uint32_t>(members_.size()) + 1;
+}
+
+std::vector<std::string> RelayTransport::EnginesFailedToJoin() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_to_join_;
+}
+
+std::map<std::string, absl::Status> RelayTransport::DroppedEngines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, absl::Status> out;
+  if (drops_ == nullptr) return out;
+  for (const auto& [i, why] : drops_->all()) {
+    if (i < members_.size()) out.emplace(members_[i]->url, why);
+  }
+  return out;
+}
+
+std::string RelayTransport::Describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> members;
+  for (const auto& m : members_) members.push_back(m->channel->Describe());
+  return absl::StrCat("relay to ", members.size(), " downstream(s) (", absl::StrJoin(members, ", "),
+                      ") from device ", env_.spec.device);
+}
+
+}  // namespace wsync

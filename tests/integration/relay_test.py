@@ -1,0 +1,274 @@
+"""The node relay end to end in host mode: an upstream wsyncd whose relay group's members are
+downstream wsyncds, each subscribed over TLS with a relay token and feeding its own engine
+simulator from its own slots, the TCP collective standing in for NCCL between the daemons.
+
+- A trainer's push to the upstream lands bit-exact on every downstream's engine; the trainer's
+  result lists each downstream with the engines it fed.
+- Subscriptions are refused with a clear error for a node the relay group does not name, and for
+  a token that does not name the group; nothing is delivered.
+- A downstream killed mid-update is dropped at the bucket deadline, the update commits on the
+  quorum, no engine holds a mixed version, and the downstream, restarted, subscribes again and
+  takes the next update whole.
+
+Usage: relay_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_SIM
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from process_support import (client_test_arguments, crc, free_port, mixed_dtype_model,  # noqa: E402
+                             sglang_engine, sim_state, state_environment, wait_port)
+
+WSYNCD, WSYNCCTL, _, _, SIM = client_test_arguments()
+SGLANG_SIM = sglang_engine(SIM)
+
+import numpy as np  # noqa: E402
+import wsync  # noqa: E402
+
+
+def big_model(seed, tensors=12, elements=200_000):
+    """float32 tensors of 800 KB each: with 1 MiB slots, one tensor per bucket, so an update is
+    many buckets and a kill lands mid-update."""
+    rng = np.random.default_rng(seed)
+    return [(f"model.layers.{i}.weight", rng.standard_normal(elements).astype(np.float32))
+            for i in range(tensors)]
+
+
+class RelayCase(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="wsync-relay-")
+        self.procs = {}
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-addext",
+                        "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                        "-keyout", self.path("key.pem"), "-out", self.path("cert.pem")],
+                       check=True, capture_output=True)
+        for name, secret in (("trainer", "trainer-secret-1"), ("admin", "admin-secret-2"),
+                             ("relay", "relay-secret-3"), ("other", "relay-secret-4")):
+            with open(self.path(name + ".token"), "w") as f:
+                f.write(secret + "\n")
+
+    def tearDown(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def spawn(self, name, argv):
+        folder = self.path(name + ".d")
+        os.makedirs(folder, exist_ok=True)
+        with open(self.path(name + ".log"), "a") as out:
+            self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                                env=state_environment(folder))
+
+    def log(self, name):
+        with open(self.path(name + ".log"), errors="replace") as f:
+            return f.read()
+
+    def wait_log(self, name, text, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if text in self.log(name):
+                return
+            time.sleep(0.05)
+        self.fail(f"{name}'s log never said {text!r} within {timeout} s:\n{self.log(name)[-3000:]}")
+
+    def wait_socket(self, sock):
+        deadline = time.time() + 10
+        while not os.path.exists(sock) and time.time() < deadline:
+            time.sleep(0.02)
+
+    def upstream(self, members, quorum=0, bucket_timeout="3"):
+        """The trainer's node: relay group 'policy' whose members are `members` (node names)."""
+        self.up_port = free_port()
+        self.up_sock = self.path("up.sock")  # ctl("up", ...) finds it
+        group = {"name": "policy", "kind": "wsyncd", "transport": "relay",
+                 "engines": [{"url": f"wsyncd://{m}"} for m in members]}
+        if quorum:
+            group["quorum"] = quorum
+        with open(self.path("up.json"), "w") as f:
+            json.dump({"groups": [group]}, f)
+        self.spawn("up", [WSYNCD, "--mode", "host", "--config", self.path("up.json"),
+                          "--socket", self.up_sock, "--listen", f"127.0.0.1:{self.up_port}",
+                          "--tls-cert", self.path("cert.pem"), "--tls-key", self.path("key.pem"),
+                          "--token-file", self.path("trainer.token"),
+                          "--admin-token-file", self.path("admin.token"),
+                          "--relay-token-file", self.path("relay.token") + "=policy",
+                          "--relay-token-file", self.path("other.token") + "=other",
+                          "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
+                          "--bucket-timeout", bucket_timeout])
+        self.wait_socket(self.up_sock)
+        wait_port(self.up_port)
+
+    def downstream(self, node, token="relay", engine_port=None, engine_flags=()):
+        """A rollout node: its engine simulator, and its wsyncd feeding local group 'policy'
+        from the upstream's. Returns the engine's port."""
+        port = engine_port or free_port()
+        if f"engine-{node}" not in self.procs or self.procs[f"engine-{node}"].poll() is not None:
+            self.spawn(f"engine-{node}", [*SGLANG_SIM, "--port", str(port), *engine_flags])
+            wait_port(port)
+        sock = self.path(f"{node}.sock")
+        with open(self.path(f"{node}.json"), "w") as f:
+            json.dump({"groups": [{"name": "policy", "kind": "sglang", "transport": "broadcast",
+                                   "engines": [{"url": f"http://127.0.0.1:{port}"}]}]}, f)
+        feed = ",".join([f"upstream=127.0.0.1:{self.up_port}", "group=policy", f"node={node}",
+                         f"token_file={self.path(token + '.token')}",
+                         f"ca_file={self.path('cert.pem')}", "server_name=localhost"])
+        self.spawn(node, [WSYNCD, "--mode", "host", "--config", self.path(f"{node}.json"),
+                          "--socket", sock, "--slot-bytes", "1MiB", "--slots", "2",
+                          "--bind-address", "127.0.0.1", "--bucket-timeout", "3",
+                          "--relay-feed", feed])
+        self.wait_socket(sock)
+        return port
+
+    def ctl(self, daemon, *args):
+        return subprocess.run([WSYNCCTL, "--socket", self.path(f"{daemon}.sock"), *args],
+                              capture_output=True, text=True)
+
+    def push(self, version, model):
+        with wsync.Client("unix:" + self.up_sock, device=0) as client:
+            return client.push(model, version=version, group="policy")
+
+    def assert_holds(self, port, model):
+        state = sim_state(port)
+        for rank, tensors in state["ranks"].items():
+            for item in model:
+                self.assertEqual(tensors.get(item[0]), crc(item[1]),
+                                 f"{port} rank {rank} {item[0]}")
+        return state
+
+
+class RelayTest(RelayCase):
+    def test_a_push_lands_on_every_downstreams_engine_and_the_result_lists_them(self):
+        self.upstream(["node-b", "node-c"])
+        ports = {n: self.downstream(n) for n in ("node-b", "node-c")}
+        for n in ports:
+            self.wait_log(n, "relay: subscribed to")
+        for version, seed in (("v1", 1), ("v2", 2)):
+            model = mixed_dtype_model(seed)
+            result = self.push(version, model)
+            engines = {e["engine"]: e for e in result["engines"]}
+            self.assertEqual(set(engines), {"wsyncd://node-b", "wsyncd://node-c"}, result)
+            for n, port in ports.items():
+                member = engines[f"wsyncd://{n}"]
+                self.assertTrue(member["ok"], member)
+                self.assertEqual(member["relayed"],
+                                 [f"{n} engine http://127.0.0.1:{port}: committed"], member)
+                self.assert_holds(port, model)
+                self.assertEqual(sim_state(port).get("weight_version"), version)
+        listed = self.ctl("node-b", "--json", "group", "policy")
+        self.assertEqual(json.loads(listed.stdout)["last_version"], "v2", listed.stdout)
+        # wsyncctl relay on either side: the upstream's subscribers with their versions and lag,
+        # the downstream's feed.
+        up = json.loads(self.ctl("up", "--json", "relay").stdout)
+        self.assertEqual(sorted((s["node"], s["last_version"], s.get("versions_behind", 0))
+                                for s in up["subscribers"]),
+                         [("node-b", "v2", 0), ("node-c", "v2", 0)], up)
+        down = json.loads(self.ctl("node-b", "--json", "relay").stdout)
+        feed = down["feeds"][0]
+        self.assertEqual((feed["upstream"], feed["group"], feed["local_group"], feed["subscribed"],
+                          feed["last_version"], feed["updates_committed"]),
+                         (f"127.0.0.1:{self.up_port}", "policy", "policy", True, "v2", "2"), down)
+        self.assertIn("node-c", self.ctl("up", "relay").stdout)
+
+    def test_a_node_the_group_does_not_name_or_a_token_for_another_group_is_refused(self):
+        self.upstream(["node-b"])
+        port_x = self.downstream("node-x")
+        self.wait_log("node-x", "node node-x is not a member of group 'policy' "
+                                "(its members: wsyncd://node-b)")
+        port_b = self.downstream("node-b", token="other")
+        self.wait_log("node-b", "relay token does not name group 'policy' (it names other)")
+        with self.assertRaises(wsync.WsyncError) as failed:
+            self.push("v1", mixed_dtype_model(1))
+        self.assertIn("node-b has not subscribed to group 'policy'", failed.exception.message)
+        for port in (port_x, port_b):
+            self.assertEqual(sim_state(port).get("weight_version"), "default")
+
+
+class RelayFaultTest(RelayCase):
+    def test_a_downstream_killed_mid_update_is_dropped_and_catches_up_when_back(self):
+        self.upstream(["node-b", "node-c"], quorum=1, bucket_timeout="2")
+        # Each engine takes 40 ms per bucket: an update lasts long enough to be cut.
+        ports = {n: self.downstream(n, engine_flags=("--answer-delay-ms", "40"))
+                 for n in ("node-b", "node-c")}
+        for n in ports:
+            self.wait_log(n, "relay: subscribed to")
+        first = big_model(1)
+        start = time.time()
+        self.push("v1", first)
+        undisturbed = time.time() - start
+        for port in ports.values():
+            self.assert_holds(port, first)
+        # node-c's wsyncd dies while v2 crosses (its engine lives on, holding v1 whole).
+        second = big_model(2)
+        before = sim_state(ports["node-c"])["updates_received"]
+
+        def kill_soon():
+            # Once node-c's engine has loaded 3 buckets of v2.
+            deadline = time.time() + 20
+            while (sim_state(ports["node-c"])["updates_received"] < before + 3 and
+                   time.time() < deadline):
+                time.sleep(0.005)
+            self.procs["node-c"].send_signal(signal.SIGKILL)
+            self.procs["node-c"].wait()
+        killer = threading.Thread(target=kill_soon)
+        killer.start()
+        start = time.time()
+        result = self.push("v2", second)
+        took = time.time() - start
+        killer.join()
+        engines = {e["engine"]: e for e in result["engines"]}
+        self.assertTrue(engines["wsyncd://node-b"]["ok"], result)
+        self.assertFalse(engines["wsyncd://node-c"]["ok"], result)
+        print(f"undisturbed {undisturbed:.2f} s, with the kill {took:.2f} s", file=sys.stderr)
+        self.assertLess(took, undisturbed + 2 + 1, result)
+        self.assert_holds(ports["node-b"], second)
+        # Never serving a mix: node-c's engine took part of v2 and stays paused until a whole
+        # version comes.
+        held = sim_state(ports["node-c"])
+        self.assertGreaterEqual(held["updates_received"], before + 3, held)
+        whole = [m for m in (first, second)
+                 if all(t.get(n) == crc(a) for t in held["ranks"].values() for n, a in m)]
+        self.assertEqual(whole, [], "v2 was cut mid-way on node-c")
+        self.assertTrue(held["paused"], held)
+        # Back: it subscribes again and takes the next version whole.
+        self.downstream("node-c", engine_port=ports["node-c"])
+        deadline = time.time() + 20
+        while True:
+            lag = {s["node"]: s for s in json.loads(self.ctl("up", "--json", "relay").stdout).get(
+                "subscribers", [])}
+            if "node-c" in lag or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        self.assertEqual(lag["node-c"]["last_version"], "v1", lag)
+        self.assertEqual(lag["node-c"]["versions_behind"], 1, lag)
+        third = big_model(3)
+        deadline = time.time() + 30
+        while True:
+            result = self.push("v3", third)
+            if all(e["ok"] for e in result["engines"]) or time.time() > deadline:
+                break
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        for port in ports.values():
+            self.assert_holds(port, third)
+            self.assertFalse(sim_state(port)["paused"], port)
+
+
+if __name__ == "__main__":
+    unittest.main()
