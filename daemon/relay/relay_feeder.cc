@@ -393,6 +393,11 @@ void RelayFeeder::Run() {
         ssl.pem_root_certs = *ca;
         grpc::ChannelArguments args;
         if (!options_.server_name.empty()) args.SetSslTargetNameOverride(options_.server_name);
+        // Each attempt connects afresh: gRPC's shared subchannels would carry the backoff of the
+        // failed attempts over (up to minutes), so an upstream back on its port would wait.
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
+        args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
         auto channel = grpc::CreateCustomChannel(
             options_.upstream,
             grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl),

@@ -141,6 +141,11 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   quota.SetMaxThreads(options.max_threads);
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, kMaxCallsPerConnection);
+  // The server pings its peers: a peer that vanished without a word (its host gone, a cable cut)
+  // is noticed within a minute, and its long streams (a relay subscription, a held session) free
+  // their server threads. Clients answer pings by default; nothing is asked of them.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
   builder.AddChannelArgument(
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(options.handshake_timeout),

@@ -94,9 +94,9 @@ class RelayCase(unittest.TestCase):
         while not os.path.exists(sock) and time.time() < deadline:
             time.sleep(0.02)
 
-    def upstream(self, members, quorum=0, bucket_timeout="3"):
+    def upstream(self, members, quorum=0, bucket_timeout="3", port=None):
         """The trainer's node: relay group 'policy' whose members are `members` (node names)."""
-        self.up_port = free_port()
+        self.up_port = port or free_port()
         self.up_sock = self.path("up.sock")  # ctl("up", ...) finds it
         group = {"name": "policy", "kind": "wsyncd", "transport": "relay",
                  "engines": [{"url": f"wsyncd://{m}"} for m in members]}
@@ -141,6 +141,20 @@ class RelayCase(unittest.TestCase):
         return subprocess.run([WSYNCCTL, "--socket", self.path(f"{daemon}.sock"), *args],
                               capture_output=True, text=True)
 
+    def wait_subscribed(self, node, timeout=20):
+        """Waits until the upstream lists `node` among its subscribers; returns them by node."""
+        deadline = time.time() + timeout
+        while True:
+            listed = self.ctl("up", "--json", "relay")
+            subscribers = {s["node"]: s for s in
+                           (json.loads(listed.stdout).get("subscribers", [])
+                            if listed.returncode == 0 else [])}
+            if node in subscribers:
+                return subscribers
+            if time.time() > deadline:
+                self.fail(f"{node} never subscribed: {listed.stdout} {listed.stderr}")
+            time.sleep(0.1)
+
     def push(self, version, model):
         with wsync.Client("unix:" + self.up_sock, device=0) as client:
             return client.push(model, version=version, group="policy")
@@ -159,7 +173,7 @@ class RelayTest(RelayCase):
         self.upstream(["node-b", "node-c"])
         ports = {n: self.downstream(n) for n in ("node-b", "node-c")}
         for n in ports:
-            self.wait_log(n, "relay: subscribed to")
+            self.wait_subscribed(n)
         for version, seed in (("v1", 1), ("v2", 2)):
             model = mixed_dtype_model(seed)
             result = self.push(version, model)
@@ -208,7 +222,7 @@ class RelayFaultTest(RelayCase):
         ports = {n: self.downstream(n, engine_flags=("--answer-delay-ms", "40"))
                  for n in ("node-b", "node-c")}
         for n in ports:
-            self.wait_log(n, "relay: subscribed to")
+            self.wait_subscribed(n)
         first = big_model(1)
         start = time.time()
         self.push("v1", first)
@@ -249,13 +263,7 @@ class RelayFaultTest(RelayCase):
         self.assertTrue(held["paused"], held)
         # Back: it subscribes again and takes the next version whole.
         self.downstream("node-c", engine_port=ports["node-c"])
-        deadline = time.time() + 20
-        while True:
-            lag = {s["node"]: s for s in json.loads(self.ctl("up", "--json", "relay").stdout).get(
-                "subscribers", [])}
-            if "node-c" in lag or time.time() > deadline:
-                break
-            time.sleep(0.1)
+        lag = self.wait_subscribed("node-c")
         self.assertEqual(lag["node-c"]["last_version"], "v1", lag)
         self.assertEqual(lag["node-c"]["versions_behind"], 1, lag)
         third = big_model(3)
@@ -268,6 +276,59 @@ class RelayFaultTest(RelayCase):
         for port in ports.values():
             self.assert_holds(port, third)
             self.assertFalse(sim_state(port)["paused"], port)
+
+    def test_the_upstream_dying_mid_update_aborts_the_downstreams_update(self):
+        self.upstream(["node-b"], bucket_timeout="2")
+        port = self.downstream("node-b", engine_flags=("--answer-delay-ms", "40"))
+        self.wait_log("node-b", "relay: subscribed to")
+        first = big_model(1)
+        self.push("v1", first)
+        self.assert_holds(port, first)
+        before = sim_state(port)["updates_received"]
+
+        def slowly(model):
+            # A trainer that produces a tensor every 50 ms: the update is open for a while.
+            for item in model:
+                time.sleep(0.05)
+                yield item
+
+        def push_v2():
+            try:
+                self.push("v2", slowly(big_model(2)))
+            except wsync.WsyncError:
+                pass  # the upstream died under it
+        trainer = threading.Thread(target=push_v2)
+        trainer.start()
+        deadline = time.time() + 20
+        while sim_state(port)["updates_received"] < before + 3 and time.time() < deadline:
+            time.sleep(0.005)
+        self.procs["up"].send_signal(signal.SIGKILL)
+        self.procs["up"].wait()
+        killed = time.time()
+        trainer.join(timeout=30)
+        # The downstream hears the stream end and aborts its local update at once: its group is
+        # no longer updating, and its engine, which took part of v2, waits paused for a whole
+        # version instead of serving a mix.
+        while time.time() < killed + 3 + 1:
+            group = json.loads(self.ctl("node-b", "--json", "group", "policy").stdout)
+            if group.get("state") != "GROUP_STATE_UPDATING":
+                break
+            time.sleep(0.05)
+        self.assertNotEqual(group.get("state"), "GROUP_STATE_UPDATING", group)
+        self.assertLess(time.time() - killed, 3 + 1)
+        self.wait_log("node-b", "is aborted: ")
+        held = sim_state(port)
+        self.assertEqual(held["weight_version"], "v1", held)
+        self.assertTrue(held["paused"], held)
+        # The upstream back on its port: the downstream subscribes again, and the next version
+        # lands whole and resumes the engine.
+        self.upstream(["node-b"], bucket_timeout="2", port=self.up_port)
+        self.wait_subscribed("node-b")
+        third = big_model(3)
+        result = self.push("v3", third)
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        self.assert_holds(port, third)
+        self.assertFalse(sim_state(port)["paused"])
 
 
 if __name__ == "__main__":
