@@ -15,6 +15,7 @@
 #include "daemon/core/peer_text.h"
 #include "daemon/core/trainer_feeds.h"
 #include "daemon/relay/relay_channel.h"
+#include "daemon/relay/relay_frames.h"
 #include "daemon/relay/subscription.h"
 #include "daemon/wire/manifest_proto.h"
 #include "grpcpp/grpcpp.h"
@@ -221,13 +222,9 @@ absl::Status RelayFeeder::Subscription::Bucket(const v1::RelayBucket& bucket) {
     return refuse(absl::FailedPreconditionError("a bucket with no update open"));
   }
   if (pair_ == nullptr) return refuse(absl::FailedPreconditionError("a bucket with no pair"));
-  absl::StatusOr<BucketManifest> manifest = ManifestFromTensorSpecs(bucket.tensors());
+  absl::StatusOr<BucketManifest> manifest =
+      ReadRelayBucket(bucket, slots_.empty() ? 0 : slots_[0]->bytes());
   if (!manifest.ok()) return refuse(manifest.status());
-  const uint64_t slot_bytes = slots_.empty() ? 0 : slots_[0]->bytes();
-  if (absl::Status s = ValidateManifest(*manifest, slot_bytes); !s.ok()) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("bucket ", bucket.index(), " does not fit a slot here: ", s.message())));
-  }
   uint32_t slot = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -190,3 +190,31 @@ write("relay_subscribe", "nccl", subscribe(platform="cuda", nccl="2.28.9"))
 write("relay_subscribe", "small-slots", subscribe(slot_bytes=4096))
 write("relay_subscribe", "protocol-2", subscribe(protocol=2))
 write("relay_subscribe", "duplicate", subscribe(groups=("ref", "ref")))
+
+# --- relay_bucket: a serialized wsync.v1.RelayDown carrying a bucket request (by hand) ----------
+
+
+def tensor(name, dtype, shape, offset, length):
+    body = pb_bytes(1, name) + pb_bytes(2, dtype)
+    for d in shape:
+        body += pb_int(3, d)
+    return body + pb_int(4, offset) + pb_int(5, length)
+
+
+def relay_bucket(tensors, index=0, last=False, checksum=0x1234):
+    bucket = pb_int(1, index) + (pb_int(2, 1) if last else b"")
+    for t in tensors:
+        bucket += pb_bytes(3, tensor(*t))
+    bucket += pb_int(4, checksum)
+    request = pb_int(1, 7) + pb_bytes(4, bucket)
+    return pb_bytes(2, request)
+
+
+write("relay_bucket", "two-tensors", relay_bucket([("a", "float32", (4, 4), 0, 64),
+                                                   ("b", "bfloat16", (8,), 64, 16)]))
+write("relay_bucket", "last", relay_bucket([("w", "int64", (2,), 0, 16)], index=9, last=True))
+write("relay_bucket", "past-the-slot", relay_bucket([("w", "uint8", (16,), (1 << 20) - 8, 16)]))
+write("relay_bucket", "overlap", relay_bucket([("a", "uint8", (16,), 0, 16),
+                                               ("b", "uint8", (16,), 8, 16)]))
+write("relay_bucket", "bad-dtype", relay_bucket([("a", "float7", (4,), 0, 4)]))
+write("relay_bucket", "wrapping", relay_bucket([("a", "uint8", (16,), (1 << 64) - 8, 16)]))
