@@ -18,6 +18,10 @@ absl::string_view MemoryKindName(MemoryKind kind) {
   return "unknown";
 }
 
+absl::string_view ResidentMediumName(ResidentMedium medium) {
+  return medium == ResidentMedium::kGpu ? "gpu" : "host";
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<SlotMemory>>> Platform::AllocateSlots(int device,
                                                                                  uint32_t count,
                                                                                  uint64_t bytes) {

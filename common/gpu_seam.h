@@ -202,6 +202,26 @@ class PeerCommunicator {
   virtual std::string Describe() const = 0;
 };
 
+// Where a relay's downstream keeps the last version it received whole, apart from its slots
+// (docs/RELAY.md, "Resident version"): in host memory or on the GPU.
+enum class ResidentMedium { kHost, kGpu };
+absl::string_view ResidentMediumName(ResidentMedium medium);  // "host", "gpu"
+
+// One bucket's bytes kept apart from the slots, in one medium, for as long as the object lives.
+class ResidentMemory {
+ public:
+  virtual ~ResidentMemory() = default;
+  virtual ResidentMedium medium() const = 0;
+  virtual uint64_t bytes() const = 0;
+  // Copies the slot's first bytes() bytes in, after the slot's producer's writes; done when it
+  // returns. OUT_OF_RANGE when the slot is smaller.
+  virtual absl::Status CopyFromSlot(SlotMemory& slot) = 0;
+  // Copies them into the slot's first bytes() bytes; done when it returns, so whatever reads the
+  // slot next (a checksum, a broadcast, an engine) sees them. OUT_OF_RANGE when the slot is
+  // smaller.
+  virtual absl::Status CopyToSlot(SlotMemory& slot) = 0;
+};
+
 class Platform {
  public:
   virtual ~Platform() = default;
@@ -243,6 +263,14 @@ class Platform {
   // ("2.28.9"); empty where none is (host mode).
   virtual std::vector<std::pair<std::string, std::string>> LoadedNcclLibraries() const {
     return {};
+  }
+  // Memory for one resident bucket of `bytes` on `device` (kGpu) or in its host's memory
+  // (kHost: pinned on GPUs, so copies run at the link's rate). RESOURCE_EXHAUSTED when the medium
+  // has no room.
+  virtual absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(int device,
+                                                                           ResidentMedium medium,
+                                                                           uint64_t bytes) {
+    return absl::UnimplementedError("this platform keeps no resident copy");
   }
   // The version of the NCCL groups get when they name none (wsyncd's --nccl-lib), "2.28.9";
   // empty where none is loaded (host mode). Two daemons relay only between equal versions.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/cuda/cuda_devices.h"
+#include "common/cuda/cuda_resident.h"
 #include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_source.h"
 #include "common/cuda/cuda_status.h"
@@ -56,6 +57,12 @@ class CudaPlatform final : public Platform {
     WSYNC_ASSIGN_OR_RETURN(
         auto comm, NcclPeerCommunicator::Join(nccl, device, unique_id, rank, world_size, deadline));
     return std::unique_ptr<PeerCommunicator>(std::move(comm));
+  }
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(int device,
+                                                                   ResidentMedium medium,
+                                                                   uint64_t bytes) override {
+    WSYNC_ASSIGN_OR_RETURN(auto resident, CudaResident::Create(device, medium, bytes));
+    return std::unique_ptr<ResidentMemory>(std::move(resident));
   }
   // A CUDA IPC handle is the exporting process's to give: the session tag names nothing here.
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,

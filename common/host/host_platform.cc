@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "common/host/host_collective.h"
 #include "common/host/host_peer_communicator.h"
+#include "common/host/host_resident.h"
 #include "common/host/host_source.h"
 #include "common/host/shm_slot.h"
 
@@ -60,6 +61,14 @@ absl::StatusOr<std::unique_ptr<PeerCommunicator>> HostPlatform::JoinCommunicator
   auto comm = HostPeerCommunicator::Join(unique_id, rank, world_size, deadline);
   if (!comm.ok()) return comm.status();
   return std::unique_ptr<PeerCommunicator>(std::move(*comm));
+}
+
+absl::StatusOr<std::unique_ptr<ResidentMemory>> HostPlatform::AllocateResident(
+    int device, ResidentMedium medium, uint64_t bytes) {
+  if (device < 0 || device >= kDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("no host-mode device ", device));
+  }
+  return AllocateHostResident(medium, bytes);
 }
 
 }  // namespace wsync

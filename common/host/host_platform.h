@@ -28,6 +28,10 @@ class HostPlatform final : public Platform {
   absl::StatusOr<std::unique_ptr<SourceMemory>> MapSource(int device, const std::string& handle,
                                                           uint64_t bytes,
                                                           const std::string& session_tag) override;
+  // Heap memory for either medium (AllocateHostResident).
+  absl::StatusOr<std::unique_ptr<ResidentMemory>> AllocateResident(int device,
+                                                                   ResidentMedium medium,
+                                                                   uint64_t bytes) override;
   // kDevices pseudo-GPUs: HostDeviceUuid(0), HostDeviceUuid(1), ...
   absl::StatusOr<std::vector<std::string>> DeviceUuids() const override;
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 #include "common/cuda/cuda_platform.h"
+#include "common/cuda/cuda_resident.h"
 #include "common/cuda/cuda_slot.h"
 #include "common/cuda/cuda_source.h"
 #include "common/cuda/cuda_status.h"
@@ -390,6 +391,42 @@ TEST(NcclPeer, PiecesBroadcastFromOneSlotLandInAPeersSlotOnAnotherGpu) {
         << "piece at " << p.offset;
   }
   EXPECT_EQ(out[(40 << 20) + 3], 0) << "nothing beyond the pieces was written";
+}
+
+// The node relay's resident copy: a slot's bytes kept on the GPU or in pinned host memory and
+// put back into another slot, byte for byte, with the copy rate of each medium printed.
+TEST(CudaResident, ABucketKeptInEitherMediumComesBackByteForByte) {
+  SKIP_WITHOUT_GPU();
+  constexpr uint64_t kBytes = uint64_t{256} << 20;
+  auto from = CudaSlot::Create(0, kBytes);
+  auto to = CudaSlot::Create(0, kBytes);
+  ASSERT_TRUE(from.ok() && to.ok());
+  const std::vector<uint8_t> pattern = Pattern(kBytes, 17);
+  ASSERT_EQ(cudaMemcpy((*from)->data(), pattern.data(), kBytes, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  for (ResidentMedium medium : {ResidentMedium::kGpu, ResidentMedium::kHost}) {
+    auto resident = CudaResident::Create(0, medium, kBytes);
+    ASSERT_TRUE(resident.ok()) << resident.status();
+    ASSERT_EQ(cudaMemset((*to)->data(), 0, kBytes), cudaSuccess);
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_TRUE((*resident)->CopyFromSlot(**from).ok());
+    const auto kept = std::chrono::steady_clock::now();
+    ASSERT_TRUE((*resident)->CopyToSlot(**to).ok());
+    const auto back = std::chrono::steady_clock::now();
+    std::vector<uint8_t> out(kBytes);
+    ASSERT_EQ(cudaMemcpy(out.data(), (*to)->data(), kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(out, pattern) << ResidentMediumName(medium);
+    const auto gibs = [&](auto d) {
+      return kBytes / std::chrono::duration<double>(d).count() / (1 << 30);
+    };
+    std::printf("resident %s: keep %.1f GiB/s, put back %.1f GiB/s (256 MiB)\n",
+                std::string(ResidentMediumName(medium)).c_str(), gibs(kept - start),
+                gibs(back - kept));
+  }
+  auto small = CudaSlot::Create(0, 4096);
+  auto resident = CudaResident::Create(0, ResidentMedium::kGpu, kBytes);
+  ASSERT_TRUE(small.ok() && resident.ok());
+  EXPECT_EQ((*resident)->CopyToSlot(**small).code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(CudaStatus, ErrorsCarryTheCallAndCudasText) {
