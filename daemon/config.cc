@@ -95,6 +95,8 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
                                                  "admin_token_file",
                                                  "relay_tokens",
                                                  "relay_feeds",
+                                                 "resident",
+                                                 "resident_bytes",
                                                  "insecure_listen",
                                                  "max_streams_per_connection",
                                                  "max_streams_per_caller",
@@ -201,6 +203,18 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
       }
       config->relay_feeds.push_back(std::move(feed));
     }
+  }
+  if (j.contains("resident")) {
+    auto text = AsString(j["resident"], "resident");
+    if (!text.ok()) return in_file(text.status());
+    auto medium = ParseResidentMedium(*text);
+    if (!medium.ok()) return in_file(medium.status());
+    config->resident.medium = *medium;
+  }
+  if (j.contains("resident_bytes")) {
+    auto bytes = ByteSizeValue(j["resident_bytes"], "resident_bytes");
+    if (!bytes.ok()) return in_file(bytes.status());
+    config->resident.cap_bytes = *bytes;
   }
   if (j.contains("insecure_listen")) {
     auto insecure = AsBool(j["insecure_listen"], "insecure_listen");

@@ -33,6 +33,8 @@ struct DaemonConfig {
   double log_repeat_seconds = 10;
   // The upstream relay groups that feed local groups here (this node is a relay's downstream).
   std::vector<RelayFeedOptions> relay_feeds;
+  // Whether the relay feeds keep the last version they received whole, where, and the cap.
+  ResidentOptions resident;
 };
 
 // Parses "512MiB", "1GiB", "4096", "2G" into bytes.

@@ -49,6 +49,8 @@ struct RawFlags {
   std::string state_dir;
   std::vector<std::string> relay_token_files;  // FILE=GROUP[,GROUP...] each
   std::vector<std::string> relay_feeds;        // KEY=VALUE,... each
+  std::string resident;                        // none, host, gpu; "" keeps the config's
+  std::string resident_bytes;                  // "" keeps the config's
 };
 
 // "--relay-token-file FILE=GROUP[,GROUP...]": a relay token and the groups it admits to.
@@ -111,6 +113,15 @@ void AddServerFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& 
                             "repeat for more feeds")
                  ->allow_extra_args(false),
              [&c](const DaemonConfig& f) { c.relay_feeds = f.relay_feeds; });
+  table.Bind(app.add_option("--resident", raw.resident,
+                            "none|host|gpu: a relay feed keeps the last version it received "
+                            "whole there, and brings engines that restart (or a group created "
+                            "later) to it with no trainer (default none)"),
+             [&c](const DaemonConfig& f) { c.resident = f.resident; });
+  table.Bind(app.add_option("--resident-bytes", raw.resident_bytes,
+                            "the most memory the resident version may take (default 64GiB); a "
+                            "version larger is not kept, saying so"),
+             [&c](const DaemonConfig& f) { c.resident.cap_bytes = f.resident.cap_bytes; });
   table.Bind(app.add_flag("--insecure-listen", s.insecure_listen,
                           "serve --listen as plain TCP without tokens, every caller a trainer "
                           "(trusted networks only)"),
@@ -292,6 +303,25 @@ absl::Status CompleteConfig(const RawFlags& raw, DaemonConfig& c) {
       if (!parsed.ok()) return parsed.status();
       c.server.relay_token_files.push_back(*std::move(parsed));
     }
+  }
+  if (!raw.resident.empty()) {
+    auto medium = ParseResidentMedium(raw.resident);
+    if (!medium.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--resident: ", medium.status().message()));
+    }
+    c.resident.medium = *medium;
+  }
+  if (!raw.resident_bytes.empty()) {
+    auto bytes = ParseByteSize(raw.resident_bytes);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resident-bytes: ", bytes.status().message()));
+    }
+    c.resident.cap_bytes = *bytes;
+  }
+  if (c.resident.medium.has_value() && c.relay_feeds.empty() && raw.relay_feeds.empty()) {
+    return absl::InvalidArgumentError(
+        "--resident keeps what a relay feed receives: give --relay-feed (or relay_feeds) too");
   }
   if (!raw.relay_feeds.empty()) {
     c.relay_feeds.clear();

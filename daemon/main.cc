@@ -129,7 +129,7 @@ int Serve(wsync::DaemonConfig& config, std::unique_ptr<wsync::Platform> platform
     return Fail(std::string(s.message()));
   }
   // Each relay feed subscribes once the groups it feeds exist.
-  (*server)->StartRelayFeeds(config.relay_feeds);
+  (*server)->StartRelayFeeds(config.relay_feeds, config.resident);
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
             " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",
             config.daemon.slot_bytes, " bytes per device)");

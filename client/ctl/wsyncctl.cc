@@ -553,6 +553,13 @@ class Ctl {
                 b.state(), b.owner_session().empty() ? "-" : b.owner_session()});
     }
     t.Print(std::cout);
+    // A relay feed's resident version is memory of the daemon's too.
+    v1::RelayStatus relay;
+    if (admin()->GetRelay(Context().get(), v1::GetRelayRequest(), &relay).ok() &&
+        !relay.residents().empty()) {
+      std::cout << "\n";
+      PrintResidents(relay);
+    }
     return 0;
   }
 
@@ -599,7 +606,7 @@ class Ctl {
     auto s = admin()->GetRelay(Context().get(), v1::GetRelayRequest(), &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
-    if (resp.subscribers().empty() && resp.feeds().empty()) {
+    if (resp.subscribers().empty() && resp.feeds().empty() && resp.residents().empty()) {
       std::cout << "no relay: no downstream subscribed here, and no relay feed configured\n";
       return 0;
     }
@@ -627,7 +634,21 @@ class Ctl {
       }
       t.Print(std::cout);
     }
+    PrintResidents(resp);
     return 0;
+  }
+
+  // Each relay feed's resident version, as `relay` and `buffers` show it.
+  static void PrintResidents(const v1::RelayStatus& resp) {
+    if (resp.residents().empty()) return;
+    std::cout << "resident versions (kept for engines that restart):\n";
+    Table t({"LOCAL GROUP", "MEDIUM", "VERSION", "BUCKETS", "BYTES", "CAP", "NOTE"});
+    for (const auto& r : resp.residents()) {
+      t.AddRow({r.local_group(), r.medium(), r.version().empty() ? "-" : r.version(),
+                absl::StrCat(r.buckets()), HumanBytes(r.bytes()), HumanBytes(r.cap_bytes()),
+                r.why_none()});
+    }
+    t.Print(std::cout);
   }
 
   int CreateGroup(const std::string& name, const std::string& kind,

@@ -12,7 +12,11 @@ RelayChannel::RelayChannel(std::string subscriber_id, RelaySubscription subscrip
     : subscriber_id_(std::move(subscriber_id)),
       subscription_(std::move(subscription)),
       write_(std::move(write)),
-      cancel_(std::move(cancel)) {}
+      cancel_(std::move(cancel)) {
+  writer_ = std::thread([this] { WriteLoop(); });
+}
+
+RelayChannel::~RelayChannel() { Shutdown(); }
 
 std::string RelayChannel::Describe() const {
   return absl::StrCat("node ", SanitizePeerText(subscription_.node, kMaxRelayText), " (",
@@ -20,28 +24,43 @@ std::string RelayChannel::Describe() const {
 }
 
 absl::StatusOr<uint64_t> RelayChannel::Send(v1::RelayRequest request) {
-  uint64_t id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_.ok()) return closed_;
-    id = next_id_++;
-    pending_.emplace(id, std::nullopt);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!closed_.ok()) return closed_;
+  if (queue_.size() >= kMaxQueued) {
+    lock.unlock();
+    const absl::Status stuck = absl::UnavailableError(
+        absl::StrCat(Describe(), " reads nothing: ", kMaxQueued, " requests wait to be written"));
+    Close(stuck);
+    Cancel();
+    return stuck;
   }
+  const uint64_t id = next_id_++;
+  pending_.emplace(id, std::nullopt);
   request.set_id(id);
   v1::RelayDown down;
   *down.mutable_request() = std::move(request);
-  bool written = false;
-  {
-    std::lock_guard<std::mutex> lock(write_mu_);
-    if (writable_) written = write_(down);
-  }
-  if (!written) {
-    Close(absl::UnavailableError(absl::StrCat("the subscription of ", Describe(), " broke")));
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.erase(id);
-    return closed_;
-  }
+  queue_.push_back(std::move(down));
+  cv_.notify_all();
   return id;
+}
+
+void RelayChannel::WriteLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return !queue_.empty() || !closed_.ok(); });
+    if (!closed_.ok()) return;
+    v1::RelayDown down = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    lock.unlock();
+    const bool written = write_(down);
+    lock.lock();
+    writing_ = false;
+    if (!written && closed_.ok()) {
+      closed_ = absl::UnavailableError(absl::StrCat("the subscription of ", Describe(), " broke"));
+      cv_.notify_all();
+    }
+  }
 }
 
 absl::StatusOr<v1::RelayReply> RelayChannel::Await(uint64_t id, absl::Time deadline) {
@@ -54,8 +73,13 @@ absl::StatusOr<v1::RelayReply> RelayChannel::Await(uint64_t id, absl::Time deadl
   while (!ready()) {
     if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout && !ready()) {
       pending_.erase(it);
-      return absl::DeadlineExceededError(
+      const absl::Status late = absl::DeadlineExceededError(
           absl::StrCat(Describe(), " did not answer relay request ", id, " in time"));
+      lock.unlock();
+      // Its stream is of no more use: the downstream subscribes again, afresh.
+      Close(absl::UnavailableError(late.message()));
+      Cancel();
+      return late;
     }
   }
   if (!it->second.has_value()) {
@@ -73,11 +97,16 @@ absl::StatusOr<v1::RelayReply> RelayChannel::Call(v1::RelayRequest request, absl
   return Await(*id, deadline);
 }
 
+void RelayChannel::Forget(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.erase(id);
+}
+
 absl::Status RelayChannel::Deliver(v1::RelayReply reply) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(reply.id());
   if (it == pending_.end() || it->second.has_value()) {
-    // A reply to a request that timed out here arrives late: that is not the peer's fault.
+    // A reply to a request that was given up on here arrives late: not the peer's fault.
     if (reply.id() > 0 && reply.id() < next_id_ && it == pending_.end()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("a reply to relay request ", reply.id(), ", which was ",
@@ -92,19 +121,29 @@ void RelayChannel::Close(absl::Status why) {
   if (why.ok()) {
     why = absl::UnavailableError(absl::StrCat("the subscription of ", Describe(), " ended"));
   }
-  {
-    // The stream is gone once its reader returns: no write may start after this.
-    std::lock_guard<std::mutex> lock(write_mu_);
-    writable_ = false;
-  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_.ok()) return;
   closed_ = std::move(why);
+  queue_.clear();
   cv_.notify_all();
 }
 
 void RelayChannel::Cancel() {
-  if (cancel_) cancel_();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!shut_ && cancel_) cancel_();
+}
+
+void RelayChannel::Shutdown() {
+  Close(absl::OkStatus());
+  {
+    // A write in progress (a downstream that does not read) returns once the stream is
+    // cancelled; a stream that simply ended is left to end as it did.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (writing_ && !shut_ && cancel_) cancel_();
+  }
+  if (writer_.joinable() && writer_.get_id() != std::this_thread::get_id()) writer_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_ = true;
 }
 
 absl::Status RelayChannel::open() const {

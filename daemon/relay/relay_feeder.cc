@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -99,18 +100,72 @@ absl::StatusOr<RelayFeedOptions> ParseRelayFeedFlag(const std::string& text) {
   return o;
 }
 
-// One subscription: its stream, its pair with the upstream and the update it feeds.
-class RelayFeeder::Subscription final : public UpdateEvents {
+// One update of the local group as an in-process trainer runs it: its session, the update, and
+// which of the session's slots are free (the update's SlotFree events). Shared by relayed updates
+// and replays of the resident version.
+class LocalUpdate final : public UpdateEvents {
  public:
-  Subscription(DaemonCore* core, const RelayFeedOptions& options, std::string node)
-      : core_(core), options_(options), node_(std::move(node)) {}
-  ~Subscription() override { EndUpdate(absl::UnavailableError("the subscription ended")); }
+  static absl::StatusOr<std::unique_ptr<LocalUpdate>> Open(DaemonCore* core, int device,
+                                                           const std::string& group,
+                                                           const std::string& version,
+                                                           const std::string& client) {
+    WSYNC_ASSIGN_OR_RETURN(SessionView session, core->OpenSession(device, client));
+    std::unique_ptr<LocalUpdate> update(new LocalUpdate(core, session, version));
+    absl::StatusOr<std::unique_ptr<UpdateMember>> member =
+        core->BeginUpdate(session.id, group, version, update.get());
+    if (!member.ok()) return member.status();  // the destructor closes the session
+    update->member_ = *std::move(member);
+    return update;
+  }
+  ~LocalUpdate() override {
+    Abort(absl::AbortedError("the local update was dropped"));
+    (void)core_->CloseSession(session_.id);
+  }
 
-  // Serves the stream until it ends; returns why.
-  absl::Status Serve(grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream,
-                     RelayFeeder* feeder);
+  const std::string& version() const { return version_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  SlotMemory& slot(uint32_t index) { return *session_.slots[index]; }
 
-  // UpdateEvents, from the local update's threads.
+  // A free slot, waited for up to `deadline`; the update's failure, or why it was interrupted,
+  // if that comes first. Nothing is read of the session once its update failed: an update that
+  // ended no longer keeps its session, whose slots may then be released.
+  absl::StatusOr<uint32_t> TakeSlot(absl::Time deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto ready = [&] { return !free_.empty() || !failed_.ok(); };
+    while (!ready()) {
+      if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout &&
+          !ready()) {
+        return absl::DeadlineExceededError("no slot came free within the bucket timeout");
+      }
+    }
+    if (!failed_.ok()) return failed_;
+    const uint32_t slot = *free_.begin();
+    free_.erase(free_.begin());
+    return slot;
+  }
+  absl::Status Submit(uint32_t slot, BucketManifest manifest, uint32_t checksum, uint64_t index,
+                      bool last) {
+    return member_->SubmitBucket(slot, std::move(manifest), checksum, index, {}, last,
+                                 ChecksumKind::kCrc32);
+  }
+  UpdateOutcome Commit() {
+    UpdateOutcome outcome = member_->Commit();
+    member_.reset();
+    return outcome;
+  }
+  void Abort(const absl::Status& why) {
+    if (member_ == nullptr) return;
+    (void)member_->Abort(why);
+    member_.reset();
+  }
+  // Wakes a TakeSlot with `why` (wsyncd is stopping).
+  void Interrupt(const absl::Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.ok()) failed_ = why;
+    cv_.notify_all();
+  }
+
+  // UpdateEvents, from the local update's threads (none after Commit or Abort returned).
   void BucketDone(uint64_t, uint64_t, uint32_t, const BucketTiming&) override {}
   void SourcesRead(uint64_t) override {}
   void SlotFree(uint32_t slot) override {
@@ -119,62 +174,92 @@ class RelayFeeder::Subscription final : public UpdateEvents {
     cv_.notify_all();
   }
   void Failed(const UpdateOutcome& outcome) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    failed_ = outcome.status.ok() ? absl::AbortedError("the local update failed") : outcome.status;
-    cv_.notify_all();
+    Interrupt(outcome.status.ok() ? absl::AbortedError("the local update failed") : outcome.status);
   }
 
  private:
-  absl::StatusOr<int> LocalDevice() const;
-  v1::RelayReply Handle(const v1::RelayRequest& request, RelayFeeder* feeder);
-  absl::Status Join(const v1::RelayJoin& join);
-  absl::Status Begin(const v1::RelayBegin& begin);
-  absl::Status Bucket(const v1::RelayBucket& bucket);
-  v1::RelayReply Commit(RelayFeeder* feeder);
-  // Ends the open update, if any, without its commit.
-  void EndUpdate(const absl::Status& why);
-  // The pair no longer matches the upstream's broadcasts: dropped, so that the next update
-  // forms a new one.
-  void BreakPair(absl::string_view why);
+  LocalUpdate(DaemonCore* core, SessionView session, std::string version)
+      : core_(core),
+        session_(std::move(session)),
+        version_(std::move(version)),
+        slot_bytes_(session_.slots.empty() ? 0 : session_.slots[0]->bytes()) {
+    for (uint32_t i = 0; i < session_.slots.size(); ++i) free_.insert(i);
+  }
 
   DaemonCore* const core_;
-  const RelayFeedOptions& options_;
-  const std::string node_;
-  std::unique_ptr<PeerCommunicator> pair_;
-  int pair_device_ = 0;
-  std::string session_id_;
-  std::unique_ptr<UpdateMember> update_;
-  std::vector<SlotMemory*> slots_;
-  std::string version_;
+  const SessionView session_;
+  const std::string version_;
+  const uint64_t slot_bytes_;
+  std::unique_ptr<UpdateMember> member_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<uint32_t> free_;  // guarded by mu_
   absl::Status failed_;      // guarded by mu_
 };
 
-absl::StatusOr<int> RelayFeeder::Subscription::LocalDevice() const {
-  WSYNC_ASSIGN_OR_RETURN(GroupSnapshot group, core_->GetGroup(options_.local_group));
-  WSYNC_ASSIGN_OR_RETURN(std::vector<TrainerFeed> feeds, FeedsOf(group.spec, &core_->platform()));
+// The device a local group is fed from: one, or FAILED_PRECONDITION.
+absl::StatusOr<int> LocalDeviceOf(const DaemonCore& core, const std::string& group) {
+  WSYNC_ASSIGN_OR_RETURN(GroupSnapshot snapshot, core.GetGroup(group));
+  WSYNC_ASSIGN_OR_RETURN(std::vector<TrainerFeed> feeds, FeedsOf(snapshot.spec, &core.platform()));
   if (feeds.size() != 1) {
     return absl::FailedPreconditionError(
-        absl::StrCat("local group '", options_.local_group, "' is fed from ", feeds.size(),
+        absl::StrCat("local group '", group, "' is fed from ", feeds.size(),
                      " GPUs; a relay feed lands on one (give the group engines on one GPU, or a "
                      "broadcast transport)"));
   }
   return feeds[0].device;
 }
 
+// One subscription: its stream, its pair with the upstream and the update it feeds.
+class RelayFeeder::Subscription {
+ public:
+  Subscription(RelayFeeder* feeder)
+      : feeder_(feeder), core_(feeder->core_), options_(feeder->options_) {}
+  ~Subscription() { EndUpdate(absl::UnavailableError("the subscription ended")); }
+
+  // Serves the stream until it ends; returns why.
+  absl::Status Serve(grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream);
+  // From another thread (wsyncd is stopping): a receive or a slot wait in progress returns.
+  void Interrupt(const absl::Status& why);
+
+ private:
+  v1::RelayReply Handle(const v1::RelayRequest& request);
+  absl::Status Join(const v1::RelayJoin& join);
+  absl::Status Begin(const v1::RelayBegin& begin);
+  absl::Status Bucket(const v1::RelayBucket& bucket);
+  v1::RelayReply Commit();
+  // Ends the open update, if any, without its commit.
+  void EndUpdate(const absl::Status& why);
+  // The pair no longer matches the upstream's broadcasts: dropped, so that the next update
+  // forms a new one.
+  void BreakPair(absl::string_view why);
+  std::shared_ptr<PeerCommunicator> pair() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pair_;
+  }
+
+  RelayFeeder* const feeder_;
+  DaemonCore* const core_;
+  const RelayFeedOptions& options_;
+  int pair_device_ = 0;
+  std::mutex mu_;  // guards pair_ and update_ against Interrupt; the stream thread owns them
+  std::shared_ptr<PeerCommunicator> pair_;
+  std::shared_ptr<LocalUpdate> update_;
+};
+
 absl::Status RelayFeeder::Subscription::Join(const v1::RelayJoin& join) {
   BreakPair("the upstream formed a new pair");
-  WSYNC_ASSIGN_OR_RETURN(int device, LocalDevice());
+  WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
   absl::StatusOr<std::unique_ptr<PeerCommunicator>> joined =
       core_->mutable_platform()->JoinCommunicator(device, join.unique_id(), 1, 2, "",
                                                   absl::Now() + core_->options().bucket_timeout);
   if (!joined.ok()) return joined.status();
-  pair_ = *std::move(joined);
-  pair_device_ = device;
+  std::shared_ptr<PeerCommunicator> pair = *std::move(joined);
   WSYNC_LOG(Info, "relay: joined the pair of group '", options_.group, "' from ", options_.upstream,
-            " on device ", device, " (", pair_->Describe(), ")");
+            " on device ", device, " (", pair->Describe(), ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  pair_ = std::move(pair);
+  pair_device_ = device;
   return absl::OkStatus();
 }
 
@@ -182,89 +267,91 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
   // A begin while an update is open: the upstream gave that one up.
   EndUpdate(absl::AbortedError("the upstream began another update"));
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the update's version", begin.version(), kMaxRelayText));
-  if (pair_ == nullptr) {
+  if (pair() == nullptr) {
     return absl::FailedPreconditionError("no pair with the upstream: the group must form again");
   }
-  WSYNC_ASSIGN_OR_RETURN(int device, LocalDevice());
+  WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
   if (device != pair_device_) {
     return absl::FailedPreconditionError(
         absl::StrCat("local group '", options_.local_group, "' is now fed from device ", device,
                      " but the pair is on device ", pair_device_, ": the group must form again"));
   }
-  WSYNC_ASSIGN_OR_RETURN(SessionView session,
-                         core_->OpenSession(device, absl::StrCat("relay from ", options_.upstream,
-                                                                 " group ", options_.group)));
-  absl::StatusOr<std::unique_ptr<UpdateMember>> member =
-      core_->BeginUpdate(session.id, options_.local_group, begin.version(), this);
-  if (!member.ok()) {
-    (void)core_->CloseSession(session.id);
-    return member.status();
+  // A replay of the resident version in progress ends first (bounded: it is a local update).
+  WSYNC_RETURN_IF_ERROR(feeder_->AcquireUpdate(absl::Now() + absl::Seconds(20)));
+  absl::StatusOr<std::unique_ptr<LocalUpdate>> update =
+      LocalUpdate::Open(core_, device, options_.local_group, begin.version(),
+                        absl::StrCat("relay from ", options_.upstream, " group ", options_.group));
+  if (!update.ok()) {
+    feeder_->ReleaseUpdate();
+    return update.status();
   }
-  session_id_ = session.id;
-  slots_ = session.slots;
-  update_ = *std::move(member);
-  version_ = begin.version();
+  if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Begin(begin.version());
   std::lock_guard<std::mutex> lock(mu_);
-  free_.clear();
-  for (uint32_t i = 0; i < slots_.size(); ++i) free_.insert(i);
-  failed_ = absl::OkStatus();
+  update_ = *std::move(update);
   return absl::OkStatus();
 }
 
 absl::Status RelayFeeder::Subscription::Bucket(const v1::RelayBucket& bucket) {
-  // Every refusal here comes before a byte is received, and breaks the pair: the upstream's
-  // broadcast of this bucket is on its way and would land in the next receive.
+  // Every refusal before the receive breaks the pair: the upstream's broadcast of this bucket is
+  // on its way and would land in the next receive.
   auto refuse = [&](absl::Status s) {
     BreakPair(s.message());
     return s;
   };
-  if (update_ == nullptr) {
+  std::shared_ptr<LocalUpdate> update;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    update = update_;
+  }
+  std::shared_ptr<PeerCommunicator> pair = this->pair();
+  if (update == nullptr) {
     return refuse(absl::FailedPreconditionError("a bucket with no update open"));
   }
-  if (pair_ == nullptr) return refuse(absl::FailedPreconditionError("a bucket with no pair"));
-  absl::StatusOr<BucketManifest> manifest =
-      ReadRelayBucket(bucket, slots_.empty() ? 0 : slots_[0]->bytes());
+  if (pair == nullptr) return refuse(absl::FailedPreconditionError("a bucket with no pair"));
+  absl::StatusOr<BucketManifest> manifest = ReadRelayBucket(bucket, update->slot_bytes());
   if (!manifest.ok()) return refuse(manifest.status());
-  uint32_t slot = 0;
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    const absl::Time deadline = absl::Now() + core_->options().bucket_timeout;
-    while (free_.empty() && failed_.ok()) {
-      if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout &&
-          free_.empty()) {
-        lock.unlock();
-        return refuse(absl::DeadlineExceededError(absl::StrCat(
-            "no slot came free for bucket ", bucket.index(), " within the bucket timeout")));
-      }
-    }
-    if (!failed_.ok()) {
-      absl::Status failed = failed_;
-      lock.unlock();
-      return refuse(failed);
-    }
-    slot = *free_.begin();
-    free_.erase(free_.begin());
+  absl::StatusOr<uint32_t> slot = update->TakeSlot(absl::Now() + core_->options().bucket_timeout);
+  if (!slot.ok()) {
+    return refuse(absl::Status(slot.status().code(), absl::StrCat("bucket ", bucket.index(), ": ",
+                                                                  slot.status().message())));
   }
   const uint64_t span = manifest->span_bytes();
   absl::Status received =
-      pair_->ReceiveInto(*slots_[slot], {BroadcastPiece{0, span, DType::kUint8}},
-                         absl::Now() + core_->options().bucket_timeout);
+      pair->ReceiveInto(update->slot(*slot), {BroadcastPiece{0, span, DType::kUint8}},
+                        absl::Now() + core_->options().bucket_timeout);
   if (!received.ok()) {
-    pair_.reset();
+    BreakPair(received.message());
     return received;
   }
-  return update_->SubmitBucket(slot, *std::move(manifest), bucket.checksum(), bucket.index(), {},
-                               bucket.last(), ChecksumKind::kCrc32);
+  // Kept before it is handed on (the slot is then the update's until it comes free again); a
+  // version that cannot be kept is said once and the update goes on.
+  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) {
+    (void)resident->Keep(*manifest, bucket.checksum(), bucket.last(), update->slot(*slot));
+  }
+  return update->Submit(*slot, *std::move(manifest), bucket.checksum(), bucket.index(),
+                        bucket.last());
 }
 
-v1::RelayReply RelayFeeder::Subscription::Commit(RelayFeeder* feeder) {
-  if (update_ == nullptr) {
+v1::RelayReply RelayFeeder::Subscription::Commit() {
+  std::shared_ptr<LocalUpdate> update;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    update = std::move(update_);
+  }
+  if (update == nullptr) {
     return ReplyOf(absl::FailedPreconditionError("a commit with no update open"));
   }
-  UpdateOutcome outcome = update_->Commit();
-  update_.reset();
-  (void)core_->CloseSession(session_id_);
-  session_id_.clear();
+  UpdateOutcome outcome = update->Commit();
+  const std::string version = update->version();
+  update.reset();
+  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) {
+    if (outcome.status.ok()) {
+      resident->Commit();
+    } else {
+      resident->Abort();
+    }
+  }
+  feeder_->ReleaseUpdate();
   v1::RelayReply reply = ReplyOf(outcome.status);
   for (const EngineOutcome& e : outcome.engines) {
     v1::EngineResult* r = reply.add_engines();
@@ -273,39 +360,47 @@ v1::RelayReply RelayFeeder::Subscription::Commit(RelayFeeder* feeder) {
     r->set_code(static_cast<int>(e.status.code()));
     r->set_message(std::string(e.status.message()));
   }
-  std::lock_guard<std::mutex> lock(feeder->mu_);
-  if (outcome.status.ok()) {
-    feeder->view_.last_version = version_;
-    feeder->view_.last_commit = absl::Now();
-    feeder->view_.last_error.clear();
-    ++feeder->view_.updates_committed;
-  } else {
-    feeder->view_.last_error = std::string(outcome.status.message());
-  }
+  feeder_->NoteCommit(version, outcome.status);
   return reply;
 }
 
 void RelayFeeder::Subscription::EndUpdate(const absl::Status& why) {
-  if (update_ != nullptr) {
-    WSYNC_LOG(Warning, "relay: the update of '", options_.local_group, "' to version '", version_,
-              "' is aborted: ", why.message());
-    (void)update_->Abort(why);
-    update_.reset();
+  std::shared_ptr<LocalUpdate> update;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    update = std::move(update_);
   }
-  if (!session_id_.empty()) {
-    (void)core_->CloseSession(session_id_);
-    session_id_.clear();
-  }
+  if (update == nullptr) return;
+  WSYNC_LOG(Warning, "relay: the update of '", options_.local_group, "' to version '",
+            update->version(), "' is aborted: ", why.message());
+  update->Abort(why);
+  update.reset();
+  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) resident->Abort();
+  feeder_->ReleaseUpdate();
 }
 
 void RelayFeeder::Subscription::BreakPair(absl::string_view why) {
-  if (pair_ == nullptr) return;
-  pair_->Abort(why);
-  pair_.reset();
+  std::shared_ptr<PeerCommunicator> pair;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pair = std::move(pair_);
+  }
+  if (pair != nullptr) pair->Abort(why);
 }
 
-v1::RelayReply RelayFeeder::Subscription::Handle(const v1::RelayRequest& request,
-                                                 RelayFeeder* feeder) {
+void RelayFeeder::Subscription::Interrupt(const absl::Status& why) {
+  std::shared_ptr<PeerCommunicator> pair;
+  std::shared_ptr<LocalUpdate> update;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pair = pair_;
+    update = update_;
+  }
+  if (pair != nullptr) pair->Abort(why.message());
+  if (update != nullptr) update->Interrupt(why);
+}
+
+v1::RelayReply RelayFeeder::Subscription::Handle(const v1::RelayRequest& request) {
   switch (request.kind_case()) {
     case v1::RelayRequest::kJoin:
       return ReplyOf(Join(request.join()));
@@ -314,7 +409,7 @@ v1::RelayReply RelayFeeder::Subscription::Handle(const v1::RelayRequest& request
     case v1::RelayRequest::kBucket:
       return ReplyOf(Bucket(request.bucket()));
     case v1::RelayRequest::kCommit:
-      return Commit(feeder);
+      return Commit();
     case v1::RelayRequest::kAbort:
       EndUpdate(absl::AbortedError(absl::StrCat("the upstream aborted it: ",
                                                 SanitizePeerText(request.abort().reason(), 512))));
@@ -325,13 +420,13 @@ v1::RelayReply RelayFeeder::Subscription::Handle(const v1::RelayRequest& request
 }
 
 absl::Status RelayFeeder::Subscription::Serve(
-    grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream, RelayFeeder* feeder) {
+    grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream) {
   v1::RelayDown down;
   while (stream->Read(&down)) {
     if (!down.has_request()) {
       return absl::InvalidArgumentError("the upstream sent something other than a request");
     }
-    v1::RelayReply reply = Handle(down.request(), feeder);
+    v1::RelayReply reply = Handle(down.request());
     reply.set_id(down.request().id());
     v1::RelayUp up;
     *up.mutable_reply() = std::move(reply);
@@ -340,12 +435,14 @@ absl::Status RelayFeeder::Subscription::Serve(
   return absl::UnavailableError("the subscription's stream ended");
 }
 
-RelayFeeder::RelayFeeder(DaemonCore* core, RelayFeedOptions options)
-    : core_(core), options_([&] {
+RelayFeeder::RelayFeeder(DaemonCore* core, RelayFeedOptions options, ResidentOptions resident)
+    : core_(core),
+      options_([&] {
         if (options.local_group.empty()) options.local_group = options.group;
         if (options.node.empty()) options.node = HostName();
         return std::move(options);
-      }()) {
+      }()),
+      resident_options_(resident) {
   view_.options = options_;
 }
 
@@ -353,6 +450,7 @@ RelayFeeder::~RelayFeeder() { Stop(); }
 
 void RelayFeeder::Start() {
   thread_ = std::thread([this] { Run(); });
+  if (resident_options_.medium.has_value()) replay_thread_ = std::thread([this] { ReplayLoop(); });
 }
 
 void RelayFeeder::Stop() {
@@ -360,14 +458,158 @@ void RelayFeeder::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     if (context_ != nullptr) context_->TryCancel();
+    // A receive or a slot wait in progress returns now, not at its deadline.
+    if (subscription_ != nullptr) {
+      subscription_->Interrupt(absl::CancelledError("wsyncd is stopping"));
+    }
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
+  if (replay_thread_.joinable()) replay_thread_.join();
 }
 
 RelayFeeder::View RelayFeeder::Status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return view_;
+}
+
+std::optional<ResidentVersion::View> RelayFeeder::ResidentStatus() const {
+  if (!resident_options_.medium.has_value()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resident_ == nullptr) {
+    ResidentVersion::View none;
+    none.medium = *resident_options_.medium;
+    none.cap_bytes = resident_options_.cap_bytes;
+    return none;
+  }
+  return resident_->Status();
+}
+
+absl::Status RelayFeeder::AcquireUpdate(absl::Time deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (update_held_ && !stopping_) {
+    if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout &&
+        update_held_) {
+      return absl::UnavailableError(
+          absl::StrCat("local group '", options_.local_group,
+                       "' is being brought to the resident version and did not finish in time"));
+    }
+  }
+  if (stopping_) return absl::CancelledError("wsyncd is stopping");
+  update_held_ = true;
+  return absl::OkStatus();
+}
+
+void RelayFeeder::ReleaseUpdate() {
+  std::lock_guard<std::mutex> lock(mu_);
+  update_held_ = false;
+  cv_.notify_all();
+}
+
+ResidentVersion* RelayFeeder::ResidentFor(int device) {
+  if (!resident_options_.medium.has_value()) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resident_ == nullptr || resident_device_ != device) {
+    resident_ = std::make_unique<ResidentVersion>(
+        core_->mutable_platform(), device, *resident_options_.medium, resident_options_.cap_bytes);
+    resident_device_ = device;
+  }
+  return resident_.get();
+}
+
+void RelayFeeder::NoteCommit(const std::string& version, const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status.ok()) {
+    view_.last_version = version;
+    view_.last_commit = absl::Now();
+    view_.last_error.clear();
+    ++view_.updates_committed;
+  } else {
+    view_.last_error = std::string(status.message());
+  }
+}
+
+void RelayFeeder::ReplayLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; });
+      if (stopping_) return;
+      if (update_held_ || resident_ == nullptr) continue;
+    }
+    std::shared_ptr<const ResidentVersion::Kept> kept;
+    int device = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      kept = resident_->Current();
+      device = resident_device_;
+    }
+    if (kept == nullptr) continue;
+    // Which engines of the local group hold another version (restarted, or new), healthy.
+    std::vector<std::string> behind;
+    for (const EngineRow& row : core_->ListEngines()) {
+      if (row.group != options_.local_group || !row.health.healthy) continue;
+      if (row.health.weight_version != kept->version || !row.needs_full_version.empty()) {
+        behind.push_back(row.endpoint.url);
+      }
+    }
+    if (behind.empty()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // The same version again only after a minute: an engine that cannot take it is not fed
+      // it in a loop.
+      if (replayed_version_ == kept->version && absl::Now() - replayed_at_ < absl::Minutes(1)) {
+        continue;
+      }
+    }
+    if (!AcquireUpdate(absl::Now()).ok()) continue;  // a relayed update runs: it brings them
+    WSYNC_LOG(Info, "resident: bringing local group '", options_.local_group, "' to version '",
+              kept->version, "' (", absl::StrJoin(behind, ", "), " held another)");
+    const absl::Time start = absl::Now();
+    absl::Status replayed = Replay(*kept, device);
+    ReleaseUpdate();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      replayed_version_ = kept->version;
+      replayed_at_ = absl::Now();
+      if (!replayed.ok()) view_.last_error = std::string(replayed.message());
+    }
+    if (replayed.ok()) {
+      WSYNC_LOG(Info, "resident: local group '", options_.local_group, "' holds version '",
+                kept->version, "' again: ", kept->buckets.size(), " buckets, ", kept->bytes,
+                " bytes in ", absl::FormatDuration(absl::Now() - start), ", no trainer involved");
+    } else {
+      WSYNC_LOG(Warning, "resident: bringing local group '", options_.local_group, "' to version '",
+                kept->version, "' failed: ", replayed.message());
+    }
+  }
+}
+
+absl::Status RelayFeeder::Replay(const ResidentVersion::Kept& kept, int device) {
+  WSYNC_ASSIGN_OR_RETURN(int now_device, LocalDeviceOf(*core_, options_.local_group));
+  if (now_device != device) {
+    return absl::FailedPreconditionError(absl::StrCat("the resident version is on device ", device,
+                                                      ", the local group is fed from ",
+                                                      now_device));
+  }
+  WSYNC_ASSIGN_OR_RETURN(
+      std::unique_ptr<LocalUpdate> update,
+      LocalUpdate::Open(core_, device, options_.local_group, kept.version,
+                        absl::StrCat("resident version of relay group ", options_.group)));
+  for (size_t i = 0; i < kept.buckets.size(); ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return absl::CancelledError("wsyncd is stopping");
+    }
+    const ResidentVersion::Bucket& bucket = kept.buckets[i];
+    WSYNC_ASSIGN_OR_RETURN(uint32_t slot,
+                           update->TakeSlot(absl::Now() + core_->options().bucket_timeout));
+    WSYNC_RETURN_IF_ERROR(bucket.memory->CopyToSlot(update->slot(slot)));
+    // The local update checks the bytes against the trainer's CRC-32 once more.
+    WSYNC_RETURN_IF_ERROR(update->Submit(slot, bucket.manifest, bucket.checksum, i, bucket.last));
+  }
+  UpdateOutcome outcome = update->Commit();
+  return outcome.status;
 }
 
 void RelayFeeder::Run() {
@@ -395,6 +637,11 @@ void RelayFeeder::Run() {
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 500);
         args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+        // An upstream that vanished without a word (its host gone, a partition) is noticed
+        // within a minute, and the feed subscribes again (the server allows pings this often).
+        args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+        args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+        args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
         auto channel = grpc::CreateCustomChannel(
             options_.upstream,
             grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl),
@@ -434,9 +681,15 @@ void RelayFeeder::Run() {
           }
           WSYNC_LOG(Info, "relay: subscribed to ", where, " as ", options_.node, " (",
                     admitted.admitted().subscriber_id(), ")");
-          Subscription subscription(core_, options_, options_.node);
-          ended = subscription.Serve(stream.get(), this);
+          Subscription subscription(this);
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            subscription_ = &subscription;
+          }
+          ended = subscription.Serve(stream.get());
           context.TryCancel();
+          std::lock_guard<std::mutex> lock(mu_);
+          subscription_ = nullptr;
         }
         grpc::Status finished = stream->Finish();
         if (!finished.ok()) {
@@ -458,10 +711,11 @@ void RelayFeeder::Run() {
   }
 }
 
-void RelayFeeders::Start(DaemonCore* core, const std::vector<RelayFeedOptions>& feeds) {
+void RelayFeeders::Start(DaemonCore* core, const std::vector<RelayFeedOptions>& feeds,
+                         const ResidentOptions& resident) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const RelayFeedOptions& feed : feeds) {
-    feeders_.push_back(std::make_unique<RelayFeeder>(core, feed));
+    feeders_.push_back(std::make_unique<RelayFeeder>(core, feed, resident));
     feeders_.back()->Start();
   }
 }
@@ -479,6 +733,17 @@ std::vector<RelayFeeder::View> RelayFeeders::Views() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<RelayFeeder::View> out;
   for (const auto& f : feeders_) out.push_back(f->Status());
+  return out;
+}
+
+std::vector<std::pair<RelayFeedOptions, ResidentVersion::View>> RelayFeeders::Residents() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<RelayFeedOptions, ResidentVersion::View>> out;
+  for (const auto& f : feeders_) {
+    if (std::optional<ResidentVersion::View> v = f->ResidentStatus()) {
+      out.emplace_back(f->Status().options, *v);
+    }
+  }
   return out;
 }
 

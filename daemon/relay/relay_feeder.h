@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "daemon/core/daemon_core.h"
+#include "daemon/relay/resident_version.h"
 
 namespace grpc {
 class ClientContext;
@@ -60,34 +62,63 @@ class RelayFeeder {
     uint64_t updates_committed = 0;
   };
 
-  RelayFeeder(DaemonCore* core, RelayFeedOptions options);
+  // `resident`: whether and how the last version received whole is kept for engines that
+  // restart or a local group created later (ResidentVersion).
+  RelayFeeder(DaemonCore* core, RelayFeedOptions options, ResidentOptions resident = {});
   ~RelayFeeder();
   void Start();
-  // Ends the subscription (an open update is aborted) and the thread.
+  // Ends the subscription (an open update is aborted, a receive or replay in progress returns)
+  // and the threads.
   void Stop();
   View Status() const;
+  // The resident version's state; nullopt where none is kept (--resident none).
+  std::optional<ResidentVersion::View> ResidentStatus() const;
 
  private:
   class Subscription;
   void Run();
+  // Brings the local group to the resident version where an engine of it does not hold it (it
+  // restarted, or the group is new), with no trainer: a local update from the kept buckets,
+  // fenced as any update (whole or not at all, the version label set).
+  void ReplayLoop();
+  absl::Status Replay(const ResidentVersion::Kept& kept, int device);
+  // A relayed update and a replay never run at once: each takes the local group in turn.
+  absl::Status AcquireUpdate(absl::Time deadline);
+  void ReleaseUpdate();
+  // The resident store on `device`, made at its first use; null with --resident none.
+  ResidentVersion* ResidentFor(int device);
+  void NoteCommit(const std::string& version, const absl::Status& status);
 
   DaemonCore* const core_;
   const RelayFeedOptions options_;
+  const ResidentOptions resident_options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   grpc::ClientContext* context_ = nullptr;  // the subscription's, while one runs
+  Subscription* subscription_ = nullptr;    // while one is served
+  bool update_held_ = false;                // a relayed update or a replay holds the group
   View view_;
+  std::unique_ptr<ResidentVersion> resident_;  // guarded by mu_ (made once)
+  int resident_device_ = -1;
+  // When the last replay of a version failed or left an engine without it: not tried again for
+  // a while, so an engine that cannot take it is not fed it in a loop.
+  std::string replayed_version_;
+  absl::Time replayed_at_ = absl::InfinitePast();
   std::thread thread_;
+  std::thread replay_thread_;
 };
 
 // The feeds of one wsyncd, for the server that lists them.
 class RelayFeeders {
  public:
   ~RelayFeeders() { Stop(); }
-  void Start(DaemonCore* core, const std::vector<RelayFeedOptions>& feeds);
+  void Start(DaemonCore* core, const std::vector<RelayFeedOptions>& feeds,
+             const ResidentOptions& resident);
   void Stop();
   std::vector<RelayFeeder::View> Views() const;
+  // Each feed's resident version, where one is kept.
+  std::vector<std::pair<RelayFeedOptions, ResidentVersion::View>> Residents() const;
 
  private:
   mutable std::mutex mu_;

@@ -1,7 +1,6 @@
 #include "daemon/relay/relay_subscribers.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -76,13 +75,21 @@ std::vector<RelaySubscribers::Subscriber> RelaySubscribers::OfGroup(
 }
 
 namespace {
-std::atomic<RelaySubscribers*> process_subscribers{nullptr};
+std::mutex process_mu;
+std::shared_ptr<RelaySubscribers>& ProcessSubscribersLocked() {
+  static auto* subscribers = new std::shared_ptr<RelaySubscribers>();
+  return *subscribers;
+}
 }  // namespace
 
-void SetProcessRelaySubscribers(RelaySubscribers* subscribers) {
-  process_subscribers.store(subscribers);
+void SetProcessRelaySubscribers(std::shared_ptr<RelaySubscribers> subscribers) {
+  std::lock_guard<std::mutex> lock(process_mu);
+  ProcessSubscribersLocked() = std::move(subscribers);
 }
 
-RelaySubscribers* ProcessRelaySubscribers() { return process_subscribers.load(); }
+std::shared_ptr<RelaySubscribers> ProcessRelaySubscribers() {
+  std::lock_guard<std::mutex> lock(process_mu);
+  return ProcessSubscribersLocked();
+}
 
 }  // namespace wsync

@@ -51,9 +51,10 @@ class RelaySubscribers {
 
 // The subscribers of this process's wsyncd (one per process), for the relay groups' members,
 // which look their downstream up by node when they probe. Set by the gRPC server while it runs;
-// null before and after.
-void SetProcessRelaySubscribers(RelaySubscribers* subscribers);
-RelaySubscribers* ProcessRelaySubscribers();
+// null before and after. Shared: a member that looked them up keeps them while it uses them, even
+// if the server stops meanwhile.
+void SetProcessRelaySubscribers(std::shared_ptr<RelaySubscribers> subscribers);
+std::shared_ptr<RelaySubscribers> ProcessRelaySubscribers();
 
 }  // namespace wsync
 

@@ -298,6 +298,16 @@ grpc::Status AdminService::GetRelay(grpc::ServerContext* context, const v1::GetR
       info->set_last_error(v.last_error);
       info->set_updates_committed(v.updates_committed);
     }
+    for (const auto& [feed, r] : feeders_->Residents()) {
+      v1::RelayResidentInfo* info = resp->add_residents();
+      info->set_local_group(feed.local_group);
+      info->set_medium(std::string(ResidentMediumName(r.medium)));
+      info->set_cap_bytes(r.cap_bytes);
+      info->set_version(r.version);
+      info->set_bytes(r.bytes);
+      info->set_buckets(r.buckets);
+      info->set_why_none(r.why_none);
+    }
   }
   return grpc::Status::OK;
 }

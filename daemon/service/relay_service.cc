@@ -112,7 +112,8 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
       id, subscription, [stream](const v1::RelayDown& down) { return stream->Write(down); },
       [context] { context->TryCancel(); });
   subscribers_->Attach(id, channel);
-  absl::Cleanup closed = [&] { channel->Close(absl::OkStatus()); };
+  // Before the stream goes: nothing writes to it or cancels it after.
+  absl::Cleanup closed = [&] { channel->Shutdown(); };
   v1::RelayUp next;
   while (stream->Read(&next)) {
     if (!next.has_reply()) {

@@ -83,8 +83,9 @@ DaemonServer::DaemonServer(DaemonCore* core, std::string listen, AuthOptions aut
       auth_(std::move(auth), unix_listener_.get()),
       streams_(limits),
       trainer_(core, &auth_, &streams_),
-      admin_(core, &auth_, listen_, &relay_subscribers_, &feeders_),
-      relay_(core, &auth_, &streams_, &relay_subscribers_) {}
+      relay_subscribers_(std::make_shared<RelaySubscribers>()),
+      admin_(core, &auth_, listen_, relay_subscribers_.get(), &feeders_),
+      relay_(core, &auth_, &streams_, relay_subscribers_.get()) {}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* core,
                                                                   const ServerOptions& options) {
@@ -146,6 +147,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   // their server threads. Clients answer pings by default; nothing is asked of them.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  // Peers may ping as often (a relay feed pings every 30 s to notice a vanished upstream).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 20000);
   builder.AddChannelArgument(
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(options.handshake_timeout),
@@ -175,7 +178,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   }
   if (server->unix_listener_) server->unix_listener_->Serve(server->server_.get());
   if (server->tcp_listener_) server->tcp_listener_->Serve(server->tcp_acceptor_.get());
-  SetProcessRelaySubscribers(&server->relay_subscribers_);
+  SetProcessRelaySubscribers(server->relay_subscribers_);
   DaemonServer* raw = server.get();
   server->health_ = std::make_unique<HealthReporter>(core, server->server_->GetHealthCheckService(),
                                                      [raw] { return raw->CanServe(); });
@@ -196,8 +199,9 @@ absl::Status DaemonServer::CanServe() const {
 
 DaemonServer::~DaemonServer() { Shutdown(absl::Seconds(1)); }
 
-void DaemonServer::StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds) {
-  feeders_.Start(core_, feeds);
+void DaemonServer::StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds,
+                                   const ResidentOptions& resident) {
+  feeders_.Start(core_, feeds, resident);
 }
 
 void DaemonServer::StopRelayFeeds() { feeders_.Stop(); }
@@ -213,7 +217,7 @@ void DaemonServer::Shutdown(absl::Duration grace) {
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
   server_.reset();
-  if (ProcessRelaySubscribers() == &relay_subscribers_) SetProcessRelaySubscribers(nullptr);
+  if (ProcessRelaySubscribers() == relay_subscribers_) SetProcessRelaySubscribers(nullptr);
 }
 
 std::shared_ptr<grpc::Channel> DaemonServer::InProcessChannel() {

@@ -82,9 +82,9 @@ class DaemonServer {
   std::string listen_description() const { return listen_; }
   // The TCP port --listen bound (useful with port 0), or 0.
   // The node relay's subscriptions held now (the upstream's side).
-  const RelaySubscribers& relay_subscribers() const { return relay_subscribers_; }
+  const RelaySubscribers& relay_subscribers() const { return *relay_subscribers_; }
   // Starts the relay feeds of `options` (the downstream's side), once the groups they feed exist.
-  void StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds);
+  void StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds, const ResidentOptions& resident);
   // Ends them (each open update aborted), before the core goes.
   void StopRelayFeeds();
   int tcp_port() const { return tcp_port_; }
@@ -104,7 +104,8 @@ class DaemonServer {
   Authorizer auth_;
   StreamGate streams_;  // before the services, which admit their streams to it
   TrainerService trainer_;
-  RelaySubscribers relay_subscribers_;
+  // Shared with the relay groups' members (ProcessRelaySubscribers), which may outlive the server.
+  std::shared_ptr<RelaySubscribers> relay_subscribers_;
   RelayFeeders feeders_;
   AdminService admin_;
   RelayService relay_;

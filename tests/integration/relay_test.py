@@ -34,6 +34,13 @@ import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
 
+def slowly(model):
+    """A trainer that produces a tensor every 50 ms: its update stays open for a while."""
+    for item in model:
+        time.sleep(0.05)
+        yield item
+
+
 def big_model(seed, tensors=12, elements=200_000):
     """float32 tensors of 800 KB each: with 1 MiB slots, one tensor per bucket, so an update is
     many buckets and a kill lands mid-update."""
@@ -116,7 +123,7 @@ class RelayCase(unittest.TestCase):
         self.wait_socket(self.up_sock)
         wait_port(self.up_port)
 
-    def downstream(self, node, token="relay", engine_port=None, engine_flags=()):
+    def downstream(self, node, token="relay", engine_port=None, engine_flags=(), flags=()):
         """A rollout node: its engine simulator, and its wsyncd feeding local group 'policy'
         from the upstream's. Returns the engine's port."""
         port = engine_port or free_port()
@@ -133,7 +140,7 @@ class RelayCase(unittest.TestCase):
         self.spawn(node, [WSYNCD, "--mode", "host", "--config", self.path(f"{node}.json"),
                           "--socket", sock, "--slot-bytes", "1MiB", "--slots", "2",
                           "--bind-address", "127.0.0.1", "--bucket-timeout", "3",
-                          "--relay-feed", feed])
+                          "--relay-feed", feed, *flags])
         self.wait_socket(sock)
         return port
 
@@ -277,6 +284,55 @@ class RelayFaultTest(RelayCase):
             self.assert_holds(port, third)
             self.assertFalse(sim_state(port)["paused"], port)
 
+    def test_a_downstream_that_stalls_mid_update_is_dropped_and_taken_back(self):
+        self.upstream(["node-b", "node-c"], quorum=1, bucket_timeout="2")
+        ports = {n: self.downstream(n, engine_flags=("--answer-delay-ms", "40"))
+                 for n in ("node-b", "node-c")}
+        for n in ports:
+            self.wait_subscribed(n)
+        first = big_model(1)
+        start = time.time()
+        self.push("v1", slowly(first))
+        undisturbed = time.time() - start
+        before = sim_state(ports["node-c"])["updates_received"]
+
+        def stall():
+            deadline = time.time() + 20
+            while (sim_state(ports["node-c"])["updates_received"] < before + 3 and
+                   time.time() < deadline):
+                time.sleep(0.005)
+            self.procs["node-c"].send_signal(signal.SIGSTOP)
+            time.sleep(3)
+            self.procs["node-c"].send_signal(signal.SIGCONT)
+        staller = threading.Thread(target=stall)
+        staller.start()
+        start = time.time()
+        second = big_model(2)
+        result = self.push("v2", slowly(second))
+        took = time.time() - start
+        staller.join()
+        print(f"undisturbed {undisturbed:.2f} s, with the stall {took:.2f} s", file=sys.stderr)
+        engines = {e["engine"]: e for e in result["engines"]}
+        self.assertTrue(engines["wsyncd://node-b"]["ok"], result)
+        self.assertFalse(engines["wsyncd://node-c"]["ok"], result)
+        self.assertLess(took, undisturbed + 2 + 1, result)
+        self.assert_holds(ports["node-b"], second)
+        # Woken, node-c finds its subscription cancelled, subscribes again and is taken back:
+        # a later update reaches it whole.
+        deadline = time.time() + 40
+        version = 2
+        while True:
+            version += 1
+            model = big_model(version)
+            result = self.push(f"v{version}", model)
+            if all(e["ok"] for e in result["engines"]) or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        for port in ports.values():
+            self.assert_holds(port, model)
+            self.assertFalse(sim_state(port)["paused"], port)
+
     def test_the_upstream_dying_mid_update_aborts_the_downstreams_update(self):
         self.upstream(["node-b"], bucket_timeout="2")
         port = self.downstream("node-b", engine_flags=("--answer-delay-ms", "40"))
@@ -285,12 +341,6 @@ class RelayFaultTest(RelayCase):
         self.push("v1", first)
         self.assert_holds(port, first)
         before = sim_state(port)["updates_received"]
-
-        def slowly(model):
-            # A trainer that produces a tensor every 50 ms: the update is open for a while.
-            for item in model:
-                time.sleep(0.05)
-                yield item
 
         def push_v2():
             try:
@@ -329,6 +379,54 @@ class RelayFaultTest(RelayCase):
         self.assertTrue(all(e["ok"] for e in result["engines"]), result)
         self.assert_holds(port, third)
         self.assertFalse(sim_state(port)["paused"])
+
+
+class ResidentTest(RelayCase):
+    def test_a_restarted_engine_is_brought_to_the_resident_version_with_no_trainer(self):
+        self.upstream(["node-b"])
+        port = self.downstream("node-b", flags=("--resident", "host", "--resident-bytes", "64MiB"))
+        self.wait_subscribed("node-b")
+        model = big_model(7)
+        self.push("v7", model)
+        self.assert_holds(port, model)
+        relay = json.loads(self.ctl("node-b", "--json", "relay").stdout)
+        kept = relay["residents"][0]
+        self.assertEqual((kept["local_group"], kept["medium"], kept["version"], kept["buckets"]),
+                         ("policy", "host", "v7", "12"), relay)
+        self.assertIn("resident versions", self.ctl("node-b", "buffers").stdout)
+        # The trainer's node goes away, then the engine restarts holding nothing of v7.
+        self.procs["up"].send_signal(signal.SIGKILL)
+        self.procs["up"].wait()
+        self.procs["engine-node-b"].send_signal(signal.SIGKILL)
+        self.procs["engine-node-b"].wait()
+        self.spawn("engine-node-b-again", [*SGLANG_SIM, "--port", str(port)])
+        wait_port(port)
+        healthy = time.time()
+        self.assertNotEqual(sim_state(port)["weight_version"], "v7")
+        # 2 s + 4 x (model bytes / the copy rate): 9.6 MB from host memory is well under a
+        # second at any rate a host copies, so the bound is the 2 s plus the wsyncd's 1 s look.
+        deadline = healthy + 2 + 1 + 1
+        while time.time() < deadline:
+            state = sim_state(port)
+            if state["weight_version"] == "v7" and not state["paused"]:
+                break
+            time.sleep(0.05)
+        print(f"brought to v7 {time.time() - healthy:.2f} s after the engine answered",
+              file=sys.stderr)
+        self.assert_holds(port, model)
+        self.assertEqual(sim_state(port)["weight_version"], "v7")
+        self.wait_log("node-b", "no trainer involved")
+
+    def test_a_version_larger_than_the_cap_is_not_kept_and_says_both_sizes(self):
+        self.upstream(["node-b"])
+        self.downstream("node-b", flags=("--resident", "host", "--resident-bytes", "2MiB"))
+        self.wait_subscribed("node-b")
+        result = self.push("v1", big_model(1))
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        kept = json.loads(self.ctl("node-b", "--json", "relay").stdout)["residents"][0]
+        self.assertEqual(kept.get("version", ""), "", kept)
+        self.assertIn("does not fit the resident cap", kept["why_none"])
+        self.assertIn("the cap (--resident-bytes) is 2097152", kept["why_none"])
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 // told at once when the subscription's stream ends.
 #include "daemon/relay/relay_channel.h"
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -14,9 +17,20 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// What the channel's writer thread wrote, and how often it cancelled the stream.
 struct Written {
+  std::mutex mu;
+  std::condition_variable cv;
   std::vector<v1::RelayDown> messages;
   bool broken = false;
+  int cancels = 0;
+
+  // Waits (up to 10 s) until `n` messages were written; returns them.
+  std::vector<v1::RelayDown> WaitFor(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return messages.size() >= n; });
+    return messages;
+  }
 };
 
 std::shared_ptr<RelayChannel> MakeChannel(Written* written) {
@@ -25,11 +39,16 @@ std::shared_ptr<RelayChannel> MakeChannel(Written* written) {
   return std::make_shared<RelayChannel>(
       "s1", s,
       [written](const v1::RelayDown& down) {
+        std::lock_guard<std::mutex> lock(written->mu);
         if (written->broken) return false;
         written->messages.push_back(down);
+        written->cv.notify_all();
         return true;
       },
-      nullptr);
+      [written] {
+        std::lock_guard<std::mutex> lock(written->mu);
+        ++written->cancels;
+      });
 }
 
 v1::RelayReply Reply(uint64_t id, int code = 0, const std::string& message = "") {
@@ -48,9 +67,10 @@ TEST(RelayChannel, RepliesFindTheirRequestsInAnyOrder) {
   const uint64_t a = channel->Send(begin).value();
   const uint64_t b = channel->Send(begin).value();
   EXPECT_NE(a, b);
-  ASSERT_EQ(written.messages.size(), 2u);
-  EXPECT_EQ(written.messages[0].request().id(), a);
-  EXPECT_EQ(written.messages[1].request().begin().version(), "v1");
+  const std::vector<v1::RelayDown> messages = written.WaitFor(2);
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0].request().id(), a);
+  EXPECT_EQ(messages[1].request().begin().version(), "v1");
   ASSERT_TRUE(channel->Deliver(Reply(b, 5, "no such group")).ok());
   ASSERT_TRUE(channel->Deliver(Reply(a)).ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
@@ -66,14 +86,32 @@ TEST(RelayChannel, AReplyNobodyAskedForIsAProtocolErrorButALateOneIsNot) {
   Written written;
   auto channel = MakeChannel(&written);
   EXPECT_EQ(channel->Deliver(Reply(7)).code(), absl::StatusCode::kInvalidArgument);
+  const uint64_t forgotten = channel->Send(v1::RelayRequest()).value();
+  channel->Forget(forgotten);
+  EXPECT_TRUE(channel->Deliver(Reply(forgotten)).ok()) << "a reply no one waits for is dropped";
+  const uint64_t again = channel->Send(v1::RelayRequest()).value();
+  ASSERT_TRUE(channel->Deliver(Reply(again)).ok());
+  EXPECT_EQ(channel->Deliver(Reply(again)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A downstream that does not answer in time is of no more use: its subscription is cancelled,
+// and it subscribes again afresh.
+TEST(RelayChannel, ARequestNotAnsweredInTimeCancelsTheSubscription) {
+  Written written;
+  auto channel = MakeChannel(&written);
   const uint64_t id = channel->Send(v1::RelayRequest()).value();
   absl::StatusOr<v1::RelayReply> late = channel->Await(id, absl::Now() + absl::Milliseconds(20));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(late.status().message(), HasSubstr("node rollout-1 (s1) did not answer"));
+  EXPECT_FALSE(channel->open().ok());
+  {
+    std::lock_guard<std::mutex> lock(written.mu);
+    EXPECT_EQ(written.cancels, 1);
+  }
   EXPECT_TRUE(channel->Deliver(Reply(id)).ok()) << "the answer came after the wait gave up";
-  const uint64_t again = channel->Send(v1::RelayRequest()).value();
-  ASSERT_TRUE(channel->Deliver(Reply(again)).ok());
-  EXPECT_EQ(channel->Deliver(Reply(again)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(channel->Send(v1::RelayRequest()).status().code(), absl::StatusCode::kUnavailable);
+  channel->Shutdown();
+  EXPECT_EQ(channel->Send(v1::RelayRequest()).status().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(RelayChannel, TheStreamsEndWakesEveryWaiterAndRefusesLaterSends) {
@@ -91,18 +129,49 @@ TEST(RelayChannel, TheStreamsEndWakesEveryWaiterAndRefusesLaterSends) {
   EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(reply.status().message(), HasSubstr("subscription of node rollout-1 (s1) ended"));
   EXPECT_EQ(channel->Send(v1::RelayRequest()).status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(written.messages.size(), 1u) << "nothing is written after the stream ended";
+  channel->Shutdown();
+  std::lock_guard<std::mutex> lock(written.mu);
+  EXPECT_LE(written.messages.size(), 1u) << "nothing is written after the stream ended";
   EXPECT_FALSE(channel->open().ok());
 }
 
-TEST(RelayChannel, AWriteThatFailsClosesTheChannel) {
+TEST(RelayChannel, AWriteThatFailsClosesTheChannelAndWakesItsWaiter) {
   Written written;
   written.broken = true;
   auto channel = MakeChannel(&written);
-  absl::StatusOr<uint64_t> sent = channel->Send(v1::RelayRequest());
-  EXPECT_EQ(sent.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(sent.status().message(), HasSubstr("broke"));
+  const uint64_t id = channel->Send(v1::RelayRequest()).value();
+  absl::StatusOr<v1::RelayReply> reply = channel->Await(id, absl::Now() + absl::Seconds(30));
+  EXPECT_EQ(reply.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(reply.status().message(), HasSubstr("broke"));
   EXPECT_FALSE(channel->open().ok());
+}
+
+// A downstream that reads nothing fills its queue: the subscription is cut off, no sender waits.
+TEST(RelayChannel, ADownstreamThatReadsNothingIsCutOffNotWaitedFor) {
+  std::mutex gate;
+  gate.lock();  // the writer blocks in its first write, as a stream under flow control does
+  std::atomic<int> cancels{0};
+  RelaySubscription s;
+  s.node = "rollout-1";
+  auto channel = std::make_shared<RelayChannel>(
+      "s1", s,
+      [&](const v1::RelayDown&) {
+        std::lock_guard<std::mutex> held(gate);
+        return false;
+      },
+      [&] {
+        if (cancels.fetch_add(1) == 0) gate.unlock();  // a cancelled stream's write returns
+      });
+  absl::Status last;
+  const absl::Time start = absl::Now();
+  for (size_t i = 0; i <= RelayChannel::kMaxQueued + 1 && last.ok(); ++i) {
+    last = channel->Send(v1::RelayRequest()).status();
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(last.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(last.message(), HasSubstr("reads nothing"));
+  EXPECT_GE(cancels.load(), 1);
+  channel->Shutdown();
 }
 
 TEST(ReplyStatus, APeersCodeOutOfRangeIsUnknownAndItsTextIsSanitized) {

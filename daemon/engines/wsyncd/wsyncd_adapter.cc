@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/core/peer_text.h"
 #include "daemon/relay/relay_subscribers.h"
 #include "daemon/relay/subscription.h"
 
@@ -33,7 +34,7 @@ WsyncdAdapter::WsyncdAdapter(const EngineEndpoint& endpoint, const AdapterTimeou
 WsyncdAdapter::~WsyncdAdapter() = default;
 
 absl::StatusOr<std::shared_ptr<RelayChannel>> WsyncdAdapter::Channel() const {
-  RelaySubscribers* subscribers = ProcessRelaySubscribers();
+  std::shared_ptr<RelaySubscribers> subscribers = ProcessRelaySubscribers();
   std::shared_ptr<RelayChannel> channel =
       subscribers != nullptr ? subscribers->Channel(group_, node_) : nullptr;
   if (channel == nullptr) {
@@ -97,19 +98,40 @@ absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
   absl::StatusOr<v1::RelayReply> reply =
       (*channel)->Call(std::move(request), absl::Now() + timeouts_.control);
   if (!reply.ok()) return reply.status();
-  return ReplyStatus(*reply, absl::StrCat("node ", node_, " could not begin the update"));
+  absl::Status begun =
+      ReplyStatus(*reply, absl::StrCat("node ", node_, " could not begin the update"));
+  std::lock_guard<std::mutex> lock(mu_);
+  update_open_ = begun.ok();
+  return begun;
+}
+
+absl::Status WsyncdAdapter::AbortOpenUpdate(absl::string_view why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!update_open_) return absl::OkStatus();
+    update_open_ = false;
+  }
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  // A downstream whose subscription ended aborted its update when it ended.
+  if (!channel.ok()) return absl::OkStatus();
+  v1::RelayRequest request;
+  request.mutable_abort()->set_reason(std::string(why));
+  absl::StatusOr<v1::RelayReply> reply =
+      (*channel)->Call(std::move(request), absl::Now() + timeouts_.control);
+  if (!reply.ok()) return reply.status();
+  return ReplyStatus(*reply, absl::StrCat("node ", node_, " could not abort its update"));
 }
 
 void WsyncdAdapter::AbandonUpdate() {
-  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
-  if (!channel.ok()) return;
-  v1::RelayRequest request;
-  request.mutable_abort()->set_reason("the upstream's update ended without a commit");
   // Best effort: a downstream that does not hear it aborts when its bucket deadline passes.
-  (void)(*channel)->Call(std::move(request), absl::Now() + timeouts_.control);
+  (void)AbortOpenUpdate("the upstream's update ended without a commit");
 }
 
 absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    update_open_ = false;  // the downstream's update ends with its commit, whatever its outcome
+  }
   absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
   if (!channel.ok()) return channel.status();
   v1::RelayRequest request;
@@ -117,11 +139,18 @@ absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
   absl::StatusOr<v1::RelayReply> reply =
       (*channel)->Call(std::move(request), absl::Now() + options_.commit_timeout());
   if (!reply.ok()) return reply.status();
-  // Every engine of the downstream, by node, in the upstream's result.
+  // Every engine of the downstream, by node, in the upstream's result; the texts are the
+  // peer's, bounded and sanitized.
   std::vector<std::string> engines;
-  for (const v1::EngineResult& e : reply->engines()) {
-    engines.push_back(absl::StrCat(node_, " engine ", e.engine(), ": ",
-                                   e.ok() ? "committed" : absl::StrCat("failed: ", e.message())));
+  for (int i = 0; i < reply->engines_size() && i < kMaxRelayedOutcomes; ++i) {
+    const v1::EngineResult& e = reply->engines(i);
+    engines.push_back(absl::StrCat(
+        node_, " engine ", SanitizePeerText(e.engine(), kQuotedNameBytes), ": ",
+        e.ok() ? "committed" : absl::StrCat("failed: ", SanitizePeerText(e.message(), 1024))));
+  }
+  if (reply->engines_size() > kMaxRelayedOutcomes) {
+    engines.push_back(absl::StrCat("... and ", reply->engines_size() - kMaxRelayedOutcomes,
+                                   " more engine(s) of ", node_));
   }
   absl::Status status = ReplyStatus(*reply, absl::StrCat("node ", node_, " did not commit"));
   std::lock_guard<std::mutex> lock(mu_);

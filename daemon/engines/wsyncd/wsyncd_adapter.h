@@ -30,8 +30,12 @@ class WsyncdAdapter final : public EngineAdapter {
   absl::Status Probe() override;
   EngineHealth Health() override;
   absl::Status ValidateBucket(const BucketManifest& manifest) const override;
-  absl::Status PauseGeneration() override { return absl::OkStatus(); }
-  absl::Status ResumeGeneration() override { return absl::OkStatus(); }
+  // A downstream pauses its own engines when its update begins. Outside an update these do
+  // nothing; during one (the group leaves the member out, or ends the update without it) both
+  // abort the downstream's update: its engines that took part of it stay paused until a whole
+  // version, the others go on serving the version they hold whole.
+  absl::Status PauseGeneration() override { return AbortOpenUpdate("left out of the update"); }
+  absl::Status ResumeGeneration() override { return AbortOpenUpdate("the update ended"); }
   absl::Status BeginUpdate(const UpdateInfo& update) override;
   void AbandonUpdate() override;
   absl::Status FinishUpdate(const UpdateInfo& update) override;
@@ -44,6 +48,9 @@ class WsyncdAdapter final : public EngineAdapter {
   }
   DataPathBinding* Binding(absl::string_view data_path) override;
 
+  // The most engine outcomes a downstream's commit reply is read for.
+  static constexpr int kMaxRelayedOutcomes = 1024;
+
   // The node this member stands for (the URL's host part).
   const std::string& node() const { return node_; }
   // Its subscription stream now (see RelayBinding::Channel).
@@ -51,6 +58,8 @@ class WsyncdAdapter final : public EngineAdapter {
 
  private:
   class MemberBinding;
+  // Sends abort when an update is open at the downstream; OK otherwise.
+  absl::Status AbortOpenUpdate(absl::string_view why);
 
   EngineEndpoint endpoint_;
   const AdapterTimeouts timeouts_;
@@ -61,6 +70,7 @@ class WsyncdAdapter final : public EngineAdapter {
   mutable std::mutex mu_;
   std::vector<std::string> commit_warnings_;  // guarded by mu_
   std::vector<std::string> relayed_;          // guarded by mu_
+  bool update_open_ = false;                  // guarded by mu_: begun, not committed or aborted
 };
 
 }  // namespace wsync

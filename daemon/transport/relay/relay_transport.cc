@@ -21,9 +21,11 @@ class RelayBucket final : public BucketHandle {
   struct Leg {
     size_t index = 0;  // the member's, in the group
     std::shared_ptr<RelayTransport::Member> member;
-    uint64_t request = 0;
+    uint64_t request = 0;  // 0: nothing was sent
     uint64_t ticket = 0;
-    absl::Status status;  // its first failure
+    absl::Status status;    // its first failure
+    bool dropped = false;   // the quorum went on without it
+    bool answered = false;  // its reply was taken (or given up on)
   };
 
   RelayBucket(std::vector<Leg> legs, std::shared_ptr<EngineDrops> drops,
@@ -35,6 +37,13 @@ class RelayBucket final : public BucketHandle {
         deadline_(deadline),
         launched_(launched) {
     if (launched_) requests_written_at_ = absl::Now();
+  }
+
+  // A reply no one waits for is not kept for the rest of the subscription.
+  ~RelayBucket() override {
+    for (Leg& leg : legs_) {
+      if (leg.request != 0 && !leg.answered) leg.member->channel->Forget(leg.request);
+    }
   }
 
   bool launched() const override { return launched_; }
@@ -58,6 +67,7 @@ class RelayBucket final : public BucketHandle {
   absl::Status WaitAnswered(std::vector<EngineOutcome>* outcomes) override {
     for (Leg& leg : legs_) {
       if (!leg.status.ok()) continue;
+      leg.answered = true;
       absl::StatusOr<v1::RelayReply> reply = leg.member->channel->Await(leg.request, deadline_);
       absl::Status answered =
           reply.ok() ? ReplyStatus(*reply, absl::StrCat(leg.member->channel->Describe(),
@@ -67,6 +77,8 @@ class RelayBucket final : public BucketHandle {
     }
     answered_at_ = absl::Now();
     absl::Status settled = Settle();
+    // A member left out keeps its failure in the outcome: the group marks it as needing a
+    // whole version.
     for (const Leg& leg : legs_) outcomes->push_back(EngineOutcome{leg.member->url, leg.status});
     return settled;
   }
@@ -76,33 +88,33 @@ class RelayBucket final : public BucketHandle {
 
  private:
   // The member's pair carries no more of this update: its next receive would pair with the
-  // wrong broadcast.
+  // wrong broadcast. The group forms again before the next update (CheckFormed).
   void Fail(Leg& leg, absl::Status why) {
     leg.status = absl::Status(why.code(), absl::StrCat(leg.member->url, ": ", why.message()));
-    leg.member->pair->Abort(leg.status.message());
+    leg.member->Break(leg.status.message());
   }
 
-  // OK where every member took the bucket, or the quorum goes on without those that did not.
+  // OK while every member that failed could be left out (the quorum still holds); else the
+  // bucket's failure, reported once. Called after each wait, so a member that fails after
+  // another was left out is counted too.
   absl::Status Settle() {
-    if (settled_) return combined_;
+    if (!combined_.ok()) return combined_;
     std::map<size_t, absl::Status> failed;
     std::vector<std::string> why;
     for (const Leg& leg : legs_) {
-      if (leg.status.ok()) continue;
+      if (leg.status.ok() || leg.dropped) continue;
       failed.emplace(leg.index, leg.status);
       why.push_back(std::string(leg.status.message()));
     }
     if (failed.empty()) return absl::OkStatus();
-    settled_ = true;
     if (drops_ != nullptr && drops_->TryDrop(failed)) {
-      for (const std::string& w : why) {
-        WSYNC_LOG(Warning, "relay bucket: ", w, "; the update goes on without it");
-      }
-      // Its later legs are skipped; this bucket still reached every member that remains.
       for (Leg& leg : legs_) {
-        if (!leg.status.ok()) leg.status = absl::OkStatus();
+        if (leg.status.ok() || leg.dropped) continue;
+        leg.dropped = true;
+        WSYNC_LOG(Warning, "relay bucket: ", leg.status.message(),
+                  "; the update goes on without it");
       }
-      return combined_ = absl::OkStatus();
+      return absl::OkStatus();
     }
     combined_ = absl::UnavailableError(absl::StrJoin(why, "; "));
     if (on_failure_) on_failure_(combined_);
@@ -116,11 +128,23 @@ class RelayBucket final : public BucketHandle {
   const bool launched_;
   absl::Time requests_written_at_ = absl::InfinitePast();
   absl::Time answered_at_ = absl::InfinitePast();
-  bool settled_ = false;
-  absl::Status combined_;
+  absl::Status combined_;  // the bucket's failure, once it failed
 };
 
 }  // namespace
+
+void RelayTransport::Member::Break(absl::string_view why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.empty()) broken_ = why.empty() ? "broken" : std::string(why);
+  }
+  pair->Abort(why);
+}
+
+std::string RelayTransport::Member::broken() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return broken_;
+}
 
 RelayTransport::RelayTransport(TransportEnv env) : env_(std::move(env)) {}
 
@@ -153,6 +177,7 @@ absl::StatusOr<std::shared_ptr<RelayTransport::Member>> RelayTransport::Join(
           : reply.status();
   if (!joined.ok()) {
     (*pair)->Abort(joined.message());
+    // The downstream may still be joining: the stream's end tells it the pair is gone.
     return joined;
   }
   auto member = std::make_shared<Member>();
@@ -186,7 +211,7 @@ absl::Status RelayTransport::Form() {
   std::lock_guard<std::mutex> lock(mu_);
   failed_to_join_ = failed;
   if (!failed.empty()) {
-    for (const auto& m : formed) m->pair->Abort("another member failed to join");
+    for (const auto& m : formed) m->Break("another member failed to join");
     return absl::UnavailableError(
         absl::StrCat("relay group '", env_.spec.name, "': ", absl::StrJoin(why, "; ")));
   }
@@ -202,7 +227,7 @@ void RelayTransport::Release(absl::string_view why) {
     drops_.reset();
   }
   // A downstream joins a new pair when the group forms again; its old one is broken here.
-  for (const auto& m : members) m->pair->Abort(why);
+  for (const auto& m : members) m->Break(why);
 }
 
 std::vector<absl::Status> RelayTransport::LeaveStale(const std::string& engine_group) {
@@ -215,6 +240,10 @@ absl::Status RelayTransport::CheckFormed() const {
     if (absl::Status open = m->channel->open(); !open.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("member ", m->url, " lost its pair: ", open.message()));
+    }
+    if (std::string why = m->broken(); !why.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", m->url, "'s pair was broken: ", why));
     }
   }
   return absl::OkStatus();
@@ -282,7 +311,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     if (!sent.ok()) {
       leg.status = absl::Status(sent.status().code(),
                                 absl::StrCat(leg.member->url, ": ", sent.status().message()));
-      leg.member->pair->Abort(leg.status.message());
+      leg.member->Break(leg.status.message());
       legs.push_back(std::move(leg));
       continue;
     }
@@ -293,7 +322,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     if (!ticket.ok()) {
       leg.status = absl::Status(ticket.status().code(),
                                 absl::StrCat(leg.member->url, ": ", ticket.status().message()));
-      leg.member->pair->Abort(leg.status.message());
+      leg.member->Break(leg.status.message());
     } else {
       leg.ticket = *ticket;
     }

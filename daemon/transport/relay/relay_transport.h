@@ -51,6 +51,15 @@ class RelayTransport final : public Transport {
     std::string url;
     std::shared_ptr<RelayChannel> channel;
     std::unique_ptr<RootCommunicator> pair;
+    // Aborts the pair: it carries nothing more, and the group forms again before its next
+    // update. Thread-safe; the first reason is kept.
+    void Break(absl::string_view why);
+    // Why the pair was broken; "" while it is whole.
+    std::string broken() const;
+
+   private:
+    mutable std::mutex mu_;
+    std::string broken_;
   };
 
  private:
