@@ -50,6 +50,8 @@ absl::Status CudaResident::CopyFromSlot(SlotMemory& slot) {
   WSYNC_RETURN_IF_ERROR(slot.WaitProducer(absl::Minutes(1)));
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpy(data_, slot.data(), bytes_, cudaMemcpyDefault));
+  // A device-to-device cudaMemcpy returns before the copy is done: wait for it.
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
   return absl::OkStatus();
 }
 
@@ -57,6 +59,7 @@ absl::Status CudaResident::CopyToSlot(SlotMemory& slot) {
   WSYNC_RETURN_IF_ERROR(Fits(slot));
   WSYNC_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Create(device_));
   WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpy(slot.data(), data_, bytes_, cudaMemcpyDefault));
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
   return absl::OkStatus();
 }
 

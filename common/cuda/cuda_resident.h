@@ -10,7 +10,8 @@ namespace wsync::cuda {
 
 // A resident bucket on a GPU (cudaMalloc on `device`) or in pinned host memory (cudaMallocHost,
 // so the copies run at the link's rate), freed with the object. Copies are cudaMemcpy with the
-// direction read from the pointers (unified addressing): they return when done.
+// direction read from the pointers (unified addressing) on the default stream, waited for (a
+// device-to-device cudaMemcpy returns before it is done): they return when done.
 class CudaResident final : public ResidentMemory {
  public:
   static absl::StatusOr<std::unique_ptr<CudaResident>> Create(int device, ResidentMedium medium,
