@@ -460,6 +460,12 @@ std::vector<EngineRow> DaemonCore::ListEngines() {
   return rows;
 }
 
+absl::StatusOr<std::vector<EngineRow>> DaemonCore::ListEngines(const std::string& group) {
+  auto g = FindGroup(group);
+  if (!g) return absl::NotFoundError(absl::StrCat("unknown group '", group, "'"));
+  return g->ProbeEngines();
+}
+
 absl::StatusOr<std::vector<std::string>> DaemonCore::ResumeEngines(const std::string& group,
                                                                    const std::string& url) {
   auto g = FindGroup(group);

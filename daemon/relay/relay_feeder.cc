@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -44,6 +45,34 @@ v1::RelayReply ReplyOf(const absl::Status& s) {
   reply.set_code(static_cast<int>(s.code()));
   reply.set_message(std::string(s.message()));
   return reply;
+}
+
+}  // namespace
+
+namespace {
+
+// Writes the subscription and reads the upstream's answer, both within `limit` (an upstream
+// alive but silent is not waited for: the stream is cancelled and the feed tries again).
+bool SubscribeWithin(grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream,
+                     grpc::ClientContext* context, const v1::RelayUp& subscribe,
+                     v1::RelayDown* answer, absl::Duration limit) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool answered = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, absl::ToChronoMilliseconds(limit), [&] { return answered; })) {
+      context->TryCancel();
+    }
+  });
+  const bool admitted = stream->Write(subscribe) && stream->Read(answer) && answer->has_admitted();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    answered = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  return admitted;
 }
 
 }  // namespace
@@ -130,6 +159,8 @@ class LocalUpdate final : public UpdateEvents {
   // if that comes first. Nothing is read of the session once its update failed: an update that
   // ended no longer keeps its session, whose slots may then be released.
   absl::StatusOr<uint32_t> TakeSlot(absl::Time deadline) {
+    // The session lives while this update feeds it (a long update outlasts its lease).
+    if (absl::Status alive = core_->KeepAlive(session_.id); !alive.ok()) return alive;
     std::unique_lock<std::mutex> lock(mu_);
     const auto ready = [&] { return !free_.empty() || !failed_.ok(); };
     while (!ready()) {
@@ -175,7 +206,11 @@ class LocalUpdate final : public UpdateEvents {
   }
   void Failed(const UpdateOutcome& outcome) override {
     Interrupt(outcome.status.ok() ? absl::AbortedError("the local update failed") : outcome.status);
+    if (on_failed_) on_failed_();
   }
+  // Called from the update's threads when it fails (a receive in progress must return: the
+  // slot it lands in is no longer the update's). Set before the first bucket.
+  void set_on_failed(std::function<void()> on_failed) { on_failed_ = std::move(on_failed); }
 
  private:
   LocalUpdate(DaemonCore* core, SessionView session, std::string version)
@@ -190,6 +225,7 @@ class LocalUpdate final : public UpdateEvents {
   const SessionView session_;
   const std::string version_;
   const uint64_t slot_bytes_;
+  std::function<void()> on_failed_;
   std::unique_ptr<UpdateMember> member_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -245,6 +281,7 @@ class RelayFeeder::Subscription {
   std::mutex mu_;  // guards pair_ and update_ against Interrupt; the stream thread owns them
   std::shared_ptr<PeerCommunicator> pair_;
   std::shared_ptr<LocalUpdate> update_;
+  uint64_t next_index_ = 0;  // the bucket the open update takes next
 };
 
 absl::Status RelayFeeder::Subscription::Join(const v1::RelayJoin& join) {
@@ -277,7 +314,8 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
                      " but the pair is on device ", pair_device_, ": the group must form again"));
   }
   // A replay of the resident version in progress ends first (bounded: it is a local update).
-  WSYNC_RETURN_IF_ERROR(feeder_->AcquireUpdate(absl::Now() + absl::Seconds(20)));
+  WSYNC_RETURN_IF_ERROR(
+      feeder_->AcquireUpdate(absl::Now() + absl::Seconds(20), /*preempt_replay=*/true));
   absl::StatusOr<std::unique_ptr<LocalUpdate>> update =
       LocalUpdate::Open(core_, device, options_.local_group, begin.version(),
                         absl::StrCat("relay from ", options_.upstream, " group ", options_.group));
@@ -286,16 +324,19 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
     return update.status();
   }
   if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Begin(begin.version());
+  (*update)->set_on_failed([this] { BreakPair("the local update failed"); });
   std::lock_guard<std::mutex> lock(mu_);
   update_ = *std::move(update);
+  next_index_ = 0;
   return absl::OkStatus();
 }
 
 absl::Status RelayFeeder::Subscription::Bucket(const v1::RelayBucket& bucket) {
-  // Every refusal before the receive breaks the pair: the upstream's broadcast of this bucket is
-  // on its way and would land in the next receive.
+  // Every refusal breaks the pair (the upstream's broadcast of this bucket is on its way and
+  // would land in the next receive) and ends the update: a bucket it lacks is never committed.
   auto refuse = [&](absl::Status s) {
     BreakPair(s.message());
+    EndUpdate(s);
     return s;
   };
   std::shared_ptr<LocalUpdate> update;
@@ -308,6 +349,10 @@ absl::Status RelayFeeder::Subscription::Bucket(const v1::RelayBucket& bucket) {
     return refuse(absl::FailedPreconditionError("a bucket with no update open"));
   }
   if (pair == nullptr) return refuse(absl::FailedPreconditionError("a bucket with no pair"));
+  if (bucket.index() != next_index_) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        "relayed bucket ", bucket.index(), " came where bucket ", next_index_, " was due")));
+  }
   absl::StatusOr<BucketManifest> manifest = ReadRelayBucket(bucket, update->slot_bytes());
   if (!manifest.ok()) return refuse(manifest.status());
   absl::StatusOr<uint32_t> slot = update->TakeSlot(absl::Now() + core_->options().bucket_timeout);
@@ -319,17 +364,17 @@ absl::Status RelayFeeder::Subscription::Bucket(const v1::RelayBucket& bucket) {
   absl::Status received =
       pair->ReceiveInto(update->slot(*slot), {BroadcastPiece{0, span, DType::kUint8}},
                         absl::Now() + core_->options().bucket_timeout);
-  if (!received.ok()) {
-    BreakPair(received.message());
-    return received;
-  }
+  if (!received.ok()) return refuse(received);
   // Kept before it is handed on (the slot is then the update's until it comes free again); a
   // version that cannot be kept is said once and the update goes on.
   if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) {
     (void)resident->Keep(*manifest, bucket.checksum(), bucket.last(), update->slot(*slot));
   }
-  return update->Submit(*slot, *std::move(manifest), bucket.checksum(), bucket.index(),
-                        bucket.last());
+  absl::Status submitted =
+      update->Submit(*slot, *std::move(manifest), bucket.checksum(), bucket.index(), bucket.last());
+  if (!submitted.ok()) return refuse(submitted);
+  ++next_index_;
+  return absl::OkStatus();
 }
 
 v1::RelayReply RelayFeeder::Subscription::Commit() {
@@ -462,6 +507,8 @@ void RelayFeeder::Stop() {
     if (subscription_ != nullptr) {
       subscription_->Interrupt(absl::CancelledError("wsyncd is stopping"));
     }
+    if (replay_update_ != nullptr)
+      replay_update_->Interrupt(absl::CancelledError("wsyncd is stopping"));
     cv_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
@@ -485,9 +532,14 @@ std::optional<ResidentVersion::View> RelayFeeder::ResidentStatus() const {
   return resident_->Status();
 }
 
-absl::Status RelayFeeder::AcquireUpdate(absl::Time deadline) {
+absl::Status RelayFeeder::AcquireUpdate(absl::Time deadline, bool preempt_replay) {
   std::unique_lock<std::mutex> lock(mu_);
   while (update_held_ && !stopping_) {
+    // A relayed update is newer than the resident version a replay brings: the replay stops
+    // at its next bucket.
+    if (preempt_replay && replay_update_ != nullptr) {
+      replay_update_->Interrupt(absl::AbortedError("a relayed update begins"));
+    }
     if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout &&
         update_held_) {
       return absl::UnavailableError(
@@ -531,38 +583,49 @@ void RelayFeeder::NoteCommit(const std::string& version, const absl::Status& sta
 
 void RelayFeeder::ReplayLoop() {
   for (;;) {
+    std::shared_ptr<const ResidentVersion::Kept> kept;
+    int device = -1;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_; });
       if (stopping_) return;
       if (update_held_ || resident_ == nullptr) continue;
-    }
-    std::shared_ptr<const ResidentVersion::Kept> kept;
-    int device = -1;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
       kept = resident_->Current();
       device = resident_device_;
+      if (kept == nullptr) continue;
+      // A version replayed before waits, doubling from a minute to an hour: an engine that
+      // cannot take it (or does not report it) is not fed it in a loop.
+      if (replayed_version_ == kept->version && absl::Now() < replay_again_at_) continue;
     }
-    if (kept == nullptr) continue;
-    // Which engines of the local group hold another version (restarted, or new), healthy.
+    // Only where this feed's versions are the group's: a group another trainer updated since is
+    // that trainer's, and a new group (no version yet) is brought in.
+    absl::StatusOr<GroupSnapshot> group = core_->GetGroup(options_.local_group);
+    if (!group.ok() || group->state == GroupState::kUpdating) continue;
+    if (!group->last_version.empty() && group->last_version != kept->version) continue;
+    absl::StatusOr<std::vector<EngineRow>> rows = core_->ListEngines(options_.local_group);
+    if (!rows.ok()) continue;
+    // Healthy engines that hold another version (they restarted) or wait for a whole one. An
+    // engine that reports no version says nothing either way.
     std::vector<std::string> behind;
-    for (const EngineRow& row : core_->ListEngines()) {
-      if (row.group != options_.local_group || !row.health.healthy) continue;
-      if (row.health.weight_version != kept->version || !row.needs_full_version.empty()) {
+    for (const EngineRow& row : *rows) {
+      if (!row.health.healthy) continue;
+      const std::string& holds = row.health.weight_version;
+      if ((!holds.empty() && holds != kept->version) || !row.needs_full_version.empty()) {
         behind.push_back(row.endpoint.url);
       }
     }
     if (behind.empty()) continue;
+    if (!AcquireUpdate(absl::Now(), /*preempt_replay=*/false).ok()) continue;
     {
+      // A relayed update may have committed a newer version meanwhile: never go back to an
+      // older one.
       std::lock_guard<std::mutex> lock(mu_);
-      // The same version again only after a minute: an engine that cannot take it is not fed
-      // it in a loop.
-      if (replayed_version_ == kept->version && absl::Now() - replayed_at_ < absl::Minutes(1)) {
+      if (resident_ == nullptr || resident_->Current() != kept) {
+        update_held_ = false;
+        cv_.notify_all();
         continue;
       }
     }
-    if (!AcquireUpdate(absl::Now()).ok()) continue;  // a relayed update runs: it brings them
     WSYNC_LOG(Info, "resident: bringing local group '", options_.local_group, "' to version '",
               kept->version, "' (", absl::StrJoin(behind, ", "), " held another)");
     const absl::Time start = absl::Now();
@@ -570,8 +633,13 @@ void RelayFeeder::ReplayLoop() {
     ReleaseUpdate();
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (replayed_version_ == kept->version) {
+        replay_backoff_ = std::min(replay_backoff_ * 2, absl::Hours(1));
+      } else {
+        replay_backoff_ = absl::Minutes(1);
+      }
       replayed_version_ = kept->version;
-      replayed_at_ = absl::Now();
+      replay_again_at_ = absl::Now() + replay_backoff_;
       if (!replayed.ok()) view_.last_error = std::string(replayed.message());
     }
     if (replayed.ok()) {
@@ -593,9 +661,19 @@ absl::Status RelayFeeder::Replay(const ResidentVersion::Kept& kept, int device) 
                                                       now_device));
   }
   WSYNC_ASSIGN_OR_RETURN(
-      std::unique_ptr<LocalUpdate> update,
+      std::unique_ptr<LocalUpdate> opened,
       LocalUpdate::Open(core_, device, options_.local_group, kept.version,
                         absl::StrCat("resident version of relay group ", options_.group)));
+  std::shared_ptr<LocalUpdate> update = std::move(opened);
+  {
+    // A relayed update that begins, or wsyncd stopping, interrupts it (a newer version wins).
+    std::lock_guard<std::mutex> lock(mu_);
+    replay_update_ = update;
+  }
+  absl::Cleanup unregister = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    replay_update_.reset();
+  };
   for (size_t i = 0; i < kept.buckets.size(); ++i) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -673,14 +751,14 @@ void RelayFeeder::Run() {
         if (!local.ok()) {
           ended = local.status();
           context.TryCancel();
-        } else if (stream->Write(up) && stream->Read(&admitted) && admitted.has_admitted()) {
+        } else if (SubscribeWithin(stream.get(), &context, up, &admitted, absl::Seconds(30))) {
           {
             std::lock_guard<std::mutex> lock(mu_);
             view_.subscribed = true;
-            view_.subscriber_id = admitted.admitted().subscriber_id();
+            view_.subscriber_id = SanitizePeerText(admitted.admitted().subscriber_id(), 64);
           }
           WSYNC_LOG(Info, "relay: subscribed to ", where, " as ", options_.node, " (",
-                    admitted.admitted().subscriber_id(), ")");
+                    SanitizePeerText(admitted.admitted().subscriber_id(), 64), ")");
           Subscription subscription(this);
           {
             std::lock_guard<std::mutex> lock(mu_);
@@ -694,7 +772,8 @@ void RelayFeeder::Run() {
         grpc::Status finished = stream->Finish();
         if (!finished.ok()) {
           ended = absl::UnavailableError(
-              absl::StrCat("the upstream ended the subscription: ", finished.error_message()));
+              absl::StrCat("the upstream ended the subscription: ",
+                           SanitizePeerText(finished.error_message(), 1024)));
         }
         std::lock_guard<std::mutex> lock(mu_);
         context_ = nullptr;

@@ -21,6 +21,8 @@ class ClientContext;
 
 namespace wsync {
 
+class LocalUpdate;  // relay_feeder.cc: a local update run as an in-process trainer
+
 // Where a downstream wsyncd's local group is fed from: an upstream wsyncd's relay group.
 struct RelayFeedOptions {
   std::string upstream;     // the upstream's --listen address, "host:port"
@@ -83,7 +85,9 @@ class RelayFeeder {
   void ReplayLoop();
   absl::Status Replay(const ResidentVersion::Kept& kept, int device);
   // A relayed update and a replay never run at once: each takes the local group in turn.
-  absl::Status AcquireUpdate(absl::Time deadline);
+  // `preempt_replay`: a replay in progress is interrupted (a relayed update brings a newer
+  // version than the resident one).
+  absl::Status AcquireUpdate(absl::Time deadline, bool preempt_replay);
   void ReleaseUpdate();
   // The resident store on `device`, made at its first use; null with --resident none.
   ResidentVersion* ResidentFor(int device);
@@ -104,7 +108,9 @@ class RelayFeeder {
   // When the last replay of a version failed or left an engine without it: not tried again for
   // a while, so an engine that cannot take it is not fed it in a loop.
   std::string replayed_version_;
-  absl::Time replayed_at_ = absl::InfinitePast();
+  absl::Time replay_again_at_ = absl::InfinitePast();
+  absl::Duration replay_backoff_ = absl::Minutes(1);
+  std::shared_ptr<LocalUpdate> replay_update_;  // the replay's, while one runs
   std::thread thread_;
   std::thread replay_thread_;
 };

@@ -27,9 +27,10 @@ absl::StatusOr<BucketManifest> ManifestFromTensorSpecs(
   for (const v1::TensorSpec& t : tensors) {
     auto dtype = ParseDType(t.dtype());
     if (!dtype.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '",
-                                                     SanitizePeerText(t.name(), kQuotedNameBytes),
-                                                     "': ", dtype.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", SanitizePeerText(t.name(), kQuotedNameBytes), "': ",
+                       // It quotes the peer's dtype text.
+                       SanitizePeerText(dtype.status().message(), kQuotedNameBytes)));
     }
     m.tensors.push_back(TensorEntry{t.name(), *dtype,
                                     std::vector<int64_t>(t.shape().begin(), t.shape().end()),

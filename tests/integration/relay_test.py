@@ -223,13 +223,25 @@ class RelayTest(RelayCase):
 
 
 class RelayFaultTest(RelayCase):
-    def test_a_downstream_killed_mid_update_is_dropped_and_catches_up_when_back(self):
+    def two_slow_downstreams(self):
+        """An upstream whose quorum is 1 of node-b and node-c (2 s bucket deadline), each
+        downstream's engine taking 40 ms per bucket so that an update lasts long enough to be
+        cut; returns the engines' ports by node."""
         self.upstream(["node-b", "node-c"], quorum=1, bucket_timeout="2")
-        # Each engine takes 40 ms per bucket: an update lasts long enough to be cut.
         ports = {n: self.downstream(n, engine_flags=("--answer-delay-ms", "40"))
                  for n in ("node-b", "node-c")}
         for n in ports:
             self.wait_subscribed(n)
+        return ports
+
+    def wait_loaded(self, port, count):
+        """Waits (up to 20 s) until the engine at `port` has loaded `count` buckets in all."""
+        deadline = time.time() + 20
+        while sim_state(port)["updates_received"] < count and time.time() < deadline:
+            time.sleep(0.005)
+
+    def test_a_downstream_killed_mid_update_is_dropped_and_catches_up_when_back(self):
+        ports = self.two_slow_downstreams()
         first = big_model(1)
         start = time.time()
         self.push("v1", first)
@@ -242,10 +254,7 @@ class RelayFaultTest(RelayCase):
 
         def kill_soon():
             # Once node-c's engine has loaded 3 buckets of v2.
-            deadline = time.time() + 20
-            while (sim_state(ports["node-c"])["updates_received"] < before + 3 and
-                   time.time() < deadline):
-                time.sleep(0.005)
+            self.wait_loaded(ports["node-c"], before + 3)
             self.procs["node-c"].send_signal(signal.SIGKILL)
             self.procs["node-c"].wait()
         killer = threading.Thread(target=kill_soon)
@@ -285,11 +294,7 @@ class RelayFaultTest(RelayCase):
             self.assertFalse(sim_state(port)["paused"], port)
 
     def test_a_downstream_that_stalls_mid_update_is_dropped_and_taken_back(self):
-        self.upstream(["node-b", "node-c"], quorum=1, bucket_timeout="2")
-        ports = {n: self.downstream(n, engine_flags=("--answer-delay-ms", "40"))
-                 for n in ("node-b", "node-c")}
-        for n in ports:
-            self.wait_subscribed(n)
+        ports = self.two_slow_downstreams()
         first = big_model(1)
         start = time.time()
         self.push("v1", slowly(first))
@@ -297,10 +302,7 @@ class RelayFaultTest(RelayCase):
         before = sim_state(ports["node-c"])["updates_received"]
 
         def stall():
-            deadline = time.time() + 20
-            while (sim_state(ports["node-c"])["updates_received"] < before + 3 and
-                   time.time() < deadline):
-                time.sleep(0.005)
+            self.wait_loaded(ports["node-c"], before + 3)
             self.procs["node-c"].send_signal(signal.SIGSTOP)
             time.sleep(3)
             self.procs["node-c"].send_signal(signal.SIGCONT)
@@ -349,9 +351,7 @@ class RelayFaultTest(RelayCase):
                 pass  # the upstream died under it
         trainer = threading.Thread(target=push_v2)
         trainer.start()
-        deadline = time.time() + 20
-        while sim_state(port)["updates_received"] < before + 3 and time.time() < deadline:
-            time.sleep(0.005)
+        self.wait_loaded(port, before + 3)
         self.procs["up"].send_signal(signal.SIGKILL)
         self.procs["up"].wait()
         killed = time.time()

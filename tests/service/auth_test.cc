@@ -291,20 +291,22 @@ TEST_F(AuthTest, ARelayTokenIsGoodForNoTrainerOrAdminCall) {
 TEST_F(AuthTest, ASubscriptionIsAdmittedOnlyWithARelayTokenForItsGroups) {
   MakeTlsFiles();
   // A relay group whose one member is node rollout-1, and a group that relays to no daemon.
-  GroupSpec spec;
-  spec.name = "policy";
-  spec.engines = {{"wsyncd://rollout-1", 1}};
-  spec.kind = "wsyncd";
-  spec.transport = "relay";
-  spec.engine_options = std::make_shared<const WsyncdOptions>();
-  ASSERT_TRUE(core_->DeclareGroup(spec).ok());
-  GroupSpec plain;
-  plain.name = "plain";
-  plain.engines = {{"http://127.0.0.1:9", 1}};
-  plain.kind = "sglang";
-  plain.transport = "broadcast";
-  plain.engine_options = std::make_shared<const SglangOptions>();
-  ASSERT_TRUE(core_->DeclareGroup(plain).ok());
+  const auto declare = [&](const char* name, const char* url, const char* kind,
+                           const char* transport, std::shared_ptr<const EngineOptions> options) {
+    GroupSpec spec;
+    spec.name = name;
+    spec.engines = {{url, 1}};
+    spec.kind = kind;
+    spec.transport = transport;
+    spec.engine_options = std::move(options);
+    return core_->DeclareGroup(spec);
+  };
+  ASSERT_TRUE(declare("policy", "wsyncd://rollout-1", "wsyncd", "relay",
+                      std::make_shared<const WsyncdOptions>())
+                  .ok());
+  ASSERT_TRUE(declare("plain", "http://127.0.0.1:9", "sglang", "broadcast",
+                      std::make_shared<const SglangOptions>())
+                  .ok());
   WriteFile(dir_ + "/relay-later.token", "relay-secret-later\n");
   ServerOptions o = TlsOptions();
   o.relay_token_files.push_back({dir_ + "/relay.token", {"policy"}});
