@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -13,26 +11,19 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/secret_file.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/trainer_feeds.h"
 #include "daemon/relay/relay_channel.h"
 #include "daemon/relay/relay_frames.h"
 #include "daemon/relay/subscription.h"
-#include "daemon/wire/manifest_proto.h"
+#include "daemon/wire/engine_result_proto.h"
 #include "grpcpp/grpcpp.h"
 #include "wsync/v1/relay.grpc.pb.h"
 
 namespace wsync {
 namespace {
-
-absl::StatusOr<std::string> ReadWhole(const std::string& path, const char* what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the ", what, " ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::string HostName() {
   char name[256] = {};
@@ -46,10 +37,6 @@ v1::RelayReply ReplyOf(const absl::Status& s) {
   reply.set_message(std::string(s.message()));
   return reply;
 }
-
-}  // namespace
-
-namespace {
 
 // Writes the subscription and reads the upstream's answer, both within `limit` (an upstream
 // alive but silent is not waited for: the stream is cancelled and the feed tries again).
@@ -398,13 +385,7 @@ v1::RelayReply RelayFeeder::Subscription::Commit() {
   }
   feeder_->ReleaseUpdate();
   v1::RelayReply reply = ReplyOf(outcome.status);
-  for (const EngineOutcome& e : outcome.engines) {
-    v1::EngineResult* r = reply.add_engines();
-    r->set_engine(e.engine);
-    r->set_ok(e.status.ok());
-    r->set_code(static_cast<int>(e.status.code()));
-    r->set_message(std::string(e.status.message()));
-  }
+  for (const EngineOutcome& e : outcome.engines) EngineOutcomeToProto(e, reply.add_engines());
   feeder_->NoteCommit(version, outcome.status);
   return reply;
 }
@@ -616,15 +597,16 @@ void RelayFeeder::ReplayLoop() {
     }
     if (behind.empty()) continue;
     if (!AcquireUpdate(absl::Now(), /*preempt_replay=*/false).ok()) continue;
+    bool still_current;
     {
       // A relayed update may have committed a newer version meanwhile: never go back to an
       // older one.
       std::lock_guard<std::mutex> lock(mu_);
-      if (resident_ == nullptr || resident_->Current() != kept) {
-        update_held_ = false;
-        cv_.notify_all();
-        continue;
-      }
+      still_current = resident_ != nullptr && resident_->Current() == kept;
+    }
+    if (!still_current) {
+      ReleaseUpdate();
+      continue;
     }
     WSYNC_LOG(Info, "resident: bringing local group '", options_.local_group, "' to version '",
               kept->version, "' (", absl::StrJoin(behind, ", "), " held another)");
@@ -696,16 +678,11 @@ void RelayFeeder::Run() {
   for (;;) {
     absl::Status ended;
     {
-      auto token = ReadWhole(options_.token_file, "relay token file");
-      auto ca = ReadWhole(options_.ca_file, "relay CA file");
+      auto token = ReadSecretFile(options_.token_file, "relay token file");
+      auto ca = ReadSecretFile(options_.ca_file, "relay CA file");
       if (!token.ok() || !ca.ok()) {
         ended = token.ok() ? ca.status() : token.status();
       } else {
-        std::string secret(*token);
-        while (!secret.empty() &&
-               (secret.back() == '\n' || secret.back() == '\r' || secret.back() == ' ')) {
-          secret.pop_back();
-        }
         grpc::SslCredentialsOptions ssl;
         ssl.pem_root_certs = *ca;
         grpc::ChannelArguments args;
@@ -723,7 +700,7 @@ void RelayFeeder::Run() {
         auto channel = grpc::CreateCustomChannel(
             options_.upstream,
             grpc::CompositeChannelCredentials(grpc::SslCredentials(ssl),
-                                              grpc::AccessTokenCredentials(secret)),
+                                              grpc::AccessTokenCredentials(*token)),
             args);
         auto stub = v1::Relay::NewStub(channel);
         grpc::ClientContext context;

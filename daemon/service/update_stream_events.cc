@@ -5,6 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "daemon/wire/engine_result_proto.h"
 
 namespace wsync {
 namespace {
@@ -154,18 +155,7 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
   r->set_first_launch_seconds(outcome.first_launch_seconds);
   r->set_finish_seconds(outcome.finish_seconds);
   r->set_buckets_read_in_place(outcome.buckets_read_in_place);
-  for (const EngineOutcome& o : outcome.engines) {
-    auto* er = r->add_engines();
-    er->set_engine(o.engine);
-    er->set_ok(o.status.ok());
-    er->set_code(static_cast<int32_t>(o.status.code()));
-    er->set_message(std::string(o.status.message()));
-    er->set_engine_version(o.engine_version);
-    er->set_weights_check(o.weights_check);
-    er->set_needs_full_version(o.needs_full_version);
-    for (const std::string& w : o.warnings) er->add_warnings(w);
-    for (const std::string& r : o.relayed) er->add_relayed(r);
-  }
+  for (const EngineOutcome& o : outcome.engines) EngineOutcomeToProto(o, r->add_engines());
   return e;
 }
 
