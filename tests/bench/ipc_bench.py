@@ -32,9 +32,14 @@ bucket size, in the same run on the same GPU:
             one request per update, each rank maps its buffer once and takes each bucket's
             metadata over ZMQ, checkpoint-engine's worker protocol).
 
-Every time is the median of --runs (5) after a warm-up. Prints one table (size, seconds, GiB/s,
-fraction of the ceiling, speed-up over peers) and writes bench.json. Gate lines judge the defaults rows (flat and separate) against the peers' design (>= 1.10x at 128 MiB to
-1 GiB, >= 1.0x at 2 to 4 GiB); --gate exits 1 when one is missed.
+Every time is the median of --runs (5) after a warm-up. The gated rows take turns with the peers'
+design run by run, and their speed-up is the median of the runs' ratios, so that the machine's
+drift during the benchmark falls on both sides alike (at 2 to 4 GiB every design sits within a
+few milliseconds of the engine's own cost, and whole-row medians taken minutes apart moved more
+than that). Prints one table (size, seconds, GiB/s, fraction of the ceiling, speed-up over
+peers) and writes bench.json. Gate lines judge the defaults rows (flat and separate) against the
+peers' design (>= 1.10x at 128 MiB to 1 GiB, >= 1.0x at 2 to 4 GiB); --gate exits 1 when one is
+missed.
 
     python3 tests/bench/ipc_bench.py --wsyncd build/dev-bundle/bin/wsyncd --nccl-lib ... \
         --python-client client/python --out $OUT/ipc-bench
@@ -222,8 +227,19 @@ CONFIGS = [
 ]
 # The rows the gates judge: what push(state_dict) gives from either layout.
 GATED = ("defaults", "defaults/separate")
+# The gated rows run in turn with the peers' design, so against one daemon: one checksum setting.
+GATED_CHECKSUM = next(c for n, c, _, _ in CONFIGS if n in GATED)
+assert all(c == GATED_CHECKSUM for n, c, _, _ in CONFIGS if n in GATED)
 # The issue's targets for the defaults row: speed-up over the peers' design by bucket size.
 GATES = [(lambda b: b <= GIB, 1.10, "128 MiB to 1 GiB"), (lambda b: b > GIB, 1.0, "2 to 4 GiB")]
+
+
+def record(row, name, seconds, runs_s, res, ok):
+    row["designs"][name] = {"s": seconds, "ok": ok, "pulled": res["buckets_pulled"],
+                            "in_place": res["buckets_read_in_place"], "runs_s": runs_s}
+    note(f"{row['size']} {name}: {seconds * 1e3:.1f} ms (runs {min(runs_s) * 1e3:.1f}"
+         f"-{max(runs_s) * 1e3:.1f}), {res['buckets_pulled']}/{res['buckets']} buckets pulled, "
+         f"{res['buckets_read_in_place']} read in place")
 
 
 def timed_pushes(client, model, runs, version, **kwargs):
@@ -290,39 +306,59 @@ def main():
         slot = int(text[:-3]) * units[text[-3:]]
         buckets = plan(sizes, slot)
         row = {"size": text, "bytes": slot, "buckets": len(buckets), "designs": {}}
-        # The peers' design: median of the runs after one warm-up; the whole update and its
-        # buckets alone, alternately.
-        times, bare = [], []
-        for r in range(args.runs + 1):
-            times.append(peers(engine.url, model, buckets, metadata_cls, f"{text}-peers-{r}"))
-            bare.append(peers(engine.url, model, buckets, metadata_cls, "", steps=False))
-        row["peers_s"] = statistics.median(times[1:])
-        row["designs"]["peers"] = {"s": row["peers_s"], "ok": check_engine(engine.url, spot),
-                                   "runs_s": times[1:]}
-        row["designs"]["peers/buckets"] = {"s": statistics.median(bare[1:]),
-                                           "ok": check_engine(engine.url, spot)}
-        for checksum in dict.fromkeys(c for _, c, _, _ in CONFIGS):
+        # The gated rows and the peers' design take turns run by run (after one warm-up each),
+        # so that a drift of the machine's speed falls on all of them alike: each gated row's
+        # ratio is the median of its runs' ratios to the peers' run just before. The peers'
+        # whole update and its buckets alone alternate; the other rows run after, each design's
+        # runs together, with a daemon of their own checksum.
+        times, bare, paired = [], [], {}
+        for checksum in dict.fromkeys([GATED_CHECKSUM] + [c for _, c, _, _ in CONFIGS]):
             daemon = Daemon(args, slot, checksum, engine.url, uuid, log)
             try:
                 with wsync.Client("unix:" + daemon.sock, device=0, name="ipc bench") as client:
-                    for name, c, kwargs, which in CONFIGS:
-                        if c != checksum:
+                    mine = [c for c in CONFIGS if c[1] == checksum]
+                    turns = [c for c in mine if c[0] in GATED]
+                    if turns:
+                        runs = {name: [] for name, _, _, _ in turns}
+                        last, ok = {}, {}
+                        for r in range(args.runs + 1):
+                            times.append(peers(engine.url, model, buckets, metadata_cls,
+                                               f"{text}-peers-{r}"))
+                            bare.append(peers(engine.url, model, buckets, metadata_cls, "",
+                                              steps=False))
+                            for name, _, kwargs, which in turns:
+                                torch.cuda.synchronize()
+                                t0 = time.perf_counter()
+                                last[name] = client.push(models[which], version=f"{text}-{name}-{r}",
+                                                         group="colo", **kwargs)
+                                runs[name].append(time.perf_counter() - t0)
+                                if r == args.runs:  # its last push, before the next design's
+                                    ok[name] = check_engine(engine.url, spot,
+                                                            f"{text}-{name}-{r}")
+                        row["peers_s"] = statistics.median(times[1:])
+                        row["designs"]["peers"] = {"s": row["peers_s"], "runs_s": times[1:],
+                                                   "ok": check_engine(engine.url, spot)}
+                        row["designs"]["peers/buckets"] = {"s": statistics.median(bare[1:]),
+                                                           "ok": check_engine(engine.url, spot)}
+                        for name, _, _, _ in turns:
+                            runs_s = runs[name][1:]
+                            paired[name] = statistics.median(
+                                p / d for p, d in zip(times[1:], runs_s))
+                            record(row, name, statistics.median(runs_s), runs_s, last[name],
+                                   ok[name])
+                    for name, c, kwargs, which in mine:
+                        if name in row["designs"]:
                             continue
-                        seconds, res, last, runs_s = timed_pushes(
+                        seconds, res, last_version, runs_s = timed_pushes(
                             client, models[which], args.runs, f"{text}-{name}", **kwargs)
-                        row["designs"][name] = {
-                            "s": seconds, "ok": check_engine(engine.url, spot, last),
-                            "pulled": res["buckets_pulled"],
-                            "in_place": res["buckets_read_in_place"], "runs_s": runs_s}
-                        note(f"{text} {name}: {seconds * 1e3:.1f} ms (runs {min(runs_s) * 1e3:.1f}"
-                             f"-{max(runs_s) * 1e3:.1f}), {res['buckets_pulled']}/"
-                             f"{res['buckets']} buckets pulled, {res['buckets_read_in_place']} "
-                             f"read in place")
+                        record(row, name, seconds, runs_s, res,
+                               check_engine(engine.url, spot, last_version))
             finally:
                 if daemon.stop() is not None:
                     for name, c, _, _ in CONFIGS:
                         if c == checksum and name in row["designs"]:
                             row["designs"][name]["ok"] = False
+        row["paired"] = paired
         results.append(row)
         note(f"{text}: {json.dumps(row)}")
     # Zero copy with requests larger than any slot: a daemon with small slots (staging memory is
@@ -362,15 +398,19 @@ def main():
           f"{total / ceil / GIB:.0f} GiB/s; median of {args.runs} runs after a warm-up")
     print("# defaults: push(state_dict, version, group) with nothing set, to a wsyncd with nothing "
           "set, the model in one flat buffer; defaults/separate: each tensor its own allocation")
+    print(f"# vs-peers: for {' and '.join(GATED)} (run in turn with the peers' design) the median "
+          "of the runs' ratios to the peers' run before each; for the others the ratio of the "
+          "medians")
     print("#  size     buckets  design                time(ms)   GiB/s  of-ceiling  vs-peers  "
           "bytes-ok  pulled/in-place")
     failed = []
     for row in results:
         for name, d in row["designs"].items():
             how = f"{d['pulled']}/{d['in_place']}" if "pulled" in d else "-"
+            ratio = row["paired"].get(name, row["peers_s"] / d["s"])
             print(f"  {row['size']:>7}  {row['buckets']:>7}  {name:<20} {d['s'] * 1e3:9.1f} "
                   f"{total / d['s'] / GIB:7.1f}  {ceil / d['s']:10.2f}  "
-                  f"{row['peers_s'] / d['s']:8.2f}  {'yes' if d['ok'] else 'NO':>8}  {how:>15}")
+                  f"{ratio:8.2f}  {'yes' if d['ok'] else 'NO':>8}  {how:>15}")
             if not d["ok"]:
                 failed.append(f"{name} at {row['size']}: engine bytes differ")
     for row in big:
@@ -385,7 +425,7 @@ def main():
         for applies, threshold, what in GATES:
             for design in GATED:
                 if applies(row["bytes"]) and design in row["designs"]:
-                    ratio = row["peers_s"] / row["designs"][design]["s"]
+                    ratio = row["paired"][design]
                     gates.append((f"{row['size']}: {design} >= {threshold:.2f}x peers ({what})",
                                   ratio >= threshold, ratio))
     for text, ok, ratio in gates:

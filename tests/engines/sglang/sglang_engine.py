@@ -160,6 +160,10 @@ class Engine:
                       "never_fetch_id": False, "fail_destroy": False, "corrupt_tensor": "",
                       "data_plane": False}
         self.stranger = None  # the process /sim/start_stranger started
+        # Each update_weights_from_tensor's time in the handler: [began, answered] on the
+        # system-wide monotonic clock, which the benchmark reads too.
+        self.ipc_handler_ms = []
+        self.ipc_handled = 0
 
     def snapshot(self):
         ranks, digests, stats = ranks_and_stats(self)
@@ -261,6 +265,16 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         if path == "/sim/pids":
             # Without the ranks' attention: a rank may be stuck in a collective.
             return self.reply(200, {"ranks": [p.pid for p, _ in e.ranks.ranks]})
+        if path == "/sim/ipc_phases":
+            # The rank side of each update_weights_from_tensor request and the handler's span
+            # for it (body read to answer), for the colocated benchmark's profile.
+            with e.lock:
+                res = e.ranks.all("ipc_phases")
+            ranks = [v for ok, v in res if ok]
+            with e.state:
+                handler, handled = list(e.ipc_handler_ms), e.ipc_handled
+            return self.reply(200, {"ranks": [r["recent"] for r in ranks], "handler_ms": handler,
+                                    "counts": [ranks[0]["count"] if ranks else 0, handled]})
         if path == "/sim/received":
             res = e.ranks.all("received")
             return self.reply(200, {"ranks": {str(e.rank_offset + i): crcs
@@ -274,6 +288,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
             return self.reply(404, {"detail": "Not Found"})
         if path in e.args.fail_route:
             return self.reply(500, {"success": False, "message": "simulated failure"})
+        began = time.monotonic()
         try:
             raw = self.raw_body()
             body = json.loads(raw) if raw else {}
@@ -311,7 +326,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
         if path == "/weights_checker" and e.args.weights_checker:
             return self.weights_checker(body)
         if path == "/update_weights_from_tensor":
-            return self.update_from_tensor(body)
+            return self.update_from_tensor(body, began)
         if path == "/update_weights_from_ipc":
             return self.update_from_ipc(body)
         if path == "/pause_generation":
@@ -502,7 +517,7 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 e.offload_tags.difference_update(tags)
         self.send(200, b"null")
 
-    def update_from_tensor(self, body):
+    def update_from_tensor(self, body, began):
         e = ENGINE
         if "weights" in e.offload_tags:
             return self.reply(500, {"detail": "the weights' memory is released"})
@@ -520,6 +535,9 @@ class Handler(JsonReplies, BaseHTTPRequestHandler):
                 e.last_error = bad[0]
             return self.reply(400, {"success": False,
                                     "message": f"Failed to update weights: {bad[0]}"})
+        with e.state:
+            e.ipc_handled += 1
+            e.ipc_handler_ms = (e.ipc_handler_ms + [[began, time.monotonic()]])[-256:]
         self.reply(200, {"success": True,
                          "message": took_request(body, "Succeeded to update parameter online.")})
 

@@ -51,7 +51,8 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
     uuid = mem.device_uuid(gpu)
     st = {"pg": None, "params": {}, "crcs": {}, "updates": 0, "load_ms": [], "recv_buf": None,
           "stream_maps": 0, "post_hooks": 0, "buckets_seen": 0, "never_fetch_id": False,
-          "collective_used": False, "ahead": None, "ahead_crcs": []}
+          "collective_used": False, "ahead": None, "ahead_crcs": [], "ipc_phases": [],
+          "ipc_requests": 0}
 
     def die_here(what):
         st["updates"] += 1
@@ -201,10 +202,20 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
 
     def ipc_update(arg):
         die_here("update")
+        t0 = time.perf_counter()
         received = ipc_load(arg["serialized_named_tensors"][tp_rank], arg.get("load_format"))
+        t1 = time.perf_counter()
         load_weights(st["params"], received)
+        t2 = time.perf_counter()
         del received
         torch.cuda.synchronize()
+        t3 = time.perf_counter()
+        # Where a request's time goes on the rank (the colocated benchmark's profile): decode
+        # and map, the copies' launches, and the wait for them; the last 256 requests.
+        st["ipc_requests"] += 1
+        st["ipc_phases"] = (st["ipc_phases"] + [{
+            "map_ms": (t1 - t0) * 1e3, "launch_ms": (t2 - t1) * 1e3,
+            "wait_ms": (t3 - t2) * 1e3}])[-256:]
         st["crcs"].clear()
         return "ok"
 
@@ -313,6 +324,7 @@ def rank_main(gpu, tp_rank, conn, memory_kind, uint8_reader, die_at_update, die_
         "init": init, "update": update, "ipc_update": ipc_update, "ipc_route": ipc_route,
         "bench_receive": bench_receive, "bench_loads": bench_loads, "destroy": destroy,
         "receive_ahead": receive_ahead, "received": lambda _: list(st["ahead_crcs"]),
+        "ipc_phases": lambda _: {"recent": list(st["ipc_phases"]), "count": st["ipc_requests"]},
         "checksums": lambda _: dict(rank_checksums(mem, st["params"], st["crcs"])),
         "stats": lambda _: {"ipc_opens": mem.ipc_opens(), "stream_maps": st["stream_maps"],
                             "post_hooks": st["post_hooks"], "buckets_seen": st["buckets_seen"]},
