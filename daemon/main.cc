@@ -130,6 +130,17 @@ int Serve(wsync::DaemonConfig& config, std::unique_ptr<wsync::Platform> platform
   }
   // Each relay feed subscribes once the groups it feeds exist.
   (*server)->StartRelayFeeds(config.relay_feeds, config.resident);
+  // The metrics stop reading the feeds before the server (which holds them) goes.
+  wsync::DaemonServer* feeds_server = server->get();
+  absl::Cleanup forget_residents = [&metrics] { metrics.SetResidents(nullptr); };
+  metrics.SetResidents([feeds_server] {
+    std::vector<wsync::StateCollector::ResidentRow> rows;
+    for (const auto& [feed, view] : feeds_server->RelayResidents()) {
+      rows.push_back({feed.local_group, std::string(wsync::ResidentMediumName(view.medium)),
+                      view.bytes, view.cap_bytes, !view.version.empty()});
+    }
+    return rows;
+  });
   WSYNC_LOG(Info, "wsyncd ", WSYNC_VERSION, " serving on ", (*server)->listen_description(),
             " (mode ", config.daemon.mode, ", ", config.daemon.slots_per_device, " slots x ",
             config.daemon.slot_bytes, " bytes per device)");

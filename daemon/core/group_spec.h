@@ -36,6 +36,10 @@ class EngineOptions {
   virtual bool Equals(const EngineOptions& other) const = 0;
   // "load_format=flattened_bucket", for logs and tables.
   virtual std::string Describe() const = 0;
+  // Streams: the devices whose trainer sessions each feed buckets of their own to one update
+  // (each trainer rank pushes its own part from its own GPU, and each bucket goes out from the
+  // device it was pushed to). Empty (the default): the group's feeds follow from its transport.
+  virtual std::vector<int> stream_devices() const { return {}; }
 };
 
 // Everything that defines a weight group. The config file, the admin API and wsyncctl all map to

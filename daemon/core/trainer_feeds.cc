@@ -32,6 +32,11 @@ absl::StatusOr<std::vector<std::vector<TrainerFeed>>> RankFeedsOf(const GroupSpe
 }
 
 absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform) {
+  if (spec.engine_options != nullptr && !spec.engine_options->stream_devices().empty()) {
+    std::vector<TrainerFeed> feeds;
+    for (int device : spec.engine_options->stream_devices()) feeds.push_back({device, ""});
+    return feeds;
+  }
   WSYNC_ASSIGN_OR_RETURN(const TransportKind* transport, TransportOf(spec));
   if (!transport->engines_read_in_place()) return std::vector<TrainerFeed>{{spec.device, ""}};
   if (platform == nullptr) {
@@ -48,6 +53,10 @@ absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Pl
     }
   }
   return feeds;
+}
+
+bool FeedsAreStreams(const GroupSpec& spec) {
+  return spec.engine_options != nullptr && !spec.engine_options->stream_devices().empty();
 }
 
 }  // namespace wsync

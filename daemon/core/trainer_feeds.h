@@ -24,8 +24,13 @@ std::string FeedName(const TrainerFeed& feed);
 // for. For an IPC spec only.
 absl::StatusOr<std::vector<std::vector<TrainerFeed>>> RankFeedsOf(const GroupSpec& spec,
                                                                   const Platform& platform);
-// The feeds of a group: NOT_FOUND naming the engine and rank whose GPU wsyncd has no device for.
+// The feeds of a group: its stream devices where its engine options name them (each feed's
+// buckets its own: FeedsAreStreams), else the transport's (a colocated group's engine GPUs, or the
+// group's device). NOT_FOUND naming the engine and rank whose GPU wsyncd has no device for.
 absl::StatusOr<std::vector<TrainerFeed>> FeedsOf(const GroupSpec& spec, const Platform* platform);
+// Whether each feed of the group sends buckets of its own (streams) rather than its share of
+// every bucket (the TP ranks of a colocated group, each sending the same bucket plan).
+bool FeedsAreStreams(const GroupSpec& spec);
 
 }  // namespace wsync
 

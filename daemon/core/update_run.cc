@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/read_in_place.h"
+#include "daemon/core/trainer_feeds.h"
 
 namespace wsync {
 
@@ -19,6 +20,7 @@ UpdateRun::UpdateRun(UpdateContext context, std::shared_ptr<WeightGroup> group, 
     : context_(std::move(context)),
       group_(std::move(group)),
       feeds_(group_->feeds()),
+      streams_(FeedsAreStreams(group_->spec())),
       pool_(pool),
       on_done_(std::move(on_done)),
       started_(absl::Now()),
@@ -49,7 +51,7 @@ bool UpdateRun::TrainersTurnLocked() const {
   // Buckets in flight are bounded by their own deadlines, a bucket that lacks a feed's share by
   // its deadline, and a commit waiting for the other feeds by its own.
   if (transfers_started_ != transfers_settled_) return false;
-  if (!queue_.empty() && queue_.front().present == feeds_.size()) return false;
+  if (!queue_.empty() && queue_.front().present == queue_.front().needed) return false;
   for (const Feed& f : feed_state_) {
     if (f.committed) return false;
   }
@@ -177,8 +179,9 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
   if (!memory.ok()) return refuse(memory.status(), ": ");
   // The update's bucket this one is a share of; the first share of it made it and was checked
   // in full, the others must match it.
+  // Streams: every bucket is one feed's own.
   const uint64_t index = f.submitted;
-  Pending* joined = index - taken_ < queue_.size() ? &queue_[index - taken_] : nullptr;
+  Pending* joined = !streams_ && index - taken_ < queue_.size() ? &queue_[index - taken_] : nullptr;
   // A bucket past the slot's size never enters it: pull mode may send one only where the engines
   // read it in place, from one trainer allocation laid out as the bucket (whose mapping bounds
   // the pieces already).
@@ -227,6 +230,13 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
     Pending& p = queue_.emplace_back();
     p.manifest = std::move(manifest);
     p.last = last;
+    if (streams_) {
+      // The update's last bucket is the last feed's last: the others said theirs before.
+      f.said_last = f.said_last || last;
+      p.last = last && std::all_of(feed_state_.begin(), feed_state_.end(),
+                                   [](const Feed& other) { return other.said_last; });
+    }
+    p.needed = streams_ ? 1 : feeds_.size();
     p.shares.resize(feeds_.size());
     p.deadline = absl::Now() + context_.bucket_timeout;
     joined = &p;
@@ -394,8 +404,8 @@ void UpdateRun::SenderLoop() {
       // The front bucket goes once every feed's share is there; a share missing at the bucket's
       // deadline fails the update (the others' slots wait for nothing).
       while (true) {
-        if (!queue_.empty() &&
-            (queue_.front().present == feeds_.size() || !failure_.ok() || !previous_launched)) {
+        if (!queue_.empty() && (queue_.front().present == queue_.front().needed || !failure_.ok() ||
+                                !previous_launched)) {
           break;
         }
         if (closing_) break;
@@ -415,7 +425,7 @@ void UpdateRun::SenderLoop() {
         cv_.wait_until(lock, absl::ToChronoTime(queue_.front().deadline));
       }
       if (queue_.empty()) break;
-      if (queue_.front().present != feeds_.size() && failure_.ok() && previous_launched) {
+      if (queue_.front().present != queue_.front().needed && failure_.ok() && previous_launched) {
         // Closing with a share missing: a commit whose feeds sent unequal numbers of buckets.
         Fail(absl::FailedPreconditionError(
             absl::StrCat(MissingShares(taken_, queue_.front()), "; nothing of it was sent")));
@@ -432,6 +442,7 @@ void UpdateRun::SenderLoop() {
       }
     }
     for (size_t i = 0; i < p.shares.size(); ++i) {
+      if (!p.shares[i].present) continue;
       (void)pool_->Transition(feeds_[i].device, p.shares[i].slot, feed_state_[i].session_id,
                               SlotState::kQueued, SlotState::kSending);
     }
@@ -442,6 +453,7 @@ void UpdateRun::SenderLoop() {
     bool copied = false;
     for (size_t i = 0; i < p.shares.size() && status.ok(); ++i) {
       Share& share = p.shares[i];
+      if (!share.present) continue;
       const bool share_pull = !share.pulled.pieces.empty();
       pull = pull || share_pull;
       share.direct = share_pull ? DirectSource(share.pulled, p.manifest) : nullptr;
@@ -469,9 +481,11 @@ void UpdateRun::SenderLoop() {
       bucket.update_id = context_.update_id;
       bucket.version = context_.version;
       bucket.last = p.last;
+      const Share& first =
+          *std::find_if(p.shares.begin(), p.shares.end(), [](const Share& s) { return s.present; });
       if (!pull && context_.checksum != ChecksumKind::kNone &&
-          p.shares[0].checksum_kind == ChecksumKind::kCrc32) {
-        bucket.checksum = p.shares[0].checksum;
+          first.checksum_kind == ChecksumKind::kCrc32) {
+        bucket.checksum = first.checksum;
         bucket.checksum_kind = ChecksumKind::kCrc32;
       }
       {
@@ -481,6 +495,7 @@ void UpdateRun::SenderLoop() {
       std::vector<BucketSource> sources;
       for (size_t i = 0; i < p.shares.size(); ++i) {
         const Share& share = p.shares[i];
+        if (!share.present) continue;
         sources.push_back(
             BucketSource{feeds_[i].device, share.memory, share.direct,
                          share.direct != nullptr ? share.pulled.keep.front().get() : nullptr});
@@ -557,7 +572,7 @@ void UpdateRun::ReuseLoop() {
     }
     for (size_t i = 0; i < p.shares.size() && f.sent.ok(); ++i) {
       UpdateEvents* events = feed_state_[i].events.load();
-      if (events == nullptr) continue;
+      if (events == nullptr || !p.shares[i].present) continue;
       if (!f.failed_before) events->SlotFree(p.shares[i].slot);
       // Read in place, the trainer's tensors were in use until now.
       if (p.shares[i].direct != nullptr) events->SourcesRead(p.shares[i].sequence);
@@ -655,6 +670,7 @@ void UpdateRun::AnswerLoop() {
     }
     if (context_.on_bucket) context_.on_bucket(span, timing);
     for (size_t i = 0; i < p.shares.size(); ++i) {
+      if (!p.shares[i].present) continue;
       if (UpdateEvents* events = feed_state_[i].events.load()) {
         events->BucketDone(p.shares[i].sequence, span,
                            static_cast<uint32_t>(p.manifest.tensors.size()), timing);

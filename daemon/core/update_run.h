@@ -124,6 +124,10 @@ struct UpdateContext {
 // engines' answers, so a slot waits for an answer only where the transport needs it. After a
 // failure no later bucket is started. The trainers fill their next slots meanwhile.
 //
+// A group with streams (FeedsAreStreams: each trainer rank pushes its own part from its own GPU)
+// takes each feed's buckets as buckets of their own instead, in the order they arrive, each sent
+// from its feed's device; the update's last bucket is the one that comes last of the feeds' lasts.
+//
 // The update commits once every feed committed (each member's Commit waits for the others, up to
 // the bucket timeout); one member's Abort ends it for all.
 class UpdateRun {
@@ -182,6 +186,7 @@ class UpdateRun {
     std::atomic<UpdateEvents*> events{nullptr};  // set once, when the session joins
     uint64_t submitted = 0;                      // buckets it has sent
     bool committed = false;
+    bool said_last = false;  // streams: it marked its last bucket
   };
   // One feed's share of a bucket: its slot and how the bytes get there.
   struct Share {
@@ -201,6 +206,7 @@ class UpdateRun {
     bool last = false;
     std::vector<Share> shares;  // one per feed
     size_t present = 0;
+    size_t needed = 0;    // shares that make it whole: every feed's, or (streams) its one feed's
     absl::Time deadline;  // for the missing shares: the first one's arrival + bucket timeout
   };
   struct InFlight {
@@ -257,6 +263,8 @@ class UpdateRun {
   UpdateContext context_;
   std::shared_ptr<WeightGroup> group_;
   const std::vector<TrainerFeed> feeds_;
+  // Each feed sends buckets of its own (FeedsAreStreams), not its share of every bucket.
+  const bool streams_;
   BufferPool* pool_;
   DoneCallback on_done_;
   const absl::Time started_;

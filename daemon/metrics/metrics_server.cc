@@ -56,4 +56,8 @@ int DaemonMetrics::port() const {
   return ports.empty() ? 0 : ports.front();
 }
 
+void DaemonMetrics::SetResidents(StateCollector::ResidentSource source) {
+  if (state_ != nullptr) state_->SetResidents(std::move(source));
+}
+
 }  // namespace wsync

@@ -34,6 +34,9 @@ class DaemonMetrics {
   UpdateObserver* observer() { return &updates_; }
   // The port served (after Serve), 0 before.
   int port() const;
+  // Where the relay feeds' resident versions are read at each scrape (after Serve); `source` must
+  // stay valid until Stop.
+  void SetResidents(StateCollector::ResidentSource source);
   // Stops serving and probing; the core may go after this.
   void Stop();
   // The exposer's (civetweb's) options for serving on `listen`.

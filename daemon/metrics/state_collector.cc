@@ -147,7 +147,26 @@ std::vector<prometheus::MetricFamily> StateCollector::Collect() const {
   for (const auto& [library, version] : core_->platform().LoadedNcclLibraries()) {
     out.Add("wsync_nccl_library_info", {{"library", library}, {"version", version}}, 1);
   }
+  // Read under the lock, so that SetResidents(nullptr) returns only once no scrape reads them.
+  std::lock_guard<std::mutex> lock(residents_mu_);
+  if (residents_) {
+    out.Declare("wsync_resident_bytes",
+                "Memory a relay feed's resident version holds (staged buckets included)");
+    out.Declare("wsync_resident_cap_bytes", "The cap on a relay feed's resident version");
+    out.Declare("wsync_resident_kept", "1 while a relay feed keeps a whole version, 0 if none");
+    for (const ResidentRow& r : residents_()) {
+      const Labels labels = {{"group", r.group}, {"medium", r.medium}};
+      out.Add("wsync_resident_bytes", labels, static_cast<double>(r.bytes));
+      out.Add("wsync_resident_cap_bytes", labels, static_cast<double>(r.cap_bytes));
+      out.Add("wsync_resident_kept", labels, r.kept ? 1 : 0);
+    }
+  }
   return out.Take();
+}
+
+void StateCollector::SetResidents(ResidentSource source) {
+  std::lock_guard<std::mutex> lock(residents_mu_);
+  residents_ = std::move(source);
 }
 
 }  // namespace wsync

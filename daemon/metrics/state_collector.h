@@ -1,6 +1,9 @@
 #ifndef WSYNC_DAEMON_METRICS_STATE_COLLECTOR_H_
 #define WSYNC_DAEMON_METRICS_STATE_COLLECTOR_H_
 
+#include <functional>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -26,6 +29,11 @@ namespace wsync {
 //   wsync_device_memory_held_bytes{device}        GPU (host: shared) memory the slots hold
 //   wsync_store_connections                       TCPStore connections open
 //   wsync_nccl_library_info{library,version}      1 per NCCL library loaded
+//   wsync_resident_bytes{group,medium}            a relay feed's resident version: memory held
+//   wsync_resident_cap_bytes{group,medium}        its cap (--resident-bytes)
+//   wsync_resident_kept{group,medium}             1 while a whole version is kept, 0 if none
+//
+// The resident rows come from the relay feeds, which live beside the core (SetResidents).
 //
 // A scrape never waits on an engine: engine health (an HTTP request per engine) is probed in a
 // thread of the collector's own every `engine_probe_interval`, and at once when a scrape finds
@@ -35,6 +43,15 @@ namespace wsync {
 // otherwise reports the last one.
 class StateCollector final : public prometheus::Collectable {
  public:
+  // One relay feed's resident version, as the metrics show it.
+  struct ResidentRow {
+    std::string group;   // the local group it feeds
+    std::string medium;  // "host" or "gpu"
+    uint64_t bytes = 0;  // held now, staged buckets included
+    uint64_t cap_bytes = 0;
+    bool kept = false;  // a whole version is kept
+  };
+  using ResidentSource = std::function<std::vector<ResidentRow>()>;
   struct Options {
     absl::Duration engine_probe_interval = absl::Seconds(10);
     absl::Duration groups_wait = absl::Seconds(1);
@@ -51,12 +68,17 @@ class StateCollector final : public prometheus::Collectable {
   void Stop();
 
   std::vector<prometheus::MetricFamily> Collect() const override;
+  // Where the resident versions are read at each scrape (none until set); returns once no scrape
+  // reads the previous source.
+  void SetResidents(ResidentSource source);
 
  private:
   DaemonCore* const core_;
   const Options options_;
   mutable BackgroundSampler<std::vector<GroupSnapshot>> groups_;
   mutable BackgroundSampler<std::vector<EngineRow>> engines_;
+  mutable std::mutex residents_mu_;
+  ResidentSource residents_;
 };
 
 }  // namespace wsync

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/trainer_feeds.h"
+#include "daemon/relay/ordered_receiver.h"
 #include "daemon/relay/relay_channel.h"
 #include "daemon/relay/relay_frames.h"
 #include "daemon/relay/subscription.h"
@@ -161,20 +164,28 @@ class LocalUpdate final : public UpdateEvents {
     free_.erase(free_.begin());
     return slot;
   }
+  // Submit, Commit and Abort may come from different threads (a stream's receive hands its
+  // bucket on while the subscription aborts): the member is taken under member_mu_, and once
+  // committed or aborted a late bucket is refused.
   absl::Status Submit(uint32_t slot, BucketManifest manifest, uint32_t checksum, uint64_t index,
                       bool last) {
+    std::lock_guard<std::mutex> lock(member_mu_);
+    if (member_ == nullptr) return absl::AbortedError("the local update already ended");
     return member_->SubmitBucket(slot, std::move(manifest), checksum, index, {}, last,
                                  ChecksumKind::kCrc32);
   }
   UpdateOutcome Commit() {
-    UpdateOutcome outcome = member_->Commit();
-    member_.reset();
-    return outcome;
+    std::unique_ptr<UpdateMember> member = TakeMember();
+    if (member == nullptr) {
+      UpdateOutcome ended;
+      ended.status = absl::AbortedError("the local update already ended");
+      return ended;
+    }
+    return member->Commit();
   }
   void Abort(const absl::Status& why) {
-    if (member_ == nullptr) return;
-    (void)member_->Abort(why);
-    member_.reset();
+    std::unique_ptr<UpdateMember> member = TakeMember();
+    if (member != nullptr) (void)member->Abort(why);
   }
   // Wakes a TakeSlot with `why` (wsyncd is stopping).
   void Interrupt(const absl::Status& why) {
@@ -212,8 +223,14 @@ class LocalUpdate final : public UpdateEvents {
   const SessionView session_;
   const std::string version_;
   const uint64_t slot_bytes_;
+  std::unique_ptr<UpdateMember> TakeMember() {
+    std::lock_guard<std::mutex> lock(member_mu_);
+    return std::move(member_);
+  }
+
   std::function<void()> on_failed_;
-  std::unique_ptr<UpdateMember> member_;
+  std::mutex member_mu_;
+  std::unique_ptr<UpdateMember> member_;  // guarded by member_mu_ once the update runs
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<uint32_t> free_;  // guarded by mu_
@@ -238,51 +255,96 @@ class RelayFeeder::Subscription {
  public:
   Subscription(RelayFeeder* feeder)
       : feeder_(feeder), core_(feeder->core_), options_(feeder->options_) {}
-  ~Subscription() { EndUpdate(absl::UnavailableError("the subscription ended")); }
+  ~Subscription() {
+    BreakPairs("the subscription ended");
+    EndUpdate(absl::UnavailableError("the subscription ended"));
+  }
 
-  // Serves the stream until it ends; returns why.
+  // Serves the stream until it ends; returns why. Every bucket received is handed on (or
+  // refused) before it returns.
   absl::Status Serve(grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream);
   // From another thread (wsyncd is stopping): a receive or a slot wait in progress returns.
   void Interrupt(const absl::Status& why);
 
  private:
-  v1::RelayReply Handle(const v1::RelayRequest& request);
+  // The reply to a request, or none yet: a bucket's comes once it was received and handed on.
+  std::optional<v1::RelayReply> Handle(const v1::RelayRequest& request);
   absl::Status Join(const v1::RelayJoin& join);
   absl::Status Begin(const v1::RelayBegin& begin);
-  absl::Status Bucket(const v1::RelayBucket& bucket);
+  // Checks the bucket's frame, takes a slot and gives its receive to the bucket's stream; a
+  // refusal is answered at once.
+  absl::Status Bucket(uint64_t request_id, const v1::RelayBucket& bucket);
+  // The bucket's bytes landed (or did not): kept, submitted to the local update, answered.
+  void HandOn(uint64_t request_id, const v1::RelayBucket& bucket, BucketManifest manifest,
+              uint32_t slot, const std::shared_ptr<LocalUpdate>& update, absl::Status received);
   v1::RelayReply Commit();
   // Ends the open update, if any, without its commit.
   void EndUpdate(const absl::Status& why);
-  // The pair no longer matches the upstream's broadcasts: dropped, so that the next update
-  // forms a new one.
-  void BreakPair(absl::string_view why);
-  std::shared_ptr<PeerCommunicator> pair() {
+  // The pairs no longer match the upstream's broadcasts: dropped, so that the next update
+  // forms new ones.
+  void BreakPairs(absl::string_view why);
+  // A bucket refused: the pairs are broken (the upstream's broadcast of it is on its way and
+  // would land in the next receive) and the update ends, since a bucket it lacks is never
+  // committed.
+  absl::Status Refuse(absl::Status why);
+  void Reply(uint64_t request_id, v1::RelayReply reply);
+  std::vector<std::shared_ptr<PeerCommunicator>> pairs() {
     std::lock_guard<std::mutex> lock(mu_);
-    return pair_;
+    return pairs_;
   }
 
   RelayFeeder* const feeder_;
   DaemonCore* const core_;
   const RelayFeedOptions& options_;
   int pair_device_ = 0;
-  std::mutex mu_;  // guards pair_ and update_ against Interrupt; the stream thread owns them
-  std::shared_ptr<PeerCommunicator> pair_;
+  // Guards pairs_, update_ and stream_ against the stream workers and Interrupt.
+  std::mutex mu_;
+  std::vector<std::shared_ptr<PeerCommunicator>> pairs_;  // one per stream; null: not joined
   std::shared_ptr<LocalUpdate> update_;
   uint64_t next_index_ = 0;  // the bucket the open update takes next
+  std::mutex write_mu_;      // one writer at a time on the stream
+  grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream_ = nullptr;  // while served
+  // The streams' receives, made at the first join (again when the stream count changes).
+  std::unique_ptr<OrderedReceiver> receiver_;
 };
 
+// The most streams a downstream joins: as many as an upstream's relay group may have.
+constexpr uint32_t kMaxRelayStreams = 64;
+
 absl::Status RelayFeeder::Subscription::Join(const v1::RelayJoin& join) {
-  BreakPair("the upstream formed a new pair");
+  const uint32_t streams = std::max<uint32_t>(join.streams(), 1);
+  if (streams > kMaxRelayStreams || join.stream() >= streams) {
+    return absl::InvalidArgumentError(absl::StrCat("a join of stream ", join.stream(), " of ",
+                                                   join.streams(), " (at most ", kMaxRelayStreams,
+                                                   " streams)"));
+  }
   WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
+  // The upstream forms its pairs with no update open: a join ends any.
+  EndUpdate(absl::AbortedError("the upstream formed its pairs again"));
+  if (receiver_ == nullptr || receiver_->streams() != streams) {
+    BreakPairs("the upstream formed pairs of another stream count");
+    receiver_.reset();  // no job is pending: every receive was handed on before this request
+    receiver_ = std::make_unique<OrderedReceiver>(streams);
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_.assign(streams, nullptr);
+  }
+  std::shared_ptr<PeerCommunicator> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(pairs_[join.stream()]);
+  }
+  if (old != nullptr) old->Abort("the upstream formed a new pair");
   absl::StatusOr<std::unique_ptr<PeerCommunicator>> joined =
       core_->mutable_platform()->JoinCommunicator(device, join.unique_id(), 1, 2, "",
                                                   absl::Now() + core_->options().bucket_timeout);
   if (!joined.ok()) return joined.status();
   std::shared_ptr<PeerCommunicator> pair = *std::move(joined);
   WSYNC_LOG(Info, "relay: joined the pair of group '", options_.group, "' from ", options_.upstream,
-            " on device ", device, " (", pair->Describe(), ")");
+            " (stream ", join.stream() + 1, " of ", streams, ", ",
+            SanitizePeerText(join.upstream_note(), 256), ") on device ", device, " (",
+            pair->Describe(), ")");
   std::lock_guard<std::mutex> lock(mu_);
-  pair_ = std::move(pair);
+  pairs_[join.stream()] = std::move(pair);
   pair_device_ = device;
   return absl::OkStatus();
 }
@@ -291,7 +353,8 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
   // A begin while an update is open: the upstream gave that one up.
   EndUpdate(absl::AbortedError("the upstream began another update"));
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the update's version", begin.version(), kMaxRelayText));
-  if (pair() == nullptr) {
+  const std::vector<std::shared_ptr<PeerCommunicator>> pairs = this->pairs();
+  if (pairs.empty() || std::find(pairs.begin(), pairs.end(), nullptr) != pairs.end()) {
     return absl::FailedPreconditionError("no pair with the upstream: the group must form again");
   }
   WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
@@ -311,60 +374,97 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
     return update.status();
   }
   if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Begin(begin.version());
-  (*update)->set_on_failed([this] { BreakPair("the local update failed"); });
+  (*update)->set_on_failed([this] { BreakPairs("the local update failed"); });
+  receiver_->Reset(0);
   std::lock_guard<std::mutex> lock(mu_);
   update_ = *std::move(update);
   next_index_ = 0;
   return absl::OkStatus();
 }
 
-absl::Status RelayFeeder::Subscription::Bucket(const v1::RelayBucket& bucket) {
-  // Every refusal breaks the pair (the upstream's broadcast of this bucket is on its way and
-  // would land in the next receive) and ends the update: a bucket it lacks is never committed.
-  auto refuse = [&](absl::Status s) {
-    BreakPair(s.message());
-    EndUpdate(s);
-    return s;
-  };
+absl::Status RelayFeeder::Subscription::Refuse(absl::Status why) {
+  BreakPairs(why.message());
+  EndUpdate(why);
+  return why;
+}
+
+absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::RelayBucket& bucket) {
   std::shared_ptr<LocalUpdate> update;
+  std::shared_ptr<PeerCommunicator> pair;
   {
     std::lock_guard<std::mutex> lock(mu_);
     update = update_;
+    if (bucket.stream() < pairs_.size()) pair = pairs_[bucket.stream()];
   }
-  std::shared_ptr<PeerCommunicator> pair = this->pair();
   if (update == nullptr) {
-    return refuse(absl::FailedPreconditionError("a bucket with no update open"));
+    return Refuse(absl::FailedPreconditionError("a bucket with no update open"));
   }
-  if (pair == nullptr) return refuse(absl::FailedPreconditionError("a bucket with no pair"));
+  if (pair == nullptr) {
+    return Refuse(absl::FailedPreconditionError(
+        absl::StrCat("a bucket on stream ", bucket.stream(), ", which has no pair (",
+                     pairs().size(), " stream(s) joined)")));
+  }
   if (bucket.index() != next_index_) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
+    return Refuse(absl::InvalidArgumentError(absl::StrCat(
         "relayed bucket ", bucket.index(), " came where bucket ", next_index_, " was due")));
   }
   absl::StatusOr<BucketManifest> manifest = ReadRelayBucket(bucket, update->slot_bytes());
-  if (!manifest.ok()) return refuse(manifest.status());
+  if (!manifest.ok()) return Refuse(manifest.status());
+  // The slots bound the receives in flight: one per free slot, whichever streams they are on.
   absl::StatusOr<uint32_t> slot = update->TakeSlot(absl::Now() + core_->options().bucket_timeout);
   if (!slot.ok()) {
-    return refuse(absl::Status(slot.status().code(), absl::StrCat("bucket ", bucket.index(), ": ",
+    return Refuse(absl::Status(slot.status().code(), absl::StrCat("bucket ", bucket.index(), ": ",
                                                                   slot.status().message())));
   }
   const uint64_t span = manifest->span_bytes();
-  absl::Status received =
-      pair->ReceiveInto(update->slot(*slot), {BroadcastPiece{0, span, DType::kUint8}},
-                        absl::Now() + core_->options().bucket_timeout);
-  if (!received.ok()) return refuse(received);
-  // Kept before it is handed on (the slot is then the update's until it comes free again); a
-  // version that cannot be kept is said once and the update goes on.
-  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) {
-    (void)resident->Keep(*manifest, bucket.checksum(), bucket.last(), update->slot(*slot));
-  }
-  absl::Status submitted =
-      update->Submit(*slot, *std::move(manifest), bucket.checksum(), bucket.index(), bucket.last());
-  if (!submitted.ok()) return refuse(submitted);
+  const absl::Time deadline = absl::Now() + core_->options().bucket_timeout;
+  OrderedReceiver::Job job;
+  job.index = bucket.index();
+  job.stream = bucket.stream();
+  job.receive = [pair, update, slot = *slot, span, deadline] {
+    return pair->ReceiveInto(update->slot(slot), {BroadcastPiece{0, span, DType::kUint8}},
+                             deadline);
+  };
+  job.hand_on = [this, request_id, bucket, manifest = *std::move(manifest), slot = *slot,
+                 update](absl::Status received) mutable {
+    HandOn(request_id, bucket, std::move(manifest), slot, update, std::move(received));
+  };
+  if (absl::Status added = receiver_->Add(std::move(job)); !added.ok()) return Refuse(added);
   ++next_index_;
   return absl::OkStatus();
 }
 
+void RelayFeeder::Subscription::HandOn(uint64_t request_id, const v1::RelayBucket& bucket,
+                                       BucketManifest manifest, uint32_t slot,
+                                       const std::shared_ptr<LocalUpdate>& update,
+                                       absl::Status received) {
+  absl::Status status = std::move(received);
+  if (status.ok()) {
+    // Kept before it is handed on (the slot is then the update's until it comes free again); a
+    // version that cannot be kept is said once and the update goes on.
+    if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) {
+      (void)resident->Keep(manifest, bucket.checksum(), bucket.last(), update->slot(slot));
+    }
+    status =
+        update->Submit(slot, std::move(manifest), bucket.checksum(), bucket.index(), bucket.last());
+  }
+  if (!status.ok()) status = Refuse(status);
+  Reply(request_id, ReplyOf(status));
+}
+
+void RelayFeeder::Subscription::Reply(uint64_t request_id, v1::RelayReply reply) {
+  reply.set_id(request_id);
+  v1::RelayUp up;
+  *up.mutable_reply() = std::move(reply);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  // A stream that ended takes no more: the upstream hears of it from the stream's end.
+  if (stream_ != nullptr) (void)stream_->Write(up);
+}
+
 v1::RelayReply RelayFeeder::Subscription::Commit() {
+  // The upstream commits once every bucket was answered, so every receive was handed on; the
+  // wait covers a hand-on still finishing after its answer was written.
+  if (receiver_ != nullptr) receiver_->Drain();
   std::shared_ptr<LocalUpdate> update;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -405,35 +505,41 @@ void RelayFeeder::Subscription::EndUpdate(const absl::Status& why) {
   feeder_->ReleaseUpdate();
 }
 
-void RelayFeeder::Subscription::BreakPair(absl::string_view why) {
-  std::shared_ptr<PeerCommunicator> pair;
+void RelayFeeder::Subscription::BreakPairs(absl::string_view why) {
+  std::vector<std::shared_ptr<PeerCommunicator>> pairs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pair = std::move(pair_);
+    pairs.swap(pairs_);
+    pairs_.assign(pairs.size(), nullptr);
   }
-  if (pair != nullptr) pair->Abort(why);
+  for (const auto& pair : pairs) {
+    if (pair != nullptr) pair->Abort(why);
+  }
 }
 
 void RelayFeeder::Subscription::Interrupt(const absl::Status& why) {
-  std::shared_ptr<PeerCommunicator> pair;
+  std::vector<std::shared_ptr<PeerCommunicator>> pairs;
   std::shared_ptr<LocalUpdate> update;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pair = pair_;
+    pairs = pairs_;
     update = update_;
   }
-  if (pair != nullptr) pair->Abort(why.message());
+  for (const auto& pair : pairs) {
+    if (pair != nullptr) pair->Abort(why.message());
+  }
   if (update != nullptr) update->Interrupt(why);
 }
 
-v1::RelayReply RelayFeeder::Subscription::Handle(const v1::RelayRequest& request) {
+std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayRequest& request) {
   switch (request.kind_case()) {
     case v1::RelayRequest::kJoin:
       return ReplyOf(Join(request.join()));
     case v1::RelayRequest::kBegin:
       return ReplyOf(Begin(request.begin()));
     case v1::RelayRequest::kBucket:
-      return ReplyOf(Bucket(request.bucket()));
+      if (absl::Status s = Bucket(request.id(), request.bucket()); !s.ok()) return ReplyOf(s);
+      return std::nullopt;
     case v1::RelayRequest::kCommit:
       return Commit();
     case v1::RelayRequest::kAbort:
@@ -447,16 +553,26 @@ v1::RelayReply RelayFeeder::Subscription::Handle(const v1::RelayRequest& request
 
 absl::Status RelayFeeder::Subscription::Serve(
     grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream) {
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    stream_ = stream;
+  }
+  // Before the stream goes: the receives in flight return (their pairs aborted), every bucket
+  // is handed on, and nothing writes to the stream after.
+  absl::Cleanup detach = [&] {
+    BreakPairs("the subscription's stream ended");
+    if (receiver_ != nullptr) receiver_->Drain();
+    std::lock_guard<std::mutex> lock(write_mu_);
+    stream_ = nullptr;
+  };
   v1::RelayDown down;
   while (stream->Read(&down)) {
     if (!down.has_request()) {
       return absl::InvalidArgumentError("the upstream sent something other than a request");
     }
-    v1::RelayReply reply = Handle(down.request());
-    reply.set_id(down.request().id());
-    v1::RelayUp up;
-    *up.mutable_reply() = std::move(reply);
-    if (!stream->Write(up)) break;
+    if (std::optional<v1::RelayReply> reply = Handle(down.request())) {
+      Reply(down.request().id(), *std::move(reply));
+    }
   }
   return absl::UnavailableError("the subscription's stream ended");
 }

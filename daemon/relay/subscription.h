@@ -14,7 +14,7 @@ namespace wsync {
 
 // The relay protocol spoken between daemons (docs/RELAY.md). An upstream admits only its own:
 // the frames change with it.
-inline constexpr uint32_t kRelayProtocolVersion = 1;
+inline constexpr uint32_t kRelayProtocolVersion = 2;  // 2: streams (RelayJoin.stream)
 
 // What a downstream wsyncd asks for when it subscribes.
 struct RelaySubscription {

@@ -87,6 +87,10 @@ class DaemonServer {
   void StartRelayFeeds(const std::vector<RelayFeedOptions>& feeds, const ResidentOptions& resident);
   // Ends them (each open update aborted), before the core goes.
   void StopRelayFeeds();
+  // Each feed's resident version, where one is kept (for the metrics).
+  std::vector<std::pair<RelayFeedOptions, ResidentVersion::View>> RelayResidents() const {
+    return feeders_.Residents();
+  }
   int tcp_port() const { return tcp_port_; }
 
  private:

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from process_support import (client_test_arguments, crc, free_port, mixed_dtype_model,  # noqa: E402
@@ -101,12 +102,15 @@ class RelayCase(unittest.TestCase):
         while not os.path.exists(sock) and time.time() < deadline:
             time.sleep(0.02)
 
-    def upstream(self, members, quorum=0, bucket_timeout="3", port=None):
-        """The trainer's node: relay group 'policy' whose members are `members` (node names)."""
+    def upstream(self, members, quorum=0, bucket_timeout="3", port=None, streams=None):
+        """The trainer's node: relay group 'policy' whose members are `members` (node names),
+        sent from the devices `streams` (one trainer rank pushing to each) where given."""
         self.up_port = port or free_port()
         self.up_sock = self.path("up.sock")  # ctl("up", ...) finds it
         group = {"name": "policy", "kind": "wsyncd", "transport": "relay",
                  "engines": [{"url": f"wsyncd://{m}"} for m in members]}
+        if streams:
+            group["wsyncd"] = {"streams": streams}
         if quorum:
             group["quorum"] = quorum
         with open(self.path("up.json"), "w") as f:
@@ -207,6 +211,53 @@ class RelayTest(RelayCase):
                           feed["last_version"], feed["updates_committed"]),
                          (f"127.0.0.1:{self.up_port}", "policy", "policy", True, "v2", "2"), down)
         self.assertIn("node-c", self.ctl("up", "relay").stdout)
+
+    def test_two_trainer_ranks_each_send_their_own_part_on_a_stream_of_their_own(self):
+        # Devices 0 and 1 each feed the relay group their own half of the model; each bucket
+        # crosses on the pair of the device it was pushed to, and each downstream hands the
+        # buckets of both streams to its engine as one update.
+        self.upstream(["node-b", "node-c"], streams=[0, 1])
+        ports = {n: self.downstream(n) for n in ("node-b", "node-c")}
+        for n in ports:
+            self.wait_subscribed(n)
+        for version, seed in (("v1", 1), ("v2", 2)):
+            model = big_model(seed, tensors=8)
+            parts = {0: model[0::2], 1: model[1::2]}
+            results, errors = {}, []
+
+            def push(device):
+                try:
+                    with wsync.Client("unix:" + self.up_sock, device=device) as client:
+                        results[device] = client.push(parts[device], version=version,
+                                                      group="policy")
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(f"device {device}: {e}")
+
+            threads = [threading.Thread(target=push, args=(d,)) for d in parts]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+            self.assertEqual(errors, [])
+            for device, result in results.items():
+                # The update's buckets, both ranks': 8 tensors of 800 KB, one per 1 MiB slot.
+                self.assertEqual(result["buckets"], 8, result)
+                engines = {e["engine"]: e for e in result["engines"]}
+                self.assertEqual(set(engines), {"wsyncd://node-b", "wsyncd://node-c"}, result)
+                self.assertTrue(all(e["ok"] for e in engines.values()), result)
+            for port in ports.values():
+                self.assert_holds(port, model)
+                self.assertEqual(sim_state(port).get("weight_version"), version)
+        for n in ports:
+            log = self.log(n)
+            self.assertIn("(stream 1 of 2", log)
+            self.assertIn("(stream 2 of 2", log)
+        self.assertIn("from devices 0, 1", self.log("up"))
+        # A bucket pushed to a device the group does not send from is refused before any byte.
+        with wsync.Client("unix:" + self.up_sock, device=2) as client:
+            with self.assertRaises(wsync.WsyncError) as refused:
+                client.push(big_model(3, tensors=1), version="v3", group="policy")
+        self.assertIn("is fed from device 0, device 1", str(refused.exception))
 
     def test_a_node_the_group_does_not_name_or_a_token_for_another_group_is_refused(self):
         self.upstream(["node-b"])
@@ -384,7 +435,9 @@ class RelayFaultTest(RelayCase):
 class ResidentTest(RelayCase):
     def test_a_restarted_engine_is_brought_to_the_resident_version_with_no_trainer(self):
         self.upstream(["node-b"])
-        port = self.downstream("node-b", flags=("--resident", "host", "--resident-bytes", "64MiB"))
+        metrics = free_port()
+        port = self.downstream("node-b", flags=("--resident", "host", "--resident-bytes", "64MiB",
+                                                "--metrics-listen", f"127.0.0.1:{metrics}"))
         self.wait_subscribed("node-b")
         model = big_model(7)
         self.push("v7", model)
@@ -394,6 +447,13 @@ class ResidentTest(RelayCase):
         self.assertEqual((kept["local_group"], kept["medium"], kept["version"], kept["buckets"]),
                          ("policy", "host", "v7", "12"), relay)
         self.assertIn("resident versions", self.ctl("node-b", "buffers").stdout)
+        # And in the metrics: 12 tensors of 800 KB held, under the 64 MiB cap.
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as r:
+            scraped = r.read().decode()
+        labels = '{group="policy",medium="host"}'
+        self.assertIn(f"wsync_resident_bytes{labels} 9600000", scraped)
+        self.assertIn(f"wsync_resident_cap_bytes{labels} 67108864", scraped)
+        self.assertIn(f"wsync_resident_kept{labels} 1", scraped)
         # The trainer's node goes away, then the engine restarts holding nothing of v7.
         self.procs["up"].send_signal(signal.SIGKILL)
         self.procs["up"].wait()

@@ -56,9 +56,9 @@ TEST(CheckSubscription, EachMismatchIsRefusedNamingBothSides) {
     std::vector<std::string> named;
   };
   const Case cases[] = {
-      {[](RelaySubscription& s) { s.protocol_version = 2; },
+      {[](RelaySubscription& s) { s.protocol_version = 3; },
        absl::StatusCode::kFailedPrecondition,
-       {"relay protocol 2", "this wsyncd speaks 1"}},
+       {"relay protocol 3", "this wsyncd speaks 2"}},
       {[](RelaySubscription& s) { s.platform = "host"; },
        absl::StatusCode::kFailedPrecondition,
        {"the host platform", "the cuda platform"}},

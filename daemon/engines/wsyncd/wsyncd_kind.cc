@@ -14,11 +14,11 @@ class WsyncdKind final : public EngineKindPlugin {
  public:
   absl::string_view name() const override { return "wsyncd"; }
 
-  // {"commit_timeout_seconds": N}, optional.
+  // {"commit_timeout_seconds": N, "streams": [device, ...]}, each optional.
   absl::StatusOr<std::shared_ptr<const EngineOptions>> ParseOptions(
       const nlohmann::json& options) const override {
     for (const auto& [key, value] : options.items()) {
-      if (key != "commit_timeout_seconds") {
+      if (key != "commit_timeout_seconds" && key != "streams") {
         return absl::InvalidArgumentError(absl::StrCat("unknown wsyncd option \"", key, "\""));
       }
     }
@@ -30,14 +30,36 @@ class WsyncdKind final : public EngineKindPlugin {
       }
       timeout = absl::Seconds(v.get<double>());
     }
-    auto parsed = std::make_shared<const WsyncdOptions>(timeout);
+    std::vector<int> streams;
+    if (options.contains("streams")) {
+      const nlohmann::json& v = options["streams"];
+      if (!v.is_array()) {
+        return absl::InvalidArgumentError("wsyncd streams must be a list of device indexes");
+      }
+      for (const nlohmann::json& d : v) {
+        if (!d.is_number_integer()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("wsyncd streams must be a list of device indexes, not ", d.dump()));
+        }
+        const int64_t device = d.get<int64_t>();
+        if (device < 0 || device > 1023) {
+          return absl::InvalidArgumentError(absl::StrCat("wsyncd streams: device ", device,
+                                                         " is not a device index (0 to 1023)"));
+        }
+        streams.push_back(static_cast<int>(device));
+      }
+    }
+    auto parsed = std::make_shared<const WsyncdOptions>(timeout, std::move(streams));
     if (absl::Status s = parsed->Validate(); !s.ok()) return s;
     return parsed;
   }
 
   nlohmann::json OptionsToJson(const EngineOptions& options) const override {
     const auto& wsyncd = static_cast<const WsyncdOptions&>(options);
-    return {{"commit_timeout_seconds", absl::ToDoubleSeconds(wsyncd.commit_timeout())}};
+    nlohmann::json out = {
+        {"commit_timeout_seconds", absl::ToDoubleSeconds(wsyncd.commit_timeout())}};
+    if (!wsyncd.stream_devices().empty()) out["streams"] = wsyncd.stream_devices();
+    return out;
   }
 
   absl::StatusOr<std::unique_ptr<EngineAdapter>> MakeAdapter(

@@ -2,6 +2,7 @@
 #define WSYNC_DAEMON_ENGINES_WSYNCD_WSYNCD_OPTIONS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "daemon/core/group_spec.h"
@@ -10,11 +11,14 @@ namespace wsync {
 
 // A relay group's settings for its members, the downstream wsyncds: how long the upstream waits
 // for a downstream's local commit (its engines load the buckets its slots still hold, then
-// record the version).
+// record the version), and the group's streams: the devices, one trainer rank pushing to each,
+// that each send their own buckets to every member on a pair of their own (none: one stream,
+// from the group's device).
 class WsyncdOptions final : public EngineOptions {
  public:
   WsyncdOptions() = default;
-  explicit WsyncdOptions(absl::Duration commit_timeout) : commit_timeout_(commit_timeout) {}
+  explicit WsyncdOptions(absl::Duration commit_timeout, std::vector<int> streams = {})
+      : commit_timeout_(commit_timeout), streams_(std::move(streams)) {}
 
   absl::string_view kind() const override { return "wsyncd"; }
   absl::Status Validate() const override;
@@ -27,9 +31,14 @@ class WsyncdOptions final : public EngineOptions {
   std::string Describe() const override;
 
   absl::Duration commit_timeout() const { return commit_timeout_; }
+  std::vector<int> stream_devices() const override { return streams_; }
+
+  // How many streams one relay group may have: more devices than a node holds is a mistake.
+  static constexpr size_t kMaxStreams = 64;
 
  private:
   absl::Duration commit_timeout_ = absl::Minutes(5);
+  std::vector<int> streams_;
 };
 
 }  // namespace wsync

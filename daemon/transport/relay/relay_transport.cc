@@ -21,7 +21,8 @@ class RelayBucket final : public BucketHandle {
   struct Leg {
     size_t index = 0;  // the member's, in the group
     std::shared_ptr<RelayTransport::Member> member;
-    uint64_t request = 0;  // 0: nothing was sent
+    RootCommunicator* pair = nullptr;  // the member's pair of the bucket's stream
+    uint64_t request = 0;              // 0: nothing was sent
     uint64_t ticket = 0;
     absl::Status status;    // its first failure
     bool dropped = false;   // the quorum went on without it
@@ -52,7 +53,7 @@ class RelayBucket final : public BucketHandle {
     WireTiming slowest;
     for (Leg& leg : legs_) {
       if (!leg.status.ok()) continue;
-      absl::StatusOr<WireTiming> sent = leg.member->pair->WaitBroadcast(leg.ticket, deadline_);
+      absl::StatusOr<WireTiming> sent = leg.pair->WaitBroadcast(leg.ticket, deadline_);
       if (!sent.ok()) {
         Fail(leg, sent.status());
         continue;
@@ -138,7 +139,7 @@ void RelayTransport::Member::Break(absl::string_view why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (broken_.empty()) broken_ = why.empty() ? "broken" : std::string(why);
   }
-  pair->Abort(why);
+  for (const auto& pair : pairs) pair->Abort(why);
 }
 
 std::string RelayTransport::Member::broken() const {
@@ -146,7 +147,14 @@ std::string RelayTransport::Member::broken() const {
   return broken_;
 }
 
-RelayTransport::RelayTransport(TransportEnv env) : env_(std::move(env)) {}
+RelayTransport::RelayTransport(TransportEnv env)
+    : env_(std::move(env)), streams_([this] {
+        std::vector<int> devices = env_.spec.engine_options != nullptr
+                                       ? env_.spec.engine_options->stream_devices()
+                                       : std::vector<int>{};
+        if (devices.empty()) devices.push_back(env_.spec.device);
+        return devices;
+      }()) {}
 
 RelayTransport::~RelayTransport() { Release("the transport was destroyed"); }
 
@@ -159,31 +167,43 @@ absl::StatusOr<std::shared_ptr<RelayTransport::Member>> RelayTransport::Join(
   }
   absl::StatusOr<std::shared_ptr<RelayChannel>> channel = binding->Channel();
   if (!channel.ok()) return channel.status();
-  absl::StatusOr<std::unique_ptr<RootCommunicator>> pair =
-      env_.platform->CreateRootCommunicator(env_.spec.device, 2, env_.spec.nccl_library);
-  if (!pair.ok()) {
-    return absl::Status(pair.status().code(), absl::StrCat("cannot make the pair for ", url, ": ",
-                                                           pair.status().message()));
-  }
-  v1::RelayRequest join;
-  join.mutable_join()->set_unique_id((*pair)->unique_id());
-  join.mutable_join()->set_upstream_note(env_.spec.nccl_library.empty() ? "default NCCL"
-                                                                        : env_.spec.nccl_library);
-  absl::StatusOr<v1::RelayReply> reply =
-      (*channel)->Call(std::move(join), absl::Now() + env_.options.registration_timeout);
-  absl::Status joined =
-      reply.ok()
-          ? ReplyStatus(*reply, absl::StrCat((*channel)->Describe(), " could not join its pair"))
-          : reply.status();
-  if (!joined.ok()) {
-    (*pair)->Abort(joined.message());
-    // The downstream may still be joining: the stream's end tells it the pair is gone.
-    return joined;
-  }
   auto member = std::make_shared<Member>();
   member->url = url;
-  member->channel = *std::move(channel);
-  member->pair = *std::move(pair);
+  member->channel = *channel;
+  // The pairs one after another: the downstream takes the subscription's requests in order and
+  // answers a join once it joined.
+  for (size_t stream = 0; stream < streams_.size(); ++stream) {
+    const int device = streams_[stream];
+    absl::StatusOr<std::unique_ptr<RootCommunicator>> pair =
+        env_.platform->CreateRootCommunicator(device, 2, env_.spec.nccl_library);
+    if (!pair.ok()) {
+      member->Break(pair.status().message());
+      return absl::Status(pair.status().code(),
+                          absl::StrCat("cannot make the pair for ", url, " on device ", device,
+                                       ": ", pair.status().message()));
+    }
+    v1::RelayRequest join;
+    join.mutable_join()->set_unique_id((*pair)->unique_id());
+    join.mutable_join()->set_upstream_note(
+        absl::StrCat(env_.spec.nccl_library.empty() ? "default NCCL" : env_.spec.nccl_library,
+                     ", device ", device));
+    join.mutable_join()->set_stream(static_cast<uint32_t>(stream));
+    join.mutable_join()->set_streams(static_cast<uint32_t>(streams_.size()));
+    absl::StatusOr<v1::RelayReply> reply =
+        (*channel)->Call(std::move(join), absl::Now() + env_.options.registration_timeout);
+    absl::Status joined =
+        reply.ok()
+            ? ReplyStatus(*reply, absl::StrCat((*channel)->Describe(),
+                                               " could not join its pair of device ", device))
+            : reply.status();
+    if (!joined.ok()) {
+      (*pair)->Abort(joined.message());
+      member->Break(joined.message());
+      // The downstream may still be joining: the stream's end tells it the pair is gone.
+      return joined;
+    }
+    member->pairs.push_back(*std::move(pair));
+  }
   return member;
 }
 
@@ -261,10 +281,18 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     const std::vector<BucketSource>& sources, const BucketManifest& manifest,
     const BucketContext& context, absl::Time deadline) {
   if (sources.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "relay group '", env_.spec.name, "' is fed from one device, not ", sources.size()));
+    return absl::FailedPreconditionError(absl::StrCat("relay group '", env_.spec.name,
+                                                      "': a bucket comes from one device, not ",
+                                                      sources.size()));
   }
   const BucketSource& source = sources[0];
+  const auto device_at = std::find(streams_.begin(), streams_.end(), source.device);
+  if (device_at == streams_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("relay group '", env_.spec.name, "' sends from devices ",
+                     absl::StrJoin(streams_, ", "), ", not device ", source.device));
+  }
+  const size_t stream = static_cast<size_t>(device_at - streams_.begin());
   const uint64_t span = manifest.span_bytes();
   // The downstream's local update verifies the bytes that landed against the trainer's CRC-32;
   // where the trainer sent none (pull mode) it is computed here, from the slot.
@@ -286,6 +314,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
   bucket->set_last(context.last);
   ManifestToTensorSpecs(manifest, bucket->mutable_tensors());
   bucket->set_checksum(crc);
+  bucket->set_stream(static_cast<uint32_t>(stream));
 
   std::vector<std::shared_ptr<Member>> members;
   std::shared_ptr<EngineDrops> drops;
@@ -306,6 +335,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     RelayBucket::Leg leg;
     leg.index = i;
     leg.member = members[i];
+    leg.pair = leg.member->pairs.at(stream).get();
     if (drops != nullptr && !drops->WhyDropped(i).ok()) continue;  // left out earlier
     absl::StatusOr<uint64_t> sent = leg.member->channel->Send(request);
     if (!sent.ok()) {
@@ -318,7 +348,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     any_sent = true;
     leg.request = *sent;
     absl::StatusOr<uint64_t> ticket =
-        leg.member->pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
+        leg.pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
     if (!ticket.ok()) {
       leg.status = absl::Status(ticket.status().code(),
                                 absl::StrCat(leg.member->url, ": ", ticket.status().message()));
@@ -364,7 +394,8 @@ std::string RelayTransport::Describe() const {
   std::vector<std::string> members;
   for (const auto& m : members_) members.push_back(m->channel->Describe());
   return absl::StrCat("relay to ", members.size(), " downstream(s) (", absl::StrJoin(members, ", "),
-                      ") from device ", env_.spec.device);
+                      ") from device", streams_.size() > 1 ? "s " : " ",
+                      absl::StrJoin(streams_, ", "));
 }
 
 }  // namespace wsync

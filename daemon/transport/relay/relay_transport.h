@@ -15,11 +15,14 @@ namespace wsync {
 
 // The node relay's upstream side (docs/RELAY.md): a relay group's members are downstream
 // wsyncds, each reached through its subscription stream (RelayBinding). Forming makes one 2-rank
-// collective per member (this wsyncd rank 0 on the group's device, the downstream rank 1 on its
-// own), so a member that fails is aborted alone and the others go on. A bucket is announced on
-// each member's stream (tensors, CRC-32) and broadcast on its pair; the member answers once the
-// bytes landed in one of its slots and went to its local group. Its engines' loads are the
-// downstream's own business: the relay waits on them only when the downstream's slots are full.
+// collective per member and stream (this wsyncd rank 0 on the stream's device, the downstream
+// rank 1 on its own), so a member that fails is aborted alone and the others go on. A group with
+// streams (several trainer ranks, each pushing its own part to its own device) sends each bucket
+// from the device it was pushed to, on that device's pair: no device funnels another's bytes. A
+// bucket is announced on each member's stream (tensors, CRC-32) and broadcast on its pair; the
+// member answers once the bytes landed in one of its slots and went to its local group. Its
+// engines' loads are the downstream's own business: the relay waits on them only when the
+// downstream's slots are full.
 //
 // A member is dropped from the rest of an update (its pair aborted) where the group's quorum
 // allows, as IPC engines are; otherwise its failure fails the bucket.
@@ -46,12 +49,13 @@ class RelayTransport final : public Transport {
   std::map<std::string, absl::Status> DroppedEngines() const override;
   std::string Describe() const override;
 
-  // One downstream as formed: its stream and the pair its buckets cross on.
+  // One downstream as formed: its subscription and the pairs its buckets cross on, one per
+  // stream (in the order of stream_devices()).
   struct Member {
     std::string url;
     std::shared_ptr<RelayChannel> channel;
-    std::unique_ptr<RootCommunicator> pair;
-    // Aborts the pair: it carries nothing more, and the group forms again before its next
+    std::vector<std::unique_ptr<RootCommunicator>> pairs;
+    // Aborts every pair: they carry nothing more, and the group forms again before its next
     // update. Thread-safe; the first reason is kept.
     void Break(absl::string_view why);
     // Why the pair was broken; "" while it is whole.
@@ -63,10 +67,13 @@ class RelayTransport final : public Transport {
   };
 
  private:
-  // Joins one member: its pair made here, joined by the downstream.
+  // Joins one member: its pairs made here, one per stream, each joined by the downstream.
   absl::StatusOr<std::shared_ptr<Member>> Join(EngineAdapter& adapter);
 
   const TransportEnv env_;
+  // The devices buckets are sent from, one stream each: the group's stream devices, or its
+  // device alone.
+  const std::vector<int> streams_;
   mutable std::mutex mu_;
   // Empty until formed; shared with the buckets in flight.
   std::vector<std::shared_ptr<Member>> members_;
