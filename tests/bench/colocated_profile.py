@@ -20,8 +20,9 @@ import urllib.request
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from bench_update import note, plan, qwen25_7b_shapes  # noqa: E402
-from ipc_bench import Daemon, Engine, fake_sglang_metadata_class, peers  # noqa: E402
+from bench_update import note, plan  # noqa: E402
+from ipc_bench import (Daemon, Engine, fake_sglang_metadata_class,  # noqa: E402
+                       flat_and_separate_models, peers)
 
 GIB = 2**30
 TIMING_KEYS = ("verify_seconds", "idle_seconds", "wire_seconds", "answer_seconds",
@@ -69,15 +70,7 @@ def main():
     sys.path.insert(0, args.python_client)
     import wsync
 
-    torch.manual_seed(0)
-    shapes = list(qwen25_7b_shapes())
-    numels = [int(torch.Size(s).numel()) for _, s in shapes]
-    flat = torch.randn(sum(numels), dtype=torch.bfloat16, device="cuda:0")
-    model, at = [], 0
-    for (n, s), k in zip(shapes, numels):
-        model.append((n, flat[at:at + k].view(s)))
-        at += k
-    separate = [(n, t.clone()) for n, t in model]
+    model, separate = flat_and_separate_models()
     sizes = [t.numel() * t.element_size() for _, t in model]
     uuid = str(torch.cuda.get_device_properties(0).uuid)
     log = open(os.path.join(args.out, "processes.log"), "w")

@@ -234,6 +234,21 @@ assert all(c == GATED_CHECKSUM for n, c, _, _ in CONFIGS if n in GATED)
 GATES = [(lambda b: b <= GIB, 1.10, "128 MiB to 1 GiB"), (lambda b: b > GIB, 1.0, "2 to 4 GiB")]
 
 
+def flat_and_separate_models():
+    """Qwen2.5-7B's tensors in bf16 on GPU 0 (seed 0), twice: in one flat buffer back to back (a
+    flat parameter buffer: pull mode reads them in place where that pays), and each in an
+    allocation of its own, as a plain state_dict holds them."""
+    torch.manual_seed(0)
+    shapes = list(qwen25_7b_shapes())
+    numels = [int(torch.Size(s).numel()) for _, s in shapes]
+    flat = torch.randn(sum(numels), dtype=torch.bfloat16, device="cuda:0")
+    model, at = [], 0
+    for (n, s), k in zip(shapes, numels):
+        model.append((n, flat[at:at + k].view(s)))
+        at += k
+    return model, [(n, t.clone()) for n, t in model]
+
+
 def record(row, name, seconds, runs_s, res, ok):
     row["designs"][name] = {"s": seconds, "ok": ok, "pulled": res["buckets_pulled"],
                             "in_place": res["buckets_read_in_place"], "runs_s": runs_s}
@@ -275,18 +290,7 @@ def main():
     sys.path.insert(0, args.python_client)
     import wsync
 
-    torch.manual_seed(0)
-    shapes = list(qwen25_7b_shapes())
-    # One flat buffer holding every tensor back to back (a flat parameter buffer): the same bytes
-    # serve every design, and pull mode reads them in place where that pays.
-    numels = [int(torch.Size(s).numel()) for _, s in shapes]
-    flat = torch.randn(sum(numels), dtype=torch.bfloat16, device="cuda:0")
-    model, at = [], 0
-    for (n, s), k in zip(shapes, numels):
-        model.append((n, flat[at:at + k].view(s)))
-        at += k
-    # The same tensors each in an allocation of its own, as a plain state_dict holds them.
-    separate = [(n, t.clone()) for n, t in model]
+    model, separate = flat_and_separate_models()
     models = {"flat": model, "separate": separate}
     total = sum(t.numel() * t.element_size() for _, t in model)
     sizes = [t.numel() * t.element_size() for _, t in model]
