@@ -9,7 +9,6 @@ table, and writes profile.json.
         --nccl-lib ... --python-client client/python --out $OUT/profile
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -21,8 +20,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from bench_update import note, plan  # noqa: E402
-from ipc_bench import (Daemon, Engine, fake_sglang_metadata_class,  # noqa: E402
-                       flat_and_separate_models, peers)
+from ipc_bench import (Daemon, Engine, colocated_arguments,  # noqa: E402
+                       fake_sglang_metadata_class, flat_and_separate_models, peers)
 
 GIB = 2**30
 TIMING_KEYS = ("verify_seconds", "idle_seconds", "wire_seconds", "answer_seconds",
@@ -57,15 +56,7 @@ def split(url, before, run_s):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--wsyncd", required=True)
-    ap.add_argument("--nccl-lib", required=True)
-    ap.add_argument("--python-client", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--sizes", default="2GiB,4GiB")
-    ap.add_argument("--runs", type=int, default=9)
-    ap.add_argument("--slots-per-device", type=int, default=2)
-    args = ap.parse_args()
+    args = colocated_arguments("2GiB,4GiB", 9).parse_args()
     os.makedirs(args.out, exist_ok=True)
     sys.path.insert(0, args.python_client)
     import wsync

@@ -269,15 +269,22 @@ def timed_pushes(client, model, runs, version, **kwargs):
     return statistics.median(times[1:]), results[-1], f"{version}-{runs}", times[1:]
 
 
-def main():
+def colocated_arguments(sizes, runs):
+    """The arguments every colocated benchmark takes: where wsyncd, NCCL and the client are, the
+    output folder, bucket sizes, runs and slots."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--wsyncd", required=True)
     ap.add_argument("--nccl-lib", required=True)
     ap.add_argument("--python-client", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--sizes", default="128MiB,512MiB,1GiB,2GiB,4GiB")
-    ap.add_argument("--runs", type=int, default=5, help="timed runs per design (median)")
+    ap.add_argument("--sizes", default=sizes)
+    ap.add_argument("--runs", type=int, default=runs, help="timed runs per design (median)")
     ap.add_argument("--slots-per-device", type=int, default=2)
+    return ap
+
+
+def main():
+    ap = colocated_arguments("128MiB,512MiB,1GiB,2GiB,4GiB", 5)
     ap.add_argument("--zero-copy-requests", default="4GiB,8GiB,model",
                     help="request sizes for zero copy beyond the slot sizes ('' for none)")
     ap.add_argument("--routes", default="tensor",
