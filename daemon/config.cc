@@ -154,7 +154,8 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
     config->engine_networks = *std::move(entries);
   }
   if (j.contains("relay_tokens")) {
-    // [{"token_file": FILE, "groups": [GROUP, ...]}]: see ServerOptions::relay_token_files.
+    // [{"token_file": FILE, "groups": [GROUP, ...], "nodes": [NODE, ...]}] ("nodes" optional):
+    // see ServerOptions::relay_token_files.
     const nlohmann::json& list = j["relay_tokens"];
     if (!list.is_array()) {
       return in_file(absl::InvalidArgumentError(
@@ -164,7 +165,7 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string at = Element("relay_tokens", i);
       if (absl::Status s = RequireObject(list[i], at); !s.ok()) return in_file(s);
-      if (absl::Status s = CheckKeys(list[i], at, {"token_file", "groups"}); !s.ok()) {
+      if (absl::Status s = CheckKeys(list[i], at, {"token_file", "groups", "nodes"}); !s.ok()) {
         return in_file(s);
       }
       auto file_json = Required(list[i], "token_file", at);
@@ -175,7 +176,20 @@ absl::Status LoadConfigText(absl::string_view text, const std::string& path, Dae
       if (!file.ok()) return in_file(file.status());
       auto groups = AsStrings(**groups_json, at + ".groups");
       if (!groups.ok()) return in_file(groups.status());
-      config->server.relay_token_files.push_back({*std::move(file), *std::move(groups)});
+      std::vector<std::string> nodes;
+      if (list[i].contains("nodes")) {
+        auto given = AsStrings(list[i]["nodes"], at + ".nodes");
+        if (!given.ok()) return in_file(given.status());
+        if (given->empty()) {
+          return in_file(absl::InvalidArgumentError(
+              absl::StrCat(at,
+                           ".nodes is empty: leave it out to let any node the groups name "
+                           "use the token")));
+        }
+        nodes = *std::move(given);
+      }
+      config->server.relay_token_files.push_back(
+          {*std::move(file), *std::move(groups), std::move(nodes)});
     }
   }
   if (j.contains("relay_feeds")) {

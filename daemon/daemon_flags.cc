@@ -47,28 +47,39 @@ struct RawFlags {
   double handshake_timeout = 0;
   std::vector<std::string> engine_networks;
   std::string state_dir;
-  std::vector<std::string> relay_token_files;  // FILE=GROUP[,GROUP...] each
+  std::vector<std::string> relay_token_files;  // FILE=GROUP[,GROUP...][@NODE[,NODE...]] each
   std::vector<std::string> relay_feeds;        // KEY=VALUE,... each
   std::string resident;                        // none, host, gpu; "" keeps the config's
   std::string resident_bytes;                  // "" keeps the config's
 };
 
-// "--relay-token-file FILE=GROUP[,GROUP...]": a relay token and the groups it admits to.
+// "--relay-token-file FILE=GROUP[,GROUP...][@NODE[,NODE...]]": a relay token, the groups it
+// admits to and, where given, the only nodes that may subscribe with it.
 absl::StatusOr<ServerOptions::RelayTokenFile> ParseRelayTokenFlag(const std::string& text) {
   const size_t eq = text.rfind('=');
-  std::vector<std::string> groups;
-  if (eq != std::string::npos) {
-    for (absl::string_view g : absl::StrSplit(text.substr(eq + 1), ',', absl::SkipWhitespace())) {
-      groups.emplace_back(absl::StripAsciiWhitespace(g));
+  std::vector<std::string> groups, nodes;
+  const auto list = [](absl::string_view part, std::vector<std::string>* out) {
+    for (absl::string_view item : absl::StrSplit(part, ',', absl::SkipWhitespace())) {
+      out->emplace_back(absl::StripAsciiWhitespace(item));
     }
+  };
+  bool nodes_given = false;
+  if (eq != std::string::npos) {
+    absl::string_view rest = absl::string_view(text).substr(eq + 1);
+    if (const size_t at = rest.find('@'); at != absl::string_view::npos) {
+      list(rest.substr(at + 1), &nodes);
+      nodes_given = true;
+      rest = rest.substr(0, at);
+    }
+    list(rest, &groups);
   }
-  if (eq == std::string::npos || eq == 0 || groups.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--relay-token-file ", text,
-                     ": give FILE=GROUP[,GROUP...], the token's file and the "
-                     "groups a downstream wsyncd holding it may subscribe to"));
+  if (eq == std::string::npos || eq == 0 || groups.empty() || (nodes_given && nodes.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--relay-token-file ", text,
+        ": give FILE=GROUP[,GROUP...][@NODE[,NODE...]], the token's file, the groups a "
+        "downstream wsyncd holding it may subscribe to and, after @, the only nodes that may"));
   }
-  return ServerOptions::RelayTokenFile{text.substr(0, eq), std::move(groups)};
+  return ServerOptions::RelayTokenFile{text.substr(0, eq), std::move(groups), std::move(nodes)};
 }
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
@@ -101,9 +112,10 @@ void AddServerFlags(CLI::App& app, FlagTable& table, DaemonConfig& c, RawFlags& 
                             "file holding the token TCP admins present"),
              [&s](const DaemonConfig& f) { s.admin_token_file = f.server.admin_token_file; });
   table.Bind(app.add_option("--relay-token-file", raw.relay_token_files,
-                            "FILE=GROUP[,GROUP...]: a token downstream wsyncds present to "
-                            "subscribe to those groups (the node relay), and nothing else; "
-                            "repeat for more tokens")
+                            "FILE=GROUP[,GROUP...][@NODE[,NODE...]]: a token downstream wsyncds "
+                            "present to subscribe to those groups (the node relay), and nothing "
+                            "else; after @, the only nodes that may use it; repeat for more "
+                            "tokens")
                  ->allow_extra_args(false),
              [&s](const DaemonConfig& f) { s.relay_token_files = f.server.relay_token_files; });
   table.Bind(app.add_option("--relay-feed", raw.relay_feeds,

@@ -58,6 +58,12 @@ absl::Status CheckSubscription(const RelaySubscription& want, const RelayUpstrea
         ", this wsyncd's is ", have.nccl_version.empty() ? "none" : have.nccl_version,
         ": NCCL connects only peers of its own version (give both daemons the same --nccl-lib)"));
   }
+  if (!have.token_nodes.empty() && std::find(have.token_nodes.begin(), have.token_nodes.end(),
+                                             want.node) == have.token_nodes.end()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the subscriber's relay token is bound to node(s) ", absl::StrJoin(have.token_nodes, ", "),
+        "; it subscribed as node '", SanitizePeerText(want.node, kMaxRelayText), "'"));
+  }
   for (const std::string& group : want.groups) {
     if (std::find(have.token_groups.begin(), have.token_groups.end(), group) ==
         have.token_groups.end()) {

@@ -31,8 +31,9 @@ struct RelaySubscription {
 struct RelayUpstream {
   std::string platform;
   std::string nccl_version;
-  // The groups the caller's relay token names.
+  // The groups the caller's relay token names, and the nodes it is bound to (empty: any).
   std::vector<std::string> token_groups;
+  std::vector<std::string> token_nodes;
   // OK when the upstream has a relay group of that name with the node as a member: NOT_FOUND
   // without such a group, FAILED_PRECONDITION for a group that is no relay group, PERMISSION_DENIED
   // when the node is not one of its members; each naming what it found.
@@ -50,9 +51,9 @@ inline constexpr uint64_t kMinRelayCloseAfterBytes = uint64_t{1} << 20;
 
 // OK when `want` may be admitted; else an error naming both sides of what differs: protocol
 // (FAILED_PRECONDITION), platform or NCCL version (FAILED_PRECONDITION), a group the token does
-// not name (PERMISSION_DENIED), a group check_group refuses, slots smaller than the upstream's
-// or a close-after rule below kMinRelayCloseAfterBytes (FAILED_PRECONDITION), a node that is no
-// node name, or a malformed request (INVALID_ARGUMENT: no
+// not name or a node it is not bound to (PERMISSION_DENIED), a group check_group refuses, slots
+// smaller than the upstream's or a close-after rule below kMinRelayCloseAfterBytes
+// (FAILED_PRECONDITION), a node that is no node name, or a malformed request (INVALID_ARGUMENT: no
 // group, a group twice, texts over kMaxRelayText, more than kMaxRelayGroups groups). Texts in
 // errors are sanitized (they come from the peer).
 absl::Status CheckSubscription(const RelaySubscription& want, const RelayUpstream& have);

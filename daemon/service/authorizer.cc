@@ -87,14 +87,16 @@ Role Authorizer::UnixRole(const UnixPeer& peer) const {
   return Role::kTrainer;
 }
 
-Role Authorizer::TokenRole(absl::string_view authorization,
-                           std::vector<std::string>* relay_groups) const {
+Role Authorizer::TokenRole(absl::string_view authorization, Caller* relay_caller) const {
   const absl::string_view token = BearerToken(authorization);
   if (SameSecret(token, options_.admin_token)) return Role::kAdmin;
   if (SameSecret(token, options_.trainer_token)) return Role::kTrainer;
   for (const AuthOptions::RelayToken& relay : options_.relay_tokens) {
     if (SameSecret(token, relay.token)) {
-      if (relay_groups != nullptr) *relay_groups = relay.groups;
+      if (relay_caller != nullptr) {
+        relay_caller->relay_groups = relay.groups;
+        relay_caller->relay_nodes = relay.nodes;
+      }
       return Role::kRelay;
     }
   }
@@ -117,11 +119,13 @@ Caller Authorizer::Identify(const grpc::ServerContextBase& context) const {
     caller.connection = peer;
     caller.identity = absl::StrCat("TCP ", PeerHost(peer));
     const absl::string_view authorization = AuthorizationValue(context);
-    const Role token_role = TokenRole(authorization, &caller.relay_groups);
+    const Role token_role = TokenRole(authorization, &caller);
     if (token_role == Role::kRelay) {
       caller.role = Role::kRelay;
       caller.description = absl::StrCat("TCP ", peer, " with a relay token (groups ",
-                                        absl::StrJoin(caller.relay_groups, ", "), ")");
+                                        absl::StrJoin(caller.relay_groups, ", "),
+                                        caller.relay_nodes.empty() ? "" : "; nodes ",
+                                        absl::StrJoin(caller.relay_nodes, ", "), ")");
     } else if (token_role == Role::kAdmin) {
       caller.role = Role::kAdmin;
       caller.description = absl::StrCat("TCP ", peer, " with the admin token");

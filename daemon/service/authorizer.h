@@ -20,6 +20,7 @@ struct AuthOptions {
   struct RelayToken {
     std::string token;
     std::vector<std::string> groups;
+    std::vector<std::string> nodes;  // empty: any node the groups name
   };
   std::vector<RelayToken> relay_tokens;
   // Unix callers in this group are admins, as are root and the daemon's own user (who can stop
@@ -44,9 +45,8 @@ class Authorizer {
   grpc::Status Require(const grpc::ServerContextBase& context, Role needed, const char* call,
                        Caller* caller = nullptr) const;
   // The role a TCP caller's "authorization" value gives ("Bearer <token>"): kNone for no token
-  // or an unknown one; for a relay token, its groups in `relay_groups` (may be null).
-  Role TokenRole(absl::string_view authorization,
-                 std::vector<std::string>* relay_groups = nullptr) const;
+  // or an unknown one; for a relay token, its groups and nodes in `relay` (may be null).
+  Role TokenRole(absl::string_view authorization, Caller* relay = nullptr) const;
   // TCP callers need a token (a TLS listener): calls without one are refused before they reach
   // a service (TokenGate).
   bool tcp_needs_token() const { return !options_.tcp_is_trainer_without_token; }

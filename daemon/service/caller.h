@@ -32,8 +32,10 @@ struct Caller {
   // For errors and logs: "uid 1000 (pid 4242) on the unix socket", "TCP 10.0.0.7 with the
   // trainer token".
   std::string description;
-  // kRelay: the groups the caller's relay token names.
+  // kRelay: the groups the caller's relay token names, and the nodes it is bound to (empty: any
+  // node those groups name).
   std::vector<std::string> relay_groups;
+  std::vector<std::string> relay_nodes;
 };
 
 }  // namespace wsync

@@ -73,6 +73,7 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
   have.platform = std::string(core_->platform().name());
   have.nccl_version = core_->platform().DefaultNcclVersion();
   have.token_groups = caller.relay_groups;
+  have.token_nodes = caller.relay_nodes;
   have.check_group = [this](const std::string& name, const std::string& node) {
     return CheckRelayMember(*core_, name, node);
   };

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/secret_file.h"
 #include "common/status_macros.h"
+#include "daemon/relay/subscription.h"
 
 namespace wsync {
 namespace {
@@ -66,7 +67,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
             absl::StrCat("relay token file ", relay.file, " holds a token given twice"));
       }
     }
-    auth->relay_tokens.push_back({std::move(token), relay.groups});
+    for (const std::string& node : relay.nodes) {
+      if (absl::Status s = CheckRelayNodeName(node); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("relay token file ", relay.file, ": ", s.message()));
+      }
+    }
+    auth->relay_tokens.push_back({std::move(token), relay.groups, relay.nodes});
   }
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({key + "\n", cert + "\n"});

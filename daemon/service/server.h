@@ -41,6 +41,9 @@ struct ServerOptions {
   struct RelayTokenFile {
     std::string file;
     std::vector<std::string> groups;
+    // The nodes that may subscribe with it (their RelaySubscribe.node); empty: any node the
+    // groups name.
+    std::vector<std::string> nodes = {};
   };
   std::vector<RelayTokenFile> relay_token_files;
   // Serve TCP without TLS or tokens (a trusted network only): every TCP caller is a trainer.

@@ -80,7 +80,7 @@ TEST(DaemonFlags, RelayTokensComeFromTheFileOrTheFlagsEachWithItsGroups) {
   DaemonCommandLine from_flags;
   ASSERT_EQ(Parse({"--config", path, "--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp",
                    "--relay-token-file", "/run/b.token=policy", "--relay-token-file",
-                   "/run/c.token=ref,critic"},
+                   "/run/c.token=ref,critic@rollout-1,rollout-2"},
                   &from_flags),
             -1);
   const auto& tokens = from_flags.config.server.relay_token_files;
@@ -89,8 +89,21 @@ TEST(DaemonFlags, RelayTokensComeFromTheFileOrTheFlagsEachWithItsGroups) {
   EXPECT_EQ(tokens[0].groups, (std::vector<std::string>{"policy"}));
   EXPECT_EQ(tokens[1].file, "/run/c.token");
   EXPECT_EQ(tokens[1].groups, (std::vector<std::string>{"ref", "critic"}));
-  // A token without groups is refused: it would admit to nothing, or be read as everything.
-  for (const char* bad : {"/run/b.token", "/run/b.token=", "=policy"}) {
+  // Bound to nodes after @; without, any node the groups name.
+  EXPECT_TRUE(tokens[0].nodes.empty());
+  EXPECT_EQ(tokens[1].nodes, (std::vector<std::string>{"rollout-1", "rollout-2"}));
+  // And in the file, as "nodes".
+  const std::string bound = ConfigFile("wsyncd-relay-bound.json", R"({
+    "relay_tokens": [{"token_file": "/t", "groups": ["policy"], "nodes": ["rollout-3"]}]})");
+  DaemonCommandLine from_bound;
+  ASSERT_EQ(Parse({"--config", bound, "--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp"},
+                  &from_bound),
+            -1);
+  EXPECT_EQ(from_bound.config.server.relay_token_files.at(0).nodes,
+            (std::vector<std::string>{"rollout-3"}));
+  // A token without groups is refused: it would admit to nothing, or be read as everything; so
+  // is an @ that names no node.
+  for (const char* bad : {"/run/b.token", "/run/b.token=", "=policy", "/run/b.token=policy@"}) {
     DaemonCommandLine line;
     EXPECT_EQ(
         Parse({"--socket", "/tmp/x.sock", "--ipc-socket-dir", "/tmp", "--relay-token-file", bad},

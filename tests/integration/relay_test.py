@@ -60,7 +60,8 @@ class RelayCase(unittest.TestCase):
                         "-keyout", self.path("key.pem"), "-out", self.path("cert.pem")],
                        check=True, capture_output=True)
         for name, secret in (("trainer", "trainer-secret-1"), ("admin", "admin-secret-2"),
-                             ("relay", "relay-secret-3"), ("other", "relay-secret-4")):
+                             ("relay", "relay-secret-3"), ("other", "relay-secret-4"),
+                             ("bound", "relay-secret-5")):
             with open(self.path(name + ".token"), "w") as f:
                 f.write(secret + "\n")
 
@@ -122,6 +123,7 @@ class RelayCase(unittest.TestCase):
                           "--admin-token-file", self.path("admin.token"),
                           "--relay-token-file", self.path("relay.token") + "=policy",
                           "--relay-token-file", self.path("other.token") + "=other",
+                          "--relay-token-file", self.path("bound.token") + "=policy@node-b",
                           "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
                           "--bucket-timeout", bucket_timeout])
         self.wait_socket(self.up_sock)
@@ -269,7 +271,11 @@ class RelayTest(RelayCase):
         with self.assertRaises(wsync.WsyncError) as failed:
             self.push("v1", mixed_dtype_model(1))
         self.assertIn("node-b has not subscribed to group 'policy'", failed.exception.message)
-        for port in (port_x, port_b):
+        # A token bound to node-b is no good for node-c, though the group would name it.
+        port_c = self.downstream("node-c", token="bound")
+        self.wait_log("node-c", "relay token is bound to node(s) node-b; it subscribed as node "
+                                "'node-c'")
+        for port in (port_x, port_b, port_c):
             self.assertEqual(sim_state(port).get("weight_version"), "default")
 
 

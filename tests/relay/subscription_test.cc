@@ -100,6 +100,18 @@ TEST(CheckSubscription, EachMismatchIsRefusedNamingBothSides) {
   }
 }
 
+TEST(CheckSubscription, ATokenBoundToNodesAdmitsThoseNodesOnly) {
+  RelayUpstream have = Have();
+  have.token_nodes = {"rollout-1", "rollout-8"};
+  RelaySubscription want = Want();  // rollout-7, which the group names
+  absl::Status s = CheckSubscription(want, have);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(s.message(), HasSubstr("bound to node(s) rollout-1, rollout-8"));
+  EXPECT_THAT(s.message(), HasSubstr("subscribed as node 'rollout-7'"));
+  want.node = "rollout-8";
+  EXPECT_TRUE(CheckSubscription(want, have).ok());
+}
+
 TEST(CheckSubscription, AGroupTheUpstreamDoesNotHaveIsNotFound) {
   RelayUpstream have = Have();
   have.token_groups.push_back("later");
