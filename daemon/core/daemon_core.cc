@@ -466,6 +466,12 @@ absl::StatusOr<std::vector<EngineRow>> DaemonCore::ListEngines(const std::string
   return g->ProbeEngines();
 }
 
+absl::Status DaemonCore::HoldEngines(const std::string& group, const std::string& why) {
+  auto g = FindGroup(group);
+  if (!g) return absl::NotFoundError(absl::StrCat("unknown group '", group, "'"));
+  return g->HoldEngines(why);
+}
+
 absl::StatusOr<std::vector<std::string>> DaemonCore::ResumeEngines(const std::string& group,
                                                                    const std::string& url) {
   auto g = FindGroup(group);

@@ -139,6 +139,8 @@ class DaemonCore {
   std::vector<EngineRow> ListEngines();
   // The engines of one group only (each asked, as ListEngines does); NOT_FOUND without it.
   absl::StatusOr<std::vector<EngineRow>> ListEngines(const std::string& group);
+  // WeightGroup::HoldEngines on `group`.
+  absl::Status HoldEngines(const std::string& group, const std::string& why);
   // An operator's call: resumes generation on a group's engine (url) or on every engine of the
   // group that waits for a full version (url empty), accepting the versions it holds.
   absl::StatusOr<std::vector<std::string>> ResumeEngines(const std::string& group,

@@ -625,6 +625,21 @@ void WeightGroup::AbortUpdate(const std::string& reason, std::vector<EngineOutco
   if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
 }
 
+absl::Status WeightGroup::HoldEngines(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (update_open_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group '", spec_.name, "' is updating; its engines are held by the update"));
+    }
+    for (size_t i = 0; i < adapters_.size(); ++i) MarkPartialLocked(i, why, nullptr);
+    if (absl::Status s = PersistLocked(); !s.ok()) WSYNC_LOG(Warning, s.message());
+  }
+  WSYNC_LOG(Warning, "group ", spec_.name, ": every engine paused until a full version: ", why);
+  return FirstError(
+      OnEachEngine(adapter_ptrs_, [](EngineAdapter& a) { return a.PauseGeneration(); }));
+}
+
 void WeightGroup::MarkPartialLocked(size_t i, const std::string& why,
                                     std::vector<EngineOutcome>* outcomes) {
   const std::string& url = adapters_[i]->endpoint().url;

@@ -104,6 +104,12 @@ class WeightGroup {
   // full version, with whatever versions it holds. Returns the URLs resumed.
   absl::StatusOr<std::vector<std::string>> ResumeEngines(const std::string& url);
 
+  // Pauses every engine and marks it as waiting for a full version, `why` being the reason shown:
+  // the version they hold must not be served (a relay's downstream whose upstream's update did
+  // not land on enough nodes). Refused while an update runs. Pausing is best effort; the first
+  // failure is returned, the marks stay.
+  absl::Status HoldEngines(const std::string& why);
+
   // ready -> updating (re-forming a broken group first), then pauses generation and opens the
   // update on every engine and on the transport.
   absl::Status BeginUpdate(const UpdateInfo& update);

@@ -278,6 +278,9 @@ class RelayFeeder::Subscription {
   void HandOn(uint64_t request_id, const v1::RelayBucket& bucket, BucketManifest manifest,
               uint32_t slot, const std::shared_ptr<LocalUpdate>& update, absl::Status received);
   v1::RelayReply Commit();
+  // The version last committed must not be served: the local group's engines pause until a
+  // whole version, and the resident copy of it is dropped (a replay would serve it again).
+  absl::Status Hold(const std::string& why);
   // Ends the open update, if any, without its commit.
   void EndUpdate(const absl::Status& why);
   // The pairs no longer match the upstream's broadcasts: dropped, so that the next update
@@ -490,6 +493,12 @@ v1::RelayReply RelayFeeder::Subscription::Commit() {
   return reply;
 }
 
+absl::Status RelayFeeder::Subscription::Hold(const std::string& why) {
+  const std::string reason = absl::StrCat("held by the upstream ", options_.upstream, ": ", why);
+  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) resident->Withdraw(reason);
+  return core_->HoldEngines(options_.local_group, reason);
+}
+
 void RelayFeeder::Subscription::EndUpdate(const absl::Status& why) {
   std::shared_ptr<LocalUpdate> update;
   {
@@ -546,6 +555,8 @@ std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayR
       EndUpdate(absl::AbortedError(absl::StrCat("the upstream aborted it: ",
                                                 SanitizePeerText(request.abort().reason(), 512))));
       return ReplyOf(absl::OkStatus());
+    case v1::RelayRequest::kHold:
+      return ReplyOf(Hold(SanitizePeerText(request.hold().reason(), 512)));
     default:
       return ReplyOf(absl::InvalidArgumentError("a relay request of no kind this wsyncd knows"));
   }

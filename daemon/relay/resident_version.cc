@@ -98,6 +98,14 @@ void ResidentVersion::Abort() {
   staging_failed_ = false;
 }
 
+void ResidentVersion::Withdraw(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (current_ == nullptr) return;
+  why_none_ = absl::StrCat("version '", current_->version, "' was withdrawn: ", why);
+  WSYNC_LOG(Warning, "resident: ", why_none_);
+  current_.reset();
+}
+
 std::shared_ptr<const ResidentVersion::Kept> ResidentVersion::Current() const {
   std::lock_guard<std::mutex> lock(mu_);
   return current_;

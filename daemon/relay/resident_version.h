@@ -68,6 +68,9 @@ class ResidentVersion {
   // The update ended without its commit: the staged buckets are dropped; the resident version
   // stays.
   void Abort();
+  // The kept version must not be served (the upstream's update did not land): it is dropped, and
+  // `why` says so in the status.
+  void Withdraw(const std::string& why);
 
   std::shared_ptr<const Kept> Current() const;
   View Status() const;

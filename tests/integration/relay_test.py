@@ -134,8 +134,7 @@ class RelayCase(unittest.TestCase):
         from the upstream's. Returns the engine's port."""
         port = engine_port or free_port()
         if f"engine-{node}" not in self.procs or self.procs[f"engine-{node}"].poll() is not None:
-            self.spawn(f"engine-{node}", [*SGLANG_SIM, "--port", str(port), *engine_flags])
-            wait_port(port)
+            self.downstream_engine(node, port, engine_flags)
         sock = self.path(f"{node}.sock")
         with open(self.path(f"{node}.json"), "w") as f:
             json.dump({"groups": [{"name": "policy", "kind": "sglang", "transport": "broadcast",
@@ -149,6 +148,11 @@ class RelayCase(unittest.TestCase):
                           "--relay-feed", feed, *flags])
         self.wait_socket(sock)
         return port
+
+    def downstream_engine(self, node, port, engine_flags=()):
+        """(Re)starts `node`'s engine simulator on `port`."""
+        self.spawn(f"engine-{node}", [*SGLANG_SIM, "--port", str(port), *engine_flags])
+        wait_port(port)
 
     def ctl(self, daemon, *args):
         return subprocess.run([WSYNCCTL, "--socket", self.path(f"{daemon}.sock"), *args],
@@ -391,6 +395,40 @@ class RelayFaultTest(RelayCase):
         for port in ports.values():
             self.assert_holds(port, model)
             self.assertFalse(sim_state(port)["paused"], port)
+
+    def test_a_node_that_committed_a_version_the_group_did_not_take_holds_it(self):
+        # All or nothing over two nodes: node-c's engine fails its resume, so node-c's commit
+        # fails after node-b's went through. node-b must not serve the version the group did not
+        # take: its engine pauses until a whole version, and its resident copy is dropped, so no
+        # replay brings it back.
+        self.upstream(["node-b", "node-c"])
+        port_b = self.downstream("node-b", flags=("--resident", "host"))
+        port_c = self.downstream("node-c", engine_flags=("--fail-route", "/continue_generation"))
+        for n in ("node-b", "node-c"):
+            self.wait_subscribed(n)
+        with self.assertRaises(wsync.WsyncError) as failed:
+            self.push("v1", mixed_dtype_model(1))
+        self.assertIn("node-c", failed.exception.message)
+        self.wait_log("node-b", "held by the upstream")
+        self.assertTrue(sim_state(port_b)["paused"])
+        engines = self.ctl("node-b", "engines").stdout
+        self.assertIn("yes: held by the upstream", engines)
+        relay = json.loads(self.ctl("node-b", "--json", "relay").stdout)
+        self.assertIn("was withdrawn", relay["residents"][0].get("why_none", ""), relay)
+        time.sleep(2.5)  # past the resident version's 1 s look: nothing replayed
+        self.assertTrue(sim_state(port_b)["paused"])
+        self.assertNotIn("no trainer involved", self.log("node-b"))
+        # node-c's engine mended: the next whole version lands on both and node-b resumes.
+        self.procs["engine-node-c"].terminate()
+        self.procs["engine-node-c"].wait()
+        self.downstream_engine("node-c", port_c)
+        model = mixed_dtype_model(2)
+        result = self.push("v2", model)
+        self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+        for port in (port_b, port_c):
+            self.assert_holds(port, model)
+            state = sim_state(port)
+            self.assertEqual((state["weight_version"], state["paused"]), ("v2", False), port)
 
     def test_the_upstream_dying_mid_update_aborts_the_downstreams_update(self):
         self.upstream(["node-b"], bucket_timeout="2")

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/relay/relay_subscribers.h"
 #include "daemon/relay/subscription.h"
@@ -102,6 +103,7 @@ absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
       ReplyStatus(*reply, absl::StrCat("node ", node_, " could not begin the update"));
   std::lock_guard<std::mutex> lock(mu_);
   update_open_ = begun.ok();
+  committed_ = false;
   return begun;
 }
 
@@ -123,8 +125,34 @@ absl::Status WsyncdAdapter::AbortOpenUpdate(absl::string_view why) {
 }
 
 void WsyncdAdapter::AbandonUpdate() {
-  // Best effort: a downstream that does not hear it aborts when its bucket deadline passes.
-  (void)AbortOpenUpdate("the upstream's update ended without a commit");
+  bool committed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    committed = std::exchange(committed_, false);
+  }
+  if (!committed) {
+    // Best effort: a downstream that does not hear it aborts when its bucket deadline passes.
+    (void)AbortOpenUpdate("the upstream's update ended without a commit");
+    return;
+  }
+  // It committed a version the group did not take: its engines must not serve it.
+  absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
+  if (!channel.ok()) {
+    WSYNC_LOG(Warning, "relay: node ", node_,
+              " committed a version the group did not take and "
+              "cannot be told to hold it: ",
+              channel.status().message());
+    return;
+  }
+  v1::RelayRequest request;
+  request.mutable_hold()->set_reason(
+      "the upstream's update did not land on enough nodes; this node's commit stands alone");
+  absl::StatusOr<v1::RelayReply> reply =
+      (*channel)->Call(std::move(request), absl::Now() + timeouts_.control);
+  absl::Status held =
+      reply.ok() ? ReplyStatus(*reply, absl::StrCat("node ", node_, " could not hold its engines"))
+                 : reply.status();
+  if (!held.ok()) WSYNC_LOG(Warning, "relay: ", held.message());
 }
 
 absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
@@ -155,6 +183,7 @@ absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
   absl::Status status = ReplyStatus(*reply, absl::StrCat("node ", node_, " did not commit"));
   std::lock_guard<std::mutex> lock(mu_);
   relayed_ = std::move(engines);
+  committed_ = status.ok();
   return status;
 }
 

@@ -33,7 +33,9 @@ class WsyncdAdapter final : public EngineAdapter {
   // A downstream pauses its own engines when its update begins. Outside an update these do
   // nothing; during one (the group leaves the member out, or ends the update without it) both
   // abort the downstream's update: its engines that took part of it stay paused until a whole
-  // version, the others go on serving the version they hold whole.
+  // version, the others go on serving the version they hold whole. AbandonUpdate after the
+  // member committed (the group's commit failed elsewhere) tells it to hold: its engines pause
+  // until a whole version and its resident copy of the version is dropped.
   absl::Status PauseGeneration() override { return AbortOpenUpdate("left out of the update"); }
   absl::Status ResumeGeneration() override { return AbortOpenUpdate("the update ended"); }
   absl::Status BeginUpdate(const UpdateInfo& update) override;
@@ -71,6 +73,9 @@ class WsyncdAdapter final : public EngineAdapter {
   std::vector<std::string> commit_warnings_;  // guarded by mu_
   std::vector<std::string> relayed_;          // guarded by mu_
   bool update_open_ = false;                  // guarded by mu_: begun, not committed or aborted
+  // Guarded by mu_: its last update committed at the downstream (until the next begins), so an
+  // AbandonUpdate after it (the group's commit failed) holds its engines.
+  bool committed_ = false;
 };
 
 }  // namespace wsync
