@@ -614,6 +614,7 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
     record.seconds = outcome.seconds;
     if (!outcome.sessions.empty()) record.session_id = absl::StrJoin(outcome.sessions, ",");
     for (const EngineOutcome& e : outcome.engines) {
+      if (e.status.ok()) record.committed_engines.push_back(e.engine);
       record.engine_results.push_back(absl::StrCat(
           e.engine, e.engine_version.empty() ? "" : absl::StrCat(" (", e.engine_version, ")"), ": ",
           e.status.ok() ? "ok" : e.status.ToString(),

@@ -16,6 +16,10 @@ UpdateRecord BoundedRecord(UpdateRecord record) {
     record.engine_results.push_back(absl::StrCat("... and ", more, " more engine(s)"));
   }
   for (std::string& e : record.engine_results) e = SanitizePeerText(e, kMaxRecordTextBytes);
+  if (record.committed_engines.size() > kMaxRecordEngines) {
+    record.committed_engines.resize(kMaxRecordEngines);
+  }
+  for (std::string& e : record.committed_engines) e = SanitizePeerText(e, kMaxRecordTextBytes);
   return record;
 }
 

@@ -24,6 +24,9 @@ struct UpdateRecord {
   double seconds = 0;
   absl::Time started;
   std::vector<std::string> engine_results;
+  // The engines (URLs) whose outcome was ok: what readers decide on (the relay's lag), not the
+  // texts above.
+  std::vector<std::string> committed_engines;
 };
 
 // A record's texts are cut so that the history stays small whatever the engines and the trainer

@@ -1,6 +1,7 @@
 #include "daemon/service/admin_service.h"
 
-#include "absl/strings/match.h"
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/service/group_spec_proto.h"
 #include "daemon/service/status_mapping.h"
@@ -245,13 +246,8 @@ MemberLag LagOf(const std::vector<UpdateRecord>& history, const std::string& gro
     if (it->group != group || it->state != "committed") continue;
     const absl::Time ended = it->started + absl::Seconds(it->seconds);
     if (newest == absl::InfinitePast()) newest = ended;
-    bool took = false;
-    for (const std::string& r : it->engine_results) {
-      if (absl::StartsWith(r, member + " ") || absl::StartsWith(r, member + ":")) {
-        took = absl::EndsWith(r, ": ok");
-      }
-    }
-    if (took) {
+    if (std::find(it->committed_engines.begin(), it->committed_engines.end(), member) !=
+        it->committed_engines.end()) {
       lag.last_version = it->version;
       lag.seconds_behind = absl::ToDoubleSeconds(newest - ended);
       return lag;
