@@ -165,6 +165,14 @@ absl::Status UpdateRun::SubmitBucket(size_t feed, uint32_t slot, BucketManifest 
     cv_.notify_all();
     return failure_;
   };
+  if (streams_ && f.said_last) {
+    // The engines may have been told the update's last bucket already (its label and flush).
+    return refuse(
+        absl::InvalidArgumentError(absl::StrCat(FeedName(feeds_[feed]),
+                                                " marked an earlier bucket its last; nothing of "
+                                                "this one was sent")),
+        " refused: ");
+  }
   if (pulled.pieces.empty() && context_.checksum == ChecksumKind::kCrc32 &&
       checksum_kind != ChecksumKind::kCrc32) {
     // A sampled check cannot stand for the full one the update asked for (bytes that then cross
@@ -720,10 +728,15 @@ UpdateOutcome UpdateRun::Commit(size_t feed) {
         }
         return true;
       };
-      const absl::Time deadline = absl::Now() + context_.bucket_timeout;
+      // Streams: the other ranks may still be sending parts of their own, so the wait runs on
+      // while their buckets arrive (each arrival moves last_progress_ and wakes this wait).
+      const absl::Time first = absl::Now();
+      const auto deadline = [&] {
+        return (streams_ ? std::max(first, last_progress_) : first) + context_.bucket_timeout;
+      };
       while (!all_committed() && failure_.ok() && !finishing_ && !finished_ &&
-             absl::Now() < deadline) {
-        cv_.wait_until(lock, absl::ToChronoTime(deadline));
+             absl::Now() < deadline()) {
+        cv_.wait_until(lock, absl::ToChronoTime(deadline()));
       }
       if (!all_committed() && failure_.ok() && !finishing_ && !finished_) {
         std::vector<std::string> waiting;

@@ -23,10 +23,15 @@ OrderedReceiver::~OrderedReceiver() {
   for (auto& w : workers_) w->thread.join();
 }
 
-void OrderedReceiver::Reset(uint64_t first_index) {
+absl::Status OrderedReceiver::Reset(uint64_t first_index) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pending_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(pending_, " bucket(s) of the last update not handed on yet"));
+  }
   next_hand_on_ = first_index;
   next_add_ = first_index;
+  return absl::OkStatus();
 }
 
 absl::Status OrderedReceiver::Add(Job job) {
@@ -69,6 +74,9 @@ void OrderedReceiver::Work(size_t stream) {
       cv_.wait(lock, [&] { return next_hand_on_ == job.index; });
     }
     job.hand_on(received);
+    // What the job holds (the update it belongs to) goes before it counts as handed on: whoever
+    // drains may then end that update's session.
+    job = Job();
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++next_hand_on_;

@@ -39,8 +39,9 @@ class OrderedReceiver {
   OrderedReceiver& operator=(const OrderedReceiver&) = delete;
 
   size_t streams() const { return workers_.size(); }
-  // A new update: its first bucket is `first_index`. Call with no job pending (Drain).
-  void Reset(uint64_t first_index);
+  // A new update: its first bucket is `first_index`. FAILED_PRECONDITION while a job is pending
+  // (Drain first).
+  absl::Status Reset(uint64_t first_index);
   // INVALID_ARGUMENT for a stream out of range or an index other than the one after the last
   // added; the job is then not run.
   absl::Status Add(Job job);

@@ -160,4 +160,19 @@ absl::Status ReplyStatus(const v1::RelayReply& reply, const std::string& who) {
                       absl::StrCat(who, ": ", SanitizePeerText(reply.message(), 4096)));
 }
 
+void RelayChannel::MarkPairsLost(std::string why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pairs_lost_ = why.empty() ? "the downstream lost its pairs" : std::move(why);
+}
+
+void RelayChannel::ClearPairsLost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pairs_lost_.clear();
+}
+
+std::string RelayChannel::pairs_lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pairs_lost_;
+}
+
 }  // namespace wsync

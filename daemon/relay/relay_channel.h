@@ -68,6 +68,12 @@ class RelayChannel {
   void Shutdown();
   // OK while the stream lasts; why it ended after.
   absl::Status open() const;
+  // The downstream said its pairs are gone (RelayReply.pairs_lost): the group forms again before
+  // its next update (RelayTransport::CheckFormed). A join clears it.
+  void MarkPairsLost(std::string why);
+  void ClearPairsLost();
+  // Why the pairs are gone; "" while they are whole.
+  std::string pairs_lost() const;
 
  private:
   void WriteLoop();
@@ -85,6 +91,7 @@ class RelayChannel {
   absl::Status closed_;              // OK while open
   bool shut_ = false;                // Shutdown ran: write_ and cancel_ are gone
   bool writing_ = false;             // the writer is inside write_
+  std::string pairs_lost_;
   std::thread writer_;
 };
 

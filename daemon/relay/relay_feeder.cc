@@ -261,8 +261,10 @@ class RelayFeeder::Subscription {
   }
 
   // Serves the stream until it ends; returns why. Every bucket received is handed on (or
-  // refused) before it returns.
-  absl::Status Serve(grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream);
+  // refused) before it returns; `cancel` ends the stream first (a reply blocked in a write to an
+  // upstream that stopped reading returns).
+  absl::Status Serve(grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream,
+                     const std::function<void()>& cancel);
   // From another thread (wsyncd is stopping): a receive or a slot wait in progress returns.
   void Interrupt(const absl::Status& why);
 
@@ -276,7 +278,8 @@ class RelayFeeder::Subscription {
   absl::Status Bucket(uint64_t request_id, const v1::RelayBucket& bucket);
   // The bucket's bytes landed (or did not): kept, submitted to the local update, answered.
   void HandOn(uint64_t request_id, const v1::RelayBucket& bucket, BucketManifest manifest,
-              uint32_t slot, const std::shared_ptr<LocalUpdate>& update, absl::Status received);
+              uint32_t slot, const std::shared_ptr<LocalUpdate>& update, uint64_t generation,
+              absl::Status received);
   v1::RelayReply Commit();
   // The version last committed must not be served: the local group's engines pause until a
   // whole version, and the resident copy of it is dropped (a replay would serve it again).
@@ -295,6 +298,10 @@ class RelayFeeder::Subscription {
     std::lock_guard<std::mutex> lock(mu_);
     return pairs_;
   }
+  bool HasAllPairs() {
+    const std::vector<std::shared_ptr<PeerCommunicator>> all = pairs();
+    return !all.empty() && std::find(all.begin(), all.end(), nullptr) == all.end();
+  }
 
   RelayFeeder* const feeder_;
   DaemonCore* const core_;
@@ -304,6 +311,10 @@ class RelayFeeder::Subscription {
   std::mutex mu_;
   std::vector<std::shared_ptr<PeerCommunicator>> pairs_;  // one per stream; null: not joined
   std::shared_ptr<LocalUpdate> update_;
+  // Which update a bucket belongs to: one more at every begin and every end, so that a receive
+  // that lands after its update ended (a member the upstream dropped, an abort while buckets were
+  // on their way) is answered and otherwise ignored, never kept or submitted to a later update.
+  uint64_t generation_ = 0;  // guarded by mu_
   uint64_t next_index_ = 0;  // the bucket the open update takes next
   std::mutex write_mu_;      // one writer at a time on the stream
   grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream_ = nullptr;  // while served
@@ -321,22 +332,25 @@ absl::Status RelayFeeder::Subscription::Join(const v1::RelayJoin& join) {
                                                    join.streams(), " (at most ", kMaxRelayStreams,
                                                    " streams)"));
   }
-  WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
-  // The upstream forms its pairs with no update open: a join ends any.
+  // The upstream forms its pairs with no update open: a join ends any, and the pair it replaces
+  // carries nothing more (a receive still on it returns now).
   EndUpdate(absl::AbortedError("the upstream formed its pairs again"));
   if (receiver_ == nullptr || receiver_->streams() != streams) {
     BreakPairs("the upstream formed pairs of another stream count");
-    receiver_.reset();  // no job is pending: every receive was handed on before this request
+    if (receiver_ != nullptr) receiver_->Drain();
     receiver_ = std::make_unique<OrderedReceiver>(streams);
     std::lock_guard<std::mutex> lock(mu_);
     pairs_.assign(streams, nullptr);
+  } else {
+    std::shared_ptr<PeerCommunicator> old;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      old = std::move(pairs_[join.stream()]);
+    }
+    if (old != nullptr) old->Abort("the upstream formed a new pair");
+    receiver_->Drain();
   }
-  std::shared_ptr<PeerCommunicator> old;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    old = std::move(pairs_[join.stream()]);
-  }
-  if (old != nullptr) old->Abort("the upstream formed a new pair");
+  WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
   absl::StatusOr<std::unique_ptr<PeerCommunicator>> joined =
       core_->mutable_platform()->JoinCommunicator(device, join.unique_id(), 1, 2, "",
                                                   absl::Now() + core_->options().bucket_timeout);
@@ -356,8 +370,7 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
   // A begin while an update is open: the upstream gave that one up.
   EndUpdate(absl::AbortedError("the upstream began another update"));
   WSYNC_RETURN_IF_ERROR(CheckPeerLabel("the update's version", begin.version(), kMaxRelayText));
-  const std::vector<std::shared_ptr<PeerCommunicator>> pairs = this->pairs();
-  if (pairs.empty() || std::find(pairs.begin(), pairs.end(), nullptr) != pairs.end()) {
+  if (!HasAllPairs()) {
     return absl::FailedPreconditionError("no pair with the upstream: the group must form again");
   }
   WSYNC_ASSIGN_OR_RETURN(int device, LocalDeviceOf(*core_, options_.local_group));
@@ -367,6 +380,11 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
                      " but the pair is on device ", pair_device_, ": the group must form again"));
   }
   // A replay of the resident version in progress ends first (bounded: it is a local update).
+  // Buckets of an update that ended may still be landing (their bytes were on the wire): they
+  // are answered first (their update is gone, so nothing else happens to them), bounded by their
+  // receives' deadlines, so that the new update's order starts clean.
+  receiver_->Drain();
+  WSYNC_RETURN_IF_ERROR(receiver_->Reset(0));
   WSYNC_RETURN_IF_ERROR(
       feeder_->AcquireUpdate(absl::Now() + absl::Seconds(20), /*preempt_replay=*/true));
   absl::StatusOr<std::unique_ptr<LocalUpdate>> update =
@@ -378,9 +396,9 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
   }
   if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Begin(begin.version());
   (*update)->set_on_failed([this] { BreakPairs("the local update failed"); });
-  receiver_->Reset(0);
   std::lock_guard<std::mutex> lock(mu_);
   update_ = *std::move(update);
+  ++generation_;
   next_index_ = 0;
   return absl::OkStatus();
 }
@@ -394,9 +412,11 @@ absl::Status RelayFeeder::Subscription::Refuse(absl::Status why) {
 absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::RelayBucket& bucket) {
   std::shared_ptr<LocalUpdate> update;
   std::shared_ptr<PeerCommunicator> pair;
+  uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     update = update_;
+    generation = generation_;
     if (bucket.stream() < pairs_.size()) pair = pairs_[bucket.stream()];
   }
   if (update == nullptr) {
@@ -428,9 +448,9 @@ absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::Re
     return pair->ReceiveInto(update->slot(slot), {BroadcastPiece{0, span, DType::kUint8}},
                              deadline);
   };
-  job.hand_on = [this, request_id, bucket, manifest = *std::move(manifest), slot = *slot,
-                 update](absl::Status received) mutable {
-    HandOn(request_id, bucket, std::move(manifest), slot, update, std::move(received));
+  job.hand_on = [this, request_id, bucket, manifest = *std::move(manifest), slot = *slot, update,
+                 generation](absl::Status received) mutable {
+    HandOn(request_id, bucket, std::move(manifest), slot, update, generation, std::move(received));
   };
   if (absl::Status added = receiver_->Add(std::move(job)); !added.ok()) return Refuse(added);
   ++next_index_;
@@ -440,18 +460,42 @@ absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::Re
 void RelayFeeder::Subscription::HandOn(uint64_t request_id, const v1::RelayBucket& bucket,
                                        BucketManifest manifest, uint32_t slot,
                                        const std::shared_ptr<LocalUpdate>& update,
-                                       absl::Status received) {
+                                       uint64_t generation, absl::Status received) {
+  int device = 0;
+  bool current = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = pair_device_;
+    current = generation == generation_;
+  }
+  if (!current) {
+    // Its update ended while it landed: nothing of it goes anywhere, and what ended the update
+    // dealt with the pairs already.
+    Reply(request_id, ReplyOf(absl::AbortedError(absl::StrCat("bucket ", bucket.index(),
+                                                              " landed after its update ended"))));
+    return;
+  }
   absl::Status status = std::move(received);
   if (status.ok()) {
     // Kept before it is handed on (the slot is then the update's until it comes free again); a
     // version that cannot be kept is said once and the update goes on.
-    if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) {
+    if (ResidentVersion* resident = feeder_->ResidentFor(device)) {
       (void)resident->Keep(manifest, bucket.checksum(), bucket.last(), update->slot(slot));
     }
     status =
         update->Submit(slot, std::move(manifest), bucket.checksum(), bucket.index(), bucket.last());
   }
-  if (!status.ok()) status = Refuse(status);
+  if (!status.ok()) {
+    bool ended;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended = generation != generation_;
+    }
+    // An update that ended meanwhile refused it: the pairs are as its end left them.
+    status = ended ? absl::AbortedError(
+                         absl::StrCat("bucket ", bucket.index(), " landed after its update ended"))
+                   : Refuse(status);
+  }
   Reply(request_id, ReplyOf(status));
 }
 
@@ -495,22 +539,37 @@ v1::RelayReply RelayFeeder::Subscription::Commit() {
 
 absl::Status RelayFeeder::Subscription::Hold(const std::string& why) {
   const std::string reason = absl::StrCat("held by the upstream ", options_.upstream, ": ", why);
-  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) resident->Withdraw(reason);
+  // A replay of the resident version (the version held) stops first, and none starts while the
+  // engines are being held.
+  WSYNC_RETURN_IF_ERROR(
+      feeder_->AcquireUpdate(absl::Now() + absl::Seconds(20), /*preempt_replay=*/true));
+  absl::Cleanup release = [this] { feeder_->ReleaseUpdate(); };
+  int device = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    device = pair_device_;
+  }
+  if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Withdraw(reason);
   return core_->HoldEngines(options_.local_group, reason);
 }
 
 void RelayFeeder::Subscription::EndUpdate(const absl::Status& why) {
   std::shared_ptr<LocalUpdate> update;
+  int device = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     update = std::move(update_);
+    ++generation_;
+    device = pair_device_;
   }
   if (update == nullptr) return;
+  // A wait for a free slot of it returns now (the serving thread may be in one).
+  update->Interrupt(why);
   WSYNC_LOG(Warning, "relay: the update of '", options_.local_group, "' to version '",
             update->version(), "' is aborted: ", why.message());
   update->Abort(why);
   update.reset();
-  if (ResidentVersion* resident = feeder_->ResidentFor(pair_device_)) resident->Abort();
+  if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Abort();
   feeder_->ReleaseUpdate();
 }
 
@@ -544,8 +603,13 @@ std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayR
   switch (request.kind_case()) {
     case v1::RelayRequest::kJoin:
       return ReplyOf(Join(request.join()));
-    case v1::RelayRequest::kBegin:
-      return ReplyOf(Begin(request.begin()));
+    case v1::RelayRequest::kBegin: {
+      v1::RelayReply reply = ReplyOf(Begin(request.begin()));
+      // Broken here (a refused bucket, a failed local update) where the upstream may not have
+      // heard: it forms the group again before its next update.
+      if (reply.code() != 0 && !HasAllPairs()) reply.set_pairs_lost(true);
+      return reply;
+    }
     case v1::RelayRequest::kBucket:
       if (absl::Status s = Bucket(request.id(), request.bucket()); !s.ok()) return ReplyOf(s);
       return std::nullopt;
@@ -563,7 +627,8 @@ std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayR
 }
 
 absl::Status RelayFeeder::Subscription::Serve(
-    grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream) {
+    grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream,
+    const std::function<void()>& cancel) {
   {
     std::lock_guard<std::mutex> lock(write_mu_);
     stream_ = stream;
@@ -571,6 +636,7 @@ absl::Status RelayFeeder::Subscription::Serve(
   // Before the stream goes: the receives in flight return (their pairs aborted), every bucket
   // is handed on, and nothing writes to the stream after.
   absl::Cleanup detach = [&] {
+    cancel();
     BreakPairs("the subscription's stream ended");
     if (receiver_ != nullptr) receiver_->Drain();
     std::lock_guard<std::mutex> lock(write_mu_);
@@ -868,7 +934,7 @@ void RelayFeeder::Run() {
             std::lock_guard<std::mutex> lock(mu_);
             subscription_ = &subscription;
           }
-          ended = subscription.Serve(stream.get());
+          ended = subscription.Serve(stream.get(), [&context] { context.TryCancel(); });
           context.TryCancel();
           std::lock_guard<std::mutex> lock(mu_);
           subscription_ = nullptr;

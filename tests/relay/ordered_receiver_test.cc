@@ -41,7 +41,7 @@ OrderedReceiver::Job JobOf(uint64_t index, size_t stream, std::function<absl::St
 
 TEST(OrderedReceiver, StreamsReceiveSideBySideAndHandOnInTheUpdatesOrder) {
   OrderedReceiver receiver(2);
-  receiver.Reset(0);
+  ASSERT_TRUE(receiver.Reset(0).ok());
   Log log;
   // Bucket 0 (stream 0) finishes its receive only once bucket 1 (stream 1) has received: were
   // the streams' receives one after another, it would wait out its 5 s and fail.
@@ -90,7 +90,7 @@ TEST(OrderedReceiver, StreamsReceiveSideBySideAndHandOnInTheUpdatesOrder) {
 
 TEST(OrderedReceiver, AFailedReceiveIsHandedOnInItsTurnWithItsStatus) {
   OrderedReceiver receiver(2);
-  receiver.Reset(7);
+  ASSERT_TRUE(receiver.Reset(7).ok());
   Log log;
   ASSERT_TRUE(receiver
                   .Add(JobOf(
@@ -106,7 +106,7 @@ TEST(OrderedReceiver, AFailedReceiveIsHandedOnInItsTurnWithItsStatus) {
 
 TEST(OrderedReceiver, RefusesABucketOutOfOrderOrOnAStreamItDoesNotHave) {
   OrderedReceiver receiver(2);
-  receiver.Reset(0);
+  ASSERT_TRUE(receiver.Reset(0).ok());
   Log log;
   std::atomic<int> ran{0};
   auto receive = [&] {
@@ -124,6 +124,31 @@ TEST(OrderedReceiver, RefusesABucketOutOfOrderOrOnAStreamItDoesNotHave) {
   EXPECT_THAT(again.message(), HasSubstr("bucket 0 came where bucket 1 was due"));
   receiver.Drain();
   EXPECT_EQ(ran.load(), 1);
+  EXPECT_THAT(log.events, ElementsAre("hand on 0"));
+}
+
+TEST(OrderedReceiver, ANewUpdateWaitsForTheLastOnesBucketsToBeHandedOn) {
+  OrderedReceiver receiver(1);
+  ASSERT_TRUE(receiver.Reset(0).ok());
+  Log log;
+  std::promise<void> land;
+  std::shared_future<void> landed = land.get_future().share();
+  ASSERT_TRUE(receiver
+                  .Add(JobOf(
+                      0, 0,
+                      [landed] {
+                        landed.wait_for(std::chrono::seconds(5));
+                        return absl::OkStatus();
+                      },
+                      &log))
+                  .ok());
+  // The straggler is still on the wire: its order is not started over under it.
+  absl::Status early = receiver.Reset(0);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(early.message(), HasSubstr("1 bucket(s) of the last update"));
+  land.set_value();
+  receiver.Drain();
+  EXPECT_TRUE(receiver.Reset(0).ok());
   EXPECT_THAT(log.events, ElementsAre("hand on 0"));
 }
 

@@ -90,6 +90,7 @@ absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     commit_warnings_.clear();
+    committed_ = false;
   }
   absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
   if (!channel.ok()) return channel.status();
@@ -101,9 +102,9 @@ absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
   if (!reply.ok()) return reply.status();
   absl::Status begun =
       ReplyStatus(*reply, absl::StrCat("node ", node_, " could not begin the update"));
+  if (reply->pairs_lost()) (*channel)->MarkPairsLost(std::string(begun.message()));
   std::lock_guard<std::mutex> lock(mu_);
   update_open_ = begun.ok();
-  committed_ = false;
   return begun;
 }
 
@@ -166,7 +167,12 @@ absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
   request.mutable_commit();
   absl::StatusOr<v1::RelayReply> reply =
       (*channel)->Call(std::move(request), absl::Now() + options_.commit_timeout());
-  if (!reply.ok()) return reply.status();
+  if (!reply.ok()) {
+    // Sent, with no answer: the downstream may have committed, so a failed group commit holds it.
+    std::lock_guard<std::mutex> lock(mu_);
+    committed_ = true;
+    return reply.status();
+  }
   // Every engine of the downstream, by node, in the upstream's result; the texts are the
   // peer's, bounded and sanitized.
   std::vector<std::string> engines;

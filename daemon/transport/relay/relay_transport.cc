@@ -170,6 +170,7 @@ absl::StatusOr<std::shared_ptr<RelayTransport::Member>> RelayTransport::Join(
   auto member = std::make_shared<Member>();
   member->url = url;
   member->channel = *channel;
+  member->channel->ClearPairsLost();
   // The pairs one after another: the downstream takes the subscription's requests in order and
   // answers a join once it joined.
   for (size_t stream = 0; stream < streams_.size(); ++stream) {
@@ -264,6 +265,10 @@ absl::Status RelayTransport::CheckFormed() const {
     if (std::string why = m->broken(); !why.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("member ", m->url, "'s pair was broken: ", why));
+    }
+    if (std::string why = m->channel->pairs_lost(); !why.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", m->url, " lost its pairs: ", why));
     }
   }
   return absl::OkStatus();
