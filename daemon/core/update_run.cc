@@ -1,6 +1,7 @@
 #include "daemon/core/update_run.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -689,6 +690,13 @@ void UpdateRun::AnswerLoop() {
 
 void UpdateRun::NotePlan(size_t feed, uint64_t buckets, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (streams_) {
+    // Each feed sends buckets of its own: the update's plan is the sum of theirs.
+    Feed& f = feed_state_.at(feed);
+    buckets_planned_ += buckets - std::exchange(f.planned_buckets, buckets);
+    bytes_planned_ += bytes - std::exchange(f.planned_bytes, bytes);
+    return;
+  }
   // Every feed sends the same buckets (its own share of each): the largest plan is the update's.
   buckets_planned_ = std::max(buckets_planned_, buckets);
   bytes_planned_ = std::max(bytes_planned_, bytes);

@@ -187,6 +187,8 @@ class UpdateRun {
     uint64_t submitted = 0;                      // buckets it has sent
     bool committed = false;
     bool said_last = false;  // streams: it marked its last bucket
+    uint64_t planned_buckets = 0;  // streams: its own plan (NotePlan)
+    uint64_t planned_bytes = 0;
   };
   // One feed's share of a bucket: its slot and how the bytes get there.
   struct Share {
