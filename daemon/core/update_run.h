@@ -186,7 +186,7 @@ class UpdateRun {
     std::atomic<UpdateEvents*> events{nullptr};  // set once, when the session joins
     uint64_t submitted = 0;                      // buckets it has sent
     bool committed = false;
-    bool said_last = false;  // streams: it marked its last bucket
+    bool said_last = false;        // streams: it marked its last bucket
     uint64_t planned_buckets = 0;  // streams: its own plan (NotePlan)
     uint64_t planned_bytes = 0;
   };

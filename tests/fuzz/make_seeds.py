@@ -218,3 +218,26 @@ write("relay_bucket", "overlap", relay_bucket([("a", "uint8", (16,), 0, 16),
                                                ("b", "uint8", (16,), 8, 16)]))
 write("relay_bucket", "bad-dtype", relay_bucket([("a", "float7", (4,), 0, 4)]))
 write("relay_bucket", "wrapping", relay_bucket([("a", "uint8", (16,), (1 << 64) - 8, 16)]))
+
+
+# --- delta_decode: a bucket delta frame (common/delta/bucket_delta.h) for the fuzzer's bucket of
+# a: bf16 x 300, b: float32 x 50, c: int8 x 7; positions are LEB128 varints, as protobuf's ------
+
+
+def delta_tensor(form, changed, payload):
+    return bytes([form]) + u64(changed) + u64(len(payload)) + payload
+
+
+def delta(*tensors):
+    return b"WSD1" + struct.pack("<I", len(tensors)) + b"".join(tensors)
+
+
+write("delta_decode", "unchanged", delta(delta_tensor(2, 0, b""), delta_tensor(2, 0, b""),
+                                         delta_tensor(2, 0, b"")))
+write("delta_decode", "each-form", delta(
+    delta_tensor(2, 3, varint(0) + varint(4) + varint(293) + b"\x01\x3f\x02\x3f\x03\x3f"),
+    delta_tensor(1, 2, bytes([2, 0, 0, 0, 0, 0, 2]) + struct.pack("<ff", 1.5, -2.0)),
+    delta_tensor(0, 7, bytes(range(7)))))
+write("delta_decode", "position-past-the-end", delta(
+    delta_tensor(2, 1, varint(300) + b"\x00\x00"), delta_tensor(2, 0, b""),
+    delta_tensor(2, 0, b"")))

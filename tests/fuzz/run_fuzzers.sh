@@ -32,11 +32,12 @@ while [[ $# -gt 0 ]]; do
 done
 out=${out:-$build/fuzz-run}
 mkdir -p "$out/artifacts"
-targets=(store_protocol manifest http_reader config torch_pickle relay_subscribe relay_bucket)
+targets=(store_protocol manifest http_reader config torch_pickle relay_subscribe relay_bucket
+  delta_decode)
 [[ -z $only ]] || targets=("$only")
 # Frames and answers longer than the defaults' 4 KiB reach the limits the targets check.
 declare -A max_len=([store_protocol]=8192 [manifest]=4096 [http_reader]=8192 [config]=4096
-                  [torch_pickle]=4096 [relay_subscribe]=4096 [relay_bucket]=4096)
+                  [torch_pickle]=4096 [relay_subscribe]=4096 [relay_bucket]=4096 [delta_decode]=4096)
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 if [[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]]; then

@@ -1,0 +1,281 @@
+#include "common/delta/bucket_delta.h"
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+
+namespace wsync {
+namespace {
+
+void PutLittle(std::string* out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+size_t VarintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// Whether element i differs between a and b, elements of `width` bytes.
+bool Differs(const uint8_t* a, const uint8_t* b, uint64_t i, size_t width) {
+  switch (width) {
+    case 1:
+      return a[i] != b[i];
+    case 2: {
+      uint16_t x, y;
+      std::memcpy(&x, a + 2 * i, 2);
+      std::memcpy(&y, b + 2 * i, 2);
+      return x != y;
+    }
+    case 4: {
+      uint32_t x, y;
+      std::memcpy(&x, a + 4 * i, 4);
+      std::memcpy(&y, b + 4 * i, 4);
+      return x != y;
+    }
+    case 8: {
+      uint64_t x, y;
+      std::memcpy(&x, a + 8 * i, 8);
+      std::memcpy(&y, b + 8 * i, 8);
+      return x != y;
+    }
+    default:
+      return std::memcmp(a + width * i, b + width * i, width) != 0;
+  }
+}
+
+// A tensor's element width and count, or why its range is not whole elements.
+absl::StatusOr<std::pair<size_t, uint64_t>> Elements(const TensorEntry& t) {
+  const size_t width = DTypeSize(t.dtype);
+  if (width == 0 || t.length % width != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': ", t.length,
+                                                   " bytes are not whole elements of ",
+                                                   DTypeName(t.dtype)));
+  }
+  return std::make_pair(width, t.length / width);
+}
+
+absl::Status SpanHolds(const BucketManifest& manifest, size_t size, absl::string_view what) {
+  if (manifest.span_bytes() > size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", what, " holds ", size, " bytes; the bucket spans ", manifest.span_bytes()));
+  }
+  return absl::OkStatus();
+}
+
+// Reads the frame front to back; every read is bounded by what is left.
+class FrameReader {
+ public:
+  explicit FrameReader(absl::string_view frame) : rest_(frame) {}
+  bool Little(int bytes, uint64_t* v) {
+    if (rest_.size() < static_cast<size_t>(bytes)) return false;
+    *v = 0;
+    for (int i = 0; i < bytes; ++i) {
+      *v |= static_cast<uint64_t>(static_cast<uint8_t>(rest_[i])) << (8 * i);
+    }
+    rest_.remove_prefix(bytes);
+    return true;
+  }
+  bool Take(uint64_t n, absl::string_view* out) {
+    if (rest_.size() < n) return false;
+    *out = rest_.substr(0, n);
+    rest_.remove_prefix(n);
+    return true;
+  }
+  size_t left() const { return rest_.size(); }
+
+ private:
+  absl::string_view rest_;
+};
+
+// A LEB128 varint from the front of `in` (at most 10 bytes, no bits past 64).
+bool ReadVarint(absl::string_view* in, uint64_t* v) {
+  *v = 0;
+  for (int i = 0; i < 10; ++i) {
+    if (in->empty()) return false;
+    const uint8_t byte = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    if (i == 9 && byte > 1) return false;
+    *v |= static_cast<uint64_t>(byte & 0x7F) << (7 * i);
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
+                                              absl::Span<const uint8_t> base,
+                                              absl::Span<const uint8_t> next, DeltaStats* stats) {
+  if (absl::Status s = SpanHolds(manifest, base.size(), "base"); !s.ok()) return s;
+  if (absl::Status s = SpanHolds(manifest, next.size(), "new bucket"); !s.ok()) return s;
+  DeltaStats totals;
+  std::string frame(kDeltaMagic);
+  PutLittle(&frame, manifest.tensors.size(), 4);
+  std::vector<uint64_t> changed;
+  for (const TensorEntry& t : manifest.tensors) {
+    absl::StatusOr<std::pair<size_t, uint64_t>> elements = Elements(t);
+    if (!elements.ok()) return elements.status();
+    const auto [width, n] = *elements;
+    const uint8_t* before = base.data() + t.offset;
+    const uint8_t* after = next.data() + t.offset;
+    changed.clear();
+    uint64_t position_bytes = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!Differs(before, after, i, width)) continue;
+      position_bytes += VarintSize(changed.empty() ? i : i - changed.back() - 1);
+      changed.push_back(i);
+    }
+    const uint64_t k = changed.size();
+    const uint64_t values = k * width;
+    DeltaForm form = DeltaForm::kDense;
+    uint64_t size = t.length;
+    if ((n + 7) / 8 + values < size) {
+      form = DeltaForm::kBitmap;
+      size = (n + 7) / 8 + values;
+    }
+    if (position_bytes + values < size) {
+      form = DeltaForm::kGaps;
+      size = position_bytes + values;
+    }
+    PutLittle(&frame, static_cast<uint8_t>(form), 1);
+    PutLittle(&frame, k, 8);
+    PutLittle(&frame, size, 8);
+    if (form == DeltaForm::kDense) {
+      frame.append(reinterpret_cast<const char*>(after), t.length);
+    } else {
+      if (form == DeltaForm::kBitmap) {
+        std::string bitmap((n + 7) / 8, '\0');
+        for (uint64_t i : changed)
+          bitmap[i / 8] = static_cast<char>(bitmap[i / 8] | (1 << (i % 8)));
+        frame += bitmap;
+      } else {
+        for (size_t j = 0; j < changed.size(); ++j) {
+          PutVarint(&frame, j == 0 ? changed[0] : changed[j] - changed[j - 1] - 1);
+        }
+      }
+      for (uint64_t i : changed) {
+        frame.append(reinterpret_cast<const char*>(after + i * width), width);
+      }
+    }
+    totals.elements += n;
+    totals.changed_elements += k;
+  }
+  totals.dense_bytes = manifest.span_bytes();
+  totals.frame_bytes = frame.size();
+  if (stats != nullptr) *stats = totals;
+  return frame;
+}
+
+absl::Status DecodeBucketDelta(const BucketManifest& manifest, absl::Span<const uint8_t> base,
+                               absl::string_view delta, absl::Span<uint8_t> out,
+                               DeltaStats* stats) {
+  if (absl::Status s = SpanHolds(manifest, base.size(), "base"); !s.ok()) return s;
+  if (absl::Status s = SpanHolds(manifest, out.size(), "output"); !s.ok()) return s;
+  FrameReader frame(delta);
+  absl::string_view magic;
+  if (!frame.Take(kDeltaMagic.size(), &magic) || magic != kDeltaMagic) {
+    return absl::InvalidArgumentError("not a bucket delta (it does not start with \"WSD1\")");
+  }
+  uint64_t count = 0;
+  if (!frame.Little(4, &count) || count != manifest.tensors.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the delta names ", count,
+                                                   " tensor(s); the bucket's manifest has ",
+                                                   manifest.tensors.size()));
+  }
+  DeltaStats totals;
+  for (const TensorEntry& t : manifest.tensors) {
+    absl::StatusOr<std::pair<size_t, uint64_t>> elements = Elements(t);
+    if (!elements.ok()) return elements.status();
+    const auto [width, n] = *elements;
+    const auto refuse = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat("delta of tensor '", t.name, "': ", why));
+    };
+    uint64_t form = 0, k = 0, size = 0;
+    absl::string_view payload;
+    if (!frame.Little(1, &form) || !frame.Little(8, &k) || !frame.Little(8, &size)) {
+      return refuse("the frame ends in its header");
+    }
+    if (k > n) return refuse(absl::StrCat(k, " changed elements of ", n));
+    if (!frame.Take(size, &payload)) {
+      return refuse(
+          absl::StrCat("a payload of ", size, " bytes where ", frame.left(), " are left"));
+    }
+    uint8_t* dst = out.data() + t.offset;
+    const uint8_t* src = base.data() + t.offset;
+    if (dst != src) std::memmove(dst, src, t.length);
+    const uint64_t values = k * width;
+    if (form == static_cast<uint64_t>(DeltaForm::kDense)) {
+      if (size != t.length) {
+        return refuse(absl::StrCat("a dense payload of ", size, " bytes for ", t.length));
+      }
+      std::memcpy(dst, payload.data(), t.length);
+    } else if (form == static_cast<uint64_t>(DeltaForm::kBitmap)) {
+      const uint64_t bitmap_bytes = (n + 7) / 8;
+      if (size != bitmap_bytes + values) {
+        return refuse(absl::StrCat("a bitmap payload of ", size, " bytes; ", n, " elements with ",
+                                   k, " changed take ", bitmap_bytes + values));
+      }
+      const uint8_t* bits = reinterpret_cast<const uint8_t*>(payload.data());
+      const uint8_t* value = bits + bitmap_bytes;
+      uint64_t seen = 0;
+      for (uint64_t i = 0; i < bitmap_bytes * 8; ++i) {
+        if ((bits[i / 8] & (1 << (i % 8))) == 0) continue;
+        if (i >= n) return refuse(absl::StrCat("the bitmap marks element ", i, " of ", n));
+        if (seen == k) return refuse(absl::StrCat("the bitmap marks more than ", k, " elements"));
+        std::memcpy(dst + i * width, value + seen * width, width);
+        ++seen;
+      }
+      if (seen != k) return refuse(absl::StrCat("the bitmap marks ", seen, " elements, not ", k));
+    } else if (form == static_cast<uint64_t>(DeltaForm::kGaps)) {
+      if (size < values)
+        return refuse(
+            absl::StrCat("a payload of ", size, " bytes for ", k, " values of ", width, " bytes"));
+      absl::string_view positions = payload.substr(0, size - values);
+      const uint8_t* value = reinterpret_cast<const uint8_t*>(payload.data()) + (size - values);
+      uint64_t at = 0;
+      for (uint64_t j = 0; j < k; ++j) {
+        uint64_t gap = 0;
+        if (!ReadVarint(&positions, &gap)) return refuse(absl::StrCat("position ", j, " is cut"));
+        const uint64_t step = j == 0 ? 0 : at + 1;
+        if (gap >= n || step > n - 1 - gap) {
+          return refuse(absl::StrCat("position ", j, " lies past element ", n - 1));
+        }
+        at = step + gap;
+        std::memcpy(dst + at * width, value + j * width, width);
+      }
+      if (!positions.empty()) {
+        return refuse(absl::StrCat(positions.size(), " byte(s) after the ", k, " positions"));
+      }
+    } else {
+      return refuse(absl::StrCat("form ", form, " (known: 0 dense, 1 bitmap, 2 gaps)"));
+    }
+    totals.elements += n;
+    totals.changed_elements += k;
+  }
+  if (frame.left() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the delta has ", frame.left(), " byte(s) after its last tensor"));
+  }
+  totals.dense_bytes = manifest.span_bytes();
+  totals.frame_bytes = delta.size();
+  if (stats != nullptr) *stats = totals;
+  return absl::OkStatus();
+}
+
+}  // namespace wsync
