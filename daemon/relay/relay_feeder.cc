@@ -462,17 +462,22 @@ void RelayFeeder::Subscription::HandOn(uint64_t request_id, const v1::RelayBucke
                                        const std::shared_ptr<LocalUpdate>& update,
                                        uint64_t generation, absl::Status received) {
   int device = 0;
-  bool current = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     device = pair_device_;
-    current = generation == generation_;
   }
-  if (!current) {
-    // Its update ended while it landed: nothing of it goes anywhere, and what ended the update
-    // dealt with the pairs already.
-    Reply(request_id, ReplyOf(absl::AbortedError(absl::StrCat("bucket ", bucket.index(),
-                                                              " landed after its update ended"))));
+  // Its update ended while it landed, or while it was handed on: nothing of it goes anywhere, and
+  // what ended the update dealt with the pairs already.
+  const auto ended = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return generation != generation_;
+  };
+  const auto stale = [&] {
+    return absl::AbortedError(
+        absl::StrCat("bucket ", bucket.index(), " landed after its update ended"));
+  };
+  if (ended()) {
+    Reply(request_id, ReplyOf(stale()));
     return;
   }
   absl::Status status = std::move(received);
@@ -485,17 +490,7 @@ void RelayFeeder::Subscription::HandOn(uint64_t request_id, const v1::RelayBucke
     status =
         update->Submit(slot, std::move(manifest), bucket.checksum(), bucket.index(), bucket.last());
   }
-  if (!status.ok()) {
-    bool ended;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ended = generation != generation_;
-    }
-    // An update that ended meanwhile refused it: the pairs are as its end left them.
-    status = ended ? absl::AbortedError(
-                         absl::StrCat("bucket ", bucket.index(), " landed after its update ended"))
-                   : Refuse(status);
-  }
+  if (!status.ok()) status = ended() ? stale() : Refuse(status);
   Reply(request_id, ReplyOf(status));
 }
 
