@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "daemon/core/trainer_feeds.h"
 #include "daemon/transport/relay/relay_binding.h"
 #include "daemon/wire/manifest_proto.h"
 
@@ -149,9 +150,13 @@ std::string RelayTransport::Member::broken() const {
 
 RelayTransport::RelayTransport(TransportEnv env)
     : env_(std::move(env)), streams_([this] {
-        std::vector<int> devices = env_.spec.engine_options != nullptr
-                                       ? env_.spec.engine_options->stream_devices()
-                                       : std::vector<int>{};
+        // The devices the update's feeds are on (FeedsOf: the stream devices, or the group's),
+        // so that each bucket goes out from the device it was pushed to.
+        std::vector<int> devices;
+        absl::StatusOr<std::vector<TrainerFeed>> feeds = FeedsOf(env_.spec, env_.platform);
+        if (feeds.ok()) {
+          for (const TrainerFeed& f : *feeds) devices.push_back(f.device);
+        }
         if (devices.empty()) devices.push_back(env_.spec.device);
         return devices;
       }()) {}
