@@ -363,6 +363,9 @@ TEST(NcclPeer, PiecesBroadcastFromOneSlotLandInAPeersSlotOnAnotherGpu) {
             cudaSuccess);
   ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
   ASSERT_EQ(cudaMemset((*got)->data(), 0, kBytes), cudaSuccess);
+  // The tests after this one run on device 0: a stream of device 1 is not ordered with its copies.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   const std::vector<BroadcastPiece> pieces = {{1 << 20, (16 << 20) / 2, DType::kBfloat16},
                                               {0, 1024, DType::kFloat32},
                                               {40 << 20, 3, DType::kUint8}};
@@ -398,6 +401,9 @@ TEST(NcclPeer, PiecesBroadcastFromOneSlotLandInAPeersSlotOnAnotherGpu) {
 TEST(CudaResident, ABucketKeptInEitherMediumComesBackByteForByte) {
   SKIP_WITHOUT_GPU();
   constexpr uint64_t kBytes = uint64_t{256} << 20;
+  // The memsets below go to the current device's stream: it must be the slots' device, or they
+  // race the resident copies (which run on device 0's).
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   auto from = CudaSlot::Create(0, kBytes);
   auto to = CudaSlot::Create(0, kBytes);
   ASSERT_TRUE(from.ok() && to.ok());

@@ -76,7 +76,7 @@ def main():
                 else wsync_slime.UpdateWeightFromTensor)
 
         class Fed(base):
-            def hf_weight_chunks(self):
+            def hf_weight_chunks(self, convert=True):
                 return chunks(state)
 
         slime_args = types.SimpleNamespace(

@@ -29,7 +29,7 @@ exec > >(tee -a "$OUT/run.log") 2>&1
 ALL=(unit kernels one_gpu_session ipc ops quorum ipc_route ipc_lmdeploy ipc_vllm ipc_7b ipc_tp2
   trainer wheel integrations kill per_tensor memory pull dtensor mismatch lmdeploy_nccl vllm_nccl
   mixed_kinds kill_tp quorum_nccl
-  ipc_bench bench bench_engines)
+  ipc_bench bench bench_engines relay)
 selected=()
 if [[ ${STEPS:-all} == all ]]; then
   selected=("${ALL[@]}")
