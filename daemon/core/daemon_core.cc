@@ -23,7 +23,11 @@ void LogUpdate(const UpdateRecord& record, const UpdateOutcome& outcome);
 DaemonCore::DaemonCore(std::unique_ptr<Platform> platform, DaemonOptions options,
                        GroupFactories factories, std::unique_ptr<GroupStateStore> state)
     : platform_(std::move(platform)),
-      options_(std::move(options)),
+      options_([&] {
+        // Adapters see the bucket deadline through their timeouts.
+        options.group.timeouts.bucket = options.bucket_timeout;
+        return std::move(options);
+      }()),
       factories_(std::move(factories)),
       started_(absl::Now()),
       pool_(platform_.get(), options_.slots_per_device, options_.slot_bytes),

@@ -86,6 +86,9 @@ struct AdapterTimeouts {
   absl::Duration probe = absl::Seconds(5);     // health
   // An engine's checksums of its weights (a pass over all of them on every rank).
   absl::Duration checksum = absl::Minutes(5);
+  // A bucket's deadline (--bucket-timeout): how long a relay member may say nothing while it
+  // commits before it is dropped.
+  absl::Duration bucket = absl::Minutes(2);
 };
 
 // The update an engine is taking part in.

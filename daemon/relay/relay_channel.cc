@@ -35,7 +35,7 @@ absl::StatusOr<uint64_t> RelayChannel::Send(v1::RelayRequest request) {
     return stuck;
   }
   const uint64_t id = next_id_++;
-  pending_.emplace(id, std::nullopt);
+  pending_.emplace(id, Pending{std::nullopt, absl::Now()});
   request.set_id(id);
   v1::RelayDown down;
   *down.mutable_request() = std::move(request);
@@ -63,38 +63,48 @@ void RelayChannel::WriteLoop() {
   }
 }
 
-absl::StatusOr<v1::RelayReply> RelayChannel::Await(uint64_t id, absl::Time deadline) {
+absl::StatusOr<v1::RelayReply> RelayChannel::Await(uint64_t id, absl::Time deadline,
+                                                   absl::Duration silence) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = pending_.find(id);
   if (it == pending_.end()) {
     return absl::InternalError(absl::StrCat("relay request ", id, " was never sent or is taken"));
   }
-  const auto ready = [&] { return it->second.has_value() || !closed_.ok(); };
+  const auto ready = [&] { return it->second.reply.has_value() || !closed_.ok(); };
   while (!ready()) {
-    if (cv_.wait_until(lock, absl::ToChronoTime(deadline)) == std::cv_status::timeout && !ready()) {
-      pending_.erase(it);
-      const absl::Status late = absl::DeadlineExceededError(
-          absl::StrCat(Describe(), " did not answer relay request ", id, " in time"));
-      lock.unlock();
-      // Its stream is of no more use: the downstream subscribes again, afresh.
-      Close(absl::UnavailableError(late.message()));
-      Cancel();
-      return late;
+    const absl::Time quiet_until = it->second.heard + silence;
+    const absl::Time wake = std::min(deadline, quiet_until);
+    if (cv_.wait_until(lock, absl::ToChronoTime(wake)) == std::cv_status::no_timeout || ready()) {
+      continue;
     }
+    const absl::Time now = absl::Now();
+    if (now < deadline && now < it->second.heard + silence) continue;  // progress came meanwhile
+    const bool quiet = now < deadline;
+    pending_.erase(it);
+    const absl::Status late = absl::DeadlineExceededError(
+        quiet ? absl::StrCat(Describe(), " said nothing of relay request ", id, " for ",
+                             absl::FormatDuration(silence))
+              : absl::StrCat(Describe(), " did not answer relay request ", id, " in time"));
+    lock.unlock();
+    // Its stream is of no more use: the downstream subscribes again, afresh.
+    Close(absl::UnavailableError(late.message()));
+    Cancel();
+    return late;
   }
-  if (!it->second.has_value()) {
+  if (!it->second.reply.has_value()) {
     pending_.erase(it);
     return closed_;
   }
-  v1::RelayReply reply = std::move(*it->second);
+  v1::RelayReply reply = std::move(*it->second.reply);
   pending_.erase(it);
   return reply;
 }
 
-absl::StatusOr<v1::RelayReply> RelayChannel::Call(v1::RelayRequest request, absl::Time deadline) {
+absl::StatusOr<v1::RelayReply> RelayChannel::Call(v1::RelayRequest request, absl::Time deadline,
+                                                  absl::Duration silence) {
   absl::StatusOr<uint64_t> id = Send(std::move(request));
   if (!id.ok()) return id.status();
-  return Await(*id, deadline);
+  return Await(*id, deadline, silence);
 }
 
 void RelayChannel::Forget(uint64_t id) {
@@ -105,14 +115,28 @@ void RelayChannel::Forget(uint64_t id) {
 absl::Status RelayChannel::Deliver(v1::RelayReply reply) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(reply.id());
-  if (it == pending_.end() || it->second.has_value()) {
+  if (it == pending_.end() || it->second.reply.has_value()) {
     // A reply to a request that was given up on here arrives late: not the peer's fault.
     if (reply.id() > 0 && reply.id() < next_id_ && it == pending_.end()) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("a reply to relay request ", reply.id(), ", which was ",
                      it == pending_.end() ? "never sent" : "answered already"));
   }
-  it->second = std::move(reply);
+  it->second.reply = std::move(reply);
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status RelayChannel::Progress(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(id);
+  if (it == pending_.end()) {
+    // Progress on a request answered or given up on meanwhile: not the peer's fault.
+    if (id > 0 && id < next_id_) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("progress on relay request ", id, ", which was never sent"));
+  }
+  it->second.heard = absl::Now();
   cv_.notify_all();
   return absl::OkStatus();
 }

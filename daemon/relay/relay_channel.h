@@ -48,16 +48,22 @@ class RelayChannel {
   // Queues `request` with a fresh id, which it returns. UNAVAILABLE once the stream ended.
   absl::StatusOr<uint64_t> Send(v1::RelayRequest request);
   // The reply to request `id`: UNAVAILABLE once the stream ended without it; DEADLINE_EXCEEDED at
-  // the deadline, which also cancels the subscription. A reply is taken once.
-  absl::StatusOr<v1::RelayReply> Await(uint64_t id, absl::Time deadline);
+  // the deadline, or once the downstream said nothing of it (sent, or progress) for `silence`;
+  // either also cancels the subscription. A reply is taken once.
+  absl::StatusOr<v1::RelayReply> Await(uint64_t id, absl::Time deadline,
+                                       absl::Duration silence = absl::InfiniteDuration());
   // Send, then Await.
-  absl::StatusOr<v1::RelayReply> Call(v1::RelayRequest request, absl::Time deadline);
+  absl::StatusOr<v1::RelayReply> Call(v1::RelayRequest request, absl::Time deadline,
+                                      absl::Duration silence = absl::InfiniteDuration());
   // The reply to `id` will not be waited for: it is dropped when it comes.
   void Forget(uint64_t id);
 
   // The stream's reader: a reply arrived. INVALID_ARGUMENT for an id never sent or answered
   // already (the stream is then ended as a protocol error).
   absl::Status Deliver(v1::RelayReply reply);
+  // The stream's reader: the downstream still works on request `id` (RelayProgress). Progress on
+  // a request answered or given up on is ignored; INVALID_ARGUMENT for an id never sent.
+  absl::Status Progress(uint64_t id);
   // The stream ended (`why` says how; OK: it just ended); waiters and later calls hear it.
   void Close(absl::Status why);
   // Ends the subscription from this side (the upstream gives up on the downstream).
@@ -85,8 +91,12 @@ class RelayChannel {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   uint64_t next_id_ = 1;
-  // Sent, not yet taken by Await: empty until its reply arrives.
-  std::map<uint64_t, std::optional<v1::RelayReply>> pending_;
+  struct Pending {
+    std::optional<v1::RelayReply> reply;  // empty until it arrives
+    absl::Time heard;                     // sent, or the downstream's last progress on it
+  };
+  // Sent, not yet taken by Await.
+  std::map<uint64_t, Pending> pending_;
   std::deque<v1::RelayDown> queue_;  // to be written
   absl::Status closed_;              // OK while open
   bool shut_ = false;                // Shutdown ran: write_ and cancel_ are gone

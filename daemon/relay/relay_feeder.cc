@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/secret_file.h"
 #include "common/status_macros.h"
+#include "common/ticker.h"
 #include "daemon/core/peer_text.h"
 #include "daemon/core/trainer_feeds.h"
 #include "daemon/relay/ordered_receiver.h"
@@ -294,6 +295,8 @@ class RelayFeeder::Subscription {
   // committed.
   absl::Status Refuse(absl::Status why);
   void Reply(uint64_t request_id, v1::RelayReply reply);
+  // Tells the upstream that request `request_id` is still being worked on (RelayProgress).
+  void SendProgress(uint64_t request_id);
   std::vector<std::shared_ptr<PeerCommunicator>> pairs() {
     std::lock_guard<std::mutex> lock(mu_);
     return pairs_;
@@ -503,6 +506,13 @@ void RelayFeeder::Subscription::Reply(uint64_t request_id, v1::RelayReply reply)
   if (stream_ != nullptr) (void)stream_->Write(up);
 }
 
+void RelayFeeder::Subscription::SendProgress(uint64_t request_id) {
+  v1::RelayUp up;
+  up.mutable_progress()->set_id(request_id);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (stream_ != nullptr) (void)stream_->Write(up);
+}
+
 v1::RelayReply RelayFeeder::Subscription::Commit() {
   // The upstream commits once every bucket was answered, so every receive was handed on; the
   // wait covers a hand-on still finishing after its answer was written.
@@ -608,8 +618,16 @@ std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayR
     case v1::RelayRequest::kBucket:
       if (absl::Status s = Bucket(request.id(), request.bucket()); !s.ok()) return ReplyOf(s);
       return std::nullopt;
-    case v1::RelayRequest::kCommit:
+    case v1::RelayRequest::kCommit: {
+      // While the local commit runs, progress at the interval the upstream asked for: it drops
+      // a member that says nothing for a bucket deadline.
+      std::optional<Ticker> progress;
+      if (const uint32_t every_ms = request.commit().progress_interval_ms(); every_ms > 0) {
+        progress.emplace(absl::Milliseconds(every_ms),
+                         [this, id = request.id()] { SendProgress(id); });
+      }
       return Commit();
+    }
     case v1::RelayRequest::kAbort:
       EndUpdate(absl::AbortedError(absl::StrCat("the upstream aborted it: ",
                                                 SanitizePeerText(request.abort().reason(), 512))));

@@ -14,7 +14,8 @@ namespace wsync {
 
 // The relay protocol spoken between daemons (docs/RELAY.md). An upstream admits only its own:
 // the frames change with it.
-inline constexpr uint32_t kRelayProtocolVersion = 2;  // 2: streams (RelayJoin.stream)
+// 2: streams (RelayJoin.stream); 3: progress while a commit runs (RelayProgress).
+inline constexpr uint32_t kRelayProtocolVersion = 3;
 
 // What a downstream wsyncd asks for when it subscribes.
 struct RelaySubscription {

@@ -117,11 +117,19 @@ grpc::Status RelayService::Subscribe(grpc::ServerContext* context,
   absl::Cleanup closed = [&] { channel->Shutdown(); };
   v1::RelayUp next;
   while (stream->Read(&next)) {
+    if (next.has_progress()) {
+      if (absl::Status s = channel->Progress(next.progress().id()); !s.ok()) {
+        channel->Close(absl::InvalidArgumentError(
+            absl::StrCat("the subscription of ", channel->Describe(), " broke: ", s.message())));
+        return ToGrpcStatus(s);
+      }
+      continue;
+    }
     if (!next.has_reply()) {
       channel->Close(absl::InvalidArgumentError(
           absl::StrCat("the subscription of ", channel->Describe(), " sent a second subscribe")));
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "after subscribe, a subscriber sends only replies");
+                          "after subscribe, a subscriber sends only replies and progress");
     }
     if (absl::Status s = channel->Deliver(std::move(*next.mutable_reply())); !s.ok()) {
       channel->Close(absl::InvalidArgumentError(

@@ -114,6 +114,44 @@ TEST(RelayChannel, ARequestNotAnsweredInTimeCancelsTheSubscription) {
   EXPECT_EQ(channel->Send(v1::RelayRequest()).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// A commit may take long, but only while the downstream keeps saying it works on it: progress
+// holds the wait open past its silence, and silence ends it well before the deadline.
+TEST(RelayChannel, ProgressKeepsAWaitOpenAndSilenceEndsItBeforeTheDeadline) {
+  Written written;
+  auto channel = MakeChannel(&written);
+  const uint64_t id = channel->Send(v1::RelayRequest()).value();
+  std::atomic<bool> stop{false};
+  std::thread progress([&] {
+    for (int i = 0; i < 8 && !stop; ++i) {
+      absl::SleepFor(absl::Milliseconds(25));
+      EXPECT_TRUE(channel->Progress(id).ok());
+    }
+    EXPECT_TRUE(channel->Deliver(Reply(id)).ok());
+  });
+  const absl::Time t0 = absl::Now();
+  // 8 progress messages 25 ms apart outlast a 100 ms silence twice over: the reply still counts.
+  absl::StatusOr<v1::RelayReply> answered =
+      channel->Await(id, absl::Now() + absl::Seconds(10), absl::Milliseconds(100));
+  stop = true;
+  progress.join();
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(190));
+
+  const uint64_t quiet = channel->Send(v1::RelayRequest()).value();
+  const absl::Time t1 = absl::Now();
+  absl::StatusOr<v1::RelayReply> dropped =
+      channel->Await(quiet, absl::Now() + absl::Seconds(10), absl::Milliseconds(100));
+  EXPECT_EQ(dropped.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(dropped.status().message(),
+              HasSubstr("node rollout-1 (s1) said nothing of relay request 2 for 100ms"));
+  EXPECT_LT(absl::Now() - t1, absl::Seconds(5)) << "silence must end the wait, not the deadline";
+  EXPECT_FALSE(channel->open().ok());
+  // Progress on a request given up on is late, not wrong; on one never sent it is wrong.
+  EXPECT_TRUE(channel->Progress(quiet).ok());
+  EXPECT_EQ(channel->Progress(99).code(), absl::StatusCode::kInvalidArgument);
+  channel->Shutdown();
+}
+
 TEST(RelayChannel, TheStreamsEndWakesEveryWaiterAndRefusesLaterSends) {
   Written written;
   auto channel = MakeChannel(&written);

@@ -56,9 +56,9 @@ TEST(CheckSubscription, EachMismatchIsRefusedNamingBothSides) {
     std::vector<std::string> named;
   };
   const Case cases[] = {
-      {[](RelaySubscription& s) { s.protocol_version = 3; },
+      {[](RelaySubscription& s) { s.protocol_version = kRelayProtocolVersion + 1; },
        absl::StatusCode::kFailedPrecondition,
-       {"relay protocol 3", "this wsyncd speaks 2"}},
+       {"relay protocol 4", "this wsyncd speaks 3"}},
       {[](RelaySubscription& s) { s.platform = "host"; },
        absl::StatusCode::kFailedPrecondition,
        {"the host platform", "the cuda platform"}},

@@ -4,10 +4,11 @@
 //     closed connection); the slowest of the rounds below;
 //   - wsyncd is still up (running, answering the admin API);
 //   - the next update succeeds, every engine rank holding its bytes;
-//   - no leak: each fault is injected kRounds times, each followed by an update. wsyncd at rest
-//     after the last round must hold no more threads, descriptors, mappings or shared memory than
-//     at rest after the first (what a first fault makes once and keeps, such as the glibc stack
-//     cache of a peak of threads, is in both; a leak of one of anything per fault is not).
+//   - no leak: each fault is injected kFaultRounds times, each followed by an update. wsyncd at
+//     rest after the last round must hold no more threads, descriptors, mappings or shared memory
+//     than at rest after the first (what a first fault makes once and keeps, such as the glibc
+//     stack cache of a peak of threads, is in both; a leak of one of anything per fault is not).
+// The node relay's faults (several wsyncds) are rows of the same table, in relay_faults_test.cc.
 // The binary runs every fault in one process and prints the table at the end (and writes it as
 // markdown to WSYNC_FAULT_TABLE when set): docs/RELIABILITY.md keeps a run's figures.
 
@@ -41,41 +42,17 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/reliability/bad_buckets.h"
+#include "tests/reliability/fault_rows.h"
 #include "tests/reliability/process_resources.h"
 #include "tests/reliability/real_cluster.h"
 #include "tests/reliability/test_models.h"
+#include "tests/reliability/tls_files.h"
 #include "tests/service/stream_flood.h"
 
 namespace wsync {
 namespace {
 
 using ::testing::HasSubstr;
-
-struct FaultRow {
-  std::string fault;
-  double detection_s = -1;  // the slowest round; < 0: not measured
-  std::string detected_as;
-  int inputs = 0;  // bad inputs tried, over every round
-  bool daemon_up = true;
-  bool next_update_ok = true;
-  std::string leaks = "not checked";
-};
-
-std::vector<FaultRow>& Rows() {
-  static auto* rows = new std::vector<FaultRow>();
-  return *rows;
-}
-
-constexpr int kRounds = 3;
-// wsyncd at rest after the last round against wsyncd at rest after the first: equal, but for
-// gRPC's pools (a thread or two, with their stacks) and one anonymous mapping of malloc's (more
-// under ASan). A leak of one of anything per fault shows as two over the rounds after the first.
-constexpr LeakTolerance kNoLeak{.threads = 0,
-                                .library_threads = 2,
-                                .fds = 0,
-                                .file_maps = 0,
-                                .anon_maps = kAnonMapsNoise,
-                                .shm = 0};
 
 // A flood of streams starts and ends a server thread per stream (and each round of a restart
 // row is a new wsyncd, whose start ran threads of its own). An ended thread's stack (two
@@ -140,12 +117,12 @@ class FaultMatrix : public ::testing::Test {
     return s.ok();
   }
 
-  // Injects the fault kRounds times; after each, wsyncd must be up and the next update good.
+  // Injects the fault kFaultRounds times; after each, wsyncd must be up and the next update good.
   void RunRounds(const std::function<Injected(int round)>& inject,
                  const LeakTolerance& tolerance = kNoLeak) {
     ProcessResources first;
     std::string first_threads;
-    for (int round = 1; round <= kRounds; ++round) {
+    for (int round = 1; round <= kFaultRounds; ++round) {
       const Injected got = inject(round);
       if (::testing::Test::HasFatalFailure()) return;
       row_.inputs += got.inputs;
@@ -177,12 +154,12 @@ class FaultMatrix : public ::testing::Test {
                                 last.file_maps - first.file_maps,
                                 last.anon_maps() - first.anon_maps(), last.shm - first.shm);
     EXPECT_TRUE(clean) << "after round 1: " << first.Describe() << " (" << first_threads
-                       << "); after round " << kRounds << ": " << last.Describe() << " ("
+                       << "); after round " << kFaultRounds << ": " << last.Describe() << " ("
                        << ThreadNames(cluster_->daemon_pid()) << ")";
   }
 
   void TearDown() override {
-    if (!row_.fault.empty()) Rows().push_back(row_);
+    if (!row_.fault.empty()) FaultRows().push_back(row_);
     client_.reset();
     cluster_.reset();
   }
@@ -496,26 +473,6 @@ TEST_F(FaultMatrix, NonTorchClientOnTheStorePort) {
 }
 
 // A self-signed certificate for localhost and 127.0.0.1, and two tokens, made for the test.
-struct TlsFiles {
-  std::string cert, key, token, admin_token;
-};
-
-absl::StatusOr<TlsFiles> MakeTlsFiles(const std::string& dir) {
-  TlsFiles f{dir + "/cert.pem", dir + "/key.pem", dir + "/token", dir + "/admin-token"};
-  if (!std::filesystem::exists("/usr/bin/openssl")) {
-    return absl::FailedPreconditionError("/usr/bin/openssl is missing (deploy/install-deps.sh)");
-  }
-  auto [rc, out] = RunCommand(
-      {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-       "-nodes", "-keyout", f.key, "-out", f.cert, "-days", "2", "-subj", "/CN=localhost",
-       "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"},
-      dir + "/openssl.log");
-  if (rc != 0) return absl::InternalError(absl::StrCat("openssl: ", out));
-  std::ofstream(f.token) << "trainer-secret-" << ::getpid() << "\n";
-  std::ofstream(f.admin_token) << "admin-secret-" << ::getpid() << "\n";
-  return f;
-}
-
 // An HTTP/2 client preface without TLS, as a plain gRPC client sends it.
 const std::string kPlainGrpcPreface = std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") +
                                       std::string("\x00\x00\x00\x04\x00\x00\x00\x00\x00", 9);
@@ -1101,11 +1058,11 @@ class TablePrinter : public ::testing::Environment {
  public:
   void TearDown() override {
     std::string table = absl::StrCat(
-        "Each fault injected ", kRounds, " times, each time followed by an update.\n\n",
+        "Each fault injected ", kFaultRounds, " times, each time followed by an update.\n\n",
         "| fault | inputs | detection | detected as | wsyncd up | next update | leaks |\n",
         "|---|---|---|---|---|---|---|\n");
     int survived = 0, inputs = 0, leaking = 0;
-    for (const FaultRow& r : Rows()) {
+    for (const FaultRow& r : FaultRows()) {
       const bool ok = r.daemon_up && r.next_update_ok && r.leaks == "none";
       survived += ok ? 1 : 0;
       inputs += r.inputs;
@@ -1119,7 +1076,7 @@ class TablePrinter : public ::testing::Environment {
     table += absl::StrFormat(
         "\n%d of %d faults survived (wsyncd up, next update ok, no leak); "
         "%d inputs tried; %d leaking\n",
-        survived, Rows().size(), inputs, leaking);
+        survived, FaultRows().size(), inputs, leaking);
     std::printf("\n%s", table.c_str());
     if (const char* path = std::getenv("WSYNC_FAULT_TABLE")) std::ofstream(path) << table;
   }

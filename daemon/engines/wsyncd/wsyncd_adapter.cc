@@ -1,5 +1,6 @@
 #include "daemon/engines/wsyncd/wsyncd_adapter.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -163,10 +164,15 @@ absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
   }
   absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
   if (!channel.ok()) return channel.status();
+  // The downstream's commit may take long (its engines load what its slots still hold), but a
+  // member that stopped (killed without a word, stalled, cut off) says nothing: it is dropped a
+  // bucket deadline after its last progress, so the others commit on the quorum.
   v1::RelayRequest request;
-  request.mutable_commit();
-  absl::StatusOr<v1::RelayReply> reply =
-      (*channel)->Call(std::move(request), absl::Now() + options_.commit_timeout());
+  request.mutable_commit()->set_progress_interval_ms(
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(
+          std::clamp(timeouts_.bucket / 4, absl::Milliseconds(50), absl::Seconds(5)))));
+  absl::StatusOr<v1::RelayReply> reply = (*channel)->Call(
+      std::move(request), absl::Now() + options_.commit_timeout(), timeouts_.bucket);
   if (!reply.ok()) {
     // Sent, with no answer: the downstream may have committed, so a failed group commit holds it.
     std::lock_guard<std::mutex> lock(mu_);
