@@ -220,6 +220,9 @@ class ResidentMemory {
   // slot next (a checksum, a broadcast, an engine) sees them. OUT_OF_RANGE when the slot is
   // smaller.
   virtual absl::Status CopyToSlot(SlotMemory& slot) = 0;
+  // The bytes, where this process's CPU may read them (host memory, pinned or not); nullptr on
+  // a GPU.
+  virtual const uint8_t* host_data() const = 0;
 };
 
 class Platform {

@@ -24,6 +24,9 @@ class CudaResident final : public ResidentMemory {
   uint64_t bytes() const override { return bytes_; }
   absl::Status CopyFromSlot(SlotMemory& slot) override;
   absl::Status CopyToSlot(SlotMemory& slot) override;
+  const uint8_t* host_data() const override {
+    return medium_ == ResidentMedium::kHost ? static_cast<const uint8_t*>(data_) : nullptr;
+  }
 
  private:
   CudaResident(int device, ResidentMedium medium, void* data, uint64_t bytes)

@@ -15,6 +15,9 @@ class HostResident final : public ResidentMemory {
       : medium_(medium), data_(std::move(data)), bytes_(bytes) {}
   ResidentMedium medium() const override { return medium_; }
   uint64_t bytes() const override { return bytes_; }
+  const uint8_t* host_data() const override {
+    return reinterpret_cast<const uint8_t*>(data_.get());
+  }
   absl::Status CopyFromSlot(SlotMemory& slot) override {
     WSYNC_RETURN_IF_ERROR(Fits(slot));
     WSYNC_RETURN_IF_ERROR(slot.CheckIntact());

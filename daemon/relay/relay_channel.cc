@@ -199,4 +199,14 @@ std::string RelayChannel::pairs_lost() const {
   return pairs_lost_;
 }
 
+void RelayChannel::set_resident_version(std::string version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  resident_version_ = std::move(version);
+}
+
+std::string RelayChannel::resident_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return resident_version_;
+}
+
 }  // namespace wsync

@@ -80,6 +80,10 @@ class RelayChannel {
   void ClearPairsLost();
   // Why the pairs are gone; "" while they are whole.
   std::string pairs_lost() const;
+  // The version the downstream's resident copy holds whole, as it said at the update's begin
+  // (RelayReply.resident_version; "" none): deltas of the update may be sent against it.
+  void set_resident_version(std::string version);
+  std::string resident_version() const;
 
  private:
   void WriteLoop();
@@ -102,6 +106,7 @@ class RelayChannel {
   bool shut_ = false;                // Shutdown ran: write_ and cancel_ are gone
   bool writing_ = false;             // the writer is inside write_
   std::string pairs_lost_;
+  std::string resident_version_;
   std::thread writer_;
 };
 

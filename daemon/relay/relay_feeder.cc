@@ -21,6 +21,7 @@
 #include "daemon/relay/ordered_receiver.h"
 #include "daemon/relay/relay_channel.h"
 #include "daemon/relay/relay_frames.h"
+#include "daemon/relay/resident_base.h"
 #include "daemon/relay/subscription.h"
 #include "daemon/wire/engine_result_proto.h"
 #include "grpcpp/grpcpp.h"
@@ -294,7 +295,13 @@ class RelayFeeder::Subscription {
   // would land in the next receive) and the update ends, since a bucket it lacks is never
   // committed.
   absl::Status Refuse(absl::Status why);
-  void Reply(uint64_t request_id, v1::RelayReply reply);
+  // False where the stream took no more (it ended).
+  bool Reply(uint64_t request_id, v1::RelayReply reply);
+  // Where bucket's delta frame lands (its stream's), after checking it is against `base` and fits
+  // a slot; FAILED_PRECONDITION or INVALID_ARGUMENT naming both sides otherwise.
+  absl::StatusOr<std::shared_ptr<SlotMemory>> DeltaFrameSlot(const v1::RelayBucket& bucket,
+                                                             const ResidentBase* base,
+                                                             uint64_t slot_bytes);
   // Tells the upstream that request `request_id` is still being worked on (RelayProgress).
   void SendProgress(uint64_t request_id);
   std::vector<std::shared_ptr<PeerCommunicator>> pairs() {
@@ -319,7 +326,13 @@ class RelayFeeder::Subscription {
   // on their way) is answered and otherwise ignored, never kept or submitted to a later update.
   uint64_t generation_ = 0;  // guarded by mu_
   uint64_t next_index_ = 0;  // the bucket the open update takes next
-  std::mutex write_mu_;      // one writer at a time on the stream
+  // The open update's deltas are against this (the resident version at its begin; null: none
+  // is kept where the CPU reads it), held until the next begin so that the version staged
+  // meanwhile does not free it. Guarded by mu_.
+  std::shared_ptr<const ResidentBase> delta_base_;
+  // Per stream, where a delta frame lands before it is applied (made at its first delta).
+  std::vector<std::shared_ptr<SlotMemory>> delta_frames_;  // guarded by mu_
+  std::mutex write_mu_;                                    // one writer at a time on the stream
   grpc::ClientReaderWriter<v1::RelayUp, v1::RelayDown>* stream_ = nullptr;  // while served
   // The streams' receives, made at the first join (again when the stream count changes).
   std::unique_ptr<OrderedReceiver> receiver_;
@@ -397,9 +410,17 @@ absl::Status RelayFeeder::Subscription::Begin(const v1::RelayBegin& begin) {
     feeder_->ReleaseUpdate();
     return update.status();
   }
-  if (ResidentVersion* resident = feeder_->ResidentFor(device)) resident->Begin(begin.version());
+  std::shared_ptr<const ResidentBase> delta_base;
+  if (ResidentVersion* resident = feeder_->ResidentFor(device)) {
+    // Deltas are applied on the CPU so far: into slots in host memory only.
+    if ((*update)->slot(0).kind() == MemoryKind::kHostShm) {
+      delta_base = ResidentBase::Of(resident->Current());
+    }
+    resident->Begin(begin.version());
+  }
   (*update)->set_on_failed([this] { BreakPairs("the local update failed"); });
   std::lock_guard<std::mutex> lock(mu_);
+  delta_base_ = std::move(delta_base);
   update_ = *std::move(update);
   ++generation_;
   next_index_ = 0;
@@ -415,11 +436,13 @@ absl::Status RelayFeeder::Subscription::Refuse(absl::Status why) {
 absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::RelayBucket& bucket) {
   std::shared_ptr<LocalUpdate> update;
   std::shared_ptr<PeerCommunicator> pair;
+  std::shared_ptr<const ResidentBase> delta_base;
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     update = update_;
     generation = generation_;
+    delta_base = delta_base_;
     if (bucket.stream() < pairs_.size()) pair = pairs_[bucket.stream()];
   }
   if (update == nullptr) {
@@ -444,12 +467,31 @@ absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::Re
   }
   const uint64_t span = manifest->span_bytes();
   const absl::Time deadline = absl::Now() + core_->options().bucket_timeout;
+  // A delta (docs/DELTA.md): its frame lands apart and is applied to the resident version it is
+  // against, rebuilding the span in the slot; the local update then checks the upstream's CRC-32
+  // of the span as for any bucket, so a wrong rebuild fails with DATA_LOSS.
+  std::shared_ptr<SlotMemory> frame_slot;
+  if (!bucket.delta_base().empty()) {
+    absl::StatusOr<std::shared_ptr<SlotMemory>> landing =
+        DeltaFrameSlot(bucket, delta_base.get(), update->slot_bytes());
+    if (!landing.ok()) return Refuse(landing.status());
+    frame_slot = *std::move(landing);
+  }
   OrderedReceiver::Job job;
   job.index = bucket.index();
   job.stream = bucket.stream();
-  job.receive = [pair, update, slot = *slot, span, deadline] {
-    return pair->ReceiveInto(update->slot(slot), {BroadcastPiece{0, span, DType::kUint8}},
-                             deadline);
+  job.receive = [pair, update, slot = *slot, span, deadline, frame_slot, delta_base,
+                 frame_bytes = bucket.delta_bytes(), manifest = *manifest]() -> absl::Status {
+    if (frame_slot == nullptr) {
+      return pair->ReceiveInto(update->slot(slot), {BroadcastPiece{0, span, DType::kUint8}},
+                               deadline);
+    }
+    WSYNC_RETURN_IF_ERROR(
+        pair->ReceiveInto(*frame_slot, {BroadcastPiece{0, frame_bytes, DType::kUint8}}, deadline));
+    SlotMemory& out = update->slot(slot);
+    return delta_base->Rebuild(
+        manifest, absl::string_view(static_cast<const char*>(frame_slot->data()), frame_bytes),
+        absl::MakeSpan(static_cast<uint8_t*>(out.data()), span));
   };
   job.hand_on = [this, request_id, bucket, manifest = *std::move(manifest), slot = *slot, update,
                  generation](absl::Status received) mutable {
@@ -497,13 +539,38 @@ void RelayFeeder::Subscription::HandOn(uint64_t request_id, const v1::RelayBucke
   Reply(request_id, ReplyOf(status));
 }
 
-void RelayFeeder::Subscription::Reply(uint64_t request_id, v1::RelayReply reply) {
+bool RelayFeeder::Subscription::Reply(uint64_t request_id, v1::RelayReply reply) {
   reply.set_id(request_id);
   v1::RelayUp up;
   *up.mutable_reply() = std::move(reply);
   std::lock_guard<std::mutex> lock(write_mu_);
   // A stream that ended takes no more: the upstream hears of it from the stream's end.
-  if (stream_ != nullptr) (void)stream_->Write(up);
+  return stream_ != nullptr && stream_->Write(up);
+}
+
+absl::StatusOr<std::shared_ptr<SlotMemory>> RelayFeeder::Subscription::DeltaFrameSlot(
+    const v1::RelayBucket& bucket, const ResidentBase* base, uint64_t slot_bytes) {
+  if (base == nullptr || base->version() != bucket.delta_base()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "bucket ", bucket.index(), " is a delta against version '",
+        SanitizePeerText(bucket.delta_base(), kMaxRelayText), "', but this node's resident copy ",
+        base == nullptr ? "holds none the CPU reads"
+                        : absl::StrCat("holds version '", base->version(), "'")));
+  }
+  if (bucket.delta_bytes() == 0 || bucket.delta_bytes() > slot_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("bucket ", bucket.index(), "'s delta is ",
+                                                   bucket.delta_bytes(),
+                                                   " bytes; a slot here holds ", slot_bytes));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (delta_frames_.size() <= bucket.stream()) delta_frames_.resize(bucket.stream() + 1);
+  std::shared_ptr<SlotMemory>& landing = delta_frames_[bucket.stream()];
+  if (landing == nullptr || landing->bytes() < slot_bytes) {
+    WSYNC_ASSIGN_OR_RETURN(std::unique_ptr<SlotMemory> made,
+                           core_->mutable_platform()->AllocateSlot(pair_device_, slot_bytes));
+    landing = std::move(made);
+  }
+  return landing;
 }
 
 void RelayFeeder::Subscription::SendProgress(uint64_t request_id) {
@@ -610,6 +677,10 @@ std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayR
       return ReplyOf(Join(request.join()));
     case v1::RelayRequest::kBegin: {
       v1::RelayReply reply = ReplyOf(Begin(request.begin()));
+      if (reply.code() == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (delta_base_ != nullptr) reply.set_resident_version(delta_base_->version());
+      }
       // Broken here (a refused bucket, a failed local update) where the upstream may not have
       // heard: it forms the group again before its next update.
       if (reply.code() != 0 && !HasAllPairs()) reply.set_pairs_lost(true);
@@ -619,12 +690,20 @@ std::optional<v1::RelayReply> RelayFeeder::Subscription::Handle(const v1::RelayR
       if (absl::Status s = Bucket(request.id(), request.bucket()); !s.ok()) return ReplyOf(s);
       return std::nullopt;
     case v1::RelayRequest::kCommit: {
-      // While the local commit runs, progress at the interval the upstream asked for: it drops
-      // a member that says nothing for a bucket deadline.
+      // While the local commit runs, progress at the interval the upstream asked for (at least
+      // 10 ms apart): it drops a member that says nothing for a bucket deadline. Only for as
+      // long as the local commit may take by its own bounds (each bucket its slots still hold
+      // loaded within the bucket deadline, then the engines' commit and resume): a commit stuck
+      // past that goes silent, so the upstream stops waiting for it.
       std::optional<Ticker> progress;
       if (const uint32_t every_ms = request.commit().progress_interval_ms(); every_ms > 0) {
-        progress.emplace(absl::Milliseconds(every_ms),
-                         [this, id = request.id()] { SendProgress(id); });
+        const DaemonOptions& o = core_->options();
+        const absl::Time stop_at = absl::Now() + o.bucket_timeout * (o.slots_per_device + 1) +
+                                   o.group.timeouts.control * 2;
+        progress.emplace(absl::Milliseconds(std::max<uint32_t>(every_ms, 10)),
+                         [this, id = request.id(), stop_at] {
+                           if (absl::Now() < stop_at) SendProgress(id);
+                         });
       }
       return Commit();
     }
@@ -661,7 +740,12 @@ absl::Status RelayFeeder::Subscription::Serve(
       return absl::InvalidArgumentError("the upstream sent something other than a request");
     }
     if (std::optional<v1::RelayReply> reply = Handle(down.request())) {
-      Reply(down.request().id(), *std::move(reply));
+      const bool committed = down.request().has_commit() && reply->code() == 0;
+      // A commit whose answer cannot reach the upstream (it dropped this node meanwhile): the
+      // group may not have taken the version, so the engines must not serve it.
+      if (!Reply(down.request().id(), *std::move(reply)) && committed) {
+        (void)Hold("the upstream dropped this node before its commit was answered");
+      }
     }
   }
   return absl::UnavailableError("the subscription's stream ended");

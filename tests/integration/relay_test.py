@@ -15,6 +15,7 @@ Usage: relay_test.py WSYNCD WSYNCCTL LIBWSYNC_CLIENT PYTHON_PACKAGE_DIR SGLANG_S
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,24 @@ def slowly(model):
     for item in model:
         time.sleep(0.05)
         yield item
+
+
+def rl_versions(seed, count, tensors=6, elements=150_000, fraction=0.01):
+    """`count` versions of bf16 tensors (300 KB each: three to a 1 MiB bucket), each version
+    differing from the one before in `fraction` of every tensor's elements, as an RL step's
+    weights do."""
+    rng = np.random.default_rng(seed)
+    model = [(f"model.layers.{i}.weight", rng.integers(0, 2**16, size=elements, dtype=np.uint16))
+             for i in range(tensors)]
+    versions = []
+    for k in range(count):
+        if k:
+            model = [(name, a.copy()) for name, a in model]
+            for _, a in model:
+                at = rng.choice(a.size, int(a.size * fraction), replace=False)
+                a[at] ^= rng.integers(1, 2**16, size=at.size, dtype=np.uint16)  # never the same
+        versions.append([(name, a, "bfloat16") for name, a in model])
+    return versions
 
 
 def big_model(seed, tensors=12, elements=200_000):
@@ -474,6 +493,36 @@ class RelayFaultTest(RelayCase):
         self.assertTrue(all(e["ok"] for e in result["engines"]), result)
         self.assert_holds(port, third)
         self.assertFalse(sim_state(port)["paused"])
+
+
+class DeltaTest(RelayCase):
+    def test_a_node_keeping_the_last_version_takes_the_next_ones_as_deltas(self):
+        # node-b keeps a resident copy, the base its deltas are applied to; node-c keeps none and
+        # takes every version dense. Both hold every version bit-exact.
+        self.upstream(["node-b", "node-c"], streams=None)
+        ports = {"node-b": self.downstream("node-b", flags=("--resident", "host")),
+                 "node-c": self.downstream("node-c")}
+        for n in ports:
+            self.wait_subscribed(n)
+        versions = rl_versions(7, 3)
+        dense = sum(a.nbytes for _, a, _ in versions[0])
+        for k, model in enumerate(versions, start=1):
+            result = self.push(f"v{k}", model)
+            self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+            for port in ports.values():
+                self.assert_holds(port, model)
+                self.assertEqual(sim_state(port).get("weight_version"), f"v{k}")
+        self.wait_log("up", "version 'v3' sent")
+        sent = {v: (int(s), int(d)) for v, s, d in
+                re.findall(r"version '(v\d)' sent (\d+) of (\d+) dense bytes", self.log("up"))}
+        # v1 has no base; then node-b's buckets cross as about 1.6 % of their bytes (1 % of the
+        # elements changed), node-c's whole.
+        self.assertEqual(sent["v1"], (2 * dense, 2 * dense), self.log("up")[-3000:])
+        for v in ("v2", "v3"):
+            total, of = sent[v]
+            self.assertEqual(of, 2 * dense)
+            self.assertLess(total - dense, 0.02 * dense, f"{v}: {sent}")
+            self.assertGreater(total - dense, 0.01 * dense, f"{v}: {sent}")
 
 
 class ResidentTest(RelayCase):

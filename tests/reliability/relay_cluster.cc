@@ -157,7 +157,8 @@ absl::Status RelayCluster::StartDownstream(int i) {
       std::vector<std::string>{options_.wsyncd_bin, "--mode", "host", "--config",
                                Path(node + ".json"), "--socket", socket, "--slot-bytes", "1MiB",
                                "--slots", "2", "--bind-address", "127.0.0.1", "--advertise-address",
-                               "127.0.0.1", "--bucket-timeout", "3", "--relay-feed", feed},
+                               "127.0.0.1", "--bucket-timeout",
+                               std::to_string(options_.bucket_timeout_s), "--relay-feed", feed},
       Path(absl::StrCat(node, "-", starts_++, ".log")), DaemonEnvironment(Path("state-" + node)));
   return WaitForSocket(socket, *downstreams_[i]);
 }
@@ -191,15 +192,21 @@ absl::StatusOr<v1::RelayStatus> RelayCluster::UpstreamRelay() {
   return status;
 }
 
-absl::Status RelayCluster::WaitSubscribed(int i, absl::Duration timeout) {
+std::string RelayCluster::SubscriberId(int i) {
+  auto relay = UpstreamRelay();
+  if (!relay.ok()) return "";
+  for (const v1::RelaySubscriberInfo& s : relay->subscribers()) {
+    if (s.node() == Node(i)) return s.id();
+  }
+  return "";
+}
+
+absl::Status RelayCluster::WaitSubscribed(int i, const std::string& not_id,
+                                          absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    auto relay = UpstreamRelay();
-    if (relay.ok()) {
-      for (const v1::RelaySubscriberInfo& s : relay->subscribers()) {
-        if (s.node() == Node(i)) return absl::OkStatus();
-      }
-    }
+    const std::string id = SubscriberId(i);
+    if (!id.empty() && id != not_id) return absl::OkStatus();
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(Node(i), " never subscribed: ", DownstreamLog(i)));

@@ -54,8 +54,12 @@ class RelayCluster {
   bool DownstreamUp(int i);
   std::string DownstreamLog(int i) const;
   static std::string Node(int i) { return std::string("node-") + static_cast<char>('b' + i); }
-  // Until the upstream lists downstream i among its subscribers.
-  absl::Status WaitSubscribed(int i, absl::Duration timeout = absl::Seconds(20));
+  // Until the upstream lists downstream i among its subscribers, under another id than `not_id`
+  // (a subscription made after the one a fault ended).
+  absl::Status WaitSubscribed(int i, const std::string& not_id = "",
+                              absl::Duration timeout = absl::Seconds(20));
+  // Downstream i's subscription id at the upstream ("" none).
+  std::string SubscriberId(int i);
   // Downstream i's local group's state (GROUP_STATE_*).
   absl::StatusOr<v1::GroupState> DownstreamGroupState(int i);
 

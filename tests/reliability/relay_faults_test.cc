@@ -165,6 +165,7 @@ class RelayMemberFaults : public RelayFaultMatrix {
   void Cut(int round, int sig) {
     const std::vector<OwnedTensor> before = whole_;
     const std::vector<OwnedTensor> cut = BigModel(10 + round);
+    const std::string subscribed_as = cluster_->SubscriberId(1);
     absl::Time injected;
     std::thread fault = AfterThreeBuckets(
         1, [&] { cluster_->KillDownstream(1, sig); }, &injected);
@@ -195,7 +196,8 @@ class RelayMemberFaults : public RelayFaultMatrix {
       const absl::Status s = cluster_->StartDownstream(1);
       ASSERT_TRUE(s.ok()) << s;
     }
-    const absl::Status subscribed = cluster_->WaitSubscribed(1);
+    // Subscribed again: the fault ended the subscription it had.
+    const absl::Status subscribed = cluster_->WaitSubscribed(1, subscribed_as);
     ASSERT_TRUE(subscribed.ok()) << subscribed;
     const bool up = cluster_->UpstreamUp() && cluster_->DownstreamUp(0);
     row_.daemon_up = row_.daemon_up && up;

@@ -18,6 +18,7 @@ class WsyncdAdapter::MemberBinding final : public RelayBinding {
   absl::StatusOr<std::shared_ptr<RelayChannel>> Channel() const override {
     return adapter_->Channel();
   }
+  bool deltas() const override { return adapter_->options_.deltas(); }
 
  private:
   const WsyncdAdapter* adapter_;
@@ -104,6 +105,9 @@ absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
   absl::Status begun =
       ReplyStatus(*reply, absl::StrCat("node ", node_, " could not begin the update"));
   if (reply->pairs_lost()) (*channel)->MarkPairsLost(std::string(begun.message()));
+  // What deltas of this update may be sent against (the relay transport reads it per bucket).
+  (*channel)->set_resident_version(
+      begun.ok() ? SanitizePeerText(reply->resident_version(), kMaxRelayText) : "");
   std::lock_guard<std::mutex> lock(mu_);
   update_open_ = begun.ok();
   return begun;
@@ -170,7 +174,7 @@ absl::Status WsyncdAdapter::FinishUpdate(const UpdateInfo& update) {
   v1::RelayRequest request;
   request.mutable_commit()->set_progress_interval_ms(
       static_cast<uint32_t>(absl::ToInt64Milliseconds(
-          std::clamp(timeouts_.bucket / 4, absl::Milliseconds(50), absl::Seconds(5)))));
+          std::clamp(timeouts_.bucket / 4, absl::Milliseconds(10), absl::Seconds(5)))));
   absl::StatusOr<v1::RelayReply> reply = (*channel)->Call(
       std::move(request), absl::Now() + options_.commit_timeout(), timeouts_.bucket);
   if (!reply.ok()) {

@@ -14,11 +14,12 @@ class WsyncdKind final : public EngineKindPlugin {
  public:
   absl::string_view name() const override { return "wsyncd"; }
 
-  // {"commit_timeout_seconds": N, "streams": [device, ...]}, each optional.
+  // {"commit_timeout_seconds": N, "streams": [device, ...], "delta": "auto"|"off"}, each
+  // optional.
   absl::StatusOr<std::shared_ptr<const EngineOptions>> ParseOptions(
       const nlohmann::json& options) const override {
     for (const auto& [key, value] : options.items()) {
-      if (key != "commit_timeout_seconds" && key != "streams") {
+      if (key != "commit_timeout_seconds" && key != "streams" && key != "delta") {
         return absl::InvalidArgumentError(absl::StrCat("unknown wsyncd option \"", key, "\""));
       }
     }
@@ -49,7 +50,16 @@ class WsyncdKind final : public EngineKindPlugin {
         streams.push_back(static_cast<int>(device));
       }
     }
-    auto parsed = std::make_shared<const WsyncdOptions>(timeout, std::move(streams));
+    bool deltas = true;
+    if (options.contains("delta")) {
+      const nlohmann::json& v = options["delta"];
+      if (!v.is_string() || (v != "auto" && v != "off")) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("wsyncd delta must be \"auto\" or \"off\", not ", v.dump()));
+      }
+      deltas = v == "auto";
+    }
+    auto parsed = std::make_shared<const WsyncdOptions>(timeout, std::move(streams), deltas);
     if (absl::Status s = parsed->Validate(); !s.ok()) return s;
     return parsed;
   }
@@ -59,6 +69,7 @@ class WsyncdKind final : public EngineKindPlugin {
     nlohmann::json out = {
         {"commit_timeout_seconds", absl::ToDoubleSeconds(wsyncd.commit_timeout())}};
     if (!wsyncd.stream_devices().empty()) out["streams"] = wsyncd.stream_devices();
+    out["delta"] = wsyncd.deltas() ? "auto" : "off";
     return out;
   }
 

@@ -33,13 +33,15 @@ absl::Status WsyncdOptions::Validate() const {
 
 bool WsyncdOptions::Equals(const EngineOptions& other) const {
   const auto* o = dynamic_cast<const WsyncdOptions*>(&other);
-  return o != nullptr && o->commit_timeout_ == commit_timeout_ && o->streams_ == streams_;
+  return o != nullptr && o->commit_timeout_ == commit_timeout_ && o->streams_ == streams_ &&
+         o->deltas_ == deltas_;
 }
 
 std::string WsyncdOptions::Describe() const {
   return absl::StrCat(
       "commit_timeout_seconds=", absl::ToDoubleSeconds(commit_timeout_),
-      streams_.empty() ? "" : absl::StrCat(" streams=", absl::StrJoin(streams_, ",")));
+      streams_.empty() ? "" : absl::StrCat(" streams=", absl::StrJoin(streams_, ",")),
+      deltas_ ? "" : " delta=off");
 }
 
 }  // namespace wsync

@@ -13,12 +13,14 @@ namespace wsync {
 // for a downstream's local commit (its engines load the buckets its slots still hold, then
 // record the version), and the group's streams: the devices, one trainer rank pushing to each,
 // that each send their own buckets to every member on a pair of their own (none: one stream,
-// from the group's device).
+// from the group's device), and whether buckets may cross as deltas against the version the
+// members hold (`delta`: auto, the default, or off; docs/DELTA.md).
 class WsyncdOptions final : public EngineOptions {
  public:
   WsyncdOptions() = default;
-  explicit WsyncdOptions(absl::Duration commit_timeout, std::vector<int> streams = {})
-      : commit_timeout_(commit_timeout), streams_(std::move(streams)) {}
+  explicit WsyncdOptions(absl::Duration commit_timeout, std::vector<int> streams = {},
+                         bool deltas = true)
+      : commit_timeout_(commit_timeout), streams_(std::move(streams)), deltas_(deltas) {}
 
   absl::string_view kind() const override { return "wsyncd"; }
   absl::Status Validate() const override;
@@ -32,6 +34,7 @@ class WsyncdOptions final : public EngineOptions {
 
   absl::Duration commit_timeout() const { return commit_timeout_; }
   std::vector<int> stream_devices() const override { return streams_; }
+  bool deltas() const { return deltas_; }
 
   // How many streams one relay group may have: more devices than a node holds is a mistake.
   static constexpr size_t kMaxStreams = 64;
@@ -39,6 +42,7 @@ class WsyncdOptions final : public EngineOptions {
  private:
   absl::Duration commit_timeout_ = absl::Minutes(5);
   std::vector<int> streams_;
+  bool deltas_ = true;
 };
 
 }  // namespace wsync

@@ -22,6 +22,8 @@ class RelayBinding : public DataPathBinding {
   // The member's subscription stream now: FAILED_PRECONDITION naming the node and group while it
   // holds none (it has not subscribed, or its stream ended).
   virtual absl::StatusOr<std::shared_ptr<RelayChannel>> Channel() const = 0;
+  // Whether the member's buckets may cross as deltas (the group's `delta` option).
+  virtual bool deltas() const = 0;
 };
 
 }  // namespace wsync

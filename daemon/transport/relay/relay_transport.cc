@@ -213,8 +213,17 @@ absl::StatusOr<std::shared_ptr<RelayTransport::Member>> RelayTransport::Join(
   return member;
 }
 
+// What the upstream may hold of the base and the version being staged, in host memory.
+constexpr uint64_t kDeltaBaseCapBytes = uint64_t{64} << 30;
+
 absl::Status RelayTransport::Form() {
   Release("forming again");
+  if (deltas_ == nullptr && !env_.adapters.empty()) {
+    auto* binding = dynamic_cast<RelayBinding*>(env_.adapters[0]->used_binding());
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas_ = std::make_shared<RelayDeltas>(env_.platform, binding != nullptr && binding->deltas(),
+                                            kDeltaBaseCapBytes);
+  }
   const size_t n = env_.adapters.size();
   std::vector<absl::StatusOr<std::shared_ptr<Member>>> joined(n, absl::UnknownError("not joined"));
   {
@@ -281,6 +290,7 @@ absl::Status RelayTransport::CheckFormed() const {
 
 absl::Status RelayTransport::BeginUpdate(const UpdateInfo& update) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (deltas_ != nullptr) deltas_->Begin(update.version);
   drops_ = env_.engines_needed > 0
                ? std::make_shared<EngineDrops>(members_.size(), env_.engines_needed)
                : nullptr;
@@ -328,10 +338,12 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
 
   std::vector<std::shared_ptr<Member>> members;
   std::shared_ptr<EngineDrops> drops;
+  std::shared_ptr<RelayDeltas> deltas;
   {
     std::lock_guard<std::mutex> lock(mu_);
     members = members_;
     drops = drops_;
+    deltas = deltas_;
   }
   if (members.empty()) {
     return absl::FailedPreconditionError(
@@ -339,6 +351,18 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
   }
   const void* base = source.base != nullptr ? source.base : source.slot->data();
   const std::vector<BroadcastPiece> pieces = {BroadcastPiece{0, span, DType::kUint8}};
+  // The bucket as a delta, for the members whose resident copy holds the base (docs/DELTA.md).
+  std::vector<std::string> held;
+  for (const auto& m : members) held.push_back(m->channel->resident_version());
+  RelayDeltas::Frame frame;
+  if (deltas != nullptr) frame = deltas->Encode(source, manifest, span, held);
+  v1::RelayRequest delta_request;
+  if (frame.slot != nullptr) {
+    delta_request = request;
+    delta_request.mutable_bucket()->set_delta_base(frame.base);
+    delta_request.mutable_bucket()->set_delta_bytes(frame.bytes);
+  }
+  const std::vector<BroadcastPiece> frame_pieces = {BroadcastPiece{0, frame.bytes, DType::kUint8}};
   std::vector<RelayBucket::Leg> legs;
   bool any_sent = false;
   for (size_t i = 0; i < members.size(); ++i) {
@@ -347,7 +371,8 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     leg.member = members[i];
     leg.pair = leg.member->pairs.at(stream).get();
     if (drops != nullptr && !drops->WhyDropped(i).ok()) continue;  // left out earlier
-    absl::StatusOr<uint64_t> sent = leg.member->channel->Send(request);
+    const bool as_delta = frame.slot != nullptr && held[i] == frame.base;
+    absl::StatusOr<uint64_t> sent = leg.member->channel->Send(as_delta ? delta_request : request);
     if (!sent.ok()) {
       leg.status = absl::Status(sent.status().code(),
                                 absl::StrCat(leg.member->url, ": ", sent.status().message()));
@@ -358,7 +383,10 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
     any_sent = true;
     leg.request = *sent;
     absl::StatusOr<uint64_t> ticket =
-        leg.pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
+        as_delta
+            ? leg.pair->StartBroadcastFrom(*frame.slot, frame.slot->data(), frame_pieces, deadline)
+            : leg.pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
+    if (deltas != nullptr) deltas->Count(span, as_delta ? frame.bytes : span);
     if (!ticket.ok()) {
       leg.status = absl::Status(ticket.status().code(),
                                 absl::StrCat(leg.member->url, ": ", ticket.status().message()));
@@ -377,6 +405,18 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
   }
   return std::make_unique<RelayBucket>(std::move(legs), std::move(drops), env_.on_bucket_failed,
                                        deadline, /*launched=*/true);
+}
+
+void RelayTransport::EndUpdate(absl::string_view why) {
+  std::shared_ptr<RelayDeltas> deltas;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deltas = deltas_;
+  }
+  if (deltas == nullptr) return;
+  if (std::string summary = deltas->Summary(); !summary.empty()) {
+    WSYNC_LOG(Info, "relay group '", env_.spec.name, "' (", why, "): ", summary);
+  }
 }
 
 uint32_t RelayTransport::world_size() const {

@@ -10,6 +10,7 @@
 #include "daemon/core/transport.h"
 #include "daemon/relay/relay_channel.h"
 #include "daemon/transport/ipc/engine_drops.h"
+#include "daemon/transport/relay/relay_deltas.h"
 
 namespace wsync {
 
@@ -41,7 +42,8 @@ class RelayTransport final : public Transport {
   absl::StatusOr<std::unique_ptr<BucketHandle>> StartBucket(
       const std::vector<BucketSource>& sources, const BucketManifest& manifest,
       const BucketContext& context, absl::Time deadline) override;
-  void EndUpdate(absl::string_view why) override {}
+  // Says what the update's buckets sent against their dense bytes (deltas).
+  void EndUpdate(absl::string_view why) override;
 
   uint32_t world_size() const override;
   std::string rendezvous() const override { return ""; }
@@ -79,6 +81,9 @@ class RelayTransport final : public Transport {
   std::vector<std::shared_ptr<Member>> members_;
   std::vector<std::string> failed_to_join_;
   std::shared_ptr<EngineDrops> drops_;  // the open update's
+  // Made at the first Form and kept across the next ones: the base outlives a group forming
+  // again.
+  std::shared_ptr<RelayDeltas> deltas_;
 };
 
 }  // namespace wsync
