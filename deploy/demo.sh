@@ -112,7 +112,7 @@ down_sock="$work/rollout-1.sock"
 cat >"$work/rollout-1.json" <<JSON
 {
   "mode": "host", "socket": "$down_sock", "slots": 2, "slot_bytes": "256MiB",
-  "bind_address": "127.0.0.1", "state_dir": "$work/rollout-1-state",
+  "bind_address": "127.0.0.1", "state_dir": "$work/rollout-1-state", "resident": "host",
   "groups": [{"name": "policy", "kind": "sglang",
               "engines": [{"url": "http://127.0.0.1:$port_c", "ranks": 2}]}],
   "relay_feeds": [{"upstream": "127.0.0.1:$up_port", "group": "policy", "node": "rollout-1",
@@ -126,9 +126,12 @@ for _ in $(seq 1 100); do
   grep -q "relay: subscribed" "$work/rollout-1.log" 2>/dev/null && break
   sleep 0.2
 done
-echo "== pushing 2 versions to the trainer node's relay group; checked on rollout-1's engine"
-"$build/client/wsync-push" --socket "$up_sock" --group policy --model-gib 0.25 --versions 2 \
-  --verify-sim --verify-engine "http://127.0.0.1:$port_c" || rc=$?
+echo "== pushing 3 versions to the trainer node's relay group, each 1% of elements apart;"
+echo "   checked on rollout-1's engine"
+"$build/client/wsync-push" --socket "$up_sock" --group policy --model-gib 0.25 --versions 3 \
+  --changed-fraction 0.01 --verify-sim --verify-engine "http://127.0.0.1:$port_c" || rc=$?
+echo "== bytes on the relay: rollout-1 keeps the last version, so v2 and v3 cross as deltas"
+grep -o "version '[^']*' sent .*" "$work/upstream.log" || rc=1
 echo "== wsyncctl relay (trainer node)"
 "$build/client/wsyncctl" --socket "$up_sock" relay
 echo "== wsyncctl relay (rollout-1)"

@@ -70,6 +70,27 @@ std::vector<SyntheticTensor> MakeSyntheticModel(uint64_t target_bytes, uint64_t 
   return out;
 }
 
+void ChangeSyntheticModel(std::vector<SyntheticTensor>& model, uint32_t version, double fraction) {
+  for (size_t i = 0; i < model.size(); ++i) {
+    SyntheticTensor& t = model[i];
+    const uint64_t width = DTypeSize(t.dtype);
+    const uint64_t n = t.data.size() / width;
+    const auto changed = static_cast<uint64_t>(static_cast<double>(n) * fraction);
+    if (changed == 0) continue;
+    // Evenly spread, each shifted by a pseudo-random amount inside its stride: distinct
+    // positions, not a regular pattern.
+    const uint64_t stride = n / changed;
+    uint64_t x = Seed(version, i) | 1;
+    for (uint64_t k = 0; k < changed; ++k) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      uint8_t* element = &t.data[(k * stride + x % stride) * width];
+      element[0] ^= static_cast<uint8_t>((x >> 24) | 1);  // never 0: the bits change
+    }
+  }
+}
+
 void FillSyntheticModel(std::vector<SyntheticTensor>& model, uint32_t version) {
   for (size_t i = 0; i < model.size(); ++i) Fill(model[i].data, Seed(version, i));
 }

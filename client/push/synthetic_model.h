@@ -25,6 +25,10 @@ std::vector<SyntheticTensor> MakeSyntheticModel(uint64_t target_bytes, uint64_t 
 // Rewrites a model made by MakeSyntheticModel with the contents of `version`, in place: the bytes
 // MakeSyntheticModel would make for that version, without allocating (and faulting in) them again.
 void FillSyntheticModel(std::vector<SyntheticTensor>& model, uint32_t version);
+// Changes `fraction` (0 to 1) of every tensor's elements in place, at positions and to values
+// that depend on (version, tensor index), each changed element to other bits: the next version
+// of a model as an RL step makes it, where few elements move.
+void ChangeSyntheticModel(std::vector<SyntheticTensor>& model, uint32_t version, double fraction);
 
 }  // namespace wsync
 

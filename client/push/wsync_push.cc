@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   double model_gib = 1.0;
   int versions = 1, device = 0;
   bool verify = false;
+  double changed_fraction = -1;
   app.add_option("--socket", socket, "wsyncd's unix socket");
   app.add_option("--address", address, "wsyncd's TCP host:port instead of the socket");
   app.add_option("--group", group, "weight group to update")->required();
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
   app.add_option("--model-gib", model_gib, "approximate model size in GiB");
   app.add_option("--versions", versions, "number of consecutive versions to push");
   app.add_option("--version-prefix", prefix, "versions are named PREFIX1, PREFIX2, ...");
+  app.add_option("--changed-fraction", changed_fraction,
+                 "after the first version, change only this fraction (0 to 1) of each tensor's "
+                 "elements from the version before, as an RL step does (default: every byte)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--verify-sim", verify,
                "after each version, compare every engine rank's tensors (engine simulators only)");
   std::vector<std::string> verify_engines;
@@ -124,6 +129,8 @@ int main(int argc, char** argv) {
     if (model.empty()) {
       model = wsync::MakeSyntheticModel(static_cast<uint64_t>(model_gib * (1ull << 30)),
                                         (*client)->slot_bytes(), static_cast<uint32_t>(v));
+    } else if (changed_fraction >= 0) {
+      wsync::ChangeSyntheticModel(model, static_cast<uint32_t>(v), changed_fraction);
     } else {
       wsync::FillSyntheticModel(model, static_cast<uint32_t>(v));
     }
