@@ -481,7 +481,8 @@ absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::Re
   job.index = bucket.index();
   job.stream = bucket.stream();
   job.receive = [pair, update, slot = *slot, span, deadline, frame_slot, delta_base,
-                 frame_bytes = bucket.delta_bytes(), manifest = *manifest]() -> absl::Status {
+                 frame_bytes = bucket.delta_bytes(), crc32 = bucket.checksum(),
+                 manifest = *manifest]() -> absl::Status {
     if (frame_slot == nullptr) {
       return pair->ReceiveInto(update->slot(slot), {BroadcastPiece{0, span, DType::kUint8}},
                                deadline);
@@ -491,7 +492,7 @@ absl::Status RelayFeeder::Subscription::Bucket(uint64_t request_id, const v1::Re
     SlotMemory& out = update->slot(slot);
     return delta_base->Rebuild(
         manifest, absl::string_view(static_cast<const char*>(frame_slot->data()), frame_bytes),
-        absl::MakeSpan(static_cast<uint8_t*>(out.data()), span));
+        crc32, absl::MakeSpan(static_cast<uint8_t*>(out.data()), span));
   };
   job.hand_on = [this, request_id, bucket, manifest = *std::move(manifest), slot = *slot, update,
                  generation](absl::Status received) mutable {
@@ -588,6 +589,8 @@ v1::RelayReply RelayFeeder::Subscription::Commit() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     update = std::move(update_);
+    // Every delta was applied: the previous version need not be held beside the new one.
+    delta_base_.reset();
   }
   if (update == nullptr) {
     return ReplyOf(absl::FailedPreconditionError("a commit with no update open"));
@@ -633,6 +636,7 @@ void RelayFeeder::Subscription::EndUpdate(const absl::Status& why) {
     update = std::move(update_);
     ++generation_;
     device = pair_device_;
+    delta_base_.reset();  // a job still landing holds its own
   }
   if (update == nullptr) return;
   // A wait for a free slot of it returns now (the serving thread may be in one).

@@ -3,9 +3,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/checksum.h"
 #include "common/delta/bucket_delta.h"
 #include "common/status_macros.h"
 #include "daemon/core/peer_text.h"
+#include "daemon/relay/version_fingerprint.h"
 
 namespace wsync {
 namespace {
@@ -20,7 +22,10 @@ std::shared_ptr<const ResidentBase> ResidentBase::Of(
     std::shared_ptr<const ResidentVersion::Kept> kept) {
   if (kept == nullptr || kept->version.empty()) return nullptr;
   auto base = std::shared_ptr<ResidentBase>(new ResidentBase(kept));
-  for (const ResidentVersion::Bucket& b : kept->buckets) {
+  VersionFingerprint print;
+  for (size_t i = 0; i < kept->buckets.size(); ++i) {
+    const ResidentVersion::Bucket& b = kept->buckets[i];
+    print.Add(i, b.manifest, b.checksum);
     const uint8_t* data = b.memory == nullptr ? nullptr : b.memory->host_data();
     if (data == nullptr) return nullptr;
     for (const TensorEntry& t : b.manifest.tensors) {
@@ -28,12 +33,15 @@ std::shared_ptr<const ResidentBase> ResidentBase::Of(
       base->tensors_[t.name] = Place{data + t.offset, t};
     }
   }
+  base->fingerprint_ = print.Of(kept->version);
   return base;
 }
 
 absl::Status ResidentBase::Rebuild(const BucketManifest& manifest, absl::string_view frame,
-                                   absl::Span<uint8_t> out) const {
+                                   uint32_t crc32, absl::Span<uint8_t> out) const {
+  uint64_t covered = 0;
   for (const TensorEntry& t : manifest.tensors) {
+    covered += t.length;
     auto it = tensors_.find(t.name);
     if (it == tensors_.end()) {
       return absl::FailedPreconditionError(absl::StrCat("a delta names tensor ", Quoted(t.name),
@@ -53,8 +61,20 @@ absl::Status ResidentBase::Rebuild(const BucketManifest& manifest, absl::string_
     }
     std::memcpy(out.data() + t.offset, it->second.data, t.length);
   }
+  // A delta carries the tensors only: bytes between them would be whatever the slot held.
+  // (The manifest was checked for overlaps, so the lengths add up to the span only without gaps.)
+  if (covered != out.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("a delta's tensors cover ", covered, " of the ",
+                                                   out.size(), " bytes of its bucket"));
+  }
   // In place: the base's bytes were just written where the rebuilt ones go.
-  return DecodeBucketDelta(manifest, out, frame, out);
+  WSYNC_RETURN_IF_ERROR(DecodeBucketDelta(manifest, out, frame, out));
+  if (const uint32_t got = Crc32(out.data(), out.size()); got != crc32) {
+    return absl::DataLossError(absl::StrCat("a bucket rebuilt from a delta against version '",
+                                            version(), "' has CRC-32 ", Crc32Hex(got),
+                                            ", the upstream's is ", Crc32Hex(crc32)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace wsync

@@ -96,6 +96,8 @@ absl::Status WsyncdAdapter::BeginUpdate(const UpdateInfo& update) {
   }
   absl::StatusOr<std::shared_ptr<RelayChannel>> channel = Channel();
   if (!channel.ok()) return channel.status();
+  // Until this begin is answered, nothing is known of what the member holds: no deltas.
+  (*channel)->set_resident_version("");
   v1::RelayRequest request;
   request.mutable_begin()->set_update_id(update.update_id);
   request.mutable_begin()->set_version(update.version);

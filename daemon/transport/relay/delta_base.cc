@@ -14,10 +14,12 @@ void DeltaBase::Begin(const std::string& version, const std::vector<std::string>
   for (const std::string& v : held) {
     if (!v.empty()) versions.insert(v);
   }
-  const bool staged_landed = !staged_.name.empty() && !staged_.failed && versions.size() == 1 &&
-                             *versions.begin() == staged_.name;
+  const std::string staged = staged_.name.empty() ? "" : staged_.print.Of(staged_.name);
+  const bool staged_landed =
+      !staged.empty() && !staged_.failed && versions.size() == 1 && *versions.begin() == staged;
   if (staged_landed) {
     base_ = std::move(staged_);
+    base_.name = staged;
   } else if (!staged_.name.empty()) {
     if (staged_.failed) {
       why_none_ = absl::StrCat("version '", staged_.name, "' did not fit the delta base's cap of ",
@@ -58,9 +60,11 @@ bool DeltaBase::Assemble(const BucketManifest& manifest, absl::Span<uint8_t> out
   return true;
 }
 
-void DeltaBase::Stage(const BucketManifest& manifest, absl::Span<const uint8_t> span) {
+void DeltaBase::Stage(uint64_t index, const BucketManifest& manifest, uint32_t crc32,
+                      absl::Span<const uint8_t> span) {
   std::lock_guard<std::mutex> lock(mu_);
   if (staged_.name.empty() || staged_.failed) return;
+  staged_.print.Add(index, manifest, crc32);
   for (const TensorEntry& t : manifest.tensors) {
     if (t.end() > span.size() || base_.bytes + staged_.bytes + t.length > cap_bytes_) {
       staged_.failed = true;

@@ -10,6 +10,7 @@
 
 #include "absl/types/span.h"
 #include "common/manifest.h"
+#include "daemon/relay/version_fingerprint.h"
 
 namespace wsync {
 
@@ -18,18 +19,21 @@ namespace wsync {
 // between versions), in host memory under a cap.
 //
 // Every bucket of an update is staged as it is sent. At the next update's begin the members say
-// which version their resident copy holds whole; the base becomes the staged version where every
-// member that holds one holds it (their update committed), else it stays the previous one; the
-// other is dropped. So the base is what the members hold, never a mix of two versions, and it
-// advances only with a version that landed. A member that holds another version gets that
-// update dense. Thread-safe.
+// which version their resident copy holds whole, by its fingerprint (VersionFingerprint: the
+// label and every bucket's tensors and CRC-32, so a label pushed twice with other bytes, or an
+// update cut short, is another version); the base becomes the staged version where every member
+// that holds one holds it (their update committed), else it stays the previous one; the other
+// is dropped. So the base is what the members hold, never a mix of two versions, and it advances
+// only with a version that landed. A member that holds another version gets that update dense.
+// Thread-safe.
 class DeltaBase {
  public:
   explicit DeltaBase(uint64_t cap_bytes) : cap_bytes_(cap_bytes) {}
 
-  // An update to `version` begins; `held` are the members' resident versions ("" none).
+  // An update to `version` (its label) begins; `held` are the members' resident versions, by
+  // fingerprint ("" none).
   void Begin(const std::string& version, const std::vector<std::string>& held);
-  // The base's version ("" none) and why there is none.
+  // The base's fingerprint ("" none) and why there is none.
   std::string version() const;
   std::string why_none() const;
   // Copies the base's bytes of each of the manifest's tensors into `out` at their offsets; false
@@ -38,7 +42,8 @@ class DeltaBase {
   bool Assemble(const BucketManifest& manifest, absl::Span<uint8_t> out) const;
   // Stages the bucket's tensors (`span`: the bucket's bytes) as part of the open update's
   // version. Past the cap, the version is not staged (its update goes on; the next is dense).
-  void Stage(const BucketManifest& manifest, absl::Span<const uint8_t> span);
+  void Stage(uint64_t index, const BucketManifest& manifest, uint32_t crc32,
+             absl::Span<const uint8_t> span);
   // Bytes held: the base and what is staged.
   uint64_t bytes() const;
 
@@ -49,7 +54,8 @@ class DeltaBase {
     std::vector<uint8_t> bytes;
   };
   struct Version {
-    std::string name;
+    std::string name;  // the fingerprint once settled; the label while staged
+    VersionFingerprint print;
     std::map<std::string, Tensor> tensors;
     uint64_t bytes = 0;
     bool failed = false;  // a bucket could not be staged

@@ -1,6 +1,8 @@
 #include "daemon/transport/relay/relay_deltas.h"
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,8 +19,26 @@ void RelayDeltas::Begin(const std::string& version) {
   dense_bytes_ = sent_bytes_ = elements_ = changed_ = 0;
 }
 
+namespace {
+
+// Whether the tensors cover [0, span) with no byte between or around them.
+bool Tiles(const BucketManifest& manifest, uint64_t span) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (const TensorEntry& t : manifest.tensors) ranges.emplace_back(t.offset, t.end());
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t at = 0;
+  for (const auto& [begin, end] : ranges) {
+    if (begin != at) return false;
+    at = end;
+  }
+  return at == span;
+}
+
+}  // namespace
+
 RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketManifest& manifest,
-                                       uint64_t span, const std::vector<std::string>& held) {
+                                       uint64_t span, uint64_t index, uint32_t crc32,
+                                       const std::vector<std::string>& held) {
   if (!enabled_) return {};
   std::lock_guard<std::mutex> lock(mu_);
   const auto dense = [&](std::string why) {
@@ -36,12 +56,13 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
     settled_ = true;
   }
   const absl::Span<const uint8_t> next(static_cast<const uint8_t*>(source.slot->data()), span);
-  base_.Stage(manifest, next);
+  base_.Stage(index, manifest, crc32, next);
   const std::string base = base_.version();
   if (base.empty()) return dense(base_.why_none());
   bool wanted = false;
   for (const std::string& h : held) wanted = wanted || h == base;
   if (!wanted) return dense(absl::StrCat("no member holds the base, version '", base, "'"));
+  if (!Tiles(manifest, span)) return Frame{};  // bytes between tensors: dense
   scratch_.resize(span);
   // A tensor new since the base, or changed in dtype or shape: this bucket goes dense.
   if (!base_.Assemble(manifest, absl::MakeSpan(scratch_))) return Frame{};
@@ -52,7 +73,7 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
   changed_ += stats.changed_elements;
   if (frame->size() >= span) return Frame{};  // nothing to gain: dense
   std::unique_ptr<SlotMemory>& staging = staging_[source.slot];
-  if (staging == nullptr) {
+  if (staging == nullptr || staging->bytes() < frame->size()) {
     absl::StatusOr<std::unique_ptr<SlotMemory>> made =
         platform_->AllocateSlot(source.device, source.slot->bytes());
     if (!made.ok()) return dense(absl::StrCat("no staging slot: ", made.status().message()));

@@ -35,10 +35,11 @@ class RelayDeltas {
   // An update to `version` begins; the base is settled at its first bucket, once the members
   // said what they hold.
   void Begin(const std::string& version);
-  // The bucket (`span` bytes of `source`) as a delta for the members whose resident version is
-  // the base; `held`: every member's resident version ("" none).
+  // Bucket `index` (`span` bytes of `source`, CRC-32 `crc32`) as a delta for the members whose
+  // resident version is the base; `held`: every member's resident version ("" none). A bucket
+  // whose tensors leave gaps in its span goes dense (a delta carries the tensors only).
   Frame Encode(const BucketSource& source, const BucketManifest& manifest, uint64_t span,
-               const std::vector<std::string>& held);
+               uint64_t index, uint32_t crc32, const std::vector<std::string>& held);
   // One member's leg of a bucket: its dense bytes and the bytes it was sent.
   void Count(uint64_t dense_bytes, uint64_t sent_bytes);
   // The update's totals as a sentence ("" where deltas are off or nothing was sent).

@@ -355,7 +355,7 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
   std::vector<std::string> held;
   for (const auto& m : members) held.push_back(m->channel->resident_version());
   RelayDeltas::Frame frame;
-  if (deltas != nullptr) frame = deltas->Encode(source, manifest, span, held);
+  if (deltas != nullptr) frame = deltas->Encode(source, manifest, span, context.index, crc, held);
   v1::RelayRequest delta_request;
   if (frame.slot != nullptr) {
     delta_request = request;
