@@ -43,9 +43,11 @@ absl::StatusOr<PushResult> SlowPush(Client& client, const std::string& version,
   options.tensors_total = model.size();
   auto push = client.BeginPush("policy", version, options);
   if (!push.ok()) return push.status();
-  for (const OwnedTensor& t : model) {
+  // The references point into `model`, which outlives the push: a bucket is copied when the
+  // next tensor closes it, after Add returned.
+  for (const TensorRef& ref : Refs(model)) {
     absl::SleepFor(absl::Milliseconds(50));
-    if (absl::Status s = (*push)->Add(Refs({t})); !s.ok()) return s;
+    if (absl::Status s = (*push)->Add({ref}); !s.ok()) return s;
   }
   return (*push)->Commit();
 }
