@@ -146,16 +146,10 @@ class FaultMatrix : public ::testing::Test {
       }
     }
     const ProcessResources last = SettledResources(cluster_->daemon_pid(), first, tolerance);
-    const bool clean = WithinTolerance(first, last, tolerance);
-    row_.leaks =
-        clean ? "none"
-              : absl::StrFormat("threads %+d, fds %+d, file maps %+d, anon maps %+d, shm %+d",
-                                last.own_threads - first.own_threads, last.fds - first.fds,
-                                last.file_maps - first.file_maps,
-                                last.anon_maps() - first.anon_maps(), last.shm - first.shm);
-    EXPECT_TRUE(clean) << "after round 1: " << first.Describe() << " (" << first_threads
-                       << "); after round " << kFaultRounds << ": " << last.Describe() << " ("
-                       << ThreadNames(cluster_->daemon_pid()) << ")";
+    row_.leaks = LeaksBetween(first, last, tolerance);
+    EXPECT_EQ(row_.leaks, "none") << "after round 1: " << first.Describe() << " (" << first_threads
+                                  << "); after round " << kFaultRounds << ": " << last.Describe()
+                                  << " (" << ThreadNames(cluster_->daemon_pid()) << ")";
   }
 
   void TearDown() override {

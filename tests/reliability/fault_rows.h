@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "tests/reliability/process_resources.h"
 
 namespace wsync {
@@ -37,6 +38,17 @@ inline constexpr LeakTolerance kNoLeak{.threads = 0,
                                        .file_maps = 0,
                                        .anon_maps = kAnonMapsNoise,
                                        .shm = 0};
+
+// A row's leaks column: "none" where `last` is within `tolerance` of `first`, else each count's
+// change.
+inline std::string LeaksBetween(const ProcessResources& first, const ProcessResources& last,
+                                const LeakTolerance& tolerance) {
+  if (WithinTolerance(first, last, tolerance)) return "none";
+  return absl::StrFormat("threads %+d, fds %+d, file maps %+d, anon maps %+d, shm %+d",
+                         last.own_threads - first.own_threads, last.fds - first.fds,
+                         last.file_maps - first.file_maps, last.anon_maps() - first.anon_maps(),
+                         last.shm - first.shm);
+}
 
 }  // namespace wsync
 

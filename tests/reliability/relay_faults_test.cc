@@ -109,15 +109,9 @@ class RelayFaultMatrix : public ::testing::Test {
     if (round == 1) first_ = IdleResources(pid);
     if (round == kFaultRounds) {
       const ProcessResources last = SettledResources(pid, first_, kNoLeak);
-      const bool clean = WithinTolerance(first_, last, kNoLeak);
-      row_.leaks =
-          clean ? "none"
-                : absl::StrFormat("threads %+d, fds %+d, file maps %+d, anon maps %+d, shm %+d",
-                                  last.own_threads - first_.own_threads, last.fds - first_.fds,
-                                  last.file_maps - first_.file_maps,
-                                  last.anon_maps() - first_.anon_maps(), last.shm - first_.shm);
-      EXPECT_TRUE(clean) << "after round 1: " << first_.Describe() << "; after round "
-                         << kFaultRounds << ": " << last.Describe();
+      row_.leaks = LeaksBetween(first_, last, kNoLeak);
+      EXPECT_EQ(row_.leaks, "none") << "after round 1: " << first_.Describe() << "; after round "
+                                    << kFaultRounds << ": " << last.Describe();
     }
   }
 
