@@ -278,4 +278,10 @@ absl::Status DecodeBucketDelta(const BucketManifest& manifest, absl::Span<const 
   return absl::OkStatus();
 }
 
+bool DeltaCoversSpan(const BucketManifest& manifest) {
+  uint64_t covered = 0;
+  for (const TensorEntry& t : manifest.tensors) covered += t.length;
+  return covered == manifest.span_bytes();
+}
+
 }  // namespace wsync

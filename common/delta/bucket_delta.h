@@ -37,6 +37,11 @@ struct DeltaStats {
 
 inline constexpr absl::string_view kDeltaMagic = "WSD1";
 
+// Whether the manifest's tensors cover its span with no byte between them: a delta carries the
+// tensors only, so a bucket with gaps cannot be rebuilt from one. ValidateManifest must pass
+// first (no overlaps: then the lengths add up to the span only without gaps).
+bool DeltaCoversSpan(const BucketManifest& manifest);
+
 // Encodes `next` against `base`, both at least the manifest's span (each tensor at its offset).
 // INVALID_ARGUMENT for spans shorter than the manifest or a tensor that is not whole elements.
 absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,

@@ -39,9 +39,11 @@ std::shared_ptr<const ResidentBase> ResidentBase::Of(
 
 absl::Status ResidentBase::Rebuild(const BucketManifest& manifest, absl::string_view frame,
                                    uint32_t crc32, absl::Span<uint8_t> out) const {
-  uint64_t covered = 0;
+  if (!DeltaCoversSpan(manifest) || manifest.span_bytes() != out.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a delta's tensors leave gaps in the ", out.size(), " bytes of its bucket"));
+  }
   for (const TensorEntry& t : manifest.tensors) {
-    covered += t.length;
     auto it = tensors_.find(t.name);
     if (it == tensors_.end()) {
       return absl::FailedPreconditionError(absl::StrCat("a delta names tensor ", Quoted(t.name),
@@ -60,12 +62,6 @@ absl::Status ResidentBase::Rebuild(const BucketManifest& manifest, absl::string_
                                                 " ends past the bucket's ", out.size(), " bytes"));
     }
     std::memcpy(out.data() + t.offset, it->second.data, t.length);
-  }
-  // A delta carries the tensors only: bytes between them would be whatever the slot held.
-  // (The manifest was checked for overlaps, so the lengths add up to the span only without gaps.)
-  if (covered != out.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("a delta's tensors cover ", covered, " of the ",
-                                                   out.size(), " bytes of its bucket"));
   }
   // In place: the base's bytes were just written where the rebuilt ones go.
   WSYNC_RETURN_IF_ERROR(DecodeBucketDelta(manifest, out, frame, out));

@@ -1,6 +1,5 @@
 #include "daemon/transport/relay/relay_deltas.h"
 
-#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -18,23 +17,6 @@ void RelayDeltas::Begin(const std::string& version) {
   why_dense_.clear();
   dense_bytes_ = sent_bytes_ = elements_ = changed_ = 0;
 }
-
-namespace {
-
-// Whether the tensors cover [0, span) with no byte between or around them.
-bool Tiles(const BucketManifest& manifest, uint64_t span) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (const TensorEntry& t : manifest.tensors) ranges.emplace_back(t.offset, t.end());
-  std::sort(ranges.begin(), ranges.end());
-  uint64_t at = 0;
-  for (const auto& [begin, end] : ranges) {
-    if (begin != at) return false;
-    at = end;
-  }
-  return at == span;
-}
-
-}  // namespace
 
 RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketManifest& manifest,
                                        uint64_t span, uint64_t index, uint32_t crc32,
@@ -62,7 +44,7 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
   bool wanted = false;
   for (const std::string& h : held) wanted = wanted || h == base;
   if (!wanted) return dense(absl::StrCat("no member holds the base, version '", base, "'"));
-  if (!Tiles(manifest, span)) return Frame{};  // bytes between tensors: dense
+  if (!DeltaCoversSpan(manifest)) return Frame{};  // bytes between tensors: dense
   scratch_.resize(span);
   // A tensor new since the base, or changed in dtype or shape: this bucket goes dense.
   if (!base_.Assemble(manifest, absl::MakeSpan(scratch_))) return Frame{};
