@@ -30,7 +30,8 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
     }
     return Frame{};
   };
-  if (source.base != nullptr || source.slot->kind() != MemoryKind::kHostShm) {
+  if (source.base != nullptr) return dense("its buckets are read in place, not from a slot");
+  if (source.slot->kind() != MemoryKind::kHostShm) {
     return dense("its buckets are on a GPU, and deltas are encoded on the CPU only so far");
   }
   if (!settled_) {
