@@ -5,6 +5,7 @@
 #include <grpcpp/support/server_interceptor.h>
 
 #include <atomic>
+#include <memory>
 
 #include "daemon/service/authorizer.h"
 #include "daemon/service/stream_gate.h"
@@ -42,14 +43,15 @@ class TokenGate : public grpc::AuthMetadataProcessor {
  public:
   static constexpr char kHealthCheck[] = "/grpc.health.v1.Health/Check";
 
-  explicit TokenGate(const Authorizer* auth) : auth_(auth) {}
+  // Holds the authorizer: gRPC may run Process after the server that made the gate is gone.
+  explicit TokenGate(std::shared_ptr<const Authorizer> auth) : auth_(std::move(auth)) {}
   // Comparing tokens is quick: it runs on gRPC's own thread.
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata* response) override;
 
  private:
-  const Authorizer* const auth_;
+  const std::shared_ptr<const Authorizer> auth_;
 };
 
 }  // namespace wsync

@@ -87,12 +87,12 @@ DaemonServer::DaemonServer(DaemonCore* core, std::string listen, AuthOptions aut
     : core_(core),
       listen_(std::move(listen)),
       unix_listener_(std::move(unix_listener)),
-      auth_(std::move(auth), unix_listener_.get()),
+      auth_(std::make_shared<const Authorizer>(std::move(auth), unix_listener_.get())),
       streams_(limits),
-      trainer_(core, &auth_, &streams_),
+      trainer_(core, auth_.get(), &streams_),
       relay_subscribers_(std::make_shared<RelaySubscribers>()),
-      admin_(core, &auth_, listen_, relay_subscribers_.get(), &feeders_),
-      relay_(core, &auth_, &streams_, relay_subscribers_.get()) {}
+      admin_(core, auth_.get(), listen_, relay_subscribers_.get(), &feeders_),
+      relay_(core, auth_.get(), &streams_, relay_subscribers_.get()) {}
 
 absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* core,
                                                                   const ServerOptions& options) {
@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
       static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(options.handshake_timeout),
                                          std::numeric_limits<int>::max())));
   {
-    auto gate = std::make_unique<CallGate>(&server->auth_, &server->streams_);
+    auto gate = std::make_unique<CallGate>(server->auth_.get(), &server->streams_);
     server->call_gate_ = gate.get();
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
     creators.push_back(std::move(gate));
@@ -169,8 +169,8 @@ absl::StatusOr<std::unique_ptr<DaemonServer>> DaemonServer::Start(DaemonCore* co
   }
   if (server->tcp_listener_) {
     // Calls without a token are refused before they reach a server thread.
-    if (server->auth_.tcp_needs_token()) {
-      tcp_credentials->SetAuthMetadataProcessor(std::make_shared<TokenGate>(&server->auth_));
+    if (server->auth_->tcp_needs_token()) {
+      tcp_credentials->SetAuthMetadataProcessor(std::make_shared<TokenGate>(server->auth_));
     }
     server->tcp_acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, tcp_credentials);

@@ -108,7 +108,9 @@ class DaemonServer {
   int max_threads_ = 0;
   std::unique_ptr<UnixListener> unix_listener_;
   std::unique_ptr<TcpListener> tcp_listener_;
-  Authorizer auth_;
+  // Shared with the TCP credentials' token check, which gRPC may still run on its own thread for
+  // a handshake in flight after the server is gone.
+  std::shared_ptr<const Authorizer> auth_;
   StreamGate streams_;  // before the services, which admit their streams to it
   TrainerService trainer_;
   // Shared with the relay groups' members (ProcessRelaySubscribers), which may outlive the server.
