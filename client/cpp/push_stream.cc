@@ -401,6 +401,12 @@ absl::StatusOr<PushResult> PushStream::Commit() {
   out.broadcast_seconds = out.wire_seconds;
   out.buckets_pulled = buckets_pulled_;
   out.buckets_read_in_place = result_.buckets_read_in_place();
+  if (result_.has_wire_volume()) {
+    out.has_wire_volume = true;
+    out.wire_sent_bytes = result_.wire_volume().sent_bytes();
+    out.wire_dense_bytes = result_.wire_volume().dense_bytes();
+    out.changed_fraction = result_.wire_volume().changed_fraction();
+  }
   out.bucket_rules = planner_.rules().Describe();
   for (const auto& e : result_.engines()) {
     out.engines.push_back(EngineResultView{

@@ -80,6 +80,13 @@ struct PushResult {
   uint64_t buckets_pulled = 0;  // buckets wsyncd copied out of the trainer's memory itself
   // Of those, buckets wsyncd broadcast straight from the trainer's memory (laid out as sent).
   uint64_t buckets_read_in_place = 0;
+  // A relay group sending deltas: the bytes sent to its downstream members against the same
+  // buckets dense, and of the elements compared with the base, the fraction that changed;
+  // has_wire_volume false (and these 0) for groups that send the bytes as they are.
+  bool has_wire_volume = false;
+  uint64_t wire_sent_bytes = 0;
+  uint64_t wire_dense_bytes = 0;
+  double changed_fraction = 0;
   // The group's bucket rules the push's buckets followed (BucketRules::Describe: "none", "one
   // dtype per bucket", "close after 64 MiB", ...), as wsyncd announced them in UpdateStarted.
   std::string bucket_rules;

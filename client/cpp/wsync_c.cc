@@ -71,6 +71,11 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
                         {"finish_seconds", result.finish_seconds},
                         {"idle_before_seconds", result.idle_seconds},
                         {"broadcast_seconds", result.wire_seconds}}}};
+  if (result.has_wire_volume) {
+    j["wire_volume"] = {{"sent_bytes", result.wire_sent_bytes},
+                        {"dense_bytes", result.wire_dense_bytes},
+                        {"changed_fraction", result.changed_fraction}};
+  }
   j["engines"] = nlohmann::json::array();
   for (const auto& e : result.engines) {
     j["engines"].push_back({{"engine", e.engine},

@@ -47,6 +47,16 @@ std::string StateName(v1::GroupState s) {
   return absl::AsciiStrToLower(name.substr(std::string("GROUP_STATE_").size()));
 }
 
+// A relay group's bytes on the wire and their share of dense: "5.4 MiB (1.63%)".
+std::string WireShare(const v1::WireVolume& w) {
+  return absl::StrCat(
+      HumanBytes(w.sent_bytes()), " (",
+      absl::StrFormat("%.2f%%", w.dense_bytes() == 0 ? 0.0
+                                                     : 100.0 * static_cast<double>(w.sent_bytes()) /
+                                                           static_cast<double>(w.dense_bytes())),
+      ")");
+}
+
 // The spec's engine kind: kind_name, or (from an older wsyncd) the enum's.
 std::string KindName(const v1::GroupSpec& spec) {
   if (!spec.kind_name().empty()) return spec.kind_name();
@@ -399,6 +409,13 @@ class Ctl {
                         ProgressBar(u.buckets_done(), u.buckets_planned(), u.bytes_done(),
                                     u.bytes_planned(), u.gib_per_second()),
                         "\n");
+        if (u.has_wire_volume()) {
+          const v1::WireVolume& w = u.wire_volume();
+          absl::StrAppend(&out, "  deltas: sent ", WireShare(w), " of ",
+                          HumanBytes(w.dense_bytes()), " dense; ",
+                          absl::StrFormat("%.3f%%", 100 * w.changed_fraction()),
+                          " of the elements compared changed\n");
+        }
         Table t({"ENGINE", "STATE", "BUCKETS", "LAST ANSWER", "MEAN ANSWER"});
         for (const v1::EngineProgress& e : u.engines()) {
           t.AddRow({e.url(), e.state(), absl::StrCat(e.buckets_answered()),
@@ -587,13 +604,14 @@ class Ctl {
     auto s = admin()->ListUpdates(Context().get(), req, &resp);
     if (!s.ok()) return Error(s);
     if (g_.json) return PrintJson(resp);
-    Table t(
-        {"UPDATE", "GROUP", "VERSION", "STATE", "BUCKETS", "BYTES", "SECONDS", "GIB/S", "MESSAGE"});
+    Table t({"UPDATE", "GROUP", "VERSION", "STATE", "BUCKETS", "BYTES", "ON THE WIRE", "SECONDS",
+             "GIB/S", "MESSAGE"});
     for (const auto& u : resp.updates()) {
       double gibs = u.seconds() > 0 ? u.bytes() / u.seconds() / (1ull << 30) : 0;
       t.AddRow({u.update_id(), u.group(), u.version(), u.state(), absl::StrCat(u.buckets()),
-                HumanBytes(u.bytes()), absl::StrFormat("%.2f", u.seconds()),
-                absl::StrFormat("%.2f", gibs), u.message()});
+                HumanBytes(u.bytes()),
+                u.has_wire_volume() ? WireShare(u.wire_volume()) : std::string("-"),
+                absl::StrFormat("%.2f", u.seconds()), absl::StrFormat("%.2f", gibs), u.message()});
     }
     t.Print(std::cout);
     return 0;

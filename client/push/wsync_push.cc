@@ -176,6 +176,15 @@ int main(int argc, char** argv) {
         "requests late %.2f s, first launch %.2f s, finish %.2f s\n",
         result->verify_seconds, result->idle_seconds, result->wire_seconds, result->answer_seconds,
         result->request_late_seconds, result->first_launch_seconds, result->finish_seconds);
+    if (result->has_wire_volume) {
+      std::printf("  relay: sent %llu of %llu dense bytes (%.2f%%), %.3f%% of elements changed\n",
+                  static_cast<unsigned long long>(result->wire_sent_bytes),
+                  static_cast<unsigned long long>(result->wire_dense_bytes),
+                  result->wire_dense_bytes == 0
+                      ? 0.0
+                      : 100.0 * result->wire_sent_bytes / result->wire_dense_bytes,
+                  100.0 * result->changed_fraction);
+    }
     for (const auto& e : result->engines) {
       std::printf("  engine %s: %s\n", e.engine.c_str(),
                   e.status.ok() ? "ok" : e.status.ToString().c_str());

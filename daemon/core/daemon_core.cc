@@ -615,6 +615,7 @@ absl::StatusOr<std::shared_ptr<UpdateRun>> DaemonCore::StartRun(
                        : "failed";
     record.buckets = outcome.buckets;
     record.bytes = outcome.bytes;
+    record.wire_volume = outcome.wire_volume;
     record.seconds = outcome.seconds;
     if (!outcome.sessions.empty()) record.session_id = absl::StrJoin(outcome.sessions, ",");
     for (const EngineOutcome& e : outcome.engines) {

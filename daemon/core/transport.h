@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "common/manifest.h"
 #include "daemon/core/engine_adapter.h"
 #include "daemon/core/group_spec.h"
+#include "daemon/core/wire_volume.h"
 
 namespace wsync {
 
@@ -47,6 +49,9 @@ class BucketHandle {
   virtual absl::Time requests_written_at() const = 0;
   // When the last engine answered (after WaitAnswered; InfinitePast before).
   virtual absl::Time answered_at() const = 0;
+  // What the bucket put on the wire, where the transport may send less than its bytes; nullopt
+  // (the default) where it sends them as they are.
+  virtual std::optional<WireVolume> volume() const { return std::nullopt; }
 };
 
 // How one group's buckets reach its engines: its rendezvous, the engines' membership, and each

@@ -4,11 +4,13 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "daemon/core/wire_volume.h"
 
 namespace wsync {
 
@@ -21,6 +23,7 @@ struct UpdateRecord {
   absl::Status status;
   uint64_t buckets = 0;
   uint64_t bytes = 0;
+  std::optional<WireVolume> wire_volume;  // UpdateOutcome's
   double seconds = 0;
   absl::Time started;
   std::vector<std::string> engine_results;

@@ -620,6 +620,10 @@ void UpdateRun::AnswerLoop() {
         ++buckets_;
         if (direct) ++buckets_read_in_place_;
         bytes_ += span;
+        if (std::optional<WireVolume> volume = f.handle->volume()) {
+          if (!wire_volume_) wire_volume_.emplace();
+          *wire_volume_ += *volume;
+        }
         for (const EngineOutcome& o : outcomes) {
           auto it = std::find_if(engine_progress_.begin(), engine_progress_.end(),
                                  [&](const EngineProgressView& e) { return e.engine == o.engine; });
@@ -712,6 +716,7 @@ UpdateProgressView UpdateRun::Progress() {
   v.bytes_done = bytes_;
   v.buckets_planned = buckets_planned_;
   v.bytes_planned = bytes_planned_;
+  v.wire_volume = wire_volume_;
   v.seconds = absl::ToDoubleSeconds(absl::Now() - started_);
   v.engines = engine_progress_;
   return v;
@@ -802,6 +807,7 @@ UpdateOutcome UpdateRun::Finish(bool commit, absl::Status reason, bool tell_ever
     outcome.buckets = buckets_;
     outcome.buckets_read_in_place = buckets_read_in_place_;
     outcome.bytes = bytes_;
+    outcome.wire_volume = wire_volume_;
     outcome.bucket_totals = totals_;
     if (first_launch_ != absl::InfinitePast()) {
       outcome.first_launch_seconds = absl::ToDoubleSeconds(first_launch_ - started_);

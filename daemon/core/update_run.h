@@ -51,6 +51,9 @@ struct UpdateOutcome {
   double seconds = 0;
   BucketTiming bucket_totals;          // summed over the committed buckets
   uint64_t buckets_read_in_place = 0;  // pull mode, broadcast with no copy into a slot
+  // Where the transport may send less than the bytes (relay deltas): what the committed buckets
+  // put on the wire against their dense bytes.
+  std::optional<WireVolume> wire_volume;
   // The sessions that fed the update.
   std::vector<std::string> sessions;
   // From the update's start to its first bucket's launch (requests written, broadcast queued):
@@ -79,6 +82,7 @@ struct UpdateProgressView {
   uint64_t buckets_planned = 0;  // the trainers' plan; 0 until one says
   uint64_t bytes_planned = 0;
   double seconds = 0;
+  std::optional<WireVolume> wire_volume;  // as UpdateOutcome's, so far
   std::vector<EngineProgressView> engines;
 };
 
@@ -300,6 +304,7 @@ class UpdateRun {
   uint64_t bytes_planned_ = 0;
   uint64_t buckets_ = 0;
   uint64_t buckets_read_in_place_ = 0;
+  std::optional<WireVolume> wire_volume_;
   uint64_t bytes_ = 0;
   BucketTiming totals_;
   std::thread sender_;

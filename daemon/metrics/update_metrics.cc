@@ -46,7 +46,18 @@ UpdateMetrics::UpdateMetrics(prometheus::Registry& registry)
                            .Name("wsync_engine_warnings_total")
                            .Help("What engines' commits let pass rather than fail the update "
                                  "for, such as a version label not set")
-                           .Register(registry)) {}
+                           .Register(registry)),
+      wire_bytes_(prometheus::BuildCounter()
+                      .Name("wsync_wire_bytes_total")
+                      .Help("Relay groups sending deltas: bytes of updates' buckets sent to "
+                            "members (kind=\"sent\") and what they would have been dense "
+                            "(kind=\"dense\")")
+                      .Register(registry)),
+      delta_elements_(prometheus::BuildCounter()
+                          .Name("wsync_delta_elements_total")
+                          .Help("Relay groups sending deltas: elements compared with the base "
+                                "(kind=\"compared\") and those that changed (kind=\"changed\")")
+                          .Register(registry)) {}
 
 void UpdateMetrics::BucketDone(const std::string& group, uint64_t bytes,
                                const BucketTiming& timing) {
@@ -71,6 +82,16 @@ void UpdateMetrics::UpdateDone(const std::string& group, const std::string& vers
     if (e.warnings.empty()) continue;
     engine_warnings_.Add({{"group", group}, {"engine", e.engine}})
         .Increment(static_cast<double>(e.warnings.size()));
+  }
+  if (const std::optional<WireVolume>& v = outcome.wire_volume) {
+    wire_bytes_.Add({{"group", group}, {"kind", "sent"}})
+        .Increment(static_cast<double>(v->sent_bytes));
+    wire_bytes_.Add({{"group", group}, {"kind", "dense"}})
+        .Increment(static_cast<double>(v->dense_bytes));
+    delta_elements_.Add({{"group", group}, {"kind", "compared"}})
+        .Increment(static_cast<double>(v->elements_compared));
+    delta_elements_.Add({{"group", group}, {"kind", "changed"}})
+        .Increment(static_cast<double>(v->elements_changed));
   }
 }
 

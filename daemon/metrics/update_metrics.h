@@ -17,8 +17,9 @@ namespace wsync {
 // `_total` on counters, one `wsync_` prefix.
 //
 //   wsync_updates_total{group,outcome}            counter: committed, failed, aborted
-//   wsync_update_duration_seconds{group,outcome}  histogram: from the first bucket's turn to the
-//   end wsync_update_bytes_total{group}               counter: bytes the engines took
+//   wsync_update_duration_seconds{group,outcome}  histogram: from the first bucket's turn to
+//                                                 the end
+//   wsync_update_bytes_total{group}               counter: bytes the engines took
 //   wsync_buckets_total{group}                    counter
 //   wsync_bucket_phase_seconds{group,phase}       histogram, one series per phase the daemon
 //                                                 measures: verify (slot checksum or pull copy),
@@ -27,6 +28,11 @@ namespace wsync {
 //                                                 engines' last answer), total
 //   wsync_engine_warnings_total{group,engine}     counter: what an engine's commit let pass (a
 //                                                 version label not set)
+//   wsync_wire_bytes_total{group,kind}            counter, relay groups sending deltas: bytes
+//                                                 sent to members (sent) and their dense bytes
+//                                                 (dense), for every update that ended
+//   wsync_delta_elements_total{group,kind}        counter, the same: elements compared with the
+//                                                 base (compared) and changed (changed)
 class UpdateMetrics final : public UpdateObserver {
  public:
   explicit UpdateMetrics(prometheus::Registry& registry);
@@ -42,6 +48,8 @@ class UpdateMetrics final : public UpdateObserver {
   prometheus::Family<prometheus::Counter>& buckets_;
   prometheus::Family<prometheus::Histogram>& bucket_phase_seconds_;
   prometheus::Family<prometheus::Counter>& engine_warnings_;
+  prometheus::Family<prometheus::Counter>& wire_bytes_;
+  prometheus::Family<prometheus::Counter>& delta_elements_;
 };
 
 }  // namespace wsync

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/service/group_spec_proto.h"
 #include "daemon/service/status_mapping.h"
+#include "daemon/wire/wire_volume_proto.h"
 
 namespace wsync {
 
@@ -119,6 +120,7 @@ grpc::Status AdminService::ListUpdates(grpc::ServerContext* context,
     u->set_message(std::string(r.status.message()));
     u->set_buckets(r.buckets);
     u->set_bytes(r.bytes);
+    if (r.wire_volume) WireVolumeToProto(*r.wire_volume, u->mutable_wire_volume());
     u->set_seconds(r.seconds);
     u->set_started_unix_ms(absl::ToUnixMillis(r.started));
     for (const std::string& e : r.engine_results) u->add_engine_results(e);
@@ -139,6 +141,7 @@ grpc::Status AdminService::ListProgress(grpc::ServerContext* context,
     u->set_bytes_done(v.bytes_done);
     u->set_buckets_planned(v.buckets_planned);
     u->set_bytes_planned(v.bytes_planned);
+    if (v.wire_volume) WireVolumeToProto(*v.wire_volume, u->mutable_wire_volume());
     u->set_seconds(v.seconds);
     u->set_gib_per_second(v.seconds > 0 ? v.bytes_done / v.seconds / double(1ull << 30) : 0);
     double slowest = -1;

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "daemon/wire/engine_result_proto.h"
+#include "daemon/wire/wire_volume_proto.h"
 
 namespace wsync {
 namespace {
@@ -155,6 +156,7 @@ v1::UpdateEvent ResultEvent(const UpdateOutcome& outcome) {
   r->set_first_launch_seconds(outcome.first_launch_seconds);
   r->set_finish_seconds(outcome.finish_seconds);
   r->set_buckets_read_in_place(outcome.buckets_read_in_place);
+  if (outcome.wire_volume) WireVolumeToProto(*outcome.wire_volume, r->mutable_wire_volume());
   for (const EngineOutcome& o : outcome.engines) EngineOutcomeToProto(o, r->add_engines());
   return e;
 }

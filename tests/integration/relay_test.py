@@ -122,7 +122,7 @@ class RelayCase(unittest.TestCase):
         while not os.path.exists(sock) and time.time() < deadline:
             time.sleep(0.02)
 
-    def upstream(self, members, quorum=0, bucket_timeout="3", port=None, streams=None):
+    def upstream(self, members, quorum=0, bucket_timeout="3", port=None, streams=None, flags=()):
         """The trainer's node: relay group 'policy' whose members are `members` (node names),
         sent from the devices `streams` (one trainer rank pushing to each) where given."""
         self.up_port = port or free_port()
@@ -144,7 +144,7 @@ class RelayCase(unittest.TestCase):
                           "--relay-token-file", self.path("other.token") + "=other",
                           "--relay-token-file", self.path("bound.token") + "=policy@node-b",
                           "--slot-bytes", "1MiB", "--bind-address", "127.0.0.1",
-                          "--bucket-timeout", bucket_timeout])
+                          "--bucket-timeout", bucket_timeout, *flags])
         self.wait_socket(self.up_sock)
         wait_port(self.up_port)
 
@@ -499,16 +499,20 @@ class DeltaTest(RelayCase):
     def test_a_node_keeping_the_last_version_takes_the_next_ones_as_deltas(self):
         # node-b keeps a resident copy, the base its deltas are applied to; node-c keeps none and
         # takes every version dense. Both hold every version bit-exact.
-        self.upstream(["node-b", "node-c"], streams=None)
+        metrics = free_port()
+        self.upstream(["node-b", "node-c"], streams=None,
+                      flags=("--metrics-listen", f"127.0.0.1:{metrics}"))
         ports = {"node-b": self.downstream("node-b", flags=("--resident", "host")),
                  "node-c": self.downstream("node-c")}
         for n in ports:
             self.wait_subscribed(n)
         versions = rl_versions(7, 3)
         dense = sum(a.nbytes for _, a, _ in versions[0])
+        volumes = {}
         for k, model in enumerate(versions, start=1):
             result = self.push(f"v{k}", model)
             self.assertTrue(all(e["ok"] for e in result["engines"]), result)
+            volumes[f"v{k}"] = result["wire_volume"]
             for port in ports.values():
                 self.assert_holds(port, model)
                 self.assertEqual(sim_state(port).get("weight_version"), f"v{k}")
@@ -518,11 +522,30 @@ class DeltaTest(RelayCase):
         # v1 has no base; then node-b's buckets cross as about 1.6 % of their bytes (1 % of the
         # elements changed), node-c's whole.
         self.assertEqual(sent["v1"], (2 * dense, 2 * dense), self.log("up")[-3000:])
+        self.assertEqual(volumes["v1"]["changed_fraction"], 0, volumes)
         for v in ("v2", "v3"):
             total, of = sent[v]
             self.assertEqual(of, 2 * dense)
             self.assertLess(total - dense, 0.02 * dense, f"{v}: {sent}")
             self.assertGreater(total - dense, 0.01 * dense, f"{v}: {sent}")
+            self.assertGreater(volumes[v]["changed_fraction"], 0.005, volumes)
+            self.assertLess(volumes[v]["changed_fraction"], 0.02, volumes)
+        # The trainer's result, the update history and the metrics say what the log says.
+        for v, (total, of) in sent.items():
+            self.assertEqual((volumes[v]["sent_bytes"], volumes[v]["dense_bytes"]), (total, of))
+        history = json.loads(self.ctl("up", "--json", "updates").stdout)["updates"]
+        self.assertEqual({u["version"]: (int(u["wire_volume"]["sent_bytes"]),
+                                         int(u["wire_volume"]["dense_bytes"]))
+                          for u in history}, sent, history)
+        table = self.ctl("up", "updates").stdout
+        self.assertIn("ON THE WIRE", table)
+        self.assertRegex(table, r"v2 .* \(5[0-9]\.[0-9]{2}%\)", table)
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as r:
+            scraped = r.read().decode()
+        total_sent = sum(t for t, _ in sent.values())
+        self.assertIn(f'wsync_wire_bytes_total{{group="policy",kind="dense"}} {6 * dense}', scraped)
+        self.assertIn(f'wsync_wire_bytes_total{{group="policy",kind="sent"}} {total_sent}', scraped)
+        self.assertIn('wsync_delta_elements_total{group="policy",kind="changed"}', scraped)
 
 
 class ResidentTest(RelayCase):

@@ -295,7 +295,9 @@ class Client:
         wire_seconds, answer_seconds, request_late_seconds, first_launch_seconds, finish_seconds;
         idle_before_seconds and broadcast_seconds are deprecated names of idle_seconds and
         wire_seconds, still set), and bucket_rules: what the group's engines demand of a bucket,
-        e.g. "one dtype per bucket, close after 64 MiB" or "none").
+        e.g. "one dtype per bucket, close after 64 MiB" or "none"); for a relay group sending
+        deltas, also wire_volume: sent_bytes to the downstream daemons against their dense_bytes,
+        and the changed_fraction of the elements compared with the last version).
         Buckets are planned by the C++ client under those rules, which wsyncd announces when the
         update starts, so a model of mixed dtypes simply travels in more buckets.
         progress, if given, is called per bucket with a dict of buckets/bytes done and GiB/s;

@@ -54,7 +54,10 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
   if (!frame.ok()) return dense(std::string(frame.status().message()));
   elements_ += stats.elements;
   changed_ += stats.changed_elements;
-  if (frame->size() >= span) return Frame{};  // nothing to gain: dense
+  Frame compared;
+  compared.elements_compared = stats.elements;
+  compared.elements_changed = stats.changed_elements;
+  if (frame->size() >= span) return compared;  // nothing to gain: dense
   std::unique_ptr<SlotMemory>& staging = staging_[source.slot];
   if (staging == nullptr || staging->bytes() < frame->size()) {
     absl::StatusOr<std::unique_ptr<SlotMemory>> made =
@@ -63,7 +66,10 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
     staging = *std::move(made);
   }
   std::memcpy(staging->data(), frame->data(), frame->size());
-  return Frame{base, staging.get(), frame->size()};
+  compared.base = base;
+  compared.slot = staging.get();
+  compared.bytes = frame->size();
+  return compared;
 }
 
 void RelayDeltas::Count(uint64_t dense_bytes, uint64_t sent_bytes) {

@@ -30,8 +30,14 @@ class RelayDeltas {
     std::string base;  // the version it is against; "" (and slot null): dense for every member
     SlotMemory* slot = nullptr;
     uint64_t bytes = 0;
+    // The bucket's elements compared with the base, and those that changed (0 where it was not
+    // compared); set also where the frame came out no smaller and the bucket goes dense.
+    uint64_t elements_compared = 0;
+    uint64_t elements_changed = 0;
   };
 
+  // The group sends deltas where it can (its "delta" option is not "off").
+  bool enabled() const { return enabled_; }
   // An update to `version` begins; the base is settled at its first bucket, once the members
   // said what they hold.
   void Begin(const std::string& version);

@@ -49,6 +49,9 @@ class RelayBucket final : public BucketHandle {
   }
 
   bool launched() const override { return launched_; }
+  std::optional<WireVolume> volume() const override { return volume_; }
+  // Where the group may send deltas: what the bucket's legs sent against their dense bytes.
+  void set_volume(WireVolume volume) { volume_ = volume; }
 
   absl::StatusOr<WireTiming> WaitReusable() override {
     WireTiming slowest;
@@ -127,6 +130,7 @@ class RelayBucket final : public BucketHandle {
   std::shared_ptr<EngineDrops> drops_;
   std::function<void(const absl::Status&)> on_failure_;
   const absl::Time deadline_;
+  std::optional<WireVolume> volume_;
   const bool launched_;
   absl::Time requests_written_at_ = absl::InfinitePast();
   absl::Time answered_at_ = absl::InfinitePast();
@@ -364,6 +368,9 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
   }
   const std::vector<BroadcastPiece> frame_pieces = {BroadcastPiece{0, frame.bytes, DType::kUint8}};
   std::vector<RelayBucket::Leg> legs;
+  WireVolume volume;
+  volume.elements_compared = frame.elements_compared;
+  volume.elements_changed = frame.elements_changed;
   bool any_sent = false;
   for (size_t i = 0; i < members.size(); ++i) {
     RelayBucket::Leg leg;
@@ -387,6 +394,8 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
             ? leg.pair->StartBroadcastFrom(*frame.slot, frame.slot->data(), frame_pieces, deadline)
             : leg.pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
     if (deltas != nullptr) deltas->Count(span, as_delta ? frame.bytes : span);
+    volume.dense_bytes += span;
+    volume.sent_bytes += as_delta ? frame.bytes : span;
     if (!ticket.ok()) {
       leg.status = absl::Status(ticket.status().code(),
                                 absl::StrCat(leg.member->url, ": ", ticket.status().message()));
@@ -403,8 +412,10 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
         absl::StrCat("relay group '", env_.spec.name,
                      "': no member took the bucket: ", absl::StrJoin(why, "; ")));
   }
-  return std::make_unique<RelayBucket>(std::move(legs), std::move(drops), env_.on_bucket_failed,
-                                       deadline, /*launched=*/true);
+  auto handle = std::make_unique<RelayBucket>(std::move(legs), std::move(drops),
+                                              env_.on_bucket_failed, deadline, /*launched=*/true);
+  if (deltas != nullptr && deltas->enabled()) handle->set_volume(volume);
+  return handle;
 }
 
 void RelayTransport::EndUpdate(absl::string_view why) {
