@@ -112,7 +112,7 @@ export -f stage_deps stage_format stage_build stage_tests stage_faults stage_soa
 
 # name and budget (seconds), in order. Measured on a clean clone: docs/RELIABILITY.md.
 stages=(deps:300 format:60 build:1100 tests:270 faults:210 soak:30 package:120 sanitize:1080
-  fuzz:180 asan:420 tsan:900)
+  fuzz:180 asan:480 tsan:900)
 wanted=" ${WSYNC_STAGES:-deps format build tests faults soak package sanitize fuzz asan tsan} "
 summary=()
 total_budget=0

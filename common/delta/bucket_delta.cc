@@ -1,5 +1,7 @@
 #include "common/delta/bucket_delta.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -56,6 +58,66 @@ bool Differs(const uint8_t* a, const uint8_t* b, uint64_t i, size_t width) {
     }
     default:
       return std::memcmp(a + width * i, b + width * i, width) != 0;
+  }
+}
+
+uint64_t Load64(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// How many of the `width`-byte lanes of x are not zero (width 1, 2, 4 or 8).
+int NonzeroLanes(uint64_t x, size_t width) {
+  switch (width) {
+    case 1: {
+      constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full;
+      return std::popcount((((x & kLow7) + kLow7) | x) & ~kLow7);
+    }
+    case 2: {
+      constexpr uint64_t kLowBytes = 0x00FF00FF00FF00FFull;
+      const uint64_t folded = (x | (x >> 8)) & kLowBytes;  // each lane's OR in its low byte
+      return std::popcount((folded + kLowBytes) & ~kLowBytes);
+    }
+    case 4:
+      return static_cast<int>((x & 0xFFFFFFFFull) != 0) + static_cast<int>((x >> 32) != 0);
+    default:
+      return x != 0 ? 1 : 0;
+  }
+}
+
+// The elements of n that differ between a and b, eight bytes at a time where the width divides
+// eight (an RL step leaves most words equal, and a word that differs is counted lane by lane
+// without a branch per element).
+uint64_t CountChanged(const uint8_t* a, const uint8_t* b, uint64_t n, size_t width) {
+  uint64_t k = 0, i = 0;
+  if (width <= 8 && 8 % width == 0) {
+    const uint64_t per_word = 8 / width;
+    for (; i + per_word <= n; i += per_word) {
+      const uint64_t x = Load64(a + i * width) ^ Load64(b + i * width);
+      if (x != 0) k += NonzeroLanes(x, width);
+    }
+  }
+  for (; i < n; ++i) k += Differs(a, b, i, width) ? 1 : 0;
+  return k;
+}
+
+// Calls f(i) for each element i that differs between a and b, in order; equal words are skipped
+// eight bytes at a time.
+template <typename F>
+void ForEachChanged(const uint8_t* a, const uint8_t* b, uint64_t n, size_t width, F f) {
+  uint64_t i = 0;
+  if (width <= 8 && 8 % width == 0) {
+    const uint64_t per_word = 8 / width;
+    for (; i + per_word <= n; i += per_word) {
+      if (Load64(a + i * width) == Load64(b + i * width)) continue;
+      for (uint64_t j = i; j < i + per_word; ++j) {
+        if (Differs(a, b, j, width)) f(j);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (Differs(a, b, i, width)) f(i);
   }
 }
 
@@ -121,27 +183,45 @@ bool ReadVarint(absl::string_view* in, uint64_t* v) {
 
 absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
                                               absl::Span<const uint8_t> base,
-                                              absl::Span<const uint8_t> next, DeltaStats* stats) {
+                                              absl::Span<const uint8_t> next, DeltaStats* stats,
+                                              uint64_t limit) {
   if (absl::Status s = SpanHolds(manifest, base.size(), "base"); !s.ok()) return s;
   if (absl::Status s = SpanHolds(manifest, next.size(), "new bucket"); !s.ok()) return s;
   DeltaStats totals;
-  std::string frame(kDeltaMagic);
-  PutLittle(&frame, manifest.tensors.size(), 4);
-  std::vector<uint64_t> changed;
+  const uint64_t headers = kDeltaMagic.size() + 4 + 17 * manifest.tensors.size();
+  // Counted first: the count alone decides between dense and a bitmap, and every position takes
+  // at least one byte, so the frame's least size is known before any of it is written, and the
+  // positions are listed only where gaps may be the smallest.
+  std::vector<uint64_t> counts;
+  counts.reserve(manifest.tensors.size());
+  uint64_t least = headers;
   for (const TensorEntry& t : manifest.tensors) {
     absl::StatusOr<std::pair<size_t, uint64_t>> elements = Elements(t);
     if (!elements.ok()) return elements.status();
     const auto [width, n] = *elements;
+    const uint64_t k = CountChanged(base.data() + t.offset, next.data() + t.offset, n, width);
+    counts.push_back(k);
+    least += std::min({t.length, (n + 7) / 8 + k * width, k + k * width});
+    totals.elements += n;
+    totals.changed_elements += k;
+  }
+  if (least >= limit) {
+    if (stats != nullptr) *stats = totals;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the delta would take at least ", least, " bytes, the limit is ", limit));
+  }
+  std::string frame(kDeltaMagic);
+  // At most every tensor dense: one allocation, whose pages are touched only as far as written.
+  frame.reserve(headers + manifest.span_bytes());
+  PutLittle(&frame, manifest.tensors.size(), 4);
+  std::vector<uint64_t> changed;
+  for (size_t ti = 0; ti < manifest.tensors.size(); ++ti) {
+    const TensorEntry& t = manifest.tensors[ti];
+    const size_t width = DTypeSize(t.dtype);
+    const uint64_t n = t.length / width;
     const uint8_t* before = base.data() + t.offset;
     const uint8_t* after = next.data() + t.offset;
-    changed.clear();
-    uint64_t position_bytes = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      if (!Differs(before, after, i, width)) continue;
-      position_bytes += VarintSize(changed.empty() ? i : i - changed.back() - 1);
-      changed.push_back(i);
-    }
-    const uint64_t k = changed.size();
+    const uint64_t k = counts[ti];
     const uint64_t values = k * width;
     DeltaForm form = DeltaForm::kDense;
     uint64_t size = t.length;
@@ -149,9 +229,18 @@ absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
       form = DeltaForm::kBitmap;
       size = (n + 7) / 8 + values;
     }
-    if (position_bytes + values < size) {
-      form = DeltaForm::kGaps;
-      size = position_bytes + values;
+    changed.clear();
+    if (k + values < size) {
+      changed.reserve(k);
+      uint64_t position_bytes = 0;
+      ForEachChanged(before, after, n, width, [&](uint64_t i) {
+        position_bytes += VarintSize(changed.empty() ? i : i - changed.back() - 1);
+        changed.push_back(i);
+      });
+      if (position_bytes + values < size) {
+        form = DeltaForm::kGaps;
+        size = position_bytes + values;
+      }
     }
     PutLittle(&frame, static_cast<uint8_t>(form), 1);
     PutLittle(&frame, k, 8);
@@ -160,21 +249,24 @@ absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
       frame.append(reinterpret_cast<const char*>(after), t.length);
     } else {
       if (form == DeltaForm::kBitmap) {
-        std::string bitmap((n + 7) / 8, '\0');
-        for (uint64_t i : changed)
+        const size_t at = frame.size();
+        frame.append(size, '\0');
+        char* bitmap = frame.data() + at;
+        char* value = bitmap + (n + 7) / 8;
+        ForEachChanged(before, after, n, width, [&](uint64_t i) {
           bitmap[i / 8] = static_cast<char>(bitmap[i / 8] | (1 << (i % 8)));
-        frame += bitmap;
+          std::memcpy(value, after + i * width, width);
+          value += width;
+        });
       } else {
         for (size_t j = 0; j < changed.size(); ++j) {
           PutVarint(&frame, j == 0 ? changed[0] : changed[j] - changed[j - 1] - 1);
         }
-      }
-      for (uint64_t i : changed) {
-        frame.append(reinterpret_cast<const char*>(after + i * width), width);
+        for (uint64_t i : changed) {
+          frame.append(reinterpret_cast<const char*>(after + i * width), width);
+        }
       }
     }
-    totals.elements += n;
-    totals.changed_elements += k;
   }
   totals.dense_bytes = manifest.span_bytes();
   totals.frame_bytes = frame.size();

@@ -44,10 +44,14 @@ bool DeltaCoversSpan(const BucketManifest& manifest);
 
 // Encodes `next` against `base`, both at least the manifest's span (each tensor at its offset).
 // INVALID_ARGUMENT for spans shorter than the manifest or a tensor that is not whole elements.
+// With `limit`: once the elements are counted, a frame that could not be smaller than `limit`
+// bytes is not written (RESOURCE_EXHAUSTED; `stats` still counts the elements), so a bucket that
+// changed nearly everywhere costs a read of both, not a frame as large as itself.
 absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
                                               absl::Span<const uint8_t> base,
                                               absl::Span<const uint8_t> next,
-                                              DeltaStats* stats = nullptr);
+                                              DeltaStats* stats = nullptr,
+                                              uint64_t limit = UINT64_MAX);
 
 // Writes base with `delta` applied into `out` (each tensor's range; base and out at least the
 // manifest's span, and may be the same memory). Every count, length, position and the frame's end

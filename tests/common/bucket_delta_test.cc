@@ -36,9 +36,10 @@ std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
   return out;
 }
 
-// `base` with `fraction` of each tensor's elements changed (their first byte incremented).
+// `base` with `fraction` of each tensor's elements changed (one byte of each, at random, so
+// every lane of a word is tried), and how many changed in all.
 std::vector<uint8_t> Changed(const BucketManifest& m, const std::vector<uint8_t>& base,
-                             double fraction, uint32_t seed) {
+                             double fraction, uint32_t seed, uint64_t* changed = nullptr) {
   std::vector<uint8_t> next = base;
   std::mt19937 rng(seed);
   for (const TensorEntry& t : m.tensors) {
@@ -48,7 +49,8 @@ std::vector<uint8_t> Changed(const BucketManifest& m, const std::vector<uint8_t>
     for (uint64_t i = 0; i < n; ++i) order[i] = i;
     std::shuffle(order.begin(), order.end(), rng);
     const auto k = static_cast<uint64_t>(fraction * static_cast<double>(n) + 0.5);
-    for (uint64_t j = 0; j < k; ++j) ++next[t.offset + order[j] * width];
+    for (uint64_t j = 0; j < k; ++j) ++next[t.offset + order[j] * width + rng() % width];
+    if (changed != nullptr) *changed += k;
   }
   return next;
 }
@@ -61,10 +63,12 @@ TEST(BucketDelta, EveryDensityAndDtypeDecodesToTheExactBytes) {
                                      {DType::kBfloat16, 0}});
   const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 1);
   for (double fraction : {0.0, 0.001, 0.01, 0.1, 0.5, 1.0}) {
-    const std::vector<uint8_t> next = Changed(m, base, fraction, 7);
+    uint64_t changed = 0;
+    const std::vector<uint8_t> next = Changed(m, base, fraction, 7, &changed);
     DeltaStats encoded;
     absl::StatusOr<std::string> frame = EncodeBucketDelta(m, base, next, &encoded);
     ASSERT_TRUE(frame.ok()) << frame.status();
+    EXPECT_EQ(encoded.changed_elements, changed) << fraction;
     std::vector<uint8_t> out(m.span_bytes(), 0xAB);
     DeltaStats decoded;
     ASSERT_TRUE(DecodeBucketDelta(m, base, *frame, absl::MakeSpan(out), &decoded).ok()) << fraction;
@@ -102,6 +106,16 @@ TEST(BucketDelta, OnePercentOfBf16TakesUnderTwoPercentOfDense) {
   const std::vector<uint8_t> fifth = Changed(m, base, 0.2, 5);
   EXPECT_EQ(static_cast<uint8_t>((*EncodeBucketDelta(m, base, fifth))[8]),
             static_cast<uint8_t>(DeltaForm::kBitmap));
+  // Under a limit of the span: all changed is refused before a frame is written, its elements
+  // counted; 1 % still encodes, to the same frame.
+  DeltaStats counted;
+  absl::StatusOr<std::string> over = EncodeBucketDelta(m, base, all, &counted, m.span_bytes());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_THAT(over.status().message(), HasSubstr("at least"));
+  EXPECT_EQ(counted.changed_elements, counted.elements);
+  absl::StatusOr<std::string> under = EncodeBucketDelta(m, base, next, nullptr, m.span_bytes());
+  ASSERT_TRUE(under.ok()) << under.status();
+  EXPECT_EQ(*under, *frame);
 }
 
 TEST(BucketDelta, MalformedFramesAreRefusedNamingWhatWasWrong) {

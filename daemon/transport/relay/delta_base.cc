@@ -17,22 +17,29 @@ void DeltaBase::Begin(const std::string& version, const std::vector<std::string>
   const std::string staged = staged_.name.empty() ? "" : staged_.print.Of(staged_.name);
   const bool staged_landed =
       !staged.empty() && !staged_.failed && versions.size() == 1 && *versions.begin() == staged;
+  // What is dropped becomes the spare the next version is staged into.
+  spare_.clear();
+  const auto drop = [this](Version& v) {
+    spare_.merge(v.tensors);
+    v = Version{};
+  };
   if (staged_landed) {
+    drop(base_);
     base_ = std::move(staged_);
     base_.name = staged;
   } else if (!staged_.name.empty()) {
     if (staged_.failed) {
       why_none_ = absl::StrCat("version '", staged_.name, "' did not fit the delta base's cap of ",
                                cap_bytes_, " bytes");
-      base_ = Version{};
+      drop(base_);
     }
     // Otherwise the members did not all take it: the previous base stays theirs.
   }
   if (!base_.name.empty() && versions.count(base_.name) == 0) {
     why_none_ = absl::StrCat("no member holds version '", base_.name, "'");
-    base_ = Version{};
+    drop(base_);
   }
-  staged_ = Version{};
+  drop(staged_);
   staged_.name = version;
 }
 
@@ -72,7 +79,13 @@ void DeltaBase::Stage(uint64_t index, const BucketManifest& manifest, uint32_t c
       staged_.bytes = 0;
       return;
     }
-    Tensor& kept = staged_.tensors[t.name];
+    auto [at, fresh] = staged_.tensors.try_emplace(t.name);
+    Tensor& kept = at->second;
+    if (auto spare = spare_.find(t.name); fresh && spare != spare_.end()) {
+      kept.bytes = std::move(spare->second.bytes);
+      kept.bytes.clear();
+      spare_.erase(spare);
+    }
     staged_.bytes -= kept.bytes.size();
     kept.dtype = t.dtype;
     kept.shape = t.shape;

@@ -65,6 +65,10 @@ class DeltaBase {
   mutable std::mutex mu_;
   Version base_;    // guarded by mu_; name "" when there is none
   Version staged_;  // guarded by mu_; the open update's
+  // guarded by mu_: the tensors of the version dropped at the last Begin, whose memory the next
+  // staged tensors of the same names take over (their pages already mapped: a model's tensors
+  // keep their names and sizes from version to version); freed at the next Begin.
+  std::map<std::string, Tensor> spare_;
   std::string why_none_ = "no update has been relayed yet";  // guarded by mu_
 };
 

@@ -50,13 +50,17 @@ RelayDeltas::Frame RelayDeltas::Encode(const BucketSource& source, const BucketM
   // A tensor new since the base, or changed in dtype or shape: this bucket goes dense.
   if (!base_.Assemble(manifest, absl::MakeSpan(scratch_))) return Frame{};
   DeltaStats stats;
-  absl::StatusOr<std::string> frame = EncodeBucketDelta(manifest, scratch_, next, &stats);
-  if (!frame.ok()) return dense(std::string(frame.status().message()));
-  elements_ += stats.elements;
-  changed_ += stats.changed_elements;
+  // A frame that could not be smaller than the span is not written: dense.
+  absl::StatusOr<std::string> frame = EncodeBucketDelta(manifest, scratch_, next, &stats, span);
   Frame compared;
-  compared.elements_compared = stats.elements;
-  compared.elements_changed = stats.changed_elements;
+  if (frame.ok() || absl::IsResourceExhausted(frame.status())) {
+    elements_ += stats.elements;
+    changed_ += stats.changed_elements;
+    compared.elements_compared = stats.elements;
+    compared.elements_changed = stats.changed_elements;
+  }
+  if (absl::IsResourceExhausted(frame.status())) return compared;
+  if (!frame.ok()) return dense(std::string(frame.status().message()));
   if (frame->size() >= span) return compared;  // nothing to gain: dense
   std::unique_ptr<SlotMemory>& staging = staging_[source.slot];
   if (staging == nullptr || staging->bytes() < frame->size()) {
