@@ -1,0 +1,181 @@
+// The GPU delta encoder writes the CPU codec's frame byte for byte (docs/DELTA.md): every dtype
+// width, every density, tensors spanning many blocks, odd lengths and offsets. Runs only where a
+// CUDA device exists; elsewhere every test skips.
+
+#include "common/cuda/delta_encoder.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/delta/bucket_delta.h"
+#include "gtest/gtest.h"
+
+namespace wsync::cuda {
+namespace {
+
+bool HaveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine"
+
+BucketManifest Manifest(std::initializer_list<std::pair<DType, uint64_t>> tensors) {
+  BucketManifest m;
+  uint64_t at = 0;
+  int i = 0;
+  for (const auto& [dtype, elements] : tensors) {
+    const uint64_t bytes = elements * DTypeSize(dtype);
+    m.tensors.push_back(
+        TensorEntry{"t" + std::to_string(i++), dtype, {static_cast<int64_t>(elements)}, at, bytes});
+    at += bytes;
+  }
+  return m;
+}
+
+// `base` with `fraction` of each tensor's elements changed, one byte of each at random.
+std::vector<uint8_t> Changed(const BucketManifest& m, const std::vector<uint8_t>& base,
+                             double fraction, uint32_t seed) {
+  std::vector<uint8_t> next = base;
+  std::mt19937_64 rng(seed);
+  for (const TensorEntry& t : m.tensors) {
+    const size_t width = DTypeSize(t.dtype);
+    const uint64_t n = t.length / width;
+    std::vector<uint64_t> order(n);
+    for (uint64_t i = 0; i < n; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto k = static_cast<uint64_t>(fraction * static_cast<double>(n) + 0.5);
+    for (uint64_t j = 0; j < k; ++j) ++next[t.offset + order[j] * width + rng() % width];
+  }
+  return next;
+}
+
+// Device copies of the base and the new bucket, and room for a frame.
+class OnDevice {
+ public:
+  OnDevice(const std::vector<uint8_t>& base, const std::vector<uint8_t>& next, size_t frame) {
+    cudaMalloc(&base_, std::max<size_t>(base.size(), 1));
+    cudaMalloc(&next_, std::max<size_t>(next.size(), 1));
+    cudaMalloc(&frame_, std::max<size_t>(frame, 1));
+    cudaMemcpy(base_, base.data(), base.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(next_, next.data(), next.size(), cudaMemcpyHostToDevice);
+    cudaMemset(frame_, 0xEE, std::max<size_t>(frame, 1));
+  }
+  ~OnDevice() {
+    cudaFree(base_);
+    cudaFree(next_);
+    cudaFree(frame_);
+  }
+  std::string Frame(uint64_t bytes) const {
+    std::string out(bytes, '\0');
+    cudaMemcpy(out.data(), frame_, bytes, cudaMemcpyDeviceToHost);
+    return out;
+  }
+  void* base_ = nullptr;
+  void* next_ = nullptr;
+  void* frame_ = nullptr;
+};
+
+void ExpectSameFrame(DeltaEncoder& encoder, const BucketManifest& m,
+                     const std::vector<uint8_t>& base, const std::vector<uint8_t>& next,
+                     const std::string& what) {
+  DeltaStats cpu_stats;
+  absl::StatusOr<std::string> cpu = EncodeBucketDelta(m, base, next, &cpu_stats);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  OnDevice mem(base, next, cpu->size() + 64);
+  DeltaStats gpu_stats;
+  absl::StatusOr<uint64_t> bytes =
+      encoder.Encode(m, mem.base_, mem.next_, mem.frame_, cpu->size() + 64, nullptr, &gpu_stats);
+  ASSERT_TRUE(bytes.ok()) << what << ": " << bytes.status();
+  ASSERT_EQ(*bytes, cpu->size()) << what;
+  const std::string gpu = mem.Frame(*bytes);
+  if (gpu != *cpu) {
+    size_t at = 0;
+    while (at < gpu.size() && gpu[at] == (*cpu)[at]) ++at;
+    FAIL() << what << ": the frames differ first at byte " << at << " of " << gpu.size();
+  }
+  EXPECT_EQ(gpu_stats.changed_elements, cpu_stats.changed_elements) << what;
+  EXPECT_EQ(gpu_stats.elements, cpu_stats.elements) << what;
+  // And the CPU decoder rebuilds the new bucket from it.
+  std::vector<uint8_t> out = base;  // bytes between tensors are the base's in both
+  ASSERT_TRUE(DecodeBucketDelta(m, base, gpu, absl::MakeSpan(out)).ok()) << what;
+  EXPECT_EQ(out, next) << what;
+}
+
+TEST(DeltaEncoder, WritesTheCpuFrameForEveryWidthAndDensity) {
+  SKIP_WITHOUT_GPU();
+  auto encoder = DeltaEncoder::Create(0);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  // Odd lengths, offsets that are not multiples of 16 (nor of 8 after the int8 tensor), an empty
+  // tensor, and a bf16 tensor of many blocks.
+  const BucketManifest m = Manifest({{DType::kBfloat16, 20001},
+                                     {DType::kFloat32, 5003},
+                                     {DType::kInt8, 3001},
+                                     {DType::kFloat64, 701},
+                                     {DType::kBfloat16, 0},
+                                     {DType::kBfloat16, 1 << 20},
+                                     {DType::kUint8, 17}});
+  std::mt19937 rng(1);
+  std::vector<uint8_t> base(m.span_bytes());
+  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  for (double fraction : {0.0, 0.0001, 0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.9, 0.97, 1.0}) {
+    ExpectSameFrame(**encoder, m, base, Changed(m, base, fraction, 7),
+                    "changed " + std::to_string(fraction));
+  }
+}
+
+TEST(DeltaEncoder, AlignedBucketsTakeTheWideLoads) {
+  SKIP_WITHOUT_GPU();
+  auto encoder = DeltaEncoder::Create(0);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  // Every tensor 256-byte aligned, as a trainer's bucket plan lays them out.
+  BucketManifest m;
+  uint64_t at = 0;
+  for (int i = 0; i < 12; ++i) {
+    const uint64_t elements = 100000 + 4096 * i;
+    m.tensors.push_back(TensorEntry{"w" + std::to_string(i),
+                                    DType::kBfloat16,
+                                    {static_cast<int64_t>(elements)},
+                                    at,
+                                    2 * elements});
+    at = (at + 2 * elements + 255) / 256 * 256;
+  }
+  // Bytes between tensors are not part of a delta; a bucket the relay encodes has none, but the
+  // encoder does not care.
+  std::vector<uint8_t> base(m.span_bytes(), 0);
+  std::mt19937 rng(2);
+  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  for (double fraction : {0.001, 0.01, 0.2, 1.0}) {
+    ExpectSameFrame(**encoder, m, base, Changed(m, base, fraction, 9),
+                    "aligned, changed " + std::to_string(fraction));
+  }
+}
+
+TEST(DeltaEncoder, AFrameThatCannotBeSmallerThanTheLimitIsNotWritten) {
+  SKIP_WITHOUT_GPU();
+  auto encoder = DeltaEncoder::Create(0);
+  ASSERT_TRUE(encoder.ok()) << encoder.status();
+  const BucketManifest m = Manifest({{DType::kBfloat16, 300000}});
+  std::vector<uint8_t> base(m.span_bytes(), 3);
+  const std::vector<uint8_t> all = Changed(m, base, 1.0, 5);
+  OnDevice mem(base, all, m.span_bytes() + 64);
+  DeltaStats stats;
+  absl::StatusOr<uint64_t> over = (*encoder)->Encode(
+      m, mem.base_, mem.next_, mem.frame_, m.span_bytes() + 64, nullptr, &stats, m.span_bytes());
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted) << over.status();
+  EXPECT_EQ(stats.changed_elements, 300000u);
+  EXPECT_EQ(mem.Frame(4), std::string(4, '\xEE'));  // nothing written
+  // A frame larger than its buffer is refused too.
+  absl::StatusOr<uint64_t> small =
+      (*encoder)->Encode(m, mem.base_, mem.next_, mem.frame_, 1000, nullptr);
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted) << small.status();
+  EXPECT_EQ(mem.Frame(4), std::string(4, '\xEE'));
+}
+
+}  // namespace
+}  // namespace wsync::cuda
