@@ -55,6 +55,31 @@ class DeviceArray {
   size_t bytes_ = 0;
 };
 
+// Pinned host memory, grown as needed: what crosses PCIe between the passes (the plan, the
+// counts, the headers) is copied from and into it without the driver's staging.
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  ~PinnedArray() { cudaFreeHost(data_); }
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    const size_t want = std::max(bytes, bytes_ * 2);
+    cudaFreeHost(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data_, want));
+    bytes_ = want;
+    return absl::OkStatus();
+  }
+  unsigned char* at(size_t offset) const { return static_cast<unsigned char*>(data_) + offset; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 void PutLittle(std::vector<unsigned char>* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<unsigned char>(v >> (8 * i)));
 }
@@ -65,6 +90,7 @@ struct DeltaEncoder::Arrays {
   DeviceArray tensors, masks, chunk_count, chunk_last, chunk_prev, chunk_bytes, chunk_rank,
       chunk_offset, tensor_k, tensor_bytes, blob, scan_temp;
   std::unique_ptr<TimingEvent> compare_started, compare_ended;  // around pass 1
+  PinnedArray staging;  // the plan, then the counts, the positions' bytes, the headers
 };
 
 DeltaEncoder::DeltaEncoder(int device) : device_(device), arrays_(std::make_unique<Arrays>()) {}
@@ -127,7 +153,7 @@ absl::StatusOr<uint64_t> DeltaEncoder::Encode(const BucketManifest& manifest, co
       delta::ScanPrevious(nullptr, &max_scan_bytes, nullptr, nullptr, words, stream));
   for (auto [array, bytes] : std::initializer_list<std::pair<DeviceArray*, size_t>>{
            {&a.tensors, std::max<size_t>(count, 1) * sizeof(TensorPlan)},
-           {&a.masks, words * delta::kThreads * sizeof(uint64_t)},
+           {&a.masks, words * delta::kGroupsPerChunk * sizeof(uint64_t)},
            {&a.chunk_count, words * 8},
            {&a.chunk_last, words * 8},
            {&a.chunk_prev, words * 8},
@@ -140,9 +166,15 @@ absl::StatusOr<uint64_t> DeltaEncoder::Encode(const BucketManifest& manifest, co
            {&a.scan_temp, std::max(scan_bytes, max_scan_bytes)}}) {
     WSYNC_RETURN_IF_ERROR(array->Reserve(bytes));
   }
+  // Pinned staging: the plan, the counts, the positions' bytes, the headers. Each is rewritten
+  // only after the stream has synchronised past the copy that read it.
+  const size_t plan_at = 0, k_at = count * sizeof(TensorPlan), bytes_at = k_at + count * 8,
+               blob_at = bytes_at + count * 8;
+  WSYNC_RETURN_IF_ERROR(a.staging.Reserve(blob_at + kPrefixBytes + kHeaderBytes * count));
   const auto upload_tensors = [&]() -> absl::Status {
     if (count == 0) return absl::OkStatus();
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a.tensors.as<TensorPlan>(), tensors.data(),
+    std::memcpy(a.staging.at(plan_at), tensors.data(), count * sizeof(TensorPlan));
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a.tensors.as<TensorPlan>(), a.staging.at(plan_at),
                                                count * sizeof(TensorPlan), cudaMemcpyHostToDevice,
                                                stream));
     return absl::OkStatus();
@@ -162,9 +194,10 @@ absl::StatusOr<uint64_t> DeltaEncoder::Encode(const BucketManifest& manifest, co
         a.masks.as<uint64_t>(), a.chunk_count.as<unsigned long long>(),
         a.chunk_last.as<unsigned long long>(), a.tensor_k.as<unsigned long long>(), stream));
     WSYNC_CUDA_RETURN_IF_ERROR(cudaEventRecord(a.compare_ended->get(), stream));
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(k.data(), a.tensor_k.as<void>(), count * 8,
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a.staging.at(k_at), a.tensor_k.as<void>(), count * 8,
                                                cudaMemcpyDeviceToHost, stream));
     WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    std::memcpy(k.data(), a.staging.at(k_at), count * 8);
   }
   phases_.counted = since();
   if (n_chunks > 0) {
@@ -202,9 +235,10 @@ absl::StatusOr<uint64_t> DeltaEncoder::Encode(const BucketManifest& manifest, co
         a.tensors.as<TensorPlan>(), static_cast<uint32_t>(count), n_chunks, a.masks.as<uint64_t>(),
         a.chunk_prev.as<unsigned long long>(), a.chunk_bytes.as<unsigned long long>(),
         a.tensor_bytes.as<unsigned long long>(), stream));
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(position_bytes.data(), a.tensor_bytes.as<void>(),
+    WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a.staging.at(bytes_at), a.tensor_bytes.as<void>(),
                                                count * 8, cudaMemcpyDeviceToHost, stream));
     WSYNC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    std::memcpy(position_bytes.data(), a.staging.at(bytes_at), count * 8);
   }
   phases_.sized = since();
   // The forms, as the CPU codec picks them (ties: dense, then bitmap), and the frame's layout.
@@ -239,8 +273,9 @@ absl::StatusOr<uint64_t> DeltaEncoder::Encode(const BucketManifest& manifest, co
         absl::StrCat("the delta takes ", at, " bytes; its buffer holds ", capacity));
   }
   WSYNC_RETURN_IF_ERROR(upload_tensors());
-  WSYNC_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(a.blob.as<void>(), blob.data(), blob.size(), cudaMemcpyHostToDevice, stream));
+  std::memcpy(a.staging.at(blob_at), blob.data(), blob.size());
+  WSYNC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a.blob.as<void>(), a.staging.at(blob_at), blob.size(),
+                                             cudaMemcpyHostToDevice, stream));
   if (n_chunks > 0) {
     size_t temp_bytes = scan_bytes;
     WSYNC_CUDA_RETURN_IF_ERROR(

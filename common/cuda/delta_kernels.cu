@@ -87,33 +87,31 @@ __device__ __forceinline__ uint32_t UnitDiffBits(uint4 a, uint4 b, uint32_t widt
   return m;
 }
 
-// One 16-byte unit of a tensor, bytes past the tensor's end equal in both.
-__device__ __forceinline__ void LoadUnit(const unsigned char* a, const unsigned char* b,
-                                         uint64_t bytes, bool aligned, uint4* va, uint4* vb) {
-  if (bytes >= 16 && aligned) {
-    *va = __ldg(reinterpret_cast<const uint4*>(a));
-    *vb = __ldg(reinterpret_cast<const uint4*>(b));
-    return;
+// One 16-byte unit of a tensor (bytes past the tensor's end read as 0 in both). Every index is
+// a constant once unrolled, so the words stay in registers (an array indexed at run time would
+// live in local memory, and its traffic would double what the kernel moves).
+__device__ __forceinline__ uint4 LoadUnit(const unsigned char* p, uint64_t bytes, bool aligned) {
+  if (bytes >= 16 && aligned) return __ldg(reinterpret_cast<const uint4*>(p));
+  uint32_t x[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t byte = static_cast<uint64_t>(i) < bytes ? p[i] : 0u;
+    x[i / 4] |= byte << (8 * (i % 4));
   }
-  uint32_t x[4] = {0, 0, 0, 0}, y[4] = {0, 0, 0, 0};
-  for (uint64_t i = 0; i < bytes && i < 16; ++i) {
-    x[i / 4] |= static_cast<uint32_t>(a[i]) << (8 * (i % 4));
-    y[i / 4] |= static_cast<uint32_t>(b[i]) << (8 * (i % 4));
-  }
-  *va = make_uint4(x[0], x[1], x[2], x[3]);
-  *vb = make_uint4(y[0], y[1], y[2], y[3]);
+  return make_uint4(x[0], x[1], x[2], x[3]);
 }
 
 // Pass 1: each element compared; its bit kept; per chunk the count and the last changed position,
-// per tensor the count. The chunk is read as 4 rounds of 256 consecutive 16-byte units (every
-// warp load one contiguous 512 bytes), all 8 loads in flight at once; the 4 lanes holding a
-// 64-byte group's units put its mask together by shuffles, so masks stay one per 64 bytes in
-// element order. Warps reduce by shuffles, the block through shared memory once.
+// per tensor the count. The chunk is read in rounds of 256 consecutive 16-byte units (every warp
+// load one contiguous 512 bytes), four rounds' loads in flight at once; the 4 lanes holding a
+// group's units put its mask together by shuffles. Warps reduce by shuffles, the block through
+// shared memory once.
 __global__ void __launch_bounds__(kThreads)
     CompareKernel(const unsigned char* base, const unsigned char* next, const TensorPlan* tensors,
                   uint32_t tensor_count, Mask* masks, unsigned long long* chunk_count,
                   unsigned long long* chunk_last, unsigned long long* tensor_k) {
-  constexpr int kRounds = kThreadBytes / 16;
+  constexpr int kRounds = kChunkBytes / (16 * kThreads);
+  constexpr int kBatch = 4;
   const Chunk ch = FindChunk(tensors, tensor_count, blockIdx.x);
   const TensorPlan t = tensors[ch.tensor];
   const unsigned char* a = base + t.offset + ch.start;
@@ -121,36 +119,40 @@ __global__ void __launch_bounds__(kThreads)
   const bool aligned =
       ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
   const uint64_t left = t.length - ch.start;  // bytes of the tensor from the chunk's start
-  uint4 va[kRounds], vb[kRounds];
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const uint64_t at = 16 * (static_cast<uint64_t>(r) * kThreads + threadIdx.x);
-    if (at < left) {
-      LoadUnit(a + at, b + at, left - at, aligned, &va[r], &vb[r]);
-    } else {
-      va[r] = vb[r] = make_uint4(0, 0, 0, 0);
-    }
-  }
   const uint32_t unit_bits = 16 / t.width;
   const uint32_t lane = threadIdx.x % 32;
+  Mask* chunk_masks = masks + static_cast<uint64_t>(blockIdx.x) * kGroupsPerChunk;
   unsigned long long count = 0, last = 0;
 #pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const uint32_t bits = UnitDiffBits(va[r], vb[r], t.width);
-    // Lanes 4k .. 4k+3 hold one 64-byte group's units, in order.
-    Mask m = bits;
+  for (int r0 = 0; r0 < kRounds; r0 += kBatch) {
+    uint4 va[kBatch], vb[kBatch];
 #pragma unroll
-    for (int j = 1; j < 4; ++j) {
-      const uint32_t other = __shfl_down_sync(0xFFFFFFFFu, bits, j);
-      m |= static_cast<Mask>(other) << (j * unit_bits);
+    for (int r = 0; r < kBatch; ++r) {
+      const uint64_t at = 16 * (static_cast<uint64_t>(r0 + r) * kThreads + threadIdx.x);
+      va[r] = vb[r] = make_uint4(0, 0, 0, 0);
+      if (at < left) {
+        va[r] = LoadUnit(a + at, left - at, aligned);
+        vb[r] = LoadUnit(b + at, left - at, aligned);
+      }
     }
-    if (lane % 4 == 0) {
-      const uint32_t group = r * (kThreads / 4) + threadIdx.x / 4;
-      masks[static_cast<uint64_t>(blockIdx.x) * kThreads + group] = m;
-      count += __popcll(m);
-      if (m != 0) {
-        const uint64_t elem0 = (ch.start + static_cast<uint64_t>(group) * kThreadBytes) / t.width;
-        last = ((ch.tensor + 1ull) << kPositionBits) | (elem0 + LastBit(m) + 1);
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r) {
+      const uint32_t bits = UnitDiffBits(va[r], vb[r], t.width);
+      // Lanes 4k .. 4k+3 hold one group's units, in order.
+      Mask m = bits;
+#pragma unroll
+      for (int j = 1; j < 4; ++j) {
+        const uint32_t other = __shfl_down_sync(0xFFFFFFFFu, bits, j);
+        m |= static_cast<Mask>(other) << (j * unit_bits);
+      }
+      if (lane % 4 == 0) {
+        const uint32_t group = (r0 + r) * (kThreads / 4) + threadIdx.x / 4;
+        chunk_masks[group] = m;
+        count += __popcll(m);
+        if (m != 0) {
+          const uint64_t elem0 = (ch.start + group * kGroupBytes) / t.width;
+          last = ((ch.tensor + 1ull) << kPositionBits) | (elem0 + LastBit(m) + 1);
+        }
       }
     }
   }
@@ -177,12 +179,48 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// A thread's groups: their masks and first elements, in element order.
+struct ThreadGroups {
+  Mask mask[kGroupsPerThread];
+  uint64_t elem0[kGroupsPerThread];
+  __device__ void Load(const Mask* masks, const Chunk& ch, uint32_t width) {
+    const Mask* mine = masks + static_cast<uint64_t>(blockIdx.x) * kGroupsPerChunk +
+                       threadIdx.x * kGroupsPerThread;
+#pragma unroll
+    for (unsigned j = 0; j < kGroupsPerThread; ++j) {
+      mask[j] = mine[j];
+      elem0[j] = (ch.start + (threadIdx.x * kGroupsPerThread + j) * kGroupBytes) / width;
+    }
+  }
+  __device__ unsigned long long Count() const {
+    unsigned long long n = 0;
+#pragma unroll
+    for (unsigned j = 0; j < kGroupsPerThread; ++j) n += __popcll(mask[j]);
+    return n;
+  }
+  // The last changed position (-1: none).
+  __device__ long long Last() const {
+    long long last = -1;
+#pragma unroll
+    for (unsigned j = 0; j < kGroupsPerThread; ++j) {
+      if (mask[j] != 0) last = static_cast<long long>(elem0[j] + LastBit(mask[j]));
+    }
+    return last;
+  }
+  // Calls f(position) for each changed element, in order.
+  template <typename F>
+  __device__ void ForEach(F f) const {
+#pragma unroll
+    for (unsigned j = 0; j < kGroupsPerThread; ++j) {
+      for (Mask m = mask[j]; m != 0; m &= m - 1) f(elem0[j] + FirstBit(m));
+    }
+  }
+};
+
 // The thread's previous changed position: the last of the threads before it in the chunk, else
 // of the chunks before it in the tensor.
-__device__ __forceinline__ long long PreviousPosition(Mask m, uint64_t elem0,
-                                                      long long before_chunk,
+__device__ __forceinline__ long long PreviousPosition(long long mine, long long before_chunk,
                                                       typename BlockScan64::TempStorage& temp) {
-  const long long mine = m == 0 ? -1 : static_cast<long long>(elem0 + LastBit(m));
   long long prev;
   BlockScan64(temp).ExclusiveScan(mine, prev, before_chunk, MaxOp());
   return prev;
@@ -200,21 +238,20 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) chunk_bytes[blockIdx.x] = 0;
     return;
   }
-  Mask m = masks[blockIdx.x * kThreads + threadIdx.x];
-  const uint64_t elem0 = (ch.start + threadIdx.x * kThreadBytes) / t.width;
+  ThreadGroups g;
+  g.Load(masks, ch, t.width);
   __shared__ union {
     typename BlockScan64::TempStorage scan;
     typename BlockSum64::TempStorage sum;
   } temp;
   long long prev =
-      PreviousPosition(m, elem0, PreviousInTensor(chunk_prev[blockIdx.x], ch.tensor), temp.scan);
+      PreviousPosition(g.Last(), PreviousInTensor(chunk_prev[blockIdx.x], ch.tensor), temp.scan);
   unsigned long long bytes = 0;
-  while (m != 0) {
-    const long long pos = static_cast<long long>(elem0) + FirstBit(m);
-    m &= m - 1;
+  g.ForEach([&](uint64_t position) {
+    const auto pos = static_cast<long long>(position);
     bytes += VarintSize(static_cast<uint64_t>(prev < 0 ? pos : pos - prev - 1));
     prev = pos;
-  }
+  });
   __syncthreads();
   const unsigned long long total = BlockSum64(temp.sum).Sum(bytes);
   if (threadIdx.x == 0) {
@@ -232,7 +269,6 @@ __global__ void __launch_bounds__(kThreads)
                 unsigned char* frame) {
   const Chunk ch = FindChunk(tensors, tensor_count, blockIdx.x);
   const TensorPlan t = tensors[ch.tensor];
-  const uint64_t byte0 = ch.start + threadIdx.x * kThreadBytes;
   if (t.form == kFormDense) {
     // The chunk's bytes, the block's threads on consecutive bytes (the payload has no alignment).
     const uint64_t n = Min64(kChunkBytes, t.length - ch.start);
@@ -241,41 +277,43 @@ __global__ void __launch_bounds__(kThreads)
     for (uint64_t i = threadIdx.x; i < n; i += kThreads) dst[i] = src[i];
     return;
   }
-  const Mask mask = masks[blockIdx.x * kThreads + threadIdx.x];
-  const uint64_t elem0 = byte0 / t.width;
+  ThreadGroups g;
+  g.Load(masks, ch, t.width);
   __shared__ union {
     typename BlockScanU64::TempStorage scan;
     typename BlockScan64::TempStorage prev;
   } temp;
   unsigned long long rank;
-  BlockScanU64(temp.scan).ExclusiveSum(static_cast<unsigned long long>(__popcll(mask)), rank);
+  BlockScanU64(temp.scan).ExclusiveSum(g.Count(), rank);
   rank += chunk_rank[blockIdx.x] - chunk_rank[t.first_chunk];
-  const unsigned char* src = next + t.offset;
   if (t.form == kFormBitmap) {
-    // 64 / width bits: whole bytes of the bitmap, none past its end.
-    const uint32_t bytes = kThreadBytes / t.width / 8;
-    for (uint32_t i = 0; i < bytes && elem0 / 8 + i < t.bitmap_bytes; ++i) {
-      frame[t.payload + elem0 / 8 + i] = static_cast<unsigned char>(mask >> (8 * i));
+    // 64 / width bits a group: whole bytes of the bitmap, none past its end.
+    const uint32_t bytes = kGroupBytes / t.width / 8;
+#pragma unroll
+    for (unsigned j = 0; j < kGroupsPerThread; ++j) {
+      for (uint32_t i = 0; i < bytes && g.elem0[j] / 8 + i < t.bitmap_bytes; ++i) {
+        frame[t.payload + g.elem0[j] / 8 + i] = static_cast<unsigned char>(g.mask[j] >> (8 * i));
+      }
     }
   } else {
     __syncthreads();
-    long long prev = PreviousPosition(
-        mask, elem0, PreviousInTensor(chunk_prev[blockIdx.x], ch.tensor), temp.prev);
-    const long long first_prev = prev;
+    const long long first_prev =
+        PreviousPosition(g.Last(), PreviousInTensor(chunk_prev[blockIdx.x], ch.tensor), temp.prev);
+    long long prev = first_prev;
     unsigned long long bytes = 0;
-    for (Mask m = mask; m != 0; m &= m - 1) {
-      const long long pos = static_cast<long long>(elem0) + FirstBit(m);
+    g.ForEach([&](uint64_t position) {
+      const auto pos = static_cast<long long>(position);
       bytes += VarintSize(static_cast<uint64_t>(prev < 0 ? pos : pos - prev - 1));
       prev = pos;
-    }
+    });
     __syncthreads();
     unsigned long long at;
     BlockScanU64(temp.scan).ExclusiveSum(bytes, at);
     unsigned char* out =
         frame + t.payload + (chunk_offset[blockIdx.x] - chunk_offset[t.first_chunk]) + at;
     prev = first_prev;
-    for (Mask m = mask; m != 0; m &= m - 1) {
-      const long long pos = static_cast<long long>(elem0) + FirstBit(m);
+    g.ForEach([&](uint64_t position) {
+      const auto pos = static_cast<long long>(position);
       uint64_t v = static_cast<uint64_t>(prev < 0 ? pos : pos - prev - 1);
       prev = pos;
       while (v >= 0x80) {
@@ -283,15 +321,15 @@ __global__ void __launch_bounds__(kThreads)
         v >>= 7;
       }
       *out++ = static_cast<unsigned char>(v);
-    }
+    });
   }
-  for (Mask m = mask; m != 0; m &= m - 1) {
-    const uint64_t pos = elem0 + FirstBit(m);
+  const unsigned char* src = next + t.offset;
+  g.ForEach([&](uint64_t pos) {
     const unsigned char* from = src + pos * t.width;
     unsigned char* to = frame + t.values + rank * t.width;
     for (uint32_t i = 0; i < t.width; ++i) to[i] = from[i];
     ++rank;
-  }
+  });
 }
 
 // The frame's prefix and each tensor's header, from the header blob the host wrote.

@@ -11,11 +11,14 @@
 
 namespace wsync::cuda::delta {
 
-// A block of 256 threads takes one chunk of one tensor: each thread 64 bytes, so 64 / width
-// elements and as many bits of its mask (at least 8: whole bytes of a bitmap).
+// A block of 256 threads takes one chunk of one tensor, 64 KiB: each thread four 64-byte groups
+// in a row, each group a 64-bit mask (64 / width elements, at least 8 bits: whole bytes of a
+// bitmap), kept in element order.
 inline constexpr unsigned kThreads = 256;
-inline constexpr uint64_t kThreadBytes = 64;
-inline constexpr uint64_t kChunkBytes = kThreads * kThreadBytes;
+inline constexpr uint64_t kGroupBytes = 64;
+inline constexpr unsigned kGroupsPerThread = 4;
+inline constexpr unsigned kGroupsPerChunk = kThreads * kGroupsPerThread;
+inline constexpr uint64_t kChunkBytes = kGroupsPerChunk * kGroupBytes;
 inline constexpr int kHeaderBytes = 17;  // u8 form, u64 changed elements, u64 payload bytes
 inline constexpr int kPrefixBytes = 8;   // "WSD1", u32 tensor count
 // DeltaForm's values.
@@ -42,8 +45,8 @@ struct Chunk {
   uint64_t start;  // byte in the tensor
 };
 
-// Pass 1: each element compared at its width, its bit kept in `masks` (kThreads per chunk); per
-// chunk the count and the last changed position as (tensor + 1) << 40 | (position + 1), per
+// Pass 1: each element compared at its width, its bit kept in `masks` (kGroupsPerChunk per chunk);
+// per chunk the count and the last changed position as (tensor + 1) << 40 | (position + 1), per
 // tensor the count (added to `tensor_k`, zeroed before).
 cudaError_t LaunchCompare(const void* base, const void* next, const TensorPlan* tensors,
                           uint32_t tensor_count, size_t n_chunks, uint64_t* masks,
