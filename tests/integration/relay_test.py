@@ -35,6 +35,9 @@ SGLANG_SIM = sglang_engine(SIM)
 import numpy as np  # noqa: E402
 import wsync  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
+from rl_weight_steps import AdamTrainer, changed_fraction  # noqa: E402
+
 
 def slowly(model):
     """A trainer that produces a tensor every 50 ms: its update stays open for a while."""
@@ -546,6 +549,41 @@ class DeltaTest(RelayCase):
         self.assertIn(f'wsync_wire_bytes_total{{group="policy",kind="dense"}} {6 * dense}', scraped)
         self.assertIn(f'wsync_wire_bytes_total{{group="policy",kind="sent"}} {total_sent}', scraped)
         self.assertIn('wsync_delta_elements_total{group="policy",kind="changed"}', scraped)
+
+
+    def test_fifty_adam_steps_land_bit_identical_on_every_engine(self):
+        # The trainer's fp32 master weights under Adam at an RL rate, published as bf16 after each
+        # step: a few percent of the elements change per step. node-b takes steps 2 to 50 as
+        # deltas, node-c whole; after every update every engine rank holds the trainer's bytes.
+        self.upstream(["node-b", "node-c"])
+        ports = {"node-b": self.downstream("node-b", flags=("--resident", "host")),
+                 "node-c": self.downstream("node-c")}
+        for n in ports:
+            self.wait_subscribed(n)
+        trainer = AdamTrainer({f"model.layers.{i}.mlp.weight": (300, 500) for i in range(6)},
+                              lr=1e-6, seed=3)
+        before = None
+        fractions, shares = [], []
+        for step in range(1, 51):
+            trainer.step()
+            weights = trainer.bf16()
+            model = [(name, a.reshape(-1), "bfloat16") for name, a in weights.items()]
+            result = self.push(f"step-{step}", model)
+            self.assertTrue(all(e["ok"] for e in result["engines"]), (step, result))
+            for port in ports.values():
+                self.assert_holds(port, model)
+            if before is not None:
+                fractions.append(changed_fraction(before, weights))
+                volume = result["wire_volume"]
+                # Half the legs (node-c's) are dense: the delta leg is what is sent beyond them.
+                shares.append(2 * volume["sent_bytes"] / volume["dense_bytes"] - 1)
+                self.assertAlmostEqual(volume["changed_fraction"], fractions[-1], places=6)
+            before = weights
+        print(f"Adam steps: {min(fractions):.2%} to {max(fractions):.2%} of elements changed; "
+              f"node-b's legs took {min(shares):.2%} to {max(shares):.2%} of the bytes",
+              file=sys.stderr)
+        self.assertLess(max(shares), 0.10, shares)
+        self.assertGreater(min(fractions), 0.0, fractions)
 
 
 class ResidentTest(RelayCase):
