@@ -406,6 +406,8 @@ absl::StatusOr<PushResult> PushStream::Commit() {
     out.wire_sent_bytes = result_.wire_volume().sent_bytes();
     out.wire_dense_bytes = result_.wire_volume().dense_bytes();
     out.changed_fraction = result_.wire_volume().changed_fraction();
+    out.elements_compared = result_.wire_volume().elements_compared();
+    out.elements_changed = result_.wire_volume().elements_changed();
   }
   out.bucket_rules = planner_.rules().Describe();
   for (const auto& e : result_.engines()) {

@@ -87,6 +87,8 @@ struct PushResult {
   uint64_t wire_sent_bytes = 0;
   uint64_t wire_dense_bytes = 0;
   double changed_fraction = 0;
+  uint64_t elements_compared = 0;
+  uint64_t elements_changed = 0;
   // The group's bucket rules the push's buckets followed (BucketRules::Describe: "none", "one
   // dtype per bucket", "close after 64 MiB", ...), as wsyncd announced them in UpdateStarted.
   std::string bucket_rules;

@@ -74,7 +74,9 @@ void WriteResult(const wsync::PushResult& result, char** result_json) {
   if (result.has_wire_volume) {
     j["wire_volume"] = {{"sent_bytes", result.wire_sent_bytes},
                         {"dense_bytes", result.wire_dense_bytes},
-                        {"changed_fraction", result.changed_fraction}};
+                        {"changed_fraction", result.changed_fraction},
+                        {"elements_compared", result.elements_compared},
+                        {"elements_changed", result.elements_changed}};
   }
   j["engines"] = nlohmann::json::array();
   for (const auto& e : result.engines) {

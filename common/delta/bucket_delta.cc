@@ -132,6 +132,14 @@ absl::StatusOr<std::pair<size_t, uint64_t>> Elements(const TensorEntry& t) {
   return std::make_pair(width, t.length / width);
 }
 
+// The new bucket's memory changed between the encoder's reads (a trainer still writing the slot):
+// no frame can be trusted.
+absl::Status ChangedWhileRead(const TensorEntry& t, uint64_t counted, uint64_t found) {
+  return absl::FailedPreconditionError(absl::StrCat("tensor '", t.name,
+                                                    "' changed while it was encoded: ", counted,
+                                                    " changed elements counted, then ", found));
+}
+
 absl::Status SpanHolds(const BucketManifest& manifest, size_t size, absl::string_view what) {
   if (manifest.span_bytes() > size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -237,6 +245,7 @@ absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
         position_bytes += VarintSize(changed.empty() ? i : i - changed.back() - 1);
         changed.push_back(i);
       });
+      if (changed.size() != k) return ChangedWhileRead(t, k, changed.size());
       if (position_bytes + values < size) {
         form = DeltaForm::kGaps;
         size = position_bytes + values;
@@ -253,11 +262,20 @@ absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
         frame.append(size, '\0');
         char* bitmap = frame.data() + at;
         char* value = bitmap + (n + 7) / 8;
-        ForEachChanged(before, after, n, width, [&](uint64_t i) {
+        uint64_t written = 0;
+        const auto put = [&](uint64_t i) {
+          // Never past the k values counted, whatever the memory reads now.
+          if (++written > k) return;
           bitmap[i / 8] = static_cast<char>(bitmap[i / 8] | (1 << (i % 8)));
           std::memcpy(value, after + i * width, width);
           value += width;
-        });
+        };
+        if (changed.size() == k && k > 0) {
+          for (uint64_t i : changed) put(i);  // listed already: no second read
+        } else {
+          ForEachChanged(before, after, n, width, put);
+        }
+        if (written != k) return ChangedWhileRead(t, k, written);
       } else {
         for (size_t j = 0; j < changed.size(); ++j) {
           PutVarint(&frame, j == 0 ? changed[0] : changed[j] - changed[j - 1] - 1);

@@ -45,7 +45,9 @@ class Authorizer {
   grpc::Status Require(const grpc::ServerContextBase& context, Role needed, const char* call,
                        Caller* caller = nullptr) const;
   // The role a TCP caller's "authorization" value gives ("Bearer <token>"): kNone for no token
-  // or an unknown one; for a relay token, its groups and nodes in `relay` (may be null).
+  // or an unknown one; for a relay token, its groups and nodes in `relay` (may be null). Reads
+  // the options only: the TCP token check calls it from gRPC's threads, possibly after the
+  // server (and its unix listener) is gone.
   Role TokenRole(absl::string_view authorization, Caller* relay = nullptr) const;
   // TCP callers need a token (a TLS listener): calls without one are refused before they reach
   // a service (TokenGate).

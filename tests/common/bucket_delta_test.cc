@@ -56,11 +56,13 @@ std::vector<uint8_t> Changed(const BucketManifest& m, const std::vector<uint8_t>
 }
 
 TEST(BucketDelta, EveryDensityAndDtypeDecodesToTheExactBytes) {
-  const BucketManifest m = Manifest({{DType::kBfloat16, 20000},
-                                     {DType::kFloat32, 5000},
+  // Odd counts: every width's tail after its last whole eight bytes.
+  const BucketManifest m = Manifest({{DType::kBfloat16, 20001},
+                                     {DType::kFloat32, 5001},
                                      {DType::kInt8, 3001},
                                      {DType::kFloat64, 700},
-                                     {DType::kBfloat16, 0}});
+                                     {DType::kBfloat16, 0},
+                                     {DType::kBfloat16, 7}});
   const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 1);
   for (double fraction : {0.0, 0.001, 0.01, 0.1, 0.5, 1.0}) {
     uint64_t changed = 0;

@@ -578,6 +578,7 @@ class DeltaTest(RelayCase):
                 # Half the legs (node-c's) are dense: the delta leg is what is sent beyond them.
                 shares.append(2 * volume["sent_bytes"] / volume["dense_bytes"] - 1)
                 self.assertAlmostEqual(volume["changed_fraction"], fractions[-1], places=6)
+                self.assertEqual(volume["elements_compared"], 6 * 300 * 500, volume)
             before = weights
         print(f"Adam steps: {min(fractions):.2%} to {max(fractions):.2%} of elements changed; "
               f"node-b's legs took {min(shares):.2%} to {max(shares):.2%} of the bytes",

@@ -81,10 +81,16 @@ void DeltaBase::Stage(uint64_t index, const BucketManifest& manifest, uint32_t c
     }
     auto [at, fresh] = staged_.tensors.try_emplace(t.name);
     Tensor& kept = at->second;
-    if (auto spare = spare_.find(t.name); fresh && spare != spare_.end()) {
-      kept.bytes = std::move(spare->second.bytes);
-      kept.bytes.clear();
-      spare_.erase(spare);
+    if (fresh && !spare_.empty()) {
+      if (auto spare = spare_.find(t.name); spare != spare_.end()) {
+        kept.bytes = std::move(spare->second.bytes);
+        kept.bytes.clear();
+        spare_.erase(spare);
+      } else {
+        // Another model's names: its memory would sit beside the base and the staged version,
+        // outside the cap, for the whole update. Freed now.
+        spare_.clear();
+      }
     }
     staged_.bytes -= kept.bytes.size();
     kept.dtype = t.dtype;

@@ -393,15 +393,16 @@ absl::StatusOr<std::unique_ptr<BucketHandle>> RelayTransport::StartBucket(
         as_delta
             ? leg.pair->StartBroadcastFrom(*frame.slot, frame.slot->data(), frame_pieces, deadline)
             : leg.pair->StartBroadcastFrom(*source.slot, base, pieces, deadline);
-    if (deltas != nullptr) deltas->Count(span, as_delta ? frame.bytes : span);
-    volume.dense_bytes += span;
-    volume.sent_bytes += as_delta ? frame.bytes : span;
     if (!ticket.ok()) {
       leg.status = absl::Status(ticket.status().code(),
                                 absl::StrCat(leg.member->url, ": ", ticket.status().message()));
       leg.member->Break(leg.status.message());
     } else {
       leg.ticket = *ticket;
+      // Only a leg whose bytes went out counts.
+      if (deltas != nullptr) deltas->Count(span, as_delta ? frame.bytes : span);
+      volume.dense_bytes += span;
+      volume.sent_bytes += as_delta ? frame.bytes : span;
     }
     legs.push_back(std::move(leg));
   }
