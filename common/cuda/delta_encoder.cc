@@ -14,6 +14,7 @@
 #include "common/cuda/cuda_resources.h"
 #include "common/cuda/cuda_status.h"
 #include "common/cuda/delta_kernels.h"
+#include "common/cuda/grown_buffers.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
 
@@ -27,58 +28,6 @@ using delta::TensorPlan;
 static_assert(delta::kFormDense == static_cast<uint32_t>(DeltaForm::kDense) &&
               delta::kFormBitmap == static_cast<uint32_t>(DeltaForm::kBitmap) &&
               delta::kFormGaps == static_cast<uint32_t>(DeltaForm::kGaps));
-
-// Device memory that grows to what a bucket needs and is kept for the next one.
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(data_); }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    const size_t want = std::max(bytes, bytes_ * 2);
-    cudaFree(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, want));
-    bytes_ = want;
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Pinned host memory, grown as needed: what crosses PCIe between the passes (the plan, the
-// counts, the headers) is copied from and into it without the driver's staging.
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  ~PinnedArray() { cudaFreeHost(data_); }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    const size_t want = std::max(bytes, bytes_ * 2);
-    cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data_, want));
-    bytes_ = want;
-    return absl::OkStatus();
-  }
-  unsigned char* at(size_t offset) const { return static_cast<unsigned char*>(data_) + offset; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 void PutLittle(std::vector<unsigned char>* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out->push_back(static_cast<unsigned char>(v >> (8 * i)));

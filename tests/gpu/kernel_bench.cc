@@ -6,8 +6,10 @@
 // 0.1 %, 1 % and 10 % of its elements changed at random, and 100 % under the relay's limit (the
 // span: the encoder only counts, and the bucket goes dense). Its rate counts the bytes it reads
 // (both versions) and writes (the frame), against a device-to-device copy's (reads and writes)
-// in the same run; every frame is checked against the CPU codec's. Gate: >= 0.5 x the copy's
-// rate (exit 1 when missed).
+// in the same run; every frame is checked against the CPU codec's. Then the decoder as a
+// downstream calls it, the base with the frame applied into other memory (counting the base
+// read, the output written and the frame read), the result compared with the new version.
+// Gates: each >= 0.5 x the copy's rate (exit 1 when missed).
 //
 //   kernel_bench [--device 0] [--sizes 128,256,1024,4096 (MiB)] [--delta-sizes 256,1024]
 //                [--reps 5]
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "common/cuda/cuda_resources.h"
+#include "common/cuda/delta_decoder.h"
 #include "common/cuda/delta_encoder.h"
 #include "common/cuda/kernels.h"
 #include "common/delta/bucket_delta.h"
@@ -46,8 +49,9 @@ double gib(uint64_t bytes) { return static_cast<double>(bytes) / (1ull << 30); }
 // The delta table; false when a frame disagrees with the CPU codec's or a gate is missed.
 bool DeltaTable(int device, int reps, const std::vector<uint64_t>& sizes_mib, cudaStream_t s) {
   auto encoder = wsync::cuda::DeltaEncoder::Create(device);
-  if (!encoder.ok()) {
-    std::fprintf(stderr, "kernel_bench: %s\n", std::string(encoder.status().message()).c_str());
+  auto decoder = wsync::cuda::DeltaDecoder::Create(device);
+  if (!encoder.ok() || !decoder.ok()) {
+    std::fprintf(stderr, "kernel_bench: no delta encoder or decoder\n");
     return false;
   }
   std::printf(
@@ -55,7 +59,7 @@ bool DeltaTable(int device, int reps, const std::vector<uint64_t>& sizes_mib, cu
       "ratio to the d2d copy's\n");
   std::printf(
       "#   size(MiB)   changed  frame/dense  d2d-copy    encode   ratio  gate  agree  "
-      "counted-ms  sized-ms  written-ms  compare-ms\n");
+      "counted-ms  sized-ms  written-ms  compare-ms    decode   ratio  gate  agree\n");
   bool ok = true;
   for (uint64_t mib : sizes_mib) {
     const uint64_t bytes = mib << 20;
@@ -118,11 +122,26 @@ bool DeltaTable(int device, int reps, const std::vector<uint64_t>& sizes_mib, cu
       const bool gate = rate >= 0.5 * copy_rate;
       ok = ok && agree && gate;
       const wsync::cuda::DeltaEncoder::Phases p = (*encoder)->last_phases();
-      std::printf("%13llu %8.1f%% %11.2f%% %9.1f %9.1f %7.2f  %s  %s  %10.3f %9.3f %11.3f %11.3f\n",
+      std::printf("%13llu %8.1f%% %11.2f%% %9.1f %9.1f %7.2f  %s  %s  %10.3f %9.3f %11.3f %11.3f",
                   static_cast<unsigned long long>(mib), 100 * fraction,
                   100.0 * static_cast<double>(frame) / static_cast<double>(bytes), copy_rate, rate,
                   rate / copy_rate, gate ? "PASS" : "FAIL", agree ? "yes" : "NO", 1e3 * p.counted,
                   1e3 * p.sized, 1e3 * p.written, 1e3 * p.compare_kernel);
+      if (frame == 0) {
+        std::printf("         -       -     -      -\n");
+        continue;
+      }
+      // The downstream's call: the base (its resident copy) with the frame applied, into a slot.
+      const double decode_s = BestSeconds(
+          reps, [&] { return (*decoder)->Decode(m, d_base, d_frame, frame, d_copy, s).ok(); });
+      std::vector<uint8_t> rebuilt(bytes);
+      cudaMemcpy(rebuilt.data(), d_copy, bytes, cudaMemcpyDeviceToHost);
+      const bool rebuilt_ok = decode_s > 0 && rebuilt == next;
+      const double decode_rate = gib(2 * bytes + frame) / decode_s;
+      const bool decode_gate = decode_rate >= 0.5 * copy_rate;
+      ok = ok && rebuilt_ok && decode_gate;
+      std::printf(" %9.1f %7.2f  %s  %s\n", decode_rate, decode_rate / copy_rate,
+                  decode_gate ? "PASS" : "FAIL", rebuilt_ok ? "yes" : "NO");
     }
     cudaFree(d_base);
     cudaFree(d_next);

@@ -5,7 +5,7 @@
 #   STEPS=ipc,vllm_nccl bash tests/gpu/run_gpu_tests.sh     # STEPS unset or "all": every step
 # The bundle (built here, since the GPU machine has no gRPC/abseil):
 #   cd build && ../../shared/tools/device-bundle dev-bundle daemon/wsyncd client/wsyncctl \
-#     client/libwsync_client.so tests/cuda_resources_test tests/delta_encoder_test tests/kernel_bench &&
+#     client/libwsync_client.so tests/cuda_resources_test tests/delta_codec_test tests/kernel_bench &&
 #   strip --strip-unneeded dev-bundle/bin/* dev-bundle/lib/*
 # Each step is also a ctest of its own (label gpu), skipped without the GPUs it needs. A step
 # exits 0 (PASS), 77 (SKIP, saying why) or anything else (FAIL); a step name that does not exist

@@ -21,13 +21,13 @@ if [[ -x build/dev-bundle/bin/wsyncd ]]; then
   WSYNCD=$B/bin/wsyncd WSYNCCTL=$B/bin/wsyncctl
   export WSYNC_CLIENT_LIB=$PWD/$B/bin/libwsync_client.so
   CUDA_RESOURCES_TEST=$B/bin/cuda_resources_test KERNEL_BENCH=$B/bin/kernel_bench
-  DELTA_ENCODER_TEST=$B/bin/delta_encoder_test
+  DELTA_CODEC_TEST=$B/bin/delta_codec_test
 elif [[ -n ${WSYNC_BUILD_DIR:-} && -x $WSYNC_BUILD_DIR/daemon/wsyncd ]]; then
   WSYNCD=$WSYNC_BUILD_DIR/daemon/wsyncd WSYNCCTL=$WSYNC_BUILD_DIR/client/wsyncctl
   export WSYNC_CLIENT_LIB=$WSYNC_BUILD_DIR/client/libwsync_client.so
   CUDA_RESOURCES_TEST=$WSYNC_BUILD_DIR/tests/cuda_resources_test
   KERNEL_BENCH=$WSYNC_BUILD_DIR/tests/kernel_bench
-  DELTA_ENCODER_TEST=$WSYNC_BUILD_DIR/tests/delta_encoder_test
+  DELTA_CODEC_TEST=$WSYNC_BUILD_DIR/tests/delta_codec_test
 else
   echo "FAIL: no wsyncd: carry build/dev-bundle (tests/gpu/run_gpu_tests.sh says how to make it)"
   echo "or set WSYNC_BUILD_DIR to a build directory"

@@ -4,14 +4,14 @@
 # architectures the build machine's fat-binary reader finds in wsyncd and kernel_bench are
 # checked against cuobjdump's --list-elf and --list-ptx.
 source tests/gpu/lib/common.sh
-gpu_step unit "GPU unit tests (cuda_resources_test, delta_encoder_test)"
+gpu_step unit "GPU unit tests (cuda_resources_test, delta_codec_test)"
 need_gpus 1
 # The second NCCL of the per-group test: torch's copy beside the loader's libnccl.so.2.
 WSYNC_SECOND_NCCL="$NCCL_LIB" "$CUDA_RESOURCES_TEST" 2>&1 | tee "$LOGS/cuda_resources_test.log" |
   tail -8
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 # The GPU delta encoder writes the CPU codec's frames byte for byte.
-"$DELTA_ENCODER_TEST" 2>&1 | tee "$LOGS/delta_encoder_test.log" | tail -4
+"$DELTA_CODEC_TEST" 2>&1 | tee "$LOGS/delta_codec_test.log" | tail -4
 [[ ${PIPESTATUS[0]} -eq 0 ]] || fail=1
 cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
 if [[ -x $cuobjdump ]]; then

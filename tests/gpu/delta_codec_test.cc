@@ -1,8 +1,7 @@
-// The GPU delta encoder writes the CPU codec's frame byte for byte (docs/DELTA.md): every dtype
-// width, every density, tensors spanning many blocks, odd lengths and offsets. Runs only where a
-// CUDA device exists; elsewhere every test skips.
-
-#include "common/cuda/delta_encoder.h"
+// The GPU delta codec against the CPU's (docs/DELTA.md): the encoder writes the CPU frame byte for
+// byte, and the decoder rebuilds what the CPU decoder rebuilds and refuses what it refuses, for
+// every dtype width, every density, tensors spanning many blocks, odd lengths and offsets. Runs
+// only where a CUDA device exists; elsewhere every test skips.
 
 #include <cuda_runtime_api.h>
 
@@ -11,7 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/cuda/delta_decoder.h"
+#include "common/cuda/delta_encoder.h"
 #include "common/delta/bucket_delta.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace wsync::cuda {
@@ -175,6 +178,141 @@ TEST(DeltaEncoder, AFrameThatCannotBeSmallerThanTheLimitIsNotWritten) {
       (*encoder)->Encode(m, mem.base_, mem.next_, mem.frame_, 1000, nullptr);
   EXPECT_EQ(small.status().code(), absl::StatusCode::kResourceExhausted) << small.status();
   EXPECT_EQ(mem.Frame(4), std::string(4, '\xEE'));
+}
+
+// Device memory holding `bytes`, read back as a vector.
+class DeviceBytes {
+ public:
+  explicit DeviceBytes(const void* bytes, size_t n) : n_(n) {
+    cudaMalloc(&data_, std::max<size_t>(n, 1));
+    if (bytes != nullptr) cudaMemcpy(data_, bytes, n, cudaMemcpyHostToDevice);
+  }
+  ~DeviceBytes() { cudaFree(data_); }
+  void* get() const { return data_; }
+  std::vector<uint8_t> Read() const {
+    std::vector<uint8_t> out(n_);
+    cudaMemcpy(out.data(), data_, n_, cudaMemcpyDeviceToHost);
+    return out;
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t n_;
+};
+
+TEST(DeltaDecoder, RebuildsWhatTheCpuDecoderRebuildsAtEveryDensity) {
+  SKIP_WITHOUT_GPU();
+  auto decoder = DeltaDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const BucketManifest m = Manifest({{DType::kBfloat16, 20001},
+                                     {DType::kFloat32, 5003},
+                                     {DType::kInt8, 3001},
+                                     {DType::kFloat64, 701},
+                                     {DType::kBfloat16, 0},
+                                     {DType::kBfloat16, 1 << 20},
+                                     {DType::kUint8, 17}});
+  std::mt19937 rng(4);
+  std::vector<uint8_t> base(m.span_bytes());
+  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  for (double fraction : {0.0, 0.0001, 0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.9, 1.0}) {
+    const std::vector<uint8_t> next = Changed(m, base, fraction, 11);
+    DeltaStats cpu_stats;
+    absl::StatusOr<std::string> frame = EncodeBucketDelta(m, base, next, &cpu_stats);
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    DeviceBytes d_base(base.data(), base.size()), d_frame(frame->data(), frame->size());
+    // Into other memory (seeded with the base's bytes between tensors: there are none here).
+    DeviceBytes d_out(nullptr, base.size());
+    DeltaStats gpu_stats;
+    absl::Status s = (*decoder)->Decode(m, d_base.get(), d_frame.get(), frame->size(), d_out.get(),
+                                        nullptr, &gpu_stats);
+    ASSERT_TRUE(s.ok()) << fraction << ": " << s;
+    EXPECT_EQ(d_out.Read(), next) << fraction;
+    EXPECT_EQ(gpu_stats.changed_elements, cpu_stats.changed_elements) << fraction;
+    // And in place, over the base.
+    s = (*decoder)->Decode(m, d_base.get(), d_frame.get(), frame->size(), d_base.get(), nullptr);
+    ASSERT_TRUE(s.ok()) << fraction << ": " << s;
+    EXPECT_EQ(d_base.Read(), next) << fraction << " in place";
+  }
+}
+
+TEST(DeltaDecoder, RefusesEveryMalformedFrameTheCpuDecoderRefuses) {
+  SKIP_WITHOUT_GPU();
+  auto decoder = DeltaDecoder::Create(0);
+  ASSERT_TRUE(decoder.ok()) << decoder.status();
+  const BucketManifest m = Manifest({{DType::kFloat32, 64}, {DType::kBfloat16, 100}});
+  std::mt19937 rng(9);
+  std::vector<uint8_t> base(m.span_bytes());
+  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  const std::vector<uint8_t> next = Changed(m, base, 0.05, 10);
+  const std::string good = *EncodeBucketDelta(m, base, next);
+  ASSERT_EQ(good[8], static_cast<char>(DeltaForm::kGaps));
+  // Tensor 0's header at 8: form, count, size; its payload (gaps) after.
+  std::string wrong_magic = good;
+  wrong_magic[0] = 'X';
+  std::string wrong_count = good;
+  wrong_count[4] = 3;
+  std::string many = good;
+  many[9] = 100;  // 100 changed of 64 elements
+  std::string form = good;
+  form[8] = 7;
+  std::string far = good;
+  far[25] = static_cast<char>(0x7F);  // tensor 0's first position: 127, past its 64 elements
+  std::string fewer = good;
+  fewer[9] = static_cast<char>(fewer[9] - 1);  // one value fewer: the size no longer adds up
+  std::string cut = good;
+  cut[25] = static_cast<char>(0x80 | cut[25]);  // the first varint runs into the second
+  // At 20 % changed the tensors go as bitmaps (checked below, each with a bit past its end).
+  const std::vector<uint8_t> fifth = Changed(m, base, 0.2, 12);
+  const std::string bitmap = *EncodeBucketDelta(m, base, fifth);
+  const struct {
+    std::string frame;
+    const char* named;
+  } cases[] = {
+      {wrong_magic, "does not start with \"WSD1\""},
+      {wrong_count, "names 3 tensor(s); the bucket's manifest has 2"},
+      {many, "100 changed elements of 64"},
+      {form, "form 7"},
+      {far, "lies past element 63"},
+      {fewer, "delta of tensor 't0'"},
+      {cut, "delta of tensor 't0'"},
+      {good.substr(0, good.size() - 1), "where"},
+      {good.substr(0, 20), "ends in its header"},
+      {good + "x", "1 byte(s) after its last tensor"},
+  };
+  DeviceBytes d_base(base.data(), base.size()), d_out(nullptr, base.size());
+  for (const auto& c : cases) {
+    std::vector<uint8_t> cpu_out(m.span_bytes());
+    const absl::Status cpu = DecodeBucketDelta(m, base, c.frame, absl::MakeSpan(cpu_out));
+    DeviceBytes d_frame(c.frame.data(), c.frame.size());
+    const absl::Status gpu =
+        (*decoder)->Decode(m, d_base.get(), d_frame.get(), c.frame.size(), d_out.get(), nullptr);
+    EXPECT_EQ(cpu.code(), absl::StatusCode::kInvalidArgument) << c.named << ": " << cpu;
+    EXPECT_EQ(gpu.code(), absl::StatusCode::kInvalidArgument) << c.named << ": " << gpu;
+    EXPECT_THAT(std::string(gpu.message()), ::testing::HasSubstr(c.named)) << gpu;
+  }
+  // Every bitmap tensor of a frame, each bit past its end set, is refused naming the element.
+  size_t at = 8, checked = 0;
+  for (const TensorEntry& t : m.tensors) {
+    const auto form_at = static_cast<uint8_t>(bitmap[at]);
+    uint64_t size = 0;
+    for (int i = 0; i < 8; ++i)
+      size |= uint64_t{static_cast<uint8_t>(bitmap[at + 9 + i])} << (8 * i);
+    const uint64_t n = t.length / DTypeSize(t.dtype);
+    if (form_at == static_cast<uint8_t>(DeltaForm::kBitmap) && n % 8 != 0) {
+      std::string past = bitmap;
+      past[at + 17 + (n + 7) / 8 - 1] |= static_cast<char>(0x80);
+      DeviceBytes d_frame(past.data(), past.size());
+      const absl::Status gpu =
+          (*decoder)->Decode(m, d_base.get(), d_frame.get(), past.size(), d_out.get(), nullptr);
+      EXPECT_EQ(gpu.code(), absl::StatusCode::kInvalidArgument) << gpu;
+      EXPECT_THAT(std::string(gpu.message()),
+                  ::testing::HasSubstr(absl::StrCat("the bitmap marks element ", n / 8 * 8 + 7)))
+          << gpu;
+      ++checked;
+    }
+    at += 17 + size;
+  }
+  EXPECT_GE(checked, 1u) << "no tensor went as a bitmap: the case above tested nothing";
 }
 
 }  // namespace
