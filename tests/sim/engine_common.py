@@ -113,6 +113,12 @@ class RankPool:
             try:
                 return [conn.recv() for _, conn in self.ranks]
             except EOFError:
+                # Which rank, and how (a negative exit code is the signal that ended it: a
+                # crash in CUDA or NCCL leaves no Python traceback).
+                for tp_rank, (p, _) in enumerate(self.ranks):
+                    p.join(timeout=1)
+                    print(f"rank {tp_rank} (pid {p.pid}) running {cmd}: exit code {p.exitcode}",
+                          flush=True)
                 print("a rank process died: the engine exits", flush=True)
                 os._exit(17)
 
