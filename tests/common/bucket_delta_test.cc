@@ -10,59 +10,19 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/delta_test_data.h"
 
 namespace wsync {
 namespace {
 
 using ::testing::HasSubstr;
 
-BucketManifest Manifest(std::initializer_list<std::pair<DType, uint64_t>> tensors) {
-  BucketManifest m;
-  uint64_t at = 0;
-  int i = 0;
-  for (const auto& [dtype, elements] : tensors) {
-    const uint64_t bytes = elements * DTypeSize(dtype);
-    m.tensors.push_back(
-        TensorEntry{"t" + std::to_string(i++), dtype, {static_cast<int64_t>(elements)}, at, bytes});
-    at += bytes;
-  }
-  return m;
-}
-
-std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> out(n);
-  for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
-  return out;
-}
-
-// `base` with `fraction` of each tensor's elements changed (one byte of each, at random, so
-// every lane of a word is tried), and how many changed in all.
-std::vector<uint8_t> Changed(const BucketManifest& m, const std::vector<uint8_t>& base,
-                             double fraction, uint32_t seed, uint64_t* changed = nullptr) {
-  std::vector<uint8_t> next = base;
-  std::mt19937 rng(seed);
-  for (const TensorEntry& t : m.tensors) {
-    const size_t width = DTypeSize(t.dtype);
-    const uint64_t n = t.length / width;
-    std::vector<uint64_t> order(n);
-    for (uint64_t i = 0; i < n; ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), rng);
-    const auto k = static_cast<uint64_t>(fraction * static_cast<double>(n) + 0.5);
-    for (uint64_t j = 0; j < k; ++j) ++next[t.offset + order[j] * width + rng() % width];
-    if (changed != nullptr) *changed += k;
-  }
-  return next;
-}
+using delta_test::Changed;
+using delta_test::Manifest;
+using delta_test::RandomBytes;
 
 TEST(BucketDelta, EveryDensityAndDtypeDecodesToTheExactBytes) {
-  // Odd counts: every width's tail after its last whole eight bytes.
-  const BucketManifest m = Manifest({{DType::kBfloat16, 20001},
-                                     {DType::kFloat32, 5001},
-                                     {DType::kInt8, 3001},
-                                     {DType::kFloat64, 700},
-                                     {DType::kBfloat16, 0},
-                                     {DType::kBfloat16, 7}});
+  const BucketManifest m = delta_test::OddManifest();
   const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 1);
   for (double fraction : {0.0, 0.001, 0.01, 0.1, 0.5, 1.0}) {
     uint64_t changed = 0;
@@ -121,40 +81,17 @@ TEST(BucketDelta, OnePercentOfBf16TakesUnderTwoPercentOfDense) {
 }
 
 TEST(BucketDelta, MalformedFramesAreRefusedNamingWhatWasWrong) {
-  const BucketManifest m = Manifest({{DType::kFloat32, 64}, {DType::kBfloat16, 100}});
+  const BucketManifest m = delta_test::MalformedManifest();
   const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 9);
   const std::vector<uint8_t> next = Changed(m, base, 0.05, 10);
   const std::string good = *EncodeBucketDelta(m, base, next);
+  ASSERT_EQ(good[8], static_cast<char>(DeltaForm::kGaps));
   std::vector<uint8_t> out(m.span_bytes());
   const auto decode = [&](const std::string& frame) {
     return DecodeBucketDelta(m, base, frame, absl::MakeSpan(out));
   };
   ASSERT_TRUE(decode(good).ok());
-  // Tensor 0's header at 8: form, count, size; its payload (gaps) after.
-  std::string wrong_magic = good;
-  wrong_magic[0] = 'X';
-  std::string wrong_count = good;
-  wrong_count[4] = 3;
-  std::string many = good;
-  many[9] = 100;  // 100 changed of 64 elements
-  std::string form = good;
-  form[8] = 7;
-  std::string far = good;
-  far[25] = static_cast<char>(0x7F);  // tensor 0's first position: 127, past its 64 elements
-  const struct {
-    std::string frame;
-    const char* named;
-  } cases[] = {
-      {wrong_magic, "does not start with \"WSD1\""},
-      {wrong_count, "names 3 tensor(s); the bucket's manifest has 2"},
-      {many, "100 changed elements of 64"},
-      {form, "form 7"},
-      {far, "lies past element 63"},
-      {good.substr(0, good.size() - 1), "where"},
-      {good.substr(0, 20), "ends in its header"},
-      {good + "x", "1 byte(s) after its last tensor"},
-  };
-  for (const auto& c : cases) {
+  for (const delta_test::MalformedFrame& c : delta_test::MalformedFrames(good)) {
     absl::Status s = decode(c.frame);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.named;
     EXPECT_THAT(std::string(s.message()), HasSubstr(c.named)) << s;

@@ -21,17 +21,10 @@
 #include "common/cuda/cuda_status.h"
 #include "common/cuda/kernels.h"
 #include "gtest/gtest.h"
+#include "tests/gpu/skip_without_gpu.h"
 
 namespace wsync::cuda {
 namespace {
-
-bool HaveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine"
 
 TEST(CudaResources, BufferIsExportedOnceAndHoldsWhatIsCopiedIn) {
   SKIP_WITHOUT_GPU();

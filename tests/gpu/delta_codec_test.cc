@@ -16,47 +16,15 @@
 #include "common/delta/bucket_delta.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/delta_test_data.h"
+#include "tests/gpu/skip_without_gpu.h"
 
 namespace wsync::cuda {
 namespace {
 
-bool HaveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!HaveGpu()) GTEST_SKIP() << "no CUDA device on this machine"
-
-BucketManifest Manifest(std::initializer_list<std::pair<DType, uint64_t>> tensors) {
-  BucketManifest m;
-  uint64_t at = 0;
-  int i = 0;
-  for (const auto& [dtype, elements] : tensors) {
-    const uint64_t bytes = elements * DTypeSize(dtype);
-    m.tensors.push_back(
-        TensorEntry{"t" + std::to_string(i++), dtype, {static_cast<int64_t>(elements)}, at, bytes});
-    at += bytes;
-  }
-  return m;
-}
-
-// `base` with `fraction` of each tensor's elements changed, one byte of each at random.
-std::vector<uint8_t> Changed(const BucketManifest& m, const std::vector<uint8_t>& base,
-                             double fraction, uint32_t seed) {
-  std::vector<uint8_t> next = base;
-  std::mt19937_64 rng(seed);
-  for (const TensorEntry& t : m.tensors) {
-    const size_t width = DTypeSize(t.dtype);
-    const uint64_t n = t.length / width;
-    std::vector<uint64_t> order(n);
-    for (uint64_t i = 0; i < n; ++i) order[i] = i;
-    std::shuffle(order.begin(), order.end(), rng);
-    const auto k = static_cast<uint64_t>(fraction * static_cast<double>(n) + 0.5);
-    for (uint64_t j = 0; j < k; ++j) ++next[t.offset + order[j] * width + rng() % width];
-  }
-  return next;
-}
+using delta_test::Changed;
+using delta_test::Manifest;
+using delta_test::RandomBytes;
 
 // Device copies of the base and the new bucket, and room for a frame.
 class OnDevice {
@@ -116,16 +84,8 @@ TEST(DeltaEncoder, WritesTheCpuFrameForEveryWidthAndDensity) {
   ASSERT_TRUE(encoder.ok()) << encoder.status();
   // Odd lengths, offsets that are not multiples of 16 (nor of 8 after the int8 tensor), an empty
   // tensor, and a bf16 tensor of many blocks.
-  const BucketManifest m = Manifest({{DType::kBfloat16, 20001},
-                                     {DType::kFloat32, 5003},
-                                     {DType::kInt8, 3001},
-                                     {DType::kFloat64, 701},
-                                     {DType::kBfloat16, 0},
-                                     {DType::kBfloat16, 1 << 20},
-                                     {DType::kUint8, 17}});
-  std::mt19937 rng(1);
-  std::vector<uint8_t> base(m.span_bytes());
-  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  const BucketManifest m = delta_test::OddManifest();
+  const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 1);
   for (double fraction : {0.0, 0.0001, 0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.9, 0.97, 1.0}) {
     ExpectSameFrame(**encoder, m, base, Changed(m, base, fraction, 7),
                     "changed " + std::to_string(fraction));
@@ -150,9 +110,7 @@ TEST(DeltaEncoder, AlignedBucketsTakeTheWideLoads) {
   }
   // Bytes between tensors are not part of a delta; a bucket the relay encodes has none, but the
   // encoder does not care.
-  std::vector<uint8_t> base(m.span_bytes(), 0);
-  std::mt19937 rng(2);
-  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 2);
   for (double fraction : {0.001, 0.01, 0.2, 1.0}) {
     ExpectSameFrame(**encoder, m, base, Changed(m, base, fraction, 9),
                     "aligned, changed " + std::to_string(fraction));
@@ -204,16 +162,8 @@ TEST(DeltaDecoder, RebuildsWhatTheCpuDecoderRebuildsAtEveryDensity) {
   SKIP_WITHOUT_GPU();
   auto decoder = DeltaDecoder::Create(0);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
-  const BucketManifest m = Manifest({{DType::kBfloat16, 20001},
-                                     {DType::kFloat32, 5003},
-                                     {DType::kInt8, 3001},
-                                     {DType::kFloat64, 701},
-                                     {DType::kBfloat16, 0},
-                                     {DType::kBfloat16, 1 << 20},
-                                     {DType::kUint8, 17}});
-  std::mt19937 rng(4);
-  std::vector<uint8_t> base(m.span_bytes());
-  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  const BucketManifest m = delta_test::OddManifest();
+  std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 4);
   for (double fraction : {0.0, 0.0001, 0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 0.9, 1.0}) {
     const std::vector<uint8_t> next = Changed(m, base, fraction, 11);
     DeltaStats cpu_stats;
@@ -239,48 +189,16 @@ TEST(DeltaDecoder, RefusesEveryMalformedFrameTheCpuDecoderRefuses) {
   SKIP_WITHOUT_GPU();
   auto decoder = DeltaDecoder::Create(0);
   ASSERT_TRUE(decoder.ok()) << decoder.status();
-  const BucketManifest m = Manifest({{DType::kFloat32, 64}, {DType::kBfloat16, 100}});
-  std::mt19937 rng(9);
-  std::vector<uint8_t> base(m.span_bytes());
-  for (uint8_t& b : base) b = static_cast<uint8_t>(rng());
+  const BucketManifest m = delta_test::MalformedManifest();
+  const std::vector<uint8_t> base = RandomBytes(m.span_bytes(), 9);
   const std::vector<uint8_t> next = Changed(m, base, 0.05, 10);
   const std::string good = *EncodeBucketDelta(m, base, next);
   ASSERT_EQ(good[8], static_cast<char>(DeltaForm::kGaps));
-  // Tensor 0's header at 8: form, count, size; its payload (gaps) after.
-  std::string wrong_magic = good;
-  wrong_magic[0] = 'X';
-  std::string wrong_count = good;
-  wrong_count[4] = 3;
-  std::string many = good;
-  many[9] = 100;  // 100 changed of 64 elements
-  std::string form = good;
-  form[8] = 7;
-  std::string far = good;
-  far[25] = static_cast<char>(0x7F);  // tensor 0's first position: 127, past its 64 elements
-  std::string fewer = good;
-  fewer[9] = static_cast<char>(fewer[9] - 1);  // one value fewer: the size no longer adds up
-  std::string cut = good;
-  cut[25] = static_cast<char>(0x80 | cut[25]);  // the first varint runs into the second
   // At 20 % changed the tensors go as bitmaps (checked below, each with a bit past its end).
   const std::vector<uint8_t> fifth = Changed(m, base, 0.2, 12);
   const std::string bitmap = *EncodeBucketDelta(m, base, fifth);
-  const struct {
-    std::string frame;
-    const char* named;
-  } cases[] = {
-      {wrong_magic, "does not start with \"WSD1\""},
-      {wrong_count, "names 3 tensor(s); the bucket's manifest has 2"},
-      {many, "100 changed elements of 64"},
-      {form, "form 7"},
-      {far, "lies past element 63"},
-      {fewer, "delta of tensor 't0'"},
-      {cut, "delta of tensor 't0'"},
-      {good.substr(0, good.size() - 1), "where"},
-      {good.substr(0, 20), "ends in its header"},
-      {good + "x", "1 byte(s) after its last tensor"},
-  };
   DeviceBytes d_base(base.data(), base.size()), d_out(nullptr, base.size());
-  for (const auto& c : cases) {
+  for (const delta_test::MalformedFrame& c : delta_test::MalformedFrames(good)) {
     std::vector<uint8_t> cpu_out(m.span_bytes());
     const absl::Status cpu = DecodeBucketDelta(m, base, c.frame, absl::MakeSpan(cpu_out));
     DeviceBytes d_frame(c.frame.data(), c.frame.size());
