@@ -94,6 +94,7 @@ __global__ void WalkKernel(const unsigned char* f, uint64_t bytes, uint32_t coun
     e.k = Little(f + at + 1, 8);
     e.size = Little(f + at + 9, 8);
     e.payload = at + 17;
+    entries[i] = e;  // read back for the count check even when its payload is cut
     if (e.size > bytes - e.payload) {
       s.kind = kWalkPayloadCut;
       s.tensor = i;
@@ -102,7 +103,6 @@ __global__ void WalkKernel(const unsigned char* f, uint64_t bytes, uint32_t coun
       *status = s;
       return;
     }
-    entries[i] = e;
     at = e.payload + e.size;
   }
   if (at != bytes) {

@@ -28,10 +28,6 @@ using delta::PlanError;
 using delta::SparsePlan;
 using delta::WalkStatus;
 
-absl::Status Refuse(const TensorEntry& t, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("delta of tensor '", t.name, "': ", why));
-}
-
 }  // namespace
 
 struct DeltaDecoder::Arrays {
@@ -108,25 +104,17 @@ absl::Status DeltaDecoder::Decode(const BucketManifest& manifest, const void* ba
   for (size_t i = 0; i < walked; ++i) {
     const TensorEntry& t = manifest.tensors[i];
     const HeaderEntry& e = entries[i];
+    WSYNC_RETURN_IF_ERROR(CheckDeltaCount(t, e.k));
+    WSYNC_RETURN_IF_ERROR(CheckDeltaPayload(t, e.form, e.k, e.size));
     const uint64_t width = DTypeSize(t.dtype), n = t.length / width;
-    if (e.k > n) return Refuse(t, absl::StrCat(e.k, " changed elements of ", n));
     const uint64_t values = e.k * width;
     SparsePlan p;
     p.out = t.offset;
     p.elements = n;
     p.k = e.k;
     p.width = static_cast<uint32_t>(width);
-    if (e.form == delta::kFormDense) {
-      if (e.size != t.length) {
-        return Refuse(t, absl::StrCat("a dense payload of ", e.size, " bytes for ", t.length));
-      }
-    } else if (e.form == delta::kFormBitmap) {
+    if (e.form == delta::kFormBitmap) {
       const uint64_t bitmap_bytes = (n + 7) / 8;
-      if (e.size != bitmap_bytes + values) {
-        return Refuse(
-            t, absl::StrCat("a bitmap payload of ", e.size, " bytes; ", n, " elements with ", e.k,
-                            " changed take ", bitmap_bytes + values));
-      }
       p.region = e.payload;
       p.region_bytes = bitmap_bytes;
       p.values = e.payload + bitmap_bytes;
@@ -137,10 +125,6 @@ absl::Status DeltaDecoder::Decode(const BucketManifest& manifest, const void* ba
         bitmap_tensor.push_back(i);
       }
     } else if (e.form == delta::kFormGaps) {
-      if (e.size < values) {
-        return Refuse(t, absl::StrCat("a payload of ", e.size, " bytes for ", e.k, " values of ",
-                                      width, " bytes"));
-      }
       p.region = e.payload;
       p.region_bytes = e.size - values;
       p.values = e.payload + p.region_bytes;
@@ -152,18 +136,18 @@ absl::Status DeltaDecoder::Decode(const BucketManifest& manifest, const void* ba
         gaps.push_back(p);
         gap_tensor.push_back(i);
       }
-    } else {
-      return Refuse(t, absl::StrCat("form ", e.form, " (known: 0 dense, 1 bitmap, 2 gaps)"));
     }
     totals.elements += n;
     totals.changed_elements += e.k;
   }
   if (walk.kind == delta::kWalkHeaderCut) {
-    return Refuse(manifest.tensors[walk.tensor], "the frame ends in its header");
+    return RefuseDelta(manifest.tensors[walk.tensor], "the frame ends in its header");
   }
   if (walk.kind == delta::kWalkPayloadCut) {
-    return Refuse(manifest.tensors[walk.tensor],
-                  absl::StrCat("a payload of ", walk.a, " bytes where ", walk.b, " are left"));
+    // As the CPU decoder: the count is checked before the payload is read.
+    WSYNC_RETURN_IF_ERROR(CheckDeltaCount(manifest.tensors[walk.tensor], entries[walk.tensor].k));
+    return RefuseDelta(manifest.tensors[walk.tensor],
+                       absl::StrCat("a payload of ", walk.a, " bytes where ", walk.b, " are left"));
   }
   if (walk.kind == delta::kWalkTrailing) {
     return absl::InvalidArgumentError(
@@ -273,14 +257,17 @@ absl::Status DeltaDecoder::Decode(const BucketManifest& manifest, const void* ba
       const PlanError e = plan_error(b);
       const uint64_t seen = plan_counted(b), k = bitmaps[b].k;
       if (e.kind == delta::kErrorBitPastEnd) {
-        refused.emplace_back(bitmap_tensor[b], Refuse(t, absl::StrCat("the bitmap marks element ",
-                                                                      e.a, " of ", e.b)));
+        refused.emplace_back(
+            bitmap_tensor[b],
+            RefuseDelta(t, absl::StrCat("the bitmap marks element ", e.a, " of ", e.b)));
       } else if (seen > k) {
-        refused.emplace_back(bitmap_tensor[b], Refuse(t, absl::StrCat("the bitmap marks more than ",
-                                                                      k, " elements")));
+        refused.emplace_back(
+            bitmap_tensor[b],
+            RefuseDelta(t, absl::StrCat("the bitmap marks more than ", k, " elements")));
       } else if (seen < k) {
-        refused.emplace_back(bitmap_tensor[b], Refuse(t, absl::StrCat("the bitmap marks ", seen,
-                                                                      " elements, not ", k)));
+        refused.emplace_back(
+            bitmap_tensor[b],
+            RefuseDelta(t, absl::StrCat("the bitmap marks ", seen, " elements, not ", k)));
       }
     }
     for (size_t g = 0; g < gaps.size(); ++g) {
@@ -289,10 +276,11 @@ absl::Status DeltaDecoder::Decode(const BucketManifest& manifest, const void* ba
       const uint64_t ends = plan_counted(plan), k = gaps[g].k;
       const bool cut = plan_error(plan).kind == delta::kErrorLastVarintCut;
       if (ends < k) {
-        refused.emplace_back(gap_tensor[g], Refuse(t, absl::StrCat("position ", ends, " is cut")));
+        refused.emplace_back(gap_tensor[g],
+                             RefuseDelta(t, absl::StrCat("position ", ends, " is cut")));
       } else if (ends > k || cut) {
         refused.emplace_back(gap_tensor[g],
-                             Refuse(t, absl::StrCat("byte(s) after the ", k, " positions")));
+                             RefuseDelta(t, absl::StrCat("byte(s) after the ", k, " positions")));
       }
     }
     if (!refused.empty()) {
@@ -330,10 +318,10 @@ absl::Status DeltaDecoder::Decode(const BucketManifest& manifest, const void* ba
       const PlanError e = plan_error(bitmaps.size() + g);
       const TensorEntry& t = manifest.tensors[gap_tensor[g]];
       if (e.kind == delta::kErrorVarintTooLong) {
-        return Refuse(t, absl::StrCat("position ", e.a, " is cut"));
+        return RefuseDelta(t, absl::StrCat("position ", e.a, " is cut"));
       }
       if (e.kind == delta::kErrorPositionPastEnd) {
-        return Refuse(t, absl::StrCat("position ", e.a, " lies past element ", e.b));
+        return RefuseDelta(t, absl::StrCat("position ", e.a, " lies past element ", e.b));
       }
     }
   } else {

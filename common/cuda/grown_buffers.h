@@ -14,20 +14,22 @@
 
 namespace wsync::cuda {
 
-// Device memory that grows to what a bucket needs and is kept for the next one.
-class DeviceArray {
+// Memory from `Allocate`, freed by `Free`, that grows to what a bucket needs and is kept for the
+// next one.
+template <cudaError_t (*Allocate)(void**, size_t), cudaError_t (*Free)(void*)>
+class GrownBuffer {
  public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(data_); }
+  GrownBuffer() = default;
+  GrownBuffer(const GrownBuffer&) = delete;
+  GrownBuffer& operator=(const GrownBuffer&) = delete;
+  ~GrownBuffer() { Free(data_); }
   absl::Status Reserve(size_t bytes) {
     if (bytes <= bytes_) return absl::OkStatus();
     const size_t want = std::max(bytes, bytes_ * 2);
-    cudaFree(data_);
+    Free(data_);
     data_ = nullptr;
     bytes_ = 0;
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, want));
+    WSYNC_CUDA_RETURN_IF_ERROR(Allocate(&data_, want));
     bytes_ = want;
     return absl::OkStatus();
   }
@@ -35,36 +37,18 @@ class DeviceArray {
   T* as() const {
     return static_cast<T*>(data_);
   }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// Pinned host memory, grown as needed: what crosses PCIe between the passes (the plan, the
-// counts, the headers) is copied from and into it without the driver's staging.
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  ~PinnedArray() { cudaFreeHost(data_); }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    const size_t want = std::max(bytes, bytes_ * 2);
-    cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    WSYNC_CUDA_RETURN_IF_ERROR(cudaMallocHost(&data_, want));
-    bytes_ = want;
-    return absl::OkStatus();
-  }
   unsigned char* at(size_t offset) const { return static_cast<unsigned char*>(data_) + offset; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Device memory: the kernels' work arrays.
+using DeviceArray = GrownBuffer<cudaMalloc, cudaFree>;
+// Pinned host memory: what crosses PCIe between the passes (the plan, the counts, the headers)
+// is copied from and into it without the driver's staging.
+using PinnedArray = GrownBuffer<cudaMallocHost, cudaFreeHost>;
 
 }  // namespace wsync::cuda
 

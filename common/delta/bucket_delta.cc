@@ -313,34 +313,26 @@ absl::Status DecodeBucketDelta(const BucketManifest& manifest, absl::Span<const 
     absl::StatusOr<std::pair<size_t, uint64_t>> elements = Elements(t);
     if (!elements.ok()) return elements.status();
     const auto [width, n] = *elements;
-    const auto refuse = [&](absl::string_view why) {
-      return absl::InvalidArgumentError(absl::StrCat("delta of tensor '", t.name, "': ", why));
-    };
+    const auto refuse = [&](absl::string_view why) { return RefuseDelta(t, why); };
     uint64_t form = 0, k = 0, size = 0;
     absl::string_view payload;
     if (!frame.Little(1, &form) || !frame.Little(8, &k) || !frame.Little(8, &size)) {
       return refuse("the frame ends in its header");
     }
-    if (k > n) return refuse(absl::StrCat(k, " changed elements of ", n));
+    if (absl::Status s = CheckDeltaCount(t, k); !s.ok()) return s;
     if (!frame.Take(size, &payload)) {
       return refuse(
           absl::StrCat("a payload of ", size, " bytes where ", frame.left(), " are left"));
     }
+    if (absl::Status s = CheckDeltaPayload(t, form, k, size); !s.ok()) return s;
     uint8_t* dst = out.data() + t.offset;
     const uint8_t* src = base.data() + t.offset;
     if (dst != src) std::memmove(dst, src, t.length);
     const uint64_t values = k * width;
     if (form == static_cast<uint64_t>(DeltaForm::kDense)) {
-      if (size != t.length) {
-        return refuse(absl::StrCat("a dense payload of ", size, " bytes for ", t.length));
-      }
       std::memcpy(dst, payload.data(), t.length);
     } else if (form == static_cast<uint64_t>(DeltaForm::kBitmap)) {
       const uint64_t bitmap_bytes = (n + 7) / 8;
-      if (size != bitmap_bytes + values) {
-        return refuse(absl::StrCat("a bitmap payload of ", size, " bytes; ", n, " elements with ",
-                                   k, " changed take ", bitmap_bytes + values));
-      }
       const uint8_t* bits = reinterpret_cast<const uint8_t*>(payload.data());
       const uint8_t* value = bits + bitmap_bytes;
       uint64_t seen = 0;
@@ -352,10 +344,7 @@ absl::Status DecodeBucketDelta(const BucketManifest& manifest, absl::Span<const 
         ++seen;
       }
       if (seen != k) return refuse(absl::StrCat("the bitmap marks ", seen, " elements, not ", k));
-    } else if (form == static_cast<uint64_t>(DeltaForm::kGaps)) {
-      if (size < values)
-        return refuse(
-            absl::StrCat("a payload of ", size, " bytes for ", k, " values of ", width, " bytes"));
+    } else {  // gaps: CheckDeltaPayload let no other form through
       absl::string_view positions = payload.substr(0, size - values);
       const uint8_t* value = reinterpret_cast<const uint8_t*>(payload.data()) + (size - values);
       uint64_t at = 0;
@@ -372,8 +361,6 @@ absl::Status DecodeBucketDelta(const BucketManifest& manifest, absl::Span<const 
       if (!positions.empty()) {
         return refuse(absl::StrCat(positions.size(), " byte(s) after the ", k, " positions"));
       }
-    } else {
-      return refuse(absl::StrCat("form ", form, " (known: 0 dense, 1 bitmap, 2 gaps)"));
     }
     totals.elements += n;
     totals.changed_elements += k;
@@ -385,6 +372,41 @@ absl::Status DecodeBucketDelta(const BucketManifest& manifest, absl::Span<const 
   totals.dense_bytes = manifest.span_bytes();
   totals.frame_bytes = delta.size();
   if (stats != nullptr) *stats = totals;
+  return absl::OkStatus();
+}
+
+absl::Status RefuseDelta(const TensorEntry& t, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("delta of tensor '", t.name, "': ", why));
+}
+
+absl::Status CheckDeltaCount(const TensorEntry& t, uint64_t changed) {
+  const uint64_t n = t.length / DTypeSize(t.dtype);
+  if (changed > n) return RefuseDelta(t, absl::StrCat(changed, " changed elements of ", n));
+  return absl::OkStatus();
+}
+
+absl::Status CheckDeltaPayload(const TensorEntry& t, uint64_t form, uint64_t changed,
+                               uint64_t payload_bytes) {
+  const uint64_t width = DTypeSize(t.dtype), n = t.length / width, values = changed * width;
+  if (form == static_cast<uint64_t>(DeltaForm::kDense)) {
+    if (payload_bytes != t.length) {
+      return RefuseDelta(
+          t, absl::StrCat("a dense payload of ", payload_bytes, " bytes for ", t.length));
+    }
+  } else if (form == static_cast<uint64_t>(DeltaForm::kBitmap)) {
+    if (payload_bytes != (n + 7) / 8 + values) {
+      return RefuseDelta(
+          t, absl::StrCat("a bitmap payload of ", payload_bytes, " bytes; ", n, " elements with ",
+                          changed, " changed take ", (n + 7) / 8 + values));
+    }
+  } else if (form == static_cast<uint64_t>(DeltaForm::kGaps)) {
+    if (payload_bytes < values) {
+      return RefuseDelta(t, absl::StrCat("a payload of ", payload_bytes, " bytes for ", changed,
+                                         " values of ", width, " bytes"));
+    }
+  } else {
+    return RefuseDelta(t, absl::StrCat("form ", form, " (known: 0 dense, 1 bitmap, 2 gaps)"));
+  }
   return absl::OkStatus();
 }
 

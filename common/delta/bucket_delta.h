@@ -53,6 +53,15 @@ absl::StatusOr<std::string> EncodeBucketDelta(const BucketManifest& manifest,
                                               DeltaStats* stats = nullptr,
                                               uint64_t limit = UINT64_MAX);
 
+// One tensor's header checked against the manifest as every decoder checks it, in this order:
+// its changed count (before its payload is read), then its form and the payload's size for it.
+// INVALID_ARGUMENT from RefuseDelta. The tensor must be whole elements.
+absl::Status CheckDeltaCount(const TensorEntry& t, uint64_t changed);
+absl::Status CheckDeltaPayload(const TensorEntry& t, uint64_t form, uint64_t changed,
+                               uint64_t payload_bytes);
+// A decoder's refusal of a tensor's delta: INVALID_ARGUMENT "delta of tensor '<name>': <why>".
+absl::Status RefuseDelta(const TensorEntry& t, absl::string_view why);
+
 // Writes base with `delta` applied into `out` (each tensor's range; base and out at least the
 // manifest's span, and may be the same memory). Every count, length, position and the frame's end
 // is checked against the manifest; a frame that disagrees is refused (INVALID_ARGUMENT, naming the

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,14 +41,10 @@ import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+from process_support import free_port, wait_port  # noqa: E402
 SGLANG_SIM = [sys.executable, os.path.join(ROOT, "tests/engines/sglang/sglang_engine.py"),
               "--memory", "host"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what, check, seconds):
@@ -59,14 +54,6 @@ def wait_for(what, check, seconds):
             return
         time.sleep(0.1)
     raise RuntimeError(f"{what}: not within {seconds} s")
-
-
-def port_open(port):
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 class NodePair:
@@ -97,7 +84,7 @@ class NodePair:
             "state_dir": os.path.join(work, "up-state"), "groups": [group]})
         self.engine_port = free_port()
         self.spawn("engine", [*SGLANG_SIM, "--port", str(self.engine_port)])
-        wait_for("the engine simulator", lambda: port_open(self.engine_port), 30)
+        wait_port(self.engine_port, 30)
         self.config("down", {
             "mode": "host", "socket": os.path.join(work, "down.sock"), "slots": 2,
             "slot_bytes": slot_bytes, "bind_address": "127.0.0.1",
